@@ -1,0 +1,44 @@
+"""shmwin: sliding time-window counters in POSIX shared memory, exact across processes."""
+
+from __future__ import annotations
+
+from .clock import ManualClock
+from .errors import (
+    CorruptSegmentError,
+    GeometryMismatchError,
+    IncompatibleVersionError,
+    LockTimeoutError,
+    OutOfSpaceError,
+    SegmentError,
+    SegmentNotReadyError,
+    ShmwinError,
+    UnknownFieldError,
+    WindowClosedError,
+    WindowExistsError,
+    WindowNotFoundError,
+    WindowPermissionError,
+)
+from .segment import names, unlink
+from .window import Window
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptSegmentError",
+    "GeometryMismatchError",
+    "IncompatibleVersionError",
+    "LockTimeoutError",
+    "ManualClock",
+    "OutOfSpaceError",
+    "SegmentError",
+    "SegmentNotReadyError",
+    "ShmwinError",
+    "UnknownFieldError",
+    "Window",
+    "WindowClosedError",
+    "WindowExistsError",
+    "WindowNotFoundError",
+    "WindowPermissionError",
+    "names",
+    "unlink",
+]

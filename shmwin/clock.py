@@ -1,0 +1,69 @@
+"""Clocks: callables that return monotonic nanoseconds.
+
+The default is :func:`time.monotonic_ns` -- CLOCK_MONOTONIC is one clock for the
+whole host, never steps with NTP, and restarts at boot exactly when ``/dev/shm``
+is emptied. :class:`ManualClock` lets tests drive time by hand, within one
+process or, backed by a file, across unrelated processes.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable
+
+from .duration import NS_PER_S
+
+Clock = Callable[[], int]
+
+_WORD = struct.Struct("<q")
+
+
+class ManualClock:
+    """A clock that only moves when told to.
+
+    ``ManualClock()`` lives in this process (children forked later see their own
+    copy). ``ManualClock(path=p)`` keeps the time in a file that every process
+    opening the same path shares, so one test process can move time for all.
+    """
+
+    def __init__(self, start_ns: int = 0, *, path: str | os.PathLike[str] | None = None):
+        if start_ns < 0:
+            raise ValueError("a monotonic clock cannot start before 0")
+        self._mm: mmap.mmap | None = None
+        self._now_ns = start_ns
+        if path is not None:
+            self._mm = _map_clock_file(os.fspath(path), start_ns)
+
+    def __call__(self) -> int:
+        if self._mm is not None:
+            return int(_WORD.unpack_from(self._mm, 0)[0])
+        return self._now_ns
+
+    def set(self, now_ns: int) -> None:
+        """Jump to ``now_ns`` (a monotonic clock may only move forward)."""
+        if now_ns < self():
+            raise ValueError(f"a monotonic clock cannot go back ({now_ns} < {self()})")
+        if self._mm is not None:
+            _WORD.pack_into(self._mm, 0, now_ns)
+        else:
+            self._now_ns = now_ns
+
+    def advance(self, seconds: float = 0, *, ns: int = 0) -> int:
+        """Move forward by ``seconds`` plus ``ns``; returns the new time."""
+        self.set(self() + round(seconds * NS_PER_S) + ns)
+        return self()
+
+
+def _map_clock_file(path: str, start_ns: int) -> mmap.mmap:
+    """Open (creating with ``start_ns`` if new) the 8-byte file behind a shared clock."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, _WORD.pack(start_ns))
+    except FileExistsError:
+        fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, _WORD.size)
+    finally:
+        os.close(fd)

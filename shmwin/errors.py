@@ -1,0 +1,63 @@
+"""Every error shmwin raises.
+
+Each one derives from :class:`ShmwinError` *and* from the builtin a caller would
+naturally catch, so ``except FileNotFoundError`` works as well as
+``except shmwin.ShmwinError``.
+"""
+
+from __future__ import annotations
+
+
+class ShmwinError(Exception):
+    """Base class of every shmwin error."""
+
+
+class WindowNotFoundError(ShmwinError, FileNotFoundError):
+    """No window of that name exists on this host."""
+
+
+class WindowExistsError(ShmwinError, FileExistsError):
+    """A window of that name exists already (exclusive create)."""
+
+
+class GeometryMismatchError(ShmwinError, ValueError):
+    """The window exists with a geometry other than the one asked for."""
+
+
+class SegmentError(ShmwinError):
+    """A shared-memory segment that cannot be used as a window."""
+
+
+class CorruptSegmentError(SegmentError):
+    """The segment's bytes are not a valid shmwin window (junk, truncated, overwritten)."""
+
+
+class IncompatibleVersionError(SegmentError):
+    """The segment was written by a shmwin with another binary format version."""
+
+
+class SegmentNotReadyError(SegmentError, TimeoutError):
+    """The segment exists but its creator never finished initialising it."""
+
+
+class OutOfSpaceError(ShmwinError, OSError):
+    """``/dev/shm`` has no room for the segment (raised at create time, never later)."""
+
+
+class WindowPermissionError(ShmwinError, PermissionError):
+    """The segment exists but this process may not open it."""
+
+
+class UnknownFieldError(ShmwinError, KeyError):
+    """The field name is not one of the window's fields."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class LockTimeoutError(ShmwinError, TimeoutError):
+    """A segment lock stayed held by a live process for longer than ``lock_timeout``."""
+
+
+class WindowClosedError(ShmwinError, ValueError):
+    """The window was closed in this process."""

@@ -1,0 +1,74 @@
+"""Bucket-ring arithmetic: pure functions of integers and arrays, no shared memory.
+
+A window of ``n_buckets`` buckets, each ``bucket_ns`` wide, lives in a ring of
+slots. Time ``now_ns`` falls in bucket *epoch* ``now_ns // bucket_ns``, which is
+stored in slot ``epoch % n_buckets`` together with its epoch number, so a reader
+can tell a live bucket from one left over from an earlier lap::
+
+    n_buckets = 5, bucket = 1 s, now = 12.4 s  ->  now_epoch = 12, slot 2
+
+      slot:     0      1      2      3      4
+      epoch:  [10]   [11]   [12]   [ 8]   [ 9]
+                            ^ current (partial, filling now)
+      live for total(last=5 s):  epochs 8..12  (every slot)
+      live for total(last=2 s):  epochs 11..12 (slots 1, 2)
+      at now = 13.0 s the writer finds epoch 8 in slot 3, sees it is stale
+      (8 != 13), zeroes it and stamps 13: the window has slid by one bucket.
+
+A slot whose epoch is outside ``(now_epoch - k, now_epoch]`` is skipped by
+readers (stale, never written, or written by a process whose clock already
+moved into the next bucket). A gap longer than the span leaves every slot
+stale, so the window reads as empty without anyone clearing it.
+
+Granularity: ``total(last=k buckets)`` counts events from the start of bucket
+``now_epoch - k + 1`` to now, i.e. a period between ``(k - 1) * bucket`` and
+``k * bucket`` long. Events older than ``k`` buckets are never counted; events
+up to one bucket width younger than that may already have dropped out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+EMPTY_EPOCH = -1  # stamped on every slot at creation and by reset(); never live
+
+
+def epoch_of(now_ns: int, bucket_ns: int) -> int:
+    """The bucket number that ``now_ns`` falls in."""
+    return now_ns // bucket_ns
+
+
+def slot_of(epoch: int, n_buckets: int) -> int:
+    """The ring slot that holds bucket ``epoch``."""
+    return epoch % n_buckets
+
+
+def buckets_for(last_ns: int, bucket_ns: int, n_buckets: int) -> int:
+    """How many buckets (the current one included) cover the last ``last_ns``.
+
+    Rounds up, so a request is never narrower than asked; more than the ring
+    holds is a ``ValueError``.
+    """
+    if last_ns <= 0:
+        raise ValueError("last must be positive")
+    k = -(-last_ns // bucket_ns)
+    if k > n_buckets:
+        raise ValueError(
+            f"last={last_ns / 1e9:g}s is longer than the window's span "
+            f"({n_buckets * bucket_ns / 1e9:g}s)"
+        )
+    return k
+
+
+def live_mask(
+    epochs: npt.NDArray[np.int64], now_epoch: int, k: int
+) -> npt.NDArray[np.bool_]:
+    """True where a slot holds one of the ``k`` buckets ending at ``now_epoch``."""
+    return (epochs > now_epoch - k) & (epochs <= now_epoch)
+
+
+def slots_oldest_first(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.intp]:
+    """Slot indices of the last ``k`` buckets, oldest first, the current one last."""
+    first = now_epoch - k + 1
+    return np.arange(first, now_epoch + 1, dtype=np.int64) % n_buckets
