@@ -50,7 +50,7 @@ under lock 1 (locked mode, and striped mode's fallback when every stripe is
 taken); row *r >= 1* is written only by its owner thread, without a lock. A row
 is ``n_buckets`` slots of ``1 + n_fields`` 8-byte words::
 
-    word 0        i64            epoch of the bucket in this slot (EMPTY_EPOCH = -1 if none)
+    word 0        i64            epoch of the bucket in this slot (EMPTY_EPOCH = -2**63 if none)
     word 1..F     int64/float64  field values
 """
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-EMPTY_EPOCH = -1  # stamped on every slot at creation and by reset(); never live
+EMPTY_EPOCH = -(2**63)  # stamped at creation and by reset(); below every window, never live
 
 
 def epoch_of(now_ns: int, bucket_ns: int) -> int:

@@ -1,0 +1,30 @@
+import pytest
+
+from shmwin.duration import format_ns, to_ns
+
+S = 1_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("spelling", "ns"),
+    [
+        (60, 60 * S), (1.5, 1_500_000_000), ("90s", 90 * S), ("5m", 300 * S), ("1h", 3600 * S),
+        ("1d", 86400 * S), ("500ms", S // 2), (" 2 s ", 2 * S), ("0.5s", S // 2), ("250us", 250_000),
+        ("10ns", 10),
+    ],
+)  # fmt: skip
+def test_spellings(spelling, ns):
+    assert to_ns(spelling) == ns
+
+
+@pytest.mark.parametrize("bad", ["", "s", "5", "5 minutes", "-1s", "1y", "0s", 0, -3, float("inf"), True, None, "1e3s"])
+def test_wrong_spellings_are_value_errors(bad):
+    with pytest.raises(ValueError):
+        to_ns(bad)
+
+
+def test_format_is_shortest_exact():
+    assert format_ns(60 * S) == "1m"
+    assert format_ns(90 * S) == "90s"
+    assert format_ns(1_500_000) == "1500us"
+    assert format_ns(7) == "7ns"

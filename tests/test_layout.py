@@ -1,0 +1,72 @@
+"""The binary format: offsets asserted against the table in layout.py."""
+
+import struct
+
+import pytest
+
+from shmwin import layout
+from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
+from shmwin.layout import Geometry, Layout, Meta
+
+G = Geometry(1_000_000_000, 60, ("ok", "error"))
+META = Meta(1234, 5, 6, b"B" * 16)
+
+
+def test_fixed_header_part_matches_the_table():
+    assert layout._FIXED.size == 144
+    page = layout.pack_header(G, Layout.plan(G), META)
+    assert len(page) == layout.HEADER_BYTES == 4096
+    assert page[0:8] == b"\0" * 8  # magic left for the creator to write last
+    u32 = lambda off: struct.unpack_from("<I", page, off)[0]  # noqa: E731
+    i64 = lambda off: struct.unpack_from("<q", page, off)[0]  # noqa: E731
+    assert u32(8) == layout.FORMAT_VERSION
+    assert u32(12) == 4096
+    assert i64(32) == 1_000_000_000 and u32(40) == 60 and u32(44) == 2
+    assert u32(48) == 0 and u32(52) == 0 and u32(56) == 64 and u32(60) == 2 and u32(64) == 0
+    assert i64(72) == 1234 and i64(80) == 5 and i64(88) == 6 and page[96:112] == b"B" * 16
+    lay = Layout.plan(G)
+    assert (i64(112), i64(120), i64(128), i64(136)) == (
+        lay.locks_off, lay.stripes_off, lay.rows_off, lay.row_bytes,
+    )  # fmt: skip
+    assert page[256:258] == b"ok" and page[288:293] == b"error"
+
+
+def test_everything_is_cache_line_aligned():
+    for g in (G, Geometry(7, 3, ("a",)), Geometry(1, 3600, ("a", "b", "c"), n_stripes=64)):
+        lay = Layout.plan(g)
+        for off in (lay.locks_off, lay.stripes_off, lay.rows_off, lay.row_bytes, lay.total_bytes):
+            assert off % 64 == 0
+        assert lay.total_bytes == lay.rows_off + (g.n_stripes + 1) * lay.row_bytes
+
+
+def test_round_trip():
+    lay = Layout.plan(G)
+    page = bytearray(layout.pack_header(G, lay, META))
+    page[0:8] = layout.MAGIC
+    assert layout.unpack_header(bytes(page), lay.total_bytes) == (G, lay, META)
+
+
+def _ready_page() -> bytearray:
+    page = bytearray(layout.pack_header(G, Layout.plan(G), META))
+    page[0:8] = layout.MAGIC
+    return page
+
+
+def test_junk_magic_version_crc_and_size_are_refused():
+    size = Layout.plan(G).total_bytes
+    page = _ready_page()
+    page[0:8] = b"garbage!"
+    with pytest.raises(CorruptSegmentError, match="not a shmwin segment"):
+        layout.unpack_header(bytes(page), size)
+    page = _ready_page()
+    struct.pack_into("<I", page, 8, 99)
+    with pytest.raises(IncompatibleVersionError, match="version 99"):
+        layout.unpack_header(bytes(page), size)
+    page = _ready_page()
+    page[40] ^= 0xFF  # n_buckets flipped, checksum now wrong
+    with pytest.raises(CorruptSegmentError, match="checksum"):
+        layout.unpack_header(bytes(page), size)
+    with pytest.raises(CorruptSegmentError, match="truncated"):
+        layout.unpack_header(bytes(_ready_page()), size - 64)
+    with pytest.raises(CorruptSegmentError, match="smaller than a shmwin header"):
+        layout.unpack_header(bytes(_ready_page()), 100)

@@ -1,0 +1,44 @@
+"""Pure ring arithmetic: plain integers and arrays, no shared memory."""
+
+import numpy as np
+import pytest
+
+from shmwin import ring
+
+
+def test_epoch_and_slot():
+    assert ring.epoch_of(12_400_000_000, 1_000_000_000) == 12
+    assert ring.slot_of(12, 5) == 2
+    assert ring.epoch_of(0, 7) == 0
+    assert ring.epoch_of(6, 7) == 0 and ring.epoch_of(7, 7) == 1
+
+
+@pytest.mark.parametrize(
+    ("last_ns", "expected"),
+    [(1, 1), (1_000_000_000, 1), (1_000_000_001, 2), (10_000_000_000, 10), (60_000_000_000, 60)],
+)
+def test_buckets_for_rounds_up(last_ns, expected):
+    assert ring.buckets_for(last_ns, 1_000_000_000, 60) == expected
+
+
+def test_buckets_for_rejects_longer_than_span_and_nonpositive():
+    with pytest.raises(ValueError, match="longer than the window's span"):
+        ring.buckets_for(61_000_000_000, 1_000_000_000, 60)
+    with pytest.raises(ValueError):
+        ring.buckets_for(0, 1_000_000_000, 60)
+
+
+def test_live_mask_matches_the_picture():
+    # the ring drawn in ring.py: slots hold epochs 10, 11, 12, 8, 9; now_epoch = 12
+    epochs = np.array([10, 11, 12, 8, 9])
+    assert ring.live_mask(epochs, 12, 5).tolist() == [True] * 5
+    assert ring.live_mask(epochs, 12, 2).tolist() == [False, True, True, False, False]
+    # a bucket stamped by a clock already in the future is not counted yet
+    assert ring.live_mask(np.array([13]), 12, 5).tolist() == [False]
+    assert ring.live_mask(np.array([ring.EMPTY_EPOCH]), 3, 5).tolist() == [False]
+
+
+def test_slots_oldest_first():
+    assert ring.slots_oldest_first(12, 5, 5).tolist() == [3, 4, 0, 1, 2]
+    assert ring.slots_oldest_first(12, 5, 2).tolist() == [1, 2]
+    assert ring.slots_oldest_first(2, 5, 5).tolist() == [3, 4, 0, 1, 2]
