@@ -55,15 +55,12 @@ def buckets_for(last_ns: int, bucket_ns: int, n_buckets: int) -> int:
     k = -(-last_ns // bucket_ns)
     if k > n_buckets:
         raise ValueError(
-            f"last={last_ns / 1e9:g}s is longer than the window's span "
-            f"({n_buckets * bucket_ns / 1e9:g}s)"
+            f"last={last_ns / 1e9:g}s is longer than the window's span ({n_buckets * bucket_ns / 1e9:g}s)"
         )
     return k
 
 
-def live_mask(
-    epochs: npt.NDArray[np.int64], now_epoch: int, k: int
-) -> npt.NDArray[np.bool_]:
+def live_mask(epochs: npt.NDArray[np.int64], now_epoch: int, k: int) -> npt.NDArray[np.bool_]:
     """True where a slot holds one of the ``k`` buckets ending at ``now_epoch``."""
     return (epochs > now_epoch - k) & (epochs <= now_epoch)
 

@@ -20,17 +20,20 @@ import os
 import re
 import time
 from collections.abc import Callable
+from contextlib import suppress
+from typing import TypeVar
 
 import posix_ipc
 
 from .errors import (
-    CorruptSegmentError,
     OutOfSpaceError,
     SegmentNotReadyError,
     WindowExistsError,
     WindowNotFoundError,
     WindowPermissionError,
 )
+
+T = TypeVar("T")
 
 PREFIX = "shmwin."
 SHM_DIR = "/dev/shm"
@@ -78,9 +81,7 @@ class Segment:
         return len(self.mm)
 
     @classmethod
-    def create(
-        cls, name: str, size: int, perm: int, init: Callable[[mmap.mmap], None]
-    ) -> Segment:
+    def create(cls, name: str, size: int, perm: int, init: Callable[[mmap.mmap], None]) -> Segment:
         """Create exclusively, reserve every byte, run ``init``; ``init`` writes the magic last."""
         shm_name = check_name(name)
         try:
@@ -154,7 +155,7 @@ def _reserve(fd: int, size: int, name: str) -> None:
         raise
 
 
-def _wait(deadline: float, probe: Callable[[], object], name: str, what: str) -> object:
+def _wait(deadline: float, probe: Callable[[], T], name: str, what: str) -> T:
     delay = 0.0005
     while True:
         got = probe()
@@ -170,9 +171,5 @@ def _wait(deadline: float, probe: Callable[[], object], name: str, what: str) ->
 
 
 def _unlink_quietly(shm_name: str) -> None:
-    try:
+    with suppress(posix_ipc.ExistentialError):
         posix_ipc.unlink_shared_memory(shm_name)
-    except posix_ipc.ExistentialError:
-        pass
-
-

@@ -15,6 +15,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,6 @@ from . import layout, owners, ring
 from .clock import Clock
 from .duration import NS_PER_S, Duration, to_ns
 from .errors import (
-    CorruptSegmentError,
     GeometryMismatchError,
     ShmwinError,
     UnknownFieldError,
@@ -156,7 +156,7 @@ class Window:
         self._field_word = {f: i + 1 for i, f in enumerate(g.fields)}
         self._first_field = g.fields[0]
         self._q = memoryview(seg.mm).cast("q")
-        self._v = self._q if g.dtype == "int64" else memoryview(seg.mm).cast("d")
+        self._v: Any = self._q if g.dtype == "int64" else memoryview(seg.mm).cast("d")
         self._zeros = memoryview(bytearray(_W * len(g.fields))).cast("q")
         self._shared_base = lay.rows_off // _W
         self._epochs, self._values = _numpy_views(seg.mm, g, lay)
@@ -452,10 +452,8 @@ class Window:
             del self._epochs, self._values
             self._q.release()
             self._v.release()
-            try:
+            with suppress(BufferError):  # a view is still exported somewhere: GC unmaps it
                 self._seg.close()
-            except BufferError:  # a view is still exported somewhere: let GC unmap it
-                pass
 
     def unlink(self) -> bool:
         """Remove the window from the host (idempotent). Attached processes keep
@@ -473,10 +471,8 @@ class Window:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         state = "closed" if getattr(self, "_closed", True) else str(self._g)
@@ -527,14 +523,10 @@ def _ready(mm: mmap.mmap) -> bool:
     return len(mm) < _W or mm[0:_W] != b"\0" * _W
 
 
-def _numpy_views(
-    mm: mmap.mmap, g: Geometry, lay: Layout
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+def _numpy_views(mm: mmap.mmap, g: Geometry, lay: Layout) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """Strided views: epochs (rows, buckets) and values (rows, buckets, fields)."""
     slot_bytes = lay.slot_words * _W
-    epochs = np.ndarray(
-        (lay.n_rows, g.n_buckets), np.int64, mm, lay.rows_off, (lay.row_bytes, slot_bytes)
-    )
+    epochs = np.ndarray((lay.n_rows, g.n_buckets), np.int64, mm, lay.rows_off, (lay.row_bytes, slot_bytes))
     values = np.ndarray(
         (lay.n_rows, g.n_buckets, len(g.fields)),
         np.dtype(g.dtype),

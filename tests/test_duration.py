@@ -17,7 +17,9 @@ def test_spellings(spelling, ns):
     assert to_ns(spelling) == ns
 
 
-@pytest.mark.parametrize("bad", ["", "s", "5", "5 minutes", "-1s", "1y", "0s", 0, -3, float("inf"), True, None, "1e3s"])
+@pytest.mark.parametrize(
+    "bad", ["", "s", "5", "5 minutes", "-1s", "1y", "0s", 0, -3, float("inf"), True, None, "1e3s"]
+)
 def test_wrong_spellings_are_value_errors(bad):
     with pytest.raises(ValueError):
         to_ns(bad)
