@@ -15,8 +15,8 @@ can tell a live bucket from one left over from an earlier lap::
       at now = 13.0 s the writer finds epoch 8 in slot 3, sees it is stale
       (8 != 13), zeroes it and stamps 13: the window has slid by one bucket.
 
-A slot whose epoch is outside ``(now_epoch - k, now_epoch]`` is skipped by
-readers (stale, never written, or written by a process whose clock already
+A slot whose epoch is not the one ``expected_epochs`` names for it is skipped
+by readers (stale, never written, or written by a process whose clock already
 moved into the next bucket). A gap longer than the span leaves every slot
 stale, so the window reads as empty without anyone clearing it.
 
@@ -60,9 +60,20 @@ def buckets_for(last_ns: int, bucket_ns: int, n_buckets: int) -> int:
     return k
 
 
-def live_mask(epochs: npt.NDArray[np.int64], now_epoch: int, k: int) -> npt.NDArray[np.bool_]:
-    """True where a slot holds one of the ``k`` buckets ending at ``now_epoch``."""
-    return (epochs > now_epoch - k) & (epochs <= now_epoch)
+NO_EPOCH = -1  # in expected_epochs(): this slot holds no bucket of the requested range
+
+
+def expected_epochs(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.int64]:
+    """Per slot, the one epoch it may hold to count among the last ``k`` buckets.
+
+    Slot ``i`` can only hold epochs congruent to ``i`` mod ``n_buckets``, and just one
+    of those lies in ``(now_epoch - n_buckets, now_epoch]``; slots outside the last ``k``
+    get ``NO_EPOCH``. Readers then test liveness with a single ``==``.
+    """
+    slots = np.arange(n_buckets, dtype=np.int64)
+    epochs = now_epoch - (now_epoch - slots) % n_buckets
+    epochs[(epochs <= now_epoch - k) | (epochs < 0)] = NO_EPOCH
+    return epochs
 
 
 def slots_oldest_first(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.intp]:

@@ -33,7 +33,7 @@ from .errors import (
     WindowNotFoundError,
 )
 from .layout import Geometry, Layout, Meta
-from .locks import LockTable, init_locks
+from .locks import LockTable, init_locks, trylock, unlock
 from .segment import Segment
 from .segment import unlink as _unlink_name
 
@@ -161,6 +161,9 @@ class Window:
         self._shared_base = lay.rows_off // _W
         self._epochs, self._values = _numpy_views(seg.mm, g, lay)
         self._striped = g.mode == "striped"
+        self._row_lock = self._locks.handles[layout.LOCK_SHARED_ROW]
+        if not self._striped:
+            self.add = self._add_locked  # type: ignore[method-assign]  # skips the stripe lookup
         self._reset_process_state()
         self._closed = False
         _live_windows.add(self)
@@ -244,9 +247,29 @@ class Window:
         except (TypeError, ValueError) as exc:
             raise self._bad_amount(n) from exc
 
+    def _add_locked(self, n: Number = 1, field: str | None = None) -> None:
+        """``add()`` of a locked window (bound as ``self.add`` when the mode is locked)."""
+        f = 1 if field is None else self._word_of(field)
+        handle = self._row_lock
+        rc = trylock(handle)
+        if rc:
+            self._locks.acquire_contended(layout.LOCK_SHARED_ROW, rc)
+        try:
+            epoch = self._clock() // self._bucket_ns  # read under the lock: epochs never go back
+            slot = self._shared_base + epoch % self._n_buckets * self._slot_words
+            if self._q[slot] != epoch:
+                self._roll(slot, epoch)
+            try:
+                self._v[slot + f] += n
+            except (TypeError, ValueError) as exc:
+                raise self._bad_amount(n) from exc
+        finally:
+            unlock(handle)
+
     def _add_shared(self, n: Number, f: int) -> None:
-        """Add into row 0 under its lock (locked mode, or no stripe was free)."""
-        if self._striped and time.monotonic_ns() >= self._tls.retry_ns:
+        """Striped mode with every stripe taken: add into row 0 under its lock,
+        looking for a free stripe again once a second."""
+        if time.monotonic_ns() >= self._tls.retry_ns:
             self._tls.retry_ns = time.monotonic_ns() + _CLAIM_RETRY_NS
             if self._bind_thread() >= 0:
                 self.add(n, self._g.fields[f - 1])
@@ -399,23 +422,25 @@ class Window:
     def _per_slot(self, last: Duration | None, value_index: int | None) -> tuple[npt.NDArray[Any], int, int]:
         """Live values per ring slot, summed over rows; lock-free.
 
-        Epochs are read before and after the values: a slot whose epoch changed
-        meanwhile was being recycled, and counts as already expired.
+        Liveness is tested before and after the values are read: a slot that
+        changed meanwhile was being recycled by its writer and counts as expired.
         """
         self._check_open()
         k = self._n_buckets if last is None else self._buckets_for(last)
         now_ns = self._clock()
+        expected = ring.expected_epochs(now_ns // self._bucket_ns, self._n_buckets, k)
         rows = self._rows_in_use()
         epochs = self._epochs[:rows]
-        before = epochs.copy()
         if value_index is None:
-            values = self._values[:rows].copy()
+            values, widen = self._values[:rows], (slice(None), slice(None), None)
         else:
-            values = self._values[:rows, :, value_index].copy()
-        live = ring.live_mask(before, now_ns // self._bucket_ns, k) & (before == epochs)
-        if value_index is None:
-            live = live[:, :, None]
-        return np.where(live, values, 0).sum(axis=0), now_ns, k
+            values, widen = self._values[:rows, :, value_index], (slice(None), slice(None))
+        live = epochs == expected
+        picked = np.where(live[widen], values, 0)
+        still = epochs == expected
+        if not np.array_equal(live, still):
+            picked = np.where((live & still)[widen], picked, 0)
+        return picked.sum(axis=0), now_ns, k
 
     def _buckets_for(self, last: Duration) -> int:
         return ring.buckets_for(to_ns(last, "last"), self._bucket_ns, self._n_buckets)
@@ -448,6 +473,7 @@ class Window:
         finally:
             self._closed = True
             self._tls = _ClosedTLS()  # type: ignore[assignment]
+            self.__dict__.pop("add", None)  # back to Window.add, which now raises
             _live_windows.discard(self)
             del self._epochs, self._values
             self._q.release()

@@ -28,14 +28,19 @@ def test_buckets_for_rejects_longer_than_span_and_nonpositive():
         ring.buckets_for(0, 1_000_000_000, 60)
 
 
-def test_live_mask_matches_the_picture():
-    # the ring drawn in ring.py: slots hold epochs 10, 11, 12, 8, 9; now_epoch = 12
-    epochs = np.array([10, 11, 12, 8, 9])
-    assert ring.live_mask(epochs, 12, 5).tolist() == [True] * 5
-    assert ring.live_mask(epochs, 12, 2).tolist() == [False, True, True, False, False]
-    # a bucket stamped by a clock already in the future is not counted yet
-    assert ring.live_mask(np.array([13]), 12, 5).tolist() == [False]
-    assert ring.live_mask(np.array([ring.EMPTY_EPOCH]), 3, 5).tolist() == [False]
+def test_expected_epochs_match_the_picture():
+    # the ring drawn in ring.py: 5 slots, now_epoch = 12 -> slots hold 10, 11, 12, 8, 9
+    assert ring.expected_epochs(12, 5, 5).tolist() == [10, 11, 12, 8, 9]
+    assert ring.expected_epochs(12, 5, 2).tolist() == [-1, 11, 12, -1, -1]
+    assert ring.expected_epochs(12, 5, 1).tolist() == [-1, -1, 12, -1, -1]
+    # near the clock's start, slots whose epoch would be negative expect nothing
+    assert ring.expected_epochs(1, 5, 5).tolist() == [0, 1, -1, -1, -1]
+
+
+def test_expected_epochs_never_match_empty_or_future_slots():
+    expected = ring.expected_epochs(3, 5, 5)
+    assert ring.EMPTY_EPOCH not in expected.tolist()
+    assert 3 + 5 not in expected.tolist()  # written by a clock one lap ahead: not counted yet
 
 
 def test_slots_oldest_first():
