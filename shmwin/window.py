@@ -431,6 +431,7 @@ class Window:
         expected = ring.expected_epochs(now_ns // self._bucket_ns, self._n_buckets, k)
         rows = self._rows_in_use()
         epochs = self._epochs[:rows]
+        widen: tuple[slice | None, ...]
         if value_index is None:
             values, widen = self._values[:rows], (slice(None), slice(None), None)
         else:

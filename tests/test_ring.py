@@ -1,6 +1,5 @@
 """Pure ring arithmetic: plain integers and arrays, no shared memory."""
 
-import numpy as np
 import pytest
 
 from shmwin import ring
