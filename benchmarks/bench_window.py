@@ -177,9 +177,8 @@ def main() -> None:
         print("| --- | ---: | --- | ---: | ---: | ---: |")
         for label, mine, peer, peer_label, target in rows:
             ok = "✓" if mine / peer >= target else "✗"
-            print(
-                f"| {label} | {mine:,.0f} | {peer_label} | {peer:,.0f} | {mine / peer:.2f}× | ≥{target}× {ok} |"
-            )
+            ratio = f"{mine / peer:.2f}×"
+            print(f"| {label} | {mine:,.0f} | {peer_label} | {peer:,.0f} | {ratio} | ≥{target}× {ok} |")
         print("\n## 1 process, ns per add()")
         floor = single_ns(python_floor, n, repeat=r)
         print("| call | ns/op | × Python floor |")
