@@ -269,24 +269,13 @@ class Window:
     def _add_shared(self, n: Number, f: int) -> None:
         """Striped mode with every stripe taken: add into row 0 under its lock,
         looking for a free stripe again once a second."""
+        field = self._g.fields[f - 1]
         if time.monotonic_ns() >= self._tls.retry_ns:
             self._tls.retry_ns = time.monotonic_ns() + _CLAIM_RETRY_NS
             if self._bind_thread() >= 0:
-                self.add(n, self._g.fields[f - 1])
+                self.add(n, field)
                 return
-        locks = self._locks
-        locks.acquire(layout.LOCK_SHARED_ROW)
-        try:
-            epoch = self._clock() // self._bucket_ns  # read under the lock: epochs never go back
-            slot = self._shared_base + epoch % self._n_buckets * self._slot_words
-            if self._q[slot] != epoch:
-                self._roll(slot, epoch)
-            try:
-                self._v[slot + f] += n
-            except (TypeError, ValueError) as exc:
-                raise self._bad_amount(n) from exc
-        finally:
-            locks.release(layout.LOCK_SHARED_ROW)
+        self._add_locked(n, field)
 
     def _roll(self, slot: int, epoch: int) -> None:
         """Recycle a stale slot for bucket ``epoch``: zero first, stamp last, so a
