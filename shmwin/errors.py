@@ -61,3 +61,7 @@ class LockTimeoutError(ShmwinError, TimeoutError):
 
 class WindowClosedError(ShmwinError, ValueError):
     """The window was closed in this process."""
+
+
+class KeyTableFullError(ShmwinError):
+    """A keyed segment has no free entry for a new key: every entry it may use holds a live key."""

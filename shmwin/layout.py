@@ -1,6 +1,6 @@
 """The binary format of a window segment. This table is the contract.
 
-Segment = header page | lock table | stripe table | rows.  Little-endian,
+Segment = header page | lock table | stripe table | key table | rows. Little-endian,
 every offset a multiple of 64 so no two writers share a cache line.
 
 Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
@@ -13,14 +13,15 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     16   8    u64       total_bytes     size of the whole segment; fstat must agree
     24   4    u32       header_crc      zlib.crc32 of bytes 32..1024
     28   4    u32       -               reserved, 0
-    32   8    i64       bucket_ns       width of one bucket in nanoseconds
-    40   4    u32       n_buckets       buckets in the ring (span = bucket_ns * n_buckets)
-    44   4    u32       n_fields        value fields per bucket, 1..MAX_FIELDS
-    48   4    u32       dtype           0 = int64, 1 = float64 (field values; epochs are int64)
-    52   4    u32       mode            0 = striped, 1 = locked
-    56   4    u32       n_stripes       per-writer rows (striped mode), 0 in locked mode
-    60   4    u32       n_locks         robust mutexes in the lock table
-    64   4    u32       capacity        key slots (0 = unkeyed window)
+    32   4    u32       n_rings         rings per row, 1..MAX_RINGS (see the ring table)
+    36   4    u32       kind            0 = window, 1 = limiter (rows keep running totals)
+    40   4    u32       n_fields        value fields per bucket, 1..MAX_FIELDS
+    44   4    u32       dtype           0 = int64, 1 = float64 (field values; epochs are int64)
+    48   4    u32       mode            0 = striped, 1 = locked
+    52   4    u32       n_stripes       per-writer rows (striped mode), else 0
+    56   4    u32       n_locks         robust mutexes in the lock table
+    60   4    u32       capacity        keys the table is sized for (0 = unkeyed window)
+    64   4    u32       key_slots       key table entries (a prime >= 1.25 x capacity), else 0
     68   4    u32       -               reserved, 0
     72   8    i64       creator_pid     pid of the creating process
     80   8    i64       created_real_ns CLOCK_REALTIME at creation  } anchor for showing
@@ -28,16 +29,19 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     96   16   bytes     boot_id         /proc/sys/kernel/random/boot_id of the creating boot
     112  8    u64       locks_off       offset of the lock table
     120  8    u64       stripes_off     offset of the stripe table
-    128  8    u64       rows_off        offset of row 0
-    136  8    u64       row_bytes       bytes per row (a multiple of 64)
+    128  8    u64       keys_off        offset of the key table
+    136  8    u64       rows_off        offset of row 0
+    144  8    u64       row_bytes       bytes per row (a multiple of 64)
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
-    1024 8    i64       rows_in_use     rows ever claimed + 1 (readers sum rows below it)
+    768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 0, i64 limit
+    1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
-Lock table: ``n_locks`` x 64 bytes, each a process-shared *robust* pthread
-mutex (the kernel marks it owner-dead when its holder dies). Lock 0 guards the
-stripe table; lock 1 guards row 0.
+Lock table: ``n_locks`` x 64 bytes, each a process-shared *robust* pthread mutex
+(the kernel marks it owner-dead when its holder dies). Lock 0 guards the stripe
+table (unkeyed) or key insertion (keyed); lock 1 guards row 0 (unkeyed); keyed
+row *s* is guarded by lock ``2 + s % (n_locks - 2)``.
 
-Stripe table: ``n_stripes + 1`` x 64 bytes, entry *r* describes row *r*::
+Stripe table (unkeyed only): ``n_stripes + 1`` x 64 bytes, entry *r* describes row *r*::
 
     off  size type  name         meaning
     0    8    i64   owner_tid    thread id writing this row, 0 = free (row 0: always 0)
@@ -45,17 +49,30 @@ Stripe table: ``n_stripes + 1`` x 64 bytes, entry *r* describes row *r*::
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
 
-Rows: ``n_stripes + 1`` rows of ``row_bytes``. Row 0 is shared and written only
-under lock 1 (locked mode, and striped mode's fallback when every stripe is
-taken); row *r >= 1* is written only by its owner thread, without a lock. A row
-is ``n_buckets`` slots of ``1 + n_fields`` 8-byte words::
+Key table (keyed only): ``key_slots`` x 128 bytes, entry *s* names the key of row *s*::
 
-    word 0        i64            epoch of the bucket in this slot (EMPTY_EPOCH = -2**63 if none)
-    word 1..F     int64/float64  field values
+    off  size type  name         meaning
+    0    8    i64   generation   0 = never used; bumped (last) each time the entry gets a key
+    8    8    u64   hash         64-bit blake2b of the stored key bytes
+    16   8    i64   last_ns      CLOCK_MONOTONIC of the key's newest write (idle keys are reused)
+    24   4    u32   key_len      bytes of stored key
+    28   4    u32   key_flags    1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
+    32   96   bytes key          the key's bytes, NUL-padded
+
+Rows: unkeyed windows have ``n_stripes + 1`` rows -- row 0 shared and written
+only under lock 1 (locked mode, and striped mode's fallback when every stripe is
+taken), row *r >= 1* written only by its owner thread, without a lock. Keyed
+windows have ``key_slots`` rows, written under their key's lock. A row is its
+rings one after another; ring *i* is ``n_buckets_i + 1`` slots of
+``1 + n_fields`` 8-byte words, the first slot being the ring's header::
+
+    slot 0 (header)  word 0: head epoch    words 1..F: running totals   (limiter rows only)
+    slot 1..n        word 0: bucket epoch  words 1..F: field values      (EMPTY_EPOCH = -2**63 if none)
 """
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 import zlib
@@ -70,22 +87,32 @@ HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024
 LOCK_BYTES = 64
 STRIPE_ENTRY_BYTES = 64
+KEY_ENTRY_BYTES = 128
+KEY_BYTES_OFF = 32
+MAX_STORED_KEY = KEY_ENTRY_BYTES - KEY_BYTES_OFF
 WORD_BYTES = 8
 ROWS_IN_USE_OFF = 1024
+FIELD_NAMES_OFF = 256
+RING_TABLE_OFF = 768
 
 MAX_FIELDS = 16
 FIELD_NAME_BYTES = 32
+MAX_RINGS = 8
 MAX_BUCKETS = 1_000_000
 MAX_STRIPES = 1024
-MAX_LOCKS = 4096
+MAX_CAPACITY = 50_000_000
+MAX_KEY_LOCKS = 64
 
-LOCK_STRIPE_TABLE = 0
+LOCK_STRIPE_TABLE = LOCK_KEY_TABLE = 0
 LOCK_SHARED_ROW = 1
+FIRST_KEY_LOCK = 2
 
 DTYPES = ("int64", "float64")
 MODES = ("striped", "locked")
+KINDS = ("window", "limiter")
 
-_FIXED = struct.Struct("<8sIIQII qIIIIIIII qqq16s QQQQ")
+_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q")
+_RING = struct.Struct("<qIIq")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -93,49 +120,103 @@ def _align64(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
+def _next_prime(n: int) -> int:
+    n = max(n, 2)
+    while any(n % d == 0 for d in range(2, math.isqrt(n) + 1)):
+        n += 1
+    return n
+
+
 @dataclass(frozen=True)
-class Geometry:
-    """What two processes must agree on to share a window."""
+class Ring:
+    """One bucket ring: ``n_buckets`` buckets of ``bucket_ns``; ``limit`` for limiters."""
 
     bucket_ns: int
     n_buckets: int
-    fields: tuple[str, ...]
-    dtype: str = "int64"
-    mode: str = "striped"
-    n_stripes: int = 64
-    capacity: int = 0
-
-    def __post_init__(self) -> None:
-        _check_geometry(self)
+    limit: int = 0
 
     @property
     def span_ns(self) -> int:
         return self.bucket_ns * self.n_buckets
 
+    def __str__(self) -> str:
+        text = f"{self.n_buckets}x{format_ns(self.bucket_ns)}"
+        return f"{text} limit={self.limit}" if self.limit else text
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What two processes must agree on to share a segment."""
+
+    rings: tuple[Ring, ...]
+    fields: tuple[str, ...]
+    dtype: str = "int64"
+    mode: str = "striped"
+    n_stripes: int = 64
+    capacity: int = 0
+    kind: str = "window"
+
+    def __post_init__(self) -> None:
+        _check_geometry(self)
+
+    @property
+    def bucket_ns(self) -> int:
+        return self.rings[0].bucket_ns
+
+    @property
+    def n_buckets(self) -> int:
+        return self.rings[0].n_buckets
+
+    @property
+    def span_ns(self) -> int:
+        return self.rings[0].span_ns
+
+    @property
+    def keyed(self) -> bool:
+        return self.capacity > 0
+
+    @property
+    def key_slots(self) -> int:
+        return _next_prime(math.ceil(self.capacity * 1.25)) if self.capacity else 0
+
+    @property
+    def n_key_locks(self) -> int:
+        return min(MAX_KEY_LOCKS, self.key_slots)
+
     @property
     def n_locks(self) -> int:
-        return 2  # stripe table + shared row; keyed windows add segments
+        return FIRST_KEY_LOCK + self.n_key_locks
+
+    @property
+    def idle_ns(self) -> int:
+        """After this long without a write, every bucket of a row is stale."""
+        return max(r.bucket_ns * (r.n_buckets + 1) for r in self.rings)
 
     def __str__(self) -> str:
-        parts = [
-            f"span={format_ns(self.span_ns)}",
-            f"buckets={self.n_buckets}x{format_ns(self.bucket_ns)}",
-            f"fields=({','.join(self.fields)})",
-            f"dtype={self.dtype}",
-            f"mode={self.mode}",
-        ]
+        if len(self.rings) == 1:
+            parts = [f"span={format_ns(self.span_ns)}", f"buckets={self.rings[0]}"]
+        else:
+            parts = [f"rings=({', '.join(str(r) for r in self.rings)})"]
+        parts += [f"fields=({','.join(self.fields)})", f"dtype={self.dtype}", f"mode={self.mode}"]
         if self.mode == "striped":
             parts.append(f"stripes={self.n_stripes}")
         if self.capacity:
             parts.append(f"capacity={self.capacity}")
+        if self.kind != "window":
+            parts.append(f"kind={self.kind}")
         return " ".join(parts)
 
 
 def _check_geometry(g: Geometry) -> None:
-    if not 1 <= g.n_buckets <= MAX_BUCKETS:
-        raise ValueError(f"buckets must be 1..{MAX_BUCKETS}, not {g.n_buckets}")
-    if g.bucket_ns <= 0:
-        raise ValueError("bucket width must be positive")
+    if not 1 <= len(g.rings) <= MAX_RINGS:
+        raise ValueError(f"a segment has 1..{MAX_RINGS} rings, not {len(g.rings)}")
+    for ring in g.rings:
+        if not 1 <= ring.n_buckets <= MAX_BUCKETS:
+            raise ValueError(f"buckets must be 1..{MAX_BUCKETS}, not {ring.n_buckets}")
+        if ring.bucket_ns <= 0:
+            raise ValueError("bucket width must be positive")
+        if ring.limit < 0:
+            raise ValueError("a limit cannot be negative")
     if not 1 <= len(g.fields) <= MAX_FIELDS:
         raise ValueError(f"a window has 1..{MAX_FIELDS} fields, not {len(g.fields)}")
     for name in g.fields:
@@ -149,12 +230,16 @@ def _check_geometry(g: Geometry) -> None:
         raise ValueError(f"dtype must be one of {DTYPES}, not {g.dtype!r}")
     if g.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {g.mode!r}")
+    if g.kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {g.kind!r}")
+    if not 0 <= g.capacity <= MAX_CAPACITY:
+        raise ValueError(f"capacity must be 0..{MAX_CAPACITY}, not {g.capacity}")
     if g.mode == "striped" and not 1 <= g.n_stripes <= MAX_STRIPES:
         raise ValueError(f"stripes must be 1..{MAX_STRIPES}, not {g.n_stripes}")
     if g.mode == "locked" and g.n_stripes != 0:
         raise ValueError("a locked window has no stripes")
-    if g.capacity < 0:
-        raise ValueError("capacity cannot be negative")
+    if g.keyed and g.mode != "locked":
+        raise ValueError("a keyed window (capacity > 0) is written under per-key locks: mode='locked'")
 
 
 @dataclass(frozen=True)
@@ -163,22 +248,33 @@ class Layout:
 
     locks_off: int
     stripes_off: int
+    keys_off: int
     rows_off: int
     row_bytes: int
     n_rows: int
     total_bytes: int
     slot_words: int
+    ring_words: tuple[int, ...]  # word offset of each ring's header slot within a row
 
     @classmethod
     def plan(cls, g: Geometry) -> Layout:
         locks_off = HEADER_BYTES
         stripes_off = locks_off + g.n_locks * LOCK_BYTES
-        n_rows = g.n_stripes + 1
-        rows_off = _align64(stripes_off + n_rows * STRIPE_ENTRY_BYTES)
+        n_entries = 0 if g.keyed else g.n_stripes + 1
+        keys_off = _align64(stripes_off + n_entries * STRIPE_ENTRY_BYTES)
+        rows_off = _align64(keys_off + g.key_slots * KEY_ENTRY_BYTES)
         slot_words = 1 + len(g.fields)
-        row_bytes = _align64(g.n_buckets * slot_words * WORD_BYTES)
+        ring_words, words = [], 0
+        for ring in g.rings:
+            ring_words.append(words)
+            words += (ring.n_buckets + 1) * slot_words
+        row_bytes = _align64(words * WORD_BYTES)
+        n_rows = g.key_slots if g.keyed else g.n_stripes + 1
         total = rows_off + n_rows * row_bytes
-        return cls(locks_off, stripes_off, rows_off, row_bytes, n_rows, total, slot_words)
+        return cls(
+            locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
+            tuple(ring_words),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -195,14 +291,16 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
     """The header page, magic left zero (the creator writes it last)."""
     page = bytearray(HEADER_BYTES)
     names = b"".join(n.encode().ljust(FIELD_NAME_BYTES, b"\0") for n in g.fields)
-    page[256 : 256 + len(names)] = names
+    page[FIELD_NAMES_OFF : FIELD_NAMES_OFF + len(names)] = names
+    for i, ring in enumerate(g.rings):
+        _RING.pack_into(page, RING_TABLE_OFF + i * _RING.size, ring.bucket_ns, ring.n_buckets, 0, ring.limit)
     _FIXED.pack_into(
         page, 0,
         b"\0" * 8, FORMAT_VERSION, HEADER_BYTES, lay.total_bytes, 0, 0,
-        g.bucket_ns, g.n_buckets, len(g.fields), DTYPES.index(g.dtype), MODES.index(g.mode),
-        g.n_stripes, g.n_locks, g.capacity, 0,
+        len(g.rings), KINDS.index(g.kind), len(g.fields), DTYPES.index(g.dtype), MODES.index(g.mode),
+        g.n_stripes, g.n_locks, g.capacity, g.key_slots, 0,
         meta.creator_pid, meta.created_real_ns, meta.created_mono_ns, meta.boot_id,
-        lay.locks_off, lay.stripes_off, lay.rows_off, lay.row_bytes,
+        lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
     )  # fmt: skip
     struct.pack_into("<I", page, 24, zlib.crc32(page[CRC_START:CRC_END]))
     return bytes(page)
@@ -215,9 +313,9 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
             f"segment is {actual_bytes} bytes, smaller than a shmwin header ({HEADER_BYTES})"
         )
     (magic, version, header_bytes, total, crc, _r0,
-     bucket_ns, n_buckets, n_fields, dtype, mode, n_stripes, n_locks, capacity, _r1,
+     n_rings, kind, n_fields, dtype, mode, n_stripes, n_locks, capacity, key_slots, _r1,
      pid, real_ns, mono_ns, boot_id,
-     locks_off, stripes_off, rows_off, row_bytes) = _FIXED.unpack_from(page, 0)  # fmt: skip
+     locks_off, stripes_off, keys_off, rows_off, row_bytes) = _FIXED.unpack_from(page, 0)  # fmt: skip
     if magic != MAGIC:
         raise CorruptSegmentError(f"not a shmwin segment (magic {magic!r})")
     if version != FORMAT_VERSION:
@@ -226,26 +324,39 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
         )
     if zlib.crc32(page[CRC_START:CRC_END]) != crc or header_bytes != HEADER_BYTES:
         raise CorruptSegmentError("segment header is corrupt (checksum mismatch)")
-    if dtype >= len(DTYPES) or mode >= len(MODES) or not 1 <= n_fields <= MAX_FIELDS:
-        raise CorruptSegmentError("segment header names an unknown dtype, mode or field count")
-    names = [
-        page[256 + i * FIELD_NAME_BYTES : 256 + (i + 1) * FIELD_NAME_BYTES].rstrip(b"\0")
-        for i in range(n_fields)
-    ]
+    if (dtype >= len(DTYPES) or mode >= len(MODES) or kind >= len(KINDS)
+            or not 1 <= n_fields <= MAX_FIELDS or not 1 <= n_rings <= MAX_RINGS):  # fmt: skip
+        raise CorruptSegmentError("segment header names an unknown dtype, mode, kind or count")
     try:
         g = Geometry(
-            bucket_ns, n_buckets, tuple(n.decode() for n in names),
-            DTYPES[dtype], MODES[mode], n_stripes, capacity,
+            _read_rings(page, n_rings), _read_fields(page, n_fields),
+            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind],
         )  # fmt: skip
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
     lay = Layout.plan(g)
-    stored = (locks_off, stripes_off, rows_off, row_bytes, total, n_locks)
-    if stored != (lay.locks_off, lay.stripes_off, lay.rows_off, lay.row_bytes,
-                  lay.total_bytes, g.n_locks):  # fmt: skip
+    stored = (locks_off, stripes_off, keys_off, rows_off, row_bytes, total, n_locks, key_slots)
+    if stored != (lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
+                  lay.total_bytes, g.n_locks, g.key_slots):  # fmt: skip
         raise CorruptSegmentError("segment header offsets do not match its geometry")
     if actual_bytes != total:
         raise CorruptSegmentError(
             f"segment is {actual_bytes} bytes but its header says {total}: truncated or resized"
         )
     return g, lay, Meta(pid, real_ns, mono_ns, boot_id)
+
+
+def _read_rings(page: bytes, n_rings: int) -> tuple[Ring, ...]:
+    rings = []
+    for i in range(n_rings):
+        bucket_ns, n_buckets, _, limit = _RING.unpack_from(page, RING_TABLE_OFF + i * _RING.size)
+        rings.append(Ring(bucket_ns, n_buckets, limit))
+    return tuple(rings)
+
+
+def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
+    start = FIELD_NAMES_OFF
+    return tuple(
+        page[start + i * FIELD_NAME_BYTES : start + (i + 1) * FIELD_NAME_BYTES].rstrip(b"\0").decode()
+        for i in range(n_fields)
+    )

@@ -1,9 +1,10 @@
 """Window: a named sliding time-window counter shared by every process on the host.
 
 Data flow of one ``add()``: ask the clock for now, ask ``ring`` for the epoch and
-slot, then write the slot of *this thread's* row (striped mode, no lock) or of
-the shared row 0 under its robust mutex (locked mode, and the fallback when
-every stripe is taken). Reads sum every row in numpy, skipping stale slots.
+slot, then write the slot of *this thread's* row (striped mode, no lock), of the
+shared row 0 under its robust mutex (locked mode, and the fallback when every
+stripe is taken), or of the key's row under the key's lock (keyed windows).
+Reads sum rows in numpy, skipping stale slots, and never take a lock.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import layout, owners, ring
+from . import layout, ring
 from .clock import Clock
 from .duration import NS_PER_S, Duration, to_ns
 from .errors import (
@@ -32,15 +33,16 @@ from .errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
-from .layout import Geometry, Layout, Meta
+from .keys import Key, KeyTable
+from .layout import Geometry, Layout, Meta, Ring
 from .locks import LockTable, init_locks, trylock, unlock
 from .segment import Segment
 from .segment import unlink as _unlink_name
+from .stripes import StripeTable
 
 Number = int | float
 
 _W = layout.WORD_BYTES
-_ENTRY_WORDS = layout.STRIPE_ENTRY_BYTES // _W
 _CLAIM_RETRY_NS = NS_PER_S  # how often a stripe-less thread looks for a free stripe again
 
 
@@ -59,6 +61,9 @@ class Window:
     the same geometry; ``Window.create`` insists on creating, ``Window.attach``
     reads the geometry from the segment. ``close()`` detaches this process;
     ``unlink()`` removes the window for everyone. Both are idempotent.
+
+    With ``capacity=N`` the window is *keyed*: every call takes ``key=`` and each
+    key has its own counts (up to at least N live keys; idle keys are reclaimed).
     """
 
     def __init__(
@@ -66,18 +71,31 @@ class Window:
         name: str,
         span: Duration = 60,
         buckets: int = 60,
-        fields: tuple[str, ...] | list[str] = ("count",),
+        fields: tuple[str, ...] | list[str] | str = ("count",),
         *,
         dtype: str = "int64",
-        mode: str = "striped",
+        mode: str | None = None,
         stripes: int = 64,
+        capacity: int = 0,
         clock: Clock | None = None,
         perm: int = 0o600,
         lock_timeout: float = 10.0,
         ready_timeout: float = 5.0,
     ):
-        want = _geometry(span, buckets, fields, dtype, mode, stripes)
-        for _ in range(10):  # create, or attach; a racing unlink sends us round again
+        want = _geometry(span, buckets, fields, dtype, mode, stripes, capacity)
+        self._open(name, want, clock, perm, lock_timeout, ready_timeout)
+
+    def _open(
+        self,
+        name: str,
+        want: Geometry,
+        clock: Clock | None,
+        perm: int,
+        lock_timeout: float,
+        ready_timeout: float,
+    ) -> None:
+        """Create the segment, or attach to it and insist on the same geometry."""
+        for _ in range(10):  # a racing unlink sends us round again
             try:
                 seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
                 self._bind(seg, clock, lock_timeout)
@@ -104,17 +122,18 @@ class Window:
         name: str,
         span: Duration = 60,
         buckets: int = 60,
-        fields: tuple[str, ...] | list[str] = ("count",),
+        fields: tuple[str, ...] | list[str] | str = ("count",),
         *,
         dtype: str = "int64",
-        mode: str = "striped",
+        mode: str | None = None,
         stripes: int = 64,
+        capacity: int = 0,
         clock: Clock | None = None,
         perm: int = 0o600,
         lock_timeout: float = 10.0,
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
-        want = _geometry(span, buckets, fields, dtype, mode, stripes)
+        want = _geometry(span, buckets, fields, dtype, mode, stripes, capacity)
         seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
         self = cls.__new__(cls)
         self._bind(seg, clock, lock_timeout)
@@ -153,20 +172,36 @@ class Window:
         self._bucket_ns = g.bucket_ns
         self._n_buckets = g.n_buckets
         self._slot_words = lay.slot_words
+        self._ring0 = lay.ring_words[0] + lay.slot_words  # first bucket slot of ring 0 in a row
+        self._row_words = lay.row_bytes // _W
+        self._rows_word = lay.rows_off // _W
         self._field_word = {f: i + 1 for i, f in enumerate(g.fields)}
-        self._first_field = g.fields[0]
         self._q = memoryview(seg.mm).cast("q")
         self._v: Any = self._q if g.dtype == "int64" else memoryview(seg.mm).cast("d")
         self._zeros = memoryview(bytearray(_W * len(g.fields))).cast("q")
-        self._shared_base = lay.rows_off // _W
-        self._epochs, self._values = _numpy_views(seg.mm, g, lay)
+        self._shared_base = self._rows_word + self._ring0
+        self._epochs, self._values = _ring_views(seg.mm, g, lay, 0)
+        self._slots = _slot_view(seg.mm, g, lay)
         self._striped = g.mode == "striped"
         self._row_lock = self._locks.handles[layout.LOCK_SHARED_ROW]
-        if not self._striped:
-            self.add = self._add_locked  # type: ignore[method-assign]  # skips the stripe lookup
+        self._stripes = StripeTable(self._q, lay, self._locks)
+        self._keys: KeyTable | None = None
+        if g.keyed:
+            self._keys = KeyTable(seg.mm, self._q, g, lay, self._locks)
+            self._keys.on_reuse(self._empty_row)
+        self._bind_writer()
         self._reset_process_state()
         self._closed = False
         _live_windows.add(self)
+
+    def _bind_writer(self) -> None:
+        """Pick this segment's add(): each variant skips checks the others need."""
+        if self._g.kind != "window":
+            self.add = self._add_refused  # type: ignore[method-assign]
+        elif self._g.keyed:
+            self.add = self._add_keyed  # type: ignore[method-assign]
+        elif not self._striped:
+            self.add = self._add_locked  # type: ignore[method-assign]
 
     def _reset_process_state(self) -> None:
         """Per-process state: none of it survives a fork (the child claims its own rows)."""
@@ -214,6 +249,10 @@ class Window:
         return self._g.n_stripes
 
     @property
+    def capacity(self) -> int:
+        return self._g.capacity
+
+    @property
     def nbytes(self) -> int:
         """Size of the shared segment in bytes."""
         return self._lay.total_bytes
@@ -224,11 +263,13 @@ class Window:
 
     # -- writing ------------------------------------------------------------------
 
-    def add(self, n: Number = 1, field: str | None = None) -> None:
+    def add(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
         """Add ``n`` to ``field`` (the first field by default) in the current bucket.
 
         Exact: once this returns, every reader in every process sees the count.
         """
+        if key is not None:
+            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
         f = 1 if field is None else self._word_of(field)
         try:
             base = self._tls.base
@@ -247,24 +288,53 @@ class Window:
         except (TypeError, ValueError) as exc:
             raise self._bad_amount(n) from exc
 
-    def _add_locked(self, n: Number = 1, field: str | None = None) -> None:
-        """``add()`` of a locked window (bound as ``self.add`` when the mode is locked)."""
+    def _add_locked(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        """``add()`` of an unkeyed locked window: row 0 under lock 1."""
+        if key is not None:
+            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
         f = 1 if field is None else self._word_of(field)
         handle = self._row_lock
         rc = trylock(handle)
         if rc:
             self._locks.acquire_contended(layout.LOCK_SHARED_ROW, rc)
         try:
-            epoch = self._clock() // self._bucket_ns  # read under the lock: epochs never go back
-            slot = self._shared_base + epoch % self._n_buckets * self._slot_words
-            if self._q[slot] != epoch:
-                self._roll(slot, epoch)
-            try:
-                self._v[slot + f] += n
-            except (TypeError, ValueError) as exc:
-                raise self._bad_amount(n) from exc
+            self._add_in_row(self._shared_base, n, f)
         finally:
             unlock(handle)
+
+    def _add_keyed(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        """``add()`` of a keyed window: the key's row under its lock."""
+        if key is None:
+            raise TypeError(f"window {self.name!r} is keyed: pass key=")
+        f = 1 if field is None else self._word_of(field)
+        keys = self._keys
+        assert keys is not None
+        slot = keys.lock_key(key, self._clock(), create=True)
+        try:
+            now_ns = self._add_in_row(self._rows_word + slot * self._row_words + self._ring0, n, f)
+            keys.touch(slot, now_ns)
+        finally:
+            keys.unlock_row(slot)
+
+    def _add_in_row(self, base: int, n: Number, f: int) -> int:
+        """Add into ring 0 of the row at word ``base``; caller holds the row's lock.
+        The clock is read under the lock, so a row's epochs never go back."""
+        now_ns = self._clock()
+        epoch = now_ns // self._bucket_ns
+        slot = base + epoch % self._n_buckets * self._slot_words
+        if self._q[slot] != epoch:
+            self._roll(slot, epoch)
+        try:
+            self._v[slot + f] += n
+        except (TypeError, ValueError) as exc:
+            raise self._bad_amount(n) from exc
+        return now_ns
+
+    def _add_refused(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        raise ShmwinError(
+            f"{self.name!r} is a {self._g.kind}: write to it through its {self._g.kind.title()}, "
+            "a Window may only read it"
+        )
 
     def _add_shared(self, n: Number, f: int) -> None:
         """Striped mode with every stripe taken: add into row 0 under its lock,
@@ -280,9 +350,14 @@ class Window:
     def _roll(self, slot: int, epoch: int) -> None:
         """Recycle a stale slot for bucket ``epoch``: zero first, stamp last, so a
         concurrent reader that sees the new epoch never sees the old values.
-        Caller is the row's only writer (its owner thread, or the row-0 lock holder)."""
+        Caller is the row's only writer (its owner thread, or the row lock holder)."""
         self._q[slot + 1 : slot + self._slot_words] = self._zeros
         self._q[slot] = epoch
+
+    def _empty_row(self, row: int) -> None:
+        """Unstamp every slot of a row, then zero it. Caller holds the row's lock."""
+        self._slots[row, :, 0] = ring.EMPTY_EPOCH
+        self._slots[row, :, 1:] = 0
 
     def _bad_amount(self, n: object) -> Exception:
         if self._g.dtype == "int64":
@@ -301,52 +376,18 @@ class Window:
     # -- stripes ------------------------------------------------------------------
 
     def _bind_thread(self) -> int:
-        """Give the calling thread its row: the word index of its stripe, or -1 for row 0."""
+        """Give the calling thread its row: the word index of its ring 0, or -1 for row 0."""
         self._check_open()
         tls = self._tls
         tls.retry_ns = time.monotonic_ns() + _CLAIM_RETRY_NS
-        row = self._claim_row() if self._striped else None
-        tls.base = -1 if row is None else (self._lay.rows_off + row * self._lay.row_bytes) // _W
+        claim = self._stripes.claim() if self._striped else None
+        if claim is None:
+            tls.base = -1
+        else:
+            with self._rows_lock:
+                self._my_rows.append(claim)
+            tls.base = self._rows_word + claim[0] * self._row_words + self._ring0
         return int(tls.base)
-
-    def _claim_row(self) -> int | None:
-        """Take a free stripe, or adopt one whose owner died (its counts are kept)."""
-        tid, started, pid = owners.current_thread()
-        q = self._q
-        self._locks.acquire(layout.LOCK_STRIPE_TABLE)
-        try:
-            for row in range(1, self._lay.n_rows):
-                e = self._entry_word(row)
-                if q[e] and owners.tid_alive(q[e], q[e + 1]):
-                    continue
-                q[e + 1], q[e + 2], q[e + 3] = started, pid, time.monotonic_ns()
-                q[e] = tid
-                in_use = layout.ROWS_IN_USE_OFF // _W
-                q[in_use] = max(q[in_use], row + 1)
-                with self._rows_lock:
-                    self._my_rows.append((row, tid))
-                return row
-            return None
-        finally:
-            self._locks.release(layout.LOCK_STRIPE_TABLE)
-
-    def _entry_word(self, row: int) -> int:
-        return (self._lay.stripes_off + row * layout.STRIPE_ENTRY_BYTES) // _W
-
-    def _release_rows(self) -> None:
-        """Hand this process's stripes back (data kept: it is still inside the window)."""
-        with self._rows_lock:
-            mine, self._my_rows = self._my_rows, []
-        if not mine:
-            return
-        q = self._q
-        self._locks.acquire(layout.LOCK_STRIPE_TABLE)
-        try:
-            for row, tid in mine:
-                if q[self._entry_word(row)] == tid:
-                    q[self._entry_word(row)] = 0
-        finally:
-            self._locks.release(layout.LOCK_STRIPE_TABLE)
 
     def reclaim(self) -> int:
         """Free the stripes of threads that have died; returns how many.
@@ -355,82 +396,131 @@ class Window:
         but lets a supervisor (gunicorn's ``child_exit``) tidy up at once.
         """
         self._check_open()
-        q, freed = self._q, 0
-        self._locks.acquire(layout.LOCK_STRIPE_TABLE)
-        try:
-            for row in range(1, self._lay.n_rows):
-                e = self._entry_word(row)
-                if q[e] and not owners.tid_alive(q[e], q[e + 1]):
-                    q[e] = 0
-                    freed += 1
-        finally:
-            self._locks.release(layout.LOCK_STRIPE_TABLE)
-        return freed
+        return self._stripes.reclaim() if self._striped else 0
 
     def stripe_owners(self) -> list[tuple[int, int, bool]]:
         """``(row, pid, alive)`` for every claimed stripe (for inspection)."""
         self._check_open()
-        q, out = self._q, []
-        for row in range(1, self._lay.n_rows):
-            e = self._entry_word(row)
-            if q[e]:
-                out.append((row, int(q[e + 2]), owners.tid_alive(q[e], q[e + 1])))
+        return self._stripes.owners() if self._striped else []
+
+    # -- keys -----------------------------------------------------------------------
+
+    def keys(self) -> list[Key]:
+        """The keys that still have counts inside the window (keyed windows)."""
+        keys = self._keyed()
+        now_ns = self._clock()
+        return [key for slot, key, _ in keys.entries() if not keys.is_idle(slot, now_ns)]
+
+    def top(
+        self, n: int = 10, field: str | None = None, last: Duration | None = None
+    ) -> list[tuple[Key, Number]]:
+        """The ``n`` keys with the largest totals of ``field``, largest first."""
+        keys = self._keyed()
+        f = 1 if field is None else self._word_of(field)
+        per_row, _, _ = self._live_values(last, f - 1, None, per_row=True)
+        order = np.argsort(per_row, kind="stable")[::-1]
+        out: list[tuple[Key, Number]] = []
+        for slot in order[: max(n, 0) * 2]:
+            if per_row[slot] == 0 or len(out) == n:
+                break
+            entry = keys.entry(int(slot))
+            if entry is not None:
+                out.append((entry, _scalar(per_row[slot], self._g.dtype)))
         return out
+
+    def clear(self, key: Key) -> None:
+        """Forget every count of ``key`` (keyed windows); the entry becomes free."""
+        keys = self._keyed()
+        slot = keys.lock_key(key, self._clock(), create=False)
+        if slot < 0:
+            return
+        try:
+            self._empty_row(slot)
+            keys.touch(slot, 0)
+        finally:
+            keys.unlock_row(slot)
+
+    def _keyed(self) -> KeyTable:
+        self._check_open()
+        if self._keys is None:
+            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+        return self._keys
 
     # -- reading --------------------------------------------------------------------
 
-    def total(self, field: str | None = None, last: Duration | None = None) -> Number:
-        """Sum of ``field`` over the last ``last`` (default: the whole span)."""
+    def total(self, field: str | None = None, last: Duration | None = None, key: Key | None = None) -> Number:
+        """Sum of ``field`` over the last ``last`` (default: the whole span).
+
+        On a keyed window, ``key=None`` sums every key.
+        """
         f = 1 if field is None else self._word_of(field)
-        per_slot, _, _ = self._per_slot(last, f - 1)
+        per_slot, _, _ = self._live_values(last, f - 1, key)
         return _scalar(per_slot.sum(), self._g.dtype)
 
-    def totals(self, last: Duration | None = None) -> dict[str, Number]:
+    def totals(self, last: Duration | None = None, key: Key | None = None) -> dict[str, Number]:
         """``{field: sum}`` over the last ``last`` (default: the whole span)."""
-        per_slot, _, _ = self._per_slot(last, None)
+        per_slot, _, _ = self._live_values(last, None, key)
         sums = per_slot.sum(axis=0)
         return {f: _scalar(sums[i], self._g.dtype) for i, f in enumerate(self._g.fields)}
 
-    def rate(self, field: str | None = None, last: Duration = 1) -> float:
+    def rate(self, field: str | None = None, last: Duration = 1, key: Key | None = None) -> float:
         """Events per second of ``field`` over the covered interval.
 
         The interval runs from the start of the oldest bucket counted to now, so
         a partly filled current bucket is neither ignored nor over-weighted.
         """
         f = 1 if field is None else self._word_of(field)
-        per_slot, now_ns, k = self._per_slot(last, f - 1)
+        per_slot, now_ns, k = self._live_values(last, f - 1, key)
         covered_ns = now_ns - (now_ns // self._bucket_ns - k + 1) * self._bucket_ns
         return float(per_slot.sum()) * NS_PER_S / max(covered_ns, 1)
 
-    def series(self, field: str | None = None, last: Duration | None = None) -> npt.NDArray[Any]:
+    def series(
+        self, field: str | None = None, last: Duration | None = None, key: Key | None = None
+    ) -> npt.NDArray[Any]:
         """One value per bucket, oldest first, the current bucket last; stale buckets 0."""
         f = 1 if field is None else self._word_of(field)
-        per_slot, now_ns, k = self._per_slot(last, f - 1)
+        per_slot, now_ns, k = self._live_values(last, f - 1, key)
         return per_slot[ring.slots_oldest_first(now_ns // self._bucket_ns, self._n_buckets, k)]
 
-    def _per_slot(self, last: Duration | None, value_index: int | None) -> tuple[npt.NDArray[Any], int, int]:
-        """Live values per ring slot, summed over rows; lock-free.
+    def _live_values(
+        self, last: Duration | None, value_index: int | None, key: Key | None, per_row: bool = False
+    ) -> tuple[npt.NDArray[Any], int, int]:
+        """Live values summed over rows (per slot), or over slots (per row); lock-free.
 
         Liveness is tested before and after the values are read: a slot that
         changed meanwhile was being recycled by its writer and counts as expired.
         """
         self._check_open()
         k = self._n_buckets if last is None else self._buckets_for(last)
-        now_ns = self._clock()
-        expected = ring.expected_epochs(now_ns // self._bucket_ns, self._n_buckets, k)
-        rows = self._rows_in_use()
-        epochs = self._epochs[:rows]
-        widen: tuple[slice | None, ...]
-        if value_index is None:
-            values, widen = self._values[:rows], (slice(None), slice(None), None)
-        else:
-            values, widen = self._values[:rows, :, value_index], (slice(None), slice(None))
-        live = epochs == expected
-        picked = np.where(live[widen], values, 0)
-        still = epochs == expected
-        if not np.array_equal(live, still):
-            picked = np.where((live & still)[widen], picked, 0)
-        return picked.sum(axis=0), now_ns, k
+        for _ in range(100):
+            now_ns = self._clock()
+            rows, generation = self._rows_for(key)
+            expected = ring.expected_epochs(now_ns // self._bucket_ns, self._n_buckets, k)
+            epochs = self._epochs[rows]
+            widen: tuple[slice | None, ...]
+            if value_index is None:
+                values, widen = self._values[rows], (slice(None), slice(None), None)
+            else:
+                values, widen = self._values[rows, :, value_index], (slice(None), slice(None))
+            live = epochs == expected
+            picked = np.where(live[widen], values, 0)
+            still = epochs == expected
+            if not np.array_equal(live, still):
+                picked = np.where((live & still)[widen], picked, 0)
+            if generation is None or self._keys is None or self._keys.generation(rows.start) == generation:
+                return picked.sum(axis=1 if per_row else 0), now_ns, k
+        raise ShmwinError(f"key {key!r} kept moving while it was read")
+
+    def _rows_for(self, key: Key | None) -> tuple[slice, int | None]:
+        """Rows a read sums, and the key entry's generation to re-check afterwards."""
+        if key is None:
+            if self._keys is not None:
+                return slice(0, self._lay.n_rows), None
+            return slice(0, self._rows_in_use()), None
+        found = self._keyed().find(key)
+        if found is None:
+            return slice(0, 0), None
+        return slice(found[0], found[0] + 1), found[1]
 
     def _buckets_for(self, last: Duration) -> int:
         return ring.buckets_for(to_ns(last, "last"), self._bucket_ns, self._n_buckets)
@@ -442,30 +532,34 @@ class Window:
     # -- lifecycle --------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Empty the window for everyone. Adds racing with reset() may be dropped."""
+        """Empty the window for everyone. Adds racing with reset() may be dropped
+        in striped mode; locked and keyed windows reset exactly."""
         self._check_open()
-        locks = self._locks
-        locks.acquire(layout.LOCK_STRIPE_TABLE)
-        locks.acquire(layout.LOCK_SHARED_ROW)
+        held = list(range(self._g.n_locks))
+        for lock in held:
+            self._locks.acquire(lock)
         try:
-            self._epochs[:] = ring.EMPTY_EPOCH  # unstamp first: readers skip the slots at once
-            self._values[:] = 0
+            self._slots[:, :, 0] = ring.EMPTY_EPOCH  # unstamp first: readers skip the slots at once
+            self._slots[:, :, 1:] = 0
         finally:
-            locks.release(layout.LOCK_SHARED_ROW)
-            locks.release(layout.LOCK_STRIPE_TABLE)
+            for lock in reversed(held):
+                self._locks.release(lock)
 
     def close(self) -> None:
         """Detach this process. The window lives on for everyone else."""
         if self._closed:
             return
         try:
-            self._release_rows()
+            with self._rows_lock:
+                mine, self._my_rows = self._my_rows, []
+            if mine:
+                self._stripes.release(mine)
         finally:
             self._closed = True
             self._tls = _ClosedTLS()  # type: ignore[assignment]
             self.__dict__.pop("add", None)  # back to Window.add, which now raises
             _live_windows.discard(self)
-            del self._epochs, self._values
+            del self._epochs, self._values, self._slots, self._keys, self._stripes
             self._q.release()
             self._v.release()
             with suppress(BufferError):  # a view is still exported somewhere: GC unmaps it
@@ -499,9 +593,31 @@ class Window:
 
 
 def _geometry(
-    span: Duration, buckets: int, fields: tuple[str, ...] | list[str], dtype: str, mode: str, stripes: int
+    span: Duration,
+    buckets: int,
+    fields: tuple[str, ...] | list[str] | str,
+    dtype: str,
+    mode: str | None,
+    stripes: int,
+    capacity: int,
 ) -> Geometry:
     """The geometry a constructor asks for, validated."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise ValueError(f"capacity must be an int, not {capacity!r}")
+    if mode is None:
+        mode = "locked" if capacity else "striped"
+    return Geometry(
+        (ring_of(span, buckets),),
+        (fields,) if isinstance(fields, str) else tuple(fields),
+        dtype,
+        mode,
+        stripes if mode == "striped" else 0,
+        capacity,
+    )
+
+
+def ring_of(span: Duration, buckets: int, limit: int = 0) -> Ring:
+    """A ring of ``buckets`` whole-nanosecond buckets covering ``span``."""
     span_ns = to_ns(span, "span")
     if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets <= 0:
         raise ValueError(f"buckets must be a positive int, not {buckets!r}")
@@ -510,11 +626,7 @@ def _geometry(
             f"buckets={buckets} does not divide span={span!r} ({span_ns} ns) into whole "
             "nanosecond-wide buckets"
         )
-    if isinstance(fields, str):
-        fields = (fields,)
-    return Geometry(
-        span_ns // buckets, buckets, tuple(fields), dtype, mode, stripes if mode == "striped" else 0
-    )
+    return Ring(span_ns // buckets, buckets, limit)
 
 
 def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
@@ -526,9 +638,9 @@ def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks, layout.LOCK_BYTES)
-        epochs, values = _numpy_views(mm, g, lay)
-        epochs[:] = ring.EMPTY_EPOCH
-        del epochs, values
+        slots = _slot_view(mm, g, lay)
+        slots[:, :, 0] = ring.EMPTY_EPOCH
+        del slots
         mm[0:_W] = layout.MAGIC
 
     return init
@@ -539,16 +651,26 @@ def _ready(mm: mmap.mmap) -> bool:
     return len(mm) < _W or mm[0:_W] != b"\0" * _W
 
 
-def _numpy_views(mm: mmap.mmap, g: Geometry, lay: Layout) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    """Strided views: epochs (rows, buckets) and values (rows, buckets, fields)."""
+def _slot_view(mm: mmap.mmap, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]:
+    """Every slot of every ring of every row as int64 words: (rows, slots, 1 + fields)."""
+    n_slots = sum(r.n_buckets + 1 for r in g.rings)
+    view: npt.NDArray[np.int64] = np.ndarray(
+        (lay.n_rows, n_slots, lay.slot_words), np.int64, mm, lay.rows_off,
+        (lay.row_bytes, lay.slot_words * _W, _W),
+    )  # fmt: skip
+    return view
+
+
+def _ring_views(
+    mm: mmap.mmap, g: Geometry, lay: Layout, index: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """Strided views of ring ``index``'s buckets: epochs (rows, buckets), values (rows, buckets, fields)."""
     slot_bytes = lay.slot_words * _W
-    epochs = np.ndarray((lay.n_rows, g.n_buckets), np.int64, mm, lay.rows_off, (lay.row_bytes, slot_bytes))
+    first = lay.rows_off + (lay.ring_words[index] + lay.slot_words) * _W  # past the header slot
+    n = g.rings[index].n_buckets
+    epochs = np.ndarray((lay.n_rows, n), np.int64, mm, first, (lay.row_bytes, slot_bytes))
     values = np.ndarray(
-        (lay.n_rows, g.n_buckets, len(g.fields)),
-        np.dtype(g.dtype),
-        mm,
-        lay.rows_off + _W,
-        (lay.row_bytes, slot_bytes, _W),
+        (lay.n_rows, n, len(g.fields)), np.dtype(g.dtype), mm, first + _W, (lay.row_bytes, slot_bytes, _W)
     )
     return epochs, values
 
@@ -575,4 +697,4 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["Window"]
+__all__ = ["Window", "ring_of"]

@@ -188,7 +188,7 @@ def test_an_attach_racing_a_create_never_sees_a_half_built_segment(make_name):
     ctx = mp.get_context("fork")
     for round_ in range(4):
         name = make_name(f"race{round_}")
-        geometry = layout.Geometry(10**9, 200_000, ("ok",), n_stripes=8)  # ~30 MB to initialise
+        geometry = layout.Geometry((layout.Ring(10**9, 200_000),), ("ok",), n_stripes=8)  # ~30 MB
         results = ctx.Array("b", 3, lock=False)
         procs = [
             ctx.Process(target=_attach_when_it_appears, args=(name, geometry, results, i)) for i in range(3)

@@ -6,14 +6,14 @@ import pytest
 
 from shmwin import layout
 from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
-from shmwin.layout import Geometry, Layout, Meta
+from shmwin.layout import Geometry, Layout, Meta, Ring
 
-G = Geometry(1_000_000_000, 60, ("ok", "error"))
+G = Geometry((Ring(1_000_000_000, 60),), ("ok", "error"))
 META = Meta(1234, 5, 6, b"B" * 16)
 
 
 def test_fixed_header_part_matches_the_table():
-    assert layout._FIXED.size == 144
+    assert layout._FIXED.size == 152
     page = layout.pack_header(G, Layout.plan(G), META)
     assert len(page) == layout.HEADER_BYTES == 4096
     assert page[0:8] == b"\0" * 8  # magic left for the creator to write last
@@ -21,22 +21,34 @@ def test_fixed_header_part_matches_the_table():
     i64 = lambda off: struct.unpack_from("<q", page, off)[0]  # noqa: E731
     assert u32(8) == layout.FORMAT_VERSION
     assert u32(12) == 4096
-    assert i64(32) == 1_000_000_000 and u32(40) == 60 and u32(44) == 2
-    assert u32(48) == 0 and u32(52) == 0 and u32(56) == 64 and u32(60) == 2 and u32(64) == 0
+    assert u32(32) == 1 and u32(36) == 0 and u32(40) == 2  # rings, kind, fields
+    assert u32(44) == 0 and u32(48) == 0 and u32(52) == 64 and u32(56) == 2  # dtype, mode, stripes, locks
+    assert u32(60) == 0 and u32(64) == 0  # capacity, key slots
     assert i64(72) == 1234 and i64(80) == 5 and i64(88) == 6 and page[96:112] == b"B" * 16
     lay = Layout.plan(G)
-    assert (i64(112), i64(120), i64(128), i64(136)) == (
-        lay.locks_off, lay.stripes_off, lay.rows_off, lay.row_bytes,
+    assert (i64(112), i64(120), i64(128), i64(136), i64(144)) == (
+        lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
     )  # fmt: skip
     assert page[256:258] == b"ok" and page[288:293] == b"error"
+    assert i64(768) == 1_000_000_000 and u32(776) == 60 and i64(784) == 0  # ring 0: width, count, limit"
 
 
 def test_everything_is_cache_line_aligned():
-    for g in (G, Geometry(7, 3, ("a",)), Geometry(1, 3600, ("a", "b", "c"), n_stripes=64)):
+    keyed = Geometry((Ring(7, 3), Ring(100, 5, limit=9)), ("a",), mode="locked", n_stripes=0, capacity=10)
+    for g in (G, Geometry((Ring(7, 3),), ("a",)), Geometry((Ring(1, 3600),), ("a", "b", "c")), keyed):
         lay = Layout.plan(g)
-        for off in (lay.locks_off, lay.stripes_off, lay.rows_off, lay.row_bytes, lay.total_bytes):
+        for off in (
+            lay.locks_off,
+            lay.stripes_off,
+            lay.keys_off,
+            lay.rows_off,
+            lay.row_bytes,
+            lay.total_bytes,
+        ):
             assert off % 64 == 0
-        assert lay.total_bytes == lay.rows_off + (g.n_stripes + 1) * lay.row_bytes
+        assert lay.total_bytes == lay.rows_off + lay.n_rows * lay.row_bytes
+    assert keyed.key_slots == 13 and Layout.plan(keyed).n_rows == 13  # next prime >= 1.25 x 10
+    assert Layout.plan(keyed).ring_words == (0, 2 * 4)  # ring 1 starts after ring 0's 1 + 3 slots
 
 
 def test_round_trip():
@@ -63,7 +75,7 @@ def test_junk_magic_version_crc_and_size_are_refused():
     with pytest.raises(IncompatibleVersionError, match="version 99"):
         layout.unpack_header(bytes(page), size)
     page = _ready_page()
-    page[40] ^= 0xFF  # n_buckets flipped, checksum now wrong
+    page[776] ^= 0xFF  # ring 0's bucket count flipped, checksum now wrong
     with pytest.raises(CorruptSegmentError, match="checksum"):
         layout.unpack_header(bytes(page), size)
     with pytest.raises(CorruptSegmentError, match="truncated"):
