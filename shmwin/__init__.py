@@ -19,6 +19,8 @@ from .errors import (
     WindowNotFoundError,
     WindowPermissionError,
 )
+from .limiter import Limiter, LimitStats
+from .rate import Rate
 from .segment import names, unlink
 from .window import Window
 
@@ -29,9 +31,12 @@ __all__ = [
     "GeometryMismatchError",
     "IncompatibleVersionError",
     "KeyTableFullError",
+    "LimitStats",
+    "Limiter",
     "LockTimeoutError",
     "ManualClock",
     "OutOfSpaceError",
+    "Rate",
     "SegmentError",
     "SegmentNotReadyError",
     "ShmwinError",

@@ -8,6 +8,7 @@ process or, backed by a file, across unrelated processes.
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import struct
@@ -33,6 +34,7 @@ class ManualClock:
             raise ValueError("a monotonic clock cannot start before 0")
         self._mm: mmap.mmap | None = None
         self._now_ns = start_ns
+        self.sleeps: list[float] = []  # every sleep() asked for, for tests
         if path is not None:
             self._mm = _map_clock_file(os.fspath(path), start_ns)
 
@@ -54,6 +56,16 @@ class ManualClock:
         """Move forward by ``seconds`` plus ``ns``; returns the new time."""
         self.set(self() + round(seconds * NS_PER_S) + ns)
         return self()
+
+    def sleep(self, seconds: float) -> None:
+        """What a limiter's ``acquire`` calls instead of ``time.sleep``: time just moves."""
+        self.sleeps.append(seconds)
+        self.advance(seconds)
+
+    async def async_sleep(self, seconds: float) -> None:
+        """``acquire_async``'s sleep: moves time, then yields to the event loop once."""
+        self.sleep(seconds)
+        await asyncio.sleep(0)
 
 
 def _map_clock_file(path: str, start_ns: int) -> mmap.mmap:

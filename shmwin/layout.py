@@ -190,7 +190,7 @@ class Geometry:
     @property
     def idle_ns(self) -> int:
         """After this long without a write, every bucket of a row is stale."""
-        return max(r.bucket_ns * (r.n_buckets + 1) for r in self.rings)
+        return max(r.span_ns for r in self.rings)
 
     def __str__(self) -> str:
         if len(self.rings) == 1:
