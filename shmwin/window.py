@@ -316,6 +316,27 @@ class Window:
         finally:
             keys.unlock_row(slot)
 
+    def add_and_total(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> Number:
+        """Add, and return ``field``'s total over the window *including* this add, atomically
+        (keyed windows): no other add to the key lands between the two."""
+        keys = self._keyed()
+        if key is None:
+            raise TypeError(f"window {self.name!r} is keyed: pass key=")
+        f = 1 if field is None else self._word_of(field)
+        slot = keys.lock_key(key, self._clock(), create=True)
+        try:
+            base = self._rows_word + slot * self._row_words + self._ring0
+            now_ns = self._add_in_row(base, n, f)
+            keys.touch(slot, now_ns)
+            epoch, total = now_ns // self._bucket_ns, 0
+            for e in range(epoch - self._n_buckets + 1, epoch + 1):
+                slot_word = base + e % self._n_buckets * self._slot_words
+                if self._q[slot_word] == e:
+                    total += self._v[slot_word + f]
+            return total
+        finally:
+            keys.unlock_row(slot)
+
     def _add_in_row(self, base: int, n: Number, f: int) -> int:
         """Add into ring 0 of the row at word ``base``; caller holds the row's lock.
         The clock is read under the lock, so a row's epochs never go back."""

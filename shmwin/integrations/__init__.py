@@ -1,0 +1,1 @@
+"""Optional integrations: ``shmwin.integrations.limits`` (the ``shm://`` storage for limits)."""
