@@ -22,7 +22,7 @@ An entry is reused once its key has been idle for longer than every ring's span
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import layout
@@ -78,7 +78,7 @@ class KeyTable:
         self._idle_ns = g.idle_ns
         self._locks = locks
         self._reset_row: Callable[[int], None] = lambda slot: None
-        self._cache: dict[Key, tuple[int, int]] = {}
+        self.cache: dict[Key, tuple[int, int]] = {}  # key -> (slot, generation), checked under lock
 
     def lock_of(self, slot: int) -> int:
         return layout.FIRST_KEY_LOCK + slot % self._n_key_locks
@@ -95,7 +95,7 @@ class KeyTable:
         Raises :class:`KeyTableFullError` if it must be created and no entry is free.
         """
         while True:
-            hit = self._cache.get(key)
+            hit = self.cache.get(key)
             if hit is None:
                 hit = self._find(*encode(key))
             if hit is None:
@@ -108,10 +108,14 @@ class KeyTable:
             lock = self.lock_of(slot)
             self._locks.acquire(lock)
             if self._q[self._base + slot * _ENTRY_WORDS] == generation:
-                self._remember(key, hit)
+                try:
+                    self._remember(key, hit)
+                except BaseException:
+                    self._locks.release(lock)
+                    raise
                 return slot
             self._locks.release(lock)  # the entry was recycled meanwhile: look again
-            self._cache.pop(key, None)
+            self.cache.pop(key, None)
 
     def unlock_row(self, slot: int) -> None:
         self._locks.release(self.lock_of(slot))
@@ -124,7 +128,7 @@ class KeyTable:
 
     def find(self, key: Key) -> tuple[int, int] | None:
         """``(slot, generation)`` of ``key``, or None; verify the generation after reading."""
-        return self._cache.get(key) or self._find(*encode(key))
+        return self.cache.get(key) or self._find(*encode(key))
 
     def generation(self, slot: int) -> int:
         return int(self._q[self._base + slot * _ENTRY_WORDS])
@@ -152,10 +156,13 @@ class KeyTable:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _probe(self, h: int) -> range | list[int]:
+    def _probe(self, h: int) -> Iterator[int]:
+        """The entries key hash ``h`` may live in, in order (lazily: most lookups stop early)."""
         n = self.n_slots
-        start, step = h % n, 1 + (h >> 20) % (n - 1) if n > 1 else 1
-        return [(start + i * step) % n for i in range(min(MAX_PROBES, n))]
+        slot, step = h % n, 1 + (h >> 20) % (n - 1) if n > 1 else 1
+        for _ in range(min(MAX_PROBES, n)):
+            yield slot
+            slot = (slot + step) % n
 
     def _stored(self, slot: int) -> tuple[bytes, int]:
         e = self._base + slot * _ENTRY_WORDS
@@ -167,8 +174,8 @@ class KeyTable:
     def _matches(self, slot: int, h: int, stored: bytes, flags: int) -> bool:
         return self._q[self._base + slot * _ENTRY_WORDS + 1] == h and self._stored(slot) == (stored, flags)
 
-    def _find(self, stored: bytes, flags: int) -> tuple[int, int] | None:
-        h = key_hash(stored, flags)
+    def _find(self, stored: bytes, flags: int, h: int = 0) -> tuple[int, int] | None:
+        h = h or key_hash(stored, flags)
         q = self._q
         for slot in self._probe(h):
             generation = q[self._base + slot * _ENTRY_WORDS]
@@ -184,7 +191,7 @@ class KeyTable:
         h = key_hash(stored, flags)
         self._locks.acquire(layout.LOCK_KEY_TABLE)
         try:
-            if self._find(stored, flags) is not None:
+            if self._find(stored, flags, h) is not None:
                 return None
             for slot in self._probe(h):
                 if self._q[self._base + slot * _ENTRY_WORDS] and not self.is_idle(slot, now_ns):
@@ -219,6 +226,6 @@ class KeyTable:
         return generation
 
     def _remember(self, key: Key, hit: tuple[int, int]) -> None:
-        if len(self._cache) > 4 * self.n_slots:
-            self._cache.clear()
-        self._cache[key] = hit
+        if len(self.cache) > 4 * self.n_slots:
+            self.cache.clear()
+        self.cache[key] = hit

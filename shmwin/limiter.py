@@ -28,11 +28,13 @@ from .duration import NS_PER_S
 from .errors import GeometryMismatchError, KeyTableFullError
 from .keys import Key
 from .layout import Geometry, Ring
+from .locks import trylock, unlock
 from .rate import Rate, parse_many
 from .ring import EMPTY_EPOCH
 from .window import Window
 
 ON_FULL = ("raise", "allow", "deny")
+_ENTRY_WORDS = layout.KEY_ENTRY_BYTES // layout.WORD_BYTES
 DEFAULT_BUCKETS = 20
 
 
@@ -104,6 +106,13 @@ class Limiter:
             for off, r in zip(w._lay.ring_words, w.geometry.rings, strict=True)
         ]
         self._min_limit = min(r.limit for r in self.rates)
+        assert self._keys is not None
+        self._cache = self._keys.cache
+        self._locks = w._locks
+        self._key_locks = w._locks.handles[layout.FIRST_KEY_LOCK :]
+        self._n_key_locks = len(self._key_locks)
+        self._entries = w._lay.keys_off // layout.WORD_BYTES
+        self._multi = len(self._rings) > 1
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
 
@@ -111,7 +120,37 @@ class Limiter:
 
     def hit(self, key: Key, cost: int = 1) -> bool:
         """Count ``cost`` hits for ``key`` if every rate allows them; else count nothing."""
-        return self._check(key, cost, commit=True)[0]
+        cached = self._cache.get(key)
+        if cached is None or type(cost) is not int or cost < 1 or self._multi:
+            return self._check(key, cost, commit=True)[0]
+        slot, generation = cached  # fast path: a key this process has seen, one rate
+        handle = self._key_locks[slot % self._n_key_locks]
+        rc = trylock(handle)
+        if rc:
+            self._locks.acquire_contended(layout.FIRST_KEY_LOCK + slot % self._n_key_locks, rc)
+        try:
+            q = self._q
+            entry = self._entries + slot * _ENTRY_WORDS
+            if q[entry] == generation:
+                now_ns = self._clock()  # read under the lock: a row's epochs never go back
+                off, n, bucket_ns, limit = self._rings[0]
+                header, epoch = self._rows_word + slot * self._row_words + off, now_ns // bucket_ns
+                if q[header] != epoch:
+                    _advance(q, header, self._sw, n, epoch)
+                total = q[header + 1]
+                if total + cost > limit:
+                    return False
+                bucket = header + self._sw * (1 + epoch % n)
+                if q[bucket] != epoch:
+                    q[bucket + 1] = 0
+                    q[bucket] = epoch
+                q[bucket + 1] += cost
+                q[header + 1] = total + cost
+                q[entry + 2] = now_ns  # the key's last write, for reclaiming idle keys
+                return True
+        finally:
+            unlock(handle)
+        return self._check(key, cost, commit=True)[0]  # the entry moved: the slow path re-finds it
 
     def test(self, key: Key, cost: int = 1) -> bool:
         """Would ``hit(key, cost)`` pass now? Counts nothing."""

@@ -182,6 +182,7 @@ class Window:
         self._shared_base = self._rows_word + self._ring0
         self._epochs, self._values = _ring_views(seg.mm, g, lay, 0)
         self._slots = _slot_view(seg.mm, g, lay)
+        self._empty_row_bytes = _empty_row_template(g, lay)
         self._striped = g.mode == "striped"
         self._row_lock = self._locks.handles[layout.LOCK_SHARED_ROW]
         self._stripes = StripeTable(self._q, lay, self._locks)
@@ -376,9 +377,11 @@ class Window:
         self._q[slot] = epoch
 
     def _empty_row(self, row: int) -> None:
-        """Unstamp every slot of a row, then zero it. Caller holds the row's lock."""
-        self._slots[row, :, 0] = ring.EMPTY_EPOCH
-        self._slots[row, :, 1:] = 0
+        """Overwrite a row with the empty template (every epoch EMPTY, every value 0).
+        Caller holds the row's lock, and no reader trusts the row until the key's
+        generation is published after this."""
+        start = self._lay.rows_off + row * self._lay.row_bytes
+        self._seg.mm[start : start + self._lay.row_bytes] = self._empty_row_bytes
 
     def _bad_amount(self, n: object) -> Exception:
         if self._g.dtype == "int64":
@@ -680,6 +683,14 @@ def _slot_view(mm: mmap.mmap, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]
         (lay.row_bytes, lay.slot_words * _W, _W),
     )  # fmt: skip
     return view
+
+
+def _empty_row_template(g: Geometry, lay: Layout) -> bytes:
+    """The bytes of a row with every slot unstamped and every value zero."""
+    words = np.zeros(lay.row_bytes // _W, np.int64)
+    n_slots = sum(r.n_buckets + 1 for r in g.rings)
+    words[: n_slots * lay.slot_words : lay.slot_words] = ring.EMPTY_EPOCH
+    return words.tobytes()
 
 
 def _ring_views(
