@@ -169,7 +169,8 @@ class Geometry:
 
     @property
     def span_ns(self) -> int:
-        return self.rings[0].span_ns
+        """The longest span of any ring."""
+        return max(r.span_ns for r in self.rings)
 
     @property
     def keyed(self) -> bool:

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from . import layout, ring
 from .clock import Clock
-from .duration import NS_PER_S, Duration, to_ns
+from .duration import NS_PER_S, Duration, format_ns, to_ns
 from .errors import (
     GeometryMismatchError,
     ShmwinError,
@@ -69,10 +69,11 @@ class Window:
     def __init__(
         self,
         name: str,
-        span: Duration = 60,
-        buckets: int = 60,
+        span: Duration | None = None,
+        buckets: int | None = None,
         fields: tuple[str, ...] | list[str] | str = ("count",),
         *,
+        resolutions: tuple[str, ...] | list[str] | None = None,
         dtype: str = "int64",
         mode: str | None = None,
         stripes: int = 64,
@@ -82,7 +83,7 @@ class Window:
         lock_timeout: float = 10.0,
         ready_timeout: float = 5.0,
     ):
-        want = _geometry(span, buckets, fields, dtype, mode, stripes, capacity)
+        want = _geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
         self._open(name, want, clock, perm, lock_timeout, ready_timeout)
 
     def _open(
@@ -120,10 +121,11 @@ class Window:
     def create(
         cls,
         name: str,
-        span: Duration = 60,
-        buckets: int = 60,
+        span: Duration | None = None,
+        buckets: int | None = None,
         fields: tuple[str, ...] | list[str] | str = ("count",),
         *,
+        resolutions: tuple[str, ...] | list[str] | None = None,
         dtype: str = "int64",
         mode: str | None = None,
         stripes: int = 64,
@@ -133,7 +135,7 @@ class Window:
         lock_timeout: float = 10.0,
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
-        want = _geometry(span, buckets, fields, dtype, mode, stripes, capacity)
+        want = _geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
         seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
         self = cls.__new__(cls)
         self._bind(seg, clock, lock_timeout)
@@ -180,7 +182,13 @@ class Window:
         self._v: Any = self._q if g.dtype == "int64" else memoryview(seg.mm).cast("d")
         self._zeros = memoryview(bytearray(_W * len(g.fields))).cast("q")
         self._shared_base = self._rows_word + self._ring0
-        self._epochs, self._values = _ring_views(seg.mm, g, lay, 0)
+        # per ring: (word offset of its first bucket slot within a row, bucket ns, buckets)
+        self._ring_specs = [
+            (off + lay.slot_words, r.bucket_ns, r.n_buckets)
+            for off, r in zip(lay.ring_words, g.rings, strict=True)
+        ]
+        self._views = [_ring_views(seg.mm, g, lay, i) for i in range(len(g.rings))]
+        self._longest = max(range(len(g.rings)), key=lambda i: g.rings[i].span_ns)
         self._slots = _slot_view(seg.mm, g, lay)
         self._empty_row_bytes = _empty_row_template(g, lay)
         self._striped = g.mode == "striped"
@@ -203,6 +211,8 @@ class Window:
             self.add = self._add_keyed  # type: ignore[method-assign]
         elif not self._striped:
             self.add = self._add_locked  # type: ignore[method-assign]
+        elif len(self._g.rings) > 1:
+            self.add = self._add_striped_rings  # type: ignore[method-assign]
 
     def _reset_process_state(self) -> None:
         """Per-process state: none of it survives a fork (the child claims its own rows)."""
@@ -299,7 +309,7 @@ class Window:
         if rc:
             self._locks.acquire_contended(layout.LOCK_SHARED_ROW, rc)
         try:
-            self._add_in_row(self._shared_base, n, f)
+            self._add_in_row(self._rows_word, n, f)
         finally:
             unlock(handle)
 
@@ -312,7 +322,7 @@ class Window:
         assert keys is not None
         slot = keys.lock_key(key, self._clock(), create=True)
         try:
-            now_ns = self._add_in_row(self._rows_word + slot * self._row_words + self._ring0, n, f)
+            now_ns = self._add_in_row(self._rows_word + slot * self._row_words, n, f)
             keys.touch(slot, now_ns)
         finally:
             keys.unlock_row(slot)
@@ -326,37 +336,145 @@ class Window:
         f = 1 if field is None else self._word_of(field)
         slot = keys.lock_key(key, self._clock(), create=True)
         try:
-            base = self._rows_word + slot * self._row_words + self._ring0
-            now_ns = self._add_in_row(base, n, f)
+            row = self._rows_word + slot * self._row_words
+            now_ns = self._add_in_row(row, n, f)
             keys.touch(slot, now_ns)
-            epoch, total = now_ns // self._bucket_ns, 0
-            for e in range(epoch - self._n_buckets + 1, epoch + 1):
-                slot_word = base + e % self._n_buckets * self._slot_words
+            first, bucket_ns, n_buckets = self._ring_specs[self._longest]
+            epoch, total = now_ns // bucket_ns, 0
+            for e in range(epoch - n_buckets + 1, epoch + 1):
+                slot_word = row + first + e % n_buckets * self._slot_words
                 if self._q[slot_word] == e:
                     total += self._v[slot_word + f]
             return total
         finally:
             keys.unlock_row(slot)
 
-    def _add_in_row(self, base: int, n: Number, f: int) -> int:
-        """Add into ring 0 of the row at word ``base``; caller holds the row's lock.
-        The clock is read under the lock, so a row's epochs never go back."""
+    def _add_in_row(self, row: int, n: Number, f: int) -> int:
+        """Add into every ring of the row starting at word ``row``; caller holds the row's
+        lock. The clock is read under the lock, so a row's epochs never go back."""
         now_ns = self._clock()
-        epoch = now_ns // self._bucket_ns
-        slot = base + epoch % self._n_buckets * self._slot_words
-        if self._q[slot] != epoch:
-            self._roll(slot, epoch)
-        try:
-            self._v[slot + f] += n
-        except (TypeError, ValueError) as exc:
-            raise self._bad_amount(n) from exc
+        self._add_at(row, now_ns, n, f)
         return now_ns
+
+    def _add_at(self, row: int, now_ns: int, n: Number, f: int) -> None:
+        """Add ``n`` at time ``now_ns`` into each ring of a row (caller is its only writer)."""
+        q, v, sw = self._q, self._v, self._slot_words
+        for first, bucket_ns, n_buckets in self._ring_specs:
+            epoch = now_ns // bucket_ns
+            slot = row + first + epoch % n_buckets * sw
+            if q[slot] != epoch:
+                self._roll(slot, epoch)
+            try:
+                v[slot + f] += n
+            except (TypeError, ValueError) as exc:
+                raise self._bad_amount(n) from exc
+
+    def _add_striped_rings(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        """``add()`` of a striped window with several resolutions: one timestamp, every ring."""
+        if key is not None:
+            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+        f = 1 if field is None else self._word_of(field)
+        try:
+            base = self._tls.base
+        except AttributeError:
+            base = self._bind_thread()
+        if base < 0:
+            self._add_shared(n, f)
+            return
+        self._add_at(base - self._ring0, self._clock(), n, f)  # lock-free: this thread's row
 
     def _add_refused(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
         raise ShmwinError(
             f"{self.name!r} is a {self._g.kind}: write to it through its {self._g.kind.title()}, "
             "a Window may only read it"
         )
+
+    def add_many(
+        self,
+        values: npt.ArrayLike,
+        field: str | None = None,
+        at: npt.ArrayLike | None = None,
+        key: Key | None = None,
+    ) -> None:
+        """Add a batch in one call: ``values`` (array-like), optionally stamped ``at``
+        (monotonic ns, one per value, within the span; default: all now).
+
+        Exact like ``add()``; timestamps in the future or older than the span raise
+        ``ValueError`` before anything is written.
+        """
+        f = 1 if field is None else self._word_of(field)
+        batch = self._batch_values(values)
+        if at is None:
+            if batch.size:
+                self.add(_scalar(batch.sum(), self._g.dtype), self._g.fields[f - 1], key=key)
+            return
+        stamps = np.asarray(at)
+        if stamps.shape != batch.shape or (stamps.size and stamps.dtype.kind not in "iu"):
+            raise ValueError("at= must be integer monotonic ns timestamps, one per value")
+        stamps = stamps.astype(np.int64, copy=False)
+        if self._keys is not None:
+            if key is None:
+                raise TypeError(f"window {self.name!r} is keyed: pass key=")
+            slot = self._keys.lock_key(key, self._clock(), create=True)
+            try:
+                now_ns = self._clock()
+                self._add_batch(self._rows_word + slot * self._row_words, now_ns, batch, stamps, f)
+                self._keys.touch(slot, now_ns)
+            finally:
+                self._keys.unlock_row(slot)
+            return
+        if key is not None:
+            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+        base = -1
+        if self._striped:
+            try:
+                base = self._tls.base
+            except AttributeError:
+                base = self._bind_thread()
+        if base >= 0:  # lock-free: this thread's row
+            self._add_batch(base - self._ring0, self._clock(), batch, stamps, f)
+            return
+        self._locks.acquire(layout.LOCK_SHARED_ROW)
+        try:
+            self._add_batch(self._rows_word, self._clock(), batch, stamps, f)
+        finally:
+            self._locks.release(layout.LOCK_SHARED_ROW)
+
+    def _batch_values(self, values: npt.ArrayLike) -> npt.NDArray[Any]:
+        batch = np.asarray(values)
+        if batch.ndim != 1:
+            batch = batch.reshape(-1)
+        if self._g.dtype == "int64" and batch.size and batch.dtype.kind not in "iub":
+            raise TypeError(f"add_many() takes integers for an int64 window, not {batch.dtype}")
+        if batch.dtype.kind not in "iubf":
+            raise TypeError(f"add_many() takes numbers, not {batch.dtype}")
+        return batch
+
+    def _add_batch(
+        self, row: int, now_ns: int, batch: npt.NDArray[Any], stamps: npt.NDArray[np.int64], f: int
+    ) -> None:
+        """Vectorised add into every ring of a row; caller is the row's only writer now."""
+        oldest_ns = max(now_ns - self._g.span_ns, -1)  # a monotonic clock never reads below 0
+        if stamps.size and (stamps.max() > now_ns or stamps.min() <= oldest_ns):
+            raise ValueError("at= holds timestamps in the future, or older than the window's span")
+        exact_in_float = self._g.dtype == "float64" or (
+            batch.size == 0 or float(np.abs(batch).max()) * batch.size < 2**53
+        )
+        for first, bucket_ns, n_buckets in self._ring_specs:
+            now_epoch = now_ns // bucket_ns
+            ages = now_epoch - stamps // bucket_ns  # 0 = the current bucket; >= n_buckets: gone
+            if exact_in_float:
+                sums = np.bincount(ages, weights=batch, minlength=n_buckets)[:n_buckets]
+            else:
+                inside = ages < n_buckets
+                sums = np.zeros(n_buckets, np.int64)
+                np.add.at(sums, ages[inside], batch[inside])
+            for age in np.flatnonzero(sums):
+                epoch = now_epoch - int(age)
+                word = row + first + epoch % n_buckets * self._slot_words
+                if self._q[word] != epoch:
+                    self._roll(word, epoch)
+                self._v[word + f] += _scalar(sums[age], self._g.dtype)
 
     def _add_shared(self, n: Number, f: int) -> None:
         """Striped mode with every stripe taken: add into row 0 under its lock,
@@ -441,7 +559,7 @@ class Window:
         """The ``n`` keys with the largest totals of ``field``, largest first."""
         keys = self._keyed()
         f = 1 if field is None else self._word_of(field)
-        per_row, _, _ = self._live_values(last, f - 1, None, per_row=True)
+        per_row, _, _, _ = self._live_values(last, f - 1, None, per_row=True)
         order = np.argsort(per_row, kind="stable")[::-1]
         out: list[tuple[Key, Number]] = []
         for slot in order[: max(n, 0) * 2]:
@@ -478,12 +596,12 @@ class Window:
         On a keyed window, ``key=None`` sums every key.
         """
         f = 1 if field is None else self._word_of(field)
-        per_slot, _, _ = self._live_values(last, f - 1, key)
+        per_slot, _, _, _ = self._live_values(last, f - 1, key)
         return _scalar(per_slot.sum(), self._g.dtype)
 
     def totals(self, last: Duration | None = None, key: Key | None = None) -> dict[str, Number]:
         """``{field: sum}`` over the last ``last`` (default: the whole span)."""
-        per_slot, _, _ = self._live_values(last, None, key)
+        per_slot, _, _, _ = self._live_values(last, None, key)
         sums = per_slot.sum(axis=0)
         return {f: _scalar(sums[i], self._g.dtype) for i, f in enumerate(self._g.fields)}
 
@@ -494,45 +612,96 @@ class Window:
         a partly filled current bucket is neither ignored nor over-weighted.
         """
         f = 1 if field is None else self._word_of(field)
-        per_slot, now_ns, k = self._live_values(last, f - 1, key)
-        covered_ns = now_ns - (now_ns // self._bucket_ns - k + 1) * self._bucket_ns
+        per_slot, now_ns, k, index = self._live_values(last, f - 1, key)
+        bucket_ns = self._ring_specs[index][1]
+        covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
         return float(per_slot.sum()) * NS_PER_S / max(covered_ns, 1)
 
     def series(
-        self, field: str | None = None, last: Duration | None = None, key: Key | None = None
+        self,
+        field: str | None = None,
+        last: Duration | None = None,
+        key: Key | None = None,
+        resolution: str | int | None = None,
     ) -> npt.NDArray[Any]:
-        """One value per bucket, oldest first, the current bucket last; stale buckets 0."""
+        """One value per bucket, oldest first, the current bucket last; stale buckets 0.
+
+        The buckets are those of the finest resolution covering ``last`` (the finest
+        one when ``last`` is None), or of ``resolution`` ("1h/1m" or its index).
+        """
         f = 1 if field is None else self._word_of(field)
-        per_slot, now_ns, k = self._live_values(last, f - 1, key)
-        return per_slot[ring.slots_oldest_first(now_ns // self._bucket_ns, self._n_buckets, k)]
+        if resolution is None and last is None:
+            resolution = 0
+        per_slot, now_ns, k, index = self._live_values(last, f - 1, key, resolution=resolution)
+        _, bucket_ns, n_buckets = self._ring_specs[index]
+        return per_slot[ring.slots_oldest_first(now_ns // bucket_ns, n_buckets, k)]
+
+    @property
+    def resolutions(self) -> list[str]:
+        """The resolutions, finest first, as "span/bucket" strings ("1m/1s", "1h/1m")."""
+        return [f"{format_ns(r.span_ns)}/{format_ns(r.bucket_ns)}" for r in self._g.rings]
+
+    def _pick(self, last: Duration | None, resolution: str | int | None) -> tuple[int, int]:
+        """(ring index, buckets to read): the finest ring covering ``last``, or as asked."""
+        if resolution is not None:
+            index = self._resolution_index(resolution)
+            _, bucket_ns, n_buckets = self._ring_specs[index]
+            if last is None:
+                return index, n_buckets
+            return index, ring.buckets_for(to_ns(last, "last"), bucket_ns, n_buckets)
+        if last is None:
+            return self._longest, self._ring_specs[self._longest][2]
+        last_ns = to_ns(last, "last")
+        for index, (_, bucket_ns, n_buckets) in enumerate(self._ring_specs):
+            if bucket_ns * n_buckets >= last_ns:
+                return index, ring.buckets_for(last_ns, bucket_ns, n_buckets)
+        _, bucket_ns, n_buckets = self._ring_specs[self._longest]
+        return self._longest, ring.buckets_for(last_ns, bucket_ns, n_buckets)  # raises: too long
+
+    def _resolution_index(self, resolution: str | int) -> int:
+        if isinstance(resolution, int) and 0 <= resolution < len(self._ring_specs):
+            return resolution
+        if isinstance(resolution, str):
+            wanted = parse_resolution(resolution)
+            for index, r in enumerate(self._g.rings):
+                if (r.bucket_ns, r.n_buckets) == (wanted.bucket_ns, wanted.n_buckets):
+                    return index
+        raise ValueError(f"no resolution {resolution!r}; this window has {self.resolutions}")
 
     def _live_values(
-        self, last: Duration | None, value_index: int | None, key: Key | None, per_row: bool = False
-    ) -> tuple[npt.NDArray[Any], int, int]:
+        self,
+        last: Duration | None,
+        value_index: int | None,
+        key: Key | None,
+        per_row: bool = False,
+        resolution: str | int | None = None,
+    ) -> tuple[npt.NDArray[Any], int, int, int]:
         """Live values summed over rows (per slot), or over slots (per row); lock-free.
 
         Liveness is tested before and after the values are read: a slot that
         changed meanwhile was being recycled by its writer and counts as expired.
         """
         self._check_open()
-        k = self._n_buckets if last is None else self._buckets_for(last)
+        index, k = self._pick(last, resolution)
+        _, bucket_ns, n_buckets = self._ring_specs[index]
+        all_epochs, all_values = self._views[index]
         for _ in range(100):
             now_ns = self._clock()
             rows, generation = self._rows_for(key)
-            expected = ring.expected_epochs(now_ns // self._bucket_ns, self._n_buckets, k)
-            epochs = self._epochs[rows]
+            expected = ring.expected_epochs(now_ns // bucket_ns, n_buckets, k)
+            epochs = all_epochs[rows]
             widen: tuple[slice | None, ...]
             if value_index is None:
-                values, widen = self._values[rows], (slice(None), slice(None), None)
+                values, widen = all_values[rows], (slice(None), slice(None), None)
             else:
-                values, widen = self._values[rows, :, value_index], (slice(None), slice(None))
+                values, widen = all_values[rows, :, value_index], (slice(None), slice(None))
             live = epochs == expected
             picked = np.where(live[widen], values, 0)
             still = epochs == expected
             if not np.array_equal(live, still):
                 picked = np.where((live & still)[widen], picked, 0)
             if generation is None or self._keys is None or self._keys.generation(rows.start) == generation:
-                return picked.sum(axis=1 if per_row else 0), now_ns, k
+                return picked.sum(axis=1 if per_row else 0), now_ns, k, index
         raise ShmwinError(f"key {key!r} kept moving while it was read")
 
     def _rows_for(self, key: Key | None) -> tuple[slice, int | None]:
@@ -545,9 +714,6 @@ class Window:
         if found is None:
             return slice(0, 0), None
         return slice(found[0], found[0] + 1), found[1]
-
-    def _buckets_for(self, last: Duration) -> int:
-        return ring.buckets_for(to_ns(last, "last"), self._bucket_ns, self._n_buckets)
 
     def _rows_in_use(self) -> int:
         """Rows readers must sum: row 0 plus every stripe ever claimed (clamped)."""
@@ -583,7 +749,7 @@ class Window:
             self._tls = _ClosedTLS()  # type: ignore[assignment]
             self.__dict__.pop("add", None)  # back to Window.add, which now raises
             _live_windows.discard(self)
-            del self._epochs, self._values, self._slots, self._keys, self._stripes
+            del self._views, self._slots, self._keys, self._stripes
             self._q.release()
             self._v.release()
             with suppress(BufferError):  # a view is still exported somewhere: GC unmaps it
@@ -617,8 +783,9 @@ class Window:
 
 
 def _geometry(
-    span: Duration,
-    buckets: int,
+    span: Duration | None,
+    buckets: int | None,
+    resolutions: tuple[str, ...] | list[str] | None,
     fields: tuple[str, ...] | list[str] | str,
     dtype: str,
     mode: str | None,
@@ -630,14 +797,42 @@ def _geometry(
         raise ValueError(f"capacity must be an int, not {capacity!r}")
     if mode is None:
         mode = "locked" if capacity else "striped"
+    if resolutions is None:
+        rings: tuple[Ring, ...] = (ring_of(60 if span is None else span, 60 if buckets is None else buckets),)
+    elif span is not None or buckets is not None:
+        raise ValueError("give either span and buckets, or resolutions, not both")
+    else:
+        rings = _resolution_rings(resolutions)
     return Geometry(
-        (ring_of(span, buckets),),
+        rings,
         (fields,) if isinstance(fields, str) else tuple(fields),
         dtype,
         mode,
         stripes if mode == "striped" else 0,
         capacity,
     )
+
+
+def parse_resolution(spec: str) -> Ring:
+    """ "1h/1m" -> a ring of 60 one-minute buckets."""
+    span, sep, bucket = spec.partition("/") if isinstance(spec, str) else ("", "", "")
+    if not sep:
+        raise ValueError(f"resolution {spec!r} is not 'span/bucket', e.g. '1m/1s', '1h/1m', '24h/1h'")
+    span_ns, bucket_ns = to_ns(span.strip(), "resolution span"), to_ns(bucket.strip(), "resolution bucket")
+    if span_ns % bucket_ns:
+        raise ValueError(f"resolution {spec!r}: the bucket does not divide the span")
+    return Ring(bucket_ns, span_ns // bucket_ns)
+
+
+def _resolution_rings(specs: tuple[str, ...] | list[str] | str) -> tuple[Ring, ...]:
+    if isinstance(specs, str):
+        specs = (specs,)
+    rings = sorted((parse_resolution(spec) for spec in specs), key=lambda r: (r.bucket_ns, r.n_buckets))
+    if not rings:
+        raise ValueError("resolutions must name at least one 'span/bucket'")
+    if len({r.bucket_ns for r in rings}) != len(rings):
+        raise ValueError(f"two resolutions share a bucket width: {list(specs)}")
+    return tuple(rings)
 
 
 def ring_of(span: Duration, buckets: int, limit: int = 0) -> Ring:
