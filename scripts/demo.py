@@ -167,6 +167,13 @@ def run_gunicorn() -> bool:
             _wait_for_port(port)
             shared = _report("/shared (shmwin Limiter)", _drive(port, "/shared"))
             local = _report("/local (a limiter in each worker)", _drive(port, "/local"))
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+                scrape = resp.read().decode()
+            print("\n   GET /metrics (prometheus_client + ShmwinCollector, read from shared memory):")
+            for line in scrape.splitlines():
+                wanted = line.startswith("shmwin_window_total") and 'field="admitted"' in line
+                if wanted and "/shared" in line:
+                    print(f"     {line}")
             with Window.attach(window) as w:
                 counted = {c: w.total("admitted", key=f"/shared {c}") for c in CLIENTS}
                 busiest = w.top(3, "refused")

@@ -28,12 +28,28 @@ def _local_hit(client: str) -> bool:
     return True
 
 
+def _metrics(start_response):
+    """Prometheus scrape: read straight from shared memory, whichever worker answers."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from shmwin.integrations.prometheus import ShmwinCollector
+
+    registry = CollectorRegistry()
+    registry.register(ShmwinCollector([os.environ["DEMO_LIMITER"], os.environ["DEMO_WINDOW"]]))
+    body = generate_latest(registry)
+    headers = [("Content-Type", "text/plain; version=0.0.4"), ("Content-Length", str(len(body)))]
+    start_response("200 OK", headers)
+    return [body]
+
+
 def app(environ, start_response):
     if not _shmwin:  # each worker attaches lazily, by name (created by the master's hook)
         _shmwin["limiter"] = Limiter(os.environ["DEMO_LIMITER"], f"{LIMIT}/minute")
         _shmwin["window"] = Window.attach(os.environ["DEMO_WINDOW"])
     client = environ.get("HTTP_X_CLIENT", "anonymous")
     path = environ.get("PATH_INFO", "/")
+    if path == "/metrics":
+        return _metrics(start_response)
     allowed = _shmwin["limiter"].hit(client) if path == "/shared" else _local_hit(client)
     _shmwin["window"].add(1, "admitted" if allowed else "refused", key=f"{path} {client}")
     body = json.dumps({"pid": os.getpid(), "allowed": allowed}).encode()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import mmap
 import time
 
@@ -71,6 +72,7 @@ def init_locks(mm: mmap.mmap, offset: int, count: int, stride: int) -> None:
     _libc.pthread_mutexattr_destroy(attr)
 
 
+@functools.lru_cache(maxsize=4)
 def _fresh_lock_bytes(stride: int) -> bytes:
     """What an initialised, unlocked robust mutex looks like on this libc."""
     buf = mmap.mmap(-1, mmap.PAGESIZE)

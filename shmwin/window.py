@@ -590,29 +590,44 @@ class Window:
 
     # -- reading --------------------------------------------------------------------
 
-    def total(self, field: str | None = None, last: Duration | None = None, key: Key | None = None) -> Number:
+    def total(
+        self,
+        field: str | None = None,
+        last: Duration | None = None,
+        key: Key | None = None,
+        resolution: str | int | None = None,
+    ) -> Number:
         """Sum of ``field`` over the last ``last`` (default: the whole span).
 
-        On a keyed window, ``key=None`` sums every key.
+        On a keyed window, ``key=None`` sums every key. ``resolution`` ("1h/1m" or an
+        index) reads that ring instead of the finest one covering ``last``.
         """
         f = 1 if field is None else self._word_of(field)
-        per_slot, _, _, _ = self._live_values(last, f - 1, key)
+        per_slot, _, _, _ = self._live_values(last, f - 1, key, resolution=resolution)
         return _scalar(per_slot.sum(), self._g.dtype)
 
-    def totals(self, last: Duration | None = None, key: Key | None = None) -> dict[str, Number]:
+    def totals(
+        self, last: Duration | None = None, key: Key | None = None, resolution: str | int | None = None
+    ) -> dict[str, Number]:
         """``{field: sum}`` over the last ``last`` (default: the whole span)."""
-        per_slot, _, _, _ = self._live_values(last, None, key)
+        per_slot, _, _, _ = self._live_values(last, None, key, resolution=resolution)
         sums = per_slot.sum(axis=0)
         return {f: _scalar(sums[i], self._g.dtype) for i, f in enumerate(self._g.fields)}
 
-    def rate(self, field: str | None = None, last: Duration = 1, key: Key | None = None) -> float:
-        """Events per second of ``field`` over the covered interval.
+    def rate(
+        self,
+        field: str | None = None,
+        last: Duration | None = 1,
+        key: Key | None = None,
+        resolution: str | int | None = None,
+    ) -> float:
+        """Events per second of ``field`` over the covered interval (``last=None``: the span).
 
         The interval runs from the start of the oldest bucket counted to now, so
         a partly filled current bucket is neither ignored nor over-weighted.
         """
         f = 1 if field is None else self._word_of(field)
-        per_slot, now_ns, k, index = self._live_values(last, f - 1, key)
+        per_slot, now_ns, k, index = self._live_values(last, f - 1, key, resolution=resolution)
         bucket_ns = self._ring_specs[index][1]
         covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
         return float(per_slot.sum()) * NS_PER_S / max(covered_ns, 1)
