@@ -189,6 +189,7 @@ class Window:
         ]
         self._views = [_ring_views(seg.mm, g, lay, i) for i in range(len(g.rings))]
         self._longest = max(range(len(g.rings)), key=lambda i: g.rings[i].span_ns)
+        self._one_ring = len(g.rings) == 1
         self._slots = _slot_view(seg.mm, g, lay)
         self._empty_row_bytes = _empty_row_template(g, lay)
         self._striped = g.mode == "striped"
@@ -309,7 +310,17 @@ class Window:
         if rc:
             self._locks.acquire_contended(layout.LOCK_SHARED_ROW, rc)
         try:
-            self._add_in_row(self._rows_word, n, f)
+            if self._one_ring:  # the common case, inline: ring 0 of row 0
+                epoch = self._clock() // self._bucket_ns  # under the lock: epochs never go back
+                slot = self._shared_base + epoch % self._n_buckets * self._slot_words
+                if self._q[slot] != epoch:
+                    self._roll(slot, epoch)
+                try:
+                    self._v[slot + f] += n
+                except (TypeError, ValueError) as exc:
+                    raise self._bad_amount(n) from exc
+            else:
+                self._add_in_row(self._rows_word, n, f)
         finally:
             unlock(handle)
 
