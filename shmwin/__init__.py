@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .clock import ManualClock
 from .errors import (
+    BackendUnavailableError,
     CorruptSegmentError,
     GeometryMismatchError,
     IncompatibleVersionError,
@@ -27,6 +28,7 @@ from .window import Window
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackendUnavailableError",
     "CorruptSegmentError",
     "GeometryMismatchError",
     "IncompatibleVersionError",

@@ -65,3 +65,7 @@ class WindowClosedError(ShmwinError, ValueError):
 
 class KeyTableFullError(ShmwinError):
     """A keyed segment has no free entry for a new key: every entry it may use holds a live key."""
+
+
+class BackendUnavailableError(ShmwinError, ConnectionError):
+    """A remote backend (Redis) did not answer in time; the client reconnects when it returns."""

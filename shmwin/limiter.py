@@ -21,8 +21,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
-from . import layout
+from . import backends, layout
 from .clock import Clock
 from .duration import NS_PER_S
 from .errors import GeometryMismatchError, KeyTableFullError
@@ -59,6 +60,12 @@ class Limiter:
     live keys: "raise" :class:`KeyTableFullError`, "allow" (uncounted) or "deny".
     """
 
+    def __new__(cls, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        if backends.is_shared_memory(backend):
+            return super().__new__(cls)
+        assert backend is not None
+        return backends.factory(backend, "limiter")(*args, backend=backend, **kwargs)
+
     def __init__(
         self,
         name: str,
@@ -71,24 +78,31 @@ class Limiter:
         perm: int = 0o600,
         lock_timeout: float = 10.0,
         ready_timeout: float = 5.0,
+        backend: str | None = None,
+        on_error: str = "raise",
     ):
         if on_full not in ON_FULL:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
         self.rates = parse_many(rates)
         self.on_full = on_full
         want = _geometry(self.rates, buckets, capacity)
-        self.window = Window.__new__(Window)
+        self.window = object.__new__(Window)
         self.window._open(name, want, clock, perm, lock_timeout, ready_timeout)
         self._bind(clock)
 
     @classmethod
-    def attach(cls, name: str, *, on_full: str = "raise", clock: Clock | None = None) -> Limiter:
+    def attach(
+        cls, name: str, *, on_full: str = "raise", clock: Clock | None = None, backend: str | None = None
+    ) -> Limiter:
         """Attach to an existing limiter; its rates are read from the segment."""
+        if not backends.is_shared_memory(backend):
+            assert backend is not None
+            return backends.factory(backend, "attach_limiter")(name, backend=backend, clock=clock)  # type: ignore[no-any-return]
         window = Window.attach(name, clock=clock)
         if window.geometry.kind != "limiter":
             window.close()
             raise GeometryMismatchError(f"{name!r} is a window, not a limiter")
-        self = cls.__new__(cls)
+        self = object.__new__(cls)
         self.window, self.on_full = window, on_full
         self.rates = [Rate(r.limit, r.bucket_ns * (r.n_buckets - 1)) for r in window.geometry.rings]
         self._bind(clock)

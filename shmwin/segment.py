@@ -41,8 +41,17 @@ MAX_NAME_CHARS = 200
 _NAME = re.compile(r"^[A-Za-z0-9_.:@+=-]+$")
 
 
+def namespace() -> str:
+    """``SHMWIN_NAMESPACE`` (default empty): hosts simulated on one machine, or tenants,
+    each see only their own windows. Stored as ``shmwin.<namespace>~<name>``."""
+    ns = os.environ.get("SHMWIN_NAMESPACE", "")
+    if ns and not _NAME.match(ns):
+        raise ValueError(f"SHMWIN_NAMESPACE={ns!r} may only use letters, digits and _ . : @ + = -")
+    return f"{ns}~" if ns else ""
+
+
 def check_name(name: str) -> str:
-    """Validate a window name and return its shm object name (``/shmwin.<name>``)."""
+    """Validate a window name and return its shm object name (``/shmwin.[<namespace>~]<name>``)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"window name must be a non-empty string, not {name!r}")
     if len(name) > MAX_NAME_CHARS:
@@ -52,7 +61,7 @@ def check_name(name: str) -> str:
             f"window name {name!r} may only use letters, digits and _ . : @ + = - "
             "(no '/', spaces or control characters)"
         )
-    return "/" + PREFIX + name
+    return "/" + PREFIX + namespace() + name
 
 
 def path_of(name: str) -> str:
@@ -66,7 +75,12 @@ def names() -> list[str]:
         entries = os.listdir(SHM_DIR)
     except FileNotFoundError:
         return []
-    return sorted(e[len(PREFIX) :] for e in entries if e.startswith(PREFIX) and len(e) > len(PREFIX))
+    mine = PREFIX + namespace()
+    return sorted(
+        e[len(mine) :]
+        for e in entries
+        if e.startswith(mine) and len(e) > len(mine) and "~" not in e[len(mine) :]
+    )
 
 
 class Segment:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import layout, ring
+from . import backends, layout, ring
 from .clock import Clock
 from .duration import NS_PER_S, Duration, format_ns, to_ns
 from .errors import (
@@ -66,6 +66,12 @@ class Window:
     key has its own counts (up to at least N live keys; idle keys are reclaimed).
     """
 
+    def __new__(cls, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        if backends.is_shared_memory(backend):
+            return super().__new__(cls)
+        assert backend is not None
+        return backends.factory(backend, "window")(*args, backend=backend, **kwargs)
+
     def __init__(
         self,
         name: str,
@@ -82,6 +88,7 @@ class Window:
         perm: int = 0o600,
         lock_timeout: float = 10.0,
         ready_timeout: float = 5.0,
+        backend: str | None = None,
     ):
         want = _geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
         self._open(name, want, clock, perm, lock_timeout, ready_timeout)
@@ -137,7 +144,7 @@ class Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
         want = _geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
         seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
-        self = cls.__new__(cls)
+        self = object.__new__(cls)
         self._bind(seg, clock, lock_timeout)
         return self
 
@@ -149,10 +156,14 @@ class Window:
         clock: Clock | None = None,
         lock_timeout: float = 10.0,
         ready_timeout: float = 5.0,
+        backend: str | None = None,
     ) -> Window:
         """Attach to an existing window, geometry read from the segment."""
+        if not backends.is_shared_memory(backend):
+            assert backend is not None
+            return backends.factory(backend, "attach_window")(name, backend=backend, clock=clock)  # type: ignore[no-any-return]
         seg = Segment.attach(name, ready_timeout, _ready)
-        self = cls.__new__(cls)
+        self = object.__new__(cls)
         self._bind(seg, clock, lock_timeout)
         return self
 

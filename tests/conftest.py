@@ -7,6 +7,11 @@ any segment with that prefix in /dev/shm: leaked segments are removed and report
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -45,3 +50,57 @@ def no_test_segments_at_exit(worker_id: str) -> Iterator[None]:
     yield
     leaked = _leftovers(f"t-{worker_id}-")
     assert not leaked, f"segments left in {SHM_DIR} at session end: {leaked}"
+
+
+class RedisServer:
+    """A real redis-server (Debian's package) on a free loopback port; stop() and start() again."""
+
+    def __init__(self) -> None:
+        self.exe = shutil.which("redis-server")
+        if self.exe is None:
+            pytest.skip("redis-server is not installed (scripts/test installs it)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.dir = tempfile.mkdtemp(prefix="shmwin-redis-")
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        args = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", self.dir]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(20)
+            self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server for one test only (for tests that stop it)."""
+    server = RedisServer()
+    yield server
+    server.close()
