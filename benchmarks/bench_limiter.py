@@ -59,13 +59,15 @@ def shmwin_loop(name: str, keys: int = 1, warm: bool = False) -> Loop:
 
 
 def limits_loop(uri: str, strategy: str, limit: int) -> Loop:
+    client = f"client-{uuid.uuid4().hex[:8]}"  # a fresh key for every run: the server outlives runs
+
     def run(n: int) -> tuple[float, int]:
         from limits import RateLimitItemPerHour, storage, strategies
 
         limiter = getattr(strategies, strategy)(storage.storage_from_string(uri))
         item, hit = RateLimitItemPerHour(limit), limiter.hit
         t = time.perf_counter()
-        admitted = sum(hit(item, "client") for _ in range(n))
+        admitted = sum(hit(item, client) for _ in range(n))
         return time.perf_counter() - t, admitted
 
     return run
@@ -84,6 +86,39 @@ def pyrate_loop(bucket: object) -> Loop:
         return time.perf_counter() - t, admitted
 
     return run
+
+
+def shmwin_redis_loop(name: str, url: str) -> Loop:
+    def run(n: int) -> tuple[float, int]:
+        lim = Limiter.attach(name, backend=url)
+        hit = lim.hit
+        t = time.perf_counter()
+        admitted = sum(hit("client") for _ in range(n))
+        elapsed = time.perf_counter() - t
+        lim.close()
+        return elapsed, admitted
+
+    return run
+
+
+def round_trips_per_hit(loop: Loop, hits: int = 500) -> float:
+    """Commands the client sends per hit (redis-py's send_command), after one warm-up hit."""
+    import redis.connection
+
+    loop(1)
+    sent = [0]
+    real = redis.connection.AbstractConnection.send_command
+
+    def counting(self: object, *args: object, **kwargs: object) -> object:
+        sent[0] += 1
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    redis.connection.AbstractConnection.send_command = counting  # type: ignore[method-assign]
+    try:
+        loop(hits)
+    finally:
+        redis.connection.AbstractConnection.send_command = real  # type: ignore[method-assign]
+    return sent[0] / hits
 
 
 # -- harness -------------------------------------------------------------------------------------
@@ -202,6 +237,24 @@ def main() -> None:
         scale = eight / mine
         print(f"\n8 processes on {os.cpu_count()} cores: {scale:.2f}× the 2-process aggregate "
               f"(target ≥0.7× {'✓' if scale >= 0.7 else '✗'})")  # fmt: skip
+        print("\n## the redis backend: several hosts, one limit (2 processes, same redis-server)")
+
+        def redis_mine(limit: int) -> Loop:
+            name = f"bench-redis-{uuid.uuid4().hex[:8]}"
+            Limiter(name, Rate(limit, HOUR_NS), backend=f"redis://127.0.0.1:{redis.port}/0").close()
+            return shmwin_redis_loop(name, f"redis://127.0.0.1:{redis.port}/0")
+
+        ours, ours_admitted, ours_limit = median_run(redis_mine, slow_n, 2, r)
+        theirs, theirs_admitted, theirs_limit = median_run(redis_swc, slow_n, 2, r)
+        ours_rt = round_trips_per_hit(redis_mine(10**9))
+        theirs_rt = round_trips_per_hit(redis_swc(10**9))
+        print("| contender | hits/s | admitted / limit | round trips per hit | ratio |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        ok = "✓" if ours / theirs >= 1 else "✗"
+        print(f"| shmwin Limiter(backend='redis://…') | {ours:,.0f} | {ours_admitted:,} / {ours_limit:,} "
+              f"| {ours_rt:.2f} | {ours / theirs:.2f}× (target ≥1× {ok}) |")  # fmt: skip
+        theirs_row = f"{theirs:,.0f} | {theirs_admitted:,} / {theirs_limit:,} | {theirs_rt:.2f}"
+        print(f"| limits sliding-window-counter, redis | {theirs_row} | 1.00× |")
         print("\n## keys, 1 process, ns per hit (limit never reached)")
         one_key = _ns_per_hit(shm(10**12, warm=True), n)
         new_keys = _ns_per_hit(shm(10**12, keys=100_000, capacity=120_000), 100_000)

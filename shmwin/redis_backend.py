@@ -11,9 +11,9 @@ a span (plus a bucket) after its last write, i.e. once its window is empty.
 Keys, under one hash tag so a window lives in one cluster slot::
 
     shmwin:{NAME}:meta      hash: the geometry, checked by every process that opens NAME
-    shmwin:{NAME}:k:KEY     hash: the ring of one key ("" for an unkeyed window)
-                              window:  e<slot> = epoch, v<slot>.<field> = value
-                              limiter: r<rate>e<slot> = epoch, r<rate>v<slot> = hits
+    shmwin:{NAME}:k:KEY     the ring of one key ("" for an unkeyed window)
+                              window:  a hash, e<slot> = epoch, v<slot>.<field> = value
+                              limiter: a string of i64 words (see _HIT), O(1) BITFIELD access
     shmwin:{NAME}:keys      sorted set: key -> newest write (µs), for keys() and top()
 
 Lua numbers are doubles: times are integer microseconds (exact below 2**53), and
@@ -128,65 +128,92 @@ return out
 """
 )
 
-# KEYS: row, keys-zset.
-# ARGV: now|'', cost, commit?, key, ttl_ms, max_span_us, then per rate: bucket_us, n, limit
-# -> {allowed, now, per rate: used and oldest counted epoch (-1: none),
-#     then per rate: hits per bucket, oldest first}
-_HIT = (
-    _NOW
-    + """
-local now = now_us()
-local cost, commit = tonumber(ARGV[2]), ARGV[3] == '1'
-local flat = redis.call('HGETALL', KEYS[1])
-local h = {}
-for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-local allowed, used, oldest, buckets = true, {}, {}, {}
-local rates = (#ARGV - 6) / 3
+# KEYS: row. ARGV: now|'', cost, commit?, detail?, ttl_ms, then per rate: bucket_us, n, limit, word
+# A limiter key is one string of i64 words (BITFIELD, O(1) per word); rate r starts at `word`:
+#   [head epoch][running total of the live buckets] then n x [bucket epoch][hits]
+# (0 = empty: real epochs are positive). A hit reads head, total and the current bucket,
+# drops the buckets that just expired from the total, and writes only when it counts.
+# -> {allowed, now, used per rate..., and with detail: per rate, hits per bucket oldest first}
+_HIT = """
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4] == '1'
+local rates = (#ARGV - 5) / 4
+local get, now_es, slots = {}, {}, {}
 for r = 0, rates - 1 do
-  local b, n, limit = tonumber(ARGV[7 + r * 3]), tonumber(ARGV[8 + r * 3]), tonumber(ARGV[9 + r * 3])
-  local now_e = math.floor(now / b)
-  local total, old = 0, -1
-  for e = now_e - n + 1, now_e do
-    local slot = e % n
-    local v = 0
-    if h['r' .. r .. 'e' .. slot] == int(e) then v = tonumber(h['r' .. r .. 'v' .. slot] or '0') end
-    if v > 0 and old < 0 then old = e end
-    total = total + v
-    buckets[#buckets + 1] = int(v)
+  local now_e = math.floor(now / tonumber(ARGV[6 + r * 4]))
+  local word = tonumber(ARGV[9 + r * 4])
+  local slot_word = word + 2 + 2 * (now_e % tonumber(ARGV[7 + r * 4]))
+  now_es[r], slots[r] = now_e, slot_word
+  local i = r * 12
+  get[i + 1], get[i + 2], get[i + 3] = 'GET', 'i64', '#' .. word
+  get[i + 4], get[i + 5], get[i + 6] = 'GET', 'i64', '#' .. (word + 1)
+  get[i + 7], get[i + 8], get[i + 9] = 'GET', 'i64', '#' .. slot_word
+  get[i + 10], get[i + 11], get[i + 12] = 'GET', 'i64', '#' .. (slot_word + 1)
+end
+local got = redis.call('BITFIELD', KEYS[1], unpack(get))
+local allowed, used = true, {}
+for r = 0, rates - 1 do
+  local n, word, now_e = tonumber(ARGV[7 + r * 4]), tonumber(ARGV[9 + r * 4]), now_es[r]
+  local head, total = got[r * 4 + 1], got[r * 4 + 2]
+  if head == 0 or now_e - head >= n then
+    total = 0
+  elseif now_e > head then
+    local f = {}
+    for gone = head - n + 1, now_e - n do
+      local w = word + 2 + 2 * (gone % n)
+      f[#f + 1], f[#f + 2], f[#f + 3] = 'GET', 'i64', '#' .. w
+      f[#f + 1], f[#f + 2], f[#f + 3] = 'GET', 'i64', '#' .. (w + 1)
+    end
+    local ev = redis.call('BITFIELD', KEYS[1], unpack(f))
+    local gone = head - n + 1
+    for i = 1, #ev, 2 do
+      if ev[i] == gone then total = total - ev[i + 1] end
+      gone = gone + 1
+    end
   end
-  used[r + 1], oldest[r + 1] = total, old
-  if total + cost > limit then allowed = false end
+  used[r + 1] = total
+  if total + cost > tonumber(ARGV[8 + r * 4]) then allowed = false end
 end
 if allowed and commit then
+  local set, new_bucket = {}, false
   for r = 0, rates - 1 do
-    local b, n = tonumber(ARGV[7 + r * 3]), tonumber(ARGV[8 + r * 3])
-    local now_e = math.floor(now / b)
-    local slot = now_e % n
-    if h['r' .. r .. 'e' .. slot] ~= int(now_e) then
-      redis.call('HSET', KEYS[1], 'r' .. r .. 'e' .. slot, int(now_e), 'r' .. r .. 'v' .. slot, 0)
-    end
-    redis.call('HINCRBY', KEYS[1], 'r' .. r .. 'v' .. slot, cost)
+    local word, v = tonumber(ARGV[9 + r * 4]), cost
+    if got[r * 4 + 3] == now_es[r] then v = v + got[r * 4 + 4] else new_bucket = true end
     used[r + 1] = used[r + 1] + cost
-    if oldest[r + 1] < 0 then oldest[r + 1] = now_e end
+    local i = r * 16
+    set[i + 1], set[i + 2], set[i + 3], set[i + 4] = 'SET', 'i64', '#' .. word, now_es[r]
+    set[i + 5], set[i + 6], set[i + 7], set[i + 8] = 'SET', 'i64', '#' .. (word + 1), used[r + 1]
+    set[i + 9], set[i + 10], set[i + 11], set[i + 12] = 'SET', 'i64', '#' .. slots[r], now_es[r]
+    set[i + 13], set[i + 14], set[i + 15], set[i + 16] = 'SET', 'i64', '#' .. (slots[r] + 1), v
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
-  redis.call('ZADD', KEYS[2], now, ARGV[4])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now - tonumber(ARGV[6])))
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  redis.call('BITFIELD', KEYS[1], unpack(set))
+  -- the TTL (span + 2 buckets) is refreshed when a hit opens a bucket: the key then
+  -- outlives every later write in that bucket by at least a span
+  if new_bucket then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 end
-local out = {allowed and 1 or 0, int(now)}
-for r = 1, rates do out[#out + 1] = int(used[r]); out[#out + 1] = int(oldest[r]) end
-for _, v in ipairs(buckets) do out[#out + 1] = v end
+local out = {allowed and 1 or 0, now}
+for r = 1, rates do out[#out + 1] = used[r] end
+if detail then
+  for r = 0, rates - 1 do
+    local n, word, f = tonumber(ARGV[7 + r * 4]), tonumber(ARGV[9 + r * 4]), {}
+    for e = now_es[r] - n + 1, now_es[r] do
+      local w = word + 2 + 2 * (e % n)
+      f[#f + 1], f[#f + 2], f[#f + 3] = 'GET', 'i64', '#' .. w
+      f[#f + 1], f[#f + 2], f[#f + 3] = 'GET', 'i64', '#' .. (w + 1)
+    end
+    local ev = redis.call('BITFIELD', KEYS[1], unpack(f))
+    local e = now_es[r] - n + 1
+    for i = 1, #ev, 2 do
+      out[#out + 1] = (ev[i] == e) and ev[i + 1] or 0
+      e = e + 1
+    end
+  end
+end
 return out
-"""
-)
-
-# KEYS: keys-zset. ARGV: row-prefix, span_us, now|'' (shifted: now is ARGV[3])
-_DROP = """
-local rows = redis.call('ZRANGE', KEYS[1], 0, -1)
-for _, key in ipairs(rows) do redis.call('DEL', ARGV[1] .. key) end
-redis.call('DEL', KEYS[1], ARGV[1])
-return #rows
 """
 
 
@@ -262,6 +289,26 @@ class _RedisBase:
 
             raise WindowNotFoundError(f"no window named {self.name!r} on redis")
         return str(have.decode())
+
+    def _drop(self, pattern: str) -> int:
+        """Delete this name's keys matching ``pattern`` (SCAN: no index to trust). Not a hot path."""
+        dropped = 0
+        try:
+            batch = []
+            for found in self._redis.scan_iter(match=self._prefix + pattern, count=1000):
+                batch.append(found)
+                if len(batch) == 500:
+                    dropped += self._redis.delete(*batch)
+                    batch = []
+            if batch:
+                dropped += self._redis.delete(*batch)
+        except self._errors as exc:
+            raise _unavailable(self.url, exc) from exc
+        return dropped
+
+    def unlink(self) -> bool:
+        """Remove the name, its geometry and every key's counts, for every host."""
+        return self._drop("*") > 0
 
     def close(self) -> None:
         if not self._closed:
@@ -432,17 +479,8 @@ class RedisWindow(_RedisBase):
             raise _unavailable(self.url, exc) from exc
 
     def reset(self) -> None:
-        try:
-            self._redis.eval(_DROP, 1, self._prefix + "keys", self._prefix + "k:")
-        except self._errors as exc:
-            raise _unavailable(self.url, exc) from exc
-
-    def unlink(self) -> bool:
-        try:
-            self._redis.eval(_DROP, 1, self._prefix + "keys", self._prefix + "k:")
-            return bool(self._redis.delete(self._prefix + "meta"))
-        except self._errors as exc:
-            raise _unavailable(self.url, exc) from exc
+        self._drop("k:*")
+        self._drop("keys")
 
     def _keyed(self) -> None:
         if not self._g.keyed:
@@ -490,9 +528,11 @@ class RedisLimiter(_RedisBase):
         self.on_error = on_error
         self._rings: list[Ring] = list(g.rings)
         self._open_geometry(_limiter_spec(g))
-        self._args = [str(v) for r in self._rings for v in (r.bucket_ns // NS_PER_US, r.n_buckets, r.limit)]
-        self._max_span_us = max(r.span_ns for r in self._rings) // NS_PER_US
-        self._ttl_ms = self._max_span_us // 1000 + 1
+        words, self._args = 0, []
+        for r in self._rings:  # each rate's words: head, total, then n x (epoch, hits)
+            self._args += [str(r.bucket_ns // NS_PER_US), str(r.n_buckets), str(r.limit), str(words)]
+            words += 2 + 2 * r.n_buckets
+        self._ttl_ms = max(r.span_ns + r.bucket_ns for r in self._rings) // 1_000_000 + 1
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Any] = getattr(clock, "async_sleep", None) or _asyncio_sleep
 
@@ -509,33 +549,32 @@ class RedisLimiter(_RedisBase):
         return cls(name, rates, backend=backend, buckets=buckets, clock=clock, on_error=on_error)
 
     def _check(
-        self, key: Key, cost: int, commit: bool
-    ) -> tuple[bool, int, list[int], list[int], list[list[int]]]:
+        self, key: Key, cost: int, commit: bool, detail: bool = False
+    ) -> tuple[bool, int, list[int], list[list[int]]]:
+        """One round trip: (allowed, now ns, used per rate, hits per bucket per rate if detail)."""
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0 or (commit and cost == 0):
             raise ValueError(f"cost must be a positive int, not {cost!r}")
         _key_text(key)
-        out = self._run(
-            _HIT, [self._row(key), self._prefix + "keys"],
-            [cost, int(commit), _key_text(key), self._ttl_ms, self._max_span_us, *self._args],
-        )  # fmt: skip
+        out = self._run(_HIT, [self._row(key)], [cost, int(commit), int(detail), self._ttl_ms, *self._args])
         n_rates = len(self._rings)
-        pairs = [int(v) for v in out[2 : 2 + 2 * n_rates]]
-        flat = [int(v) for v in out[2 + 2 * n_rates :]]
-        per_rate, start = [], 0
-        for r in self._rings:
-            per_rate.append(flat[start : start + r.n_buckets])
+        used = [int(v) for v in out[2 : 2 + n_rates]]
+        per_rate, start = [], 2 + n_rates
+        for r in self._rings if detail else ():
+            per_rate.append([int(v) for v in out[start : start + r.n_buckets]])
             start += r.n_buckets
-        return bool(out[0]), int(out[1]) * NS_PER_US, pairs[0::2], pairs[1::2], per_rate
+        return bool(out[0]), int(out[1]) * NS_PER_US, used, per_rate
 
-    def _guarded(self, key: Key, cost: int) -> tuple[bool, int | None]:
+    def _guarded(self, key: Key, cost: int, detail: bool = False) -> tuple[bool, int | None]:
         """hit, with the on_error policy; (allowed, ns until cost fits or None)."""
         try:
-            allowed, now_ns, used, _, per_rate = self._check(key, cost, commit=True)
+            allowed, now_ns, used, per_rate = self._check(key, cost, commit=True, detail=detail)
         except BackendUnavailableError:
             if self.on_error == "raise":
                 raise
             return self.on_error == "allow", None
-        return allowed, None if allowed else self._wait_ns(now_ns, cost, used, per_rate)
+        if allowed or not detail:
+            return allowed, None
+        return allowed, self._wait_ns(now_ns, cost, used, per_rate)
 
     def hit(self, key: Key, cost: int = 1) -> bool:
         return self._guarded(key, cost)[0]
@@ -549,10 +588,14 @@ class RedisLimiter(_RedisBase):
             return self.on_error == "allow"
 
     def stats_all(self, key: Key) -> list[LimitStats]:
-        _, now_ns, used, oldest, _ = self._check(key, 0, commit=False)
+        _, now_ns, used, per_rate = self._check(key, 0, commit=False, detail=True)
         out = []
-        for rate, ring, u, old in zip(self.rates, self._rings, used, oldest, strict=True):
-            reset_ns = (old + ring.n_buckets) * ring.bucket_ns - now_ns if old >= 0 and u else 0
+        for rate, ring, u, buckets in zip(self.rates, self._rings, used, per_rate, strict=True):
+            oldest_age = next((age for age, hits in enumerate(buckets) if hits), None)
+            reset_ns = 0
+            if oldest_age is not None:
+                first_epoch = now_ns // ring.bucket_ns - ring.n_buckets + 1
+                reset_ns = (first_epoch + oldest_age + ring.n_buckets) * ring.bucket_ns - now_ns
             out.append(LimitStats(rate, rate.limit, u, max(rate.limit - u, 0), max(reset_ns, 0) / NS_PER_S))
         return out
 
@@ -562,7 +605,6 @@ class RedisLimiter(_RedisBase):
     def clear(self, key: Key) -> None:
         try:
             self._redis.delete(self._row(key))
-            self._redis.zrem(self._prefix + "keys", _key_text(key))
         except self._errors as exc:
             raise _unavailable(self.url, exc) from exc
 
@@ -585,7 +627,7 @@ class RedisLimiter(_RedisBase):
     def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            allowed, wait_ns = self._guarded(key, cost)
+            allowed, wait_ns = self._guarded(key, cost, detail=True)
             pause = _pause(allowed, wait_ns, deadline)
             if pause is None:
                 return allowed
@@ -594,18 +636,11 @@ class RedisLimiter(_RedisBase):
     async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            allowed, wait_ns = self._guarded(key, cost)
+            allowed, wait_ns = self._guarded(key, cost, detail=True)
             pause = _pause(allowed, wait_ns, deadline)
             if pause is None:
                 return allowed
             await self._async_sleep(pause)
-
-    def unlink(self) -> bool:
-        try:
-            self._redis.eval(_DROP, 1, self._prefix + "keys", self._prefix + "k:")
-            return bool(self._redis.delete(self._prefix + "meta"))
-        except self._errors as exc:
-            raise _unavailable(self.url, exc) from exc
 
     def __repr__(self) -> str:
         return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self.rates))} on {self.url}>"
