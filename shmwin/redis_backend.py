@@ -128,6 +128,44 @@ return out
 """
 )
 
+# The common case, one rate: the whole ring is read with GET, decoded with struct (big-endian
+# i64, the layout BITFIELD uses), and written back with one SET. The limiter's constants are
+# written into the script (one script per geometry), so a hit sends only now and cost.
+# KEYS: row. ARGV: now|'', cost  -> 1 (counted) or 0: one integer, one read
+_HIT1 = """
+local TTL_MS, BUCKET_US, N, LIMIT = %(ttl_ms)d, %(bucket_us)d, %(n)d, %(limit)d
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local now_e = math.floor(now / BUCKET_US)
+local ring = redis.call('GET', KEYS[1]) or string.rep('\\0', 16 + 16 * N)
+local head, total = struct.unpack('>i8>i8', ring)
+if head == 0 or now_e - head >= N then
+  total = 0
+elseif now_e > head then
+  for gone = head - N + 1, now_e - N do
+    local e, v = struct.unpack('>i8>i8', ring, 17 + 16 * (gone %% N))
+    if e == gone then total = total - v end
+  end
+end
+if total + cost > LIMIT then return 0 end
+local at = 17 + 16 * (now_e %% N)
+local e, v = struct.unpack('>i8>i8', ring, at)
+local fresh = e ~= now_e
+if fresh then v = 0 end
+ring = struct.pack('>i8>i8', now_e, total + cost) .. string.sub(ring, 17, at - 1)
+       .. struct.pack('>i8>i8', now_e, v + cost) .. string.sub(ring, at + 16)
+if fresh then
+  redis.call('SET', KEYS[1], ring, 'PX', TTL_MS)  -- a new bucket: the TTL starts again
+else
+  redis.call('SET', KEYS[1], ring, 'KEEPTTL')
+end
+return 1
+"""
+
 # KEYS: row. ARGV: now|'', cost, commit?, detail?, ttl_ms, then per rate: bucket_us, n, limit, word
 # A limiter key is one string of i64 words (BITFIELD, O(1) per word); rate r starts at `word`:
 #   [head epoch][running total of the live buckets] then n x [bucket epoch][hits]
@@ -533,6 +571,19 @@ class RedisLimiter(_RedisBase):
             self._args += [str(r.bucket_ns // NS_PER_US), str(r.n_buckets), str(r.limit), str(words)]
             words += 2 + 2 * r.n_buckets
         self._ttl_ms = max(r.span_ns + r.bucket_ns for r in self._rings) // 1_000_000 + 1
+        ring = self._rings[0]
+        one_rate_real_clock = len(self._rings) == 1 and clock is None
+        self._hit1_runner: Any = None
+        self._hit1 = _HIT1 % {
+            "ttl_ms": self._ttl_ms, "bucket_us": ring.bucket_ns // NS_PER_US,
+            "n": ring.n_buckets, "limit": ring.limit,
+        }  # fmt: skip
+        if one_rate_real_clock:
+            import redis
+
+            self._no_script = redis.exceptions.NoScriptError
+            self._hit1_sha = self._redis.register_script(self._hit1).sha
+            self._hit1_runner = self._redis.evalsha
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Any] = getattr(clock, "async_sleep", None) or _asyncio_sleep
 
@@ -555,6 +606,8 @@ class RedisLimiter(_RedisBase):
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0 or (commit and cost == 0):
             raise ValueError(f"cost must be a positive int, not {cost!r}")
         _key_text(key)
+        if commit and not detail and len(self._rings) == 1:  # a plain hit: the lean script
+            return bool(self._run(self._hit1, [self._row(key)], [cost])), 0, [], []
         out = self._run(_HIT, [self._row(key)], [cost, int(commit), int(detail), self._ttl_ms, *self._args])
         n_rates = len(self._rings)
         used = [int(v) for v in out[2 : 2 + n_rates]]
@@ -577,7 +630,23 @@ class RedisLimiter(_RedisBase):
         return allowed, self._wait_ns(now_ns, cost, used, per_rate)
 
     def hit(self, key: Key, cost: int = 1) -> bool:
+        """Count ``cost`` hits for ``key`` if every rate allows them: one round trip."""
+        evalsha = self._hit1_runner
+        if evalsha is not None and type(key) is str and type(cost) is int and cost > 0:
+            try:  # the common case: EVALSHA of the lean script, nothing in between
+                return bool(evalsha(self._hit1_sha, 1, self._prefix + "k:" + key, "", cost))
+            except self._no_script:  # a restarted server forgot it: load it, once
+                self._redis.script_load(self._hit1)
+                return self.hit(key, cost)
+            except self._errors as exc:
+                if self.on_error == "raise":
+                    raise _unavailable(self.url, exc) from exc
+                return self.on_error == "allow"
         return self._guarded(key, cost)[0]
+
+    def close(self) -> None:
+        self._hit1_runner = None
+        super().close()
 
     def test(self, key: Key, cost: int = 1) -> bool:
         try:
