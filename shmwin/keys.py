@@ -32,6 +32,7 @@ from .locks import LockTable
 Key = str | bytes
 
 MAX_PROBES = 128
+_SLOT_MASK = 0xFFFFFFFF  # capacity <= 50M: a slot fits 32 bits
 _W = layout.WORD_BYTES
 _ENTRY_WORDS = layout.KEY_ENTRY_BYTES // _W
 _FLAG_STR, _FLAG_DIGEST = 1, 2
@@ -69,6 +70,8 @@ class KeyTable:
     """This process's view of a segment's key table."""
 
     def __init__(self, mm: Any, q: memoryview, g: layout.Geometry, lay: layout.Layout, locks: LockTable):
+        self._rows = lay.rows_off // _W  # row s's key header: generation copy, newest write
+        self._row_words = lay.row_bytes // _W
         self._mm = mm
         self._q = q
         self._base = lay.keys_off // _W
@@ -78,7 +81,9 @@ class KeyTable:
         self._idle_ns = g.idle_ns
         self._locks = locks
         self._reset_row: Callable[[int], None] = lambda slot: None
-        self.cache: dict[Key, tuple[int, int]] = {}  # key -> (slot, generation), checked under lock
+        # key -> generation << 32 | slot, checked under the row lock; one int, not a tuple of
+        # two, is one heap object fewer to miss on for every hit of a cold key
+        self.cache: dict[Key, int] = {}
 
     def lock_of(self, slot: int) -> int:
         return layout.FIRST_KEY_LOCK + slot % self._n_key_locks
@@ -95,7 +100,8 @@ class KeyTable:
         Raises :class:`KeyTableFullError` if it must be created and no entry is free.
         """
         while True:
-            hit = self.cache.get(key)
+            packed = self.cache.get(key)
+            hit = None if packed is None else (packed & _SLOT_MASK, packed >> 32)
             if hit is None:
                 hit = self._find(*encode(key))
             if hit is None:
@@ -107,7 +113,7 @@ class KeyTable:
             slot, generation = hit
             lock = self.lock_of(slot)
             self._locks.acquire(lock)
-            if self._q[self._base + slot * _ENTRY_WORDS] == generation:
+            if self._q[self._rows + slot * self._row_words] == generation:
                 try:
                     self._remember(key, hit)
                 except BaseException:
@@ -122,13 +128,14 @@ class KeyTable:
 
     def touch(self, slot: int, now_ns: int) -> None:
         """Record a write (caller holds the row lock)."""
-        self._q[self._base + slot * _ENTRY_WORDS + 2] = now_ns
+        self._q[self._rows + slot * self._row_words + 1] = now_ns
 
     # -- readers: lock-free ------------------------------------------------------------------
 
     def find(self, key: Key) -> tuple[int, int] | None:
         """``(slot, generation)`` of ``key``, or None; verify the generation after reading."""
-        return self.cache.get(key) or self._find(*encode(key))
+        packed = self.cache.get(key)
+        return self._find(*encode(key)) if packed is None else (packed & _SLOT_MASK, packed >> 32)
 
     def generation(self, slot: int) -> int:
         return int(self._q[self._base + slot * _ENTRY_WORDS])
@@ -145,14 +152,14 @@ class KeyTable:
         """``(slot, key, last_ns)`` of every entry that has a key (idle or not)."""
         out = []
         for slot in range(self.n_slots):
-            last_ns = int(self._q[self._base + slot * _ENTRY_WORDS + 2])
+            last_ns = int(self._q[self._rows + slot * self._row_words + 1])
             key = self.entry(slot)
             if key is not None:
                 out.append((slot, key, last_ns))
         return out
 
     def is_idle(self, slot: int, now_ns: int) -> bool:
-        return bool(now_ns - self._q[self._base + slot * _ENTRY_WORDS + 2] > self._idle_ns)
+        return bool(now_ns - self._q[self._rows + slot * self._row_words + 1] > self._idle_ns)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -220,12 +227,14 @@ class KeyTable:
         self._mm[off : off + layout.MAX_STORED_KEY] = stored.ljust(layout.MAX_STORED_KEY, b"\0")
         q[e + 3] = len(stored) | flags << 32
         q[e + 1] = h
-        q[e + 2] = now_ns
         self._reset_row(slot)
+        row = self._rows + slot * self._row_words
+        q[row + 1] = now_ns
+        q[row] = generation  # the writers' copy, then the entry: readers trust it last
         q[e] = generation
         return generation
 
     def _remember(self, key: Key, hit: tuple[int, int]) -> None:
         if len(self.cache) > 4 * self.n_slots:
             self.cache.clear()
-        self.cache[key] = hit
+        self.cache[key] = hit[1] << 32 | hit[0]

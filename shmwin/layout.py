@@ -54,7 +54,7 @@ Key table (keyed only): ``key_slots`` x 128 bytes, entry *s* names the key of ro
     off  size type  name         meaning
     0    8    i64   generation   0 = never used; bumped (last) each time the entry gets a key
     8    8    u64   hash         64-bit blake2b of the stored key bytes
-    16   8    i64   last_ns      CLOCK_MONOTONIC of the key's newest write (idle keys are reused)
+    16   8    i64   -            reserved, 0 (the newest write is in the row's key header)
     24   4    u32   key_len      bytes of stored key
     28   4    u32   key_flags    1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
     32   96   bytes key          the key's bytes, NUL-padded
@@ -62,7 +62,10 @@ Key table (keyed only): ``key_slots`` x 128 bytes, entry *s* names the key of ro
 Rows: unkeyed windows have ``n_stripes + 1`` rows -- row 0 shared and written
 only under lock 1 (locked mode, and striped mode's fallback when every stripe is
 taken), row *r >= 1* written only by its owner thread, without a lock. Keyed
-windows have ``key_slots`` rows, written under their key's lock. A row is its
+windows have ``key_slots`` rows, written under their key's lock; a keyed row
+starts with a key header slot -- word 0 a copy of the entry's generation (what a
+writer holding the row lock checks), word 1 the key's newest write in monotonic ns
+(idle keys are reused) -- so a hot write touches no key-table line. Then come the
 rings one after another; ring *i* is ``n_buckets_i + 1`` slots of
 ``1 + n_fields`` 8-byte words, the first slot being the ring's header::
 
@@ -257,6 +260,11 @@ class Layout:
     slot_words: int
     ring_words: tuple[int, ...]  # word offset of each ring's header slot within a row
 
+    @property
+    def rings_bytes(self) -> int:
+        """Bytes of a row after its key header (the part that emptying a row resets)."""
+        return self.row_bytes - self.ring_words[0] * WORD_BYTES
+
     @classmethod
     def plan(cls, g: Geometry) -> Layout:
         locks_off = HEADER_BYTES
@@ -265,7 +273,9 @@ class Layout:
         keys_off = _align64(stripes_off + n_entries * STRIPE_ENTRY_BYTES)
         rows_off = _align64(keys_off + g.key_slots * KEY_ENTRY_BYTES)
         slot_words = 1 + len(g.fields)
-        ring_words, words = [], 0
+        # keyed rows start with a key header slot: the writers' copy of the key's generation
+        # and its newest write, on the same cache line as ring 0's header
+        ring_words, words = [], slot_words if g.keyed else 0
         for ring in g.rings:
             ring_words.append(words)
             words += (ring.n_buckets + 1) * slot_words

@@ -35,7 +35,6 @@ from .ring import EMPTY_EPOCH
 from .window import Window
 
 ON_FULL = ("raise", "allow", "deny")
-_ENTRY_WORDS = layout.KEY_ENTRY_BYTES // layout.WORD_BYTES
 DEFAULT_BUCKETS = 20
 
 
@@ -125,7 +124,7 @@ class Limiter:
         self._locks = w._locks
         self._key_locks = w._locks.handles[layout.FIRST_KEY_LOCK :]
         self._n_key_locks = len(self._key_locks)
-        self._entries = w._lay.keys_off // layout.WORD_BYTES
+
         self._multi = len(self._rings) > 1
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
@@ -137,18 +136,18 @@ class Limiter:
         cached = self._cache.get(key)
         if cached is None or type(cost) is not int or cost < 1 or self._multi:
             return self._check(key, cost, commit=True)[0]
-        slot, generation = cached  # fast path: a key this process has seen, one rate
+        slot, generation = cached & 0xFFFFFFFF, cached >> 32  # fast path: a key seen before, one rate
         handle = self._key_locks[slot % self._n_key_locks]
         rc = trylock(handle)
         if rc:
             self._locks.acquire_contended(layout.FIRST_KEY_LOCK + slot % self._n_key_locks, rc)
         try:
             q = self._q
-            entry = self._entries + slot * _ENTRY_WORDS
-            if q[entry] == generation:
+            row = self._rows_word + slot * self._row_words  # key header: generation, newest write
+            if q[row] == generation:
                 now_ns = self._clock()  # read under the lock: a row's epochs never go back
                 off, n, bucket_ns, limit = self._rings[0]
-                header, epoch = self._rows_word + slot * self._row_words + off, now_ns // bucket_ns
+                header, epoch = row + off, now_ns // bucket_ns
                 if q[header] != epoch:
                     _advance(q, header, self._sw, n, epoch)
                 total = q[header + 1]
@@ -160,7 +159,7 @@ class Limiter:
                     q[bucket] = epoch
                 q[bucket + 1] += cost
                 q[header + 1] = total + cost
-                q[entry + 2] = now_ns  # the key's last write, for reclaiming idle keys
+                q[row + 1] = now_ns  # the key's newest write, for reclaiming idle keys
                 return True
         finally:
             unlock(handle)

@@ -520,8 +520,8 @@ class Window:
         """Overwrite a row with the empty template (every epoch EMPTY, every value 0).
         Caller holds the row's lock, and no reader trusts the row until the key's
         generation is published after this."""
-        start = self._lay.rows_off + row * self._lay.row_bytes
-        self._seg.mm[start : start + self._lay.row_bytes] = self._empty_row_bytes
+        start = self._lay.rows_off + row * self._lay.row_bytes + self._lay.ring_words[0] * _W
+        self._seg.mm[start : start + self._lay.rings_bytes] = self._empty_row_bytes
 
     def _bad_amount(self, n: object) -> Exception:
         if self._g.dtype == "int64":
@@ -911,7 +911,7 @@ def _slot_view(mm: mmap.mmap, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]
     """Every slot of every ring of every row as int64 words: (rows, slots, 1 + fields)."""
     n_slots = sum(r.n_buckets + 1 for r in g.rings)
     view: npt.NDArray[np.int64] = np.ndarray(
-        (lay.n_rows, n_slots, lay.slot_words), np.int64, mm, lay.rows_off,
+        (lay.n_rows, n_slots, lay.slot_words), np.int64, mm, lay.rows_off + lay.ring_words[0] * _W,
         (lay.row_bytes, lay.slot_words * _W, _W),
     )  # fmt: skip
     return view
@@ -919,7 +919,7 @@ def _slot_view(mm: mmap.mmap, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]
 
 def _empty_row_template(g: Geometry, lay: Layout) -> bytes:
     """The bytes of a row with every slot unstamped and every value zero."""
-    words = np.zeros(lay.row_bytes // _W, np.int64)
+    words = np.zeros(lay.rings_bytes // _W, np.int64)
     n_slots = sum(r.n_buckets + 1 for r in g.rings)
     words[: n_slots * lay.slot_words : lay.slot_words] = ring.EMPTY_EPOCH
     return words.tobytes()

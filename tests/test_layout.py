@@ -48,7 +48,9 @@ def test_everything_is_cache_line_aligned():
             assert off % 64 == 0
         assert lay.total_bytes == lay.rows_off + lay.n_rows * lay.row_bytes
     assert keyed.key_slots == 13 and Layout.plan(keyed).n_rows == 13  # next prime >= 1.25 x 10
-    assert Layout.plan(keyed).ring_words == (0, 2 * 4)  # ring 1 starts after ring 0's 1 + 3 slots
+    # a keyed row: the key header slot (2 words), then ring 0 (1 + 3 slots of 2 words), then ring 1
+    assert Layout.plan(keyed).ring_words == (2, 2 + 2 * 4)
+    assert Layout.plan(G).ring_words == (0,)  # unkeyed rows have no key header
 
 
 def test_round_trip():
