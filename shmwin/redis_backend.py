@@ -128,6 +128,54 @@ return out
 """
 )
 
+# KEYS: keys-zset. ARGV: now|'', span_us  -> live keys
+_KEYS = (
+    _NOW
+    + """
+return redis.call('ZRANGEBYSCORE', KEYS[1], now_us() - tonumber(ARGV[2]), '+inf')
+"""
+)
+
+# KEYS: row, keys-zset. ARGV: now|'', key
+_CLEAR = """
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return 1
+"""
+
+# KEYS: keys-zset. ARGV: now|'', bucket_us, n, k, field, top_n, row-prefix, span_us
+# -> {key, total, key, total, ...} busiest first
+_TOP = (
+    _NOW
+    + """
+local now = now_us()
+local b, n, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local field, top_n = ARGV[5], tonumber(ARGV[6])
+local first = math.floor(now / b) - k + 1
+local found = {}
+for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[8]), '+inf')) do
+  local flat = redis.call('HGETALL', ARGV[7] .. key)
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  local total = 0
+  for j = 0, k - 1 do
+    local slot = (first + j) % n
+    if h['e' .. slot] == int(first + j) then
+      total = total + (tonumber(h['v' .. slot .. '.' .. field]) or 0)
+    end
+  end
+  if total ~= 0 then found[#found + 1] = {key, total} end
+end
+table.sort(found, function(x, y) return x[2] > y[2] end)
+local out = {}
+for i = 1, math.min(top_n, #found) do
+  out[#out + 1] = found[i][1]
+  out[#out + 1] = string.format('%.17g', found[i][2])
+end
+return out
+"""
+)
+
 # The common case, one rate: the whole ring is read with GET, decoded with struct (big-endian
 # i64, the layout BITFIELD uses), and written back with one SET. The limiter's constants are
 # written into the script (one script per geometry), so a hit sends only now and cost.
@@ -492,29 +540,31 @@ class RedisWindow(_RedisBase):
         return values[:, f - 1]
 
     def keys(self) -> list[str]:
+        """Keys with counts inside the window: one round trip."""
         self._keyed()
-        now_us = self._now_us()
-        try:
-            found = self._redis.zrangebyscore(
-                self._prefix + "keys", now_us - self._g.span_ns // NS_PER_US, "+inf"
-            )
-        except self._errors as exc:
-            raise _unavailable(self.url, exc) from exc
+        found = self._run(_KEYS, [self._prefix + "keys"], [self._g.span_ns // NS_PER_US])
         return [k.decode("latin-1") for k in found]
 
     def top(
         self, n: int = 10, field: str | None = None, last: Duration | None = None
     ) -> list[tuple[str, Any]]:
-        totals = [(key, self.total(field, last=last, key=key)) for key in self.keys()]
-        return sorted((t for t in totals if t[1]), key=lambda t: t[1], reverse=True)[: max(n, 0)]
+        """The ``n`` busiest keys of ``field``, summed on the server: one round trip."""
+        self._keyed()
+        f, g = self._field(field), self._g
+        k = g.n_buckets if last is None else buckets_for(to_ns(last, "last"), g.bucket_ns, g.n_buckets)
+        flat = self._run(
+            _TOP, [self._prefix + "keys"],
+            [g.bucket_ns // NS_PER_US, g.n_buckets, k, f, max(n, 0), self._prefix + "k:",
+             g.span_ns // NS_PER_US],
+        )  # fmt: skip
+        return [
+            (flat[i].decode("latin-1"), _scalar(float(flat[i + 1]), g.dtype)) for i in range(0, len(flat), 2)
+        ]
 
     def clear(self, key: Key) -> None:
+        """Forget every count of ``key``: one round trip."""
         self._keyed()
-        try:
-            self._redis.delete(self._row(key))
-            self._redis.zrem(self._prefix + "keys", _key_text(key))
-        except self._errors as exc:
-            raise _unavailable(self.url, exc) from exc
+        self._run(_CLEAR, [self._row(key), self._prefix + "keys"], [_key_text(key)])
 
     def reset(self) -> None:
         self._drop("k:*")
@@ -523,15 +573,6 @@ class RedisWindow(_RedisBase):
     def _keyed(self) -> None:
         if not self._g.keyed:
             raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
-
-    def _now_us(self) -> int:
-        if self._clock is not None:
-            return self._clock() // NS_PER_US
-        try:
-            seconds, micros = self._redis.time()
-        except self._errors as exc:
-            raise _unavailable(self.url, exc) from exc
-        return int(seconds) * 1_000_000 + int(micros)
 
     def __repr__(self) -> str:
         return f"<shmwin.Window {self.name!r} on {self.url} {self._g}>"
