@@ -392,6 +392,10 @@ class _RedisBase:
             raise _unavailable(self.url, exc) from exc
         return dropped
 
+    def _local_ns(self) -> int:
+        """This host's clock, for timeouts (the test clock when one was given)."""
+        return self._clock() if self._clock is not None else time.monotonic_ns()
+
     def unlink(self) -> bool:
         """Remove the name, its geometry and every key's counts, for every host."""
         return self._drop("*") > 0
@@ -735,19 +739,21 @@ class RedisLimiter(_RedisBase):
         return wait
 
     def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Wait (sleeping, not spinning) until ``cost`` hits are allowed and count them."""
+        deadline = None if timeout is None else self._local_ns() + round(timeout * NS_PER_S)
         while True:
             allowed, wait_ns = self._guarded(key, cost, detail=True)
-            pause = _pause(allowed, wait_ns, deadline)
+            pause = _pause(allowed, wait_ns, deadline, self._local_ns())
             if pause is None:
                 return allowed
             self._sleep(pause)
 
     async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
+        deadline = None if timeout is None else self._local_ns() + round(timeout * NS_PER_S)
         while True:
             allowed, wait_ns = self._guarded(key, cost, detail=True)
-            pause = _pause(allowed, wait_ns, deadline)
+            pause = _pause(allowed, wait_ns, deadline, self._local_ns())
             if pause is None:
                 return allowed
             await self._async_sleep(pause)
@@ -762,17 +768,15 @@ async def _asyncio_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def _pause(allowed: bool, wait_ns: int | None, deadline: float | None) -> float | None:
+def _pause(allowed: bool, wait_ns: int | None, deadline_ns: int | None, now_ns: int) -> float | None:
     """Seconds to sleep before trying again, or None to return ``allowed`` now."""
     if allowed or wait_ns is None:
         return None
-    pause = max(wait_ns, 1_000_000) / NS_PER_S
-    if deadline is not None:
-        left = deadline - time.monotonic()
-        if left <= 0:
+    if deadline_ns is not None:
+        if deadline_ns <= now_ns:
             return None
-        pause = min(pause, left)
-    return pause
+        wait_ns = min(wait_ns, deadline_ns - now_ns)
+    return max(wait_ns, 1_000_000) / NS_PER_S
 
 
 def _key_text(key: Key | None) -> str:

@@ -131,7 +131,12 @@ def test_limiter_acquire_waits_exactly_as_long_as_needed(opened, name, clock):
     assert lim.acquire("k", timeout=5)
     assert 1.0 <= (clock() - started) / S <= 1.051
     assert len(clock.sleeps) == 1
+    while lim.hit("k"):  # fill the current second again
+        pass
+    assert not lim.acquire("k", timeout=0.2)  # the deadline is on the limiter's clock
+    assert clock.sleeps[-1] == pytest.approx(0.2) and len(clock.sleeps) == 2
     assert not lim.acquire("k", timeout=60, cost=3)  # never fits: False at once
+    assert len(clock.sleeps) == 2
 
 
 def test_limiter_rates_must_match(opened, name, clock):
