@@ -1,114 +1,125 @@
-"""Window benchmarks: shmwin against its peers, measured in the same run, reported as ratios.
+"""Window benchmarks: shmwin's add() against the floor and its peers, same run, ratios.
 
-    .venv/bin/python benchmarks/bench_window.py [--ops N] [--repeat R]
+    .venv/bin/python benchmarks/bench_window.py [--quick] [--json FILE]
 
-Every contender runs the same loop shape in 2 forked processes that start together;
-aggregate throughput = total ops / slowest process's time; the median of R runs is kept.
+1 process: ns per add(), each sample beside a sample of the floor (a loop calling only
+time.monotonic_ns()), medians over rounds. 2 processes: forked at a barrier, aggregate =
+total ops / the slower process's time, median over rounds, contenders interleaved.
+Method: benchmarks/_harness.py; results and prose: benchmarks/README.md (scripts/bench).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import mmap
 import multiprocessing as mp
 import os
 import platform
-import statistics
+import shutil
 import tempfile
 import threading
 import time
 import uuid
 
 import numpy as np
+from _harness import (
+    Contender,
+    FloorPairs,
+    Loop,
+    Target,
+    fresh_loop,
+    interleaved,
+    ns,
+    per_sec,
+    targets_table,
+    write_json,
+)
 
 from shmwin import Window
 
-# -- contenders: each returns seconds spent on n ops -------------------------------------------
+# -- 2-process contenders: each process runs loop(n) -> (seconds, 0) ------------------------------
 
 
-def shmwin_add(n: int, name: str) -> float:
-    w = Window.attach(name)
-    add = w.add
-    add()  # claim the stripe outside the timed loop
-    t = time.perf_counter()
-    for _ in range(n):
-        add()
-    elapsed = time.perf_counter() - t
-    w.close()
-    return elapsed
+def shmwin_add(name: str) -> Loop:
+    def run(n: int) -> tuple[float, int]:
+        w = Window.attach(name)
+        add = w.add
+        add()  # claim this process's stripe outside the timed loop
+        t = time.perf_counter()
+        for _ in range(n):
+            add()
+        elapsed = time.perf_counter() - t
+        w.close()
+        return elapsed, 0
+
+    return run
 
 
-def prometheus_inc(n: int, _: str) -> float:
+def prometheus_inc(n: int) -> tuple[float, int]:
     from prometheus_client import CollectorRegistry, Counter  # imported after the env var is set
 
     inc = Counter("bench", "bench", registry=CollectorRegistry()).inc
     t = time.perf_counter()
     for _ in range(n):
         inc()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, 0
 
 
-_MP_VALUE = None
+def mp_value_locked(value) -> Loop:  # type: ignore[no-untyped-def]
+    def run(n: int) -> tuple[float, int]:
+        lock = value.get_lock()
+        t = time.perf_counter()
+        for _ in range(n):
+            with lock:
+                value.value += 1
+        return time.perf_counter() - t, 0
+
+    return run
 
 
-def mp_value_locked(n: int, _: str) -> float:
-    value = _MP_VALUE
-    lock = value.get_lock()
-    t = time.perf_counter()
-    for _ in range(n):
-        with lock:
-            value.value += 1
-    return time.perf_counter() - t
+# -- 1 process ----------------------------------------------------------------------------------
 
 
-def python_floor(n: int, _: str) -> float:
-    buf = mmap.mmap(-1, 64)
-    cells, clock = memoryview(buf).cast("q"), time.monotonic_ns
-    t = time.perf_counter()
-    for _ in range(n):
-        clock()
-        cells[1] += 1
-    elapsed = time.perf_counter() - t
-    cells.release()
-    return elapsed
+def bench_single(n: int, rounds: int) -> tuple[dict[str, object], float]:
+    """ns per add() of a striped and a locked window, each beside the floor."""
+    pairs = FloorPairs(n)
+    windows = {
+        mode: Window(f"bench-1p-{mode[0]}-{uuid.uuid4().hex[:8]}", span="1h", buckets=60, mode=mode)
+        for mode in ("striped", "locked")
+    }
+    try:
+        loops = {mode: fresh_loop("call") for mode in windows}
+        adds = {mode: w.add for mode, w in windows.items()}
+        for mode in windows:  # warm-up, untimed: claims the stripe, specialises the loop
+            loops[mode](adds[mode], None, n // 10 + 1)
+        pairs.floor_sample()
+        for _ in range(rounds):
+            for mode in windows:
+                pairs.take(mode, _sampler(loops[mode], adds[mode], n))
+        expected = n // 10 + 1 + rounds * n
+        for mode, w in windows.items():
+            assert w.total() == expected, f"{mode} window lost counts: {w.total()} != {expected}"
+        return {mode: pairs.result(mode) for mode in windows}, pairs.all_floor_ns()
+    finally:
+        for w in windows.values():
+            w.close()
+            w.unlink()
 
 
-# -- harness --------------------------------------------------------------------------------------
+def _sampler(loop, fn, n: int):  # type: ignore[no-untyped-def]
+    return lambda: loop(fn, None, n) / n * 1e9
 
 
-def _child(fn, n, arg, barrier, out, slot):
-    barrier.wait()
-    out[slot] = fn(n, arg)
+# -- total() and batch ingest (no native-core target; kept as regression checks) ----------------
 
 
-def aggregate(fn, n: int, arg: str = "", procs: int = 2, repeat: int = 3) -> float:
-    """Median over ``repeat`` runs of total ops/s of ``procs`` forked processes."""
-    ctx = mp.get_context("fork")
-    rates = []
-    for _ in range(repeat):
-        barrier, out = ctx.Barrier(procs), ctx.Array("d", procs, lock=False)
-        ps = [ctx.Process(target=_child, args=(fn, n, arg, barrier, out, i)) for i in range(procs)]
-        for p in ps:
-            p.start()
-        for p in ps:
-            p.join()
-        rates.append(procs * n / max(out))
-    return statistics.median(rates)
-
-
-def single_ns(fn, n: int, arg: str = "", repeat: int = 3) -> float:
-    return min(fn(n, arg) for _ in range(repeat)) / n * 1e9
-
-
-def bench_total(repeat: int) -> tuple[float, float]:
+def bench_total(repeat: int, calls: int) -> tuple[float, float]:
     """µs per total() over 3600 buckets x 64 claimed stripes, and per bare numpy masked sum."""
     name = f"bench-total-{uuid.uuid4().hex[:8]}"
     w = Window(name, span=3600, buckets=3600, fields=("ok",), stripes=64)
     try:
         barrier = threading.Barrier(64)
 
-        def claim():
+        def claim() -> None:
             w.add()
             barrier.wait()  # 64 live threads: all 64 stripes claimed
 
@@ -123,19 +134,19 @@ def bench_total(repeat: int) -> tuple[float, float]:
         values = rng.integers(0, 100, size=(64, 3600))
         lo = 1800
 
-        def shm():
+        def shm() -> object:
             return w.total()
 
-        def bare():
+        def bare() -> object:
             return np.where(epochs >= lo, values, 0).sum()
 
-        return _per_call_us(shm, repeat), _per_call_us(bare, repeat)
+        return _per_call_us(shm, repeat, calls), _per_call_us(bare, repeat, calls)
     finally:
         w.close()
         w.unlink()
 
 
-def _per_call_us(fn, repeat: int, calls: int = 300) -> float:
+def _per_call_us(fn, repeat: int, calls: int) -> float:  # type: ignore[no-untyped-def]
     best = float("inf")
     for _ in range(repeat):
         t = time.perf_counter()
@@ -176,69 +187,97 @@ def bench_add_many(n: int) -> list[tuple[str, float]]:
         w.unlink()
 
 
+# -- main ---------------------------------------------------------------------------------------
+
+
 def main() -> None:
-    global _MP_VALUE
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--ops", type=int, default=300_000, help="ops per process per run")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser.add_argument("--ops", type=int, help="2 processes: ops per process per run (300,000)")
+    parser.add_argument("--repeat", type=int, help="2 processes: rounds (5)")
+    parser.add_argument("--single-ops", type=int, help="1 process: calls per sample (200,000)")
+    parser.add_argument("--single-repeat", type=int, help="1 process: rounds (9)")
+    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
     args = parser.parse_args()
-    n, r = args.ops, args.repeat
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="shmwin-bench-prom-")
-    _MP_VALUE = mp.Value("q", 0)
-    striped = f"bench-s-{uuid.uuid4().hex[:8]}"
-    locked = f"bench-l-{uuid.uuid4().hex[:8]}"
-    ws = Window(striped, span="1h", buckets=60, fields=("ok",))
-    wl = Window(locked, span="1h", buckets=60, fields=("ok",), mode="locked")
+    q = args.quick
+    n = args.ops or (30_000 if q else 300_000)
+    r = args.repeat or (1 if q else 5)
+    n1 = args.single_ops or (30_000 if q else 200_000)
+    r1 = args.single_repeat or (3 if q else 9)
+
+    print(f"# bench_window: {platform.python_implementation()} {platform.python_version()}, "
+          f"{os.cpu_count()} cores; 1 process: {n1:,} calls/sample, median of {r1}; "
+          f"2 processes: {n:,} ops/process, median of {r}")  # fmt: skip
+
+    # 1 process, against the floor
+    single, _ = bench_single(n1, r1)
+    s1, l1 = single["striped"], single["locked"]
+
+    # 2 processes, against the peers
+    prom_dir = tempfile.mkdtemp(prefix="shmwin-bench-prom-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom_dir
+    mp_value = mp.Value("q", 0)
+    names = {m: f"bench-2p-{m[0]}-{uuid.uuid4().hex[:8]}" for m in ("striped", "locked")}
+    windows = {m: Window(name, span="1h", buckets=60, mode=m) for m, name in names.items()}
     try:
-        print(f"# {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
-              f"{n:,} ops/process, median of {r}")  # fmt: skip
-        print("\n## 2 processes, aggregate adds/s")
-        s_rate = aggregate(shmwin_add, n, striped, repeat=r)
-        p_rate = aggregate(prometheus_inc, n, repeat=r)
-        l_rate = aggregate(shmwin_add, n, locked, repeat=r)
-        v_rate = aggregate(mp_value_locked, n, repeat=r)
-        assert ws.total() == 2 * n * r + 2 * r and wl.total() == 2 * n * r + 2 * r, "lost counts!"
-        rows = [
-            ("shmwin striped add()", s_rate, p_rate, "prometheus_client mp Counter.inc()", 1.5),
-            ("shmwin locked add()", l_rate, v_rate, "mp.Value + lock, += 1", 1.0),
-        ]
-        print("| shmwin | adds/s | peer | peer/s | ratio | target |")
-        print("| --- | ---: | --- | ---: | ---: | ---: |")
-        for label, mine, peer, peer_label, target in rows:
-            ok = "✓" if mine / peer >= target else "✗"
-            ratio = f"{mine / peer:.2f}×"
-            print(f"| {label} | {mine:,.0f} | {peer_label} | {peer:,.0f} | {ratio} | ≥{target}× {ok} |")
-        print("\n## 1 process, ns per add()")
-        floor = single_ns(python_floor, n, repeat=r)
-        print("| call | ns/op | × Python floor |")
-        print("| --- | ---: | ---: |")
-        for label, value in [
-            ("Python floor: monotonic_ns() + memoryview += 1", floor),
-            ("shmwin striped add()", single_ns(shmwin_add, n, striped, repeat=r)),
-            ("shmwin locked add()", single_ns(shmwin_add, n, locked, repeat=r)),
-        ]:
-            print(f"| {label} | {value:.0f} | {value / floor:.2f}× |")
-        print("\n## total() over 3600 buckets x 64 stripes (all claimed)")
-        mine_us, bare_us = bench_total(r)
-        ok = "✓" if mine_us / bare_us <= 3 else "✗"
-        print("| call | µs | ratio | target |")
-        print("| --- | ---: | ---: | ---: |")
-        print(f"| bare numpy masked sum, same shape | {bare_us:.0f} | 1.00× | |")
-        print(f"| shmwin total() | {mine_us:.0f} | {mine_us / bare_us:.2f}× | ≤3× {ok} |")
-        print("\n## batch ingest: 1,000,000 events into resolutions 1m/1s, 1h/1m, 24h/1h (1 process)")
-        rows = bench_add_many(1_000_000)
-        print("| call | events/s | × loop of add() |")
-        print("| --- | ---: | ---: |")
-        for label, rate in rows:
-            print(f"| {label} | {rate:,.0f} | {rate / rows[0][1]:,.0f}× |")
+        striped = Contender("shmwin striped add()", lambda: shmwin_add(names["striped"]), n)
+        prom = Contender("prometheus_client mp Counter.inc()", lambda: prometheus_inc, n)
+        locked = Contender("shmwin locked add()", lambda: shmwin_add(names["locked"]), n)
+        value = Contender("multiprocessing.Value + lock", lambda: mp_value_locked(mp_value), n)
+        interleaved([striped, prom, locked, value], r)
+        expected = 2 * (n + 1) * r  # each process also adds once, untimed, to claim its stripe
+        for m, w in windows.items():
+            assert w.total() == expected, f"2 processes, {m}: lost counts ({w.total()} != {expected})"
+        assert mp_value.value == 2 * n * r
     finally:
-        for w in (ws, wl):
+        for w in windows.values():
             w.close()
             w.unlink()
+        shutil.rmtree(prom_dir, ignore_errors=True)
+
+    targets = [
+        Target("striped-1p", "striped `add()`, 1 process", ns(s1.ns), f"floor {ns(s1.floor_ns)}",
+               f"{s1.ratio:.2f}×", "≤ 1.5×", s1.ratio <= 1.5),
+        Target("locked-1p", "locked `add()`, 1 process", ns(l1.ns), f"floor {ns(l1.floor_ns)}",
+               f"{l1.ratio:.2f}×", "≤ 2×", l1.ratio <= 2),
+        Target("striped-2p", "2 processes, striped add", per_sec(striped.rate, "adds"),
+               f"prometheus_client mp `Counter.inc` {per_sec(prom.rate)}",
+               f"{striped.rate / prom.rate:.2f}×", "≥ 6×", striped.rate / prom.rate >= 6),
+        Target("locked-2p", "2 processes, locked add", per_sec(locked.rate, "adds"),
+               f"`multiprocessing.Value` + lock {per_sec(value.rate)}",
+               f"{locked.rate / value.rate:.2f}×", "≥ 4×", locked.rate / value.rate >= 4),
+    ]  # fmt: skip
+    print("\n#### Targets\n")
+    print(targets_table(targets))
+    print("\n(no count lost: both 2-process windows and `multiprocessing.Value` hold every add)")
+
+    details: list[str] = []
+    mine_us, bare_us = bench_total(r1 if q else 5, 30 if q else 300)
+    ok = "✓" if mine_us / bare_us <= 3 else "✗"
+    details += [
+        "#### Window: total() over 3600 buckets × 64 stripes (all claimed), 1 process",
+        "",
+        "| call | µs | ratio | earlier target |",
+        "| --- | ---: | ---: | ---: |",
+        f"| bare numpy masked sum, same shape | {bare_us:.0f} | 1.00× | |",
+        f"| shmwin total() | {mine_us:.0f} | {mine_us / bare_us:.2f}× | ≤ 3× {ok} |",
+        "",
+    ]
+    events = 100_000 if q else 1_000_000
+    rows = bench_add_many(events)
+    details += [
+        f"#### Window: batch ingest, {events:,} events into resolutions 1m/1s, 1h/1m, 24h/1h, 1 process",
+        "",
+        "| call | events/s | × loop of add() |",
+        "| --- | ---: | ---: |",
+        *(f"| {label} | {rate:,.0f} | {rate / rows[0][1]:,.0f}× |" for label, rate in rows),
+    ]
+    print("\n" + "\n".join(details))
+    if args.json:
+        write_json(args.json, targets, "\n".join(details))
 
 
 if __name__ == "__main__":
-    ctypes.CDLL(None)  # fail early on a platform without a C library to load
     main()
