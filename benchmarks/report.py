@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import subprocess
@@ -58,7 +59,7 @@ def main() -> None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "src"), env.get("PYTHONPATH")]))
         else:
             source = _work_tree_source()
-        started = time.monotonic()
+        started, busy_before = time.monotonic(), _busy_cpu_s()
         targets: list[Target] = []
         details: list[str] = []
         quick = ["--quick"] if args.quick else []
@@ -71,7 +72,8 @@ def main() -> None:
             targets += [Target(**t) for t in result["targets"]]
             details.append(result["details"])
         took = time.monotonic() - started
-        section = _section(args, command, source, _machine(env), took, targets, details)
+        others = _others_cores(busy_before, took)
+        section = _section(args, command, source, _machine(env), took, others, targets, details)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(section)
@@ -82,7 +84,7 @@ def main() -> None:
     print(f"\nwrote section {args.section!r} of {README.relative_to(ROOT)}", file=sys.stderr)
 
 
-def _section(args, command, source, machine, took, targets, details) -> str:  # type: ignore[no-untyped-def]
+def _section(args, command, source, machine, took, others, targets, details) -> str:  # type: ignore[no-untyped-def]
     title = args.title or "Latest run"
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     passed = sum(t.ok for t in targets)
@@ -92,6 +94,7 @@ def _section(args, command, source, machine, took, targets, details) -> str:  # 
         "",
         f"{machine}. {source}.{quick}",
         f"Produced by `{command}` (took {took:.0f} s).",
+        _quiet(others),
         "",
         f'#### Targets (issue "native core"): {passed} of {len(targets)} met',
         "",
@@ -115,6 +118,39 @@ def replace_section(text: str, name: str, section: str) -> str:
     if INSERT_ABOVE in text:
         return text.replace(INSERT_ABOVE, f"{block}\n\n{INSERT_ABOVE}", 1)
     return text.rstrip("\n") + f"\n\n{block}\n"
+
+
+def _busy_cpu_s() -> tuple[float, float] | None:
+    """(CPU seconds the whole machine has spent busy, all cores, from /proc/stat;
+    CPU seconds of this process and of its waited-for descendants)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    ours = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        ours += usage.ru_utime + usage.ru_stime
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), ours
+
+
+def _others_cores(before: tuple[float, float] | None, took: float) -> float | None:
+    """Cores other processes kept busy on average while the benchmarks ran: the machine's
+    busy time less the benchmarks' own (every benchmark process has been waited for)."""
+    after = _busy_cpu_s()
+    if before is None or after is None or took <= 0:
+        return None
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / took)
+
+
+def _quiet(others: float | None) -> str:
+    if others is None:
+        return "How busy other processes kept the machine was not measured."
+    text = f"Other processes kept {others:.2f} cores busy on average during the run"
+    if others > 0.1:
+        return f"{text}: **a disturbed run**; rerun it on a quiet machine."
+    return f"{text} (a quiet machine)."
 
 
 def _export(rev: str, dest: Path) -> str:
