@@ -49,7 +49,8 @@ def main() -> None:
     args = parser.parse_args()
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", args.section):
         parser.error("--section: lower-case letters, digits, '.' and '-'")
-    command = shlex.join([os.environ.get("SHMWIN_BENCH_CMD", "python benchmarks/report.py"), *sys.argv[1:]])
+    prog = os.environ.get("SHMWIN_BENCH_CMD", "python benchmarks/report.py")
+    command = " ".join([prog, shlex.join(sys.argv[1:])]).strip()
 
     work = Path(tempfile.mkdtemp(prefix="shmwin-bench-"))
     try:
