@@ -32,19 +32,26 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     128  8    u64       keys_off        offset of the key table
     136  8    u64       rows_off        offset of row 0
     144  8    u64       row_bytes       bytes per row (a multiple of 64)
+    152  16   bytes     hash_key        random SipHash-1-3 key of the key table (per segment)
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 0, i64 limit
     1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
-Lock table: ``n_locks`` x 64 bytes, each a process-shared *robust* pthread mutex
-(the kernel marks it owner-dead when its holder dies). Lock 0 guards the stripe
-table (unkeyed) or key insertion (keyed); lock 1 guards row 0 (unkeyed); keyed
-row *s* is guarded by lock ``2 + s % (n_locks - 2)``.
+Lock table: ``n_locks`` x 64 bytes. Lock 0 guards the stripe table (unkeyed) or
+key insertion (keyed); lock 1 guards row 0 (unkeyed); keyed row *s* is guarded by
+lock ``2 + s % (n_locks - 2)``. Each entry::
 
-Stripe table (unkeyed only): ``n_stripes + 1`` x 64 bytes, entry *r* describes row *r*::
+    off  size type      name     meaning
+    0    <=56 mutex     mutex    process-shared *robust* pthread mutex (owner-dead on death)
+    56   8    i64       intent   row (keyed: key entry) the holder's section works on, -1 = none;
+                                 what an EOWNERDEAD repair looks at (see _core.c)
+
+Stripe table (unkeyed only): ``n_stripes + 1`` x 64 bytes, entry *r* describes row *r*.
+A stripe belongs to a *process*: every write is one native call under the GIL, so
+the threads of a process never interleave inside a stripe::
 
     off  size type  name         meaning
-    0    8    i64   owner_tid    thread id writing this row, 0 = free (row 0: always 0)
+    0    8    i64   owner        pid of the process writing this row, 0 = free (row 0: always 0)
     8    8    i64   owner_start  owner's start time in clock ticks (/proc stat field 22)
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
@@ -52,12 +59,14 @@ Stripe table (unkeyed only): ``n_stripes + 1`` x 64 bytes, entry *r* describes r
 Key table (keyed only): ``key_slots`` x 128 bytes, entry *s* names the key of row *s*::
 
     off  size type  name         meaning
-    0    8    i64   generation   0 = never used; bumped (last) each time the entry gets a key
-    8    8    u64   hash         64-bit blake2b of the stored key bytes
+    0    8    i64   generation   0 = never used; > 0 published; < 0 being written (rolled back
+                                 by the next key-table locker if its writer died)
+    8    8    u64   hash         SipHash-1-3 (segment's hash_key) of the stored bytes, >> 1;
+                                 0 = the entry holds no key
     16   8    i64   -            reserved, 0 (the newest write is in the row's key header)
     24   4    u32   key_len      bytes of stored key
     28   4    u32   key_flags    1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
-    32   96   bytes key          the key's bytes, NUL-padded
+    32   96   bytes key          the key's bytes, NUL-padded (long keys: 80 bytes + 16-byte digest)
 
 Rows: unkeyed windows have ``n_stripes + 1`` rows -- row 0 shared and written
 only under lock 1 (locked mode, and striped mode's fallback when every stripe is
@@ -85,10 +94,11 @@ from .duration import format_ns
 from .errors import CorruptSegmentError, IncompatibleVersionError
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024
 LOCK_BYTES = 64
+LOCK_INTENT_OFF = 56
 STRIPE_ENTRY_BYTES = 64
 KEY_ENTRY_BYTES = 128
 KEY_BYTES_OFF = 32
@@ -114,7 +124,7 @@ DTYPES = ("int64", "float64")
 MODES = ("striped", "locked")
 KINDS = ("window", "limiter")
 
-_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q")
+_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q 16s")
 _RING = struct.Struct("<qIIq")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -296,6 +306,7 @@ class Meta:
     created_real_ns: int
     created_mono_ns: int
     boot_id: bytes
+    hash_key: bytes = bytes(16)
 
 
 def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
@@ -311,7 +322,7 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         len(g.rings), KINDS.index(g.kind), len(g.fields), DTYPES.index(g.dtype), MODES.index(g.mode),
         g.n_stripes, g.n_locks, g.capacity, g.key_slots, 0,
         meta.creator_pid, meta.created_real_ns, meta.created_mono_ns, meta.boot_id,
-        lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
+        lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes, meta.hash_key,
     )  # fmt: skip
     struct.pack_into("<I", page, 24, zlib.crc32(page[CRC_START:CRC_END]))
     return bytes(page)
@@ -326,7 +337,8 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     (magic, version, header_bytes, total, crc, _r0,
      n_rings, kind, n_fields, dtype, mode, n_stripes, n_locks, capacity, key_slots, _r1,
      pid, real_ns, mono_ns, boot_id,
-     locks_off, stripes_off, keys_off, rows_off, row_bytes) = _FIXED.unpack_from(page, 0)  # fmt: skip
+     locks_off, stripes_off, keys_off, rows_off, row_bytes,
+     hash_key) = _FIXED.unpack_from(page, 0)  # fmt: skip
     if magic != MAGIC:
         raise CorruptSegmentError(f"not a shmwin segment (magic {magic!r})")
     if version != FORMAT_VERSION:
@@ -354,7 +366,7 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
         raise CorruptSegmentError(
             f"segment is {actual_bytes} bytes but its header says {total}: truncated or resized"
         )
-    return g, lay, Meta(pid, real_ns, mono_ns, boot_id)
+    return g, lay, Meta(pid, real_ns, mono_ns, boot_id, hash_key)
 
 
 def _read_rings(page: bytes, n_rings: int) -> tuple[Ring, ...]:

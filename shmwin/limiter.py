@@ -23,19 +23,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import backends, layout
+from . import backends
 from .clock import Clock
 from .duration import NS_PER_S
-from .errors import GeometryMismatchError, KeyTableFullError
+from .errors import GeometryMismatchError
+from .geometry import DEFAULT_BUCKETS, limiter_geometry
 from .keys import Key
-from .layout import Geometry, Ring
-from .locks import trylock, unlock
+from .native import ON_FULL
 from .rate import Rate, parse_many
-from .ring import EMPTY_EPOCH
 from .window import Window
 
-ON_FULL = ("raise", "allow", "deny")
-DEFAULT_BUCKETS = 20
+_geometry = limiter_geometry  # the Redis backend's name for it
 
 
 @dataclass(frozen=True)
@@ -84,9 +82,11 @@ class Limiter:
             raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
         self.rates = parse_many(rates)
         self.on_full = on_full
-        want = _geometry(self.rates, buckets, capacity)
-        self.window = object.__new__(Window)
-        self.window._open(name, want, clock, perm, lock_timeout, ready_timeout)
+        want = limiter_geometry(self.rates, buckets, capacity)
+        self.window = Window.open_geometry(
+            name, want, clock=clock, perm=perm, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
+            on_full=on_full,
+        )  # fmt: skip
         self._bind(clock)
 
     @classmethod
@@ -97,85 +97,49 @@ class Limiter:
         if not backends.is_shared_memory(backend):
             assert backend is not None
             return backends.factory(backend, "attach_limiter")(name, backend=backend, clock=clock)  # type: ignore[no-any-return]
+        if on_full not in ON_FULL:
+            raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
         window = Window.attach(name, clock=clock)
         if window.geometry.kind != "limiter":
             window.close()
             raise GeometryMismatchError(f"{name!r} is a window, not a limiter")
+        window.close()
         self = object.__new__(cls)
-        self.window, self.on_full = window, on_full
         self.rates = [Rate(r.limit, r.bucket_ns * (r.n_buckets - 1)) for r in window.geometry.rings]
+        self.on_full = on_full
+        self.window = Window.open_geometry(name, window.geometry, clock=clock, on_full=on_full)
         self._bind(clock)
         return self
 
     def _bind(self, clock: Clock | None) -> None:
-        w = self.window
-        self.name = w.name
-        self._clock = w._clock
-        self._q = w._q
-        self._keys = w._keys
-        self._rows_word, self._row_words, self._sw = w._rows_word, w._row_words, w._lay.slot_words
-        self._rings = [  # (header word offset in a row, slots, bucket ns, limit)
-            (off, r.n_buckets, r.bucket_ns, r.limit)
-            for off, r in zip(w._lay.ring_words, w.geometry.rings, strict=True)
-        ]
-        self._min_limit = min(r.limit for r in self.rates)
-        assert self._keys is not None
-        self._cache = self._keys.cache
-        self._locks = w._locks
-        self._key_locks = w._locks.handles[layout.FIRST_KEY_LOCK :]
-        self._n_key_locks = len(self._key_locks)
-
-        self._multi = len(self._rings) > 1
+        self.name = self.window.name
+        self._clock = self.window._clock
+        self._core = self.window._core
+        self.hit = self._core.hit  # type: ignore[method-assign]  # the native check-and-count
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
 
     # -- the checks -------------------------------------------------------------------------
 
     def hit(self, key: Key, cost: int = 1) -> bool:
-        """Count ``cost`` hits for ``key`` if every rate allows them; else count nothing."""
-        cached = self._cache.get(key)
-        if cached is None or type(cost) is not int or cost < 1 or self._multi:
-            return self._check(key, cost, commit=True)[0]
-        slot, generation = cached & 0xFFFFFFFF, cached >> 32  # fast path: a key seen before, one rate
-        handle = self._key_locks[slot % self._n_key_locks]
-        rc = trylock(handle)
-        if rc:
-            self._locks.acquire_contended(layout.FIRST_KEY_LOCK + slot % self._n_key_locks, rc)
-        try:
-            q = self._q
-            row = self._rows_word + slot * self._row_words  # key header: generation, newest write
-            if q[row] == generation:
-                now_ns = self._clock()  # read under the lock: a row's epochs never go back
-                off, n, bucket_ns, limit = self._rings[0]
-                header, epoch = row + off, now_ns // bucket_ns
-                if q[header] != epoch:
-                    _advance(q, header, self._sw, n, epoch)
-                total = q[header + 1]
-                if total + cost > limit:
-                    return False
-                bucket = header + self._sw * (1 + epoch % n)
-                if q[bucket] != epoch:
-                    q[bucket + 1] = 0
-                    q[bucket] = epoch
-                q[bucket + 1] += cost
-                q[header + 1] = total + cost
-                q[row + 1] = now_ns  # the key's newest write, for reclaiming idle keys
-                return True
-        finally:
-            unlock(handle)
-        return self._check(key, cost, commit=True)[0]  # the entry moved: the slow path re-finds it
+        """Count ``cost`` hits for ``key`` if every rate allows them; else count nothing.
+
+        One native call: the rates are checked and counted under the key's lock, with
+        no Python code in between. The instance's ``hit`` is the core's own method.
+        """
+        return bool(self._core.hit(key, cost))
 
     def test(self, key: Key, cost: int = 1) -> bool:
         """Would ``hit(key, cost)`` pass now? Counts nothing."""
-        return self._check(key, cost, commit=False)[0]
+        return bool(self._core.check(key, cost, False)[0])
 
     def stats(self, key: Key) -> LimitStats:
         """Where ``key`` stands against its tightest rate (least remaining)."""
         return min(self.stats_all(key), key=lambda s: (s.remaining, -s.reset_after))
 
     def stats_all(self, key: Key) -> list[LimitStats]:
-        """Where ``key`` stands against each rate, shortest period first."""
-        _, used, reset_ns, _ = self._check(key, 0, commit=False, detail=True)
+        """Where ``key`` stands against each rate, shortest period first (O(1): running totals)."""
+        _, used, reset_ns, _ = self._core.check(key, 0, False)
         return [
             LimitStats(rate, rate.limit, u, max(rate.limit - u, 0), r / NS_PER_S)
             for rate, u, r in zip(self.rates, used, reset_ns, strict=True)
@@ -192,7 +156,7 @@ class Limiter:
         """
         deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
         while True:
-            allowed, _, _, wait_ns = self._check(key, cost, commit=True, detail=True)
+            allowed, _, _, wait_ns = self._core.check(key, cost, True)
             if allowed:
                 return True
             pause = self._pause_s(wait_ns, deadline_ns)
@@ -204,7 +168,7 @@ class Limiter:
         """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
         deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
         while True:
-            allowed, _, _, wait_ns = self._check(key, cost, commit=True, detail=True)
+            allowed, _, _, wait_ns = self._core.check(key, cost, True)
             if allowed:
                 return True
             pause = self._pause_s(wait_ns, deadline_ns)
@@ -222,87 +186,6 @@ class Limiter:
                 return None
             wait_ns = min(wait_ns, left_ns)
         return max(wait_ns, 1_000_000) / NS_PER_S
-
-    def _check(
-        self, key: Key, cost: int, commit: bool, detail: bool = False
-    ) -> tuple[bool, list[int], list[int], int | None]:
-        """Under the key's lock: advance each ring, compare, and count in all or none.
-
-        Returns (allowed, used per rate, ns until each rate's oldest hit is
-        forgotten, ns until ``cost`` would fit -- None if it never can).
-        """
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0 or (commit and cost == 0):
-            raise ValueError(f"cost must be a positive int, not {cost!r}")
-        keys = self._keys
-        assert keys is not None
-        try:
-            slot = keys.lock_key(key, self._clock(), create=commit)
-        except KeyTableFullError:
-            if self.on_full == "raise":
-                raise
-            return self.on_full == "allow", [0] * len(self._rings), [0] * len(self._rings), None
-        if slot < 0:  # never seen: nothing counted yet
-            n = len(self._rings)
-            return cost <= self._min_limit, [0] * n, [0] * n, None if cost > self._min_limit else 0
-        try:
-            return self._check_row(slot, cost, commit, detail)
-        finally:
-            keys.unlock_row(slot)
-
-    def _check_row(
-        self, slot: int, cost: int, commit: bool, detail: bool
-    ) -> tuple[bool, list[int], list[int], int | None]:
-        """The limiter's critical section; caller holds the row lock of ``slot``."""
-        q, sw = self._q, self._sw
-        now_ns = self._clock()  # read under the lock: a row's epochs never go back
-        row = self._rows_word + slot * self._row_words
-        allowed, used = True, []
-        for off, n, bucket_ns, limit in self._rings:
-            header, epoch = row + off, now_ns // bucket_ns
-            if q[header] != epoch:
-                _advance(q, header, sw, n, epoch)
-            total = q[header + 1]
-            used.append(total)
-            if total + cost > limit:
-                allowed = False
-        if allowed and commit:
-            for off, n, bucket_ns, _ in self._rings:
-                header, epoch = row + off, now_ns // bucket_ns
-                bucket = header + sw * (1 + epoch % n)
-                if q[bucket] != epoch:
-                    q[bucket + 1] = 0
-                    q[bucket] = epoch
-                q[bucket + 1] += cost
-                q[header + 1] += cost
-            assert self._keys is not None
-            self._keys.touch(slot, now_ns)
-            used = [u + cost for u in used]
-        if not detail:
-            return allowed, used, [], None
-        return allowed, used, *self._timing(row, now_ns, cost, allowed, used)
-
-    def _timing(
-        self, row: int, now_ns: int, cost: int, allowed: bool, used: list[int]
-    ) -> tuple[list[int], int | None]:
-        """ns until each rate's oldest hit is forgotten, and until ``cost`` would fit."""
-        q, sw = self._q, self._sw
-        reset_ns, wait_ns = [], 0
-        for (off, n, bucket_ns, limit), total in zip(self._rings, used, strict=True):
-            header, epoch = row + off, now_ns // bucket_ns
-            oldest_first = [e for e in range(epoch - n + 1, epoch + 1) if q[header + sw * (1 + e % n)] == e]
-            leaves = [(e + n) * bucket_ns - now_ns for e in oldest_first if q[header + sw * (1 + e % n) + 1]]
-            reset_ns.append(leaves[0] if leaves else 0)
-            if allowed or total + cost <= limit:
-                continue  # this rate is not what holds the hit back
-            if cost > limit:
-                return reset_ns, None
-            freed, need = 0, total + cost - limit
-            for e in oldest_first:
-                freed += q[header + sw * (1 + e % n) + 1]
-                if freed >= need:
-                    wait_ns = max(wait_ns, (e + n) * bucket_ns - now_ns)
-                    break
-        return reset_ns, wait_ns
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -323,39 +206,4 @@ class Limiter:
         return f"<shmwin.Limiter {self.name!r} {rates} capacity={self.window.capacity}>"
 
 
-def _advance(q: memoryview, header: int, sw: int, n: int, epoch: int) -> None:
-    """Move a ring's head to ``epoch``, dropping the buckets that left the window from its
-    running total. Caller holds the row lock."""
-    head = q[header]
-    if head == EMPTY_EPOCH or epoch - head >= n:
-        q[header + 1] = 0
-    elif epoch > head:
-        total = q[header + 1]
-        for leaving in range(head - n + 1, epoch - n + 1):
-            bucket = header + sw * (1 + leaving % n)
-            if q[bucket] == leaving:
-                total -= q[bucket + 1]
-        q[header + 1] = total
-    else:
-        return  # a clock behind the head (only after corruption): keep the total
-    q[header] = epoch
-
-
-def _geometry(rates: list[Rate], buckets: int, capacity: int) -> Geometry:
-    if (
-        isinstance(buckets, bool)
-        or not isinstance(buckets, int)
-        or not 1 <= buckets <= layout.MAX_BUCKETS - 1
-    ):
-        raise ValueError(f"buckets must be 1..{layout.MAX_BUCKETS - 1}, not {buckets!r}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"capacity must be a positive int, not {capacity!r}")
-    rings = []
-    for rate in rates:
-        if rate.period_ns % buckets:
-            raise ValueError(f"buckets={buckets} does not divide {rate} into whole nanoseconds")
-        rings.append(Ring(rate.period_ns // buckets, buckets + 1, rate.limit))
-    return Geometry(tuple(rings), ("hits",), "int64", "locked", 0, capacity, "limiter")
-
-
-__all__ = ["LimitStats", "Limiter"]
+__all__ = ["DEFAULT_BUCKETS", "ON_FULL", "LimitStats", "Limiter"]

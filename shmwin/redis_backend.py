@@ -434,7 +434,7 @@ class RedisWindow(_RedisBase):
         if resolutions is not None:
             raise ValueError("the redis backend keeps one resolution per window: use span and buckets")
         super().__init__(name, backend, clock, timeout)
-        from .window import ring_of
+        from .geometry import ring_of
 
         ring = ring_of(60 if span is None else span, 60 if buckets is None else buckets)
         fields = (fields,) if isinstance(fields, str) else tuple(fields)

@@ -1,83 +1,66 @@
-"""The stripe table of an unkeyed striped window: which thread writes which row.
+"""The stripe table of an unkeyed striped window: which process writes which row.
 
-Every entry is read and written under lock ``LOCK_STRIPE_TABLE``. A row's data
-is never cleared when its owner leaves or dies: its counts are still inside the
-window, so the next claimer adopts them.
+Lookups here are lock-free; every write goes through the native core under lock
+``LOCK_STRIPE_TABLE``, which re-checks that an entry still holds the owner seen here
+before changing it. A row's data is never cleared when its owner leaves or dies: its
+counts are still inside the window, so the next claimer adopts them.
 """
 
 from __future__ import annotations
 
 import time
 
-from . import layout, owners
-from .locks import LockTable
+from . import _core, layout, owners
 
 _W = layout.WORD_BYTES
 _ENTRY_WORDS = layout.STRIPE_ENTRY_BYTES // _W
-_ROWS_IN_USE = layout.ROWS_IN_USE_OFF // _W
 
 
 class StripeTable:
-    def __init__(self, q: memoryview, lay: layout.Layout, locks: LockTable):
+    def __init__(self, q: memoryview, lay: layout.Layout, core: _core.Core):
         self._q = q
         self._base = lay.stripes_off // _W
         self._n_rows = lay.n_rows
-        self._locks = locks
+        self._core = core
 
-    def _entry(self, row: int) -> int:
-        return self._base + row * _ENTRY_WORDS
+    def _owner(self, row: int) -> tuple[int, int]:
+        e = self._base + row * _ENTRY_WORDS
+        return int(self._q[e]), int(self._q[e + 1])
 
-    def claim(self) -> tuple[int, int] | None:
-        """Give the calling thread a free row, or adopt a dead owner's: ``(row, tid)``.
+    def _dead(self) -> list[tuple[int, int]]:
+        """``(row, owner)`` of claimed rows whose owner has died."""
+        out = []
+        for row in range(1, self._n_rows):
+            owner, started = self._owner(row)
+            if owner and not owners.pid_alive(owner, started):
+                out.append((row, owner))
+        return out
 
-        None when every stripe has a live owner (the caller falls back to row 0).
-        """
-        tid, started, pid = owners.current_thread()
-        q = self._q
-        self._locks.acquire(layout.LOCK_STRIPE_TABLE)
-        try:
-            for row in range(1, self._n_rows):
-                e = self._entry(row)
-                if q[e] and owners.tid_alive(q[e], q[e + 1]):
-                    continue
-                q[e + 1], q[e + 2], q[e + 3] = started, pid, time.monotonic_ns()
-                q[e] = tid
-                q[_ROWS_IN_USE] = max(q[_ROWS_IN_USE], row + 1)
-                return row, tid
-            return None
-        finally:
-            self._locks.release(layout.LOCK_STRIPE_TABLE)
+    def claim(self) -> int:
+        """Give this process a free row, or adopt a dead owner's; 0 if every row has a
+        live owner (the caller then writes the shared row 0 under its lock)."""
+        pid, started = owners.current_process()
+        candidates = []
+        for row in range(1, self._n_rows):
+            owner, owner_started = self._owner(row)
+            if not owner or not owners.pid_alive(owner, owner_started):
+                candidates.append((row, owner))
+        return int(self._core.claim_stripe(candidates, pid, started, time.monotonic_ns()))
 
-    def release(self, claims: list[tuple[int, int]]) -> None:
-        """Hand rows back (data kept), skipping any that someone else has since adopted."""
-        q = self._q
-        self._locks.acquire(layout.LOCK_STRIPE_TABLE)
-        try:
-            for row, tid in claims:
-                if q[self._entry(row)] == tid:
-                    q[self._entry(row)] = 0
-        finally:
-            self._locks.release(layout.LOCK_STRIPE_TABLE)
+    def release(self, row: int) -> None:
+        """Hand our row back (data kept), unless someone has adopted it since."""
+        self._core.free_stripes([(row, owners.current_process()[0])])
 
     def reclaim(self) -> int:
         """Free the rows of owners that have died; how many."""
-        q, freed = self._q, 0
-        self._locks.acquire(layout.LOCK_STRIPE_TABLE)
-        try:
-            for row in range(1, self._n_rows):
-                e = self._entry(row)
-                if q[e] and not owners.tid_alive(q[e], q[e + 1]):
-                    q[e] = 0
-                    freed += 1
-        finally:
-            self._locks.release(layout.LOCK_STRIPE_TABLE)
-        return freed
+        return int(self._core.free_stripes(self._dead()))
 
     def owners(self) -> list[tuple[int, int, bool]]:
         """``(row, pid, alive)`` for every claimed row; lock-free, for inspection."""
-        q, out = self._q, []
+        out = []
         for row in range(1, self._n_rows):
-            e = self._entry(row)
-            if q[e]:
-                out.append((row, int(q[e + 2]), owners.tid_alive(q[e], q[e + 1])))
+            owner, started = self._owner(row)
+            if owner:
+                pid = int(self._q[self._base + row * _ENTRY_WORDS + 2])
+                out.append((row, pid, owners.pid_alive(owner, started)))
         return out

@@ -1,17 +1,17 @@
 """Window: a named sliding time-window counter shared by every process on the host.
 
-Data flow of one ``add()``: ask the clock for now, ask ``ring`` for the epoch and
-slot, then write the slot of *this thread's* row (striped mode, no lock), of the
-shared row 0 under its robust mutex (locked mode, and the fallback when every
-stripe is taken), or of the key's row under the key's lock (keyed windows).
-Reads sum rows in numpy, skipping stale slots, and never take a lock.
+Data flow of one ``add()``: it is one call into the native core (``_core.c``), which
+reads the clock, finds the epoch and slot, and writes the slot of *this process's*
+stripe (striped mode, no lock), of the shared row 0 under its robust mutex (locked
+mode, and the fallback when every stripe is taken), or of the key's row under the
+key's lock (keyed windows). Reads sum rows in numpy, skipping stale slots, and never
+take a lock.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import threading
 import time
 import uuid
 import weakref
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import backends, layout, ring
+from . import backends, layout, native, ring
 from .clock import Clock
 from .duration import NS_PER_S, Duration, format_ns, to_ns
 from .errors import (
@@ -33,9 +33,10 @@ from .errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
+from .geometry import parse_resolution, ring_of, window_geometry
 from .keys import Key, KeyTable
-from .layout import Geometry, Layout, Meta, Ring
-from .locks import LockTable, init_locks, trylock, unlock
+from .layout import Geometry, Layout, Meta
+from .locks import check_lock_table, init_locks
 from .segment import Segment
 from .segment import unlink as _unlink_name
 from .stripes import StripeTable
@@ -43,15 +44,6 @@ from .stripes import StripeTable
 Number = int | float
 
 _W = layout.WORD_BYTES
-_CLAIM_RETRY_NS = NS_PER_S  # how often a stripe-less thread looks for a free stripe again
-
-
-class _ClosedTLS:
-    """Stands in for the per-thread state after close(): the hot path then raises."""
-
-    @property
-    def base(self) -> int:
-        raise WindowClosedError("window is closed")
 
 
 class Window:
@@ -90,8 +82,25 @@ class Window:
         ready_timeout: float = 5.0,
         backend: str | None = None,
     ):
-        want = _geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
+        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
         self._open(name, want, clock, perm, lock_timeout, ready_timeout)
+
+    @classmethod
+    def open_geometry(
+        cls,
+        name: str,
+        want: Geometry,
+        *,
+        clock: Clock | None = None,
+        perm: int = 0o600,
+        lock_timeout: float = 10.0,
+        ready_timeout: float = 5.0,
+        on_full: str = "raise",
+    ) -> Window:
+        """Create or attach a window of exactly ``want`` (what ``Limiter`` builds on)."""
+        self = object.__new__(cls)
+        self._open(name, want, clock, perm, lock_timeout, ready_timeout, on_full)
+        return self
 
     def _open(
         self,
@@ -101,12 +110,13 @@ class Window:
         perm: int,
         lock_timeout: float,
         ready_timeout: float,
+        on_full: str = "raise",
     ) -> None:
         """Create the segment, or attach to it and insist on the same geometry."""
         for _ in range(10):  # a racing unlink sends us round again
             try:
                 seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
-                self._bind(seg, clock, lock_timeout)
+                self._bind(seg, clock, lock_timeout, on_full)
                 return
             except WindowExistsError:
                 pass
@@ -114,7 +124,7 @@ class Window:
                 seg = Segment.attach(name, ready_timeout, _ready)
             except WindowNotFoundError:
                 continue
-            self._bind(seg, clock, lock_timeout)
+            self._bind(seg, clock, lock_timeout, on_full)
             if self._g != want:
                 have = self._g
                 self.close()
@@ -142,7 +152,7 @@ class Window:
         lock_timeout: float = 10.0,
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
-        want = _geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
+        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
         seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
         self = object.__new__(cls)
         self._bind(seg, clock, lock_timeout)
@@ -169,30 +179,28 @@ class Window:
 
     # -- setup ------------------------------------------------------------------
 
-    def _bind(self, seg: Segment, clock: Clock | None, lock_timeout: float) -> None:
+    def _bind(self, seg: Segment, clock: Clock | None, lock_timeout: float, on_full: str = "raise") -> None:
         """Validate the mapped segment and build this process's views of it."""
         self._seg = seg
         self._closed = True  # until fully bound, close() must not touch views
         try:
             g, lay, meta = layout.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
-            self._locks = LockTable(seg.mm, lay.locks_off, g.n_locks, layout.LOCK_BYTES, lock_timeout)
+            check_lock_table(seg.mm, lay.locks_off, g.n_locks)
+            # the core holds its window (through the claim callback): a bound ``w.add`` kept
+            # alone keeps the window open, as a bound Python method would
+            core = native.open_core(
+                seg.mm, seg.name, g, lay, meta,
+                clock=clock, lock_timeout=lock_timeout, on_full=on_full, claim=self._claim_stripe,
+            )  # fmt: skip
         except BaseException:
             seg.close()
             raise
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name
+        self._core = core
         self._clock: Callable[[], int] = clock or time.monotonic_ns
-        self._bucket_ns = g.bucket_ns
-        self._n_buckets = g.n_buckets
-        self._slot_words = lay.slot_words
-        self._ring0 = lay.ring_words[0] + lay.slot_words  # first bucket slot of ring 0 in a row
-        self._row_words = lay.row_bytes // _W
-        self._rows_word = lay.rows_off // _W
-        self._field_word = {f: i + 1 for i, f in enumerate(g.fields)}
         self._q = memoryview(seg.mm).cast("q")
-        self._v: Any = self._q if g.dtype == "int64" else memoryview(seg.mm).cast("d")
-        self._zeros = memoryview(bytearray(_W * len(g.fields))).cast("q")
-        self._shared_base = self._rows_word + self._ring0
+        self._field_word = {f: i + 1 for i, f in enumerate(g.fields)}
         # per ring: (word offset of its first bucket slot within a row, bucket ns, buckets)
         self._ring_specs = [
             (off + lay.slot_words, r.bucket_ns, r.n_buckets)
@@ -200,37 +208,29 @@ class Window:
         ]
         self._views = [_ring_views(seg.mm, g, lay, i) for i in range(len(g.rings))]
         self._longest = max(range(len(g.rings)), key=lambda i: g.rings[i].span_ns)
-        self._one_ring = len(g.rings) == 1
-        self._slots = _slot_view(seg.mm, g, lay)
-        self._empty_row_bytes = _empty_row_template(g, lay)
-        self._striped = g.mode == "striped"
-        self._row_lock = self._locks.handles[layout.LOCK_SHARED_ROW]
-        self._stripes = StripeTable(self._q, lay, self._locks)
-        self._keys: KeyTable | None = None
-        if g.keyed:
-            self._keys = KeyTable(seg.mm, self._q, g, lay, self._locks)
-            self._keys.on_reuse(self._empty_row)
-        self._bind_writer()
-        self._reset_process_state()
+        self._stripes = StripeTable(self._q, lay, core)
+        self._keys: KeyTable | None = KeyTable(seg.mm, self._q, g, lay, core) if g.keyed else None
+        self._my_stripe: tuple[int, int] | None = None  # (row, pid) this process claimed
+        if g.kind == "window":
+            self.add = core.add  # type: ignore[method-assign]
+            self.add_and_total = core.add_and_total  # type: ignore[method-assign]
+        else:
+            self.add = self._add_refused  # type: ignore[method-assign]
+            self.add_and_total = self._add_refused  # type: ignore[method-assign,assignment]
         self._closed = False
         _live_windows.add(self)
 
-    def _bind_writer(self) -> None:
-        """Pick this segment's add(): each variant skips checks the others need."""
-        if self._g.kind != "window":
-            self.add = self._add_refused  # type: ignore[method-assign]
-        elif self._g.keyed:
-            self.add = self._add_keyed  # type: ignore[method-assign]
-        elif not self._striped:
-            self.add = self._add_locked  # type: ignore[method-assign]
-        elif len(self._g.rings) > 1:
-            self.add = self._add_striped_rings  # type: ignore[method-assign]
+    def _claim_stripe(self) -> int:
+        """The core's callback when this process has no stripe yet: a row, or 0 (shared)."""
+        self._check_open()
+        row = self._stripes.claim()
+        if row:
+            self._my_stripe = (row, os.getpid())
+        return row
 
-    def _reset_process_state(self) -> None:
-        """Per-process state: none of it survives a fork (the child claims its own rows)."""
-        self._tls = threading.local()
-        self._my_rows: list[tuple[int, int]] = []  # (row, owner tid)
-        self._rows_lock = threading.Lock()
+    def _forget_process_state(self) -> None:
+        """In a forked child: the parent's stripe is not ours (the core claims anew)."""
+        self._my_stripe = None
 
     # -- properties ---------------------------------------------------------------
 
@@ -284,126 +284,20 @@ class Window:
     def closed(self) -> bool:
         return self._closed
 
-    # -- writing ------------------------------------------------------------------
+    # -- writing (each call is one native, uninterruptible section) ---------------
 
     def add(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
         """Add ``n`` to ``field`` (the first field by default) in the current bucket.
 
-        Exact: once this returns, every reader in every process sees the count.
+        Exact: once this returns, every reader in every process sees the count. The
+        instance's ``add`` is the native core's; this stands in only once closed.
         """
-        if key is not None:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
-        f = 1 if field is None else self._word_of(field)
-        try:
-            base = self._tls.base
-        except AttributeError:
-            base = self._bind_thread()
-        if base < 0:
-            self._add_shared(n, f)
-            return
-        # lock-free: only this thread writes the row starting at `base`
-        epoch = self._clock() // self._bucket_ns
-        slot = base + epoch % self._n_buckets * self._slot_words
-        if self._q[slot] != epoch:
-            self._roll(slot, epoch)
-        try:
-            self._v[slot + f] += n
-        except (TypeError, ValueError) as exc:
-            raise self._bad_amount(n) from exc
-
-    def _add_locked(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
-        """``add()`` of an unkeyed locked window: row 0 under lock 1."""
-        if key is not None:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
-        f = 1 if field is None else self._word_of(field)
-        handle = self._row_lock
-        rc = trylock(handle)
-        if rc:
-            self._locks.acquire_contended(layout.LOCK_SHARED_ROW, rc)
-        try:
-            if self._one_ring:  # the common case, inline: ring 0 of row 0
-                epoch = self._clock() // self._bucket_ns  # under the lock: epochs never go back
-                slot = self._shared_base + epoch % self._n_buckets * self._slot_words
-                if self._q[slot] != epoch:
-                    self._roll(slot, epoch)
-                try:
-                    self._v[slot + f] += n
-                except (TypeError, ValueError) as exc:
-                    raise self._bad_amount(n) from exc
-            else:
-                self._add_in_row(self._rows_word, n, f)
-        finally:
-            unlock(handle)
-
-    def _add_keyed(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
-        """``add()`` of a keyed window: the key's row under its lock."""
-        if key is None:
-            raise TypeError(f"window {self.name!r} is keyed: pass key=")
-        f = 1 if field is None else self._word_of(field)
-        keys = self._keys
-        assert keys is not None
-        slot = keys.lock_key(key, self._clock(), create=True)
-        try:
-            now_ns = self._add_in_row(self._rows_word + slot * self._row_words, n, f)
-            keys.touch(slot, now_ns)
-        finally:
-            keys.unlock_row(slot)
+        raise WindowClosedError(f"window {self.name!r} is closed")
 
     def add_and_total(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> Number:
         """Add, and return ``field``'s total over the window *including* this add, atomically
         (keyed windows): no other add to the key lands between the two."""
-        keys = self._keyed()
-        if key is None:
-            raise TypeError(f"window {self.name!r} is keyed: pass key=")
-        f = 1 if field is None else self._word_of(field)
-        slot = keys.lock_key(key, self._clock(), create=True)
-        try:
-            row = self._rows_word + slot * self._row_words
-            now_ns = self._add_in_row(row, n, f)
-            keys.touch(slot, now_ns)
-            first, bucket_ns, n_buckets = self._ring_specs[self._longest]
-            epoch, total = now_ns // bucket_ns, 0
-            for e in range(epoch - n_buckets + 1, epoch + 1):
-                slot_word = row + first + e % n_buckets * self._slot_words
-                if self._q[slot_word] == e:
-                    total += self._v[slot_word + f]
-            return total
-        finally:
-            keys.unlock_row(slot)
-
-    def _add_in_row(self, row: int, n: Number, f: int) -> int:
-        """Add into every ring of the row starting at word ``row``; caller holds the row's
-        lock. The clock is read under the lock, so a row's epochs never go back."""
-        now_ns = self._clock()
-        self._add_at(row, now_ns, n, f)
-        return now_ns
-
-    def _add_at(self, row: int, now_ns: int, n: Number, f: int) -> None:
-        """Add ``n`` at time ``now_ns`` into each ring of a row (caller is its only writer)."""
-        q, v, sw = self._q, self._v, self._slot_words
-        for first, bucket_ns, n_buckets in self._ring_specs:
-            epoch = now_ns // bucket_ns
-            slot = row + first + epoch % n_buckets * sw
-            if q[slot] != epoch:
-                self._roll(slot, epoch)
-            try:
-                v[slot + f] += n
-            except (TypeError, ValueError) as exc:
-                raise self._bad_amount(n) from exc
-
-    def _add_striped_rings(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
-        """``add()`` of a striped window with several resolutions: one timestamp, every ring."""
-        if key is not None:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
-        f = 1 if field is None else self._word_of(field)
-        try:
-            base = self._tls.base
-        except AttributeError:
-            base = self._bind_thread()
-        if base < 0:
-            self._add_shared(n, f)
-            return
-        self._add_at(base - self._ring0, self._clock(), n, f)  # lock-free: this thread's row
+        raise WindowClosedError(f"window {self.name!r} is closed")
 
     def _add_refused(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
         raise ShmwinError(
@@ -424,6 +318,9 @@ class Window:
         Exact like ``add()``; timestamps in the future or older than the span raise
         ``ValueError`` before anything is written.
         """
+        self._check_open()
+        if self._g.kind != "window":
+            self._add_refused()
         f = 1 if field is None else self._word_of(field)
         batch = self._batch_values(values)
         if at is None:
@@ -433,34 +330,8 @@ class Window:
         stamps = np.asarray(at)
         if stamps.shape != batch.shape or (stamps.size and stamps.dtype.kind not in "iu"):
             raise ValueError("at= must be integer monotonic ns timestamps, one per value")
-        stamps = stamps.astype(np.int64, copy=False)
-        if self._keys is not None:
-            if key is None:
-                raise TypeError(f"window {self.name!r} is keyed: pass key=")
-            slot = self._keys.lock_key(key, self._clock(), create=True)
-            try:
-                now_ns = self._clock()
-                self._add_batch(self._rows_word + slot * self._row_words, now_ns, batch, stamps, f)
-                self._keys.touch(slot, now_ns)
-            finally:
-                self._keys.unlock_row(slot)
-            return
-        if key is not None:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
-        base = -1
-        if self._striped:
-            try:
-                base = self._tls.base
-            except AttributeError:
-                base = self._bind_thread()
-        if base >= 0:  # lock-free: this thread's row
-            self._add_batch(base - self._ring0, self._clock(), batch, stamps, f)
-            return
-        self._locks.acquire(layout.LOCK_SHARED_ROW)
-        try:
-            self._add_batch(self._rows_word, self._clock(), batch, stamps, f)
-        finally:
-            self._locks.release(layout.LOCK_SHARED_ROW)
+        items = self._batch_items(self._clock(), batch, stamps.astype(np.int64, copy=False))
+        self._core.add_batch(items, self._g.fields[f - 1], key)
 
     def _batch_values(self, values: npt.ArrayLike) -> npt.NDArray[Any]:
         batch = np.asarray(values)
@@ -470,19 +341,22 @@ class Window:
             raise TypeError(f"add_many() takes integers for an int64 window, not {batch.dtype}")
         if batch.dtype.kind not in "iubf":
             raise TypeError(f"add_many() takes numbers, not {batch.dtype}")
+        if batch.dtype.kind == "f" and batch.size and not np.isfinite(batch).all():
+            raise ValueError("add_many() takes finite numbers (no NaN or infinity)")
         return batch
 
-    def _add_batch(
-        self, row: int, now_ns: int, batch: npt.NDArray[Any], stamps: npt.NDArray[np.int64], f: int
-    ) -> None:
-        """Vectorised add into every ring of a row; caller is the row's only writer now."""
+    def _batch_items(
+        self, now_ns: int, batch: npt.NDArray[Any], stamps: npt.NDArray[np.int64]
+    ) -> list[tuple[int, int, Number]]:
+        """Per ring, the batch summed by bucket: ``(ring, epoch, sum)`` for the core to add."""
         oldest_ns = max(now_ns - self._g.span_ns, -1)  # a monotonic clock never reads below 0
         if stamps.size and (stamps.max() > now_ns or stamps.min() <= oldest_ns):
             raise ValueError("at= holds timestamps in the future, or older than the window's span")
         exact_in_float = self._g.dtype == "float64" or (
             batch.size == 0 or float(np.abs(batch).max()) * batch.size < 2**53
         )
-        for first, bucket_ns, n_buckets in self._ring_specs:
+        items = []
+        for index, (_, bucket_ns, n_buckets) in enumerate(self._ring_specs):
             now_epoch = now_ns // bucket_ns
             ages = now_epoch - stamps // bucket_ns  # 0 = the current bucket; >= n_buckets: gone
             if exact_in_float:
@@ -492,43 +366,8 @@ class Window:
                 sums = np.zeros(n_buckets, np.int64)
                 np.add.at(sums, ages[inside], batch[inside])
             for age in np.flatnonzero(sums):
-                epoch = now_epoch - int(age)
-                word = row + first + epoch % n_buckets * self._slot_words
-                if self._q[word] != epoch:
-                    self._roll(word, epoch)
-                self._v[word + f] += _scalar(sums[age], self._g.dtype)
-
-    def _add_shared(self, n: Number, f: int) -> None:
-        """Striped mode with every stripe taken: add into row 0 under its lock,
-        looking for a free stripe again once a second."""
-        field = self._g.fields[f - 1]
-        if time.monotonic_ns() >= self._tls.retry_ns:
-            self._tls.retry_ns = time.monotonic_ns() + _CLAIM_RETRY_NS
-            if self._bind_thread() >= 0:
-                self.add(n, field)
-                return
-        self._add_locked(n, field)
-
-    def _roll(self, slot: int, epoch: int) -> None:
-        """Recycle a stale slot for bucket ``epoch``: zero first, stamp last, so a
-        concurrent reader that sees the new epoch never sees the old values.
-        Caller is the row's only writer (its owner thread, or the row lock holder)."""
-        self._q[slot + 1 : slot + self._slot_words] = self._zeros
-        self._q[slot] = epoch
-
-    def _empty_row(self, row: int) -> None:
-        """Overwrite a row with the empty template (every epoch EMPTY, every value 0).
-        Caller holds the row's lock, and no reader trusts the row until the key's
-        generation is published after this."""
-        start = self._lay.rows_off + row * self._lay.row_bytes + self._lay.ring_words[0] * _W
-        self._seg.mm[start : start + self._lay.rings_bytes] = self._empty_row_bytes
-
-    def _bad_amount(self, n: object) -> Exception:
-        if self._g.dtype == "int64":
-            if isinstance(n, int):
-                return OverflowError(f"{n} does not fit in an int64 window value")
-            return TypeError(f"add() takes an int for an int64 window, not {n!r}")
-        return TypeError(f"add() takes a number, not {n!r}")
+                items.append((index, now_epoch - int(age), _scalar(sums[age], self._g.dtype)))
+        return items
 
     def _word_of(self, field: str) -> int:
         word = self._field_word.get(field)
@@ -539,33 +378,19 @@ class Window:
 
     # -- stripes ------------------------------------------------------------------
 
-    def _bind_thread(self) -> int:
-        """Give the calling thread its row: the word index of its ring 0, or -1 for row 0."""
-        self._check_open()
-        tls = self._tls
-        tls.retry_ns = time.monotonic_ns() + _CLAIM_RETRY_NS
-        claim = self._stripes.claim() if self._striped else None
-        if claim is None:
-            tls.base = -1
-        else:
-            with self._rows_lock:
-                self._my_rows.append(claim)
-            tls.base = self._rows_word + claim[0] * self._row_words + self._ring0
-        return int(tls.base)
-
     def reclaim(self) -> int:
-        """Free the stripes of threads that have died; returns how many.
+        """Free the stripes of processes that have died; returns how many.
 
         Not needed for correctness -- a claimer adopts dead stripes by itself --
         but lets a supervisor (gunicorn's ``child_exit``) tidy up at once.
         """
         self._check_open()
-        return self._stripes.reclaim() if self._striped else 0
+        return self._stripes.reclaim() if self._g.mode == "striped" else 0
 
     def stripe_owners(self) -> list[tuple[int, int, bool]]:
         """``(row, pid, alive)`` for every claimed stripe (for inspection)."""
         self._check_open()
-        return self._stripes.owners() if self._striped else []
+        return self._stripes.owners() if self._g.mode == "striped" else []
 
     # -- keys -----------------------------------------------------------------------
 
@@ -594,15 +419,8 @@ class Window:
 
     def clear(self, key: Key) -> None:
         """Forget every count of ``key`` (keyed windows); the entry becomes free."""
-        keys = self._keyed()
-        slot = keys.lock_key(key, self._clock(), create=False)
-        if slot < 0:
-            return
-        try:
-            self._empty_row(slot)
-            keys.touch(slot, 0)
-        finally:
-            keys.unlock_row(slot)
+        self._keyed()
+        self._core.clear(key)
 
     def _keyed(self) -> KeyTable:
         self._check_open()
@@ -762,33 +580,24 @@ class Window:
         """Empty the window for everyone. Adds racing with reset() may be dropped
         in striped mode; locked and keyed windows reset exactly."""
         self._check_open()
-        held = list(range(self._g.n_locks))
-        for lock in held:
-            self._locks.acquire(lock)
-        try:
-            self._slots[:, :, 0] = ring.EMPTY_EPOCH  # unstamp first: readers skip the slots at once
-            self._slots[:, :, 1:] = 0
-        finally:
-            for lock in reversed(held):
-                self._locks.release(lock)
+        self._core.reset()
 
     def close(self) -> None:
         """Detach this process. The window lives on for everyone else."""
         if self._closed:
             return
         try:
-            with self._rows_lock:
-                mine, self._my_rows = self._my_rows, []
-            if mine:
-                self._stripes.release(mine)
+            mine, self._my_stripe = self._my_stripe, None
+            if mine is not None and mine[1] == os.getpid():
+                self._stripes.release(mine[0])
         finally:
             self._closed = True
-            self._tls = _ClosedTLS()  # type: ignore[assignment]
-            self.__dict__.pop("add", None)  # back to Window.add, which now raises
+            self._core.close()  # from here every write raises WindowClosedError
             _live_windows.discard(self)
-            del self._views, self._slots, self._keys, self._stripes
+            for bound in ("add", "add_and_total"):
+                self.__dict__.pop(bound, None)  # back to the class's, which raise
+            del self._views, self._keys, self._stripes
             self._q.release()
-            self._v.release()
             with suppress(BufferError):  # a view is still exported somewhere: GC unmaps it
                 self._seg.close()
 
@@ -819,81 +628,15 @@ class Window:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _geometry(
-    span: Duration | None,
-    buckets: int | None,
-    resolutions: tuple[str, ...] | list[str] | None,
-    fields: tuple[str, ...] | list[str] | str,
-    dtype: str,
-    mode: str | None,
-    stripes: int,
-    capacity: int,
-) -> Geometry:
-    """The geometry a constructor asks for, validated."""
-    if isinstance(capacity, bool) or not isinstance(capacity, int):
-        raise ValueError(f"capacity must be an int, not {capacity!r}")
-    if mode is None:
-        mode = "locked" if capacity else "striped"
-    if resolutions is None:
-        rings: tuple[Ring, ...] = (ring_of(60 if span is None else span, 60 if buckets is None else buckets),)
-    elif span is not None or buckets is not None:
-        raise ValueError("give either span and buckets, or resolutions, not both")
-    else:
-        rings = _resolution_rings(resolutions)
-    return Geometry(
-        rings,
-        (fields,) if isinstance(fields, str) else tuple(fields),
-        dtype,
-        mode,
-        stripes if mode == "striped" else 0,
-        capacity,
-    )
-
-
-def parse_resolution(spec: str) -> Ring:
-    """ "1h/1m" -> a ring of 60 one-minute buckets."""
-    span, sep, bucket = spec.partition("/") if isinstance(spec, str) else ("", "", "")
-    if not sep:
-        raise ValueError(f"resolution {spec!r} is not 'span/bucket', e.g. '1m/1s', '1h/1m', '24h/1h'")
-    span_ns, bucket_ns = to_ns(span.strip(), "resolution span"), to_ns(bucket.strip(), "resolution bucket")
-    if span_ns % bucket_ns:
-        raise ValueError(f"resolution {spec!r}: the bucket does not divide the span")
-    return Ring(bucket_ns, span_ns // bucket_ns)
-
-
-def _resolution_rings(specs: tuple[str, ...] | list[str] | str) -> tuple[Ring, ...]:
-    if isinstance(specs, str):
-        specs = (specs,)
-    rings = sorted((parse_resolution(spec) for spec in specs), key=lambda r: (r.bucket_ns, r.n_buckets))
-    if not rings:
-        raise ValueError("resolutions must name at least one 'span/bucket'")
-    if len({r.bucket_ns for r in rings}) != len(rings):
-        raise ValueError(f"two resolutions share a bucket width: {list(specs)}")
-    return tuple(rings)
-
-
-def ring_of(span: Duration, buckets: int, limit: int = 0) -> Ring:
-    """A ring of ``buckets`` whole-nanosecond buckets covering ``span``."""
-    span_ns = to_ns(span, "span")
-    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets <= 0:
-        raise ValueError(f"buckets must be a positive int, not {buckets!r}")
-    if span_ns % buckets:
-        raise ValueError(
-            f"buckets={buckets} does not divide span={span!r} ({span_ns} ns) into whole "
-            "nanosecond-wide buckets"
-        )
-    return Ring(span_ns // buckets, buckets, limit)
-
-
 def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
     """Fill a new segment: header, locks, empty epochs -- and the magic word last."""
 
     def init(mm: mmap.mmap) -> None:
         lay = Layout.plan(g)
-        meta = Meta(os.getpid(), time.time_ns(), time.monotonic_ns(), _boot_id())
+        meta = Meta(os.getpid(), time.time_ns(), time.monotonic_ns(), _boot_id(), os.urandom(16))
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
-        init_locks(mm, lay.locks_off, g.n_locks, layout.LOCK_BYTES)
+        init_locks(mm, lay.locks_off, g.n_locks)
         slots = _slot_view(mm, g, lay)
         slots[:, :, 0] = ring.EMPTY_EPOCH
         del slots
@@ -915,14 +658,6 @@ def _slot_view(mm: mmap.mmap, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]
         (lay.row_bytes, lay.slot_words * _W, _W),
     )  # fmt: skip
     return view
-
-
-def _empty_row_template(g: Geometry, lay: Layout) -> bytes:
-    """The bytes of a row with every slot unstamped and every value zero."""
-    words = np.zeros(lay.rings_bytes // _W, np.int64)
-    n_slots = sum(r.n_buckets + 1 for r in g.rings)
-    words[: n_slots * lay.slot_words : lay.slot_words] = ring.EMPTY_EPOCH
-    return words.tobytes()
 
 
 def _ring_views(
@@ -956,9 +691,9 @@ _live_windows: weakref.WeakSet[Window] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     for w in list(_live_windows):
-        w._reset_process_state()
+        w._forget_process_state()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["Window", "ring_of"]
+__all__ = ["Window", "parse_resolution", "ring_of"]

@@ -40,3 +40,38 @@ def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.Complet
     )  # fmt: skip
     assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stderr}"
     return proc
+
+
+def state_of(pid: int) -> str:
+    """The /proc state letter of ``pid`` ("T" once it stopped itself)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0]
+
+
+def stop_inside(name: str, section: str, ready, store: int = 1, key: str = "k") -> None:
+    """Child body: attach ``name`` and stop (SIGSTOP) right after store ``store`` of the
+    native ``section``, holding its lock(s). The parent SIGKILLs it when done."""
+    import signal
+
+    from shmwin import Limiter, _core
+
+    limiter = section == "hit"
+    target = Limiter.attach(name) if limiter else Window.attach(name)
+    ready.set()
+    _core.failpoint(section, store, signal.SIGSTOP)
+    if section == "reset":
+        target.reset()  # type: ignore[union-attr]
+    elif limiter:
+        target.hit(key)  # type: ignore[union-attr]
+    else:
+        target.add(1)
+    raise AssertionError(f"section {section!r} never reached store {store}")
+
+
+def wait_stopped(pid: int, timeout: float = 30) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while state_of(pid) != "T":
+        assert time.monotonic() < deadline, f"process {pid} never stopped"
+        time.sleep(0.005)

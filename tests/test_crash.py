@@ -8,9 +8,10 @@ import signal
 import time
 
 import pytest
+from helpers import stop_inside, wait_stopped
 
 import shmwin
-from shmwin import Window, layout
+from shmwin import Window, _core
 
 VICTIMS = 5
 
@@ -67,8 +68,8 @@ def test_sigkill_in_locked_add_loop_loses_nothing_and_stalls_nobody(name):
 
 def _die_holding_the_lock(name: str) -> None:
     w = Window.attach(name)
-    w._locks.acquire(layout.LOCK_SHARED_ROW)
-    os.kill(os.getpid(), signal.SIGKILL)
+    _core.failpoint("add_locked", 1, signal.SIGKILL)  # dies after the first store of a locked add
+    w.add(1)
 
 
 def test_holder_killed_inside_the_lock_is_recovered_at_once(name):
@@ -83,24 +84,18 @@ def test_holder_killed_inside_the_lock_is_recovered_at_once(name):
         w.add(1)  # the kernel hands us the dead holder's lock (EOWNERDEAD)
         w.add(1)
         assert time.monotonic() - started < 1.0
-        assert w.total() == 3
+        assert 3 <= w.total() <= 4  # the victim's add may have landed before it died: never lost
         w.unlink()
-
-
-def _hold_the_lock(name: str, holding) -> None:
-    w = Window.attach(name)
-    w._locks.acquire(layout.LOCK_SHARED_ROW)
-    holding.set()
-    signal.pause()
 
 
 def test_a_live_holder_that_never_lets_go_is_a_timeout_not_a_hang(name):
     ctx = mp.get_context("fork")
     with Window(name, mode="locked", lock_timeout=0.6) as w:
         holding = ctx.Event()
-        p = ctx.Process(target=_hold_the_lock, args=(name, holding))
+        p = ctx.Process(target=stop_inside, args=(name, "add_locked", holding))
         p.start()
         assert holding.wait(30)
+        wait_stopped(p.pid)  # stopped inside the section, holding the row lock
         started = time.monotonic()
         with pytest.raises(shmwin.LockTimeoutError, match="live thread"):
             w.add(1)

@@ -9,11 +9,11 @@ from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
 from shmwin.layout import Geometry, Layout, Meta, Ring
 
 G = Geometry((Ring(1_000_000_000, 60),), ("ok", "error"))
-META = Meta(1234, 5, 6, b"B" * 16)
+META = Meta(1234, 5, 6, b"B" * 16, b"K" * 16)
 
 
 def test_fixed_header_part_matches_the_table():
-    assert layout._FIXED.size == 152
+    assert layout._FIXED.size == 168
     page = layout.pack_header(G, Layout.plan(G), META)
     assert len(page) == layout.HEADER_BYTES == 4096
     assert page[0:8] == b"\0" * 8  # magic left for the creator to write last
@@ -29,6 +29,7 @@ def test_fixed_header_part_matches_the_table():
     assert (i64(112), i64(120), i64(128), i64(136), i64(144)) == (
         lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
     )  # fmt: skip
+    assert page[152:168] == b"K" * 16  # the key table's hash key
     assert page[256:258] == b"ok" and page[288:293] == b"error"
     assert i64(768) == 1_000_000_000 and u32(776) == 60 and i64(784) == 0  # ring 0: width, count, limit"
 

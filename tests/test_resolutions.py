@@ -73,7 +73,7 @@ def test_memory_grows_with_resolutions_not_span():
 
 
 def _geometry(resolutions):
-    from shmwin.window import _geometry as make
+    from shmwin.geometry import window_geometry as make
 
     return make(None, None, resolutions, ("req", "err"), "int64", None, 64, 0)
 
@@ -111,13 +111,12 @@ def test_add_many_equals_a_loop_of_add(api, clock, make_name):
     clock.advance(86400)
     stamps = clock() - ages_ns
     api.add_many(values, "req", at=stamps)
-    with Window(
-        make_name("ref"), resolutions=RESOLUTIONS, fields=("req", "err"), clock=ManualClock(0)
-    ) as ref:
+    ref_clock = ManualClock(0)
+    with Window(make_name("ref"), resolutions=RESOLUTIONS, fields=("req", "err"), clock=ref_clock) as ref:
         for value, stamp in sorted(zip(values.tolist(), stamps.tolist(), strict=True), key=lambda p: p[1]):
-            ref._clock = lambda stamp=stamp: stamp  # add() at each event's own time
+            ref_clock.set(stamp)  # add() at each event's own time
             ref.add(value, "req")
-        ref._clock = clock
+        ref_clock.set(clock())
         for last in ("10s", "1m", "30m", "1h", "5h", "24h"):
             assert api.total("req", last=last) == ref.total("req", last=last), last
         for resolution in range(3):

@@ -1,0 +1,1545 @@
+/* shmwin._core -- every write to a shmwin segment, each one uninterruptible call.
+ *
+ * Why native: a critical section written in Python can be cut between two
+ * stores by a signal handler that raises (KeyboardInterrupt, a SIGALRM request
+ * timeout), and it pays interpreter prices for every word. Here no Python code
+ * runs while a segment lock is held, and the GIL is released only while a call
+ * waits for a contended mutex. Readers (sums over buckets) stay numpy, in Python.
+ *
+ * The byte layout is the table at the top of layout.py. This file takes every
+ * offset from the Core constructor (computed there) and owns only the constants
+ * it exports as module attributes; tests assert both sides agree.
+ *
+ * Crash consistency. Locks are robust process-shared mutexes: a holder that dies
+ * hands the next locker EOWNERDEAD, and that locker repairs before marking the
+ * mutex consistent. Each section below says what may be torn between its stores
+ * and how the repair recomputes it. Stores are ordered so that a tear can only
+ * make a limiter refuse early, never admit late. Every store goes through STORE(),
+ * which is also the test-only fail point: SHMWIN_FAILPOINT="section:n:signal"
+ * raises `signal` in this process right after the n-th store of `section`.
+ *
+ * Close safety. Every entry point raises WindowClosedError once close() ran; the
+ * mapping is kept (our buffer export) until no call of any thread is inside.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "shmwin segments are little-endian"
+#endif
+
+/* ---- layout constants (layout.py holds the same; test_layout asserts it) --------- */
+
+#define WORD 8
+#define LOCK_BYTES 64          /* lock table entry: the mutex, then ...          */
+#define LOCK_INTENT_OFF 56     /* ... i64 intent: the row (or key entry) a section works on */
+#define KEY_ENTRY_BYTES 128    /* key entry: gen, hash, -, len|flags<<32, key[96] */
+#define KEY_BYTES_OFF 32
+#define MAX_STORED_KEY 96
+#define LONG_PREFIX 80         /* long keys: 80 bytes of prefix + a 16-byte digest */
+#define FLAG_STR 1
+#define FLAG_DIGEST 2
+#define STRIPE_ENTRY_BYTES 64  /* stripe entry: owner pid, start ticks, pid, claimed ns */
+#define ROWS_IN_USE_OFF 1024
+#define EMPTY_EPOCH INT64_MIN
+#define MAX_RINGS 8
+#define MAX_PROBES 128
+#define LOCK_STRIPES 0         /* unkeyed: the stripe table; keyed: key insertion */
+#define LOCK_KEYS 0
+#define LOCK_ROW0 1            /* unkeyed: the shared row 0 */
+#define FIRST_KEY_LOCK 2
+
+_Static_assert(sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "a mutex must fit before the intent word");
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define SPINS 64               /* trylocks before sleeping: the holder is usually ~0.1 us from done */
+#define SLICE_NS 100000000LL   /* wait in slices: check the holder and signals between them */
+#define NS 1000000000LL
+
+/* ---- errors (the classes live in errors.py; set_errors() hands them over) ---------- */
+
+static PyObject *ErrClosed, *ErrTimeout, *ErrCorrupt, *ErrFull, *ErrField;
+
+/* ---- fail points (test only; one predictable branch per store otherwise) ----------- */
+
+static int fp_armed;           /* a section name is set */
+static char fp_section[32];
+static long fp_after;          /* fire after this many stores of the section */
+static int fp_signal;          /* what to raise in this process then */
+static long fp_left;           /* stores left in the running section; 0 = not counting */
+static int fp_fired;
+
+static void fp_enter(const char *section) {
+    fp_left = strcmp(section, fp_section) == 0 ? fp_after : 0;
+}
+
+static void fp_fire(void) {
+    fp_fired = 1;
+    fp_armed = 0;
+    raise(fp_signal);   /* SIGKILL ends us here; a Python handler runs after this call returns */
+}
+
+#define SECTION(name) do { if (fp_armed) fp_enter(name); } while (0)
+#define END_SECTION() (fp_left = 0)
+#define FAILPOINT() do { if (fp_left > 0 && --fp_left == 0) fp_fire(); } while (0)
+
+/* Shared words: relaxed loads, release stores (ordered; never torn: 8-byte aligned). */
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) do { __atomic_store_n((p), (v), __ATOMIC_RELEASE); FAILPOINT(); } while (0)
+
+/* ---- process-wide state -------------------------------------------------------------- */
+
+static uint64_t fork_gen = 1;  /* bumped in a forked child: stripes are per process */
+static void after_fork_child(void) { fork_gen++; }
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
+}
+
+/* ---- SipHash-1-3 with the segment's secret key: key hashes callers cannot aim ------ */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                     \
+    do {                                                             \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);    \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                       \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                       \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);    \
+    } while (0)
+
+static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *m, size_t len) {
+    uint64_t v0 = 0x736f6d6570736575ULL ^ k0, v1 = 0x646f72616e646f6dULL ^ k1;
+    uint64_t v2 = 0x6c7967656e657261ULL ^ k0, v3 = 0x7465646279746573ULL ^ k1;
+    uint64_t last = (uint64_t)len << 56, w;
+    const unsigned char *end = m + (len & ~(size_t)7);
+    for (; m != end; m += 8) {
+        memcpy(&w, m, 8);
+        v3 ^= w; SIPROUND; v0 ^= w;
+    }
+    for (size_t i = 0; i < (len & 7); i++) last |= (uint64_t)m[i] << (8 * i);
+    v3 ^= last; SIPROUND; v0 ^= last;
+    v2 ^= 0xff; SIPROUND; SIPROUND; SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---- the Core object: one mapped segment as this process sees it ------------------- */
+
+typedef struct {
+    int64_t hdr;        /* word offset of the ring's header slot within a row */
+    int64_t n;          /* bucket slots */
+    int64_t bucket_ns;
+    int64_t limit;      /* limiter rings only */
+} Ring;
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer buf;      /* an export of the mmap: it stays mapped while we hold it */
+    char *base;
+    int closed;         /* set by close(): every entry point raises from then on */
+    int busy;           /* calls inside (another thread may close while one waits) */
+    int has_buf;
+    /* geometry, from layout.Layout */
+    int limiter, floats, striped, keyed;
+    int n_fields, slot_words, n_rings, n_locks, n_key_locks;
+    Ring rings[MAX_RINGS];
+    int64_t locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, key_slots;
+    int64_t rings_off;  /* byte offset of the first ring header within a row */
+    int64_t idle_ns;
+    uint64_t hk0, hk1;  /* the segment's hash key */
+    char *empty;        /* a row's rings as they are when empty (EMPTY epochs, zeros) */
+    int64_t empty_bytes;
+    /* policy */
+    int64_t timeout_ns;
+    int on_full;        /* 0 raise KeyTableFullError, 1 allow, 2 deny */
+    int64_t min_limit;
+    PyObject *clock;    /* NULL: CLOCK_MONOTONIC, read under the lock */
+    PyObject *fields;   /* {name: word index within a slot} */
+    PyObject *cache;    /* {key: generation << 32 | slot}: keys this process has seen */
+    PyObject *claim;    /* striped: callable() -> a stripe row for this process, or 0 */
+    PyObject *name;
+    /* this process's stripe */
+    int64_t stripe_row; /* 0: the shared row under LOCK_ROW0 */
+    uint64_t stripe_gen;
+    int64_t retry_ns;   /* when to look for a free stripe again */
+} Core;
+
+#define W(c, off) ((int64_t *)((c)->base + (off)))
+#define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
+#define ENTRY(c, s) ((int64_t *)((c)->base + (c)->keys_off + (int64_t)(s) * KEY_ENTRY_BYTES))
+#define RING(c, row, i) ((int64_t *)((row) + (c)->rings[i].hdr * WORD))
+
+static pthread_mutex_t *mutex_at(Core *c, int i) {
+    return (pthread_mutex_t *)(c->base + c->locks_off + (int64_t)i * LOCK_BYTES);
+}
+static int64_t *intent_at(Core *c, int i) {
+    return W(c, c->locks_off + (int64_t)i * LOCK_BYTES + LOCK_INTENT_OFF);
+}
+static int row_lock(Core *c, int64_t slot) { return FIRST_KEY_LOCK + (int)(slot % c->n_key_locks); }
+
+/* Entry and exit of every method: no memory is touched after close(). */
+static void release_map(Core *c) {
+    if (c->has_buf && c->busy == 0) {
+        c->has_buf = 0;
+        c->base = NULL;
+        PyBuffer_Release(&c->buf);
+    }
+}
+static int enter(Core *c) {
+    if (c->closed) {
+        PyErr_Format(ErrClosed, "window %R is closed", c->name);
+        return -1;
+    }
+    c->busy++;
+    return 0;
+}
+static void leave(Core *c) {
+    c->busy--;
+    if (c->closed) release_map(c);
+}
+static int still_open(Core *c) {  /* after anything that may have run other threads */
+    if (!c->closed) return 0;
+    PyErr_Format(ErrClosed, "window %R was closed during the call", c->name);
+    return -1;
+}
+
+/* ---- time ----------------------------------------------------------------------------- */
+
+/* The injected clock, called before any lock is taken (it is Python code). */
+static int clock_py(Core *c, int64_t *now) {
+    PyObject *v = PyObject_CallNoArgs(c->clock);
+    if (v == NULL) return -1;
+    if (PyFloat_Check(v)) {  /* time-mocking libraries hand out floats */
+        double d = PyFloat_AS_DOUBLE(v);
+        Py_DECREF(v);
+        if (!(d >= 0 && d < 9.2e18)) {
+            PyErr_Format(PyExc_ValueError, "the clock returned %R ns, not a time", v);
+            return -1;
+        }
+        *now = (int64_t)d;
+        return 0;
+    }
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (x < 0) {
+        PyErr_Format(PyExc_ValueError, "the clock returned %lld ns: monotonic time is never negative", x);
+        return -1;
+    }
+    *now = x;
+    return 0;
+}
+/* Now, for a section: the native clock is read under the lock (a row's epochs then never
+ * go back); an injected clock's value was read before the lock and is passed in. */
+#define NOW(c, given) ((c)->clock ? (given) : mono_ns())
+
+/* ---- locks ----------------------------------------------------------------------------- */
+
+static void repair(Core *c, int i);
+
+static void lock_give(Core *c, int i) { pthread_mutex_unlock(mutex_at(c, i)); }
+
+/* One bounded wait for a mutex, until a CLOCK_MONOTONIC deadline. */
+static int timed_lock(pthread_mutex_t *m, const struct timespec *until) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 30)
+    return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, until);
+#else  /* older libcs: a CLOCK_REALTIME deadline, the same distance away */
+    struct timespec real;
+    int64_t left = (int64_t)until->tv_sec * NS + until->tv_nsec - mono_ns(), at;
+    clock_gettime(CLOCK_REALTIME, &real);
+    at = (int64_t)real.tv_sec * NS + real.tv_nsec + (left > 0 ? left : 0);
+    real.tv_sec = at / NS;
+    real.tv_nsec = at % NS;
+    return pthread_mutex_timedlock(m, &real);
+#endif
+}
+
+/* A wait that timed out a slice: is the lock word still a plausible owner? */
+static int holder_check(Core *c, int i, int64_t deadline) {
+    int word = __atomic_load_n((int *)mutex_at(c, i), __ATOMIC_RELAXED);
+    int tid = word & 0x3FFFFFFF;
+    if (tid == 0 || (kill(tid, 0) == -1 && errno == ESRCH)) {
+        PyErr_Format(ErrCorrupt,
+                     "lock %d of window %R is held by thread %d, which no longer exists, and the "
+                     "kernel did not release it: the segment's lock table is corrupt", i, c->name, tid);
+        return -1;
+    }
+    if (mono_ns() >= deadline) {
+        PyErr_Format(ErrTimeout,
+                     "lock %d of window %R has been held by live thread %d for more than %.3gs "
+                     "(stopped in a debugger, or SIGSTOPped?)", i, c->name, tid, c->timeout_ns / 1e9);
+        return -1;
+    }
+    return 0;
+}
+
+/* Block (GIL released) until lock i is ours: a pthread code, or -1 with an error set.
+ * `interruptible`: nothing else is held, so a pending signal may raise here. */
+static int lock_wait(Core *c, int i, int interruptible) {
+    pthread_mutex_t *m = mutex_at(c, i);
+    int64_t deadline = mono_ns() + c->timeout_ns;
+    for (;;) {
+        int64_t until = mono_ns() + SLICE_NS;
+        struct timespec ts;
+        if (until > deadline) until = deadline;
+        ts.tv_sec = until / NS;
+        ts.tv_nsec = until % NS;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = timed_lock(m, &ts);
+        Py_END_ALLOW_THREADS
+        if (rc != ETIMEDOUT) return rc;
+        if (holder_check(c, i, deadline) < 0) return -1;
+        if (interruptible && PyErr_CheckSignals() < 0) return -1;
+    }
+}
+
+/* Take lock i: 0 held (repaired if its last holder died inside), -1 error, not held. */
+static int lock_take_ex(Core *c, int i, int interruptible) {
+    pthread_mutex_t *m = mutex_at(c, i);
+    int rc = pthread_mutex_trylock(m);
+    for (int spin = 0; rc == EBUSY && spin < SPINS; spin++) {
+        CPU_RELAX();
+        rc = pthread_mutex_trylock(m);
+    }
+    if (rc == EBUSY) rc = lock_wait(c, i, interruptible);
+    if (rc == -1) return -1;
+    if (rc == EOWNERDEAD) {
+        repair(c, i);
+        pthread_mutex_consistent(m);
+        rc = 0;
+    }
+    if (rc != 0) {
+        PyErr_Format(ErrCorrupt, "lock %d of window %R is unusable (error %d)", i, c->name, rc);
+        return -1;
+    }
+    if (c->closed) {  /* closed by another thread while we waited: the map is still ours */
+        lock_give(c, i);
+        return still_open(c);
+    }
+    return 0;
+}
+#define lock_take(c, i) lock_take_ex((c), (i), 0)
+
+/* ---- rows ------------------------------------------------------------------------------- */
+
+static void empty_rings(Core *c, char *row) {
+    memcpy(row + c->rings_off, c->empty, c->empty_bytes);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    FAILPOINT();
+}
+
+/* A limiter ring's running total, recomputed from its live buckets (repair only). */
+static int64_t ring_sum(Core *c, int64_t *hdr, const Ring *r, int64_t head) {
+    int64_t total = 0;
+    if (head == EMPTY_EPOCH) return 0;
+    for (int64_t s = 1; s <= r->n; s++) {
+        int64_t *b = hdr + s * c->slot_words, e = LOAD(b);
+        if (e != EMPTY_EPOCH && e > head - r->n && e <= head) total += LOAD(b + 1);
+    }
+    return total;
+}
+
+/* Add n (int or double bits) at `now` to field word f of every ring of a row.
+ * Caller is the row's only writer (its stripe's process, or the holder of its lock).
+ * Invariant between stores: a bucket is zeroed before it is stamped, so a lock-free reader
+ * that sees the new epoch sees no old value; a tear loses only the call's own add. */
+static int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d) {
+    int64_t *slot[MAX_RINGS], epoch[MAX_RINGS];
+    for (int i = 0; i < c->n_rings; i++) {  /* check everything before writing anything */
+        const Ring *r = &c->rings[i];
+        epoch[i] = now / r->bucket_ns;
+        slot[i] = RING(c, row, i) + (1 + epoch[i] % r->n) * c->slot_words;
+        if (!c->floats) {
+            int64_t v = LOAD(slot[i]) < epoch[i] ? 0 : LOAD(slot[i] + f), out;
+            if (__builtin_add_overflow(v, n, &out)) {
+                PyErr_Format(PyExc_OverflowError, "adding %lld would overflow an int64 window value",
+                             (long long)n);
+                return -1;
+            }
+        }
+    }
+    for (int i = 0; i < c->n_rings; i++) {
+        int64_t *s = slot[i];
+        if (LOAD(s) < epoch[i]) {  /* a stale slot: recycle it (a newer one is kept: a lagging clock) */
+            for (int k = 1; k <= c->n_fields; k++) STORE(s + k, 0);
+            STORE(s, epoch[i]);
+        }
+        if (c->floats) {
+            double v;
+            int64_t bits = LOAD(s + f);
+            memcpy(&v, &bits, 8);
+            v += d;
+            memcpy(&bits, &v, 8);
+            STORE(s + f, bits);
+        } else {
+            STORE(s + f, LOAD(s + f) + n);
+        }
+    }
+    return 0;
+}
+
+/* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
+
+/* This process's stripe row (claiming one through Python's callback after a fork or at
+ * first use), or 0 for the shared row. No lock is held here. */
+static int stripe_of(Core *c, int64_t *row) {
+    if (c->stripe_gen == fork_gen && (c->stripe_row > 0 || mono_ns() < c->retry_ns)) {
+        *row = c->stripe_row;
+        return 0;
+    }
+    PyObject *v = PyObject_CallNoArgs(c->claim);
+    if (v == NULL) return -1;
+    long long got = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (got == -1 && PyErr_Occurred()) return -1;
+    if (still_open(c) < 0) return -1;
+    if (got < 0 || got >= c->n_rows) {
+        PyErr_Format(PyExc_SystemError, "stripe claim returned row %lld", got);
+        return -1;
+    }
+    c->stripe_row = got;
+    c->stripe_gen = fork_gen;
+    c->retry_ns = mono_ns() + NS;  /* every stripe taken: look again in a second */
+    *row = got;
+    return 0;
+}
+
+/* ---- keys ------------------------------------------------------------------------------ */
+
+typedef struct {
+    unsigned char bytes[MAX_STORED_KEY];
+    int64_t len;
+    int flags;
+    uint64_t hash;
+} StoredKey;
+
+/* The bytes a key is stored as, and its hash: str -> UTF-8, bytes-like as is; long keys
+ * keep a prefix and a 128-bit keyed digest of the whole. */
+static int encode_key(Core *c, PyObject *key, StoredKey *k) {
+    Py_buffer view;
+    const char *raw;
+    Py_ssize_t len;
+    int have_view = 0;
+    k->flags = 0;
+    if (PyUnicode_Check(key)) {
+        raw = PyUnicode_AsUTF8AndSize(key, &len);
+        if (raw == NULL) return -1;
+        k->flags = FLAG_STR;
+    } else if (PyBytes_Check(key)) {
+        raw = PyBytes_AS_STRING(key);
+        len = PyBytes_GET_SIZE(key);
+    } else if (PyObject_CheckBuffer(key) && !PyLong_Check(key)) {
+        if (PyObject_GetBuffer(key, &view, PyBUF_SIMPLE) < 0) return -1;
+        raw = view.buf;
+        len = view.len;
+        have_view = 1;
+    } else {
+        PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.100s", Py_TYPE(key)->tp_name);
+        return -1;
+    }
+    if (len <= MAX_STORED_KEY) {
+        memcpy(k->bytes, raw, (size_t)len);
+        k->len = len;
+    } else {
+        uint64_t d0 = siphash13(c->hk0, c->hk1, (const unsigned char *)raw, (size_t)len);
+        uint64_t d1 = siphash13(c->hk1, c->hk0 ^ 0x9e3779b97f4a7c15ULL, (const unsigned char *)raw,
+                                (size_t)len);
+        memcpy(k->bytes, raw, LONG_PREFIX);
+        memcpy(k->bytes + LONG_PREFIX, &d0, 8);
+        memcpy(k->bytes + LONG_PREFIX + 8, &d1, 8);
+        k->len = MAX_STORED_KEY;
+        k->flags |= FLAG_DIGEST;
+    }
+    if (have_view) PyBuffer_Release(&view);
+    uint64_t h = siphash13(c->hk0 ^ (uint64_t)k->flags, c->hk1, k->bytes, (size_t)k->len) >> 1;
+    k->hash = h ? h : 1;  /* fits an i64, never 0: 0 marks an entry with no key */
+    return 0;
+}
+
+/* Probe sequence: double hashing over a prime table, so it visits every entry. */
+#define PROBES(c, h, s, step, i)                                                          \
+    for (int64_t i = 0, s = (int64_t)((h) % (uint64_t)(c)->key_slots),                     \
+                 step = (c)->key_slots > 1 ? 1 + (int64_t)(((h) >> 20) % (uint64_t)((c)->key_slots - 1)) : 1; \
+         i < MAX_PROBES && i < (c)->key_slots; i++, s = (s + step) % (c)->key_slots)
+
+static int entry_is(int64_t *e, const StoredKey *k) {
+    return LOAD(e + 1) == (int64_t)k->hash && LOAD(e + 3) == (k->len | (int64_t)k->flags << 32) &&
+           memcmp((char *)e + KEY_BYTES_OFF, k->bytes, (size_t)k->len) == 0;
+}
+
+/* Lock-free lookup: 1 and (slot, generation) if found. A negative generation (an entry
+ * being written, or left half-written by a dead inserter) never matches. */
+static int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
+    PROBES(c, k->hash, s, step, i) {
+        int64_t *e = ENTRY(c, s), g = LOAD(e);
+        if (g == 0) return 0;  /* never used: the key would have been placed here or before */
+        if (g > 0 && entry_is(e, k) && LOAD(e) == g) {
+            *slot = s;
+            *gen = g;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int idle(Core *c, int64_t slot, int64_t now) {
+    return now - LOAD((int64_t *)ROW(c, slot) + 1) > c->idle_ns;
+}
+
+/* Section "rollback": undo the half-published entry `slot` (negative generation) of an
+ * inserter that died. Caller holds LOCK_KEYS, so no live inserter writes it.
+ * After: hash 0 (matches no key), empty rings, idle, generation published positive. */
+static int rollback(Core *c, int64_t slot) {
+    int64_t *e = ENTRY(c, slot), g = -LOAD(e);
+    int lock = row_lock(c, slot);
+    if (g <= 0) return 0;
+    if (lock_take(c, lock) < 0) return -1;
+    char *row = ROW(c, slot);
+    SECTION("rollback");
+    STORE(intent_at(c, LOCK_KEYS), slot);
+    STORE(e + 1, 0);
+    STORE(e + 3, 0);
+    empty_rings(c, row);
+    STORE((int64_t *)row + 1, 0);
+    STORE((int64_t *)row, g);
+    STORE(e, g);
+    END_SECTION();
+    lock_give(c, lock);
+    return 0;
+}
+
+/* Section "insert": give entry `slot` (free, or idle) to key k. Caller holds LOCK_KEYS and
+ * the row's lock. The entry's generation is negative from the first store to the last, so
+ * lookups skip it and a repair knows to roll it back; the row's copy of the generation is
+ * written just before the entry's, and a writer checks that copy under the row lock. */
+static int64_t assign(Core *c, int64_t slot, const StoredKey *k, int64_t now) {
+    int64_t *e = ENTRY(c, slot), g = LOAD(e), *row = (int64_t *)ROW(c, slot);
+    int64_t gen = (g < 0 ? -g : g) + 1;
+    SECTION("insert");
+    STORE(intent_at(c, LOCK_KEYS), slot);
+    STORE(e, -gen);
+    memset((char *)e + KEY_BYTES_OFF, 0, MAX_STORED_KEY);
+    memcpy((char *)e + KEY_BYTES_OFF, k->bytes, (size_t)k->len);
+    FAILPOINT();
+    STORE(e + 3, k->len | (int64_t)k->flags << 32);
+    STORE(e + 1, (int64_t)k->hash);
+    empty_rings(c, (char *)row);
+    STORE(row + 1, now);
+    STORE(row, gen);
+    STORE(e, gen);
+    END_SECTION();
+    return gen;
+}
+
+static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
+    if (gen >= ((int64_t)1 << 31) || !(PyUnicode_CheckExact(key) || PyBytes_CheckExact(key))) return;
+    if (PyDict_GET_SIZE(c->cache) > 4 * c->key_slots) PyDict_Clear(c->cache);
+    PyObject *v = PyLong_FromLongLong(gen << 32 | slot);
+    if (v == NULL || PyDict_SetItem(c->cache, key, v) < 0) PyErr_Clear();  /* a cache only */
+    Py_XDECREF(v);
+}
+
+/* Insert k under LOCK_KEYS: 1 holding the row lock of *slot, -1 error (nothing held). */
+static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t given, int64_t *slot) {
+    if (lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
+    int64_t now = NOW(c, given), s, g;
+    if (find_key(c, k, &s, &g)) {  /* inserted meanwhile by another process */
+        int lock = row_lock(c, s);
+        if (lock_take(c, lock) < 0) goto fail;
+        if (LOAD((int64_t *)ROW(c, s)) != g) {
+            lock_give(c, lock);
+            PyErr_Format(ErrCorrupt, "window %R: key entry %lld and its row disagree on the key's "
+                         "generation: the segment is corrupt", c->name, (long long)s);
+            goto fail;
+        }
+        lock_give(c, LOCK_KEYS);
+        remember(c, key, s, g);
+        *slot = s;
+        return 1;
+    }
+    PROBES(c, k->hash, s, step, i) {
+        int64_t *e = ENTRY(c, s);
+        if (LOAD(e) < 0 && rollback(c, s) < 0) goto fail;
+        if (LOAD(e) != 0 && !idle(c, s, now)) continue;
+        int lock = row_lock(c, s);
+        if (lock_take(c, lock) < 0) goto fail;
+        if (LOAD(e) != 0 && !idle(c, s, now)) {  /* written while we waited for its lock */
+            lock_give(c, lock);
+            continue;
+        }
+        g = assign(c, s, k, now);
+        lock_give(c, LOCK_KEYS);
+        remember(c, key, s, g);
+        *slot = s;
+        return 1;
+    }
+    lock_give(c, LOCK_KEYS);
+    PyErr_Format(ErrFull, "no free key entry for %R in window %R: all %lld entries it may use hold "
+                 "live keys. Give it a larger capacity", key, c->name, (long long)c->key_slots);
+    return -1;
+fail:
+    lock_give(c, LOCK_KEYS);
+    return -1;
+}
+
+/* Find key and lock its row: 1 holding it (*slot), 0 absent (and not created), -1 error.
+ * Bounded: two lock-free tries, then the insert path, which is definitive under LOCK_KEYS. */
+static int lock_key(Core *c, PyObject *key, int create, int64_t given, int64_t *slot) {
+    StoredKey k;
+    int encoded = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int64_t s, g;
+        PyObject *packed = PyDict_GetItemWithError(c->cache, key);
+        if (packed != NULL) {
+            int64_t p = PyLong_AsLongLong(packed);
+            s = p & 0xFFFFFFFF;
+            g = p >> 32;
+        } else {
+            if (PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+                PyErr_Clear();  /* unhashable (bytearray): no cache */
+            }
+            if (!encoded && encode_key(c, key, &k) < 0) return -1;
+            encoded = 1;
+            if (!find_key(c, &k, &s, &g)) break;
+        }
+        int lock = row_lock(c, s);
+        if (lock_take_ex(c, lock, 1) < 0) return -1;
+        if (LOAD((int64_t *)ROW(c, s)) == g) {
+            if (packed == NULL) remember(c, key, s, g);
+            *slot = s;
+            return 1;
+        }
+        lock_give(c, lock);  /* the entry was given to another key meanwhile: look again */
+        if (packed != NULL && PyDict_DelItem(c->cache, key) < 0) PyErr_Clear();
+    }
+    if (!create) return 0;
+    if (!encoded && encode_key(c, key, &k) < 0) return -1;
+    return insert_key(c, key, &k, given, slot);
+}
+
+/* ---- the limiter's check-and-count ------------------------------------------------------ */
+
+typedef struct {
+    int allowed;
+    int64_t used[MAX_RINGS];
+    int64_t reset_ns[MAX_RINGS];
+    int64_t wait_ns;           /* -1: never (cost above a limit) */
+} Verdict;
+
+/* Section "hit": advance every ring to now, compare, count in all or none. Caller holds the
+ * row lock. Running totals are derived data: the repair recomputes them from the buckets.
+ * Order: a head moves before its total is lowered, and totals rise before buckets, so a
+ * tear leaves totals too high (refuse early), never too low (admit late). */
+static void hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v) {
+    char *row = ROW(c, slot);
+    int64_t epoch[MAX_RINGS];
+    SECTION("hit");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    v->allowed = 1;
+    for (int i = 0; i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        int64_t *hdr = RING(c, row, i), head = LOAD(hdr), e = now / r->bucket_ns;
+        if (head != EMPTY_EPOCH && e < head) e = head;  /* a clock behind the head: count later */
+        epoch[i] = e;
+        if (head != e) {
+            int64_t total = 0;
+            if (head != EMPTY_EPOCH && e - head < r->n) {
+                total = LOAD(hdr + 1);
+                for (int64_t gone = head - r->n + 1; gone <= e - r->n; gone++) {
+                    int64_t *b = hdr + (1 + (gone < 0 ? 0 : gone) % r->n) * c->slot_words;
+                    if (gone >= 0 && LOAD(b) == gone) total -= LOAD(b + 1);
+                }
+            }
+            STORE(hdr, e);
+            STORE(hdr + 1, total);
+        }
+        v->used[i] = LOAD(hdr + 1);
+        if (v->used[i] + cost > r->limit) v->allowed = 0;
+    }
+    if (v->allowed && commit) {
+        for (int i = 0; i < c->n_rings; i++) {
+            v->used[i] += cost;
+            STORE(RING(c, row, i) + 1, v->used[i]);
+        }
+        for (int i = 0; i < c->n_rings; i++) {
+            int64_t *b = RING(c, row, i) + (1 + epoch[i] % c->rings[i].n) * c->slot_words;
+            if (LOAD(b) != epoch[i]) {
+                STORE(b + 1, 0);
+                STORE(b, epoch[i]);
+            }
+            STORE(b + 1, LOAD(b + 1) + cost);
+        }
+        STORE((int64_t *)row + 1, now);
+    }
+    END_SECTION();
+}
+
+/* When each rate's oldest counted hit is forgotten, and when `cost` would fit (read-only;
+ * caller holds the row lock; scans stop at the first bucket that answers). */
+static void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v) {
+    char *row = ROW(c, slot);
+    v->wait_ns = 0;
+    for (int i = 0; i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        int64_t *hdr = RING(c, row, i), head = LOAD(hdr), need = v->used[i] + cost - r->limit;
+        int64_t freed = 0, blocks = !v->allowed && need > 0;
+        v->reset_ns[i] = 0;
+        if (blocks && cost > r->limit) v->wait_ns = -1;
+        if (head == EMPTY_EPOCH) continue;
+        for (int64_t e = head - r->n + 1; e <= head; e++) {
+            int64_t *b = hdr + (1 + (e < 0 ? 0 : e) % r->n) * c->slot_words, hits;
+            if (e < 0 || LOAD(b) != e || (hits = LOAD(b + 1)) == 0) continue;
+            int64_t leaves = (e + r->n) * r->bucket_ns - now;
+            if (leaves < 0) leaves = 0;
+            if (v->reset_ns[i] == 0) v->reset_ns[i] = leaves;
+            freed += hits;
+            if (!blocks || v->wait_ns < 0) break;
+            if (freed >= need) {
+                if (leaves > v->wait_ns) v->wait_ns = leaves;
+                break;
+            }
+        }
+    }
+}
+
+/* ---- argument helpers ------------------------------------------------------------------ */
+
+/* Positional-or-keyword arguments of a METH_FASTCALL|METH_KEYWORDS call, by name. */
+static int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,
+                 int n, PyObject **out, const char *fname) {
+    if (nargs > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) out[i] = i < nargs ? args[i] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        const char *kw = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, j));
+        int i = 0;
+        if (kw == NULL) return -1;
+        while (i < n && strcmp(kw, names[i]) != 0) i++;
+        if (i == n || out[i] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got %s keyword argument '%s'", fname,
+                         i == n ? "an unexpected" : "a repeated", kw);
+            return -1;
+        }
+        out[i] = args[nargs + j];
+    }
+    return 0;
+}
+
+static int field_word(Core *c, PyObject *field, int *f) {
+    if (field == NULL || field == Py_None) {
+        *f = 1;
+        return 0;
+    }
+    PyObject *w = PyDict_GetItemWithError(c->fields, field);
+    if (w == NULL) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyObject *known = PyDict_Keys(c->fields);
+            PyErr_Clear();
+            if (known != NULL) {
+                PyErr_Format(ErrField, "unknown field %R; this window's fields are %R", field, known);
+                Py_DECREF(known);
+            }
+        }
+        return -1;
+    }
+    *f = (int)PyLong_AsLong(w);
+    return 0;
+}
+
+/* The amount of an add: an int64 for int windows, a finite double for float ones. */
+static int amount(Core *c, PyObject *obj, int64_t *n, double *d) {
+    if (obj == NULL) {
+        *n = 1;
+        *d = 1.0;
+        return 0;
+    }
+    if (c->floats) {
+        if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) &&
+            Py_TYPE(obj)->tp_as_number == NULL) {
+            PyErr_Format(PyExc_TypeError, "add() takes a number, not %R", obj);
+            return -1;
+        }
+        *d = PyFloat_AsDouble(obj);
+        if (*d == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "add() takes a number, not %R", obj);
+            return -1;
+        }
+        if (!isfinite(*d)) {
+            PyErr_Format(PyExc_ValueError, "add() takes a finite number, not %R", obj);
+            return -1;
+        }
+        return 0;
+    }
+    if (!PyLong_Check(obj) && !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "add() takes an int for an int64 window, not %R", obj);
+        return -1;
+    }
+    PyObject *i = PyNumber_Index(obj);
+    if (i == NULL) return -1;
+    int overflow;
+    *n = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "%R does not fit in an int64 window value", obj);
+        return -1;
+    }
+    return *n == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* A cost: a non-negative int, or a float with an integral value (1.0). */
+static int cost_of(PyObject *obj, int64_t *cost, int64_t at_least) {
+    if (obj == NULL) {
+        *cost = 1;
+        return 0;
+    }
+    if (PyFloat_Check(obj)) {
+        double d = PyFloat_AS_DOUBLE(obj);
+        if (!(d == floor(d) && d >= (double)at_least && d < 9e18)) goto bad;
+        *cost = (int64_t)d;
+        return 0;
+    }
+    if (PyBool_Check(obj) || !(PyLong_Check(obj) || PyIndex_Check(obj))) goto bad;
+    PyObject *i = PyNumber_Index(obj);
+    if (i == NULL) return -1;
+    int overflow;
+    *cost = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (!overflow && *cost >= at_least) return 0;
+bad:
+    PyErr_Format(PyExc_ValueError, "cost must be a whole number >= %lld, not %R", (long long)at_least, obj);
+    return -1;
+}
+
+/* ---- methods ----------------------------------------------------------------------------- */
+
+/* add(n=1, field=None, key=None): count n now, in this process's stripe, the shared row
+ * (section "add_locked") or the key's row ("add_keyed"). */
+static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"n", "field", "key"};
+    PyObject *a[3];
+    int64_t n, now = 0, row, slot;
+    double d;
+    int f, rc = -1;
+    if (nargs == 0 && kwnames == NULL) {
+        a[0] = a[1] = a[2] = NULL;
+    } else if (parse(args, nargs, kwnames, names, 3, a, "add") < 0) {
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
+    if (a[2] != NULL && a[2] != Py_None && !c->keyed) {
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
+        goto out;
+    }
+    if (c->keyed && (a[2] == NULL || a[2] == Py_None)) {
+        PyErr_Format(PyExc_TypeError, "window %R is keyed: pass key=", c->name);
+        goto out;
+    }
+    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (c->keyed) {
+        int got = lock_key(c, a[2], 1, now, &slot);
+        if (got < 0) goto out;
+        now = NOW(c, now);
+        char *r = ROW(c, slot);
+        SECTION("add_keyed");
+        STORE(intent_at(c, row_lock(c, slot)), slot);
+        rc = add_row(c, r, now, f, n, d);
+        if (rc == 0) STORE((int64_t *)r + 1, now);
+        END_SECTION();
+        lock_give(c, row_lock(c, slot));
+        goto out;
+    }
+    if (c->striped) {
+        if (stripe_of(c, &row) < 0) goto out;
+        if (row > 0) {  /* lock-free: only this process writes its stripe (under the GIL) */
+            SECTION("add_striped");
+            rc = add_row(c, ROW(c, row), NOW(c, now), f, n, d);
+            END_SECTION();
+            goto out;
+        }
+    }
+    if (lock_take_ex(c, LOCK_ROW0, 1) < 0) goto out;
+    SECTION("add_locked");
+    rc = add_row(c, ROW(c, 0), NOW(c, now), f, n, d);
+    END_SECTION();
+    lock_give(c, LOCK_ROW0);
+out:
+    leave(c);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* add_and_total(n=1, field=None, key=None) -> the key's total over its longest ring,
+ * this add included, with no other add to the key in between (keyed windows). */
+static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"n", "field", "key"};
+    PyObject *a[3], *result = NULL;
+    int64_t n, now = 0, slot;
+    double d;
+    int f;
+    if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || enter(c) < 0) return NULL;
+    if (!c->keyed) {
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
+        goto out;
+    }
+    if (a[2] == NULL || a[2] == Py_None) {
+        PyErr_Format(PyExc_TypeError, "window %R is keyed: pass key=", c->name);
+        goto out;
+    }
+    if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
+    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (lock_key(c, a[2], 1, now, &slot) < 0) goto out;
+    now = NOW(c, now);
+    char *row = ROW(c, slot);
+    SECTION("add_keyed");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    int rc = add_row(c, row, now, f, n, d);
+    if (rc == 0) STORE((int64_t *)row + 1, now);
+    END_SECTION();
+    if (rc == 0) {
+        int longest = 0;
+        for (int i = 1; i < c->n_rings; i++)
+            if (c->rings[i].n * c->rings[i].bucket_ns > c->rings[longest].n * c->rings[longest].bucket_ns)
+                longest = i;
+        const Ring *r = &c->rings[longest];
+        int64_t *hdr = RING(c, row, longest), e = now / r->bucket_ns, ti = 0;
+        double td = 0;
+        for (int64_t k = e - r->n + 1; k <= e; k++) {
+            int64_t *b = hdr + (1 + (k < 0 ? 0 : k) % r->n) * c->slot_words;
+            if (k < 0 || LOAD(b) != k) continue;
+            int64_t bits = LOAD(b + f);
+            double x;
+            memcpy(&x, &bits, 8);
+            ti += bits;
+            td += x;
+        }
+        result = c->floats ? PyFloat_FromDouble(td) : PyLong_FromLongLong(ti);
+    }
+    lock_give(c, row_lock(c, slot));
+out:
+    leave(c);
+    return result;
+}
+
+/* add_batch(items, field=None, key=None): add (ring, epoch, value) triples, computed by
+ * add_many(), in one section ("add_batch"). Items whose slot already holds a newer epoch
+ * are outside the window by now and are dropped. */
+typedef struct {
+    int64_t ring, epoch, bits;  /* bits: the int64, or the double's bits */
+} Item;
+
+static int parse_items(Core *c, PyObject *obj, Item **out, Py_ssize_t *count) {
+    PyObject *seq = PySequence_Fast(obj, "items must be a sequence of (ring, epoch, value)");
+    if (seq == NULL) return -1;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    Item *items = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(Item));
+    if (items == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, j), *value;
+        double d;
+        if (!PyArg_ParseTuple(t, "LLO", &items[j].ring, &items[j].epoch, &value) ||
+            amount(c, value, &items[j].bits, &d) < 0)
+            goto bad;
+        if (c->floats) memcpy(&items[j].bits, &d, 8);
+        if (items[j].ring < 0 || items[j].ring >= c->n_rings || items[j].epoch < 0) {
+            PyErr_SetString(PyExc_ValueError, "an item names no ring, or a negative epoch");
+            goto bad;
+        }
+    }
+    Py_DECREF(seq);
+    *out = items;
+    *count = m;
+    return 0;
+bad:
+    Py_DECREF(seq);
+    PyMem_Free(items);
+    return -1;
+}
+
+static int64_t *item_slot(Core *c, char *row, const Item *it) {
+    return RING(c, row, it->ring) + (1 + it->epoch % c->rings[it->ring].n) * c->slot_words;
+}
+
+static int add_items(Core *c, char *row, int f, const Item *items, Py_ssize_t m) {
+    for (Py_ssize_t j = 0; j < m && !c->floats; j++) {  /* overflow: check all, then write */
+        int64_t *s = item_slot(c, row, &items[j]), v = LOAD(s) == items[j].epoch ? LOAD(s + f) : 0, out;
+        if (__builtin_add_overflow(v, items[j].bits, &out)) {
+            PyErr_SetString(PyExc_OverflowError, "the batch would overflow an int64 window value");
+            return -1;
+        }
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t *s = item_slot(c, row, &items[j]), cur;
+        if (LOAD(s) > items[j].epoch) continue;
+        if (LOAD(s) < items[j].epoch) {
+            for (int k = 1; k <= c->n_fields; k++) STORE(s + k, 0);
+            STORE(s, items[j].epoch);
+        }
+        cur = LOAD(s + f);
+        if (c->floats) {
+            double x, y;
+            memcpy(&x, &cur, 8);
+            memcpy(&y, &items[j].bits, 8);
+            x += y;
+            memcpy(&cur, &x, 8);
+            STORE(s + f, cur);
+        } else {
+            STORE(s + f, cur + items[j].bits);
+        }
+    }
+    return 0;
+}
+
+static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"items", "field", "key"};
+    PyObject *a[3];
+    Item *items = NULL;
+    Py_ssize_t m = 0;
+    int64_t row = 0, now = 0;
+    int f, lock = -1, rc = -1;
+    if (parse(args, nargs, kwnames, names, 3, a, "add_batch") < 0 || enter(c) < 0) return NULL;
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "add_batch() needs items");
+        goto out;
+    }
+    if (field_word(c, a[1], &f) < 0 || parse_items(c, a[0], &items, &m) < 0) goto out;
+    if (c->keyed != (a[2] != NULL && a[2] != Py_None)) {
+        PyErr_Format(c->keyed ? PyExc_TypeError : PyExc_ValueError,
+                     c->keyed ? "window %R is keyed: pass key=" : "window %R is not keyed", c->name);
+        goto out;
+    }
+    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (c->keyed) {
+        if (lock_key(c, a[2], 1, now, &row) < 0) goto out;
+        lock = row_lock(c, row);
+    } else if (c->striped && stripe_of(c, &row) < 0) {
+        goto out;
+    }
+    if (!c->keyed && row == 0) {
+        if (lock_take_ex(c, LOCK_ROW0, 1) < 0) goto out;
+        lock = LOCK_ROW0;
+    }
+    now = NOW(c, now);
+    SECTION("add_batch");
+    if (c->keyed) STORE(intent_at(c, lock), row);
+    rc = add_items(c, ROW(c, row), f, items, m);
+    if (rc == 0 && c->keyed) STORE((int64_t *)ROW(c, row) + 1, now);
+    END_SECTION();
+    if (lock >= 0) lock_give(c, lock);
+out:
+    PyMem_Free(items);
+    leave(c);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* hit(key, cost=1) -> bool: count cost hits if every rate allows them, else nothing. */
+static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2], *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    if (nargs == 1 && kwnames == NULL) {
+        a[0] = args[0];
+        a[1] = NULL;
+    } else if (parse(args, nargs, kwnames, names, 2, a, "hit") < 0) {
+        return NULL;
+    }
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "hit() needs a key");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (cost_of(a[1], &cost, 1) < 0) goto out;
+    if (c->clock && clock_py(c, &now) < 0) goto out;
+    int got = lock_key(c, a[0], 1, now, &slot);
+    if (got < 0) {
+        if (c->on_full && PyErr_ExceptionMatches(ErrFull)) {
+            PyErr_Clear();
+            result = c->on_full == 1 ? Py_True : Py_False;
+            Py_INCREF(result);
+        }
+        goto out;
+    }
+    hit_row(c, slot, NOW(c, now), cost, 1, &v);
+    lock_give(c, row_lock(c, slot));
+    result = v.allowed ? Py_True : Py_False;
+    Py_INCREF(result);
+out:
+    leave(c);
+    return result;
+}
+
+/* check(key, cost, commit) -> (allowed, used, reset_ns, wait_ns | None): hit() (commit) or
+ * test() with the details stats() and acquire() need; O(1) in the buckets but for the
+ * scans that stop at the first bucket answering when a hit leaves. */
+static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost", "commit"};
+    PyObject *a[3], *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    int commit;
+    memset(&v, 0, sizeof v);
+    if (parse(args, nargs, kwnames, names, 3, a, "check") < 0) return NULL;
+    if (a[0] == NULL || a[2] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "check() needs key and commit");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    commit = PyObject_IsTrue(a[2]);
+    if (commit < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
+    if (c->clock && clock_py(c, &now) < 0) goto out;
+    int got = lock_key(c, a[0], commit, now, &slot);
+    if (got < 0) {
+        if (!(c->on_full && PyErr_ExceptionMatches(ErrFull))) goto out;
+        PyErr_Clear();
+        v.allowed = c->on_full == 1;
+        v.wait_ns = -1;
+    } else if (got == 0) {  /* never seen: nothing counted */
+        v.allowed = cost <= c->min_limit;
+        v.wait_ns = v.allowed ? 0 : -1;
+    } else {
+        now = NOW(c, now);
+        hit_row(c, slot, now, cost, commit, &v);
+        timing(c, slot, now, cost, &v);
+        lock_give(c, row_lock(c, slot));
+    }
+    PyObject *used = PyTuple_New(c->n_rings), *reset = PyTuple_New(c->n_rings);
+    if (used == NULL || reset == NULL) {
+        Py_XDECREF(used);
+        Py_XDECREF(reset);
+        goto out;
+    }
+    for (int i = 0; i < c->n_rings; i++) {
+        PyTuple_SET_ITEM(used, i, PyLong_FromLongLong(v.used[i]));
+        PyTuple_SET_ITEM(reset, i, PyLong_FromLongLong(v.reset_ns[i]));
+    }
+    if (v.wait_ns < 0) result = Py_BuildValue("(ONNO)", v.allowed ? Py_True : Py_False, used, reset, Py_None);
+    else result = Py_BuildValue("(ONNL)", v.allowed ? Py_True : Py_False, used, reset, (long long)v.wait_ns);
+out:
+    leave(c);
+    return result;
+}
+
+/* clear(key): forget every count of key (section "clear"); its entry becomes idle. */
+static PyObject *Core_clear(Core *c, PyObject *key) {
+    int64_t slot;
+    int got;
+    if (enter(c) < 0) return NULL;
+    got = c->keyed ? lock_key(c, key, 0, 0, &slot) : -1;
+    if (!c->keyed) PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
+    if (got == 1) {
+        char *row = ROW(c, slot);
+        SECTION("clear");
+        STORE(intent_at(c, row_lock(c, slot)), slot);
+        STORE((int64_t *)row + 1, 0);
+        empty_rings(c, row);
+        END_SECTION();
+        lock_give(c, row_lock(c, slot));
+    }
+    leave(c);
+    if (got < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* reset(): empty every row for everyone, all locks held in order (section "reset"). Striped
+ * rows are written lock-free by their owners: adds racing with a reset may be dropped. */
+static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
+    int held = 0;
+    if (enter(c) < 0) return NULL;
+    for (; held < c->n_locks; held++)
+        if (lock_take_ex(c, held, held == 0) < 0) break;
+    if (held == c->n_locks) {
+        SECTION("reset");
+        for (int64_t r = 0; r < c->n_rows; r++) empty_rings(c, ROW(c, r));
+        END_SECTION();
+    }
+    while (held-- > 0) lock_give(c, held);
+    leave(c);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* find(key) -> (slot, generation) or None: lock-free; readers re-check the generation. */
+static PyObject *Core_find(Core *c, PyObject *key) {
+    StoredKey k;
+    int64_t s, g;
+    PyObject *result = NULL;
+    if (enter(c) < 0) return NULL;
+    if (!c->keyed) {
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
+    } else if (encode_key(c, key, &k) == 0) {
+        result = find_key(c, &k, &s, &g) ? Py_BuildValue("(LL)", (long long)s, (long long)g) : Py_NewRef(Py_None);
+    }
+    leave(c);
+    return result;
+}
+
+/* claim_stripe(candidates, owner, start, now) -> row or 0. Section "claim": under
+ * LOCK_STRIPES, take the first candidate (row, owner seen free or dead) whose owner word is
+ * still what was seen. rows_in_use grows before the owner is written, so a tear can only
+ * make readers sum one row too many. */
+static PyObject *Core_claim_stripe(Core *c, PyObject *args) {
+    PyObject *cands, *result = NULL;
+    long long owner, start, now;
+    if (!PyArg_ParseTuple(args, "OLLL", &cands, &owner, &start, &now) || enter(c) < 0) return NULL;
+    PyObject *seq = PySequence_Fast(cands, "candidates must be a sequence of (row, owner seen)");
+    if (seq == NULL || lock_take_ex(c, LOCK_STRIPES, 1) < 0) goto out;
+    long long got = 0;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && !got; j++) {
+        long long row, seen;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, j), "LL", &row, &seen)) break;
+        if (row < 1 || row >= c->n_rows) continue;
+        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES), *in_use = W(c, ROWS_IN_USE_OFF);
+        if (LOAD(e) != seen) continue;
+        SECTION("claim");
+        if (LOAD(in_use) < row + 1) STORE(in_use, row + 1);
+        STORE(e + 1, start);
+        STORE(e + 2, owner);
+        STORE(e + 3, now);
+        STORE(e, owner);
+        END_SECTION();
+        got = row;
+    }
+    lock_give(c, LOCK_STRIPES);
+    if (!PyErr_Occurred()) result = PyLong_FromLongLong(got);
+out:
+    Py_XDECREF(seq);
+    leave(c);
+    return result;
+}
+
+/* free_stripes(rows_and_owners) -> how many freed: under LOCK_STRIPES, clear each row's
+ * owner if it is still the one given (a dead owner's, or our own at close). Data stays. */
+static PyObject *Core_free_stripes(Core *c, PyObject *cands) {
+    PyObject *seq, *result = NULL;
+    long long freed = 0;
+    if (enter(c) < 0) return NULL;
+    seq = PySequence_Fast(cands, "give a sequence of (row, owner)");
+    if (seq == NULL || lock_take(c, LOCK_STRIPES) < 0) goto out;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
+        long long row, owner;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, j), "LL", &row, &owner)) break;
+        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES);
+        if (row >= 1 && row < c->n_rows && owner != 0 && LOAD(e) == owner) {
+            STORE(e, 0);
+            freed++;
+        }
+    }
+    lock_give(c, LOCK_STRIPES);
+    if (!PyErr_Occurred()) result = PyLong_FromLongLong(freed);
+out:
+    Py_XDECREF(seq);
+    leave(c);
+    return result;
+}
+
+/* forget_stripe(): after the stripe was freed (close), the next add claims again. */
+static PyObject *Core_forget_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
+    c->stripe_gen = 0;
+    c->stripe_row = 0;
+    Py_RETURN_NONE;
+}
+
+/* close(): no call touches the mapping from now on; released once no call is inside. */
+static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
+    c->closed = 1;
+    release_map(c);
+    Py_RETURN_NONE;
+}
+
+/* ---- repair: what EOWNERDEAD means for each lock ---------------------------------------- */
+
+/* Called holding lock i, which the kernel says a dead holder left mid-section.
+ *  - LOCK_KEYS (keyed): the intent entry may be half-published: roll it back.
+ *  - a key row lock of a limiter: the intent row's running totals may be torn: recompute
+ *    them from its buckets (buckets are primary, totals derived).
+ *  - anything else: every section's stores are ordered so that a tear is harmless
+ *    (a window's add lost only its own count; a stripe claim wrote its owner last). */
+static void repair(Core *c, int i) {
+    int64_t slot = LOAD(intent_at(c, i));
+    if (!c->keyed || slot < 0 || slot >= c->key_slots) return;
+    if (i == LOCK_KEYS) {
+        if (LOAD(ENTRY(c, slot)) < 0 && rollback(c, slot) < 0) PyErr_Clear();  /* retried lazily */
+        return;
+    }
+    if (i < FIRST_KEY_LOCK || !c->limiter || row_lock(c, slot) != i) return;
+    char *row = ROW(c, slot);
+    SECTION("repair");
+    for (int r = 0; r < c->n_rings; r++) {
+        int64_t *hdr = RING(c, row, r);
+        STORE(hdr + 1, ring_sum(c, hdr, &c->rings[r], LOAD(hdr)));
+    }
+    END_SECTION();
+}
+
+/* ---- type plumbing ------------------------------------------------------------------------ */
+
+static int Core_init(Core *c, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"buffer", "name", "limiter", "floats", "striped", "keyed", "n_fields",
+                             "slot_words", "rings", "locks_off", "n_locks", "n_key_locks",
+                             "stripes_off", "keys_off", "rows_off", "row_bytes", "n_rows",
+                             "key_slots", "rings_off", "idle_ns", "hash_key", "empty_row",
+                             "timeout_ns", "on_full", "clock", "fields", "claim", NULL};
+    PyObject *buffer, *name, *rings, *clock, *fields, *claim;
+    Py_buffer empty;
+    unsigned long long hk0_hk1[2];
+    const char *hash_key;
+    Py_ssize_t hash_len;
+    if (c->has_buf || c->base) {
+        PyErr_SetString(PyExc_RuntimeError, "Core is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUppppiiOLiiLLLLLLLLy#y*LiOOO", kwlist, &buffer, &name,
+                                     &c->limiter, &c->floats, &c->striped, &c->keyed, &c->n_fields,
+                                     &c->slot_words, &rings, &c->locks_off, &c->n_locks,
+                                     &c->n_key_locks, &c->stripes_off, &c->keys_off, &c->rows_off,
+                                     &c->row_bytes, &c->n_rows, &c->key_slots, &c->rings_off,
+                                     &c->idle_ns, &hash_key, &hash_len, &empty, &c->timeout_ns,
+                                     &c->on_full, &clock, &fields, &claim))
+        return -1;
+    c->empty = PyMem_Malloc((size_t)empty.len);
+    if (c->empty != NULL) memcpy(c->empty, empty.buf, (size_t)empty.len);
+    c->empty_bytes = empty.len;
+    PyBuffer_Release(&empty);
+    if (c->empty == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (hash_len != 16 || !PyTuple_Check(rings) || PyTuple_GET_SIZE(rings) < 1 ||
+        PyTuple_GET_SIZE(rings) > MAX_RINGS || !PyDict_Check(fields) || c->n_key_locks < (c->keyed ? 1 : 0)) {
+        PyErr_SetString(PyExc_ValueError, "Core: bad geometry");
+        return -1;
+    }
+    memcpy(hk0_hk1, hash_key, 16);
+    c->hk0 = hk0_hk1[0];
+    c->hk1 = hk0_hk1[1];
+    c->n_rings = (int)PyTuple_GET_SIZE(rings);
+    c->min_limit = INT64_MAX;
+    for (int i = 0; i < c->n_rings; i++) {
+        Ring *r = &c->rings[i];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(rings, i), "LLLL", &r->hdr, &r->n, &r->bucket_ns, &r->limit))
+            return -1;
+        if (r->n < 1 || r->bucket_ns < 1) {
+            PyErr_SetString(PyExc_ValueError, "Core: bad ring");
+            return -1;
+        }
+        if (r->limit < c->min_limit) c->min_limit = r->limit;
+    }
+    if (PyObject_GetBuffer(buffer, &c->buf, PyBUF_WRITABLE) < 0) return -1;
+    c->has_buf = 1;
+    c->base = c->buf.buf;
+    if (c->rows_off + c->n_rows * c->row_bytes > c->buf.len || c->rings_off + c->empty_bytes > c->row_bytes) {
+        PyErr_SetString(PyExc_ValueError, "Core: the layout does not fit the mapping");
+        return -1;
+    }
+    c->clock = clock == Py_None ? NULL : Py_NewRef(clock);
+    c->fields = Py_NewRef(fields);
+    c->claim = Py_NewRef(claim);
+    c->name = Py_NewRef(name);
+    c->cache = PyDict_New();
+    return c->cache ? 0 : -1;
+}
+
+static int Core_traverse(Core *c, visitproc visit, void *arg) {
+    Py_VISIT(c->clock);
+    Py_VISIT(c->claim);
+    Py_VISIT(c->fields);
+    Py_VISIT(c->cache);
+    return 0;
+}
+
+static int Core_clear_refs(Core *c) {
+    Py_CLEAR(c->clock);
+    Py_CLEAR(c->claim);
+    Py_CLEAR(c->fields);
+    Py_CLEAR(c->cache);
+    return 0;
+}
+
+static void Core_dealloc(Core *c) {
+    PyObject_GC_UnTrack(c);
+    c->closed = 1;
+    c->busy = 0;
+    release_map(c);
+    Core_clear_refs(c);
+    Py_CLEAR(c->name);
+    PyMem_Free(c->empty);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyObject *Core_get_closed(Core *c, void *Py_UNUSED(x)) { return PyBool_FromLong(c->closed); }
+static PyObject *Core_get_cache(Core *c, void *Py_UNUSED(x)) { return Py_NewRef(c->cache); }
+
+static PyGetSetDef Core_getset[] = {
+    {"closed", (getter)Core_get_closed, NULL, "close() was called", NULL},
+    {"cache", (getter)Core_get_cache, NULL, "{key: generation << 32 | slot} seen by this process", NULL},
+    {NULL},
+};
+
+static PyMethodDef Core_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))Core_add, METH_FASTCALL | METH_KEYWORDS,
+     "add(n=1, field=None, key=None): count n in the current bucket"},
+    {"add_and_total", (PyCFunction)(void (*)(void))Core_add_and_total, METH_FASTCALL | METH_KEYWORDS,
+     "add_and_total(n=1, field=None, key=None) -> total: add, and the key's total with it"},
+    {"add_batch", (PyCFunction)(void (*)(void))Core_add_batch, METH_FASTCALL | METH_KEYWORDS,
+     "add_batch(items, field=None, key=None): add (ring, epoch, value) triples in one section"},
+    {"hit", (PyCFunction)(void (*)(void))Core_hit, METH_FASTCALL | METH_KEYWORDS,
+     "hit(key, cost=1) -> bool: count if every rate allows"},
+    {"check", (PyCFunction)(void (*)(void))Core_check, METH_FASTCALL | METH_KEYWORDS,
+     "check(key, cost, commit) -> (allowed, used, reset_ns, wait_ns or None)"},
+    {"clear", (PyCFunction)Core_clear, METH_O, "clear(key): forget key's counts"},
+    {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset(): empty every row"},
+    {"find", (PyCFunction)Core_find, METH_O, "find(key) -> (slot, generation) or None"},
+    {"claim_stripe", (PyCFunction)Core_claim_stripe, METH_VARARGS,
+     "claim_stripe(candidates, owner, start, now) -> row or 0"},
+    {"free_stripes", (PyCFunction)Core_free_stripes, METH_O, "free_stripes([(row, owner)]) -> freed"},
+    {"forget_stripe", (PyCFunction)Core_forget_stripe, METH_NOARGS, "claim a stripe again on next add"},
+    {"close", (PyCFunction)Core_close, METH_NOARGS, "close(): stop touching the mapping"},
+    {NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmwin._core.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Every write to one mapped shmwin segment (see layout.py for the format).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_traverse = (traverseproc)Core_traverse,
+    .tp_clear = (inquiry)Core_clear_refs,
+    .tp_methods = Core_methods,
+    .tp_getset = Core_getset,
+};
+
+/* ---- module functions ---------------------------------------------------------------------- */
+
+static PyObject *set_errors(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *e[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &e[0], &e[1], &e[2], &e[3], &e[4])) return NULL;
+    Py_XSETREF(ErrClosed, Py_NewRef(e[0]));
+    Py_XSETREF(ErrTimeout, Py_NewRef(e[1]));
+    Py_XSETREF(ErrCorrupt, Py_NewRef(e[2]));
+    Py_XSETREF(ErrFull, Py_NewRef(e[3]));
+    Py_XSETREF(ErrField, Py_NewRef(e[4]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *init_locks(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t off, count;
+    pthread_mutexattr_t attr;
+    if (!PyArg_ParseTuple(args, "w*nn", &b, &off, &count)) return NULL;
+    if (off < 0 || count < 0 || off + count * LOCK_BYTES > b.len) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "init_locks: the lock table does not fit");
+        return NULL;
+    }
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        char *at = (char *)b.buf + off + i * LOCK_BYTES;
+        memset(at, 0, LOCK_BYTES);
+        int64_t minus_one = -1;
+        memcpy(at + LOCK_INTENT_OFF, &minus_one, 8);
+        pthread_mutex_init((pthread_mutex_t *)at, &attr);
+    }
+    pthread_mutexattr_destroy(&attr);
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *failpoint(PyObject *Py_UNUSED(m), PyObject *args) {
+    const char *section = "";
+    long after = 0;
+    int sig = SIGKILL;
+    if (!PyArg_ParseTuple(args, "|sli", &section, &after, &sig)) return NULL;
+    snprintf(fp_section, sizeof fp_section, "%s", section);
+    fp_after = after;
+    fp_signal = sig;
+    fp_armed = *section != '\0' && after > 0;
+    fp_fired = 0;
+    fp_left = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return PyBool_FromLong(fp_fired); }
+
+static PyMethodDef module_methods[] = {
+    {"set_errors", set_errors, METH_VARARGS, "set_errors(closed, timeout, corrupt, full, field)"},
+    {"init_locks", init_locks, METH_VARARGS, "init_locks(buffer, offset, count): robust mutexes"},
+    {"failpoint", failpoint, METH_VARARGS,
+     "failpoint(section, n, signal): test only -- raise signal after the n-th store of section"},
+    {"failpoint_fired", failpoint_fired, METH_NOARGS, "did the armed fail point fire?"},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "shmwin._core",
+                                    "The native critical sections of shmwin.", -1, module_methods};
+
+PyMODINIT_FUNC PyInit__core(void) {
+    PyObject *m;
+    if (PyType_Ready(&CoreType) < 0 || (m = PyModule_Create(&module)) == NULL) return NULL;
+    pthread_atfork(NULL, NULL, after_fork_child);
+    const char *env = getenv("SHMWIN_FAILPOINT");  /* "section:n:signal", for child processes */
+    if (env && *env) {
+        char section[32];
+        long after;
+        int sig;
+        if (sscanf(env, "%31[^:]:%ld:%d", section, &after, &sig) == 3) {
+            snprintf(fp_section, sizeof fp_section, "%s", section);
+            fp_after = after;
+            fp_signal = sig;
+            fp_armed = after > 0;
+        }
+    }
+    if (PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddIntConstant(m, "LOCK_BYTES", LOCK_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "LOCK_INTENT_OFF", LOCK_INTENT_OFF) < 0 ||
+        PyModule_AddIntConstant(m, "KEY_ENTRY_BYTES", KEY_ENTRY_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "KEY_BYTES_OFF", KEY_BYTES_OFF) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_STORED_KEY", MAX_STORED_KEY) < 0 ||
+        PyModule_AddIntConstant(m, "STRIPE_ENTRY_BYTES", STRIPE_ENTRY_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "ROWS_IN_USE_OFF", ROWS_IN_USE_OFF) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_RINGS", MAX_RINGS) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_PROBES", MAX_PROBES) < 0 ||
+        PyModule_AddIntConstant(m, "FIRST_KEY_LOCK", FIRST_KEY_LOCK) < 0 ||
+        PyModule_AddIntConstant(m, "MUTEX_BYTES", (long)sizeof(pthread_mutex_t)) < 0 ||
+        PyModule_AddObject(m, "EMPTY_EPOCH", PyLong_FromLongLong(EMPTY_EPOCH)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,94 @@
+"""What a constructor's arguments ask for: spans, buckets, resolutions and rates -> a Geometry.
+
+The one place user arguments become a :class:`~shmwin.layout.Geometry`; ``Window``,
+``Limiter`` and the Redis backend all call it, and nothing below it parses arguments.
+"""
+
+from __future__ import annotations
+
+from .duration import Duration, to_ns
+from .layout import MAX_BUCKETS, Geometry, Ring
+from .rate import Rate
+
+DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
+
+
+def window_geometry(
+    span: Duration | None,
+    buckets: int | None,
+    resolutions: tuple[str, ...] | list[str] | str | None,
+    fields: tuple[str, ...] | list[str] | str,
+    dtype: str,
+    mode: str | None,
+    stripes: int,
+    capacity: int,
+) -> Geometry:
+    """The geometry a ``Window`` constructor asks for, validated."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise ValueError(f"capacity must be an int, not {capacity!r}")
+    if mode is None:
+        mode = "locked" if capacity else "striped"
+    if resolutions is None:
+        rings: tuple[Ring, ...] = (ring_of(60 if span is None else span, 60 if buckets is None else buckets),)
+    elif span is not None or buckets is not None:
+        raise ValueError("give either span and buckets, or resolutions, not both")
+    else:
+        rings = resolution_rings(resolutions)
+    return Geometry(
+        rings,
+        (fields,) if isinstance(fields, str) else tuple(fields),
+        dtype,
+        mode,
+        stripes if mode == "striped" else 0,
+        capacity,
+    )
+
+
+def limiter_geometry(rates: list[Rate], buckets: int, capacity: int) -> Geometry:
+    """One ring per rate, each ``buckets + 1`` slots: the current bucket and ``buckets``
+    whole ones before it, so a hit is forgotten between P and P + P/buckets after it."""
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS - 1:
+        raise ValueError(f"buckets must be 1..{MAX_BUCKETS - 1}, not {buckets!r}")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"capacity must be a positive int, not {capacity!r}")
+    rings = []
+    for rate in rates:
+        if rate.period_ns % buckets:
+            raise ValueError(f"buckets={buckets} does not divide {rate} into whole nanoseconds")
+        rings.append(Ring(rate.period_ns // buckets, buckets + 1, rate.limit))
+    return Geometry(tuple(rings), ("hits",), "int64", "locked", 0, capacity, "limiter")
+
+
+def parse_resolution(spec: str) -> Ring:
+    """ "1h/1m" -> a ring of 60 one-minute buckets."""
+    span, sep, bucket = spec.partition("/") if isinstance(spec, str) else ("", "", "")
+    if not sep:
+        raise ValueError(f"resolution {spec!r} is not 'span/bucket', e.g. '1m/1s', '1h/1m', '24h/1h'")
+    span_ns, bucket_ns = to_ns(span.strip(), "resolution span"), to_ns(bucket.strip(), "resolution bucket")
+    if span_ns % bucket_ns:
+        raise ValueError(f"resolution {spec!r}: the bucket does not divide the span")
+    return Ring(bucket_ns, span_ns // bucket_ns)
+
+
+def resolution_rings(specs: tuple[str, ...] | list[str] | str) -> tuple[Ring, ...]:
+    if isinstance(specs, str):
+        specs = (specs,)
+    rings = sorted((parse_resolution(spec) for spec in specs), key=lambda r: (r.bucket_ns, r.n_buckets))
+    if not rings:
+        raise ValueError("resolutions must name at least one 'span/bucket'")
+    if len({r.bucket_ns for r in rings}) != len(rings):
+        raise ValueError(f"two resolutions share a bucket width: {list(specs)}")
+    return tuple(rings)
+
+
+def ring_of(span: Duration, buckets: int, limit: int = 0) -> Ring:
+    """A ring of ``buckets`` whole-nanosecond buckets covering ``span``."""
+    span_ns = to_ns(span, "span")
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets <= 0:
+        raise ValueError(f"buckets must be a positive int, not {buckets!r}")
+    if span_ns % buckets:
+        raise ValueError(
+            f"buckets={buckets} does not divide span={span!r} ({span_ns} ns) into whole "
+            "nanosecond-wide buckets"
+        )
+    return Ring(span_ns // buckets, buckets, limit)
