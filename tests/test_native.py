@@ -1,0 +1,236 @@
+"""The native core's promises: uninterruptible sections, close safety, bounded loops.
+
+Fail points at every store are in test_failpoints.py; here, exceptions raised at
+*random* instants by a signal handler, every public call after close(), corrupted
+row headers, and the constants C and layout.py must share.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import shmwin
+from shmwin import Limiter, ManualClock, Window, _core, layout
+
+S = 1_000_000_000
+
+
+def test_c_and_layout_share_every_constant():
+    assert _core.LOCK_BYTES == layout.LOCK_BYTES
+    assert _core.LOCK_INTENT_OFF == layout.LOCK_INTENT_OFF
+    assert _core.MUTEX_BYTES <= layout.LOCK_INTENT_OFF
+    assert _core.KEY_ENTRY_BYTES == layout.KEY_ENTRY_BYTES
+    assert _core.KEY_BYTES_OFF == layout.KEY_BYTES_OFF
+    assert _core.MAX_STORED_KEY == layout.MAX_STORED_KEY
+    assert _core.STRIPE_ENTRY_BYTES == layout.STRIPE_ENTRY_BYTES
+    assert _core.ROWS_IN_USE_OFF == layout.ROWS_IN_USE_OFF
+    assert _core.MAX_RINGS == layout.MAX_RINGS
+    assert _core.FIRST_KEY_LOCK == layout.FIRST_KEY_LOCK
+    assert _core.EMPTY_EPOCH == shmwin.ring.EMPTY_EPOCH
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _storm(seconds_per_alarm: float, calls: int, body) -> int:
+    """Run ``body(i)`` for i in range(calls) while SIGALRM raises at random instants (anywhere:
+    inside this loop too, so everything here sits inside the ``try``); how many raised."""
+    rng = random.Random(7)
+    raised, i = 0, 0
+
+    def alarm(signum, frame):
+        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.2, 1.8) * seconds_per_alarm)
+        raise Interrupted
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds_per_alarm)
+    while True:
+        try:
+            while i < calls:
+                body(i)
+                i += 1
+            signal.signal(signal.SIGALRM, lambda *a: None)  # from here on nothing raises
+            break
+        except Interrupted:
+            raised += 1
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+    return raised
+
+
+def _hit_from_another_process(name: str, keys: list[str], out, now_ns: int) -> None:
+    lim = Limiter.attach(name, clock=ManualClock(now_ns))
+    started = time.monotonic()
+    for i, key in enumerate(keys):
+        out[i] = lim.hit(key)
+    out[len(keys)] = int((time.monotonic() - started) * 1000)
+    lim.close()
+
+
+def test_exceptions_at_random_instants_leak_no_lock_and_never_over_admit(name):
+    clock = ManualClock(1000 * S)
+    keys = [f"client-{i}" for i in range(200)]  # rotating keys: inserts are interrupted too
+    with Limiter(name, "10/minute", capacity=400, clock=clock, lock_timeout=5) as lim:
+        raised = _storm(0.0001, 60_000, lambda i: lim.hit(keys[i % len(keys)]))
+        assert raised > 50, "the storm should have interrupted many calls"
+        w = Window.attach(name, clock=clock)
+        for key in keys:  # strict: never more than 10 counted, and running totals match buckets
+            stats = lim.stats(key)
+            assert stats.used == w.total(key=key) <= 10, key
+        w.close()
+        # no lock leaked and no key stalled: another process gets prompt answers for every key
+        ctx = mp.get_context("fork")
+        out = ctx.Array("q", len(keys) + 1, lock=False)
+        p = ctx.Process(target=_hit_from_another_process, args=(name, keys, out, clock()))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0 and out[len(keys)] < 3000
+        assert not any(out[: len(keys)])  # every key is full: refused, not hung
+        lim.unlink()
+
+
+def test_exceptions_at_random_instants_lose_no_returned_add(name):
+    for mode in ("striped", "locked"):
+        with Window(f"{name}{mode[0]}", span="1h", buckets=60, mode=mode) as w:
+            calls = returned = 0
+
+            def add(i):
+                nonlocal calls, returned
+                calls += 1
+                w.add(1)
+                returned += 1  # reached only if add() returned
+
+            raised = _storm(0.0001, 200_000, add)
+            assert raised > 50
+            # an exception lands before a call or after it returned, never inside it: every
+            # returned add is counted, and none is counted twice
+            assert returned <= w.total() <= calls
+            w.unlink()
+
+
+def test_every_call_after_close_raises_window_closed(make_name):
+    w = Window(make_name("w"), span=60, buckets=60, fields=("a", "b"))
+    k = Window(make_name("k"), span=60, buckets=60, capacity=8)
+    lim = Limiter(make_name("l"), "5/minute")
+    saved = [w.add, k.add, k.add_and_total, lim.hit, w._core.add, lim._core.check, lim._core.reset]
+    k.add(1, key="x")
+    for obj in (w, k, lim):
+        obj.unlink()
+        obj.close()
+        obj.close()  # idempotent
+    calls = [
+        lambda: w.add(), lambda: w.add(1, "b"), lambda: w.add_many([1, 2]), lambda: w.total(),
+        lambda: w.totals(), lambda: w.rate(), lambda: w.series(), lambda: w.reset(),
+        lambda: w.reclaim(), lambda: w.stripe_owners(),
+        lambda: k.add(1, key="x"), lambda: k.add_and_total(1, key="x"), lambda: k.total(key="x"),
+        lambda: k.keys(), lambda: k.top(), lambda: k.clear("x"),
+        lambda: lim.hit("x"), lambda: lim.test("x"), lambda: lim.stats("x"), lambda: lim.stats_all("x"),
+        lambda: lim.clear("x"), lambda: lim.acquire("x", timeout=0),
+        lambda: saved[0](), lambda: saved[1](1, key="x"), lambda: saved[2](1, key="x"),
+        lambda: saved[3]("x"), lambda: saved[4](), lambda: saved[5]("x", 1, True), lambda: saved[6](),
+    ]  # fmt: skip
+    for i, call in enumerate(calls):
+        with pytest.raises(shmwin.WindowClosedError):
+            call()
+        assert i >= 0
+
+
+def test_a_saved_bound_add_keeps_its_window_open(name):
+    add = Window(name, span=60, buckets=60).add  # the Window object itself is dropped at once
+    add(5)
+    with Window.attach(name) as w:
+        assert w.total() == 5
+        w.unlink()
+
+
+def test_a_corrupted_row_header_is_an_error_not_a_spin(name):
+    with Window(name, span=60, buckets=60, capacity=8, lock_timeout=2) as w:
+        w.add(1, key="victim")
+        (slot, _generation) = w._core.find("victim")
+        row_off = w._lay.rows_off + slot * w._lay.row_bytes
+        fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+        os.pwrite(fd, (987654).to_bytes(8, "little"), row_off)  # the row's copy of the generation
+        os.close(fd)
+        fresh = Window.attach(name, lock_timeout=2)  # no cached slot: it must look the key up
+        started = time.monotonic()
+        with pytest.raises(shmwin.CorruptSegmentError, match="disagree"):
+            fresh.add(1, key="victim")
+        assert time.monotonic() - started < 1
+        fresh.add(1, key="other")  # the rest of the table still works
+        assert fresh.total(key="other") == 1
+        fresh.close()
+        w.unlink()
+
+
+def test_float_clocks_from_time_mocking_libraries_work(name):
+    now = [1000.0 * S]
+    with Limiter(name, "2/second", clock=lambda: now[0]) as lim:
+        assert [lim.hit("k") for _ in range(3)] == [True, True, False]
+        now[0] += 1.1 * S
+        assert lim.hit("k")
+        lim.unlink()
+
+
+def test_bad_clocks_are_clear_errors(make_name):
+    bad = ((lambda: -5, ValueError), (lambda: None, TypeError), (lambda: 1 / 0, ZeroDivisionError))
+    for clock, error in bad:
+        with Window(make_name("w"), span=60, buckets=60, clock=clock) as w:
+            with pytest.raises(error):
+                w.add()
+            w.unlink()
+
+
+def test_a_clock_behind_the_head_counts_late_never_early(name):
+    """An injected clock is read before the lock: a process whose reading lags another's
+    must not roll a ring back (that would forget hits and admit early)."""
+    now = [100 * S]
+    with Limiter(name, "3/minute", clock=lambda: now[0]) as lim:
+        assert lim.hit("k") and lim.hit("k")
+        now[0] -= 30 * S  # this process's reading lags the head by 30 s
+        assert lim.hit("k") and not lim.hit("k")
+        now[0] += 30 * S + 64 * S  # a period and a bucket after the newest hit
+        assert lim.hit("k")
+        lim.unlink()
+
+
+def test_costs_accept_integral_floats_and_refuse_the_rest(name):
+    with Limiter(name, "5/minute") as lim:
+        assert lim.hit("k", 2.0) and lim.hit("k", np.int64(2))
+        assert lim.stats("k").used == 4
+        for bad in (1.5, 0, -1, True, "2", None):
+            with pytest.raises(ValueError, match="cost"):
+                lim.hit("k", bad)
+        assert lim.test("k", 0)
+        assert lim.stats("k").used == 4  # nothing counted by the refused calls
+        lim.unlink()
+
+
+def test_float_windows_refuse_nan_and_infinity(name):
+    with Window(name, span=60, buckets=60, dtype="float64") as w:
+        w.add(1.5)
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            with pytest.raises(ValueError, match="finite"):
+                w.add(bad)
+        with pytest.raises(ValueError, match="finite"):
+            w.add_many([1.0, float("nan")])
+        assert w.total() == 1.5
+        w.unlink()
+
+
+def test_int_overflow_is_refused_before_anything_is_written(name):
+    with Window(name, span=60, buckets=60) as w:
+        w.add(2**63 - 10)
+        with pytest.raises(OverflowError):
+            w.add(np.int64(100))
+        with pytest.raises(OverflowError):
+            w.add(2**64)
+        assert w.total() == 2**63 - 10
+        w.unlink()
