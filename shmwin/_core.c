@@ -174,7 +174,9 @@ typedef struct {
     int64_t min_limit;
     PyObject *clock;    /* NULL: CLOCK_MONOTONIC, read under the lock */
     PyObject *fields;   /* {name: word index within a slot} */
-    PyObject *cache;    /* {key: generation << 32 | slot}: keys this process has seen */
+    struct CacheEntry *cache;  /* keys this process has seen: see "the key cache" */
+    int32_t *cache_index;
+    int64_t cache_mask, cache_used, cache_room;
     PyObject *claim;    /* striped: callable() -> a stripe row for this process, or 0 */
     PyObject *name;
     /* this process's stripe */
@@ -224,8 +226,16 @@ static int still_open(Core *c) {  /* after anything that may have run other thre
 
 /* ---- time ----------------------------------------------------------------------------- */
 
-/* The injected clock, called before any lock is taken (it is Python code). */
-static int clock_py(Core *c, int64_t *now) {
+/* Now, read once per call before any lock is taken: CLOCK_MONOTONIC natively, or the
+ * injected clock (Python code, which must never run under a lock). Two callers can then
+ * reach a row in the other order than they read the clock; the sections handle a lagging
+ * reading (a limiter counts it in the newer head bucket: later, never earlier; a window
+ * adds to the newer bucket of its slot instead of rolling it back). */
+static int now_ns(Core *c, int64_t *now) {
+    if (c->clock == NULL) {
+        *now = mono_ns();
+        return 0;
+    }
     PyObject *v = PyObject_CallNoArgs(c->clock);
     if (v == NULL) return -1;
     if (PyFloat_Check(v)) {  /* time-mocking libraries hand out floats */
@@ -248,9 +258,6 @@ static int clock_py(Core *c, int64_t *now) {
     *now = x;
     return 0;
 }
-/* Now, for a section: the native clock is read under the lock (a row's epochs then never
- * go back); an injected clock's value was read before the lock and is passed in. */
-#define NOW(c, given) ((c)->clock ? (given) : mono_ns())
 
 /* ---- locks ----------------------------------------------------------------------------- */
 
@@ -551,18 +558,91 @@ static int64_t assign(Core *c, int64_t slot, const StoredKey *k, int64_t now) {
     return gen;
 }
 
+/* ---- the key cache: key object -> (slot, generation), this process only ------------------ *
+ * Exact str/bytes keys (their hashes are cached in the objects), laid out as CPython's dict
+ * is: a small int32 index, open-addressed by hash, into entries kept in insertion order --
+ * so the index stays in cache and keys seen in a steady order are read sequentially. A hit
+ * is only a hint: the generation is checked against the row under the row's lock. */
+
+typedef struct CacheEntry {
+    PyObject *key;      /* a strong reference */
+    Py_hash_t hash;
+    int32_t slot, gen;  /* gen 0: stale, look the key up again */
+} CacheEntry;
+
+static void cache_drop(Core *c) {
+    for (int64_t i = 0; i < c->cache_used; i++) Py_DECREF(c->cache[i].key);
+    PyMem_Free(c->cache);
+    PyMem_Free(c->cache_index);
+    c->cache = NULL;
+    c->cache_index = NULL;
+    c->cache_mask = -1;
+    c->cache_used = c->cache_room = 0;
+}
+
+/* The index position of key (found), or of the empty place where it would go. */
+static int64_t cache_probe(Core *c, PyObject *key, Py_hash_t h) {
+    for (int64_t i = h & c->cache_mask;; i = (i + 1) & c->cache_mask) {
+        int32_t at = c->cache_index[i];
+        if (at < 0) return i;
+        CacheEntry *e = &c->cache[at];
+        if (e->key == key || (e->hash == h && Py_TYPE(e->key) == Py_TYPE(key) &&
+                              PyObject_RichCompareBool(e->key, key, Py_EQ) == 1))
+            return i;
+    }
+}
+
+static int cacheable(PyObject *key) { return PyUnicode_CheckExact(key) || PyBytes_CheckExact(key); }
+
+static CacheEntry *cache_get(Core *c, PyObject *key) {
+    if (c->cache_used == 0 || !cacheable(key)) return NULL;
+    int32_t at = c->cache_index[cache_probe(c, key, PyObject_Hash(key))];
+    return at >= 0 && c->cache[at].gen > 0 ? &c->cache[at] : NULL;
+}
+
+static int cache_grow(Core *c) {
+    if (c->cache_used == c->cache_room) {
+        int64_t room = c->cache_room ? 2 * c->cache_room : 32;
+        CacheEntry *more = PyMem_Realloc(c->cache, (size_t)room * sizeof(CacheEntry));
+        if (more == NULL) return -1;
+        c->cache = more;
+        c->cache_room = room;
+    }
+    if (2 * (c->cache_used + 1) > c->cache_mask + 1) {  /* keep the index at most half full */
+        int64_t size = c->cache_mask < 0 ? 64 : 2 * (c->cache_mask + 1);
+        int32_t *index = PyMem_Malloc((size_t)size * sizeof(int32_t));
+        if (index == NULL) return -1;
+        memset(index, 0xff, (size_t)size * sizeof(int32_t));
+        PyMem_Free(c->cache_index);
+        c->cache_index = index;
+        c->cache_mask = size - 1;
+        for (int64_t j = 0; j < c->cache_used; j++) {
+            int64_t i = c->cache[j].hash & c->cache_mask;
+            while (index[i] >= 0) i = (i + 1) & c->cache_mask;
+            index[i] = (int32_t)j;
+        }
+    }
+    return 0;
+}
+
 static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
-    if (gen >= ((int64_t)1 << 31) || !(PyUnicode_CheckExact(key) || PyBytes_CheckExact(key))) return;
-    if (PyDict_GET_SIZE(c->cache) > 4 * c->key_slots) PyDict_Clear(c->cache);
-    PyObject *v = PyLong_FromLongLong(gen << 32 | slot);
-    if (v == NULL || PyDict_SetItem(c->cache, key, v) < 0) PyErr_Clear();  /* a cache only */
-    Py_XDECREF(v);
+    if (!cacheable(key) || gen >= INT32_MAX || slot >= INT32_MAX) return;
+    if (c->cache_used >= 4 * c->key_slots + 64) cache_drop(c);  /* churn: start over */
+    if (cache_grow(c) < 0) return;  /* a cache only */
+    Py_hash_t h = PyObject_Hash(key);
+    int64_t i = cache_probe(c, key, h);
+    if (c->cache_index[i] < 0) {
+        c->cache_index[i] = (int32_t)c->cache_used;
+        c->cache[c->cache_used++] = (CacheEntry){Py_NewRef(key), h, 0, 0};
+    }
+    c->cache[c->cache_index[i]].slot = (int32_t)slot;
+    c->cache[c->cache_index[i]].gen = (int32_t)gen;
 }
 
 /* Insert k under LOCK_KEYS: 1 holding the row lock of *slot, -1 error (nothing held). */
-static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t given, int64_t *slot) {
+static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
     if (lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
-    int64_t now = NOW(c, given), s, g;
+    int64_t s, g;
     if (find_key(c, k, &s, &g)) {  /* inserted meanwhile by another process */
         int lock = row_lock(c, s);
         if (lock_take(c, lock) < 0) goto fail;
@@ -602,40 +682,48 @@ fail:
     return -1;
 }
 
+/* Fetch the lines a section at `now` will touch in row s: its head (key header and ring 0's
+ * header) and ring 0's current bucket, in parallel, while the lock is being taken. */
+static void prefetch_row(Core *c, int64_t s, int64_t now) {
+    char *row = ROW(c, s);
+    const Ring *r = &c->rings[0];
+    __builtin_prefetch(row, 1);
+    __builtin_prefetch(RING(c, row, 0) + (1 + (now / r->bucket_ns) % r->n) * c->slot_words, 1);
+}
+
 /* Find key and lock its row: 1 holding it (*slot), 0 absent (and not created), -1 error.
  * Bounded: two lock-free tries, then the insert path, which is definitive under LOCK_KEYS. */
-static int lock_key(Core *c, PyObject *key, int create, int64_t given, int64_t *slot) {
+static int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
     StoredKey k;
     int encoded = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         int64_t s, g;
-        PyObject *packed = PyDict_GetItemWithError(c->cache, key);
-        if (packed != NULL) {
-            int64_t p = PyLong_AsLongLong(packed);
-            s = p & 0xFFFFFFFF;
-            g = p >> 32;
+        CacheEntry *hint = cache_get(c, key);
+        if (hint != NULL) {
+            s = hint->slot;
+            g = hint->gen;
         } else {
-            if (PyErr_Occurred()) {
-                if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
-                PyErr_Clear();  /* unhashable (bytearray): no cache */
-            }
             if (!encoded && encode_key(c, key, &k) < 0) return -1;
             encoded = 1;
             if (!find_key(c, &k, &s, &g)) break;
         }
+        prefetch_row(c, s, now);
         int lock = row_lock(c, s);
         if (lock_take_ex(c, lock, 1) < 0) return -1;
         if (LOAD((int64_t *)ROW(c, s)) == g) {
-            if (packed == NULL) remember(c, key, s, g);
+            if (hint == NULL) remember(c, key, s, g);
             *slot = s;
             return 1;
         }
         lock_give(c, lock);  /* the entry was given to another key meanwhile: look again */
-        if (packed != NULL && PyDict_DelItem(c->cache, key) < 0) PyErr_Clear();
+        if (hint != NULL) {
+            hint = cache_get(c, key);  /* the table may have moved while we waited */
+            if (hint != NULL) hint->gen = 0;
+        }
     }
     if (!create) return 0;
     if (!encoded && encode_key(c, key, &k) < 0) return -1;
-    return insert_key(c, key, &k, given, slot);
+    return insert_key(c, key, &k, now, slot);
 }
 
 /* ---- the limiter's check-and-count ------------------------------------------------------ */
@@ -860,11 +948,10 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         PyErr_Format(PyExc_TypeError, "window %R is keyed: pass key=", c->name);
         goto out;
     }
-    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     if (c->keyed) {
         int got = lock_key(c, a[2], 1, now, &slot);
         if (got < 0) goto out;
-        now = NOW(c, now);
         char *r = ROW(c, slot);
         SECTION("add_keyed");
         STORE(intent_at(c, row_lock(c, slot)), slot);
@@ -878,14 +965,14 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         if (stripe_of(c, &row) < 0) goto out;
         if (row > 0) {  /* lock-free: only this process writes its stripe (under the GIL) */
             SECTION("add_striped");
-            rc = add_row(c, ROW(c, row), NOW(c, now), f, n, d);
+            rc = add_row(c, ROW(c, row), now, f, n, d);
             END_SECTION();
             goto out;
         }
     }
     if (lock_take_ex(c, LOCK_ROW0, 1) < 0) goto out;
     SECTION("add_locked");
-    rc = add_row(c, ROW(c, 0), NOW(c, now), f, n, d);
+    rc = add_row(c, ROW(c, 0), now, f, n, d);
     END_SECTION();
     lock_give(c, LOCK_ROW0);
 out:
@@ -912,9 +999,8 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
         goto out;
     }
     if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
-    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     if (lock_key(c, a[2], 1, now, &slot) < 0) goto out;
-    now = NOW(c, now);
     char *row = ROW(c, slot);
     SECTION("add_keyed");
     STORE(intent_at(c, row_lock(c, slot)), slot);
@@ -1037,7 +1123,7 @@ static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs
                      c->keyed ? "window %R is keyed: pass key=" : "window %R is not keyed", c->name);
         goto out;
     }
-    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     if (c->keyed) {
         if (lock_key(c, a[2], 1, now, &row) < 0) goto out;
         lock = row_lock(c, row);
@@ -1048,7 +1134,6 @@ static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs
         if (lock_take_ex(c, LOCK_ROW0, 1) < 0) goto out;
         lock = LOCK_ROW0;
     }
-    now = NOW(c, now);
     SECTION("add_batch");
     if (c->keyed) STORE(intent_at(c, lock), row);
     rc = add_items(c, ROW(c, row), f, items, m);
@@ -1080,7 +1165,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     }
     if (enter(c) < 0) return NULL;
     if (cost_of(a[1], &cost, 1) < 0) goto out;
-    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], 1, now, &slot);
     if (got < 0) {
         if (c->on_full && PyErr_ExceptionMatches(ErrFull)) {
@@ -1090,7 +1175,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         }
         goto out;
     }
-    hit_row(c, slot, NOW(c, now), cost, 1, &v);
+    hit_row(c, slot, now, cost, 1, &v);
     lock_give(c, row_lock(c, slot));
     result = v.allowed ? Py_True : Py_False;
     Py_INCREF(result);
@@ -1117,7 +1202,7 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     if (enter(c) < 0) return NULL;
     commit = PyObject_IsTrue(a[2]);
     if (commit < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
-    if (c->clock && clock_py(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], commit, now, &slot);
     if (got < 0) {
         if (!(c->on_full && PyErr_ExceptionMatches(ErrFull))) goto out;
@@ -1128,7 +1213,6 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         v.allowed = cost <= c->min_limit;
         v.wait_ns = v.allowed ? 0 : -1;
     } else {
-        now = NOW(c, now);
         hit_row(c, slot, now, cost, commit, &v);
         timing(c, slot, now, cost, &v);
         lock_give(c, row_lock(c, slot));
@@ -1366,15 +1450,16 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     c->fields = Py_NewRef(fields);
     c->claim = Py_NewRef(claim);
     c->name = Py_NewRef(name);
-    c->cache = PyDict_New();
-    return c->cache ? 0 : -1;
+    c->cache = NULL;
+    c->cache_index = NULL;
+    c->cache_mask = -1;
+    return 0;
 }
 
 static int Core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(c->clock);
     Py_VISIT(c->claim);
     Py_VISIT(c->fields);
-    Py_VISIT(c->cache);
     return 0;
 }
 
@@ -1382,7 +1467,6 @@ static int Core_clear_refs(Core *c) {
     Py_CLEAR(c->clock);
     Py_CLEAR(c->claim);
     Py_CLEAR(c->fields);
-    Py_CLEAR(c->cache);
     return 0;
 }
 
@@ -1393,16 +1477,17 @@ static void Core_dealloc(Core *c) {
     release_map(c);
     Core_clear_refs(c);
     Py_CLEAR(c->name);
+    cache_drop(c);
     PyMem_Free(c->empty);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
 static PyObject *Core_get_closed(Core *c, void *Py_UNUSED(x)) { return PyBool_FromLong(c->closed); }
-static PyObject *Core_get_cache(Core *c, void *Py_UNUSED(x)) { return Py_NewRef(c->cache); }
+static PyObject *Core_get_cached(Core *c, void *Py_UNUSED(x)) { return PyLong_FromLongLong(c->cache_used); }
 
 static PyGetSetDef Core_getset[] = {
     {"closed", (getter)Core_get_closed, NULL, "close() was called", NULL},
-    {"cache", (getter)Core_get_cache, NULL, "{key: generation << 32 | slot} seen by this process", NULL},
+    {"cached", (getter)Core_get_cached, NULL, "how many keys this process's key cache holds", NULL},
     {NULL},
 };
 
