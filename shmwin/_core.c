@@ -172,7 +172,7 @@ typedef struct {
     int64_t timeout_ns;
     int on_full;        /* 0 raise KeyTableFullError, 1 allow, 2 deny */
     int64_t min_limit;
-    PyObject *clock;    /* NULL: CLOCK_MONOTONIC, read under the lock */
+    PyObject *clock;    /* NULL: CLOCK_MONOTONIC natively; else called before any lock */
     PyObject *fields;   /* {name: word index within a slot} */
     struct CacheEntry *cache;  /* keys this process has seen: see "the key cache" */
     int32_t *cache_index;

@@ -40,8 +40,8 @@ def open_core(
     on_full: str,
     claim: Callable[[], int],
 ) -> _core.Core:
-    """The native writer of a mapped, validated segment. ``clock=None`` reads CLOCK_MONOTONIC
-    natively, under the lock; an injected clock is called before any lock is taken."""
+    """The native writer of a mapped, validated segment. Each call reads the clock once,
+    before taking any lock: CLOCK_MONOTONIC natively (``clock=None``), or the injected one."""
     return _core.Core(
         mm,
         name=name,
