@@ -160,7 +160,7 @@ typedef struct {
     int has_buf;
     /* geometry, from layout.Layout */
     int limiter, floats, striped, keyed;
-    int n_fields, slot_words, n_rings, n_locks, n_key_locks;
+    int n_fields, slot_words, head_slots, n_rings, n_locks, n_key_locks;
     Ring rings[MAX_RINGS];
     int64_t locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, key_slots;
     int64_t rings_off;  /* byte offset of the first ring header within a row */
@@ -181,6 +181,7 @@ typedef struct {
     PyObject *name;
     /* this process's stripe */
     int64_t stripe_row; /* 0: the shared row under LOCK_ROW0 */
+    int64_t stripe_owner;
     uint64_t stripe_gen;
     int64_t retry_ns;   /* when to look for a free stripe again */
 } Core;
@@ -189,6 +190,10 @@ typedef struct {
 #define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
 #define ENTRY(c, s) ((int64_t *)((c)->base + (c)->keys_off + (int64_t)(s) * KEY_ENTRY_BYTES))
 #define RING(c, row, i) ((int64_t *)((row) + (c)->rings[i].hdr * WORD))
+/* The slot of bucket epoch e >= 0 in the ring whose first header slot is hdr. Limiter rings
+ * have two header slots: (head epoch, running total), then (tail epoch, unused). */
+#define BUCKET(c, hdr, r, e) ((hdr) + ((c)->head_slots + (e) % (r)->n) * (c)->slot_words)
+#define TAIL(c, hdr) ((hdr) + (c)->slot_words)
 
 static pthread_mutex_t *mutex_at(Core *c, int i) {
     return (pthread_mutex_t *)(c->base + c->locks_off + (int64_t)i * LOCK_BYTES);
@@ -240,11 +245,12 @@ static int now_ns(Core *c, int64_t *now) {
     if (v == NULL) return -1;
     if (PyFloat_Check(v)) {  /* time-mocking libraries hand out floats */
         double d = PyFloat_AS_DOUBLE(v);
-        Py_DECREF(v);
         if (!(d >= 0 && d < 9.2e18)) {
             PyErr_Format(PyExc_ValueError, "the clock returned %R ns, not a time", v);
+            Py_DECREF(v);
             return -1;
         }
+        Py_DECREF(v);
         *now = (int64_t)d;
         return 0;
     }
@@ -281,22 +287,27 @@ static int timed_lock(pthread_mutex_t *m, const struct timespec *until) {
 }
 
 /* A wait that timed out a slice: is the lock word still a plausible owner? */
-static int holder_check(Core *c, int i, int64_t deadline) {
-    int word = __atomic_load_n((int *)mutex_at(c, i), __ATOMIC_RELAXED);
-    int tid = word & 0x3FFFFFFF;
-    if (tid == 0 || (kill(tid, 0) == -1 && errno == ESRCH)) {
-        PyErr_Format(ErrCorrupt,
-                     "lock %d of window %R is held by thread %d, which no longer exists, and the "
-                     "kernel did not release it: the segment's lock table is corrupt", i, c->name, tid);
+/* A wait that timed out a slice. A free word (0) or a new holder: just wait again. The kernel
+ * flags a dead holder itself (EOWNERDEAD), so a holder is never judged dead from here: a
+ * thread id that kill() cannot find may live in another PID namespace. Only a word that is
+ * held yet names no thread at all is junk; anything else waits until the deadline. */
+static int holder_check(Core *c, int i, int64_t deadline, int *junk_slices) {
+    unsigned word = __atomic_load_n((unsigned *)mutex_at(c, i), __ATOMIC_RELAXED);
+    int tid = (int)(word & 0x3FFFFFFF);
+    *junk_slices = word != 0 && tid == 0 && !(word & 0x40000000) ? *junk_slices + 1 : 0;
+    if (*junk_slices >= 2) {  /* seen twice, a slice apart: not a transient */
+        PyErr_Format(ErrCorrupt, "lock %d of window %R holds the word 0x%x, which names no thread: "
+                     "the segment's lock table is corrupt", i, c->name, word);
         return -1;
     }
-    if (mono_ns() >= deadline) {
-        PyErr_Format(ErrTimeout,
-                     "lock %d of window %R has been held by live thread %d for more than %.3gs "
-                     "(stopped in a debugger, or SIGSTOPped?)", i, c->name, tid, c->timeout_ns / 1e9);
-        return -1;
-    }
-    return 0;
+    if (mono_ns() < deadline) return 0;
+    int visible = tid == 0 || kill(tid, 0) == 0 || errno != ESRCH;
+    PyErr_Format(ErrTimeout, "lock %d of window %R has been held by thread %d for more than %lld ms (%s)",
+                 i, c->name, tid, (long long)(c->timeout_ns / 1000000),
+                 visible ? "a live thread: stopped in a debugger, or SIGSTOPped?"
+                         : "a thread this process cannot see: in another PID namespace, or dead "
+                           "without the kernel noticing, which means a corrupt lock table");
+    return -1;
 }
 
 /* Block (GIL released) until lock i is ours: a pthread code, or -1 with an error set.
@@ -304,6 +315,7 @@ static int holder_check(Core *c, int i, int64_t deadline) {
 static int lock_wait(Core *c, int i, int interruptible) {
     pthread_mutex_t *m = mutex_at(c, i);
     int64_t deadline = mono_ns() + c->timeout_ns;
+    int junk_slices = 0;
     for (;;) {
         int64_t until = mono_ns() + SLICE_NS;
         struct timespec ts;
@@ -315,7 +327,7 @@ static int lock_wait(Core *c, int i, int interruptible) {
         rc = timed_lock(m, &ts);
         Py_END_ALLOW_THREADS
         if (rc != ETIMEDOUT) return rc;
-        if (holder_check(c, i, deadline) < 0) return -1;
+        if (holder_check(c, i, deadline, &junk_slices) < 0) return -1;
         if (interruptible && PyErr_CheckSignals() < 0) return -1;
     }
 }
@@ -359,8 +371,8 @@ static void empty_rings(Core *c, char *row) {
 static int64_t ring_sum(Core *c, int64_t *hdr, const Ring *r, int64_t head) {
     int64_t total = 0;
     if (head == EMPTY_EPOCH) return 0;
-    for (int64_t s = 1; s <= r->n; s++) {
-        int64_t *b = hdr + s * c->slot_words, e = LOAD(b);
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *b = hdr + (c->head_slots + s) * c->slot_words, e = LOAD(b);
         if (e != EMPTY_EPOCH && e > head - r->n && e <= head) total += LOAD(b + 1);
     }
     return total;
@@ -375,14 +387,14 @@ static int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d) 
     for (int i = 0; i < c->n_rings; i++) {  /* check everything before writing anything */
         const Ring *r = &c->rings[i];
         epoch[i] = now / r->bucket_ns;
-        slot[i] = RING(c, row, i) + (1 + epoch[i] % r->n) * c->slot_words;
-        if (!c->floats) {
-            int64_t v = LOAD(slot[i]) < epoch[i] ? 0 : LOAD(slot[i] + f), out;
-            if (__builtin_add_overflow(v, n, &out)) {
-                PyErr_Format(PyExc_OverflowError, "adding %lld would overflow an int64 window value",
-                             (long long)n);
-                return -1;
-            }
+        slot[i] = BUCKET(c, RING(c, row, i), r, epoch[i]);
+        int64_t bits = LOAD(slot[i]) < epoch[i] ? 0 : LOAD(slot[i] + f), out;
+        double sum;
+        memcpy(&sum, &bits, 8);
+        if (c->floats ? !isfinite(sum + d) : __builtin_add_overflow(bits, n, &out)) {
+            PyErr_Format(PyExc_OverflowError, "this add would overflow the window's %s value",
+                         c->floats ? "float64" : "int64");
+            return -1;
         }
     }
     for (int i = 0; i < c->n_rings; i++) {
@@ -407,24 +419,62 @@ static int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d) 
 
 /* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
 
-/* This process's stripe row (claiming one through Python's callback after a fork or at
- * first use), or 0 for the shared row. No lock is held here. */
+/* Section "claim": under LOCK_STRIPES, take the first candidate (row, owner seen free or
+ * dead) whose owner word is still what was seen: 1 and *row, 0 if none was, -1 error.
+ * rows_in_use grows before the owner is written, so a tear only makes readers sum a row
+ * too many; the owner word is written last. */
+static int claim_row(Core *c, PyObject *cands, int64_t owner, int64_t start, int64_t *row) {
+    PyObject *seq = PySequence_Fast(cands, "stripe candidates must be a sequence of (row, owner seen)");
+    int got = 0;
+    if (seq == NULL || lock_take_ex(c, LOCK_STRIPES, 1) < 0) {
+        Py_XDECREF(seq);
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && !got; j++) {
+        long long r, seen;
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, j);
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "LL", &r, &seen)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a stripe candidate is (row, owner)");
+            got = -1;
+            break;
+        }
+        int64_t *e = W(c, c->stripes_off + r * STRIPE_ENTRY_BYTES), *in_use = W(c, ROWS_IN_USE_OFF);
+        if (r < 1 || r >= c->n_rows || LOAD(e) != seen) continue;
+        SECTION("claim");
+        if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
+        STORE(e + 1, start);
+        STORE(e + 2, owner);
+        STORE(e + 3, mono_ns());
+        STORE(e, owner);
+        END_SECTION();
+        *row = r;
+        got = 1;
+    }
+    lock_give(c, LOCK_STRIPES);
+    Py_DECREF(seq);
+    return got;
+}
+
+/* This process's stripe row, or 0 for the shared row. After a fork or at first use, ask
+ * Python's callback for (candidates, pid, start ticks) -- liveness is judged there -- and
+ * claim in C, so the claim and this record of it cannot be separated by an exception. */
 static int stripe_of(Core *c, int64_t *row) {
     if (c->stripe_gen == fork_gen && (c->stripe_row > 0 || mono_ns() < c->retry_ns)) {
         *row = c->stripe_row;
         return 0;
     }
-    PyObject *v = PyObject_CallNoArgs(c->claim);
+    long long owner, start;
+    PyObject *cands, *v = PyObject_CallNoArgs(c->claim);
+    int64_t got = 0;
     if (v == NULL) return -1;
-    long long got = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if (got == -1 && PyErr_Occurred()) return -1;
-    if (still_open(c) < 0) return -1;
-    if (got < 0 || got >= c->n_rows) {
-        PyErr_Format(PyExc_SystemError, "stripe claim returned row %lld", got);
+    if (!PyArg_ParseTuple(v, "OLL", &cands, &owner, &start) || still_open(c) < 0 ||
+        claim_row(c, cands, owner, start, &got) < 0) {
+        Py_DECREF(v);
         return -1;
     }
+    Py_DECREF(v);
     c->stripe_row = got;
+    c->stripe_owner = owner;
     c->stripe_gen = fork_gen;
     c->retry_ns = mono_ns() + NS;  /* every stripe taken: look again in a second */
     *row = got;
@@ -513,11 +563,16 @@ static int idle(Core *c, int64_t slot, int64_t now) {
     return now - LOAD((int64_t *)ROW(c, slot) + 1) > c->idle_ns;
 }
 
-/* Section "rollback": undo the half-published entry `slot` (negative generation) of an
- * inserter that died. Caller holds LOCK_KEYS, so no live inserter writes it.
+/* Section "rollback": undo the half-published entry `slot` (its or its row's generation
+ * negative) of an inserter that died. Caller holds LOCK_KEYS, so no live inserter writes it.
  * After: hash 0 (matches no key), empty rings, idle, generation published positive. */
+static int half_published(Core *c, int64_t slot) {
+    return LOAD(ENTRY(c, slot)) < 0 || LOAD((int64_t *)ROW(c, slot)) < 0;
+}
+
 static int rollback(Core *c, int64_t slot) {
-    int64_t *e = ENTRY(c, slot), g = -LOAD(e);
+    int64_t *e = ENTRY(c, slot), eg = LOAD(e), rg = LOAD((int64_t *)ROW(c, slot));
+    int64_t g = eg < 0 ? -eg : rg < 0 ? -rg : 0;  /* the generation the dead inserter wrote */
     int lock = row_lock(c, slot);
     if (g <= 0) return 0;
     if (lock_take(c, lock) < 0) return -1;
@@ -536,14 +591,16 @@ static int rollback(Core *c, int64_t slot) {
 }
 
 /* Section "insert": give entry `slot` (free, or idle) to key k. Caller holds LOCK_KEYS and
- * the row's lock. The entry's generation is negative from the first store to the last, so
- * lookups skip it and a repair knows to roll it back; the row's copy of the generation is
- * written just before the entry's, and a writer checks that copy under the row lock. */
+ * the row's lock. The row's copy of the generation (what a writer checks under the row lock)
+ * and the entry's are negative from the first stores to the last two, so if the inserter
+ * dies midway no writer that cached the old key writes the row, lookups skip the entry, and
+ * the next LOCK_KEYS holder rolls it back. */
 static int64_t assign(Core *c, int64_t slot, const StoredKey *k, int64_t now) {
     int64_t *e = ENTRY(c, slot), g = LOAD(e), *row = (int64_t *)ROW(c, slot);
     int64_t gen = (g < 0 ? -g : g) + 1;
     SECTION("insert");
     STORE(intent_at(c, LOCK_KEYS), slot);
+    STORE(row, -gen);  /* first: a writer that cached the entry's old key no longer matches */
     STORE(e, -gen);
     memset((char *)e + KEY_BYTES_OFF, 0, MAX_STORED_KEY);
     memcpy((char *)e + KEY_BYTES_OFF, k->bytes, (size_t)k->len);
@@ -592,7 +649,11 @@ static int64_t cache_probe(Core *c, PyObject *key, Py_hash_t h) {
     }
 }
 
-static int cacheable(PyObject *key) { return PyUnicode_CheckExact(key) || PyBytes_CheckExact(key); }
+/* Exact str/bytes of at most MAX_STORED_KEY characters: the cache never holds big keys alive. */
+static int cacheable(PyObject *key) {
+    return (PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= MAX_STORED_KEY) ||
+           (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) <= MAX_STORED_KEY);
+}
 
 static CacheEntry *cache_get(Core *c, PyObject *key) {
     if (c->cache_used == 0 || !cacheable(key)) return NULL;
@@ -646,20 +707,24 @@ static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, i
     if (find_key(c, k, &s, &g)) {  /* inserted meanwhile by another process */
         int lock = row_lock(c, s);
         if (lock_take(c, lock) < 0) goto fail;
-        if (LOAD((int64_t *)ROW(c, s)) != g) {
-            lock_give(c, lock);
+        int64_t rg = LOAD((int64_t *)ROW(c, s));
+        if (rg == g) {
+            lock_give(c, LOCK_KEYS);
+            remember(c, key, s, g);
+            *slot = s;
+            return 1;
+        }
+        lock_give(c, lock);
+        if (rg >= 0) {
             PyErr_Format(ErrCorrupt, "window %R: key entry %lld and its row disagree on the key's "
                          "generation: the segment is corrupt", c->name, (long long)s);
             goto fail;
         }
-        lock_give(c, LOCK_KEYS);
-        remember(c, key, s, g);
-        *slot = s;
-        return 1;
+        if (rollback(c, s) < 0) goto fail;  /* an inserter died taking this entry: it is free */
     }
     PROBES(c, k->hash, s, step, i) {
         int64_t *e = ENTRY(c, s);
-        if (LOAD(e) < 0 && rollback(c, s) < 0) goto fail;
+        if (half_published(c, s) && rollback(c, s) < 0) goto fail;
         if (LOAD(e) != 0 && !idle(c, s, now)) continue;
         int lock = row_lock(c, s);
         if (lock_take(c, lock) < 0) goto fail;
@@ -688,7 +753,7 @@ static void prefetch_row(Core *c, int64_t s, int64_t now) {
     char *row = ROW(c, s);
     const Ring *r = &c->rings[0];
     __builtin_prefetch(row, 1);
-    __builtin_prefetch(RING(c, row, 0) + (1 + (now / r->bucket_ns) % r->n) * c->slot_words, 1);
+    __builtin_prefetch(BUCKET(c, RING(c, row, 0), r, now / r->bucket_ns), 1);
 }
 
 /* Find key and lock its row: 1 holding it (*slot), 0 absent (and not created), -1 error.
@@ -736,12 +801,22 @@ typedef struct {
 } Verdict;
 
 /* Section "hit": advance every ring to now, compare, count in all or none. Caller holds the
- * row lock. Running totals are derived data: the repair recomputes them from the buckets.
+ * row lock. Running totals and tails are derived data: the repair recomputes them.
  * Order: a head moves before its total is lowered, and totals rise before buckets, so a
- * tear leaves totals too high (refuse early), never too low (admit late). */
-static void hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v) {
+ * tear leaves totals too high (refuse early), never too low (admit late).
+ * The tail is a lower bound on the oldest live bucket holding hits, or EMPTY when no live
+ * bucket holds any: set before a first hit lands, moved forward lazily by timing(). */
+static int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v) {
     char *row = ROW(c, slot);
     int64_t epoch[MAX_RINGS];
+    for (int i = 0; i < c->n_rings; i++) {  /* junk a clock never reaches: epoch maths would overflow */
+        int64_t head = LOAD(RING(c, row, i));
+        if (head != EMPTY_EPOCH && (head < 0 || head > INT64_MAX / c->rings[i].bucket_ns - 2 * c->rings[i].n)) {
+            PyErr_Format(ErrCorrupt, "window %R: key row %lld holds an impossible epoch %lld: the segment "
+                         "is corrupt", c->name, (long long)slot, (long long)head);
+            return -1;
+        }
+    }
     SECTION("hit");
     STORE(intent_at(c, row_lock(c, slot)), slot);
     v->allowed = 1;
@@ -755,23 +830,29 @@ static void hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit
             if (head != EMPTY_EPOCH && e - head < r->n) {
                 total = LOAD(hdr + 1);
                 for (int64_t gone = head - r->n + 1; gone <= e - r->n; gone++) {
-                    int64_t *b = hdr + (1 + (gone < 0 ? 0 : gone) % r->n) * c->slot_words;
+                    int64_t *b = BUCKET(c, hdr, r, gone < 0 ? 0 : gone);
                     if (gone >= 0 && LOAD(b) == gone) total -= LOAD(b + 1);
                 }
             }
             STORE(hdr, e);
             STORE(hdr + 1, total);
+            if (total == 0 && LOAD(TAIL(c, hdr)) != EMPTY_EPOCH) STORE(TAIL(c, hdr), EMPTY_EPOCH);
         }
         v->used[i] = LOAD(hdr + 1);
-        if (v->used[i] + cost > r->limit) v->allowed = 0;
+        if (v->used[i] < 0) {  /* junk: recompute the derived total from the buckets */
+            v->used[i] = ring_sum(c, hdr, r, e);
+            STORE(hdr + 1, v->used[i]);
+        }
+        if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;  /* no overflow */
     }
     if (v->allowed && commit) {
         for (int i = 0; i < c->n_rings; i++) {
+            if (LOAD(TAIL(c, RING(c, row, i))) == EMPTY_EPOCH) STORE(TAIL(c, RING(c, row, i)), epoch[i]);
             v->used[i] += cost;
             STORE(RING(c, row, i) + 1, v->used[i]);
         }
         for (int i = 0; i < c->n_rings; i++) {
-            int64_t *b = RING(c, row, i) + (1 + epoch[i] % c->rings[i].n) * c->slot_words;
+            int64_t *b = BUCKET(c, RING(c, row, i), &c->rings[i], epoch[i]);
             if (LOAD(b) != epoch[i]) {
                 STORE(b + 1, 0);
                 STORE(b, epoch[i]);
@@ -781,25 +862,31 @@ static void hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit
         STORE((int64_t *)row + 1, now);
     }
     END_SECTION();
+    return 0;
 }
 
-/* When each rate's oldest counted hit is forgotten, and when `cost` would fit (read-only;
- * caller holds the row lock; scans stop at the first bucket that answers). */
+/* When each rate's oldest counted hit is forgotten, and when `cost` would fit. Caller holds
+ * the row lock. Scans start at the ring's tail, which then moves forward to the oldest bucket
+ * found holding hits (one store of derived data: any lower bound is valid), so repeated
+ * calls cost O(1) and a ring's buckets are passed over at most once per lap. */
 static void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v) {
     char *row = ROW(c, slot);
     v->wait_ns = 0;
     for (int i = 0; i < c->n_rings; i++) {
         const Ring *r = &c->rings[i];
-        int64_t *hdr = RING(c, row, i), head = LOAD(hdr), need = v->used[i] + cost - r->limit;
+        int64_t *hdr = RING(c, row, i), head = LOAD(hdr);
+        int64_t need = cost > r->limit - v->used[i] ? v->used[i] - (r->limit - cost) : 0;
         int64_t freed = 0, blocks = !v->allowed && need > 0;
         v->reset_ns[i] = 0;
         if (blocks && cost > r->limit) v->wait_ns = -1;
-        if (head == EMPTY_EPOCH) continue;
-        for (int64_t e = head - r->n + 1; e <= head; e++) {
-            int64_t *b = hdr + (1 + (e < 0 ? 0 : e) % r->n) * c->slot_words, hits;
+        int64_t tail = LOAD(TAIL(c, hdr)), from = head - r->n + 1;
+        if (head == EMPTY_EPOCH || tail == EMPTY_EPOCH) continue;
+        for (int64_t e = tail > from ? tail : from, left = head - e + 1; left > 0; e++, left--) {
+            int64_t *b = BUCKET(c, hdr, r, e < 0 ? 0 : e), hits;
             if (e < 0 || LOAD(b) != e || (hits = LOAD(b + 1)) == 0) continue;
             int64_t leaves = (e + r->n) * r->bucket_ns - now;
             if (leaves < 0) leaves = 0;
+            if (freed == 0 && e != tail) STORE(TAIL(c, hdr), e);
             if (v->reset_ns[i] == 0) v->reset_ns[i] = leaves;
             freed += hits;
             if (!blocks || v->wait_ns < 0) break;
@@ -873,6 +960,7 @@ static int amount(Core *c, PyObject *obj, int64_t *n, double *d) {
         }
         *d = PyFloat_AsDouble(obj);
         if (*d == -1.0 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "add() takes a number, not %R", obj);
             return -1;
@@ -1015,8 +1103,8 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
         const Ring *r = &c->rings[longest];
         int64_t *hdr = RING(c, row, longest), e = now / r->bucket_ns, ti = 0;
         double td = 0;
-        for (int64_t k = e - r->n + 1; k <= e; k++) {
-            int64_t *b = hdr + (1 + (k < 0 ? 0 : k) % r->n) * c->slot_words;
+        for (int64_t j = 0, k = e - r->n + 1; j < r->n; j++, k++) {
+            int64_t *b = BUCKET(c, hdr, r, k < 0 ? 0 : k);
             if (k < 0 || LOAD(b) != k) continue;
             int64_t bits = LOAD(b + f);
             double x;
@@ -1072,14 +1160,17 @@ bad:
 }
 
 static int64_t *item_slot(Core *c, char *row, const Item *it) {
-    return RING(c, row, it->ring) + (1 + it->epoch % c->rings[it->ring].n) * c->slot_words;
+    return BUCKET(c, RING(c, row, it->ring), &c->rings[it->ring], it->epoch);
 }
 
 static int add_items(Core *c, char *row, int f, const Item *items, Py_ssize_t m) {
-    for (Py_ssize_t j = 0; j < m && !c->floats; j++) {  /* overflow: check all, then write */
+    for (Py_ssize_t j = 0; j < m; j++) {  /* overflow: check all, then write */
         int64_t *s = item_slot(c, row, &items[j]), v = LOAD(s) == items[j].epoch ? LOAD(s + f) : 0, out;
-        if (__builtin_add_overflow(v, items[j].bits, &out)) {
-            PyErr_SetString(PyExc_OverflowError, "the batch would overflow an int64 window value");
+        double x, y;
+        memcpy(&x, &v, 8);
+        memcpy(&y, &items[j].bits, 8);
+        if (c->floats ? !isfinite(x + y) : __builtin_add_overflow(v, items[j].bits, &out)) {
+            PyErr_SetString(PyExc_OverflowError, "the batch would overflow a window value");
             return -1;
         }
     }
@@ -1175,33 +1266,34 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         }
         goto out;
     }
-    hit_row(c, slot, now, cost, 1, &v);
+    int rc = hit_row(c, slot, now, cost, 1, &v);
     lock_give(c, row_lock(c, slot));
-    result = v.allowed ? Py_True : Py_False;
-    Py_INCREF(result);
+    if (rc == 0) result = Py_NewRef(v.allowed ? Py_True : Py_False);
 out:
     leave(c);
     return result;
 }
 
-/* check(key, cost, commit) -> (allowed, used, reset_ns, wait_ns | None): hit() (commit) or
- * test() with the details stats() and acquire() need; O(1) in the buckets but for the
- * scans that stop at the first bucket answering when a hit leaves. */
+/* check(key, cost, commit, detail=True) -> (allowed, used, reset_ns, wait_ns | None): hit()
+ * (commit) or test() from the running totals, O(1); with detail, also when each rate's oldest
+ * hit leaves and when cost would fit, for stats() and acquire(): scans from the oldest bucket
+ * that stop at the first one answering. */
 static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const names[] = {"key", "cost", "commit"};
-    PyObject *a[3], *result = NULL;
+    static const char *const names[] = {"key", "cost", "commit", "detail"};
+    PyObject *a[4], *result = NULL;
     int64_t cost, now = 0, slot;
     Verdict v;
-    int commit;
+    int commit, detail;
     memset(&v, 0, sizeof v);
-    if (parse(args, nargs, kwnames, names, 3, a, "check") < 0) return NULL;
+    if (parse(args, nargs, kwnames, names, 4, a, "check") < 0) return NULL;
     if (a[0] == NULL || a[2] == NULL) {
         PyErr_SetString(PyExc_TypeError, "check() needs key and commit");
         return NULL;
     }
     if (enter(c) < 0) return NULL;
     commit = PyObject_IsTrue(a[2]);
-    if (commit < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
+    detail = a[3] == NULL ? 1 : PyObject_IsTrue(a[3]);
+    if (commit < 0 || detail < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
     if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], commit, now, &slot);
     if (got < 0) {
@@ -1213,9 +1305,10 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         v.allowed = cost <= c->min_limit;
         v.wait_ns = v.allowed ? 0 : -1;
     } else {
-        hit_row(c, slot, now, cost, commit, &v);
-        timing(c, slot, now, cost, &v);
+        int rc = hit_row(c, slot, now, cost, commit, &v);
+        if (rc == 0 && detail) timing(c, slot, now, cost, &v);
         lock_give(c, row_lock(c, slot));
+        if (rc < 0) goto out;
     }
     PyObject *used = PyTuple_New(c->n_rings), *reset = PyTuple_New(c->n_rings);
     if (used == NULL || reset == NULL) {
@@ -1288,40 +1381,6 @@ static PyObject *Core_find(Core *c, PyObject *key) {
     return result;
 }
 
-/* claim_stripe(candidates, owner, start, now) -> row or 0. Section "claim": under
- * LOCK_STRIPES, take the first candidate (row, owner seen free or dead) whose owner word is
- * still what was seen. rows_in_use grows before the owner is written, so a tear can only
- * make readers sum one row too many. */
-static PyObject *Core_claim_stripe(Core *c, PyObject *args) {
-    PyObject *cands, *result = NULL;
-    long long owner, start, now;
-    if (!PyArg_ParseTuple(args, "OLLL", &cands, &owner, &start, &now) || enter(c) < 0) return NULL;
-    PyObject *seq = PySequence_Fast(cands, "candidates must be a sequence of (row, owner seen)");
-    if (seq == NULL || lock_take_ex(c, LOCK_STRIPES, 1) < 0) goto out;
-    long long got = 0;
-    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && !got; j++) {
-        long long row, seen;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, j), "LL", &row, &seen)) break;
-        if (row < 1 || row >= c->n_rows) continue;
-        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES), *in_use = W(c, ROWS_IN_USE_OFF);
-        if (LOAD(e) != seen) continue;
-        SECTION("claim");
-        if (LOAD(in_use) < row + 1) STORE(in_use, row + 1);
-        STORE(e + 1, start);
-        STORE(e + 2, owner);
-        STORE(e + 3, now);
-        STORE(e, owner);
-        END_SECTION();
-        got = row;
-    }
-    lock_give(c, LOCK_STRIPES);
-    if (!PyErr_Occurred()) result = PyLong_FromLongLong(got);
-out:
-    Py_XDECREF(seq);
-    leave(c);
-    return result;
-}
-
 /* free_stripes(rows_and_owners) -> how many freed: under LOCK_STRIPES, clear each row's
  * owner if it is still the one given (a dead owner's, or our own at close). Data stays. */
 static PyObject *Core_free_stripes(Core *c, PyObject *cands) {
@@ -1347,16 +1406,28 @@ out:
     return result;
 }
 
-/* forget_stripe(): after the stripe was freed (close), the next add claims again. */
-static PyObject *Core_forget_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
+/* release_stripe(): hand this process's stripe back (data kept), unless someone adopted it
+ * meanwhile; the next add claims again. */
+static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
+    int64_t row = c->stripe_row;
+    if (enter(c) < 0) return NULL;
+    int mine = c->stripe_gen == fork_gen && row > 0;
     c->stripe_gen = 0;
     c->stripe_row = 0;
-    Py_RETURN_NONE;
+    if (mine && lock_take(c, LOCK_STRIPES) == 0) {
+        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES);
+        if (LOAD(e) == c->stripe_owner) STORE(e, 0);
+        lock_give(c, LOCK_STRIPES);
+    }
+    leave(c);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(mine ? row : 0);
 }
 
 /* close(): no call touches the mapping from now on; released once no call is inside. */
 static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
     c->closed = 1;
+    if (c->busy == 0) cache_drop(c);  /* else a call inside may still hold an entry */
     release_map(c);
     Py_RETURN_NONE;
 }
@@ -1373,15 +1444,16 @@ static void repair(Core *c, int i) {
     int64_t slot = LOAD(intent_at(c, i));
     if (!c->keyed || slot < 0 || slot >= c->key_slots) return;
     if (i == LOCK_KEYS) {
-        if (LOAD(ENTRY(c, slot)) < 0 && rollback(c, slot) < 0) PyErr_Clear();  /* retried lazily */
+        if (half_published(c, slot) && rollback(c, slot) < 0) PyErr_Clear();  /* retried lazily */
         return;
     }
     if (i < FIRST_KEY_LOCK || !c->limiter || row_lock(c, slot) != i) return;
     char *row = ROW(c, slot);
     SECTION("repair");
     for (int r = 0; r < c->n_rings; r++) {
-        int64_t *hdr = RING(c, row, r);
-        STORE(hdr + 1, ring_sum(c, hdr, &c->rings[r], LOAD(hdr)));
+        int64_t *hdr = RING(c, row, r), head = LOAD(hdr), total = ring_sum(c, hdr, &c->rings[r], head);
+        STORE(TAIL(c, hdr), total ? head - c->rings[r].n + 1 : EMPTY_EPOCH);  /* a lower bound */
+        STORE(hdr + 1, total);
     }
     END_SECTION();
 }
@@ -1390,7 +1462,7 @@ static void repair(Core *c, int i) {
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"buffer", "name", "limiter", "floats", "striped", "keyed", "n_fields",
-                             "slot_words", "rings", "locks_off", "n_locks", "n_key_locks",
+                             "slot_words", "head_slots", "rings", "locks_off", "n_locks", "n_key_locks",
                              "stripes_off", "keys_off", "rows_off", "row_bytes", "n_rows",
                              "key_slots", "rings_off", "idle_ns", "hash_key", "empty_row",
                              "timeout_ns", "on_full", "clock", "fields", "claim", NULL};
@@ -1403,9 +1475,9 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "Core is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUppppiiOLiiLLLLLLLLy#y*LiOOO", kwlist, &buffer, &name,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUppppiiiOLiiLLLLLLLLy#y*LiOOO", kwlist, &buffer, &name,
                                      &c->limiter, &c->floats, &c->striped, &c->keyed, &c->n_fields,
-                                     &c->slot_words, &rings, &c->locks_off, &c->n_locks,
+                                     &c->slot_words, &c->head_slots, &rings, &c->locks_off, &c->n_locks,
                                      &c->n_key_locks, &c->stripes_off, &c->keys_off, &c->rows_off,
                                      &c->row_bytes, &c->n_rows, &c->key_slots, &c->rings_off,
                                      &c->idle_ns, &hash_key, &hash_len, &empty, &c->timeout_ns,
@@ -1505,10 +1577,9 @@ static PyMethodDef Core_methods[] = {
     {"clear", (PyCFunction)Core_clear, METH_O, "clear(key): forget key's counts"},
     {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset(): empty every row"},
     {"find", (PyCFunction)Core_find, METH_O, "find(key) -> (slot, generation) or None"},
-    {"claim_stripe", (PyCFunction)Core_claim_stripe, METH_VARARGS,
-     "claim_stripe(candidates, owner, start, now) -> row or 0"},
     {"free_stripes", (PyCFunction)Core_free_stripes, METH_O, "free_stripes([(row, owner)]) -> freed"},
-    {"forget_stripe", (PyCFunction)Core_forget_stripe, METH_NOARGS, "claim a stripe again on next add"},
+    {"release_stripe", (PyCFunction)Core_release_stripe, METH_NOARGS,
+     "release_stripe() -> the row handed back, or 0"},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close(): stop touching the mapping"},
     {NULL},
 };

@@ -75,11 +75,14 @@ windows have ``key_slots`` rows, written under their key's lock; a keyed row
 starts with a key header slot -- word 0 a copy of the entry's generation (what a
 writer holding the row lock checks), word 1 the key's newest write in monotonic ns
 (idle keys are reused) -- so a hot write touches no key-table line. Then come the
-rings one after another; ring *i* is ``n_buckets_i + 1`` slots of
-``1 + n_fields`` 8-byte words, the first slot being the ring's header::
+rings one after another; ring *i* is ``head_slots + n_buckets_i`` slots of
+``1 + n_fields`` 8-byte words, the first ``head_slots`` being the ring's header (one for
+windows, two for limiters)::
 
-    slot 0 (header)  word 0: head epoch    words 1..F: running totals   (limiter rows only)
-    slot 1..n        word 0: bucket epoch  words 1..F: field values      (EMPTY_EPOCH = -2**63 if none)
+    header slot 0      word 0: head epoch    words 1..F: running totals   (limiter rows only)
+    header slot 1      word 0: tail epoch: a lower bound on the oldest live bucket holding
+                       hits, EMPTY_EPOCH if none holds any              (limiter rows only)
+    bucket slots       word 0: bucket epoch  words 1..F: field values    (EMPTY_EPOCH = -2**63 if none)
 """
 
 from __future__ import annotations
@@ -268,7 +271,13 @@ class Layout:
     n_rows: int
     total_bytes: int
     slot_words: int
-    ring_words: tuple[int, ...]  # word offset of each ring's header slot within a row
+    ring_words: tuple[int, ...]  # word offset of each ring's (first) header slot within a row
+    head_slots: int = 1  # header slots per ring: 2 for limiters (head + total, then tail)
+
+    @property
+    def bucket_words(self) -> tuple[int, ...]:
+        """Word offset of each ring's first bucket slot within a row."""
+        return tuple(w + self.head_slots * self.slot_words for w in self.ring_words)
 
     @property
     def rings_bytes(self) -> int:
@@ -285,16 +294,17 @@ class Layout:
         slot_words = 1 + len(g.fields)
         # keyed rows start with a key header slot: the writers' copy of the key's generation
         # and its newest write, on the same cache line as ring 0's header
+        head_slots = 2 if g.kind == "limiter" else 1
         ring_words, words = [], slot_words if g.keyed else 0
         for ring in g.rings:
             ring_words.append(words)
-            words += (ring.n_buckets + 1) * slot_words
+            words += (head_slots + ring.n_buckets) * slot_words
         row_bytes = _align64(words * WORD_BYTES)
         n_rows = g.key_slots if g.keyed else g.n_stripes + 1
         total = rows_off + n_rows * row_bytes
         return cls(
             locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
-            tuple(ring_words),
+            tuple(ring_words), head_slots,
         )  # fmt: skip
 
 

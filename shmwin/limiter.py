@@ -131,7 +131,7 @@ class Limiter:
 
     def test(self, key: Key, cost: int = 1) -> bool:
         """Would ``hit(key, cost)`` pass now? Counts nothing."""
-        return bool(self._core.check(key, cost, False)[0])
+        return bool(self._core.check(key, cost, False, False)[0])
 
     def stats(self, key: Key) -> LimitStats:
         """Where ``key`` stands against its tightest rate (least remaining)."""

@@ -38,7 +38,7 @@ def open_core(
     clock: Clock | None,
     lock_timeout: float,
     on_full: str,
-    claim: Callable[[], int],
+    claim: Callable[[], tuple[list[tuple[int, int]], int, int]],
 ) -> _core.Core:
     """The native writer of a mapped, validated segment. Each call reads the clock once,
     before taking any lock: CLOCK_MONOTONIC natively (``clock=None``), or the injected one."""
@@ -51,6 +51,7 @@ def open_core(
         keyed=g.keyed,
         n_fields=len(g.fields),
         slot_words=lay.slot_words,
+        head_slots=lay.head_slots,
         rings=tuple(
             (words, r.n_buckets, r.bucket_ns, r.limit)
             for words, r in zip(lay.ring_words, g.rings, strict=True)
@@ -79,7 +80,7 @@ def open_core(
 def empty_row(g: layout.Geometry, lay: layout.Layout) -> bytes:
     """A row's rings as they are when empty: every epoch EMPTY, every value zero."""
     words = np.zeros(lay.rings_bytes // layout.WORD_BYTES, np.int64)
-    n_slots = sum(r.n_buckets + 1 for r in g.rings)
+    n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
     words[: n_slots * lay.slot_words : lay.slot_words] = ring.EMPTY_EPOCH
     return words.tobytes()
 

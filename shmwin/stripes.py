@@ -8,8 +8,6 @@ counts are still inside the window, so the next claimer adopts them.
 
 from __future__ import annotations
 
-import time
-
 from . import _core, layout, owners
 
 _W = layout.WORD_BYTES
@@ -36,20 +34,17 @@ class StripeTable:
                 out.append((row, owner))
         return out
 
-    def claim(self) -> int:
-        """Give this process a free row, or adopt a dead owner's; 0 if every row has a
-        live owner (the caller then writes the shared row 0 under its lock)."""
+    def candidates(self) -> tuple[list[tuple[int, int]], int, int]:
+        """What the core asks when this process needs a stripe: ``(rows free or with a dead
+        owner, each with the owner seen; this pid; its start ticks)``. The core claims the
+        first candidate still as seen, under the stripe-table lock, and remembers it."""
         pid, started = owners.current_process()
         candidates = []
         for row in range(1, self._n_rows):
             owner, owner_started = self._owner(row)
             if not owner or not owners.pid_alive(owner, owner_started):
                 candidates.append((row, owner))
-        return int(self._core.claim_stripe(candidates, pid, started, time.monotonic_ns()))
-
-    def release(self, row: int) -> None:
-        """Hand our row back (data kept), unless someone has adopted it since."""
-        self._core.free_stripes([(row, owners.current_process()[0])])
+        return candidates, pid, started
 
     def reclaim(self) -> int:
         """Free the rows of owners that have died; how many."""

@@ -14,7 +14,6 @@ import mmap
 import os
 import time
 import uuid
-import weakref
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
@@ -199,18 +198,21 @@ class Window:
         self.name = seg.name
         self._core = core
         self._clock: Callable[[], int] = clock or time.monotonic_ns
-        self._q = memoryview(seg.mm).cast("q")
+        # every view below holds an export of the mmap (numpy arrays through ``_raw``; a plain
+        # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
+        # the mapping alive, and close() then leaves the unmapping to the GC
+        self._buf = memoryview(seg.mm)
+        self._raw = np.frombuffer(seg.mm, np.uint8)
+        self._q = self._buf.cast("q")
         self._field_word = {f: i + 1 for i, f in enumerate(g.fields)}
         # per ring: (word offset of its first bucket slot within a row, bucket ns, buckets)
         self._ring_specs = [
-            (off + lay.slot_words, r.bucket_ns, r.n_buckets)
-            for off, r in zip(lay.ring_words, g.rings, strict=True)
+            (off, r.bucket_ns, r.n_buckets) for off, r in zip(lay.bucket_words, g.rings, strict=True)
         ]
-        self._views = [_ring_views(seg.mm, g, lay, i) for i in range(len(g.rings))]
+        self._views = [_ring_views(self._raw, g, lay, i) for i in range(len(g.rings))]
         self._longest = max(range(len(g.rings)), key=lambda i: g.rings[i].span_ns)
         self._stripes = StripeTable(self._q, lay, core)
-        self._keys: KeyTable | None = KeyTable(seg.mm, self._q, g, lay, core) if g.keyed else None
-        self._my_stripe: tuple[int, int] | None = None  # (row, pid) this process claimed
+        self._keys: KeyTable | None = KeyTable(self._buf, self._q, g, lay, core) if g.keyed else None
         if g.kind == "window":
             self.add = core.add  # type: ignore[method-assign]
             self.add_and_total = core.add_and_total  # type: ignore[method-assign]
@@ -218,19 +220,12 @@ class Window:
             self.add = self._add_refused  # type: ignore[method-assign]
             self.add_and_total = self._add_refused  # type: ignore[method-assign,assignment]
         self._closed = False
-        _live_windows.add(self)
 
-    def _claim_stripe(self) -> int:
-        """The core's callback when this process has no stripe yet: a row, or 0 (shared)."""
+    def _claim_stripe(self) -> tuple[list[tuple[int, int]], int, int]:
+        """The core's callback when this process has no stripe yet (first add, or after a
+        fork): the candidates it may claim; the core claims and remembers in one call."""
         self._check_open()
-        row = self._stripes.claim()
-        if row:
-            self._my_stripe = (row, os.getpid())
-        return row
-
-    def _forget_process_state(self) -> None:
-        """In a forked child: the parent's stripe is not ours (the core claims anew)."""
-        self._my_stripe = None
+        return self._stripes.candidates()
 
     # -- properties ---------------------------------------------------------------
 
@@ -325,7 +320,7 @@ class Window:
         batch = self._batch_values(values)
         if at is None:
             if batch.size:
-                self.add(_scalar(batch.sum(), self._g.dtype), self._g.fields[f - 1], key=key)
+                self.add(_exact_sum(batch, self._g.dtype), self._g.fields[f - 1], key=key)
             return
         stamps = np.asarray(at)
         if stamps.shape != batch.shape or (stamps.size and stamps.dtype.kind not in "iu"):
@@ -361,10 +356,10 @@ class Window:
             ages = now_epoch - stamps // bucket_ns  # 0 = the current bucket; >= n_buckets: gone
             if exact_in_float:
                 sums = np.bincount(ages, weights=batch, minlength=n_buckets)[:n_buckets]
-            else:
+            else:  # Python ints: a sum past int64 is then an OverflowError in the core, not a wrap
                 inside = ages < n_buckets
-                sums = np.zeros(n_buckets, np.int64)
-                np.add.at(sums, ages[inside], batch[inside])
+                sums = np.zeros(n_buckets, object)
+                np.add.at(sums, ages[inside], batch[inside].astype(object))
             for age in np.flatnonzero(sums):
                 items.append((index, now_epoch - int(age), _scalar(sums[age], self._g.dtype)))
         return items
@@ -587,18 +582,16 @@ class Window:
         if self._closed:
             return
         try:
-            mine, self._my_stripe = self._my_stripe, None
-            if mine is not None and mine[1] == os.getpid():
-                self._stripes.release(mine[0])
+            self._core.release_stripe()  # this process's stripe, if it has one: data kept
         finally:
             self._closed = True
             self._core.close()  # from here every write raises WindowClosedError
-            _live_windows.discard(self)
             for bound in ("add", "add_and_total"):
                 self.__dict__.pop(bound, None)  # back to the class's, which raise
-            del self._views, self._keys, self._stripes
-            self._q.release()
-            with suppress(BufferError):  # a view is still exported somewhere: GC unmaps it
+            # drop (never release) the views: a reader in another thread may still hold one,
+            # and its export then keeps the mapping alive until it lets go
+            del self._views, self._keys, self._stripes, self._q, self._buf, self._raw
+            with suppress(BufferError):
                 self._seg.close()
 
     def unlink(self) -> bool:
@@ -650,9 +643,9 @@ def _ready(mm: mmap.mmap) -> bool:
     return len(mm) < _W or mm[0:_W] != b"\0" * _W
 
 
-def _slot_view(mm: mmap.mmap, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]:
+def _slot_view(mm: mmap.mmap | memoryview, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]:
     """Every slot of every ring of every row as int64 words: (rows, slots, 1 + fields)."""
-    n_slots = sum(r.n_buckets + 1 for r in g.rings)
+    n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
     view: npt.NDArray[np.int64] = np.ndarray(
         (lay.n_rows, n_slots, lay.slot_words), np.int64, mm, lay.rows_off + lay.ring_words[0] * _W,
         (lay.row_bytes, lay.slot_words * _W, _W),
@@ -661,11 +654,11 @@ def _slot_view(mm: mmap.mmap, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]
 
 
 def _ring_views(
-    mm: mmap.mmap, g: Geometry, lay: Layout, index: int
+    mm: npt.NDArray[np.uint8], g: Geometry, lay: Layout, index: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """Strided views of ring ``index``'s buckets: epochs (rows, buckets), values (rows, buckets, fields)."""
     slot_bytes = lay.slot_words * _W
-    first = lay.rows_off + (lay.ring_words[index] + lay.slot_words) * _W  # past the header slot
+    first = lay.rows_off + lay.bucket_words[index] * _W  # past the header slot(s)
     n = g.rings[index].n_buckets
     epochs = np.ndarray((lay.n_rows, n), np.int64, mm, first, (lay.row_bytes, slot_bytes))
     values = np.ndarray(
@@ -678,6 +671,13 @@ def _scalar(x: Any, dtype: str) -> Number:
     return int(x) if dtype == "int64" else float(x)
 
 
+def _exact_sum(batch: npt.NDArray[Any], dtype: str) -> Number:
+    """The batch's sum, never wrapped: int64 sums that could pass 2**63 are done in Python."""
+    if dtype == "int64" and batch.size and float(np.abs(batch).max()) * batch.size >= 2**63:
+        return sum(int(v) for v in batch.tolist())
+    return _scalar(batch.sum(), dtype)
+
+
 def _boot_id() -> bytes:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -686,14 +686,5 @@ def _boot_id() -> bytes:
         return b"\0" * 16
 
 
-_live_windows: weakref.WeakSet[Window] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for w in list(_live_windows):
-        w._forget_process_state()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = ["Window", "parse_resolution", "ring_of"]

@@ -41,23 +41,27 @@ class Interrupted(Exception):
 
 
 def _storm(seconds_per_alarm: float, calls: int, body) -> int:
-    """Run ``body(i)`` for i in range(calls) while SIGALRM raises at random instants (anywhere:
-    inside this loop too, so everything here sits inside the ``try``); how many raised."""
+    """Run ``body(i)`` for i in range(calls) while SIGALRM raises at random instants; how many
+    raised. The handler raises only while armed and disarms as it raises, so at most one
+    exception is in flight and none can escape this harness (e.g. from its ``except``)."""
     rng = random.Random(7)
-    raised, i = 0, 0
+    raised, i, armed = 0, 0, [False]
 
     def alarm(signum, frame):
         signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.2, 1.8) * seconds_per_alarm)
-        raise Interrupted
+        if armed[0]:
+            armed[0] = False
+            raise Interrupted
 
     old = signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds_per_alarm)
     while True:
         try:
+            armed[0] = True
             while i < calls:
                 body(i)
                 i += 1
-            signal.signal(signal.SIGALRM, lambda *a: None)  # from here on nothing raises
+            armed[0] = False
             break
         except Interrupted:
             raised += 1
@@ -233,4 +237,144 @@ def test_int_overflow_is_refused_before_anything_is_written(name):
         with pytest.raises(OverflowError):
             w.add(2**64)
         assert w.total() == 2**63 - 10
+        w.unlink()
+
+
+# -- regressions found by red-teaming the core --------------------------------------------
+
+
+def test_a_huge_cost_is_refused_and_changes_nothing(name):
+    with Limiter(name, "10/minute") as lim:
+        assert lim.hit("k")
+        assert not lim.hit("k", 2**63 - 1)  # would overflow used + cost: refused, not admitted
+        assert lim.stats("k").used == 1
+        assert sum(lim.hit("k") for _ in range(20)) == 9
+        assert lim.acquire("k", timeout=0, cost=2**62) is False
+        lim.unlink()
+
+
+def _poke_word(name: str, offset: int, value: int) -> None:
+    fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+    os.pwrite(fd, value.to_bytes(8, "little", signed=True), offset)
+    os.close(fd)
+
+
+def test_an_impossible_head_epoch_is_an_error_not_a_loop(name):
+    with Limiter(name, "10/minute", lock_timeout=2) as lim:
+        lim.hit("k")
+        slot, _ = lim._core.find("k")
+        lay = lim.window._lay
+        head = lay.rows_off + slot * lay.row_bytes + lay.ring_words[0] * 8
+        for junk in (2**63 - 1, -5):
+            _poke_word(name, head, junk)
+            started = time.monotonic()
+            for call in (lambda: lim.test("k"), lambda: lim.stats("k"), lambda: lim.hit("k")):
+                with pytest.raises(shmwin.CorruptSegmentError, match="impossible epoch"):
+                    call()
+            assert time.monotonic() - started < 1
+        assert lim.hit("other")  # the rest of the limiter still works
+        lim.unlink()
+
+
+def test_a_junk_running_total_is_recomputed_not_trusted(name):
+    with Limiter(name, "10/minute") as lim:
+        for _ in range(3):
+            lim.hit("k")
+        slot, _ = lim._core.find("k")
+        lay = lim.window._lay
+        _poke_word(name, lay.rows_off + slot * lay.row_bytes + (lay.ring_words[0] + 1) * 8, -(2**63) + 1)
+        assert lim.stats("k").used == 3  # recomputed from the buckets
+        assert sum(lim.hit("k") for _ in range(20)) == 7
+        lim.unlink()
+
+
+CLOSE_VS_READERS = """
+import sys, threading
+from shmwin import Window
+for keyed in (0, 8):
+    for _ in range(200):
+        w = Window(sys.argv[1], span=60, buckets=60, capacity=keyed)
+        w.add(1, key="k" if keyed else None)
+        stop = threading.Event()
+        def read():
+            while not stop.is_set():
+                try:
+                    w.total()
+                except Exception:
+                    pass
+        t = threading.Thread(target=read)
+        t.start()
+        w.close()
+        stop.set()
+        t.join()
+        w.unlink()
+print("survived")
+"""
+
+
+def test_close_while_another_thread_reads_never_crashes(name):
+    from helpers import run_python
+
+    assert "survived" in run_python(CLOSE_VS_READERS, name).stdout
+
+
+BAD_FLOAT_CLOCK = """
+import sys
+from shmwin import Window
+class Tagged(float):
+    def __repr__(self):
+        return f"Tagged({self.tag})"
+def clock():
+    value = Tagged(-1.0)
+    value.tag = "x" * 100
+    return value
+w = Window(sys.argv[1], span=60, buckets=60, clock=clock)
+for _ in range(1000):
+    try:
+        w.add()
+    except ValueError as exc:
+        assert "Tagged(xxx" in str(exc), exc
+w.close()
+w.unlink()
+print("survived")
+"""
+
+
+def test_a_bad_float_from_the_clock_is_reported_without_use_after_free(name):
+    from helpers import run_python
+
+    assert "survived" in run_python(BAD_FLOAT_CLOCK, name).stdout
+
+
+def test_the_key_cache_never_keeps_big_keys_and_is_dropped_at_close(name):
+    with Limiter(name, "10/minute", capacity=100) as lim:
+        for i in range(50):
+            lim.hit(f"{i}".ljust(100_000, "x"))
+        lim.hit("small")
+        assert lim._core.cached == 1  # only the short key is cached
+        core = lim._core
+        lim.unlink()
+    assert core.cached == 0
+
+
+def test_add_many_refuses_a_sum_past_int64_instead_of_wrapping(make_name):
+    with Window(make_name("w"), span=60, buckets=60) as w:
+        w.add(1)
+        with pytest.raises(OverflowError):
+            w.add_many([2**62, 2**62])
+        now = time.monotonic_ns()
+        with pytest.raises(OverflowError):
+            w.add_many([2**62, 2**62], at=[now, now])
+        assert w.total() == 1
+        w.unlink()
+
+
+def test_float_windows_never_accumulate_to_infinity(name):
+    with Window(name, span=60, buckets=60, dtype="float64") as w:
+        w.add(1e308)
+        with pytest.raises(OverflowError):
+            w.add(1e308)
+        with pytest.raises(OverflowError):
+            w.add(10**400)
+        assert w.total() == 1e308
         w.unlink()
