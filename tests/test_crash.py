@@ -106,3 +106,58 @@ def test_a_live_holder_that_never_lets_go_is_a_timeout_not_a_hang(name):
         w.add(2)  # the holder is gone: the window works again
         assert w.total() == 2
         w.unlink()
+
+
+LIMIT, KEYS = 25, 40
+
+
+def _hitter(name: str, clock_path: str, admitted, seed: int) -> None:
+    """Hit rotating keys for ever; count each admission only after hit() returned True."""
+    import random
+
+    lim = shmwin.Limiter.attach(name, clock=shmwin.ManualClock(path=clock_path))
+    rng = random.Random(seed)
+    while True:
+        k = rng.randrange(KEYS)
+        if lim.hit(f"client-{k}"):
+            admitted[k] += 1
+
+
+def test_random_sigkill_storm_over_rotating_keys_never_over_admits_or_hangs(name, tmp_path):
+    """The issue's storm: workers hitting rotating keys are SIGKILLed at random instants
+    (inside and outside sections, inserts included) and replaced. Time is frozen, so each
+    key may admit at most LIMIT in all. Afterwards no key is over, none hangs, and the
+    running totals match the buckets (repairs ran)."""
+    import random
+
+    clock_path = str(tmp_path / "clock")
+    clock = shmwin.ManualClock(10**12, path=clock_path)
+    ctx = mp.get_context("fork")
+    admitted = ctx.Array("q", KEYS, lock=False)
+    rng = random.Random(11)
+    with shmwin.Limiter(name, f"{LIMIT}/minute", capacity=KEYS * 2, clock=clock, lock_timeout=5) as lim:
+        workers = [ctx.Process(target=_hitter, args=(name, clock_path, admitted, i)) for i in range(4)]
+        for p in workers:
+            p.start()
+        for kill in range(120):
+            time.sleep(rng.uniform(0.0005, 0.01))
+            victim = rng.randrange(len(workers))
+            os.kill(workers[victim].pid, signal.SIGKILL)
+            workers[victim].join()
+            workers[victim] = ctx.Process(target=_hitter, args=(name, clock_path, admitted, 100 + kill))
+            workers[victim].start()
+        for p in workers:
+            os.kill(p.pid, signal.SIGKILL)
+            p.join()
+        reader = Window.attach(name, clock=clock)
+        started = time.monotonic()
+        for k in range(KEYS):
+            key = f"client-{k}"
+            counted = reader.total(key=key)
+            assert admitted[k] <= counted <= LIMIT, (key, admitted[k], counted)
+            assert lim.stats(key).used == counted  # totals repaired to what the buckets hold
+            assert not lim.hit(key) or counted < LIMIT
+        assert time.monotonic() - started < 5  # no key or lock hung
+        assert sum(admitted) >= KEYS * LIMIT // 2  # the storm did real work
+        reader.close()
+        lim.unlink()
