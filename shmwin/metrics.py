@@ -95,14 +95,8 @@ def _idle_s(w: Window, now_ns: int) -> float | None:
     of the last write; measuring from that bucket's *end* never overstates idleness,
     which is what makes ``gc`` safe.
     """
-    if w._keys is not None:
-        newest = max((last for _, _, last in w._keys.entries()), default=0)
-        return (now_ns - newest) / NS_PER_S if newest else None
-    epochs = w._views[0][0][: w._rows_in_use()]
-    newest_epoch = int(epochs.max()) if epochs.size else -1
-    if newest_epoch < 0:
-        return None
-    return max(now_ns - (newest_epoch + 1) * w._ring_specs[0][1], 0) / NS_PER_S
+    newest = w.last_write_ns()
+    return None if newest is None else max(now_ns - newest, 0) / NS_PER_S
 
 
 def _file_size(name: str) -> int:
@@ -123,11 +117,11 @@ def snapshot(w: Window, key: str | None = None, last: str | None = None, top: in
     """Totals, rates and series per field for each resolution (or only over ``last``)."""
     g = w.geometry
     out: dict[str, Any] = {"name": w.name, "kind": g.kind, "fields": list(g.fields), "key": key}
-    indexes = [w._pick(last, None)[0]] if last else range(len(g.rings))
+    indexes = [w.resolution_for(last)] if last else range(len(g.rings))
     out["resolutions"] = [
         {
             "resolution": labels(w)[i],
-            "last": last or format_ns(w._ring_specs[i][1] * w._ring_specs[i][2]),
+            "last": last or format_ns(g.rings[i].span_ns),
             "totals": _clean(w.totals(last=last, key=key, resolution=i)),
             "rates": {f: _clean(w.rate(f, last=last, key=key, resolution=i)) for f in g.fields},
             "series": {f: w.series(f, key=key, resolution=i).tolist() for f in g.fields},

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from . import backends, layout, native, ring
 from .clock import Clock
-from .duration import NS_PER_S, Duration, format_ns, to_ns
+from .duration import NS_PER_S, Duration, format_ns
 from .errors import (
     GeometryMismatchError,
     ShmwinError,
@@ -36,6 +36,7 @@ from .geometry import parse_resolution, ring_of, window_geometry
 from .keys import Key, KeyTable
 from .layout import Geometry, Layout, Meta
 from .locks import check_lock_table, init_locks
+from .rows import RingView, Rows, slot_view
 from .segment import Segment
 from .segment import unlink as _unlink_name
 from .stripes import StripeTable
@@ -205,12 +206,7 @@ class Window:
         self._raw = np.frombuffer(seg.mm, np.uint8)
         self._q = self._buf.cast("q")
         self._field_word = {f: i + 1 for i, f in enumerate(g.fields)}
-        # per ring: (word offset of its first bucket slot within a row, bucket ns, buckets)
-        self._ring_specs = [
-            (off, r.bucket_ns, r.n_buckets) for off, r in zip(lay.bucket_words, g.rings, strict=True)
-        ]
-        self._views = [_ring_views(self._raw, g, lay, i) for i in range(len(g.rings))]
-        self._longest = max(range(len(g.rings)), key=lambda i: g.rings[i].span_ns)
+        self._rows = Rows(self._raw, g, lay)
         self._stripes = StripeTable(self._q, lay, core)
         self._keys: KeyTable | None = KeyTable(self._buf, self._q, g, lay, core) if g.keyed else None
         if g.kind == "window":
@@ -351,7 +347,8 @@ class Window:
             batch.size == 0 or float(np.abs(batch).max()) * batch.size < 2**53
         )
         items = []
-        for index, (_, bucket_ns, n_buckets) in enumerate(self._ring_specs):
+        for index, r in enumerate(self._rows.rings):
+            bucket_ns, n_buckets = r.bucket_ns, r.n_buckets
             now_epoch = now_ns // bucket_ns
             ages = now_epoch - stamps // bucket_ns  # 0 = the current bucket; >= n_buckets: gone
             if exact_in_float:
@@ -462,9 +459,8 @@ class Window:
         a partly filled current bucket is neither ignored nor over-weighted.
         """
         f = 1 if field is None else self._word_of(field)
-        per_slot, now_ns, k, index = self._live_values(last, f - 1, key, resolution=resolution)
-        bucket_ns = self._ring_specs[index][1]
-        covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
+        per_slot, now_ns, k, r = self._live_values(last, f - 1, key, resolution=resolution)
+        covered_ns = now_ns - (now_ns // r.bucket_ns - k + 1) * r.bucket_ns
         return float(per_slot.sum()) * NS_PER_S / max(covered_ns, 1)
 
     def series(
@@ -482,41 +478,29 @@ class Window:
         f = 1 if field is None else self._word_of(field)
         if resolution is None and last is None:
             resolution = 0
-        per_slot, now_ns, k, index = self._live_values(last, f - 1, key, resolution=resolution)
-        _, bucket_ns, n_buckets = self._ring_specs[index]
-        return per_slot[ring.slots_oldest_first(now_ns // bucket_ns, n_buckets, k)]
+        per_slot, now_ns, k, r = self._live_values(last, f - 1, key, resolution=resolution)
+        return per_slot[ring.slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)]
 
     @property
     def resolutions(self) -> list[str]:
         """The resolutions, finest first, as "span/bucket" strings ("1m/1s", "1h/1m")."""
         return [f"{format_ns(r.span_ns)}/{format_ns(r.bucket_ns)}" for r in self._g.rings]
 
-    def _pick(self, last: Duration | None, resolution: str | int | None) -> tuple[int, int]:
-        """(ring index, buckets to read): the finest ring covering ``last``, or as asked."""
-        if resolution is not None:
-            index = self._resolution_index(resolution)
-            _, bucket_ns, n_buckets = self._ring_specs[index]
-            if last is None:
-                return index, n_buckets
-            return index, ring.buckets_for(to_ns(last, "last"), bucket_ns, n_buckets)
-        if last is None:
-            return self._longest, self._ring_specs[self._longest][2]
-        last_ns = to_ns(last, "last")
-        for index, (_, bucket_ns, n_buckets) in enumerate(self._ring_specs):
-            if bucket_ns * n_buckets >= last_ns:
-                return index, ring.buckets_for(last_ns, bucket_ns, n_buckets)
-        _, bucket_ns, n_buckets = self._ring_specs[self._longest]
-        return self._longest, ring.buckets_for(last_ns, bucket_ns, n_buckets)  # raises: too long
+    def resolution_for(self, last: Duration | None = None, resolution: str | int | None = None) -> int:
+        """The index of the ring a read over ``last`` (or of ``resolution``) uses: the finest
+        that covers it (the longest when ``last`` is None)."""
+        self._check_open()
+        return self._rows.pick(last, resolution)[0].index
 
-    def _resolution_index(self, resolution: str | int) -> int:
-        if isinstance(resolution, int) and 0 <= resolution < len(self._ring_specs):
-            return resolution
-        if isinstance(resolution, str):
-            wanted = parse_resolution(resolution)
-            for index, r in enumerate(self._g.rings):
-                if (r.bucket_ns, r.n_buckets) == (wanted.bucket_ns, wanted.n_buckets):
-                    return index
-        raise ValueError(f"no resolution {resolution!r}; this window has {self.resolutions}")
+    def last_write_ns(self) -> int | None:
+        """When this window was last written (monotonic ns), or None if never. Never earlier
+        than the newest write: for unkeyed windows it is the *end* of the newest bucket, so
+        an idle time measured from it is never overstated (what makes ``gc`` safe)."""
+        self._check_open()
+        if self._keys is not None:
+            return max((last for _, _, last in self._keys.entries()), default=0) or None
+        newest = self._rows.newest_epoch(slice(0, self._rows_in_use()))
+        return None if newest < 0 else (newest + 1) * self._rows.rings[0].bucket_ns
 
     def _live_values(
         self,
@@ -525,33 +509,17 @@ class Window:
         key: Key | None,
         per_row: bool = False,
         resolution: str | int | None = None,
-    ) -> tuple[npt.NDArray[Any], int, int, int]:
-        """Live values summed over rows (per slot), or over slots (per row); lock-free.
-
-        Liveness is tested before and after the values are read: a slot that
-        changed meanwhile was being recycled by its writer and counts as expired.
-        """
+    ) -> tuple[npt.NDArray[Any], int, int, RingView]:
+        """Live values summed over rows (per slot), or over slots (per row); lock-free. A
+        key's generation is checked after the read: if it moved, the read is done again."""
         self._check_open()
-        index, k = self._pick(last, resolution)
-        _, bucket_ns, n_buckets = self._ring_specs[index]
-        all_epochs, all_values = self._views[index]
+        r, k = self._rows.pick(last, resolution)
         for _ in range(100):
             now_ns = self._clock()
             rows, generation = self._rows_for(key)
-            expected = ring.expected_epochs(now_ns // bucket_ns, n_buckets, k)
-            epochs = all_epochs[rows]
-            widen: tuple[slice | None, ...]
-            if value_index is None:
-                values, widen = all_values[rows], (slice(None), slice(None), None)
-            else:
-                values, widen = all_values[rows, :, value_index], (slice(None), slice(None))
-            live = epochs == expected
-            picked = np.where(live[widen], values, 0)
-            still = epochs == expected
-            if not np.array_equal(live, still):
-                picked = np.where((live & still)[widen], picked, 0)
+            values = Rows.live(r, k, now_ns, rows, value_index, per_row)
             if generation is None or self._keys is None or self._keys.generation(rows.start) == generation:
-                return picked.sum(axis=1 if per_row else 0), now_ns, k, index
+                return values, now_ns, k, r
         raise ShmwinError(f"key {key!r} kept moving while it was read")
 
     def _rows_for(self, key: Key | None) -> tuple[slice, int | None]:
@@ -590,7 +558,7 @@ class Window:
                 self.__dict__.pop(bound, None)  # back to the class's, which raise
             # drop (never release) the views: a reader in another thread may still hold one,
             # and its export then keeps the mapping alive until it lets go
-            del self._views, self._keys, self._stripes, self._q, self._buf, self._raw
+            del self._rows, self._keys, self._stripes, self._q, self._buf, self._raw
             with suppress(BufferError):
                 self._seg.close()
 
@@ -630,7 +598,7 @@ def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks)
-        slots = _slot_view(mm, g, lay)
+        slots = slot_view(mm, g, lay)
         slots[:, :, 0] = ring.EMPTY_EPOCH
         del slots
         mm[0:_W] = layout.MAGIC
@@ -641,30 +609,6 @@ def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
 def _ready(mm: mmap.mmap) -> bool:
     """Is the magic word written? (Junk there is caught by header validation.)"""
     return len(mm) < _W or mm[0:_W] != b"\0" * _W
-
-
-def _slot_view(mm: mmap.mmap | memoryview, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]:
-    """Every slot of every ring of every row as int64 words: (rows, slots, 1 + fields)."""
-    n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
-    view: npt.NDArray[np.int64] = np.ndarray(
-        (lay.n_rows, n_slots, lay.slot_words), np.int64, mm, lay.rows_off + lay.ring_words[0] * _W,
-        (lay.row_bytes, lay.slot_words * _W, _W),
-    )  # fmt: skip
-    return view
-
-
-def _ring_views(
-    mm: npt.NDArray[np.uint8], g: Geometry, lay: Layout, index: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    """Strided views of ring ``index``'s buckets: epochs (rows, buckets), values (rows, buckets, fields)."""
-    slot_bytes = lay.slot_words * _W
-    first = lay.rows_off + lay.bucket_words[index] * _W  # past the header slot(s)
-    n = g.rings[index].n_buckets
-    epochs = np.ndarray((lay.n_rows, n), np.int64, mm, first, (lay.row_bytes, slot_bytes))
-    values = np.ndarray(
-        (lay.n_rows, n, len(g.fields)), np.dtype(g.dtype), mm, first + _W, (lay.row_bytes, slot_bytes, _W)
-    )
-    return epochs, values
 
 
 def _scalar(x: Any, dtype: str) -> Number:

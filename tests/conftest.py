@@ -25,9 +25,15 @@ def _leftovers(prefix: str) -> list[str]:
     return sorted(e for e in os.listdir(SHM_DIR) if e.startswith(PREFIX + prefix))
 
 
+@pytest.fixture(scope="session")
+def run_prefix(worker_id: str, testrun_uid: str) -> str:
+    """``t-<run>-<worker>-``: concurrent test runs on one machine never see each other's segments."""
+    return f"t-{testrun_uid[:6]}-{worker_id}-"
+
+
 @pytest.fixture
-def name_prefix(worker_id: str) -> str:
-    return f"t-{worker_id}-{uuid.uuid4().hex[:10]}"
+def name_prefix(run_prefix: str) -> str:
+    return f"{run_prefix}{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
@@ -46,9 +52,9 @@ def name(make_name: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def no_test_segments_at_exit(worker_id: str) -> Iterator[None]:
+def no_test_segments_at_exit(run_prefix: str) -> Iterator[None]:
     yield
-    leaked = _leftovers(f"t-{worker_id}-")
+    leaked = _leftovers(run_prefix)
     assert not leaked, f"segments left in {SHM_DIR} at session end: {leaked}"
 
 

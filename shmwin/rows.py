@@ -1,0 +1,129 @@
+"""The read side of a segment's rows: numpy views of every ring, and live sums, lock-free.
+
+A row (see the table in ``layout``) holds one ring per resolution or rate; a ring is its
+header slot(s), then ``n_buckets`` slots of ``(epoch, value per field)``. Here each ring
+is a :class:`RingView`: strided numpy views of its epochs ``(rows, buckets)`` and values
+``(rows, buckets, fields)`` over every row at once, so a read over all stripes or all keys
+is a handful of vector operations. Writers are the native core's; nothing here writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import layout, ring
+from .duration import Duration, format_ns, to_ns
+from .geometry import parse_resolution
+from .layout import Geometry, Layout
+
+_W = layout.WORD_BYTES
+
+
+@dataclass(frozen=True)
+class RingView:
+    """Ring ``index`` of every row: where its buckets are, how wide, and views of them."""
+
+    index: int
+    first_word: int  # word offset of the ring's first bucket slot within a row
+    bucket_ns: int
+    n_buckets: int
+    epochs: npt.NDArray[np.int64]  # (rows, n_buckets)
+    values: npt.NDArray[Any]  # (rows, n_buckets, fields)
+
+    @property
+    def span_ns(self) -> int:
+        return self.bucket_ns * self.n_buckets
+
+
+class Rows:
+    """Every ring of every row of one mapped segment, as numpy views.
+
+    ``raw`` must hold an export of the mapping (``np.frombuffer(mm, np.uint8)``): the views
+    keep it, so a reader still holding one keeps the mapping alive after ``close()``.
+    """
+
+    def __init__(self, raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout):
+        self._g = g
+        self.rings = [_ring_view(raw, g, lay, i) for i in range(len(g.rings))]
+        self.longest = max(self.rings, key=lambda r: r.span_ns)
+
+    def pick(self, last: Duration | None, resolution: str | int | None) -> tuple[RingView, int]:
+        """The ring to read and how many buckets: the finest ring covering ``last``, or the
+        one asked for by ``resolution`` ("1h/1m" or an index)."""
+        if resolution is not None:
+            r = self.rings[self.resolution_index(resolution)]
+            if last is None:
+                return r, r.n_buckets
+            return r, ring.buckets_for(to_ns(last, "last"), r.bucket_ns, r.n_buckets)
+        if last is None:
+            return self.longest, self.longest.n_buckets
+        last_ns = to_ns(last, "last")
+        for r in self.rings:
+            if r.span_ns >= last_ns:
+                return r, ring.buckets_for(last_ns, r.bucket_ns, r.n_buckets)
+        longest = self.longest
+        return longest, ring.buckets_for(last_ns, longest.bucket_ns, longest.n_buckets)  # raises: too long
+
+    def resolution_index(self, resolution: str | int) -> int:
+        if isinstance(resolution, int) and 0 <= resolution < len(self.rings):
+            return resolution
+        if isinstance(resolution, str):
+            wanted = parse_resolution(resolution)
+            for r in self.rings:
+                if (r.bucket_ns, r.n_buckets) == (wanted.bucket_ns, wanted.n_buckets):
+                    return r.index
+        names = [f"{format_ns(r.span_ns)}/{format_ns(r.bucket_ns)}" for r in self.rings]
+        raise ValueError(f"no resolution {resolution!r}; this window has {names}")
+
+    @staticmethod
+    def live(
+        r: RingView, k: int, now_ns: int, rows: slice, value_index: int | None, per_row: bool
+    ) -> npt.NDArray[Any]:
+        """Values of the last ``k`` buckets at ``now_ns``, summed over rows (one per slot) or
+        over slots (one per row). Liveness is tested before and after the values are read:
+        a slot that changed meanwhile was being recycled by its writer and counts as expired."""
+        expected = ring.expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
+        epochs = r.epochs[rows]
+        widen: tuple[slice | None, ...]
+        if value_index is None:
+            values, widen = r.values[rows], (slice(None), slice(None), None)
+        else:
+            values, widen = r.values[rows, :, value_index], (slice(None), slice(None))
+        live = epochs == expected
+        picked = np.where(live[widen], values, 0)
+        still = epochs == expected
+        if not np.array_equal(live, still):
+            picked = np.where((live & still)[widen], picked, 0)
+        return picked.sum(axis=1 if per_row else 0)  # type: ignore[no-any-return]
+
+    def newest_epoch(self, rows: slice) -> int:
+        """The newest bucket epoch any of ``rows`` holds in the finest ring (-1: none)."""
+        epochs = self.rings[0].epochs[rows]
+        return int(epochs.max()) if epochs.size else -1
+
+
+def slot_view(mm: Any, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]:
+    """Every slot of every ring of every row as int64 words: (rows, slots, 1 + fields)."""
+    n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
+    view: npt.NDArray[np.int64] = np.ndarray(
+        (lay.n_rows, n_slots, lay.slot_words), np.int64, mm, lay.rows_off + lay.ring_words[0] * _W,
+        (lay.row_bytes, lay.slot_words * _W, _W),
+    )  # fmt: skip
+    return view
+
+
+def _ring_view(raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout, index: int) -> RingView:
+    slot_bytes = lay.slot_words * _W
+    first = lay.bucket_words[index]
+    r = g.rings[index]
+    start = lay.rows_off + first * _W
+    epochs = np.ndarray((lay.n_rows, r.n_buckets), np.int64, raw, start, (lay.row_bytes, slot_bytes))
+    values = np.ndarray(
+        (lay.n_rows, r.n_buckets, len(g.fields)), np.dtype(g.dtype), raw, start + _W,
+        (lay.row_bytes, slot_bytes, _W),
+    )  # fmt: skip
+    return RingView(index, first, r.bucket_ns, r.n_buckets, epochs, values)
