@@ -1327,7 +1327,9 @@ out:
     return result;
 }
 
-/* clear(key): forget every count of key (section "clear"); its entry becomes idle. */
+/* clear(key): forget every count of key (section "clear"); its entry becomes idle. The rings
+ * are emptied before the entry is marked idle: a torn clear never leaves live counts in an
+ * entry that another key's insert may take over. */
 static PyObject *Core_clear(Core *c, PyObject *key) {
     int64_t slot;
     int got;
@@ -1338,8 +1340,8 @@ static PyObject *Core_clear(Core *c, PyObject *key) {
         char *row = ROW(c, slot);
         SECTION("clear");
         STORE(intent_at(c, row_lock(c, slot)), slot);
-        STORE((int64_t *)row + 1, 0);
         empty_rings(c, row);
+        STORE((int64_t *)row + 1, 0);  /* idle (reusable) only once nothing is left in it */
         END_SECTION();
         lock_give(c, row_lock(c, slot));
     }

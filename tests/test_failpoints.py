@@ -819,12 +819,6 @@ def test_clear(make_name, tmp_path, kind, sig):
     assert_monotone(cleared, "the clear")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_core.c Core_clear(): the idle mark (row word 1 = 0) is stored before the rings are "
-    "emptied; a clear killed between the two leaves a key with live counts in an entry that any "
-    "other key's insert may take over, dropping those counts at an unrelated moment",
-)
 @pytest.mark.parametrize("kind", ["limiter", "window"])
 def test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry(make_name, tmp_path, kind):
     """A clear killed at any store leaves its key cleared, or intact and its own: inserting
