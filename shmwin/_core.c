@@ -53,6 +53,7 @@
 #define STRIPE_ENTRY_BYTES 64  /* stripe entry: owner pid, start ticks, pid, claimed ns */
 #define ROWS_IN_USE_OFF 1024
 #define EMPTY_EPOCH INT64_MIN
+#define LONG_AGO (-((int64_t)1 << 62))  /* a key's last write when cleared: idle at once, even just after boot */
 #define MAX_RINGS 8
 #define MAX_PROBES 128
 #define LOCK_STRIPES 0         /* unkeyed: the stripe table; keyed: key insertion */
@@ -582,7 +583,7 @@ static int rollback(Core *c, int64_t slot) {
     STORE(e + 1, 0);
     STORE(e + 3, 0);
     empty_rings(c, row);
-    STORE((int64_t *)row + 1, 0);
+    STORE((int64_t *)row + 1, LONG_AGO);
     STORE((int64_t *)row, g);
     STORE(e, g);
     END_SECTION();
@@ -1341,7 +1342,7 @@ static PyObject *Core_clear(Core *c, PyObject *key) {
         SECTION("clear");
         STORE(intent_at(c, row_lock(c, slot)), slot);
         empty_rings(c, row);
-        STORE((int64_t *)row + 1, 0);  /* idle (reusable) only once nothing is left in it */
+        STORE((int64_t *)row + 1, LONG_AGO);  /* idle (reusable) only once nothing is left in it */
         END_SECTION();
         lock_give(c, row_lock(c, slot));
     }

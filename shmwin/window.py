@@ -498,7 +498,7 @@ class Window:
         an idle time measured from it is never overstated (what makes ``gc`` safe)."""
         self._check_open()
         if self._keys is not None:
-            return max((last for _, _, last in self._keys.entries()), default=0) or None
+            return max((last for _, _, last in self._keys.entries() if last > 0), default=0) or None
         newest = self._rows.newest_epoch(slice(0, self._rows_in_use()))
         return None if newest < 0 else (newest + 1) * self._rows.rings[0].bucket_ns
 
