@@ -1,0 +1,114 @@
+-- hit.lua: check (and count) a cost against every rate of a limiter, all or none.
+--
+-- KEYS[1]  the key's rings: shmwin:{NAME}:k:KEY, a string of i64 words (BITFIELD, O(1) per
+--          word); rate r's ring starts at its word offset:
+--            [head epoch][running total of the live buckets] then n x [bucket epoch][hits]
+--          (0 = empty: real epochs are positive)
+-- ARGV[1]  now in microseconds, or '' to read the server's TIME
+-- ARGV[2]  the cost: hits to count (0 with ARGV[3] = '0' only reads)
+-- ARGV[3]  '1' to count the cost if every rate allows it, '0' to only check
+-- ARGV[4]  '1' to also return every bucket's hits, '0' not to
+-- ARGV[5]  the key's time to live in milliseconds (the longest span + 2 buckets)
+-- then per rate, 4 entries each (ARGV[6 .. 9] for the first rate, ARGV[10 .. 13] next, ...):
+--          bucket width in microseconds, number of buckets, limit (hits per window),
+--          word offset of the rate's ring in KEYS[1]
+--
+-- Returns: {allowed (1 or 0), now in microseconds, hits in use per rate (after counting),
+--          and if ARGV[4] is '1': per rate, the hits of each bucket, oldest first}.
+-- Guarantees: atomic, one round trip. A hit reads each ring's head, total and current
+-- bucket, drops the buckets that just expired from the total, and writes only when it
+-- counts -- in every rate or in none. The TTL is refreshed when a hit opens a bucket: the
+-- key then outlives every later write in that bucket by at least a span.
+
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4] == '1'
+local ttl_ms = ARGV[5]
+local rates = {}  -- rates[r] = {bucket_us, n, limit, word}
+for r = 1, (#ARGV - 5) / 4 do
+  local at = 5 + (r - 1) * 4
+  rates[r] = {
+    bucket_us = tonumber(ARGV[at + 1]), n = tonumber(ARGV[at + 2]),
+    limit = tonumber(ARGV[at + 3]), word = tonumber(ARGV[at + 4]),
+  }
+end
+
+-- appends BITFIELD subcommands reading the i64 pair (epoch, value) at word w
+local function get_pair(cmd, w)
+  local m = #cmd
+  cmd[m + 1], cmd[m + 2], cmd[m + 3] = 'GET', 'i64', '#' .. w
+  cmd[m + 4], cmd[m + 5], cmd[m + 6] = 'GET', 'i64', '#' .. (w + 1)
+end
+
+-- appends BITFIELD subcommands writing the i64 pair (a, b) at word w
+local function set_pair(cmd, w, a, b)
+  local m = #cmd
+  cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4] = 'SET', 'i64', '#' .. w, a
+  cmd[m + 5], cmd[m + 6], cmd[m + 7], cmd[m + 8] = 'SET', 'i64', '#' .. (w + 1), b
+end
+
+-- the word of the bucket of epoch e in a rate's ring
+local function slot_word(rate, e) return rate.word + 2 + 2 * (e % rate.n) end
+
+-- one BITFIELD: every rate's head and total, and its current bucket
+local get = {}
+for _, rate in ipairs(rates) do
+  rate.now_e = math.floor(now / rate.bucket_us)
+  rate.slot = slot_word(rate, rate.now_e)
+  get_pair(get, rate.word)
+  get_pair(get, rate.slot)
+end
+local got = redis.call('BITFIELD', KEYS[1], unpack(get))
+
+local allowed, used = true, {}
+for r, rate in ipairs(rates) do
+  local at = (r - 1) * 4
+  local head, total = got[at + 1], got[at + 2]
+  rate.bucket_e, rate.bucket_v = got[at + 3], got[at + 4]
+  if head == 0 or rate.now_e - head >= rate.n then
+    total = 0
+  elseif rate.now_e > head then  -- the buckets that left the window since head leave the total
+    local f = {}
+    for gone = head - rate.n + 1, rate.now_e - rate.n do get_pair(f, slot_word(rate, gone)) end
+    local ev = redis.call('BITFIELD', KEYS[1], unpack(f))
+    local gone = head - rate.n + 1
+    for i = 1, #ev, 2 do
+      if ev[i] == gone then total = total - ev[i + 1] end
+      gone = gone + 1
+    end
+  end
+  used[r] = total
+  if total + cost > rate.limit then allowed = false end
+end
+
+if allowed and commit then
+  local set, new_bucket = {}, false
+  for r, rate in ipairs(rates) do
+    local v = cost
+    if rate.bucket_e == rate.now_e then v = v + rate.bucket_v else new_bucket = true end
+    used[r] = used[r] + cost
+    set_pair(set, rate.word, rate.now_e, used[r])
+    set_pair(set, rate.slot, rate.now_e, v)
+  end
+  redis.call('BITFIELD', KEYS[1], unpack(set))
+  if new_bucket then redis.call('PEXPIRE', KEYS[1], ttl_ms) end
+end
+
+local out = {allowed and 1 or 0, now}
+for r = 1, #rates do out[#out + 1] = used[r] end
+if detail then
+  for _, rate in ipairs(rates) do
+    local f = {}
+    for e = rate.now_e - rate.n + 1, rate.now_e do get_pair(f, slot_word(rate, e)) end
+    local ev = redis.call('BITFIELD', KEYS[1], unpack(f))
+    local e = rate.now_e - rate.n + 1
+    for i = 1, #ev, 2 do
+      out[#out + 1] = (ev[i] == e) and ev[i + 1] or 0
+      e = e + 1
+    end
+  end
+end
+return out

@@ -1,0 +1,49 @@
+-- hit_one.lua: the lean hit of a one-rate limiter: check and count in one bucket ring.
+-- A template: scripts.py writes the limiter's constants into the first line of code, so there
+-- is one script per geometry and a hit sends only now and the cost.
+--
+-- KEYS[1]  the key's ring: shmwin:{NAME}:k:KEY, a string of big-endian i64 words
+--            [head epoch][running total of the live buckets] then N x [bucket epoch][hits]
+--          (0 = empty: real epochs are positive); the layout hit.lua reads with BITFIELD
+-- ARGV[1]  now in microseconds, or '' to read the server's TIME
+-- ARGV[2]  the cost: hits to count, a positive integer
+-- Constants: TTL_MS the key's time to live in milliseconds (span + 2 buckets),
+--            BUCKET_US bucket width in microseconds, N buckets in the ring,
+--            LIMIT hits allowed in the window
+--
+-- Returns: 1 if the hits fit and were counted, 0 if not (nothing is written then).
+-- Guarantees: atomic, one round trip, one GET and at most one SET; the TTL starts again
+-- when a hit opens a bucket, so the key outlives every later write in it by a span.
+
+local TTL_MS, BUCKET_US, N, LIMIT = ${ttl_ms}, ${bucket_us}, ${n}, ${limit}
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+
+local now_e = math.floor(now / BUCKET_US)
+local ring = redis.call('GET', KEYS[1]) or string.rep('\0', 16 + 16 * N)
+local head, total = struct.unpack('>i8>i8', ring)
+if head == 0 or now_e - head >= N then
+  total = 0
+elseif now_e > head then
+  for gone = head - N + 1, now_e - N do
+    local e, v = struct.unpack('>i8>i8', ring, 17 + 16 * (gone % N))
+    if e == gone then total = total - v end
+  end
+end
+if total + cost > LIMIT then return 0 end
+local at = 17 + 16 * (now_e % N)
+local e, v = struct.unpack('>i8>i8', ring, at)
+local fresh = e ~= now_e
+if fresh then v = 0 end
+ring = struct.pack('>i8>i8', now_e, total + cost) .. string.sub(ring, 17, at - 1)
+       .. struct.pack('>i8>i8', now_e, v + cost) .. string.sub(ring, at + 16)
+if fresh then
+  redis.call('SET', KEYS[1], ring, 'PX', TTL_MS)  -- a new bucket: the TTL starts again
+else
+  redis.call('SET', KEYS[1], ring, 'KEEPTTL')
+end
+return 1

@@ -1,0 +1,70 @@
+"""The Lua scripts of the redis backend, read once from the package's ``lua/`` files.
+
+Each ``lua/*.lua`` file begins with a header naming its KEYS and ARGV. The window
+scripts (add, read, keys, top) run with ``window_lib.lua`` in front of them: the
+clock, the live keys and the one loop that sums a row's live buckets. ``hit_one.lua``
+is a template: :func:`hit_one` writes one limiter's constants into it.
+
+A :class:`Script` is text and its SHA1, computed once; the caller runs it with
+EVALSHA and loads it (SCRIPT LOAD) only when the server answers NOSCRIPT. Nothing
+here imports ``redis``: the backend needs that package only once it connects.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import string
+from dataclasses import dataclass
+from importlib import resources
+
+PACKAGE = __name__.rpartition(".")[0]  # shmwin.backends.redis: lua/ ships as its package data
+LUA_DIR = "lua"
+WINDOW_LIB = "window_lib.lua"
+
+
+@dataclass(frozen=True)
+class Script:
+    """One script as the server runs it: its name (for errors), text and SHA1."""
+
+    name: str
+    text: str
+    sha: str
+
+    @classmethod
+    def of(cls, name: str, text: str) -> Script:
+        return cls(name, text, hashlib.sha1(text.encode("utf-8")).hexdigest())
+
+
+@functools.cache
+def source(filename: str) -> str:
+    """The text of ``lua/<filename>`` as shipped in the package (read once)."""
+    return resources.files(PACKAGE).joinpath(LUA_DIR).joinpath(filename).read_text("utf-8")
+
+
+def _load(filename: str, *, lib: bool = False) -> Script:
+    text = source(filename)
+    return Script.of(filename, source(WINDOW_LIB) + "\n" + text if lib else text)
+
+
+OPEN = _load("open.lua")  # run with EVAL once per open: not worth a SHA round trip
+ADD = _load("add.lua", lib=True)
+READ = _load("read.lua", lib=True)
+KEYS = _load("keys.lua", lib=True)
+CLEAR = _load("clear.lua")
+TOP = _load("top.lua", lib=True)
+HIT = _load("hit.lua")
+
+
+@functools.lru_cache(maxsize=256)
+def hit_one(ttl_ms: int, bucket_us: int, n: int, limit: int) -> Script:
+    """The lean one-rate hit with this limiter's constants written in (one script per geometry)."""
+    text = string.Template(source("hit_one.lua")).substitute(
+        ttl_ms=int(ttl_ms), bucket_us=int(bucket_us), n=int(n), limit=int(limit)
+    )
+    return Script.of("hit_one.lua", text)
+
+
+# every file the code runs, for tests and packaging checks
+FILES = ("window_lib.lua", "open.lua", "add.lua", "read.lua", "keys.lua", "clear.lua", "top.lua",
+         "hit.lua", "hit_one.lua")  # fmt: skip
