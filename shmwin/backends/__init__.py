@@ -3,6 +3,9 @@
 A plain registry: scheme -> (window factory, limiter factory, window attach, limiter attach).
 ``Window(..., backend="redis://host:6379/0")`` and ``Limiter(..., backend=...)`` look
 the scheme up here; ``backend=None`` or ``"shm://"`` keeps the shared-memory classes.
+
+``shmwin.backends.redis`` is the Redis implementation; this module never imports it
+until a ``redis://``, ``rediss://`` or ``unix://`` URL is opened.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ def register(scheme: str, **factories: Factory) -> None:
 
 
 def _redis_factories() -> dict[str, Factory]:
-    from . import redis_backend
+    from . import redis  # imported only once a redis URL is used
 
     return {
-        "window": redis_backend.RedisWindow,
-        "limiter": redis_backend.RedisLimiter,
-        "attach_window": redis_backend.RedisWindow.attach,
-        "attach_limiter": redis_backend.RedisLimiter.attach,
+        "window": redis.RedisWindow,
+        "limiter": redis.RedisLimiter,
+        "attach_window": redis.RedisWindow.attach,
+        "attach_limiter": redis.RedisLimiter.attach,
     }
 
 

@@ -1,0 +1,37 @@
+"""The same Window and Limiter contract on Redis, for limits and windows that span hosts.
+
+    Window("api", span=60, fields=("ok", "error"), backend="redis://10.0.0.5:6379/0")
+    Limiter("login", "5/minute", backend="redis://10.0.0.5:6379/0", on_error="deny")
+
+Every operation is **one round trip**: a Lua script (``lua/*.lua``, see
+:mod:`.scripts`) that keeps the bucket ring in Redis, reads the time with ``TIME``
+(hosts with skewed clocks still agree) and does the whole check-and-count
+atomically. Each key expires by itself a span (plus a bucket) after its last write,
+i.e. once its window is empty.
+
+Keys, under one hash tag so a window lives in one cluster slot::
+
+    shmwin:{NAME}:meta      hash: the geometry, checked by every process that opens NAME
+    shmwin:{NAME}:k:KEY     the ring of one key ("" for an unkeyed window)
+                              window:  a hash, e<slot> = epoch, v<slot>.<field> = value
+                              limiter: a string of i64 words (see lua/hit.lua), O(1) BITFIELD access
+    shmwin:{NAME}:keys      sorted set: key -> newest write (µs), for keys() and top()
+
+Lua numbers are doubles: times are integer microseconds (exact below 2**53), and
+integers leave the scripts through ``%.0f``, never ``tostring``.
+
+``clock=`` (monotonic ns, as elsewhere) replaces ``TIME``; it exists so one test
+suite can drive both backends by hand.
+
+Modules: :mod:`.client` (connection, script running, errors), :mod:`.scripts` (the
+Lua files), :mod:`.window` (RedisWindow), :mod:`.limiter` (RedisLimiter). None of
+them imports ``shmwin.window`` or ``shmwin.limiter`` at import time, and the
+``redis`` package is imported only when a connection is made.
+"""
+
+from __future__ import annotations
+
+from .limiter import RedisLimiter
+from .window import RedisWindow
+
+__all__ = ["RedisLimiter", "RedisWindow"]
