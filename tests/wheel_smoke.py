@@ -22,6 +22,7 @@ assert sys.prefix in here, f"shmwin imported from {here}, not from the venv {sys
 for module in (
     "shmwin", "shmwin.cli", "shmwin.gunicorn", "shmwin.metrics",
     "shmwin.integrations", "shmwin.integrations.limits", "shmwin.integrations.prometheus",
+    "shmwin.backends.redis",  # reads its lua/*.lua package data on import (needs no redis package)
 ):  # fmt: skip
     importlib.import_module(module)
 assert os.path.exists(os.path.join(here, "py.typed")), "py.typed is missing from the wheel"
