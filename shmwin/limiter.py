@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from . import backends
@@ -30,21 +29,8 @@ from .errors import GeometryMismatchError
 from .geometry import DEFAULT_BUCKETS, limiter_geometry
 from .keys import Key
 from .native import ON_FULL
-from .rate import Rate, parse_many
+from .rate import LimitStats, Rate, parse_many
 from .window import Window
-
-_geometry = limiter_geometry  # the Redis backend's name for it
-
-
-@dataclass(frozen=True)
-class LimitStats:
-    """Where one key stands against one rate."""
-
-    rate: Rate
-    limit: int
-    used: int
-    remaining: int
-    reset_after: float  # seconds until the oldest counted hit is forgotten (0 if none)
 
 
 class Limiter:

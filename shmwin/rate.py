@@ -76,3 +76,14 @@ def parse_many(text: str | Rate | list[str | Rate] | tuple[str | Rate, ...]) -> 
     if len(set(periods)) != len(periods):
         raise ValueError(f"{text!r} gives two limits for the same period")
     return sorted(rates, key=lambda r: r.period_ns)
+
+
+@dataclass(frozen=True)
+class LimitStats:
+    """Where one key stands against one rate."""
+
+    rate: Rate
+    limit: int
+    used: int
+    remaining: int
+    reset_after: float  # seconds until the oldest counted hit is forgotten (0 if none)

@@ -158,3 +158,14 @@ def test_unknown_backends_and_redis_only_limits(redis_server, name):
         with pytest.raises(shmwin.GeometryMismatchError, match="window"):
             Limiter.attach(name, backend=redis_server.url)
         w.unlink()
+
+
+def test_hit_after_acquire_on_a_one_rate_limiter(redis_server, name):
+    """acquire() writes with the multi-rate script (BITFIELD leaves the value short); the lean
+    one-rate hit must still read it (it raised a raw ResponseError before)."""
+    clock = ManualClock(10**15)
+    with Limiter(name, "5/minute", backend=redis_server.url, clock=clock) as lim:
+        assert lim.acquire("k", timeout=0)
+        clock.advance(3)
+        assert [lim.hit("k") for _ in range(5)] == [True] * 4 + [False]
+        lim.unlink()

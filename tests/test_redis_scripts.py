@@ -135,14 +135,7 @@ def test_the_backend_does_not_import_window_or_limiter():
             if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
             cycle = [m for m in _imported(node) if re.fullmatch(r"shmwin\.(window|limiter)(\..*)?", m)]
-            if not cycle:
-                continue
-            # the one stopgap: LimitStats still lives in shmwin.limiter, imported when stats are asked for
-            where = f"{py.name}:{node.lineno}"
-            assert (py.name, cycle, [a.name for a in node.names]) == (
-                "limiter.py", ["shmwin.limiter"], ["LimitStats"]
-            ), where  # fmt: skip
-            assert node.col_offset > 0, f"{where} imports shmwin.limiter at module level"
+            assert not cycle, f"{py.name}:{node.lineno} imports {cycle}"
 
 
 def test_every_script_compiles_on_redis_and_has_the_sha_the_code_sends(redis_server):

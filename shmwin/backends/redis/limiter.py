@@ -20,7 +20,7 @@ from ...geometry import DEFAULT_BUCKETS, limiter_geometry
 from ...keys import Key
 from ...layout import Geometry, Ring
 from ...native import ON_FULL
-from ...rate import Rate, parse_many
+from ...rate import LimitStats, Rate, parse_many
 from . import scripts
 from .client import NS_PER_US, RedisBase, key_text, unavailable
 
@@ -141,9 +141,8 @@ class RedisLimiter(RedisBase):
                 raise
             return self.on_error == "allow"
 
-    def stats_all(self, key: Key) -> list[Any]:
+    def stats_all(self, key: Key) -> list[LimitStats]:
         """Where ``key`` stands against each rate: ``shmwin.LimitStats``, one per rate."""
-        from ...limiter import LimitStats  # stopgap: LimitStats belongs below shmwin.limiter
 
         _, now_ns, used, per_rate = self._check(key, 0, commit=False, detail=True)
         out = []
@@ -156,7 +155,7 @@ class RedisLimiter(RedisBase):
             out.append(LimitStats(rate, rate.limit, u, max(rate.limit - u, 0), max(reset_ns, 0) / NS_PER_S))
         return out
 
-    def stats(self, key: Key) -> Any:
+    def stats(self, key: Key) -> LimitStats:
         return min(self.stats_all(key), key=lambda s: (s.remaining, -s.reset_after))
 
     def clear(self, key: Key) -> None:

@@ -24,7 +24,10 @@ end
 local cost = tonumber(ARGV[2])
 
 local now_e = math.floor(now / BUCKET_US)
-local ring = redis.call('GET', KEYS[1]) or string.rep('\0', 16 + 16 * N)
+local ring = redis.call('GET', KEYS[1]) or ''
+if #ring < 16 + 16 * N then  -- hit.lua's BITFIELD writes may leave it shorter: pad with empty words
+  ring = ring .. string.rep('\0', 16 + 16 * N - #ring)
+end
 local head, total = struct.unpack('>i8>i8', ring)
 if head == 0 or now_e - head >= N then
   total = 0
