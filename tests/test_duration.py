@@ -2,6 +2,8 @@ import pytest
 
 from shmwin.duration import format_ns, to_ns
 
+pytestmark = pytest.mark.unit
+
 S = 1_000_000_000
 
 

@@ -8,6 +8,8 @@ from shmwin import layout
 from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
 from shmwin.layout import Geometry, Layout, Meta, Ring
 
+pytestmark = pytest.mark.unit
+
 G = Geometry((Ring(1_000_000_000, 60),), ("ok", "error"))
 META = Meta(1234, 5, 6, b"B" * 16, b"K" * 16)
 

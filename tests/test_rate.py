@@ -2,6 +2,8 @@ import pytest
 
 from shmwin.rate import Rate, parse, parse_many
 
+pytestmark = pytest.mark.unit
+
 S = 1_000_000_000
 
 

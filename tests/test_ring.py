@@ -4,6 +4,8 @@ import pytest
 
 from shmwin import ring
 
+pytestmark = pytest.mark.unit
+
 
 def test_epoch_and_slot():
     assert ring.epoch_of(12_400_000_000, 1_000_000_000) == 12
