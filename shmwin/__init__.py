@@ -6,6 +6,7 @@ from .clock import ManualClock
 from .errors import (
     BackendUnavailableError,
     CorruptSegmentError,
+    ForeignFileError,
     GeometryMismatchError,
     IncompatibleVersionError,
     KeyTableFullError,
@@ -15,6 +16,7 @@ from .errors import (
     SegmentNotReadyError,
     ShmwinError,
     UnknownFieldError,
+    UntrustedSegmentError,
     WindowClosedError,
     WindowExistsError,
     WindowNotFoundError,
@@ -30,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendUnavailableError",
     "CorruptSegmentError",
+    "ForeignFileError",
     "GeometryMismatchError",
     "IncompatibleVersionError",
     "KeyTableFullError",
@@ -43,6 +46,7 @@ __all__ = [
     "SegmentNotReadyError",
     "ShmwinError",
     "UnknownFieldError",
+    "UntrustedSegmentError",
     "Window",
     "WindowClosedError",
     "WindowExistsError",

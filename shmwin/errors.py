@@ -40,12 +40,21 @@ class SegmentNotReadyError(SegmentError, TimeoutError):
     """The segment exists but its creator never finished initialising it."""
 
 
+class ForeignFileError(SegmentError):
+    """A symlink, directory, FIFO or device sits at the segment's path: never followed or opened."""
+
+
 class OutOfSpaceError(ShmwinError, OSError):
     """``/dev/shm`` has no room for the segment (raised at create time, never later)."""
 
 
 class WindowPermissionError(ShmwinError, PermissionError):
     """The segment exists but this process may not open it."""
+
+
+class UntrustedSegmentError(WindowPermissionError):
+    """The segment is owned by another user, or group/others may write it, and the caller
+    did not widen trust to that (``trust_uids=``, ``on_behalf_of``, ``perm=``)."""
 
 
 class UnknownFieldError(ShmwinError, KeyError):

@@ -1,15 +1,31 @@
-"""Named POSIX shared-memory segments: create, attach, close, unlink.
+"""Named POSIX shared-memory segments: create, attach, close, unlink -- and whom to trust.
 
-Uses ``posix_ipc`` + ``mmap`` rather than ``multiprocessing.shared_memory``: on
-3.10-3.12 the stdlib's resource tracker unlinks a segment when any attaching
-process exits (CPython gh-82300). Rules, each learnt the hard way:
+A segment is the file ``/dev/shm/shmwin.[<namespace>~]<name>``, opened with ``os.open``
+exactly as glibc's ``shm_open`` does (``O_NOFOLLOW | O_CLOEXEC`` under ``/dev/shm``), so
+that every flag and errno is ours to see. ``posix_ipc`` and ``multiprocessing.shared_memory``
+are not used: the stdlib's resource tracker unlinks a segment when any attaching process
+exits on 3.10-3.12 (CPython gh-82300). Rules, each learnt the hard way:
 
-* attach with ``size=0`` and check ``fstat`` against the header -- passing a size
-  on attach would *shrink* a live segment and the next touch past the end is SIGBUS;
-* ``posix_fallocate`` the whole size at creation, so a full ``/dev/shm`` is an
-  error now rather than a SIGBUS on some later write;
-* create with ``O_EXCL``, initialise, write the magic word *last*; attachers
-  wait (bounded) until it appears.
+* attach never sizes: it reads ``fstat`` and checks it against the header -- a size passed on
+  attach would *shrink* a live segment and the next touch past the end is SIGBUS;
+* ``posix_fallocate`` the whole size at creation, so a full ``/dev/shm`` is an error now
+  rather than a SIGBUS on some later write;
+* create with ``O_EXCL``, hand the file to its owner (``fchown``, ``fchmod``) while it is
+  still empty, size it, initialise it, write the magic word *last*; attachers wait
+  (bounded) until it appears;
+* never follow a link, never open a FIFO or a device in its place.
+
+**Trust.** Whoever can write a segment can reset its counts, and can crash its users (a
+robust mutex keeps pointers that the locking process follows). So a segment is one user's:
+mode ``0o600`` by default, and :meth:`Segment.attach` refuses one owned by another uid
+(root's excepted: root can write anybody's memory anyway) or writable by group or others,
+unless the caller widens trust knowingly -- ``trust_uids=`` / :func:`on_behalf_of` for an
+owner, ``perm=`` for the mode bits. Both refusals are :class:`UntrustedSegmentError`, a
+``PermissionError``.
+
+**Parts.** A window may span extra segments named ``<window>#<n>``: ``'#'`` never appears
+in a window name, :func:`names` does not list parts, and :func:`unlink` removes them with
+their window.
 """
 
 from __future__ import annotations
@@ -18,16 +34,18 @@ import errno
 import mmap
 import os
 import re
+import stat
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from typing import TypeVar
 
-import posix_ipc
-
 from .errors import (
+    ForeignFileError,
     OutOfSpaceError,
     SegmentNotReadyError,
+    UntrustedSegmentError,
     WindowExistsError,
     WindowNotFoundError,
     WindowPermissionError,
@@ -38,15 +56,23 @@ T = TypeVar("T")
 PREFIX = "shmwin."
 SHM_DIR = "/dev/shm"
 MAX_NAME_CHARS = 200
-_NAME = re.compile(r"^[A-Za-z0-9_.:@+=-]+$")
+PART_MARK = "#"  # reserved: "<window>#<n>" is part n of a window
+DEFAULT_PERM = 0o600
+_NAME = re.compile(r"[A-Za-z0-9_.:@+=-]+")  # always fullmatch: "$" would accept a trailing "\n"
+_ALLOWED = "letters, digits and _ . : @ + = -"
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO never blocks us
+_CREATE = _OPEN | os.O_CREAT | os.O_EXCL
+
+# (uid, gid) that segments created in this context are given to, and whose segments are trusted
+_acting_for: ContextVar[tuple[int | None, int | None]] = ContextVar("shmwin_acting_for", default=(None, None))
 
 
 def namespace() -> str:
     """``SHMWIN_NAMESPACE`` (default empty): hosts simulated on one machine, or tenants,
     each see only their own windows. Stored as ``shmwin.<namespace>~<name>``."""
     ns = os.environ.get("SHMWIN_NAMESPACE", "")
-    if ns and not _NAME.match(ns):
-        raise ValueError(f"SHMWIN_NAMESPACE={ns!r} may only use letters, digits and _ . : @ + = -")
+    if ns and not _NAME.fullmatch(ns):
+        raise ValueError(f"SHMWIN_NAMESPACE={ns!r} may only use {_ALLOWED}")
     return f"{ns}~" if ns else ""
 
 
@@ -56,103 +82,326 @@ def check_name(name: str) -> str:
         raise ValueError(f"window name must be a non-empty string, not {name!r}")
     if len(name) > MAX_NAME_CHARS:
         raise ValueError(f"window name is {len(name)} characters; the limit is {MAX_NAME_CHARS}")
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
+        reserved = f" ('{PART_MARK}' is reserved for a window's parts)" if PART_MARK in name else ""
         raise ValueError(
-            f"window name {name!r} may only use letters, digits and _ . : @ + = - "
-            "(no '/', spaces or control characters)"
+            f"window name {name!r} may only use {_ALLOWED} "
+            f"(no '/', spaces, newlines or other control characters){reserved}"
         )
     return "/" + PREFIX + namespace() + name
 
 
-def path_of(name: str) -> str:
-    """Where the segment of window ``name`` appears in the filesystem."""
-    return SHM_DIR + check_name(name)
+def path_of(name: str, part: int = 0) -> str:
+    """Where the segment of window ``name`` (or its part ``part``) appears in the filesystem."""
+    return SHM_DIR + check_name(name) + _part_suffix(part)
 
 
 def names() -> list[str]:
-    """Names of the shmwin windows on this host, sorted."""
+    """Names of the shmwin windows on this host (in this namespace), sorted; parts not listed."""
+    return sorted({window for window, part in _entries() if not part})
+
+
+def _entries() -> Iterator[tuple[str, str]]:
+    """``(window name, part suffix or "")`` of every entry of this namespace in ``/dev/shm``."""
     try:
         entries = os.listdir(SHM_DIR)
     except FileNotFoundError:
-        return []
+        return
     mine = PREFIX + namespace()
-    return sorted(
-        e[len(mine) :]
-        for e in entries
-        if e.startswith(mine) and len(e) > len(mine) and "~" not in e[len(mine) :]
-    )
+    for entry in entries:
+        rest = entry[len(mine) :]
+        if entry.startswith(mine) and rest and "~" not in rest:
+            window, mark, part = rest.partition(PART_MARK)
+            if window:
+                yield window, mark + part
+
+
+@contextmanager
+def on_behalf_of(uid: int | None, gid: int | None = None) -> Iterator[None]:
+    """Within the block, segments this thread creates are owned by ``uid``:``gid`` and
+    segments owned by ``uid`` are trusted on attach. For a root supervisor that prepares
+    windows for workers running as another user (gunicorn's ``--user``/``--group``).
+    Only root may give a file away; ``None`` keeps this process's id."""
+    for what, value in (("uid", uid), ("gid", gid)):
+        _check_id(what, value)
+    token = _acting_for.set((uid, gid))
+    try:
+        yield
+    finally:
+        _acting_for.reset(token)
 
 
 class Segment:
     """A mapped shared-memory segment. ``close()`` is this process; ``unlink()`` is everyone."""
 
-    def __init__(self, name: str, mm: mmap.mmap):
+    def __init__(self, name: str, mm: mmap.mmap, part: int = 0):
         self.name = name
         self.mm = mm
+        self.part = part
 
     @property
     def size(self) -> int:
         return len(self.mm)
 
     @classmethod
-    def create(cls, name: str, size: int, perm: int, init: Callable[[mmap.mmap], None]) -> Segment:
-        """Create exclusively, reserve every byte, run ``init``; ``init`` writes the magic last."""
-        shm_name = check_name(name)
+    def create(
+        cls,
+        name: str,
+        size: int,
+        perm: int,
+        init: Callable[[mmap.mmap], None],
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+        part: int = 0,
+    ) -> Segment:
+        """Create exclusively with mode exactly ``perm`` (whatever the umask), owned by
+        ``uid``:``gid`` if given (default: :func:`on_behalf_of`'s, else this process's),
+        reserve every byte, run ``init``; ``init`` writes the magic last."""
+        _check_perm(perm)
+        default_uid, default_gid = _acting_for.get()
+        uid = default_uid if uid is None else uid
+        gid = default_gid if gid is None else gid
+        _check_id("uid", uid)
+        _check_id("gid", gid)
+        path = path_of(name, part)
         try:
-            shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=perm, size=0)
-        except posix_ipc.ExistentialError as exc:
+            fd = os.open(path, _CREATE, DEFAULT_PERM)
+        except FileExistsError as exc:
+            _refuse_foreign(path, name)
             raise WindowExistsError(f"window {name!r} already exists") from exc
-        except posix_ipc.PermissionsError as exc:
-            raise WindowPermissionError(f"cannot create window {name!r}: {exc}") from exc
+        except PermissionError as exc:
+            raise WindowPermissionError(f"cannot create window {name!r}: {exc.strerror}") from exc
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise _no_inode(name) from exc
+            raise
+        mm = None
         try:
-            _reserve(shm.fd, size, name)
-            mm = mmap.mmap(shm.fd, size)
+            _give(fd, uid, gid, name)  # while empty: an attacher waits for the size, then the magic
+            os.fchmod(fd, perm)
+            _reserve(fd, size, name)
+            mm = mmap.mmap(fd, size)
             init(mm)
         except BaseException:
-            _unlink_quietly(shm_name)
+            if mm is not None:
+                mm.close()
+            with suppress(FileNotFoundError):
+                os.unlink(path)
             raise
         finally:
-            shm.close_fd()
-        return cls(name, mm)
+            os.close(fd)
+        return cls(name, mm, part)
 
     @classmethod
-    def attach(cls, name: str, ready_timeout_s: float, is_ready: Callable[[mmap.mmap], bool]) -> Segment:
-        """Map an existing segment once its creator has finished (bounded wait)."""
-        shm_name = check_name(name)
+    def attach(
+        cls,
+        name: str,
+        ready_timeout_s: float,
+        is_ready: Callable[[mmap.mmap], bool],
+        *,
+        perm: int = DEFAULT_PERM,
+        trust_uids: Iterable[int] = (),
+        part: int = 0,
+    ) -> Segment:
+        """Map an existing segment once its creator has finished (bounded wait), if trusted:
+        owned by this user, root, a uid in ``trust_uids`` or :func:`on_behalf_of`'s, and
+        writable by group or others only as far as ``perm`` allows."""
+        _check_perm(perm)
+        trust = tuple(trust_uids)
+        for uid in trust:
+            _check_id("trust_uids item", uid)
+        trusted = {os.geteuid(), 0, *trust}
+        acting_uid = _acting_for.get()[0]
+        if acting_uid is not None:
+            trusted.add(acting_uid)
+        path = path_of(name, part)
         deadline = time.monotonic() + ready_timeout_s
+        fd = _open_existing(path, name, deadline)
         try:
-            shm = posix_ipc.SharedMemory(shm_name, 0, size=0)
-        except posix_ipc.ExistentialError as exc:
-            raise WindowNotFoundError(f"no window named {name!r} on this host") from exc
-        except posix_ipc.PermissionsError as exc:
-            raise WindowPermissionError(f"cannot open window {name!r}: {exc}") from exc
-        try:
-            size = _wait(deadline, lambda: os.fstat(shm.fd).st_size, name, "was never sized")
-            mm = mmap.mmap(shm.fd, size)
+            first = os.fstat(fd)
+            if not stat.S_ISREG(first.st_mode):
+                raise ForeignFileError(_not_a_segment(path, first.st_mode))
+            if first.st_size:  # sized: its owner and mode are final, refuse before waiting
+                _check_trust(first, name, trusted, perm)
+            size = _wait(deadline, lambda: os.fstat(fd).st_size, name, "was never sized")
+            mm = mmap.mmap(fd, size)
+            try:
+                _wait(deadline, lambda: is_ready(mm), name, "was never marked ready")
+                _check_trust(os.fstat(fd), name, trusted, perm)  # given away before it was sized
+            except BaseException:
+                mm.close()
+                raise
         finally:
-            shm.close_fd()
-        try:
-            _wait(deadline, lambda: is_ready(mm), name, "was never marked ready")
-        except BaseException:
-            mm.close()
-            raise
-        return cls(name, mm)
+            os.close(fd)
+        return cls(name, mm, part)
 
     def close(self) -> None:
         if not self.mm.closed:
             self.mm.close()
 
     def unlink(self) -> bool:
+        """Remove the window with its parts (part 0), or this part alone."""
+        if self.part:
+            return _unlink_path(path_of(self.name, self.part), self.name)
         return unlink(self.name)
 
 
 def unlink(name: str) -> bool:
-    """Remove window ``name`` from the host; True if it existed. Mapped users keep their memory."""
+    """Remove window ``name`` and its parts from the host; True if any existed. Processes
+    that have it mapped keep their memory."""
+    stem = check_name(name)[1:]
+    removed = _unlink_path(SHM_DIR + "/" + stem, name)
+    for entry in _listdir():  # parts after the window: no newcomer finds a window missing parts
+        if entry.startswith(stem + PART_MARK):
+            removed |= _unlink_path(SHM_DIR + "/" + entry, name)
+    return removed
+
+
+def unlink_prefix(prefix: str) -> list[str]:
+    """Remove every window named ``prefix`` or ``prefix.<anything>``, with their parts, and
+    return their names. The segments of a ``shm://myapp`` limits storage (Flask-Limiter,
+    slowapi) are ``myapp.<strategy>.<limit>.<seconds>``: ``unlink_prefix("myapp")`` removes
+    them all, and not those of ``myapp2``. For a server's shutdown hook."""
+    check_name(prefix)
+    mine = SHM_DIR + "/" + PREFIX + namespace()
+    removed: set[str] = set()
+    for window, part in list(_entries()):
+        if (window == prefix or window.startswith(prefix + ".")) and _unlink_path(
+            mine + window + part, window
+        ):
+            removed.add(window)
+    return sorted(removed)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _part_suffix(part: int) -> str:
+    if not isinstance(part, int) or isinstance(part, bool) or part < 0:
+        raise ValueError(f"part must be an int >= 0, not {part!r}")
+    return f"{PART_MARK}{part}" if part else ""
+
+
+def _check_perm(perm: int) -> None:
+    if not isinstance(perm, int) or isinstance(perm, bool) or perm & ~0o777 or perm & 0o600 != 0o600:
+        raise ValueError(f"perm must be a mode within 0o777 that lets the owner read and write, not {perm!r}")
+
+
+def _check_id(what: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ValueError(f"{what} must be None or an int >= 0, not {value!r}")
+
+
+def _listdir() -> list[str]:
     try:
-        posix_ipc.unlink_shared_memory(check_name(name))
-    except posix_ipc.ExistentialError:
+        return os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return []
+
+
+def _open_existing(path: str, name: str, deadline: float) -> int:
+    """An fd on the segment. EACCES on an empty file is a creator still handing it to its
+    owner (``on_behalf_of``): wait for that as for the size, within the same deadline."""
+    delay = 0.0005
+    while True:
+        try:
+            return os.open(path, _OPEN)
+        except FileNotFoundError as exc:
+            raise WindowNotFoundError(f"no window named {name!r} on this host") from exc
+        except PermissionError as exc:
+            st = _lstat(path)
+            if st is not None and st.st_size == 0 and time.monotonic() < deadline:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+                continue
+            raise WindowPermissionError(
+                f"cannot open window {name!r}: {exc.strerror} ({_owned_by(st)}, mode "
+                f"{oct(stat.S_IMODE(st.st_mode)) if st else '?'}); run as its owner, or have it "
+                "created for this user (on_behalf_of in a root supervisor, or perm=)"
+            ) from exc
+        except OSError:
+            _refuse_foreign(path, name)
+            raise
+
+
+def _check_trust(st: os.stat_result, name: str, trusted: set[int], perm: int) -> None:
+    if st.st_uid not in trusted:
+        raise UntrustedSegmentError(
+            f"window {name!r} is {_owned_by(st)}, not by this user (uid {os.geteuid()}): whoever "
+            "owns it can reset or crash its users, and another user may have created it to take "
+            f"this one over. Remove it (shmwin rm {name}), or trust that user explicitly "
+            f"(trust_uids=[{st.st_uid}], or shmwin.segment.on_behalf_of({st.st_uid}))"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022 & ~perm:
+        raise UntrustedSegmentError(
+            f"window {name!r} has mode {oct(mode)}: {'group' if mode & 0o020 else 'others'} may "
+            "write it, and whoever can write it can reset or crash its users. Pass "
+            f"perm={oct(mode | DEFAULT_PERM)} to accept that knowingly, or chmod it"
+        )
+
+
+def _refuse_foreign(path: str, name: str) -> None:
+    """Raise ForeignFileError if something other than a regular file sits at ``path``."""
+    st = _lstat(path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise ForeignFileError(_not_a_segment(path, st.st_mode))
+
+
+def _not_a_segment(path: str, mode: int) -> str:
+    kinds = {stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+             stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}  # fmt: skip
+    kind = kinds.get(stat.S_IFMT(mode), "not a regular file")
+    return (
+        f"{path} is {kind}, not a shared-memory segment: shmwin never follows links or opens "
+        "special files there (someone may be trying to redirect this window). Remove it"
+    )
+
+
+def _owned_by(st: os.stat_result | None) -> str:
+    return "owned by uid ?" if st is None else f"owned by uid {st.st_uid}"
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _give(fd: int, uid: int | None, gid: int | None, name: str) -> None:
+    if uid is None and gid is None:
+        return
+    try:
+        os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
+    except PermissionError as exc:
+        raise WindowPermissionError(
+            f"cannot create window {name!r} for uid {uid}, gid {gid}: {exc.strerror} "
+            "(only root may give a file to another user)"
+        ) from exc
+
+
+def _unlink_path(path: str, name: str) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
         return False
+    except PermissionError as exc:
+        raise WindowPermissionError(f"cannot remove window {name!r}: {exc.strerror}") from exc
+    except IsADirectoryError as exc:
+        raise ForeignFileError(_not_a_segment(path, stat.S_IFDIR)) from exc
     return True
+
+
+def _no_inode(name: str) -> OutOfSpaceError:
+    free = os.statvfs(SHM_DIR)
+    return OutOfSpaceError(
+        errno.ENOSPC,
+        f"no room in {SHM_DIR} for window {name!r}: no free inode (all {free.f_files} in use). "
+        "Remove unused windows (shmwin gc; a removed window's inode is freed once no process "
+        "maps it) or give /dev/shm more inodes (nr_inodes=)",
+    )
 
 
 def _reserve(fd: int, size: int, name: str) -> None:
@@ -182,8 +431,3 @@ def _wait(deadline: float, probe: Callable[[], T], name: str, what: str) -> T:
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-
-
-def _unlink_quietly(shm_name: str) -> None:
-    with suppress(posix_ipc.ExistentialError):
-        posix_ipc.unlink_shared_memory(shm_name)
