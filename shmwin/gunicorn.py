@@ -3,7 +3,8 @@
 Wire them into ``gunicorn.conf.py`` in three lines::
 
     from shmwin.gunicorn import Hooks
-    shmwin_hooks = Hooks(limiters={"api": "50/hour"}, windows={"requests": {"fields": ("ok", "error")}})
+    shmwin_hooks = Hooks(limiters={"api": "50/hour"}, windows={"requests": {"fields": ("ok", "error")}},
+                         prefixes=["shm://myapp"])  # a Flask-Limiter / slowapi storage to clean up
     on_starting, child_exit, on_exit = shmwin_hooks.on_starting, shmwin_hooks.child_exit, shmwin_hooks.on_exit
 
 and open the same names in the app (``Limiter("api", "50/hour")``,
@@ -12,23 +13,33 @@ them. The hooks keep no state beyond the names -- gunicorn re-executes the confi
 file on HUP -- and:
 
 * ``on_starting`` creates every declared segment in the master (or checks that an
-  existing one has the declared geometry), so a mistake stops the server early;
+  existing one has the declared geometry), so a mistake stops the server early. With
+  ``--user``/``--group`` the master (root) creates them owned by the workers' user and
+  group (``server.cfg.uid``/``gid``), so workers open them; the master trusts that user;
 * ``child_exit`` (it runs even when a worker was SIGKILLed; ``worker_exit`` does not)
   frees the stripes of dead workers in striped windows -- not needed for
   correctness, a newcomer would adopt them anyway, but it keeps ``stripe_owners()`` honest;
-* ``on_exit`` unlinks the segments, except while another master of the same
-  server is alive: the successor started by USR2 (``server.reexec_pid``) or, in a
-  successor not yet promoted, the old master (``server.master_pid``).
+* ``on_exit`` unlinks the segments, and every segment of the ``prefixes`` (a ``shm://``
+  storage's, created lazily by workers; see :func:`shmwin.segment.unlink_prefix`), except
+  while another master of the same server is alive: the successor started by USR2
+  (``server.reexec_pid``) or, in a successor not yet promoted, the old master
+  (``server.master_pid``).
+
+Other servers: call :func:`shmwin.segment.unlink_prefix` (and :func:`shmwin.unlink`) when
+the last process of the server is done.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from .limiter import Limiter
 from .owners import pid_alive
-from .segment import unlink
+from .segment import check_name, on_behalf_of, unlink, unlink_prefix
 from .window import Window
 
 
@@ -39,7 +50,9 @@ class Hooks:
         self,
         windows: Mapping[str, Mapping[str, Any]] | None = None,
         limiters: Mapping[str, str | Mapping[str, Any]] | None = None,
+        prefixes: Iterable[str] = (),
     ):
+        self.prefixes = [storage_prefix(p) for p in prefixes]
         self.windows = {name: dict(spec) for name, spec in (windows or {}).items()}
         self.limiters = {
             name: {"rates": spec} if isinstance(spec, str) else dict(spec)
@@ -51,16 +64,17 @@ class Hooks:
         return [*self.windows, *self.limiters]
 
     def on_starting(self, server: Any) -> None:
-        for name, spec in self.windows.items():
-            Window(name, **spec).close()
-        for name, spec in self.limiters.items():
-            Limiter(name, **spec).close()
+        with _for_workers(server):
+            for name, spec in self.windows.items():
+                Window(name, **spec).close()
+            for name, spec in self.limiters.items():
+                Limiter(name, **spec).close()
         _log(server, f"shmwin: shared segments ready: {', '.join(self.names)}")
 
     def child_exit(self, server: Any, worker: Any) -> None:
         for name in self.windows:
             try:
-                with Window.attach(name) as w:
+                with _for_workers(server), Window.attach(name) as w:
                     freed = w.reclaim()
             except Exception as exc:  # a hook must never take the master down
                 _log(server, f"shmwin: could not reclaim stripes of {name!r}: {exc}", error=True)
@@ -74,6 +88,35 @@ class Hooks:
                 return  # a USR2 successor (or predecessor) still serves from these segments
         for name in self.names:
             unlink(name)
+        for prefix in self.prefixes:
+            removed = unlink_prefix(prefix)
+            if removed:
+                _log(server, f"shmwin: removed {len(removed)} segment(s) of storage {prefix!r}")
+
+
+def storage_prefix(spec: str) -> str:
+    """The window-name prefix of a ``shm://`` storage URI (``shm://myapp?capacity=100`` ->
+    ``myapp``, the same rule as :class:`shmwin.integrations.limits.ShmStorage`), or ``spec``
+    itself if it is already a prefix; validated as a window name."""
+    if "://" in spec:
+        parsed = urllib.parse.urlparse(spec)
+        if parsed.scheme != "shm":
+            raise ValueError(f"{spec!r} is not a shm:// storage URI")
+        spec = (parsed.netloc + parsed.path).strip("/") or "limits"
+    check_name(spec)
+    return spec
+
+
+@contextmanager
+def _for_workers(server: Any) -> Iterator[None]:
+    """Create segments owned by the workers' user and group (``--user``/``--group``) and trust
+    that user's segments; a no-op when the workers run as this process."""
+    cfg = getattr(server, "cfg", None)
+    uid, gid = getattr(cfg, "uid", None), getattr(cfg, "gid", None)
+    uid = None if uid is None or uid == os.geteuid() else int(uid)
+    gid = None if gid is None or gid == os.getegid() else int(gid)
+    with on_behalf_of(uid, gid):
+        yield
 
 
 def _log(server: Any, message: str, error: bool = False) -> None:

@@ -1,4 +1,5 @@
-"""The gunicorn hooks as functions, with stand-in server objects: what each one does."""
+"""The gunicorn hooks as functions, with stand-in server objects: what each one does (real
+gunicorn servers: test_gunicorn.py, and test_trust.py for --user/--group)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import signal
 from types import SimpleNamespace
 
 import pytest
+from rootenv import NOBODY, needs_root
 
 import shmwin
 from shmwin import Limiter, Window
 from shmwin.gunicorn import Hooks
+from shmwin.segment import path_of
 
 
 class _Log:
@@ -74,3 +77,71 @@ def test_child_exit_never_raises(make_name):
     server = _server()
     Hooks(windows={make_name("missing"): {}}).child_exit(server, SimpleNamespace(pid=1))
     assert "could not reclaim" in server.log.lines[0]
+
+
+# -- a shm:// storage's segments, by prefix ------------------------------------------------------
+
+
+@pytest.mark.parametrize("uri", ["shm://myapp", "shm://myapp?capacity=100", "shm:///a.b/", "shm://"])
+def test_a_storage_uri_names_the_prefix_its_storage_uses(uri):
+    storage = pytest.importorskip("shmwin.integrations.limits").ShmStorage(uri)
+    assert Hooks(prefixes=[uri]).prefixes == [storage.prefix]
+
+
+@pytest.mark.parametrize("bad", ["redis://localhost", "a b", "", "api#1", "shm://a b"])
+def test_a_bad_prefix_stops_the_config(bad):
+    with pytest.raises(ValueError):
+        Hooks(prefixes=[bad])
+
+
+def test_on_exit_removes_a_storage_s_segments_by_the_usr2_rules(make_name):
+    prefix = make_name("app")
+    mine = [f"{prefix}.moving.5.60", f"{prefix}.fixed.60"]
+    for n in [*mine, f"{prefix}2.moving.5.60"]:
+        Window(n).close()
+    hooks = Hooks(prefixes=[f"shm://{prefix}?capacity=100"])
+    hooks.on_exit(_server(reexec_pid=os.getpid()))  # a live USR2 successor still uses them
+    assert set(mine) <= set(shmwin.names())
+    server = _server()
+    hooks.on_exit(server)
+    assert not set(mine) & set(shmwin.names())
+    assert f"{prefix}2.moving.5.60" in shmwin.names()  # another storage's
+    assert server.log.lines == [f"shmwin: removed 2 segment(s) of storage {prefix!r}"]
+    shmwin.unlink(f"{prefix}2.moving.5.60")
+
+
+# -- gunicorn's --user / --group -----------------------------------------------------------------
+
+
+def _server_for(uid: int, gid: int) -> SimpleNamespace:
+    server = _server()
+    server.cfg = SimpleNamespace(uid=uid, gid=gid)
+    return server
+
+
+def test_workers_running_as_this_user_change_nothing(make_name):
+    win = make_name("req")
+    hooks = Hooks(windows={win: {"fields": ("ok",)}})
+    hooks.on_starting(_server_for(os.geteuid(), os.getegid()))
+    st = os.stat(path_of(win))
+    assert (st.st_uid, st.st_gid) == (os.geteuid(), os.getegid())
+    hooks.on_exit(_server())
+
+
+@needs_root
+def test_the_master_creates_for_the_workers_user_and_group(make_name):
+    win, lim = make_name("req"), make_name("lim")
+    hooks = Hooks(windows={win: {"fields": ("ok",)}}, limiters={lim: "5/minute"})
+    server = _server_for(NOBODY, NOBODY)
+    hooks.on_starting(server)
+    for n in (win, lim):
+        st = os.stat(path_of(n))
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (NOBODY, NOBODY, 0o600)
+    hooks.on_starting(server)  # a second master (HUP, USR2) attaches: it trusts the workers' user
+    hooks.child_exit(server, SimpleNamespace(pid=1))
+    assert not [line for line in server.log.lines if "could not" in line]
+    plain = _server()  # without --user the master does not trust nobody's segments
+    hooks.child_exit(plain, SimpleNamespace(pid=1))
+    assert f"owned by uid {NOBODY}" in plain.log.lines[0]
+    hooks.on_exit(server)
+    assert win not in shmwin.names() and lim not in shmwin.names()
