@@ -131,11 +131,14 @@ def test_perm_is_the_mode_whatever_the_umask(name):
         os.umask(old)
 
 
-@pytest.mark.parametrize("perm", [0o400, 0o200, 0o1600, -1, True, "0o600"])
+@pytest.mark.parametrize("perm", [0o400, 0o200, 0o1600, -1])
 def test_a_perm_the_owner_cannot_use_is_refused(name, perm):
     with pytest.raises(ValueError, match="perm"):
         Window(name, perm=perm)
-    assert name not in shmwin.names()
+    for not_a_mode in (True, "0o600", perm):
+        with pytest.raises(ValueError, match="perm"):
+            Segment.create(name, 4096, not_a_mode, lambda mm: None)
+    assert not os.path.lexists(path_of(name))
 
 
 # -- parts and prefixes --------------------------------------------------------------------------
