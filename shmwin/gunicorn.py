@@ -95,13 +95,13 @@ class Hooks:
 
 
 def storage_prefix(spec: str) -> str:
-    """The window-name prefix of a ``shm://`` storage URI (``shm://myapp?capacity=100`` ->
-    ``myapp``, the same rule as :class:`shmwin.integrations.limits.ShmStorage`), or ``spec``
+    """The window-name prefix of a ``shm://`` or ``async+shm://`` storage URI
+    (``shm://myapp?capacity=100`` -> ``myapp``, the rule of the limits storage), or ``spec``
     itself if it is already a prefix; validated as a window name."""
     if "://" in spec:
         parsed = urllib.parse.urlparse(spec)
-        if parsed.scheme != "shm":
-            raise ValueError(f"{spec!r} is not a shm:// storage URI")
+        if parsed.scheme not in ("shm", "async+shm"):
+            raise ValueError(f"{spec!r} is not a shm:// (or async+shm://) storage URI")
         spec = (parsed.netloc + parsed.path).strip("/") or "limits"
     check_name(spec)
     return spec

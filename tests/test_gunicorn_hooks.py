@@ -86,6 +86,7 @@ def test_child_exit_never_raises(make_name):
 def test_a_storage_uri_names_the_prefix_its_storage_uses(uri):
     storage = pytest.importorskip("shmwin.integrations.limits").ShmStorage(uri)
     assert Hooks(prefixes=[uri]).prefixes == [storage.prefix]
+    assert Hooks(prefixes=["async+" + uri]).prefixes == [storage.prefix]
 
 
 @pytest.mark.parametrize("bad", ["redis://localhost", "a b", "", "api#1", "shm://a b"])
