@@ -1,0 +1,333 @@
+"""Shedder: adaptive load shedding in the manner of go-zero's ``core/load/adaptiveshedder.go``,
+over windows every worker on the host shares.
+
+A request is dropped when the host is *hot* and the host is running more requests than it
+has shown it can turn around:
+
+    hot        = cpu >= cpu_threshold                    (and then overload_ns = now)
+                 or (dropped_recently and now - overload_ns < cool_off)
+    max_flight = max(1, max_pass * min_rt_ms * buckets_per_second / 1000)
+                 * clamp((1000 - cpu) / (1000 - cpu_threshold), 0.1, 1)
+    drop       = hot and avg_flying > max_flight and flying > max_flight
+
+- ``max_pass``: the most requests that finished well in one bucket, ``min_rt_ms``: the lowest
+  per-bucket mean response time (1000 ms if none) -- both over the shared window of passes
+  and response times, ignoring the current, partial bucket, as go-zero does;
+- ``flying``: requests in flight on the whole host, over live processes only
+  (:class:`~shmwin.inflight.InFlight`: a SIGKILLed worker's requests stop counting);
+- ``avg_flying``: a moving average (beta = 0.9) of ``flying``, updated when a request ends;
+- ``cpu``: host CPU in millicpu (:class:`~shmwin.cpu.HostCpu`, or any callable).
+
+Where this differs from go-zero, and why: response times are kept in microseconds (go-zero
+rounds up to whole milliseconds, which makes sub-millisecond handlers look 1 ms long);
+``avg_flying``, the cool-off and the CPU reading are each process's own (each samples the
+same host-wide values); ``max_pass``/``min_rt`` are read once per bucket (they only change
+when a bucket completes).
+
+Segments: ``NAME`` (passes, rt_us, drops) and ``NAME.flying`` (in flight per process).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .clock import Clock
+from .cpu import MILLICPU, HostCpu
+from .duration import NS_PER_S, Duration, to_ns
+from .errors import GeometryMismatchError, ShmwinError
+from .inflight import InFlight
+from .window import Window
+
+FIELDS = ("passes", "rt_us", "drops")
+FLYING_SUFFIX = ".flying"
+FLYING_BETA = 0.9
+DEFAULT_MIN_RT_MS = 1000.0
+OVERLOAD_FACTOR_FLOOR = 0.1
+
+
+class OverloadedError(ShmwinError):
+    """The shedder dropped this request: the host is overloaded (answer 503)."""
+
+
+@dataclass(frozen=True)
+class ShedderStats:
+    """The shedder's inputs and verdict, as read now."""
+
+    cpu: int  # millicpu, this process's reading
+    cpu_threshold: int
+    hot: bool  # overloaded now, or within the cool-off after a drop (this process)
+    in_flight: int  # the host, live processes only
+    avg_in_flight: float  # this process's moving average
+    max_pass: int
+    min_rt_ms: float
+    max_flight: float  # with the overload factor of the current cpu
+    passes: int  # over the window
+    drops: int  # over the window
+
+
+def is_shedder(window: Any) -> bool:
+    """Does this window hold a shedder's passes and response times?"""
+    g = window.geometry
+    return bool(g.kind == "window" and not g.keyed and tuple(g.fields) == FIELDS)
+
+
+def overload_factor(cpu: int, cpu_threshold: int) -> float:
+    """go-zero's: the share of ``max_flight`` still let in, 1 at the threshold, 0.1 at most."""
+    factor = (MILLICPU - cpu) / (MILLICPU - cpu_threshold)
+    return min(1.0, max(OVERLOAD_FACTOR_FLOOR, factor))
+
+
+class Ticket:
+    """One admitted request: ``done()`` when it was served, ``fail()`` when it was not (go-zero's
+    ``Pass``/``Fail``). Either ends it; later calls do nothing. A context manager: ``done()``
+    on a normal exit, ``fail()`` on an exception."""
+
+    __slots__ = ("_shedder", "_stamp", "open", "start_ns")
+
+    def __init__(self, shedder: Shedder, start_ns: int, stamp: int | None):
+        self._shedder, self.start_ns, self._stamp, self.open = shedder, start_ns, stamp, True
+
+    def done(self) -> None:
+        if self.open:
+            self.open = False
+            self._shedder._finish(self.start_ns, self._stamp, True)
+
+    def fail(self) -> None:
+        if self.open:
+            self.open = False
+            self._shedder._finish(self.start_ns, self._stamp, False)
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.done()
+        else:
+            self.fail()
+
+
+class Shedder:
+    """``Shedder("api")``: create the shared windows, or attach if they exist.
+
+    ``ticket = shedder.allow()`` is None when the request must be shed, else a
+    :class:`Ticket` to end with ``done()`` or ``fail()``; ``with shedder.admit():`` raises
+    :class:`OverloadedError` instead. ``cpu`` is a callable returning millicpu (0..1000;
+    default: :class:`~shmwin.cpu.HostCpu` on ``clock``); ``clock`` is monotonic ns.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        window: Duration = "5s",
+        buckets: int = 50,
+        cpu_threshold: int = 900,
+        cool_off: Duration = "1s",
+        cpu: Callable[[], int] | None = None,
+        clock: Clock | None = None,
+        max_processes: int = 128,
+        flying_span: Duration = "10m",
+        perm: int = 0o600,
+    ):
+        _check_threshold(cpu_threshold)
+        cool_off_ns = to_ns(cool_off, "cool_off")
+        counts = Window(name, span=window, buckets=buckets, fields=FIELDS, clock=clock, perm=perm)
+        try:
+            flying = InFlight(
+                name + FLYING_SUFFIX, capacity=max_processes, span=flying_span, clock=clock, perm=perm,
+                rescan=counts.bucket_ns / NS_PER_S,
+            )  # fmt: skip
+        except BaseException:
+            counts.close()
+            raise
+        self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock)
+
+    @classmethod
+    def attach(
+        cls,
+        name: str,
+        *,
+        cpu_threshold: int = 900,
+        cool_off: Duration = "1s",
+        cpu: Callable[[], int] | None = None,
+        clock: Clock | None = None,
+    ) -> Shedder:
+        """Attach to an existing shedder (for inspection: thresholds are each process's own)."""
+        _check_threshold(cpu_threshold)
+        cool_off_ns = to_ns(cool_off, "cool_off")
+        counts = Window.attach(name, clock=clock)
+        if not is_shedder(counts):
+            counts.close()
+            raise GeometryMismatchError(f"{name!r} is not a shedder's window (fields {FIELDS})")
+        try:
+            flying = InFlight.attach(name + FLYING_SUFFIX, rescan=counts.bucket_ns / NS_PER_S, clock=clock)
+        except BaseException:
+            counts.close()
+            raise
+        self = object.__new__(cls)
+        self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock)
+        return self
+
+    def _bind(
+        self,
+        counts: Window,
+        flying: InFlight,
+        cpu_threshold: int,
+        cool_off_ns: int,
+        cpu: Callable[[], int] | None,
+        clock: Clock | None,
+    ) -> None:
+        self.window, self.flying = counts, flying
+        self.name = counts.name
+        self.cpu_threshold = cpu_threshold
+        self.cool_off_ns = cool_off_ns
+        self._clock: Clock = clock or time.monotonic_ns
+        self._cpu: Callable[[], int] = cpu or HostCpu(clock=clock)
+        self._add = counts.add
+        self._bucket_ns = counts.bucket_ns
+        self._buckets_per_ms = NS_PER_S / self._bucket_ns / 1000  # go-zero's windowScale
+        self._avg_flying = 0.0
+        self._overload_ns: int | None = None
+        self._dropped_recently = False
+        self._epoch = -1  # the bucket max_pass and min_rt were read in
+        self._max_pass, self._min_rt_ms = 1, DEFAULT_MIN_RT_MS
+
+    # -- the decision -----------------------------------------------------------------------------
+
+    def allow(self) -> Ticket | None:
+        """A :class:`Ticket` for a request let in, or None when it must be shed."""
+        now_ns = self._clock()
+        if self._should_drop(now_ns):
+            self._dropped_recently = True
+            self._add(1, "drops")
+            return None
+        return Ticket(self, now_ns, self.flying.begin())
+
+    def admit(self) -> Ticket:
+        """:meth:`allow`, raising :class:`OverloadedError` when the request must be shed."""
+        ticket = self.allow()
+        if ticket is None:
+            raise OverloadedError(f"shedder {self.name!r} is shedding load")
+        return ticket
+
+    def _should_drop(self, now_ns: int) -> bool:
+        cpu = self._cpu()
+        if cpu >= self.cpu_threshold:
+            self._overload_ns = now_ns
+        elif not self._still_hot(now_ns):
+            return False
+        max_flight = self._max_flight(now_ns) * overload_factor(cpu, self.cpu_threshold)
+        return self._avg_flying > max_flight and self.flying.count() > max_flight
+
+    def _still_hot(self, now_ns: int) -> bool:
+        """Within ``cool_off`` of the last overloaded reading, and this process has dropped since."""
+        if not self._dropped_recently or self._overload_ns is None:
+            return False
+        if now_ns - self._overload_ns < self.cool_off_ns:
+            return True
+        self._dropped_recently = False
+        return False
+
+    def _max_flight(self, now_ns: int) -> float:
+        """``max(1, max_pass * min_rt_ms * buckets per ms)``, the completed buckets read once each."""
+        epoch = now_ns // self._bucket_ns
+        if epoch != self._epoch:
+            self._epoch = epoch
+            passes = self.window.series("passes")[:-1]  # the current bucket is partial: left out
+            rt_us = self.window.series("rt_us")[:-1]
+            self._max_pass = max(1, int(passes.max(initial=0)))
+            served = passes > 0
+            self._min_rt_ms = (
+                float((rt_us[served] / passes[served]).min()) / 1000 if served.any() else DEFAULT_MIN_RT_MS
+            )
+        return max(1.0, self._max_pass * self._min_rt_ms * self._buckets_per_ms)
+
+    def _finish(self, start_ns: int, stamp: int | None, passed: bool) -> None:
+        """End a request: out of flight, the moving average, and (served) its pass and time."""
+        now_ns = self._clock()
+        self.flying.end(stamp)
+        self._avg_flying = self._avg_flying * FLYING_BETA + self.flying.count() * (1 - FLYING_BETA)
+        if passed:
+            self._add(math.ceil(max(0, now_ns - start_ns) / 1000), "rt_us")
+            self._add(1, "passes")
+
+    # -- visibility -------------------------------------------------------------------------------
+
+    def stats(self) -> ShedderStats:
+        now_ns = self._clock()
+        cpu = self._cpu()
+        hot = cpu >= self.cpu_threshold or (
+            self._dropped_recently
+            and self._overload_ns is not None
+            and now_ns - self._overload_ns < self.cool_off_ns
+        )
+        max_flight = self._max_flight(now_ns) * overload_factor(cpu, self.cpu_threshold)
+        totals = self.window.totals()
+        return ShedderStats(
+            cpu, self.cpu_threshold, hot, self.flying.count(rescan=True), self._avg_flying,
+            self._max_pass, self._min_rt_ms, max_flight, int(totals["passes"]), int(totals["drops"]),
+        )  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        """Everything an inspector or an exporter shows, as plain values."""
+        return {
+            "kind": "shedder",
+            "name": self.name,
+            "window_s": self.window.span_ns / NS_PER_S,
+            "buckets": self.window.buckets,
+            **asdict(self.stats()),
+            "processes": self.flying.processes(),
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Detach this process; the windows live on for everyone else."""
+        self.window.close()
+        self.flying.close()
+
+    def unlink(self) -> bool:
+        """Remove both windows for everyone (idempotent)."""
+        first = self.window.unlink()
+        return bool(self.flying.unlink() or first)
+
+    def __repr__(self) -> str:
+        return f"<shmwin.Shedder {self.name!r} cpu_threshold={self.cpu_threshold}>"
+
+
+def describe(name: str) -> dict[str, Any] | None:
+    """``Shedder.attach(name).describe()``, or None if ``name`` is not a shedder."""
+    try:
+        shedder = Shedder.attach(name)
+    except GeometryMismatchError:
+        return None
+    try:
+        return shedder.describe()
+    finally:
+        shedder.close()
+
+
+def _check_threshold(cpu_threshold: int) -> None:
+    if (
+        isinstance(cpu_threshold, bool)
+        or not isinstance(cpu_threshold, int)
+        or not 0 <= cpu_threshold < MILLICPU
+    ):
+        raise ValueError(f"cpu_threshold is millicpu, an int in 0..{MILLICPU - 1}, not {cpu_threshold!r}")
+
+
+__all__ = [
+    "FIELDS",
+    "OverloadedError",
+    "Shedder",
+    "ShedderStats",
+    "Ticket",
+    "describe",
+    "is_shedder",
+    "overload_factor",
+]
