@@ -1,26 +1,34 @@
 """What the inspector and the exporters show: read-only snapshots of windows.
 
-Everything here reads without taking a lock (a worker never waits on the
-inspector) and never writes. A segment that cannot be read is reported with
-the reason instead of raising.
+Everything here reads without taking a lock (a worker never waits on the inspector)
+and never writes. A segment that cannot be read is reported with the reason instead
+of raising. The same functions read shared-memory windows and limiters and, where it
+can answer, the Redis backend's (``backend="redis://..."``).
+
+Every ring is labelled in one style, ``"<span>/<bucket>"`` ("1m/1s"); a limiter's ring
+is labelled by its rate's period ("1m/6s" for "5/minute" in 10 buckets), and its rate
+is given beside it. Non-finite values of float windows come out as the strings "nan",
+"inf" and "-inf" in snapshots (JSON has no NaN).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from . import attached as _attached
 from . import owners
 from .duration import NS_PER_S, format_ns
-from .errors import ShmwinError
+from .errors import GeometryMismatchError, ShmwinError
 from .rate import Rate
-from .segment import names, path_of
-from .window import Window
+from .segment import PREFIX, SHM_DIR, names, namespace, path_of
+
+GLOB_CHARS = "*?["
 
 
 @dataclass
@@ -31,14 +39,20 @@ class Info:
     kind: str = "?"
     fields: list[str] = field(default_factory=list)
     resolutions: list[str] = field(default_factory=list)
+    rates: list[str] = field(default_factory=list)  # a limiter's rates, "5/minute"
     mode: str = "?"
-    nbytes: int = 0
+    nbytes: int = 0  # the mapped size of the segment
+    allocated_bytes: int = 0  # what it takes in /dev/shm (st_blocks), extensions included
     keys: int | None = None
     capacity: int | None = None
     stripes_in_use: int | None = None
     stripes: int | None = None
     creator_pid: int = 0
     creator_alive: bool = False
+    attached: int | None = None  # live processes that map it (None: not looked)
+    attached_pids: list[int] = field(default_factory=list)
+    attached_complete: bool = True  # False: some processes could not be checked...
+    attached_reason: str = ""  # ...and why
     age_s: float = 0.0
     idle_s: float | None = None
     span_s: float = 0.0
@@ -48,9 +62,60 @@ class Info:
         return dict(self.__dict__)
 
 
-def open_window(name: str) -> Window:
-    """Attach for reading; raises ShmwinError (or FileNotFoundError) with the reason."""
-    return Window.attach(name, ready_timeout=0.5)
+@dataclass
+class ShmUsage:
+    """``/dev/shm`` as a whole: what shmwin's windows take and what is left."""
+
+    windows: int
+    windows_bytes: int
+    used_bytes: int
+    free_bytes: int
+    size_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# -- opening -----------------------------------------------------------------------------------
+
+
+def open_window(name: str, backend: str | None = None) -> Any:
+    """Attach for reading: a Window (either kind), or on Redis a RedisWindow or RedisLimiter.
+    Raises ShmwinError (or FileNotFoundError) with the reason."""
+    from .window import Window  # imported late: ``shmwin ls`` of junk needs no native core
+
+    if backend is None:
+        return Window.attach(name, ready_timeout=0.5)
+    try:
+        return Window.attach(name, backend=backend)
+    except GeometryMismatchError:  # the name holds a limiter
+        from .limiter import Limiter
+
+        return Limiter.attach(name, backend=backend)
+
+
+def select(patterns: Iterable[str] | None, available: Iterable[str]) -> list[str]:
+    """The names ``patterns`` pick (exact names, or globs such as ``api-*``), in order, once
+    each; every name when ``patterns`` is None. Exact names are kept even when absent, so
+    that opening them says why; a glob that matches nothing is a ``LookupError``."""
+    pool = sorted(available)
+    picked: dict[str, None] = {}
+    for pattern in pool if patterns is None else patterns:
+        if any(c in pattern for c in GLOB_CHARS):
+            matched = fnmatch.filter(pool, pattern)
+            if not matched:
+                raise LookupError(f"no window matches {pattern!r}")
+            picked.update(dict.fromkeys(matched))
+        else:
+            picked[pattern] = None
+    return list(picked)
+
+
+def is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in GLOB_CHARS)
+
+
+# -- ls ----------------------------------------------------------------------------------------
 
 
 def info(name: str) -> Info:
@@ -58,8 +123,7 @@ def info(name: str) -> Info:
     try:
         w = open_window(name)
     except (ShmwinError, OSError) as exc:
-        size = _file_size(name)
-        return Info(name, nbytes=size, error=f"{type(exc).__name__}: {exc}")
+        return Info(name, nbytes=_file_size(name), error=f"{type(exc).__name__}: {exc}")
     try:
         g, now_ns = w.geometry, time.monotonic_ns()
         live = [o for o in w.stripe_owners() if o[2]]
@@ -67,7 +131,8 @@ def info(name: str) -> Info:
             name=name,
             kind=g.kind,
             fields=list(g.fields),
-            resolutions=labels(w),
+            resolutions=ring_labels(w),
+            rates=[str(r) for r in limiter_rates(w)],
             mode=g.mode,
             nbytes=w.nbytes,
             keys=len(w.keys()) if g.keyed else None,
@@ -84,121 +149,284 @@ def info(name: str) -> Info:
         w.close()
 
 
-def infos() -> list[Info]:
-    return [info(name) for name in names()]
+def infos(selected: Iterable[str] | None = None, who: bool = True) -> list[Info]:
+    """:func:`info` of each window (every one by default), with the bytes each takes in
+    /dev/shm and, if ``who``, the processes that have it open (one pass over /proc)."""
+    rows = [info(name) for name in (names() if selected is None else selected)]
+    sizes = allocated_bytes([r.name for r in rows])
+    for r in rows:
+        r.allocated_bytes = sizes.get(r.name, 0)
+    if who:
+        me = os.getpid()  # this process maps nothing now, but never counts itself
+        found = _attached.attached_many(r.name for r in rows)
+        for r in rows:
+            a = found[r.name]
+            r.attached_pids = [p for p in a.pids if p != me]
+            r.attached = len(r.attached_pids)
+            r.attached_complete, r.attached_reason = a.complete, a.reason
+    return rows
 
 
-def _idle_s(w: Window, now_ns: int) -> float | None:
-    """Seconds since the newest write, at least (None: never written).
+def allocated_bytes(selected: Iterable[str]) -> dict[str, int]:
+    """Bytes each window takes in /dev/shm (``st_blocks * 512``, not its apparent size),
+    counting its extension segments (``<name>#<n>``) with it."""
+    wanted = {os.path.basename(path_of(n)): n for n in selected}
+    out = dict.fromkeys(wanted.values(), 0)
+    try:
+        entries = list(os.scandir(SHM_DIR))
+    except OSError:
+        return out
+    for entry in entries:
+        base, _, ext = entry.name.partition("#")
+        name = wanted.get(base)
+        if name is None or (ext and not ext.isdigit()):
+            continue
+        try:
+            out[name] += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            continue  # removed meanwhile
+    return out
 
-    Every write stamps every ring, so the finest ring's newest epoch is the bucket
-    of the last write; measuring from that bucket's *end* never overstates idleness,
-    which is what makes ``gc`` safe.
-    """
+
+def shm_usage(rows: list[Info]) -> ShmUsage:
+    """The /dev/shm filesystem's size, use and free space, and what ``rows`` take of it."""
+    try:
+        st = os.statvfs(SHM_DIR)
+        size, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    except OSError:
+        size = free = used = 0
+    return ShmUsage(len(rows), sum(r.allocated_bytes for r in rows), used, free, size)
+
+
+def _idle_s(w: Any, now_ns: int) -> float | None:
+    """Seconds since the newest write, at least (None: never written). ``last_write_ns`` is
+    never earlier than the newest write, which is what makes ``gc`` safe."""
     newest = w.last_write_ns()
     return None if newest is None else max(now_ns - newest, 0) / NS_PER_S
 
 
 def _file_size(name: str) -> int:
     try:
-        return os.stat(path_of(name)).st_size
+        return os.stat(path_of(name), follow_symlinks=False).st_size
     except (OSError, ValueError):
         return 0
 
 
-def labels(w: Window) -> list[str]:
-    """What each ring is called: "1m/1s" for a window's resolutions, "5/minute" for a limiter's rates."""
-    if w.geometry.kind == "limiter":
-        return [str(Rate(r.limit, r.bucket_ns * (r.n_buckets - 1))) for r in w.geometry.rings]
-    return w.resolutions
+def shm_file_prefix() -> str:
+    """What every segment file of this namespace starts with in /dev/shm."""
+    return PREFIX + namespace()
 
 
-def snapshot(w: Window, key: str | None = None, last: str | None = None, top: int = 10) -> dict[str, Any]:
-    """Totals, rates and series per field for each resolution (or only over ``last``)."""
+# -- labels ------------------------------------------------------------------------------------
+
+
+def ring_labels(w: Any) -> list[str]:
+    """Each ring as "<span>/<bucket>", finest first; a limiter's span is its rate's period."""
+    return [f"{format_ns(span)}/{format_ns(bucket)}" for span, bucket in _spans(w)]
+
+
+def limiter_rates(w: Any) -> list[Rate]:
+    """The rates of a limiter (empty for a window)."""
+    g = geometry_of(w)
+    if g.kind != "limiter":
+        return []
+    return [Rate(r.limit, r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
+
+
+def is_limiter_front(w: Any) -> bool:
+    """A Limiter (what a Redis limiter opens as: no window view), not a Window."""
+    return hasattr(w, "stats_all") and not hasattr(w, "series")
+
+
+def geometry_of(w: Any) -> Any:
+    """A Window's geometry; a Limiter's too (it has no public one: its backend's is read)."""
+    g = getattr(w, "geometry", None)
+    return g if g is not None else w._backend.geometry
+
+
+def _spans(w: Any) -> list[tuple[int, int]]:
+    """(span ns, bucket ns) per ring."""
+    g = geometry_of(w)
+    if g.kind == "limiter":
+        return [(r.bucket_ns * (r.n_buckets - 1), r.bucket_ns) for r in g.rings]
+    return [(r.span_ns, r.bucket_ns) for r in g.rings]
+
+
+def ring_for(w: Any, last: str | None) -> int:
+    """The ring a read over ``last`` uses (Redis windows have one)."""
+    pick = getattr(w, "resolution_for", None)
+    return 0 if pick is None else int(pick(last))
+
+
+# -- show / export -----------------------------------------------------------------------------
+
+
+def snapshot(w: Any, key: str | None = None, last: str | None = None, top: int = 10) -> dict[str, Any]:
+    """Totals, rates and series per field for each ring (or only over ``last``); for a keyed
+    window its ``top`` busiest keys; for a limiter, where those keys stand against each rate."""
+    if is_limiter_front(w):
+        return _redis_limiter_snapshot(w, key, top)
     g = w.geometry
+    labels, rates = ring_labels(w), limiter_rates(w)
     out: dict[str, Any] = {"name": w.name, "kind": g.kind, "fields": list(g.fields), "key": key}
-    indexes = [w.resolution_for(last)] if last else range(len(g.rings))
-    out["resolutions"] = [
-        {
-            "resolution": labels(w)[i],
-            "last": last or format_ns(g.rings[i].span_ns),
-            "totals": _clean(w.totals(last=last, key=key, resolution=i)),
-            "rates": {f: _clean(w.rate(f, last=last, key=key, resolution=i)) for f in g.fields},
-            "series": {f: w.series(f, key=key, resolution=i).tolist() for f in g.fields},
+    rows = []
+    for i in [ring_for(w, last)] if last else range(len(g.rings)):
+        row: dict[str, Any] = {"resolution": labels[i], "last": last or labels[i].partition("/")[0]}
+        if rates:
+            row.update(rate=str(rates[i]), limit=rates[i].limit)
+        row["totals"] = {f: finite(v) for f, v in w.totals(last=last, key=key, resolution=i).items()}
+        row["rates"] = {f: finite(w.rate(f, last=last, key=key, resolution=i)) for f in g.fields}
+        row["series"] = {
+            f: [finite(v) for v in w.series(f, key=key, resolution=i).tolist()] for f in g.fields
         }
-        for i in indexes
-    ]
+        rows.append(row)
+    out["resolutions"] = rows
     if g.keyed and key is None:
-        out["top"] = [[_text(k), _clean(v)] for k, v in w.top(top, g.fields[0])]
         out["keys"] = len(w.keys())
+        out["top_field"], busiest = _busiest(w, top)
+        if rates:
+            now_ns = time.monotonic_ns()
+            out["top"] = [limiter_key(w, k, now_ns) for k, _ in busiest]
+        else:
+            out["top"] = [[key_text(k), finite(v)] for k, v in busiest]
+    elif rates and key is not None:
+        out["stats"] = limiter_key(w, key, time.monotonic_ns())
     return out
 
 
-def _text(key: Any) -> str:
-    return key if isinstance(key, str) else bytes(key).decode(errors="replace")
+def _busiest(w: Any, n: int) -> tuple[str, list[tuple[Any, Any]]]:
+    """The ``n`` busiest keys by the first field that any key has counts of."""
+    for f in w.geometry.fields:
+        found = w.top(n, f) if n else []
+        if found:
+            return f, found
+    return w.geometry.fields[0], []
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+def limiter_key(w: Any, key: Any, now_ns: int) -> dict[str, Any]:
+    """Where ``key`` stands against each rate of a limiter: used, remaining, and seconds until
+    its oldest counted hit is forgotten (what ``Limiter.stats_all`` says, read lock-free from
+    the buckets; ``now_ns`` is the window's clock just before the read)."""
+    stats = []
+    for i, (rate, label) in enumerate(zip(limiter_rates(w), ring_labels(w), strict=True)):
+        bucket_ns = w.geometry.rings[i].bucket_ns
+        series = w.series(key=key, resolution=i).tolist()
+        used = int(sum(series))
+        oldest = next((age for age, hits in enumerate(series) if hits), None)
+        reset_ns = 0 if oldest is None else (now_ns // bucket_ns + 1 + oldest) * bucket_ns - now_ns
+        stats.append(_stat(rate, label, used, max(reset_ns, 0) / NS_PER_S))
+    return {"key": key_text(key), "rates": stats}
+
+
+def _stat(rate: Rate, label: str, used: int, reset_s: float) -> dict[str, Any]:
+    return {"rate": str(rate), "resolution": label, "limit": rate.limit, "used": used,
+            "remaining": max(rate.limit - used, 0), "reset_s": round(reset_s, 3)}  # fmt: skip
+
+
+def _redis_limiter_snapshot(lim: Any, key: str | None, top: int) -> dict[str, Any]:
+    """A RedisLimiter: its rates, and where the ``top`` keys with the most hits stand (keys
+    are found with SCAN, at most :data:`REDIS_SCAN_KEYS` of them)."""
+    labels, rates = ring_labels(lim), limiter_rates(lim)
+    out: dict[str, Any] = {"name": lim.name, "kind": "limiter", "fields": ["hits"], "key": key}
+    out["resolutions"] = [
+        {"resolution": label, "last": label.partition("/")[0], "rate": str(r), "limit": r.limit}
+        for label, r in zip(labels, rates, strict=True)
+    ]
+
+    def entry(k: str) -> dict[str, Any]:
+        found = zip(lim.stats_all(k), labels, strict=True)
+        return {"key": k, "rates": [_stat(s.rate, label, s.used, s.reset_after) for s, label in found]}
+
+    if key is not None:
+        out["stats"] = entry(key)
+        return out
+    keys = redis_keys(lim.url, lim.name)
+    entries = [entry(k) for k in keys]
+    entries.sort(key=lambda e: (-e["rates"][-1]["used"], e["key"]))
+    out["keys"] = sum(1 for e in entries if any(r["used"] for r in e["rates"]))
+    out["top"] = [e for e in entries if any(r["used"] for r in e["rates"])][:top]
+    return out
+
+
+def key_text(key: Any) -> str:
+    """A key as text: bytes that are not UTF-8 are kept distinct as ``\\xNN`` escapes."""
+    return key if isinstance(key, str) else bytes(key).decode("utf-8", "backslashreplace")
+
+
+def finite(value: Any) -> Any:
+    """A plain number for JSON: ints stay ints, non-finite floats become "nan"/"inf"/"-inf"."""
+    if hasattr(value, "item"):
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, np.generic):
-        return value.item()
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
 
 
-@dataclass
-class Sample:
-    """One exported number: ``metric{labels} value``."""
+# -- Redis -------------------------------------------------------------------------------------
 
-    metric: str
-    labels: dict[str, str]
-    value: float
+REDIS_SCAN_KEYS = 10_000
 
 
-HELP = {
-    "shmwin_window_total": "Sum of a field over the span of one resolution of a shmwin window.",
-    "shmwin_window_rate_per_second": "Per-second rate of a field over the span of one resolution.",
-}
+def redis_names(url: str, timeout: float = 2.0) -> list[str]:
+    """The windows and limiters kept on the Redis server at ``url`` (one SCAN)."""
+    client = _redis(url, timeout)
+    try:
+        found = {
+            k.decode(errors="replace")[len("shmwin:{") : -len("}:meta")]
+            for k in client.scan_iter(match="shmwin:{*}:meta", count=1000)
+        }
+    finally:
+        client.close()
+    return sorted(found)
 
 
-def samples(w: Window, top: int = 100) -> list[Sample]:
-    """Gauges per field x resolution (x key, for the ``top`` busiest keys of a keyed window)."""
-    out: list[Sample] = []
-    keys: list[Any] = [k for k, _ in w.top(top, w.fields[0])] if w.geometry.keyed else [None]
-    for index, label in enumerate(labels(w)):
-        for key in keys:
-            base = {"window": w.name, "resolution": label}
-            if key is not None:
-                base["key"] = _text(key)
-            for f in w.fields:
-                value = w.total(f, key=key, resolution=index)
-                rate = w.rate(f, last=None, key=key, resolution=index)
-                out.append(Sample("shmwin_window_total", {**base, "field": f}, float(value)))
-                out.append(Sample("shmwin_window_rate_per_second", {**base, "field": f}, float(rate)))
-    return out
+def redis_info(name: str, url: str) -> Info:
+    """Describe one window or limiter kept on Redis (no segment: no size, stripes or creator)."""
+    try:
+        w = open_window(name, url)
+    except (ShmwinError, OSError, ValueError) as exc:
+        return Info(name, error=f"{type(exc).__name__}: {exc}")
+    try:
+        labels, g = ring_labels(w), geometry_of(w)
+        if is_limiter_front(w):
+            rates = [str(r) for r in limiter_rates(w)]
+            return Info(name, kind="limiter", fields=["hits"], resolutions=labels, rates=rates, mode="redis")
+        return Info(
+            name, kind=g.kind, fields=list(g.fields), resolutions=labels, mode="redis",
+            keys=len(w.keys()) if g.keyed else None, capacity=g.capacity or None, span_s=g.span_ns / NS_PER_S,
+        )  # fmt: skip
+    finally:
+        w.close()
 
 
-def prometheus_text(all_samples: list[Sample]) -> str:
-    """The Prometheus text exposition format (version 0.0.4)."""
-    lines: list[str] = []
-    for metric in dict.fromkeys(s.metric for s in all_samples):
-        lines += [f"# HELP {metric} {HELP.get(metric, metric)}", f"# TYPE {metric} gauge"]
-        for s in all_samples:
-            if s.metric == metric:
-                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels.items())
-                lines.append(f"{metric}{{{labels}}} {_number(s.value)}")
-    return "\n".join(lines) + "\n"
+def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float = 2.0) -> list[str]:
+    """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only)."""
+    client = _redis(url, timeout)
+    prefix = f"shmwin:{{{name}}}:k:"
+    out: list[str] = []
+    try:
+        for found in client.scan_iter(match=_redis_escape(prefix) + "*", count=1000):
+            out.append(found.decode("latin-1")[len(prefix) :])
+            if len(out) >= limit:
+                break
+    finally:
+        client.close()
+    return sorted(out)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _redis(url: str, timeout: float) -> Any:
+    from .backends.redis.client import connect, unavailable
+
+    client = connect(url, timeout)
+    try:
+        client.ping()
+    except Exception as exc:  # redis' ConnectionError, TimeoutError, AuthenticationError...
+        client.close()
+        raise unavailable(url, exc) from exc
+    return client
 
 
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+def _redis_escape(text: str) -> str:
+    """``text`` as a literal in a Redis MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -1,23 +1,30 @@
-"""The prometheus_client collector: what it exports, and that it does not grow."""
+"""The Prometheus exposition: one renderer for the collector and `shmwin export`, clean
+for promtool, gauges with consistent labels, bounded per-key series, no growth."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 
+import pytest
+from cli_support import cli, promtool_check
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shmwin import Window
-from shmwin.integrations.prometheus import ShmwinCollector
+from shmwin import Limiter, Window
+from shmwin.integrations.prometheus import FAMILIES, MAX_TOP_KEYS, ShmwinCollector, exposition
 
 
-def _scrape(names) -> dict[tuple, float]:
+def _scrape_text(names, **how) -> str:
     registry = CollectorRegistry()
-    registry.register(ShmwinCollector(names))
-    text = generate_latest(registry).decode()
+    registry.register(ShmwinCollector(names, **how))
+    return generate_latest(registry).decode()
+
+
+def _scrape(names, **how) -> dict[tuple, float]:
     return {
         (f.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
+        for f in text_string_to_metric_families(_scrape_text(names, **how))
         for s in f.samples
     }
 
@@ -43,11 +50,109 @@ def test_totals_and_no_growth_when_workers_are_recycled(name):
             if first is None:
                 first = set(scraped)
             assert set(scraped) == first  # the same series, however many workers came and went
-            total = ("shmwin_window_total", (("field", "ok"), ("resolution", "1h/1m"), ("window", name)))
+            total = ("shmwin_window_value", (("field", "ok"), ("resolution", "1h/1m"), ("window", name)))
             assert scraped[total] == 40 * (round_ + 1) == w.total("ok")
-        assert len(first) == 2 * 2 * 2  # total + rate, 2 fields, 2 resolutions
+        values = [k for k in first if k[0] in ("shmwin_window_value", "shmwin_window_rate_per_second")]
+        assert len(values) == 2 * 2 * 2  # value + rate, 2 fields, 2 resolutions
+        assert {k[0] for k in first} == {
+            "shmwin_window_value", "shmwin_window_rate_per_second", "shmwin_window_info",
+            "shmwin_window_size_bytes", "shmwin_window_readable",
+        }  # fmt: skip
         w.unlink()
 
 
 def test_missing_windows_are_skipped(name):
     assert _scrape([name]) == {}
+
+
+@pytest.fixture
+def mixed(make_name):
+    """A window of two resolutions, a keyed window, a float window and a two-rate limiter."""
+    names = [make_name(s) for s in ("plain", "routes", "float", "login")]
+    plain = Window(names[0], resolutions=("1m/1s", "1h/1m"), fields=("ok", "err"))
+    routes = Window(names[1], fields=("req", "bytes"), capacity=64)
+    floats = Window(names[2], dtype="float64")
+    login = Limiter(names[3], "5/minute;100/hour")
+    plain.add(3, "ok")
+    floats.add(2.5)
+    for i in range(12):
+        routes.add(i + 1, "req", key=f"GET /r{i}")
+        routes.add(100, "bytes", key=f"GET /r{i}")
+        login.hit(f"10.0.0.{i % 3}")
+    yield names
+    for x in (plain, routes, floats, login):
+        x.unlink()
+        x.close()
+
+
+def test_promtool_accepts_the_collector_and_export_and_they_are_one_renderer(mixed):
+    pattern = mixed[0].rsplit("-", 1)[0] + "-*"
+    for top_keys in (0, 5):
+        scraped = _scrape_text([pattern], top_keys=top_keys)
+        exported = cli("export", pattern, "--format", "prometheus", "--top", str(top_keys)).stdout
+        promtool_check(scraped)
+        promtool_check(exported)
+        assert _same_but_rates(exported, scraped)
+        assert _same_but_rates(exposition([pattern], top_keys=top_keys), scraped)
+
+
+def _same_but_rates(a: str, b: str) -> bool:
+    """Byte for byte the same text, but for rate values (time passes between two scrapes)."""
+    rate = re.compile(r"^(shmwin_(?:window|key)_rate_per_second\{[^}]*\}) .*$", re.MULTILINE)
+    return rate.sub(r"\1 R", a) == rate.sub(r"\1 R", b)
+
+
+def test_names_types_and_labels_follow_the_conventions(mixed):
+    plain, routes, floats, login = mixed
+    families = list(text_string_to_metric_families(_scrape_text(mixed, top_keys=3)))
+    assert {f.type for f in families} == {"gauge"}  # nothing here only goes up: no counters
+    assert not any(f.name.endswith("_total") for f in families)
+    for f in families:
+        for s in f.samples:  # every sample has every label of its family, in one (sorted) order
+            assert list(s.labels) == sorted(FAMILIES[f.name][1])
+            if "resolution" in s.labels:  # one style for windows and limiters alike
+                assert re.fullmatch(r"\d+[a-z]+/\d+[a-z]+", s.labels["resolution"]), s.labels
+    by = {}
+    for f in families:
+        for s in f.samples:
+            by[(f.name, tuple(s.labels[k] for k in FAMILIES[f.name][1]))] = s.value
+    assert by[("shmwin_limiter_limit", (login, "1m/3s"))] == 5
+    assert by[("shmwin_limiter_limit", (login, "1h/3m"))] == 100
+    assert by[("shmwin_window_value", (login, "1m/3s", "hits"))] == 12
+    assert by[("shmwin_window_value", (plain, "1h/1m", "ok"))] == 3
+    assert by[("shmwin_window_value", (floats, "1m/1s", "count"))] == 2.5
+    assert by[("shmwin_window_keys", (routes,))] == 12
+    assert by[("shmwin_window_info", (login, "limiter", "locked", "int64"))] == 1
+    assert by[("shmwin_window_size_bytes", (plain,))] > 0
+
+
+def test_per_key_series_are_opt_in_and_bounded(mixed):
+    _, routes, _, login = mixed
+    none = _scrape([routes, login])
+    assert not any(k[0].startswith("shmwin_key_") for k in none)
+    some = _scrape([routes, login], top_keys=4)
+    keys = {dict(k[1])["key"] for k in some if k[0] == "shmwin_key_value" and dict(k[1])["window"] == routes}
+    assert keys == {"GET /r11", "GET /r10", "GET /r9", "GET /r8"}  # the busiest four by "req"
+    per_key = [k for k in some if k[0] == "shmwin_key_value" and dict(k[1])["window"] == routes]
+    assert len(per_key) == 4 * 2  # 4 keys x 2 fields x 1 resolution
+    value = (("field", "req"), ("key", "GET /r11"), ("resolution", "1m/1s"), ("window", routes))
+    assert some[("shmwin_key_value", value)] == 12
+    hits = (("field", "hits"), ("key", "10.0.0.0"), ("resolution", "1m/3s"), ("window", login))
+    assert some[("shmwin_key_value", hits)] == 4
+    for bad in (-1, MAX_TOP_KEYS + 1, True, 2.0):
+        with pytest.raises(ValueError, match="top_keys"):
+            ShmwinCollector(top_keys=bad)
+
+
+def test_registering_reads_nothing_and_a_junk_segment_is_reported(make_name):
+    import shmwin
+
+    junk = make_name("junk")
+    registry = CollectorRegistry()  # auto_describe: describe() is called on register
+    registry.register(ShmwinCollector([junk]))
+    with open(shmwin.segment.path_of(junk), "wb") as f:
+        f.write(b"\x07" * 4096)
+    text = generate_latest(registry).decode()
+    assert f'shmwin_window_readable{{window="{junk}"}} 0.0' in text
+    promtool_check(text)
+    shmwin.unlink(junk)

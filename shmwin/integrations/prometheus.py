@@ -2,45 +2,164 @@
 
     from prometheus_client import REGISTRY
     from shmwin.integrations.prometheus import ShmwinCollector
-    REGISTRY.register(ShmwinCollector())            # every window on the host
-    REGISTRY.register(ShmwinCollector(["api"]))     # or just these
+    REGISTRY.register(ShmwinCollector())                    # every window on the host
+    REGISTRY.register(ShmwinCollector(["api", "login-*"]))  # or these (names or globs)
+    REGISTRY.register(ShmwinCollector(["routes"], top_keys=20))  # and its 20 busiest keys
 
 Each scrape attaches, reads lock-free and detaches: no per-process files, nothing
-that grows when workers are recycled (prometheus_client's multiprocess mode
-keeps a file per pid), and a window that disappears simply stops being exported.
+that grows when workers are recycled (prometheus_client's multiprocess mode keeps a
+file per pid), and a window that disappears simply stops being exported.
+``shmwin export --format prometheus`` is this collector rendered by
+``generate_latest``: one renderer for both.
 
-Exported, per window x field x resolution (x key, for the busiest ``top`` keys of
-a keyed window): ``shmwin_window_total`` and ``shmwin_window_rate_per_second``,
-both gauges over that resolution's whole span.
+Every family is a gauge (a sliding window goes down as well as up: no counters, and
+no ``_total`` suffix). Labels, always in this order and style:
+
+    window       the window's name
+    resolution   "<span>/<bucket>" of one ring, e.g. "1m/1s"; a limiter's span is its rate's period
+    field        a field of the window ("hits" for a limiter)
+    key          one of the ``top_keys`` busiest keys (opt-in, 0 by default, at most 1000)
+
+Families: ``shmwin_window_value`` (the field's sum over the ring's span) and
+``shmwin_window_rate_per_second``, per key ``shmwin_key_value`` and
+``shmwin_key_rate_per_second``; ``shmwin_limiter_limit``; ``shmwin_window_keys``
+(live keys), ``shmwin_window_size_bytes`` (bytes taken in /dev/shm),
+``shmwin_window_info`` (kind, mode, dtype; value 1) and ``shmwin_window_readable``
+(0 for a segment that cannot be read: ``shmwin ls`` says why).
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Iterator
+from typing import Any
 
-from prometheus_client.metrics_core import Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import metrics
-from ..errors import ShmwinError
-from ..segment import names as all_names
+from ..errors import ShmwinError, WindowNotFoundError
+from ..segment import names as shm_names
+
+MAX_TOP_KEYS = 1000
+
+_WINDOW, _RES, _FIELD, _KEY = "window", "resolution", "field", "key"
+FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "shmwin_window_value": (
+        "Sum of a field over the span of one resolution of a window (a limiter: hits counted).",
+        (_WINDOW, _RES, _FIELD),
+    ),
+    "shmwin_window_rate_per_second": (
+        "Per-second rate of a field over the span of one resolution of a window.",
+        (_WINDOW, _RES, _FIELD),
+    ),
+    "shmwin_key_value": (
+        "Sum of a field over the span of one resolution, for one of the busiest keys (opt-in).",
+        (_WINDOW, _RES, _FIELD, _KEY),
+    ),
+    "shmwin_key_rate_per_second": (
+        "Per-second rate of a field over one resolution, for one of the busiest keys (opt-in).",
+        (_WINDOW, _RES, _FIELD, _KEY),
+    ),
+    "shmwin_limiter_limit": ("Hits a limiter allows per period (the resolution's span).", (_WINDOW, _RES)),
+    "shmwin_window_keys": ("Keys with counts inside the window (keyed windows and limiters).", (_WINDOW,)),
+    "shmwin_window_size_bytes": ("Bytes the window takes in /dev/shm, extensions included.", (_WINDOW,)),
+    "shmwin_window_info": (
+        "A window's kind, write mode and value type (always 1).",
+        (_WINDOW, "kind", "mode", "dtype"),
+    ),
+    "shmwin_window_readable": (
+        "1 if the window's segment could be read, 0 if not (see shmwin ls).",
+        (_WINDOW,),
+    ),
+}
 
 
 class ShmwinCollector(Collector):
-    def __init__(self, names: Iterable[str] | None = None, top: int = 100):
-        self._names = list(names) if names is not None else None
-        self._top = top
+    """Gauges of every window (or of ``names``: names or globs), read at each scrape.
 
-    def collect(self) -> Iterator[Metric]:
-        families = {name: Metric(name, text, "gauge") for name, text in metrics.HELP.items()}
-        for name in self._names if self._names is not None else all_names():
+    ``top_keys`` busiest keys of keyed windows get series of their own (0: none); each one
+    is ``resolutions x fields x 2`` series, so keep it small. ``backend`` reads a Redis
+    server's windows instead of this host's.
+    """
+
+    def __init__(self, names: Iterable[str] | None = None, *, top_keys: int = 0, backend: str | None = None):
+        if isinstance(top_keys, bool) or not isinstance(top_keys, int) or not 0 <= top_keys <= MAX_TOP_KEYS:
+            raise ValueError(f"top_keys must be an int in 0..{MAX_TOP_KEYS}, not {top_keys!r}")
+        self._names = None if names is None else list(names)
+        self._top_keys = top_keys
+        self._backend = backend
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The families, without samples: registering never reads a window."""
+        yield from _families().values()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        families = _families()
+        available = shm_names() if self._backend is None else metrics.redis_names(self._backend)
+        selected = [n for n in available if _matches(n, self._names)]
+        sizes = metrics.allocated_bytes(selected) if self._backend is None else {}
+        for name in selected:
             try:
-                w = metrics.open_window(name)
-            except (ShmwinError, OSError):
-                continue  # gone or unreadable: `shmwin ls` says why
+                w = metrics.open_window(name, self._backend)
+            except WindowNotFoundError:
+                continue  # gone: it simply stops being exported
+            except (ShmwinError, OSError, ValueError):
+                families["shmwin_window_readable"].add_metric([name], 0)
+                continue
             try:
-                for sample in metrics.samples(w, top=self._top):
-                    families[sample.metric].add_sample(sample.metric, sample.labels, sample.value)
+                _add_window(families, w, self._top_keys, sizes.get(name))
             finally:
                 w.close()
-        yield from families.values()
+        yield from (f for f in families.values() if f.samples)
+
+
+def exposition(names: Iterable[str] | None = None, *, top_keys: int = 0, backend: str | None = None) -> str:
+    """What a scrape of :class:`ShmwinCollector` returns (text format 0.0.4)."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(ShmwinCollector(names, top_keys=top_keys, backend=backend))
+    return generate_latest(registry).decode()
+
+
+def _families() -> dict[str, GaugeMetricFamily]:
+    return {name: GaugeMetricFamily(name, text, labels=labels) for name, (text, labels) in FAMILIES.items()}
+
+
+def _matches(name: str, patterns: list[str] | None) -> bool:
+    return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, size: int | None) -> None:
+    name = w.name
+    families["shmwin_window_readable"].add_metric([name], 1)
+    if metrics.is_limiter_front(w):  # a Redis limiter: its limits only
+        for label, rate in zip(metrics.ring_labels(w), metrics.limiter_rates(w), strict=True):
+            families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)
+        return
+    g = w.geometry
+    families["shmwin_window_info"].add_metric([name, g.kind, g.mode, g.dtype], 1)
+    if size is not None:
+        families["shmwin_window_size_bytes"].add_metric([name], size)
+    labels = metrics.ring_labels(w)
+    for label, rate in zip(labels, metrics.limiter_rates(w), strict=False):  # no rates: a window
+        families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)
+    keys: list[tuple[str, Any]] = []
+    if g.keyed:
+        families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        seen: set[str] = set()
+        for key, _ in w.top(top_keys, g.fields[0]) if top_keys else ():
+            text = metrics.key_text(key)
+            if text not in seen:  # two byte keys spelled alike would make a duplicate series
+                seen.add(text)
+                keys.append((text, key))
+    for i, label in enumerate(labels):
+        for f in g.fields:
+            families["shmwin_window_value"].add_metric([name, label, f], float(w.total(f, resolution=i)))
+            rate = w.rate(f, last=None, resolution=i)
+            families["shmwin_window_rate_per_second"].add_metric([name, label, f], rate)
+            for text, key in keys:
+                value = float(w.total(f, key=key, resolution=i))
+                families["shmwin_key_value"].add_metric([name, label, f, text], value)
+                rate = w.rate(f, last=None, key=key, resolution=i)
+                families["shmwin_key_rate_per_second"].add_metric([name, label, f, text], rate)

@@ -1,0 +1,233 @@
+"""The commands: ls, show, watch, export, rm, gc. Each takes the parsed arguments and the
+output stream and returns the exit status; errors they cannot explain propagate to main."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from .. import metrics, segment
+from ..attached import Attached, attached_many
+from ..errors import ShmwinError
+from .text import human_s, safe
+from .views import ls_lines, window_lines
+from .watch import watch
+
+
+def width() -> int:
+    """Columns to fit: the terminal's (or $COLUMNS), 80 when not a terminal."""
+    return max(shutil.get_terminal_size((80, 24)).columns, 20)
+
+
+def dump(value: Any, out: TextIO) -> None:
+    json.dump(value, out, indent=2, allow_nan=False)  # non-finite values are strings already
+    out.write("\n")
+
+
+def available(args: argparse.Namespace) -> list[str]:
+    return segment.names() if args.backend is None else metrics.redis_names(args.backend)
+
+
+def chosen(args: argparse.Namespace, patterns: list[str] | None) -> list[str]:
+    """The windows named or matched by ``patterns`` (every window if None or empty)."""
+    return metrics.select(patterns or None, available(args))
+
+
+@contextmanager
+def opened(name: str, backend: str | None) -> Iterator[Any]:
+    w = metrics.open_window(name, backend)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+# -- ls ----------------------------------------------------------------------------------------
+
+
+def cmd_ls(args: argparse.Namespace, out: TextIO) -> int:
+    selected = chosen(args, args.patterns)
+    if args.backend is None:
+        rows = metrics.infos(selected)
+        usage = metrics.shm_usage(rows)
+    else:
+        rows, usage = [metrics.redis_info(n, args.backend) for n in selected], None
+    if args.json:
+        dump({"windows": [r.as_dict() for r in rows], "shm": usage and usage.as_dict()}, out)
+        return 0
+    reason = next((r.attached_reason for r in rows if not r.attached_complete), "")
+    out.write("\n".join(ls_lines(rows, usage, width(), reason)) + "\n")
+    return 0
+
+
+# -- show / export -----------------------------------------------------------------------------
+
+
+def _snapshots(args: argparse.Namespace, patterns: list[str] | None, **how: Any) -> Iterator[dict[str, Any]]:
+    """A snapshot of each window chosen; one that cannot be read is reported on stderr and
+    skipped when it was matched by a glob, and raises when it was named."""
+    import sys
+
+    globbed = not patterns or any(metrics.is_glob(p) for p in patterns)
+    for name in chosen(args, patterns):
+        try:
+            with opened(name, args.backend) as w:
+                yield metrics.snapshot(w, **how)
+        except (ShmwinError, OSError) as exc:
+            if not globbed:
+                raise
+            sys.stderr.write(f"shmwin: {safe(name)}: {exc}\n")
+
+
+def _single(patterns: list[str] | None) -> bool:
+    """One exact name: JSON is that window's object; otherwise a list of them."""
+    return bool(patterns) and len(patterns or []) == 1 and not metrics.is_glob(patterns[0])  # type: ignore[index]
+
+
+def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    snaps = _snapshots(args, args.names, key=args.key, last=args.last, top=args.top)
+    if args.json:
+        found = list(snaps)
+        dump(found[0] if _single(args.names) else found, out)
+        return 0
+    for i, snap in enumerate(snaps):
+        out.write(("\n" if i else "") + "\n".join(window_lines(snap, width())) + "\n")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    if args.format == "prometheus":
+        try:
+            from ..integrations.prometheus import exposition
+        except ImportError as exc:
+            raise ShmwinError(
+                f"--format prometheus needs prometheus_client: pip install 'shmwin[prometheus]' ({exc})"
+            ) from exc
+        chosen(args, args.names)  # a glob that matches nothing is an error here too
+        out.write(exposition(args.names or None, top_keys=args.top or 0, backend=args.backend))
+        return 0
+    top = 10 if args.top is None else args.top
+    found = list(_snapshots(args, args.names, top=top))
+    dump(found[0] if _single(args.names) else found, out)
+    return 0
+
+
+# -- watch -------------------------------------------------------------------------------------
+
+
+def cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
+    names = chosen(args, [args.name])
+    if len(names) != 1:
+        some = ", ".join(names[:5])
+        raise ValueError(f"{args.name!r} matches {len(names)} windows ({some}...); watch shows one")
+    name = names[0]
+    with opened(name, args.backend) as w:
+
+        def render(cols: int) -> list[str]:
+            return window_lines(metrics.snapshot(w, key=args.key, last=args.last, top=args.top), cols)
+
+        return watch(render, args.interval, out, f"shmwin watch {safe(name)}", _gone(name, args.backend))
+
+
+def _gone(name: str, backend: str | None) -> Any:
+    """A check that says why the view should end: the window was removed or replaced."""
+    if backend is not None:
+        return lambda: None
+    path = segment.path_of(name)
+    inode = os.stat(path).st_ino
+
+    def gone() -> str | None:
+        try:
+            now = os.stat(path).st_ino
+        except FileNotFoundError:
+            return f"window {name!r} was removed; bye"
+        return None if now == inode else f"window {name!r} was replaced by a new one; watch it again"
+
+    return gone
+
+
+# -- rm / gc -----------------------------------------------------------------------------------
+
+
+def holders_text(pids: list[int], limit: int = 8) -> str:
+    """Who holds a window: "pid 123 (gunicorn), pid 456 (python3)"."""
+    named = []
+    for pid in pids[:limit]:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                named.append(f"pid {pid} ({safe(f.read().strip())})")
+        except OSError:
+            named.append(f"pid {pid}")
+    more = f" and {len(pids) - limit} more" if len(pids) > limit else ""
+    return ", ".join(named) + more
+
+
+def _holders(a: Attached) -> list[int]:
+    return [p for p in a.pids if p != os.getpid()]
+
+
+def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
+    if args.backend is not None:
+        raise ValueError("rm removes shared-memory windows; for Redis use Window.unlink()")
+    status = 0
+    try:
+        selected = chosen(args, args.names)
+    except LookupError as exc:
+        out.write(f"{exc}\n")
+        return 1
+    found = attached_many(selected)
+    for name in selected:
+        holders = _holders(found[name])
+        if holders and not args.force and os.path.lexists(segment.path_of(name)):
+            out.write(f"refusing to remove {safe(name)}: it is open in {holders_text(holders)}. Stop them "
+                      "first, or use --force (they keep counting into the removed window, and new "
+                      "processes get a new, empty one)\n")  # fmt: skip
+            status = 1
+        elif segment.unlink(name):
+            note = f" (was open in {holders_text(holders)})" if holders else ""
+            if not holders and not found[name].complete:
+                note = f" (note: {found[name].reason}; such processes may still hold it)"
+            out.write(f"removed {safe(name)}{note}\n")
+        else:
+            out.write(f"no window named {name!r}\n")
+            status = 1
+    return status
+
+
+def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
+    """Remove the windows that were idle for a whole span and that no live process has open."""
+    if args.backend is not None:
+        raise ValueError("gc tidies this host's /dev/shm; Redis keys expire by themselves")
+    candidates = []
+    for r in metrics.infos(chosen(args, args.patterns), who=False):
+        if r.error:
+            out.write(f"skip {safe(r.name)}: unreadable ({safe(r.error)}); remove it with `shmwin rm` "
+                      "if it is junk\n")  # fmt: skip
+            continue
+        idle = r.idle_s if r.idle_s is not None else r.age_s
+        if idle > r.span_s:
+            candidates.append((r, idle))
+    found = attached_many(r.name for r, _ in candidates)
+    removed = 0
+    verb = "would remove" if args.dry_run else "removed"
+    for r, idle in candidates:
+        a, why = found[r.name], f"idle {human_s(idle)} > span {human_s(r.span_s)}"
+        holders = _holders(a)
+        if holders:
+            out.write(f"keep {safe(r.name)}: {why}, but open in {holders_text(holders)}\n")
+            continue
+        if not a.complete and not args.force:
+            out.write(f"keep {safe(r.name)}: {why}, but {a.reason}, so it may be open; "
+                      "--force removes it anyway\n")  # fmt: skip
+            continue
+        if args.dry_run or segment.unlink(r.name):
+            removed += 1
+            out.write(f"{verb} {safe(r.name)} ({why}, open in no process)\n")
+    if not removed:
+        out.write("nothing to remove\n")
+    return 0
