@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .adaptive import AdaptiveLimiter
+from .breaker import Breaker, BreakerOpenError
 from .clock import ManualClock
 from .errors import (
     BackendUnavailableError,
@@ -25,12 +27,16 @@ from .errors import (
 from .limiter import Limiter, LimitStats
 from .rate import Rate
 from .segment import names, unlink
+from .shedder import OverloadedError, Shedder
 from .window import Window
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptiveLimiter",
     "BackendUnavailableError",
+    "Breaker",
+    "BreakerOpenError",
     "CorruptSegmentError",
     "ForeignFileError",
     "GeometryMismatchError",
@@ -41,9 +47,11 @@ __all__ = [
     "LockTimeoutError",
     "ManualClock",
     "OutOfSpaceError",
+    "OverloadedError",
     "Rate",
     "SegmentError",
     "SegmentNotReadyError",
+    "Shedder",
     "ShmwinError",
     "UnknownFieldError",
     "UntrustedSegmentError",
