@@ -78,3 +78,7 @@ class KeyTableFullError(ShmwinError):
 
 class BackendUnavailableError(ShmwinError, ConnectionError):
     """A remote backend (Redis) did not answer in time; the client reconnects when it returns."""
+
+
+class NotSupportedError(ShmwinError, NotImplementedError):
+    """This backend cannot do what was asked: an operation or an argument only another backend has."""
