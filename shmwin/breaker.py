@@ -163,22 +163,22 @@ class Breaker:
         if p <= 0.0 or self._random() >= p:
             return True
         self._add(1, "drops")
-        self._total += 1
-        self._p = drop_ratio(self._accepts, self._total, self.k, self.protection)
+        total = self._total = self._total + 1
+        self._p = (total - self.protection - self.k * self._accepts) / (total + 1)
         return False
 
     def accept(self) -> None:
         """The call was served: one more accept (and request)."""
         self._add(1, "accepts")
-        self._accepts += 1
-        self._total += 1
-        self._p = drop_ratio(self._accepts, self._total, self.k, self.protection)
+        accepts = self._accepts = self._accepts + 1
+        total = self._total = self._total + 1
+        self._p = (total - self.protection - self.k * accepts) / (total + 1)  # allow(): <= 0 is 0
 
     def reject(self) -> None:
         """The call failed: one more request that the backend did not accept."""
         self._add(1, "failures")
-        self._total += 1
-        self._p = drop_ratio(self._accepts, self._total, self.k, self.protection)
+        total = self._total = self._total + 1
+        self._p = (total - self.protection - self.k * self._accepts) / (total + 1)
 
     def _read(self, now_ns: int) -> None:
         counts = self.window.totals()

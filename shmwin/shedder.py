@@ -136,6 +136,7 @@ class Shedder:
     ):
         _check_threshold(cpu_threshold)
         cool_off_ns = to_ns(cool_off, "cool_off")
+        _check_flying(max_processes, flying_span)  # before anything is created
         counts = Window(name, span=window, buckets=buckets, fields=FIELDS, clock=clock, perm=perm)
         try:
             flying = InFlight(
@@ -310,6 +311,13 @@ def describe(name: str) -> dict[str, Any] | None:
         return shedder.describe()
     finally:
         shedder.close()
+
+
+def _check_flying(max_processes: int, flying_span: Duration) -> None:
+    if isinstance(max_processes, bool) or not isinstance(max_processes, int) or max_processes < 1:
+        raise ValueError(f"max_processes must be an int >= 1, not {max_processes!r}")
+    if to_ns(flying_span, "flying_span") % 10:
+        raise ValueError(f"flying_span must be a whole number of 10 ns (10 buckets), not {flying_span!r}")
 
 
 def _check_threshold(cpu_threshold: int) -> None:

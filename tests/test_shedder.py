@@ -218,10 +218,22 @@ def test_admit_and_tickets(name):
         _drop(s)
 
 
-@pytest.mark.parametrize("threshold", [1000, -1, True, 9.5])
-def test_bad_threshold_raises_and_creates_nothing(name, threshold):
-    with pytest.raises(ValueError, match="cpu_threshold"):
-        Shedder(name, cpu_threshold=threshold)
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"cpu_threshold": 1000}, "cpu_threshold"),
+        ({"cpu_threshold": -1}, "cpu_threshold"),
+        ({"cpu_threshold": True}, "cpu_threshold"),
+        ({"cpu_threshold": 9.5}, "cpu_threshold"),
+        ({"cool_off": "later"}, "cool_off"),
+        ({"max_processes": 0}, "max_processes"),
+        ({"flying_span": "15ns"}, "flying_span"),
+        ({"window": "5s", "buckets": 7}, "buckets"),
+    ],
+)
+def test_bad_arguments_raise_and_create_nothing(name, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Shedder(name, **kwargs)
     assert name not in shmwin.names() and name + ".flying" not in shmwin.names()
 
 

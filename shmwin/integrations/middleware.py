@@ -15,6 +15,7 @@ process that serves the first request, so it works with forking and spawning ser
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
@@ -39,12 +40,17 @@ class _Lazy:
             raise TypeError("options are for a shedder given by name")
         self._given, self._options = shedder, options
         self._opened: Shedder | None = shedder if isinstance(shedder, Shedder) else None
+        self._lock = threading.Lock()
 
     def get(self) -> Shedder:
-        if self._opened is None:
-            assert isinstance(self._given, str)
-            self._opened = Shedder(self._given, **self._options)
-        return self._opened
+        opened = self._opened
+        if opened is None:
+            with self._lock:  # threaded workers: one Shedder per process
+                if self._opened is None:
+                    assert isinstance(self._given, str)
+                    self._opened = Shedder(self._given, **self._options)
+                opened = self._opened
+        return opened
 
 
 def _retry_after(seconds: int) -> str:
