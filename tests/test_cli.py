@@ -281,9 +281,10 @@ def test_the_inspector_never_waits_on_a_workers_lock(make_name):
 def test_show_and_ls_fit_80_columns_and_use_wider_ones(make_name):
     wide, login = make_name("wide-" + "n" * 60), make_name("login")
     fields = ("requests_total_ok", "errors", "bytes_sent_upstream")
-    with Window(wide, resolutions=("1m/1s", "1h/1m", "1d/1h"), fields=fields, capacity=64) as w, Limiter(
-        login, "10/second;1000/minute;100000/hour;1000000/day"
-    ) as lim:
+    with (
+        Window(wide, resolutions=("1m/1s", "1h/1m", "1d/1h"), fields=fields, capacity=64) as w,
+        Limiter(login, "10/second;1000/minute;100000/hour;1000000/day") as lim,
+    ):
         for i, key in enumerate(("GET /" + "x" * 300, "日本語のキー" * 10, "evil\x1b[2J\x07key", "plain")):
             w.add(10**12 * (i + 1), "bytes_sent_upstream", key=key)
             w.add(i + 1, "errors", key=key)

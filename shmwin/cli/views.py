@@ -108,10 +108,10 @@ def ls_lines(rows: list[Info], usage: ShmUsage | None, width: int, reason: str =
                 text = f"{safe(r.name)}  unreadable ({human_bytes(r.allocated_bytes)}): {safe(r.error)}"
                 lines.append(clip(text, width))
     if usage is not None:
-        lines.append(clip(
-            f"/dev/shm: {usage.windows} windows take {human_bytes(usage.windows_bytes)}; "
-            f"{human_bytes(usage.used_bytes)} used, {human_bytes(usage.free_bytes)} free "
-            f"of {human_bytes(usage.size_bytes)}", width))  # fmt: skip
+        windows = f"{usage.windows} window{'' if usage.windows == 1 else 's'}"
+        free = f"{human_bytes(usage.free_bytes)} free of {human_bytes(usage.size_bytes)}"
+        taken = f"{human_bytes(usage.windows_bytes)}; {human_bytes(usage.used_bytes)} used"
+        lines.append(clip(f"/dev/shm: {windows} take {taken}, {free}", width))
     if reason:
         lines.append(clip(f"PROCS n+: at least n; {reason}", width))
     return lines
