@@ -1,16 +1,22 @@
 """What a constructor's arguments ask for: spans, buckets, resolutions and rates -> a Geometry.
 
-The one place user arguments become a :class:`~shmwin.layout.Geometry`; ``Window``,
-``Limiter`` and the Redis backend all call it, and nothing below it parses arguments.
+The one place user arguments become a :class:`~shmwin.layout.Geometry`, and back: ``Window``
+and ``Limiter`` call it for every backend, and nothing below it parses arguments. Also the
+other question about rings every backend asks: which ring, and how many of its buckets, a
+read over ``last`` uses (:func:`pick_ring`).
 """
 
 from __future__ import annotations
 
-from .duration import Duration, to_ns
+from collections.abc import Sequence
+
+from .duration import Duration, format_ns, to_ns
 from .layout import MAX_BUCKETS, Geometry, Ring
 from .rate import Rate
+from .ring import buckets_for
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
+DEFAULT_STRIPES = 64  # a striped window's rows for writers: one per process, up to this many
 
 
 def window_geometry(
@@ -20,10 +26,10 @@ def window_geometry(
     fields: tuple[str, ...] | list[str] | str,
     dtype: str,
     mode: str | None,
-    stripes: int,
+    stripes: int | None,
     capacity: int,
 ) -> Geometry:
-    """The geometry a ``Window`` constructor asks for, validated."""
+    """The geometry a ``Window`` constructor asks for, validated (``stripes=None``: the default)."""
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise ValueError(f"capacity must be an int, not {capacity!r}")
     if mode is None:
@@ -39,7 +45,7 @@ def window_geometry(
         (fields,) if isinstance(fields, str) else tuple(fields),
         dtype,
         mode,
-        stripes if mode == "striped" else 0,
+        (DEFAULT_STRIPES if stripes is None else stripes) if mode == "striped" else 0,
         capacity,
     )
 
@@ -57,6 +63,53 @@ def limiter_geometry(rates: list[Rate], buckets: int, capacity: int) -> Geometry
             raise ValueError(f"buckets={buckets} does not divide {rate} into whole nanoseconds")
         rings.append(Ring(rate.period_ns // buckets, buckets + 1, rate.limit))
     return Geometry(tuple(rings), ("hits",), "int64", "locked", 0, capacity, "limiter")
+
+
+def rates_of(g: Geometry) -> list[Rate]:
+    """A limiter's rates, read back from its geometry (the inverse of :func:`limiter_geometry`)."""
+    return [Rate(r.limit, r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
+
+
+def pick_ring(
+    rings: Sequence[Ring], last: Duration | None, resolution: str | int | None = None
+) -> tuple[int, int]:
+    """``(ring index, k)``: a read over ``last`` sums the last ``k`` buckets of that ring.
+
+    The ring is the one ``resolution`` names ("1h/1m" or an index), else the finest one
+    (``rings`` are finest first) whose span covers ``last``, else -- ``last=None`` -- the
+    longest. ``k`` rounds up (a read is never narrower than asked); a ``last`` longer than
+    the ring is a ``ValueError``.
+    """
+    if resolution is not None:
+        index = resolution_index(rings, resolution)
+    elif last is None:
+        index = max(range(len(rings)), key=lambda i: rings[i].span_ns)
+    else:
+        last_ns = to_ns(last, "last")
+        covering = [i for i, r in enumerate(rings) if r.span_ns >= last_ns]
+        index = covering[0] if covering else max(range(len(rings)), key=lambda i: rings[i].span_ns)
+    r = rings[index]
+    if last is None:
+        return index, r.n_buckets
+    return index, buckets_for(to_ns(last, "last"), r.bucket_ns, r.n_buckets)  # raises: too long
+
+
+def resolution_index(rings: Sequence[Ring], resolution: str | int) -> int:
+    """The index of the ring ``resolution`` names: "1h/1m", or an index."""
+    if isinstance(resolution, int) and not isinstance(resolution, bool) and 0 <= resolution < len(rings):
+        return resolution
+    if isinstance(resolution, str):
+        wanted = parse_resolution(resolution)
+        for i, r in enumerate(rings):
+            if (r.bucket_ns, r.n_buckets) == (wanted.bucket_ns, wanted.n_buckets):
+                return i
+    names = [resolution_name(r) for r in rings]
+    raise ValueError(f"no resolution {resolution!r}; this window has {names}")
+
+
+def resolution_name(r: Ring) -> str:
+    """ "1m/1s": a ring's span and bucket width."""
+    return f"{format_ns(r.span_ns)}/{format_ns(r.bucket_ns)}"
 
 
 def parse_resolution(spec: str) -> Ring:

@@ -1,36 +1,38 @@
-"""Limiter: a strict, per-key rate limit over one or more rates, shared by every process.
+"""Limiter: a strict, per-key rate limit over one or more rates, shared by every process --
+or, with ``backend="redis://..."``, by every host.
 
-One segment of kind "limiter" holds, per key, one ring per rate. A rate of
-``limit`` per period P gets ``buckets`` buckets of P / buckets, plus one: the
-ring counts the current bucket and ``buckets`` whole ones before it, so a hit
-is forgotten between P and P + P/buckets after it happened. Hence the guarantee:
+A rate of ``limit`` per period P keeps ``buckets`` buckets of P / buckets, plus the
+current one, so a hit is forgotten between P and P + P/buckets after it happened. Hence
+the guarantee:
 
     **never more than ``limit`` hits in any period P**, across all processes;
     a request may be refused up to P/buckets before a perfect sliding log
     would have let it through.
 
-Each ring's header slot keeps ``(head epoch, running total)``; a hit advances
-the head, subtracting the buckets that left the window (amortised O(1)), then
-compares every rate and counts in all of them or in none -- all under the key's
-row lock. Memory per key is fixed by ``buckets``, not by the limit.
+``Limiter`` is the policy, written once for every backend: the choices (``on_full``,
+``on_error``), the costs, ``stats`` and the one ``acquire`` loop (sync and async share
+it). The backend (``backends/shm``, ``backends/redis``) does the check-and-count itself,
+atomically; ``hit`` is the backend's own method (the native core's on shared memory).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING
 
 from . import backends
 from .clock import Clock
 from .duration import NS_PER_S
-from .errors import GeometryMismatchError
+from .errors import BackendUnavailableError
 from .geometry import DEFAULT_BUCKETS, limiter_geometry
 from .keys import Key
-from .native import ON_FULL
+from .policy import ON_ERROR, ON_FULL, choice, cost_of, fallback, limit_stats, pause_s, tightest
 from .rate import LimitStats, Rate, parse_many
 from .window import Window
+
+Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 
 
 class Limiter:
@@ -38,148 +40,190 @@ class Limiter:
     the same rates. ``hit(key)`` is True and counted if every rate allows it, else
     False and nothing counted.
 
-    ``capacity`` is how many live keys it holds (memory is reserved up front);
-    ``on_full`` says what ``hit`` does for a new key when the table holds only
-    live keys: "raise" :class:`KeyTableFullError`, "allow" (uncounted) or "deny".
+    ``capacity`` is how many live keys it holds at least; ``on_full`` says what ``hit``
+    does for a new key when the table holds only live keys: "raise"
+    :class:`KeyTableFullError`, "allow" (uncounted) or "deny". ``on_error`` says what
+    ``hit``, ``test`` and ``acquire`` answer when a remote backend is away -- also while
+    the limiter is built, which then claims its name at the first call that gets
+    through: "raise" :class:`BackendUnavailableError`, "allow" or "deny". ``stats`` and
+    ``clear`` always raise then. Backend options as for :class:`~shmwin.window.Window`.
     """
-
-    def __new__(cls, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
-        if backends.is_shared_memory(backend):
-            return super().__new__(cls)
-        assert backend is not None
-        return backends.factory(backend, "limiter")(*args, backend=backend, **kwargs)
 
     def __init__(
         self,
         name: str,
-        rates: str | Rate | list[str | Rate] | tuple[str | Rate, ...],
+        rates: Rates,
         *,
         capacity: int = 10_000,
         buckets: int = DEFAULT_BUCKETS,
         on_full: str = "raise",
         clock: Clock | None = None,
-        perm: int = 0o600,
-        lock_timeout: float = 10.0,
-        ready_timeout: float = 5.0,
+        perm: int | None = None,
+        lock_timeout: float | None = None,
+        ready_timeout: float | None = None,
         backend: str | None = None,
         on_error: str = "raise",
+        timeout: float | None = None,
     ):
-        if on_full not in ON_FULL:
-            raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
-        self.rates = parse_many(rates)
-        self.on_full = on_full
-        want = limiter_geometry(self.rates, buckets, capacity)
-        self.window = Window.open_geometry(
-            name, want, clock=clock, perm=perm, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
-            on_full=on_full,
+        choice("on_full", on_full, ON_FULL)
+        choice("on_error", on_error, ON_ERROR)
+        want = limiter_geometry(parse_many(rates), buckets, capacity)
+        opened = backends.open_limiter(
+            name, want, backend=backend, clock=clock, on_full=on_full, on_error=on_error, perm=perm,
+            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout,
         )  # fmt: skip
-        self._bind(clock)
+        self._bind(opened, clock, on_full, on_error)
 
     @classmethod
     def attach(
-        cls, name: str, *, on_full: str = "raise", clock: Clock | None = None, backend: str | None = None
+        cls,
+        name: str,
+        *,
+        on_full: str = "raise",
+        clock: Clock | None = None,
+        backend: str | None = None,
+        on_error: str = "raise",
+        lock_timeout: float | None = None,
+        ready_timeout: float | None = None,
+        timeout: float | None = None,
+        perm: int | None = None,
     ) -> Limiter:
-        """Attach to an existing limiter; its rates are read from the segment."""
-        if not backends.is_shared_memory(backend):
-            assert backend is not None
-            return backends.factory(backend, "attach_limiter")(name, backend=backend, clock=clock)  # type: ignore[no-any-return]
-        if on_full not in ON_FULL:
-            raise ValueError(f"on_full must be one of {ON_FULL}, not {on_full!r}")
-        window = Window.attach(name, clock=clock)
-        if window.geometry.kind != "limiter":
-            window.close()
-            raise GeometryMismatchError(f"{name!r} is a window, not a limiter")
-        window.close()
-        self = object.__new__(cls)
-        self.rates = [Rate(r.limit, r.bucket_ns * (r.n_buckets - 1)) for r in window.geometry.rings]
-        self.on_full = on_full
-        self.window = Window.open_geometry(name, window.geometry, clock=clock, on_full=on_full)
-        self._bind(clock)
+        """Attach to an existing limiter; its rates are read from the store (which must answer)."""
+        choice("on_full", on_full, ON_FULL)
+        choice("on_error", on_error, ON_ERROR)
+        opened = backends.open_limiter(
+            name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
+            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
+        )  # fmt: skip
+        self = cls.__new__(cls)
+        self._bind(opened, clock, on_full, on_error)
         return self
 
-    def _bind(self, clock: Clock | None) -> None:
-        self.name = self.window.name
-        self._clock = self.window._clock
-        self._core = self.window._core
-        self.hit = self._core.hit  # type: ignore[method-assign]  # the native check-and-count
+    def _bind(
+        self, opened: backends.LimiterBackend, clock: Clock | None, on_full: str, on_error: str
+    ) -> None:
+        self._backend = opened
+        self.name = opened.name
+        self.rates: list[Rate] = opened.rates
+        self.on_full, self.on_error = on_full, on_error
+        self._clock_arg = clock
+        self._clock: Callable[[], int] = clock or time.monotonic_ns
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+        self._window: Window | None = None
+        # the hot path is the backend's own method (the native check-and-count on shared memory)
+        self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, attr):
+            # only reached for a private name the front lacks: white-box tests look at the
+            # shared-memory backend's internals (lim._core) through the front
+            if not attr.startswith("_") or attr.startswith("__") or attr == "_backend":
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+            return getattr(self._backend, attr)
+
+    @property
+    def window(self) -> Window:
+        """The limiter's rows as a read-only :class:`Window` (shared memory)."""
+        if self._window is None:
+            self._window = Window._over(self._backend.window, self._clock_arg)
+        return self._window
 
     # -- the checks -------------------------------------------------------------------------
 
     def hit(self, key: Key, cost: int = 1) -> bool:
         """Count ``cost`` hits for ``key`` if every rate allows them; else count nothing.
 
-        One native call: the rates are checked and counted under the key's lock, with
-        no Python code in between. The instance's ``hit`` is the core's own method.
+        One atomic step on the backend: the rates are checked and counted together. The
+        instance's ``hit`` is the backend's own method (on shared memory, the core's).
         """
-        return bool(self._core.hit(key, cost))
+        return self._backend.hit(key, cost)
+
+    def _hit_or_fallback(self, key: Key, cost: int = 1) -> bool:
+        try:
+            return self._backend.hit(key, cost)
+        except BackendUnavailableError:
+            return fallback(self.on_error)
 
     def test(self, key: Key, cost: int = 1) -> bool:
         """Would ``hit(key, cost)`` pass now? Counts nothing."""
-        return bool(self._core.check(key, cost, False, False)[0])
+        cost = cost_of(cost, 0)
+        try:
+            return bool(self._backend.check(key, cost, False, False)[0])
+        except BackendUnavailableError:
+            if self.on_error == "raise":
+                raise
+            return fallback(self.on_error)
 
     def stats(self, key: Key) -> LimitStats:
         """Where ``key`` stands against its tightest rate (least remaining)."""
-        return min(self.stats_all(key), key=lambda s: (s.remaining, -s.reset_after))
+        return tightest(self.stats_all(key))
 
     def stats_all(self, key: Key) -> list[LimitStats]:
-        """Where ``key`` stands against each rate, shortest period first (O(1): running totals)."""
-        _, used, reset_ns, _ = self._core.check(key, 0, False)
-        return [
-            LimitStats(rate, rate.limit, u, max(rate.limit - u, 0), r / NS_PER_S)
-            for rate, u, r in zip(self.rates, used, reset_ns, strict=True)
-        ]
+        """Where ``key`` stands against each rate, shortest period first."""
+        _, used, reset_ns, _ = self._backend.check(key, 0, False)
+        return limit_stats(self.rates, used, reset_ns)
 
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key``."""
-        self.window.clear(key)
+        self._backend.clear(key)
 
     def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         """Wait (sleeping, not spinning) until ``cost`` hits are allowed and count them.
 
         False after ``timeout`` seconds, or at once if ``cost`` exceeds a limit.
         """
-        deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
-        while True:
-            allowed, _, _, wait_ns = self._core.check(key, cost, True)
-            if allowed:
-                return True
-            pause = self._pause_s(wait_ns, deadline_ns)
-            if pause is None:
-                return False
-            self._sleep(pause)
+        tries = self._tries(key, timeout, cost)
+        try:
+            while True:
+                self._sleep(next(tries))
+        except StopIteration as done:
+            return bool(done.value)
 
     async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
+        tries = self._tries(key, timeout, cost)
+        try:
+            while True:
+                await self._async_sleep(next(tries))
+        except StopIteration as done:
+            return bool(done.value)
+
+    def _tries(self, key: Key, timeout: float | None, cost: int) -> Generator[float, None, bool]:
+        """The acquire loop, once for both: yields each pause (seconds), returns the verdict."""
+        cost = cost_of(cost, 1)
         deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
         while True:
-            allowed, _, _, wait_ns = self._core.check(key, cost, True)
+            try:
+                allowed, _, _, wait_ns = self._backend.check(key, cost, True)
+            except BackendUnavailableError:
+                if self.on_error == "raise":
+                    raise
+                return fallback(self.on_error)
             if allowed:
                 return True
-            pause = self._pause_s(wait_ns, deadline_ns)
+            pause = pause_s(wait_ns, deadline_ns, self._clock())
             if pause is None:
                 return False
-            await self._async_sleep(pause)
-
-    def _pause_s(self, wait_ns: int | None, deadline_ns: int | None) -> float | None:
-        """Seconds to sleep before trying again, or None to give up."""
-        if wait_ns is None:
-            return None
-        if deadline_ns is not None:
-            left_ns = deadline_ns - self._clock()
-            if left_ns <= 0:
-                return None
-            wait_ns = min(wait_ns, left_ns)
-        return max(wait_ns, 1_000_000) / NS_PER_S
+            yield pause
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    @property
+    def url(self) -> str:
+        """The backend's URL ("" for shared memory)."""
+        return self._backend.url
+
+    @property
+    def closed(self) -> bool:
+        return self._backend.closed
+
     def close(self) -> None:
-        self.window.close()
+        self._backend.close()
 
     def unlink(self) -> bool:
-        return self.window.unlink()
+        return self._backend.unlink()
 
     def __enter__(self) -> Limiter:
         return self
@@ -188,8 +232,7 @@ class Limiter:
         self.close()
 
     def __repr__(self) -> str:
-        rates = ";".join(str(r) for r in self.rates)
-        return f"<shmwin.Limiter {self.name!r} {rates} capacity={self.window.capacity}>"
+        return repr(self._backend)
 
 
 __all__ = ["DEFAULT_BUCKETS", "ON_FULL", "LimitStats", "Limiter"]

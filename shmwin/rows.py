@@ -5,6 +5,7 @@ header slot(s), then ``n_buckets`` slots of ``(epoch, value per field)``. Here e
 is a :class:`RingView`: strided numpy views of its epochs ``(rows, buckets)`` and values
 ``(rows, buckets, fields)`` over every row at once, so a read over all stripes or all keys
 is a handful of vector operations. Writers are the native core's; nothing here writes.
+Which ring a read uses is :func:`shmwin.geometry.pick_ring`'s answer.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import layout, ring
-from .duration import Duration, format_ns, to_ns
-from .geometry import parse_resolution
 from .layout import Geometry, Layout
+from .policy import exact
 
 _W = layout.WORD_BYTES
 
@@ -49,35 +49,6 @@ class Rows:
     def __init__(self, raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout):
         self._g = g
         self.rings = [_ring_view(raw, g, lay, i) for i in range(len(g.rings))]
-        self.longest = max(self.rings, key=lambda r: r.span_ns)
-
-    def pick(self, last: Duration | None, resolution: str | int | None) -> tuple[RingView, int]:
-        """The ring to read and how many buckets: the finest ring covering ``last``, or the
-        one asked for by ``resolution`` ("1h/1m" or an index)."""
-        if resolution is not None:
-            r = self.rings[self.resolution_index(resolution)]
-            if last is None:
-                return r, r.n_buckets
-            return r, ring.buckets_for(to_ns(last, "last"), r.bucket_ns, r.n_buckets)
-        if last is None:
-            return self.longest, self.longest.n_buckets
-        last_ns = to_ns(last, "last")
-        for r in self.rings:
-            if r.span_ns >= last_ns:
-                return r, ring.buckets_for(last_ns, r.bucket_ns, r.n_buckets)
-        longest = self.longest
-        return longest, ring.buckets_for(last_ns, longest.bucket_ns, longest.n_buckets)  # raises: too long
-
-    def resolution_index(self, resolution: str | int) -> int:
-        if isinstance(resolution, int) and 0 <= resolution < len(self.rings):
-            return resolution
-        if isinstance(resolution, str):
-            wanted = parse_resolution(resolution)
-            for r in self.rings:
-                if (r.bucket_ns, r.n_buckets) == (wanted.bucket_ns, wanted.n_buckets):
-                    return r.index
-        names = [f"{format_ns(r.span_ns)}/{format_ns(r.bucket_ns)}" for r in self.rings]
-        raise ValueError(f"no resolution {resolution!r}; this window has {names}")
 
     @staticmethod
     def live(
@@ -85,7 +56,8 @@ class Rows:
     ) -> npt.NDArray[Any]:
         """Values of the last ``k`` buckets at ``now_ns``, summed over rows (one per slot) or
         over slots (one per row). Liveness is tested before and after the values are read:
-        a slot that changed meanwhile was being recycled by its writer and counts as expired."""
+        a slot that changed meanwhile was being recycled by its writer and counts as expired.
+        int64 sums that could pass int64 come back as Python ints (object), never wrapped."""
         expected = ring.expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
         epochs = r.epochs[rows]
         widen: tuple[slice | None, ...]
@@ -98,7 +70,7 @@ class Rows:
         still = epochs == expected
         if not np.array_equal(live, still):
             picked = np.where((live & still)[widen], picked, 0)
-        return picked.sum(axis=1 if per_row else 0)  # type: ignore[no-any-return]
+        return exact(picked).sum(axis=1 if per_row else 0)  # type: ignore[no-any-return]
 
     def newest_epoch(self, rows: slice) -> int:
         """The newest bucket epoch any of ``rows`` holds in the finest ring (-1: none)."""

@@ -1,15 +1,20 @@
 """One contract, two backends: everything here runs on shared memory and on a real redis-server,
-with time driven by hand on both (the redis backend takes its time from the clock when given one)."""
+with time driven by hand on both (the redis backend takes its time from the clock when given one).
+The policy above the backends (costs, choices, stats, the acquire loop, totals that never wrap,
+what a backend cannot do) is held to the same answers on both."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 
+import numpy as np
 import pytest
 
 import shmwin
 from shmwin import Limiter, ManualClock, Window
 
+pytestmark = pytest.mark.contract
 S = 1_000_000_000
 
 
@@ -164,3 +169,107 @@ def test_limiter_exact_across_processes(opened, backend, name):
         p.join(120)
         assert p.exitcode == 0
     assert sum(out) == 500
+
+
+# -- the policy written once above the backends -------------------------------------------------
+
+
+def test_costs_are_checked_the_same_way(opened, name, clock):
+    lim = opened(Limiter, name, "5/minute;50/hour", clock=clock)
+    assert lim.hit("k", cost=2.0) and lim.stats("k").used == 2  # a whole float is a cost
+    assert lim.hit("k", np.int64(1))
+    assert lim.test("k", 0) and lim.test("k", 2) and not lim.test("k", 3)
+    for bad in (0, -1, 1.5, True, float("nan"), "1", 2**64):
+        for call in (lim.hit, lim.acquire):
+            with pytest.raises(ValueError, match="cost must be a whole number >= 1"):
+                call("k", cost=bad) if call is lim.hit else call("k", timeout=0, cost=bad)
+    with pytest.raises(ValueError, match="cost must be a whole number >= 0"):
+        lim.test("k", -1)
+    assert lim.stats("k").used == 3  # nothing refused was counted
+    with pytest.raises(TypeError):
+        lim.hit(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("what", ["on_full", "on_error"])
+def test_policy_choices_are_checked_before_anything_opens(opened, backend, name, clock, what):
+    with pytest.raises(ValueError, match=what):
+        opened(Limiter, name, "5/minute", clock=clock, **{what: "maybe"})
+    with pytest.raises(ValueError, match="on_error"):
+        opened(Window, name, span=10, buckets=10, clock=clock, on_error="deny")  # a window cannot deny
+    with pytest.raises(shmwin.WindowNotFoundError):
+        Window.attach(name, backend=backend)
+
+
+def test_stats_and_the_wait_agree_with_the_buckets(opened, name, clock):
+    lim = opened(Limiter, name, "3/second;5/minute", clock=clock)
+    for _ in range(3):
+        assert lim.hit("k")
+        clock.advance(0.2)  # three hits in three 50 ms buckets of the second ring
+    per_rate = lim.stats_all("k")
+    assert [(s.used, s.remaining) for s in per_rate] == [(3, 0), (3, 2)]
+    assert per_rate[0].reset_after == pytest.approx(0.45)  # the first hit's bucket leaves at 1.05 s
+    assert per_rate[1].reset_after == pytest.approx(62.4)  # its 3 s bucket leaves at 63 s
+    assert lim.stats("k") == per_rate[0]  # the tightest
+    started = clock()
+    assert lim.acquire("k", timeout=10)  # sleeps once: until the first hit's bucket leaves
+    assert (clock() - started) / S == pytest.approx(0.45) and len(clock.sleeps) == 1
+    assert lim.stats("k").used == 3 and lim.stats_all("k")[1].used == 4
+
+
+def test_acquire_async_on_every_backend(opened, name, clock):
+    lim = opened(Limiter, name, "1/second", clock=clock)
+
+    async def scenario() -> list[bool]:
+        first = await lim.acquire_async("k", timeout=0)
+        second = await lim.acquire_async("k", timeout=0.5)  # needs a whole second
+        third = await lim.acquire_async("k", timeout=2)
+        return [first, second, third]
+
+    assert asyncio.run(scenario()) == [True, False, True]
+    assert clock.sleeps == [pytest.approx(0.5), pytest.approx(0.55)]
+
+
+def test_add_and_total_and_add_many(opened, name, clock):
+    w = opened(Window, name, span=10, buckets=10, fields=("a", "b"), capacity=8, clock=clock)
+    assert w.add_and_total(2, "b", key="k") == 2
+    clock.advance(1)
+    assert w.add_and_total(3, "b", key="k") == 5 and w.add_and_total(1, key="k") == 1
+    w.add_many([1, 2, 3], "a", key="k")
+    assert w.totals(key="k") == {"a": 7, "b": 5}
+    assert list(w.series("b", key="k", last=2)) == [2, 3]
+    assert w.resolution_for("5s") == 0 and w.resolutions == ["10s/1s"]
+
+
+def test_int64_totals_never_wrap(opened, name, clock):
+    w = opened(Window, name, span=10, buckets=10, clock=clock)
+    w.add(np.int64(2**63 - 1))
+    with pytest.raises(OverflowError):
+        w.add(np.int64(1))  # the bucket would pass int64: refused, nothing written
+    with pytest.raises(OverflowError):
+        w.add(2**63)
+    assert w.total() == 2**63 - 1
+    clock.advance(1)
+    w.add(1)  # another bucket: each holds a valid count, their sum does not fit
+    with pytest.raises(OverflowError, match="past int64"):
+        w.total()
+    with pytest.raises(OverflowError, match="past int64"):
+        w.totals()
+    assert w.total(last=1) == 1 and list(w.series(last=2)) == [2**63 - 1, 1]
+    assert w.rate(last=2) == pytest.approx(2**63 / 1.0)
+
+
+def test_what_a_backend_cannot_honour_is_refused_by_name(opened, backend, name, clock):
+    if backend is None:
+        with pytest.raises(shmwin.NotSupportedError, match=r"timeout=0\.5"):
+            opened(Window, name, clock=clock, timeout=0.5)
+        with pytest.raises(shmwin.NotSupportedError, match="timeout"):
+            opened(Limiter, name, "1/second", timeout=0.5)
+    else:
+        for kwargs in ({"perm": 0o640}, {"lock_timeout": 1}, {"mode": "striped"}, {"stripes": 8}):
+            with pytest.raises(shmwin.NotSupportedError, match=next(iter(kwargs))):
+                opened(Window, name, clock=clock, **kwargs)
+        with pytest.raises(shmwin.NotSupportedError, match="ready_timeout"):
+            opened(Limiter, name, "1/second", ready_timeout=1)
+        with pytest.raises(shmwin.NotSupportedError, match="resolution"):
+            opened(Window, name, resolutions=("1m/1s", "1h/1m"), clock=clock)
+    assert name not in shmwin.names()

@@ -150,14 +150,48 @@ def test_several_hosts_share_one_exact_limit(redis_server, name):
 def test_unknown_backends_and_redis_only_limits(redis_server, name):
     with pytest.raises(ValueError, match="unknown backend"):
         Window(name, backend="memcached://localhost")
-    with pytest.raises(ValueError, match="one resolution"):
-        Window(name, resolutions=("1m/1s",), backend=redis_server.url)
+    with pytest.raises(shmwin.NotSupportedError, match="one resolution"):
+        Window(name, resolutions=("1m/1s", "1h/1m"), backend=redis_server.url)
+    with Window(name, resolutions=("1m/1s",), backend=redis_server.url) as one:  # one is fine
+        assert one.resolutions == ["1m/1s"] and one.geometry.mode == "locked"
+        one.unlink()
     with pytest.raises(shmwin.WindowNotFoundError):
         Window.attach(name, backend=redis_server.url)
     with Window(name, span=10, buckets=10, backend=redis_server.url, clock=ManualClock(10**15)) as w:
         with pytest.raises(shmwin.GeometryMismatchError, match="window"):
             Limiter.attach(name, backend=redis_server.url)
         w.unlink()
+
+
+def test_on_error_applies_when_built_while_the_server_is_down(own_redis, name):
+    url = own_redis.url
+    own_redis.stop()
+    with pytest.raises(shmwin.BackendUnavailableError):
+        Limiter(name, "2/minute", backend=url, timeout=0.5)  # on_error="raise": at once
+    with pytest.raises(shmwin.BackendUnavailableError):
+        Window(name + "w", span=60, backend=url, timeout=0.5)
+    with pytest.raises(shmwin.BackendUnavailableError):
+        Limiter.attach(name, backend=url, timeout=0.5, on_error="allow")  # the rates are on the server
+    fail_open = Limiter(name, "2/minute", backend=url, timeout=0.5, on_error="allow")
+    fail_closed = Limiter(name, "2/minute", backend=url, timeout=0.5, on_error="deny")
+    window = Window(name + "w", span=60, backend=url, timeout=0.5, on_error="allow")
+    assert [fail_open.hit("k"), fail_open.test("k"), fail_open.acquire("k", timeout=5)] == [True] * 3
+    assert [fail_closed.hit("k"), fail_closed.test("k"), fail_closed.acquire("k", timeout=5)] == [False] * 3
+    window.add(5)  # dropped
+    window.add_many([1, 2])  # dropped
+    for read in (lambda: fail_open.stats("k"), window.total, lambda: fail_closed.clear("k")):
+        with pytest.raises(shmwin.BackendUnavailableError):
+            read()  # no verdict to make up: reads raise
+    own_redis.start()
+    assert fail_open.hit("k") and fail_closed.hit("k")  # the first call that gets through claims the name
+    assert not fail_open.hit("k") and fail_open.stats("k").used == 2  # one limit, now enforced
+    window.add(3)
+    assert window.total() == 3
+    with pytest.raises(shmwin.GeometryMismatchError):
+        Limiter(name, "3/minute", backend=url)  # the name was claimed with the rates given
+    for obj in (fail_open, fail_closed, window):
+        obj.unlink()
+        obj.close()
 
 
 def test_hit_after_acquire_on_a_one_rate_limiter(redis_server, name):

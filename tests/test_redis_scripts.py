@@ -103,7 +103,7 @@ def test_the_window_reads_share_one_loop():
         assert script.text.startswith(scripts.source(scripts.WINDOW_LIB)), script.name
 
 
-_LUA = re.compile(r"redis\.p?call\(|tonumber\(|^\s*local\s+\w+|\bthen\b[\s\S]*\bend\b", re.M)
+_LUA = re.compile(r"redis\.p?call\(|tonumber\(|^\s*local\s+\w+\s*=|^\s*(if|elseif)\s.+\sthen\s*$", re.M)
 
 
 @pytest.mark.unit

@@ -321,3 +321,42 @@ def test_threads_in_one_process_are_exact(name):
     assert [(row, pid) for row, pid, _ in w.stripe_owners()] == [(1, os.getpid())]
     w.close()
     w.unlink()
+
+
+def test_the_front_adds_nothing_to_the_hot_path(name, clock):
+    with Window(name, span=10, buckets=10, clock=clock) as w:
+        assert w.add.__self__ is w._core  # the native core's own method, bound on the instance
+        assert w.add_and_total.__self__ is w._core
+        w.unlink()
+
+
+def test_total_past_int64_raises_and_float_windows_do_not(make_name, clock):
+    with Window(make_name("i"), span=10, buckets=10, clock=clock) as w:
+        for _ in range(3):
+            w.add(2**62)  # each bucket holds a valid count ...
+            clock.advance(1)
+        with pytest.raises(OverflowError, match="past int64"):
+            w.total()  # ... their sum does not fit: an error, never a wrapped number
+        assert w.total(last=1) == 0 and w.total(last=2) == 2**62
+        with pytest.raises(OverflowError):
+            w.add_many(np.full(4, 2**62, np.int64))  # the batch's sum is exact, then refused
+        assert w.series().tolist()[-4:] == [2**62, 2**62, 2**62, 0]
+        w.unlink()
+    with Window(make_name("f"), span=10, buckets=10, dtype="float64", clock=clock) as f:
+        for _ in range(3):
+            f.add(2.0**62)
+        assert f.total() == pytest.approx(3 * 2.0**62)
+        f.unlink()
+
+
+def test_a_wider_perm_creates_and_attaches(name):
+    a = Window(name, perm=0o660)
+    b = Window(name, perm=0o660)  # create-or-attach: the attach trusts what it asked for
+    c = Window.attach(name, perm=0o660)
+    a.add(1)
+    assert b.total() == c.total() == 1
+    with pytest.raises(shmwin.WindowPermissionError):
+        Window.attach(name)  # group-writable: not trusted unless asked for
+    for w in (a, b, c):
+        w.close()
+    a.unlink()

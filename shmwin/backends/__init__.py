@@ -1,50 +1,140 @@
 """Backends, chosen by URL: shared memory (the default, no server) or Redis (several hosts).
 
-A plain registry: scheme -> (window factory, limiter factory, window attach, limiter attach).
-``Window(..., backend="redis://host:6379/0")`` and ``Limiter(..., backend=...)`` look
-the scheme up here; ``backend=None`` or ``"shm://"`` keeps the shared-memory classes.
+A plain registry: scheme -> :class:`Scheme` (how it opens a window and a limiter, and
+which options it honours). ``shm`` is an ordinary entry; ``redis``, ``rediss`` and
+``unix`` are registered the first time such a URL is opened, so ``import shmwin`` never
+loads the Redis backend. The contract is :mod:`shmwin.backends.contract`.
 
-``shmwin.backends.redis`` is the Redis implementation; this module never imports it
-until a ``redis://``, ``rediss://`` or ``unix://`` URL is opened.
+    open_window("api", geometry, backend="redis://10.0.0.5:6379/0", timeout=0.2)
+    open_limiter("login", geometry, backend=None, lock_timeout=5)
+
+Options only some backends honour (``perm``, ``lock_timeout``, ``ready_timeout``, ``mode``,
+``stripes`` for shared memory; ``timeout`` for Redis) are passed only when given (None
+means "not given"); one a backend does not honour is a
+:class:`~shmwin.errors.NotSupportedError` naming it, before anything is opened.
 """
 
 from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-Factory = Callable[..., Any]
-
-_REGISTRY: dict[str, dict[str, Factory]] = {}
-
-
-def register(scheme: str, **factories: Factory) -> None:
-    """Make ``scheme://`` URLs open windows and limiters with these factories."""
-    _REGISTRY[scheme] = factories
+from ..clock import Clock
+from ..errors import NotSupportedError
+from ..layout import Geometry
+from .contract import LimiterBackend, Request, WindowBackend
+from .shm import SHM_OPTIONS, ShmLimiter, ShmWindow
 
 
-def _redis_factories() -> dict[str, Factory]:
+@dataclass(frozen=True)
+class Scheme:
+    """How one URL scheme opens windows and limiters, and the options it honours."""
+
+    window: Callable[[Request], WindowBackend]
+    limiter: Callable[[Request], LimiterBackend]
+    options: frozenset[str]
+
+
+_SCHEMES: dict[str, Scheme] = {}
+
+
+def register(scheme: str, entry: Scheme) -> None:
+    """Make ``scheme://`` URLs open windows and limiters with ``entry``."""
+    _SCHEMES[scheme] = entry
+
+
+register("shm", Scheme(window=ShmWindow.open, limiter=ShmLimiter.open, options=SHM_OPTIONS))
+
+
+def _redis() -> Scheme:
     from . import redis  # imported only once a redis URL is used
 
-    return {
-        "window": redis.RedisWindow,
-        "limiter": redis.RedisLimiter,
-        "attach_window": redis.RedisWindow.attach,
-        "attach_limiter": redis.RedisLimiter.attach,
-    }
+    return Scheme(window=redis.RedisWindow.open, limiter=redis.RedisLimiter.open, options=redis.OPTIONS)
 
 
-def is_shared_memory(backend: str | None) -> bool:
-    return backend is None or urllib.parse.urlsplit(backend).scheme in ("", "shm")
+_LAZY: dict[str, Callable[[], Scheme]] = {"redis": _redis, "rediss": _redis, "unix": _redis}
 
 
-def factory(backend: str, what: str) -> Factory:
-    """The ``what`` ("window", "limiter", "attach_window", "attach_limiter") for a URL."""
-    scheme = urllib.parse.urlsplit(backend).scheme
-    if scheme in ("redis", "rediss", "unix") and scheme not in _REGISTRY:
-        register(scheme, **_redis_factories())
-    if scheme not in _REGISTRY:
-        known = ", ".join(sorted({"shm", "redis", "rediss", *_REGISTRY}))
-        raise ValueError(f"unknown backend {backend!r}: expected one of {known}")
-    return _REGISTRY[scheme][what]
+def scheme_of(url: str | None) -> str:
+    """The scheme of a backend URL: ``None``, ``""`` and ``"shm://"`` are shared memory."""
+    if url is None:
+        return "shm"
+    if not isinstance(url, str):
+        raise ValueError(f"backend must be a URL such as 'redis://host:6379/0', not {url!r}")
+    return urllib.parse.urlsplit(url).scheme or "shm"
+
+
+def lookup(url: str | None) -> Scheme:
+    """The registry entry for ``url``; a ValueError naming the known schemes if none."""
+    scheme = scheme_of(url)
+    if scheme not in _SCHEMES and scheme in _LAZY:
+        register(scheme, _LAZY[scheme]())
+    if scheme not in _SCHEMES:
+        known = ", ".join(sorted({*_SCHEMES, *_LAZY}))
+        raise ValueError(f"unknown backend {url!r}: expected one of {known}")
+    return _SCHEMES[scheme]
+
+
+def open_window(
+    name: str,
+    geometry: Geometry | None,
+    *,
+    backend: str | None = None,
+    exclusive: bool = False,
+    clock: Clock | None = None,
+    on_full: str = "raise",
+    on_error: str = "raise",
+    **options: Any,
+) -> WindowBackend:
+    """Open (create or attach; ``geometry=None`` attaches, ``exclusive`` only creates) a window."""
+    entry, request = _request(name, geometry, backend, exclusive, clock, on_full, on_error, options)
+    return entry.window(request)
+
+
+def open_limiter(
+    name: str,
+    geometry: Geometry | None,
+    *,
+    backend: str | None = None,
+    clock: Clock | None = None,
+    on_full: str = "raise",
+    on_error: str = "raise",
+    **options: Any,
+) -> LimiterBackend:
+    """Open (create or attach; ``geometry=None`` attaches) a limiter."""
+    entry, request = _request(name, geometry, backend, False, clock, on_full, on_error, options)
+    return entry.limiter(request)
+
+
+def _request(
+    name: str,
+    geometry: Geometry | None,
+    url: str | None,
+    exclusive: bool,
+    clock: Clock | None,
+    on_full: str,
+    on_error: str,
+    options: dict[str, Any],
+) -> tuple[Scheme, Request]:
+    entry = lookup(url)
+    given = {k: v for k, v in options.items() if v is not None}
+    refused = sorted(set(given) - entry.options)
+    if refused:
+        args = ", ".join(f"{k}={given[k]!r}" for k in refused)
+        raise NotSupportedError(f"the {scheme_of(url)} backend cannot honour {args}")
+    return entry, Request(name, geometry, url or "", exclusive, clock, on_full, on_error, given)
+
+
+__all__ = [
+    "LimiterBackend",
+    "Request",
+    "Scheme",
+    "WindowBackend",
+    "lookup",
+    "open_limiter",
+    "open_window",
+    "register",
+    "scheme_of",
+]

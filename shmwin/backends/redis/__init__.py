@@ -23,15 +23,19 @@ integers leave the scripts through ``%.0f``, never ``tostring``.
 ``clock=`` (monotonic ns, as elsewhere) replaces ``TIME``; it exists so one test
 suite can drive both backends by hand.
 
-Modules: :mod:`.client` (connection, script running, errors), :mod:`.scripts` (the
-Lua files), :mod:`.window` (RedisWindow), :mod:`.limiter` (RedisLimiter). None of
-them imports ``shmwin.window`` or ``shmwin.limiter`` at import time, and the
-``redis`` package is imported only when a connection is made.
+Both classes keep the contract of :mod:`shmwin.backends.contract`; what redis cannot do
+(several resolutions, stamped batches, a segment's size or header) raises
+:class:`~shmwin.errors.NotSupportedError`. Modules: :mod:`.client` (connection, script
+running, the geometry claim, errors), :mod:`.scripts` (the Lua files), :mod:`.window`
+(RedisWindow), :mod:`.limiter` (RedisLimiter). None of them imports ``shmwin.window``
+or ``shmwin.limiter``, and the ``redis`` package is imported only when a connection is
+made.
 """
 
 from __future__ import annotations
 
+from .client import OPTIONS
 from .limiter import RedisLimiter
 from .window import RedisWindow
 
-__all__ = ["RedisLimiter", "RedisWindow"]
+__all__ = ["OPTIONS", "RedisLimiter", "RedisWindow"]

@@ -1,4 +1,5 @@
-"""The connection, script running, key naming and error mapping shared by RedisWindow and RedisLimiter.
+"""The connection, script running, key naming, the geometry claim and error mapping shared by
+RedisWindow and RedisLimiter.
 
 The ``redis`` package is imported only here and only when a connection is made, so
 ``import shmwin`` never needs it and a missing package is a clear :class:`ShmwinError`.
@@ -6,7 +7,6 @@ The ``redis`` package is imported only here and only when a connection is made, 
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -15,15 +15,20 @@ from ...clock import Clock
 from ...errors import (
     BackendUnavailableError,
     GeometryMismatchError,
+    NotSupportedError,
     ShmwinError,
     WindowClosedError,
+    WindowExistsError,
     WindowNotFoundError,
 )
 from ...keys import Key
 from ...segment import check_name
+from ..contract import Request
 from .scripts import OPEN, Script
 
 NS_PER_US = 1000
+TIMEOUT_S = 1.0
+OPTIONS = frozenset({"timeout"})  # what only this backend honours
 
 
 def connect(url: str, timeout: float) -> Any:
@@ -52,30 +57,91 @@ def key_text(key: Key | None) -> str:
     raise TypeError(f"a key is a str or bytes, not {type(key).__name__}")
 
 
-class RedisBase:
-    """Connection, scripts, naming and error mapping shared by RedisWindow and RedisLimiter.
+def not_supported(what: str) -> NotSupportedError:
+    return NotSupportedError(f"the redis backend has no {what}")
 
-    Every key of a name lives under one hash tag, ``shmwin:{NAME}:``, so a window
-    lives in one cluster slot.
+
+class RedisBase:
+    """Connection, scripts, naming, the geometry claim and error mapping.
+
+    Every key of a name lives under one hash tag, ``shmwin:{NAME}:``, so a window lives in
+    one cluster slot. Opening *claims* the name for a geometry (``lua/open.lua``); with
+    ``on_error`` other than "raise" a server that is away does not stop the open: the
+    claim is made by the first call that gets through.
     """
 
-    def __init__(self, name: str, url: str, clock: Clock | None, timeout: float):
-        check_name(name)  # the same names as shared memory: one namespace of spellings
-        self.name = name
-        self.url = url
-        self._clock = clock
-        self._redis = connect(url, timeout)
+    def __init__(self, req: Request, spec: str | None):
+        check_name(req.name)  # the same names as shared memory: one namespace of spellings
+        self.name = req.name
+        self.url = req.url
+        self._clock: Clock | None = req.clock
+        self._redis = connect(req.url, float(req.option("timeout", TIMEOUT_S)))
         import redis
 
         self._errors: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
         self._no_script: type[Exception] = redis.exceptions.NoScriptError
-        self._prefix = f"shmwin:{{{name}}}:"
+        self._refused: type[Exception] = redis.exceptions.ResponseError  # a command the server refused
+        self._prefix = f"shmwin:{{{req.name}}}:"
         self._closed = False
+        self._spec = spec
+        self._claimed = spec is None  # an attach has read the geometry: nothing to claim
+        if spec is None:
+            return
+        try:
+            self._claim(req.exclusive)
+        except BackendUnavailableError:
+            if req.on_error == "raise" or req.exclusive:
+                self.close()
+                raise
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def read_spec(req: Request) -> str:
+        """The geometry spec stored for ``req.name`` (an attach); the server must answer."""
+        probe = RedisBase(req, None)
+        try:
+            have = probe._call(probe._redis.hget, probe._prefix + "meta", "geometry")
+        finally:
+            probe.close()
+        if have is None:
+            raise WindowNotFoundError(f"no window named {req.name!r} on redis")
+        return str(have.decode())
+
+    def _claim(self, exclusive: bool = False) -> None:
+        """Claim the name for this geometry (once), or raise if it holds another."""
+        assert self._spec is not None
+        meta = self._prefix + "meta"
+        if exclusive:
+            if not self._call(self._redis.hsetnx, meta, "geometry", self._spec):
+                raise WindowExistsError(f"window {self.name!r} already exists on redis")
+        else:
+            have = self._call(self._redis.eval, OPEN.text, 1, meta, self._spec)
+            if have:
+                raise GeometryMismatchError(
+                    f"{self.name!r} exists on redis with geometry [{have.decode()}], "
+                    f"not the requested [{self._spec}]"
+                )
+        self._claimed = True
+        self._on_claimed()
+
+    def _on_claimed(self) -> None:
+        """Called once the name is claimed (subclasses enable their fast paths here)."""
+
+    def _call(self, command: Any, *args: Any) -> Any:
+        """One plain command, with the server's absence as BackendUnavailableError."""
+        self._check_open()
+        try:
+            return command(*args)
+        except self._errors as exc:
+            raise unavailable(self.url, exc) from exc
 
     def _run(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """EVALSHA ``script`` with ARGV[1] = now (µs, or '' for the server's TIME), then ``args``."""
-        if self._closed:
-            raise WindowClosedError(f"{self.name!r} is closed")
+        self._check_open()
+        if not self._claimed:
+            self._claim()
         now = "" if self._clock is None else str(self._clock() // NS_PER_US)
         try:
             try:
@@ -87,30 +153,7 @@ class RedisBase:
             raise unavailable(self.url, exc) from exc
 
     def _row(self, key: Key | None) -> str:
-        if key is None:
-            return self._prefix + "k:"
-        return self._prefix + "k:" + (key if isinstance(key, str) else key.decode("latin-1"))
-
-    def _open_geometry(self, geometry: str) -> None:
-        try:
-            have = self._redis.eval(OPEN.text, 1, self._prefix + "meta", geometry)
-        except self._errors as exc:
-            raise unavailable(self.url, exc) from exc
-        if have:
-            self.close()
-            raise GeometryMismatchError(
-                f"{self.name!r} exists on redis with geometry [{have.decode()}], "
-                f"not the requested [{geometry}]"
-            )
-
-    def _read_geometry(self) -> str:
-        try:
-            have = self._redis.hget(self._prefix + "meta", "geometry")
-        except self._errors as exc:
-            raise unavailable(self.url, exc) from exc
-        if have is None:
-            raise WindowNotFoundError(f"no window named {self.name!r} on redis")
-        return str(have.decode())
+        return self._prefix + "k:" + key_text(key)
 
     def _drop(self, pattern: str) -> int:
         """Delete this name's keys matching ``pattern`` (SCAN: no index to trust). Not a hot path."""
@@ -128,9 +171,13 @@ class RedisBase:
             raise unavailable(self.url, exc) from exc
         return dropped
 
-    def _local_ns(self) -> int:
-        """This host's clock, for timeouts (the test clock when one was given)."""
-        return self._clock() if self._clock is not None else time.monotonic_ns()
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WindowClosedError(f"{self.name!r} is closed")
 
     def unlink(self) -> bool:
         """Remove the name, its geometry and every key's counts, for every host."""
@@ -140,9 +187,3 @@ class RedisBase:
         if not self._closed:
             self._closed = True
             self._redis.close()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

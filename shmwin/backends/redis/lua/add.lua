@@ -14,15 +14,19 @@
 -- ARGV[9]  '1' if the window is keyed: the key's newest write goes into the zset
 -- ARGV[10] number of fields
 -- ARGV[11] span in microseconds: zset entries older than this are dropped
+-- ARGV[12] '1' to return the field's total over the row's window after the add, else '0'
 --
--- Returns: now in microseconds, as integer text.
--- Guarantees: atomic, one round trip. A slot holding an older epoch is emptied before
--- it counts again; the row (and the zset) expire a span and a bucket after the last add.
+-- Returns: now in microseconds, as integer text; with ARGV[12] = '1', the field's total
+--          over the row's whole window, this add included, as text ('hi:lo' = hi * 10^9 + lo
+--          for int64, '%.17g' for float64).
+-- Guarantees: atomic, one round trip: no other add to the row lands between the add and
+-- its total. A slot holding an older epoch is emptied before it counts again; the row
+-- (and the zset) expire a span and a bucket after the last add.
 
 local bucket_us, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 local field, amount, floats = ARGV[4], ARGV[5], ARGV[6] == '1'
 local ttl_ms, key, keyed = ARGV[7], ARGV[8], ARGV[9] == '1'
-local n_fields, span_us = tonumber(ARGV[10]), tonumber(ARGV[11])
+local n_fields, span_us, with_total = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1'
 local row, zset = KEYS[1], KEYS[2]
 
 local now = now_us()
@@ -43,5 +47,12 @@ if keyed then
   redis.call('ZADD', zset, now, key)
   redis.call('ZREMRANGEBYSCORE', zset, '-inf', '(' .. int(now - span_us))
   redis.call('PEXPIRE', zset, ttl_ms)
+end
+if with_total then
+  local sums = new_sums(n, not floats)
+  add_row(sums, row, epoch - n + 1, n, n, {field})
+  local total = new_sums(1, not floats)
+  for j = 1, n do total.hi[1], total.lo[1] = total.hi[1] + sums.hi[j], total.lo[1] + sums.lo[j] end
+  return sum_text(total, 1)
 end
 return int(now)

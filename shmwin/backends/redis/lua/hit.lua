@@ -7,14 +7,17 @@
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count (0 with ARGV[3] = '0' only reads)
 -- ARGV[3]  '1' to count the cost if every rate allows it, '0' to only check
--- ARGV[4]  '1' to also return every bucket's hits, '0' not to
+-- ARGV[4]  '1' to also return when each rate's oldest hit leaves and when the cost would fit,
+--          '0' not to (both then 0)
 -- ARGV[5]  the key's time to live in milliseconds (the longest span + 2 buckets)
 -- then per rate, 4 entries each (ARGV[6 .. 9] for the first rate, ARGV[10 .. 13] next, ...):
 --          bucket width in microseconds, number of buckets, limit (hits per window),
 --          word offset of the rate's ring in KEYS[1]
 --
 -- Returns: {allowed (1 or 0), now in microseconds, hits in use per rate (after counting),
---          and if ARGV[4] is '1': per rate, the hits of each bucket, oldest first}.
+--          per rate the microseconds until its oldest counted hit leaves (0: none),
+--          microseconds until the cost would fit (0: it fits; -1: never, it exceeds a limit)}
+--          -- the answer of the native core's check(), computed as its timing() does.
 -- Guarantees: atomic, one round trip. A hit reads each ring's head, total and current
 -- bucket, drops the buckets that just expired from the total, and writes only when it
 -- counts -- in every rate or in none. The TTL is refreshed when a hit opens a bucket: the
@@ -97,18 +100,39 @@ if allowed and commit then
   if new_bucket then redis.call('PEXPIRE', KEYS[1], ttl_ms) end
 end
 
-local out = {allowed and 1 or 0, now}
-for r = 1, #rates do out[#out + 1] = used[r] end
-if detail then
-  for _, rate in ipairs(rates) do
+-- when each rate's oldest hit leaves, and when the cost fits: scan the live buckets oldest
+-- first, stopping at the first that answers (the order and the rules of _core.c's timing())
+local reset, wait = {}, 0
+for r, rate in ipairs(rates) do
+  reset[r] = 0
+  local need = 0
+  if cost > rate.limit - used[r] then need = used[r] - (rate.limit - cost) end
+  local blocks = (not allowed) and need > 0
+  if blocks and cost > rate.limit then wait = -1 end
+  if detail and used[r] > 0 then
     local f = {}
     for e = rate.now_e - rate.n + 1, rate.now_e do get_pair(f, slot_word(rate, e)) end
     local ev = redis.call('BITFIELD', KEYS[1], unpack(f))
-    local e = rate.now_e - rate.n + 1
+    local e, freed = rate.now_e - rate.n + 1, 0
     for i = 1, #ev, 2 do
-      out[#out + 1] = (ev[i] == e) and ev[i + 1] or 0
+      if ev[i] == e and ev[i + 1] ~= 0 then
+        local leaves = math.max((e + rate.n) * rate.bucket_us - now, 0)
+        if reset[r] == 0 then reset[r] = leaves end
+        freed = freed + ev[i + 1]
+        if not blocks or wait < 0 then break end
+        if freed >= need then
+          wait = math.max(wait, leaves)
+          break
+        end
+      end
       e = e + 1
     end
   end
 end
+if not detail then wait = 0 end
+
+local out = {allowed and 1 or 0, now}
+for r = 1, #rates do out[#out + 1] = used[r] end
+for r = 1, #rates do out[#out + 1] = reset[r] end
+out[#out + 1] = wait
 return out

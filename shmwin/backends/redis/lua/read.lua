@@ -11,14 +11,16 @@
 -- ARGV[6]  '1' to sum the rows of every key in the zset written within a span, else '0'
 -- ARGV[7]  the row prefix: shmwin:{NAME}:k:, to which a key is appended
 -- ARGV[8]  span in microseconds
+-- ARGV[9]  '1' for an int64 window (exact sums), '0' for float64
 --
--- Returns: {now in microseconds, then k * n_fields sums as '%.17g' text: oldest bucket
---          first, the fields in order within a bucket}.
+-- Returns: {now in microseconds, then k * n_fields sums as text ('hi:lo' = hi * 10^9 + lo,
+--          exact, for int64; '%.17g' for float64): oldest bucket first, the fields in order
+--          within a bucket}.
 -- Guarantees: atomic, one round trip: every row is read at the same instant.
 
 local bucket_us, n, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n_fields, all_keys = tonumber(ARGV[5]), ARGV[6] == '1'
-local row_prefix, span_us = ARGV[7], tonumber(ARGV[8])
+local row_prefix, span_us, ints = ARGV[7], tonumber(ARGV[8]), ARGV[9] == '1'
 
 local now = now_us()
 local first = math.floor(now / bucket_us) - k + 1
@@ -29,9 +31,8 @@ if all_keys then
 end
 local fields = {}
 for f = 1, n_fields do fields[f] = f end
-local sums = {}
-for i = 1, k * n_fields do sums[i] = 0 end
+local sums = new_sums(k * n_fields, ints)
 for _, row in ipairs(rows) do add_row(sums, row, first, k, n, fields) end
 local out = {int(now)}
-for i = 1, k * n_fields do out[i + 1] = string.format('%.17g', sums[i]) end
+for i = 1, k * n_fields do out[i + 1] = sum_text(sums, i) end
 return out

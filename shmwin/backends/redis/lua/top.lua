@@ -10,30 +10,30 @@
 -- ARGV[6]  how many keys to return at most
 -- ARGV[7]  the row prefix: shmwin:{NAME}:k:, to which a key is appended
 -- ARGV[8]  span in microseconds
+-- ARGV[9]  '1' for an int64 window (exact sums), '0' for float64
 --
--- Returns: {key, total, key, total, ...}, busiest first, totals as '%.17g' text;
---          keys whose total is 0 are left out.
+-- Returns: {key, total, key, total, ...}, busiest first, totals as text ('hi:lo' =
+--          hi * 10^9 + lo for int64, '%.17g' for float64); keys whose total is 0 are left out.
 -- Guarantees: atomic, one round trip: every key is read at the same instant.
 
 local bucket_us, n, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local field, top_n = ARGV[5], tonumber(ARGV[6])
-local row_prefix, span_us = ARGV[7], tonumber(ARGV[8])
+local row_prefix, span_us, ints = ARGV[7], tonumber(ARGV[8]), ARGV[9] == '1'
 
 local now = now_us()
 local first = math.floor(now / bucket_us) - k + 1
 local found = {}
 for _, key in ipairs(live_keys(KEYS[1], now, span_us)) do
-  local sums = {}
-  for j = 1, k do sums[j] = 0 end
+  local sums = new_sums(k, ints)
   add_row(sums, row_prefix .. key, first, k, n, {field})
-  local total = 0
-  for j = 1, k do total = total + sums[j] end
-  if total ~= 0 then found[#found + 1] = {key, total} end
+  local total = new_sums(1, ints)
+  for j = 1, k do total.hi[1], total.lo[1] = total.hi[1] + sums.hi[j], total.lo[1] + sums.lo[j] end
+  if sum_value(total, 1) ~= 0 then found[#found + 1] = {key, sum_value(total, 1), sum_text(total, 1)} end
 end
 table.sort(found, function(x, y) return x[2] > y[2] end)
 local out = {}
 for i = 1, math.min(top_n, #found) do
   out[#out + 1] = found[i][1]
-  out[#out + 1] = string.format('%.17g', found[i][2])
+  out[#out + 1] = found[i][3]
 end
 return out

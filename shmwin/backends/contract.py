@@ -1,0 +1,129 @@
+"""The contract every backend keeps: what ``Window`` and ``Limiter`` ask of it.
+
+``Window`` and ``Limiter`` (``shmwin/window.py``, ``shmwin/limiter.py``) are thin fronts:
+they parse arguments into a :class:`~shmwin.layout.Geometry`, open a backend through the
+registry (``shmwin.backends``), and apply the policy of ``shmwin/policy.py`` above it. A
+backend does only what needs the store:
+
+* a :class:`WindowBackend` adds, reads the last ``k`` buckets of one ring (a
+  :class:`Reading`), ranks keys, clears, resets;
+* a :class:`LimiterBackend` hits, and checks (``check``: allowed, used, reset and wait
+  per rate, the native core's answer, which ``lua/hit.lua`` gives too).
+
+Anything a backend cannot honour raises :class:`~shmwin.errors.NotSupportedError` naming
+it; nothing is dropped. Both implementations (``backends/shm``, ``backends/redis``) are
+checked against these Protocols by mypy, through the registry's typed factories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import numpy.typing as npt
+
+from ..clock import Clock
+from ..keys import Key
+from ..layout import Geometry, Meta
+from ..rate import Rate
+
+Number = int | float
+Check = tuple[bool, Sequence[int], Sequence[int], int | None]  # allowed, used, reset_ns, wait_ns
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to open: the same for every backend.
+
+    ``geometry=None`` attaches (the geometry is read from the store); ``exclusive`` only
+    creates. ``options`` are the arguments only some backends honour, as the caller gave
+    them (none given: each backend's defaults); the registry has checked that this
+    backend honours every one."""
+
+    name: str
+    geometry: Geometry | None
+    url: str = ""
+    exclusive: bool = False
+    clock: Clock | None = None
+    on_full: str = "raise"
+    on_error: str = "raise"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def option(self, key: str, default: Any) -> Any:
+        return self.options.get(key, default)
+
+
+class Reading(NamedTuple):
+    """The last ``k`` buckets of one ring: ``values`` oldest first, ``(k,)`` for one field or
+    ``(k, fields)`` for all; int64 windows may hold Python ints (object) where int64 could wrap."""
+
+    values: npt.NDArray[Any]
+    now_ns: int
+
+
+@runtime_checkable
+class WindowBackend(Protocol):
+    """A window in some store. Field *names* on writes (the native core resolves them in its
+    fast path), value *indexes* (0-based) on reads, and the ``ring_index`` and ``k`` that
+    :func:`~shmwin.geometry.pick_ring` chose."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def url(self) -> str:
+        """Where it lives: the backend URL ("" for shared memory)."""
+
+    @property
+    def geometry(self) -> Geometry: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def meta(self) -> Meta: ...
+
+    def add(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None: ...
+    def add_and_total(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> Number: ...
+    def add_batch(self, items: Sequence[tuple[int, int, Number]], field: str, key: Key | None) -> None:
+        """Add ``(ring, epoch, amount)`` items (a stamped ``add_many``) in one call."""
+
+    def read(self, value_index: int | None, ring_index: int, k: int, key: Key | None) -> Reading: ...
+    def top(self, n: int, value_index: int, ring_index: int, k: int) -> list[tuple[Key, Number]]: ...
+    def keys(self) -> list[Key]: ...
+    def clear(self, key: Key) -> None: ...
+    def reset(self) -> None: ...
+    def last_write_ns(self) -> int | None: ...
+    def reclaim(self) -> int: ...
+    def stripe_owners(self) -> list[tuple[int, int, bool]]: ...
+    def close(self) -> None: ...
+    def unlink(self) -> bool: ...
+
+
+@runtime_checkable
+class LimiterBackend(Protocol):
+    """A limiter in some store: ``hit`` is the fast path, ``check`` everything else."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def geometry(self) -> Geometry: ...
+    @property
+    def rates(self) -> list[Rate]: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def window(self) -> WindowBackend:
+        """The limiter's rows as a read-only window (shared memory only)."""
+
+    def hit(self, key: Key, cost: int = 1) -> bool: ...
+    def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
+        """Check (and with ``commit``, count) ``cost``: ``(allowed, used per rate, ns until each
+        rate's oldest hit leaves, ns until cost would fit or None if it never does)``; the
+        last two only with ``detail``."""
+
+    def clear(self, key: Key) -> None: ...
+    def close(self) -> None: ...
+    def unlink(self) -> bool: ...

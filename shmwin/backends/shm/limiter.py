@@ -1,0 +1,96 @@
+"""ShmLimiter: a limiter in a shared-memory segment, the default backend of ``Limiter``.
+
+One segment of kind "limiter" holds, per key, one ring per rate. A rate of ``limit`` per
+period P gets ``buckets`` buckets of P / buckets, plus one: the ring counts the current
+bucket and ``buckets`` whole ones before it, so a hit is forgotten between P and
+P + P/buckets after it happened.
+
+Each ring's header slot keeps ``(head epoch, running total)``. The running-total step --
+advance the head, subtract the buckets that left the window (amortised O(1)), compare every
+rate, count in all of them or in none -- is the native core's (``hit_row`` in ``_core.c``),
+under the key's row lock; ``hit`` and ``check`` are its methods, called with nothing in
+between. Memory per key is fixed by ``buckets``, not by the limit.
+"""
+
+from __future__ import annotations
+
+from ...errors import GeometryMismatchError
+from ...geometry import rates_of
+from ...keys import Key
+from ...layout import Geometry
+from ...rate import Rate
+from ..contract import Check, Request
+from .window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
+
+
+class ShmLimiter:
+    """A limiter-kind :class:`ShmWindow` and its native core's check-and-count."""
+
+    def __init__(self, window: ShmWindow):
+        self._window = window
+        self._core = window._core
+        self.name = window.name
+        self.hit = self._core.hit  # type: ignore[method-assign]  # the native check-and-count
+        self.check = self._core.check  # type: ignore[method-assign]
+
+    @classmethod
+    def open(cls, req: Request) -> ShmLimiter:
+        """The registry's entry: create-or-attach ``req.geometry``, or attach (``None``)."""
+        lock_timeout = req.option("lock_timeout", LOCK_TIMEOUT_S)
+        ready_timeout = req.option("ready_timeout", READY_TIMEOUT_S)
+        perm = req.option("perm", PERM)
+        if req.geometry is None:
+            window = ShmWindow.attach(
+                req.name, clock=req.clock, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
+                on_full=req.on_full, perm=perm,
+            )  # fmt: skip
+            if window.geometry.kind != "limiter":
+                window.close()
+                raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind}, not a limiter")
+        else:
+            window = ShmWindow.open_geometry(
+                req.name, req.geometry, clock=req.clock, perm=perm,
+                lock_timeout=lock_timeout, ready_timeout=ready_timeout, on_full=req.on_full,
+            )  # fmt: skip
+        return cls(window)
+
+    @property
+    def url(self) -> str:
+        return ""  # shared memory: no URL
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._window.geometry
+
+    @property
+    def rates(self) -> list[Rate]:
+        return rates_of(self._window.geometry)
+
+    @property
+    def closed(self) -> bool:
+        return self._window.closed
+
+    @property
+    def window(self) -> ShmWindow:
+        return self._window
+
+    def hit(self, key: Key, cost: int = 1) -> bool:
+        """The instance's ``hit`` is the core's own method; this is its signature."""
+        return bool(self._core.hit(key, cost))
+
+    def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
+        """The instance's ``check`` is the core's own method; this is its signature."""
+        return self._core.check(key, cost, commit, detail)
+
+    def clear(self, key: Key) -> None:
+        self._window.clear(key)
+
+    def close(self) -> None:
+        self._window.close()
+
+    def unlink(self) -> bool:
+        return self._window.unlink()
+
+    def __repr__(self) -> str:
+        rates = ";".join(str(r) for r in self.rates)
+        return f"<shmwin.Limiter {self.name!r} {rates} capacity={self.geometry.capacity}>"

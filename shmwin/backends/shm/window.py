@@ -1,0 +1,402 @@
+"""ShmWindow: a window in a named shared-memory segment, the default backend of ``Window``.
+
+Data flow of one ``add()``: it is one call into the native core (``_core.c``), which
+reads the clock, finds the epoch and slot, and writes the slot of *this process's*
+stripe (striped mode, no lock), of the shared row 0 under its robust mutex (locked
+mode, and the fallback when every stripe is taken), or of the key's row under the
+key's lock (keyed windows). Reads sum rows in numpy (``shmwin/rows.py``), skipping
+stale slots, and never take a lock.
+
+Every way in -- :meth:`ShmWindow.open_geometry` (create or attach), :meth:`create`,
+:meth:`attach` -- ends in :meth:`ShmWindow._bind`, the one place a mapped segment is
+validated and handed to the core.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from typing import Any
+
+import numpy as np
+
+from ... import layout, native, ring
+from ...clock import Clock
+from ...errors import (
+    GeometryMismatchError,
+    ShmwinError,
+    WindowClosedError,
+    WindowExistsError,
+    WindowNotFoundError,
+)
+from ...keys import Key, KeyTable
+from ...layout import Geometry, Layout, Meta
+from ...locks import check_lock_table, init_locks
+from ...policy import int64_total
+from ...rows import Rows, slot_view
+from ...segment import Segment
+from ...segment import unlink as _unlink_name
+from ...stripes import StripeTable
+from ..contract import Number, Reading, Request
+
+_W = layout.WORD_BYTES
+LOCK_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 5.0
+PERM = 0o600
+
+
+class ShmWindow:
+    """A sliding window of time buckets in a shared-memory segment (see the module docstring).
+
+    With ``capacity=N`` the geometry is *keyed*: every call takes ``key=`` and each key
+    has its own row (up to at least N live keys; idle keys are reclaimed).
+    """
+
+    name: str
+    meta: Meta
+
+    @classmethod
+    def open(cls, req: Request) -> ShmWindow:
+        """The registry's entry: create-or-attach, create, or attach, as ``req`` asks."""
+        # passed on as given: the segment and the core check them (a non-int perm is an error there)
+        lock_timeout = req.option("lock_timeout", LOCK_TIMEOUT_S)
+        ready_timeout = req.option("ready_timeout", READY_TIMEOUT_S)
+        perm = req.option("perm", PERM)
+        if req.geometry is None:
+            return cls.attach(
+                req.name, clock=req.clock, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
+                on_full=req.on_full, perm=perm,
+            )  # fmt: skip
+        if req.exclusive:
+            return cls.create(req.name, req.geometry, clock=req.clock, perm=perm, lock_timeout=lock_timeout)
+        return cls.open_geometry(
+            req.name, req.geometry, clock=req.clock, perm=perm, lock_timeout=lock_timeout,
+            ready_timeout=ready_timeout, on_full=req.on_full,
+        )  # fmt: skip
+
+    @classmethod
+    def open_geometry(
+        cls,
+        name: str,
+        want: Geometry,
+        *,
+        clock: Clock | None = None,
+        perm: int = PERM,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+        ready_timeout: float = READY_TIMEOUT_S,
+        on_full: str = "raise",
+    ) -> ShmWindow:
+        """Create the segment, or attach to it and insist on exactly ``want``."""
+        self = cls.__new__(cls)
+        for _ in range(10):  # a racing unlink sends us round again
+            try:
+                seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
+                self._bind(seg, clock, lock_timeout, on_full)
+                return self
+            except WindowExistsError:
+                pass
+            try:
+                seg = Segment.attach(name, ready_timeout, _ready, perm=perm)
+            except WindowNotFoundError:
+                continue
+            self._bind(seg, clock, lock_timeout, on_full)
+            if self._g != want:
+                have = self._g
+                self.close()
+                raise GeometryMismatchError(
+                    f"window {name!r} exists with geometry [{have}], not the requested [{want}]"
+                )
+            return self
+        raise ShmwinError(f"window {name!r} kept appearing and disappearing; gave up")
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        want: Geometry,
+        *,
+        clock: Clock | None = None,
+        perm: int = PERM,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ) -> ShmWindow:
+        """Create a new segment; :class:`WindowExistsError` if the name is taken."""
+        seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
+        self = cls.__new__(cls)
+        self._bind(seg, clock, lock_timeout)
+        return self
+
+    @classmethod
+    def attach(
+        cls,
+        name: str,
+        *,
+        clock: Clock | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+        ready_timeout: float = READY_TIMEOUT_S,
+        on_full: str = "raise",
+        perm: int = PERM,
+    ) -> ShmWindow:
+        """Attach to an existing segment, geometry read from its header; ``perm`` widens the
+        modes trusted (group- or other-writable segments) as far as it goes."""
+        seg = Segment.attach(name, ready_timeout, _ready, perm=perm)
+        self = cls.__new__(cls)
+        self._bind(seg, clock, lock_timeout, on_full)
+        return self
+
+    # -- setup ------------------------------------------------------------------
+
+    def _bind(self, seg: Segment, clock: Clock | None, lock_timeout: float, on_full: str = "raise") -> None:
+        """Validate the mapped segment and build this process's views of it and its core."""
+        self._seg = seg
+        self._closed = True  # until fully bound, close() must not touch views
+        try:
+            g, lay, meta = layout.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
+            check_lock_table(seg.mm, lay.locks_off, g.n_locks)
+            # the core holds its window (through the claim callback): a bound ``w.add`` kept
+            # alone keeps the window open, as a bound Python method would
+            core = native.open_core(
+                seg.mm, seg.name, g, lay, meta,
+                clock=clock, lock_timeout=lock_timeout, on_full=on_full, claim=self._claim_stripe,
+            )  # fmt: skip
+        except BaseException:
+            seg.close()
+            raise
+        self._g, self._lay, self.meta = g, lay, meta
+        self.name = seg.name
+        self._core = core
+        self._clock: Callable[[], int] = clock or time.monotonic_ns
+        # every view below holds an export of the mmap (numpy arrays through ``_raw``; a plain
+        # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
+        # the mapping alive, and close() then leaves the unmapping to the GC
+        self._buf = memoryview(seg.mm)
+        self._raw = np.frombuffer(seg.mm, np.uint8)
+        self._q = self._buf.cast("q")
+        self._rows = Rows(self._raw, g, lay)
+        self._stripes = StripeTable(self._q, lay, core)
+        self._keys: KeyTable | None = KeyTable(self._buf, self._q, g, lay, core) if g.keyed else None
+        if g.kind == "window":
+            self.add = core.add  # type: ignore[method-assign]
+            self.add_and_total = core.add_and_total  # type: ignore[method-assign]
+        else:
+            self.add = self._add_refused  # type: ignore[method-assign]
+            self.add_and_total = self._add_refused  # type: ignore[method-assign,assignment]
+        self._closed = False
+
+    def _claim_stripe(self) -> tuple[list[tuple[int, int]], int, int]:
+        """The core's callback when this process has no stripe yet (first add, or after a
+        fork): the candidates it may claim; the core claims and remembers in one call."""
+        self._check_open()
+        return self._stripes.candidates()
+
+    # -- what the contract asks ---------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return ""  # shared memory: no URL
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._g
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the shared segment in bytes."""
+        return self._lay.total_bytes
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- writing (each call is one native, uninterruptible section) ---------------
+
+    def add(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        """The instance's ``add`` is the native core's; this stands in only once closed."""
+        raise WindowClosedError(f"window {self.name!r} is closed")
+
+    def add_and_total(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> Number:
+        """The instance's is the native core's; this stands in only once closed."""
+        raise WindowClosedError(f"window {self.name!r} is closed")
+
+    def _add_refused(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        raise ShmwinError(
+            f"{self.name!r} is a {self._g.kind}: write to it through its {self._g.kind.title()}, "
+            "a Window may only read it"
+        )
+
+    def add_batch(self, items: Sequence[tuple[int, int, Number]], field: str, key: Key | None) -> None:
+        self._check_open()
+        if self._g.kind != "window":
+            self._add_refused()
+        self._core.add_batch(items, field, key)
+
+    # -- stripes ------------------------------------------------------------------
+
+    def reclaim(self) -> int:
+        """Free the stripes of processes that have died; returns how many."""
+        self._check_open()
+        return self._stripes.reclaim() if self._g.mode == "striped" else 0
+
+    def stripe_owners(self) -> list[tuple[int, int, bool]]:
+        """``(row, pid, alive)`` for every claimed stripe (for inspection)."""
+        self._check_open()
+        return self._stripes.owners() if self._g.mode == "striped" else []
+
+    # -- keys -----------------------------------------------------------------------
+
+    def keys(self) -> list[Key]:
+        keys = self._keyed()
+        now_ns = self._clock()
+        return [key for slot, key, _ in keys.entries() if not keys.is_idle(slot, now_ns)]
+
+    def top(self, n: int, value_index: int, ring_index: int, k: int) -> list[tuple[Key, Number]]:
+        keys = self._keyed()
+        per_row, _ = self._live(value_index, ring_index, k, None, per_row=True)
+        order = np.argsort(per_row, kind="stable")[::-1]
+        out: list[tuple[Key, Number]] = []
+        for slot in order[: max(n, 0) * 2]:
+            if per_row[slot] == 0 or len(out) == n:
+                break
+            entry = keys.entry(int(slot))
+            if entry is not None:
+                out.append((entry, self._number(per_row[slot])))
+        return out
+
+    def clear(self, key: Key) -> None:
+        self._keyed()
+        self._core.clear(key)
+
+    def _keyed(self) -> KeyTable:
+        self._check_open()
+        if self._keys is None:
+            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+        return self._keys
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, value_index: int | None, ring_index: int, k: int, key: Key | None) -> Reading:
+        per_slot, now_ns = self._live(value_index, ring_index, k, key)
+        r = self._rows.rings[ring_index]
+        return Reading(per_slot[ring.slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
+
+    def last_write_ns(self) -> int | None:
+        """When this window was last written (monotonic ns), or None if never. Never earlier
+        than the newest write: for unkeyed windows it is the *end* of the newest bucket, so
+        an idle time measured from it is never overstated (what makes ``gc`` safe)."""
+        self._check_open()
+        if self._keys is not None:
+            return max((last for _, _, last in self._keys.entries() if last > 0), default=0) or None
+        newest = self._rows.newest_epoch(slice(0, self._rows_in_use()))
+        return None if newest < 0 else (newest + 1) * self._rows.rings[0].bucket_ns
+
+    def _live(
+        self, value_index: int | None, ring_index: int, k: int, key: Key | None, per_row: bool = False
+    ) -> tuple[Any, int]:
+        """Live values summed over rows (per slot), or over slots (per row); lock-free. A
+        key's generation is checked after the read: if it moved, the read is done again."""
+        self._check_open()
+        r = self._rows.rings[ring_index]
+        for _ in range(100):
+            now_ns = self._clock()
+            rows, generation = self._rows_for(key)
+            values = Rows.live(r, k, now_ns, rows, value_index, per_row)
+            if generation is None or self._keys is None or self._keys.generation(rows.start) == generation:
+                return values, now_ns
+        raise ShmwinError(f"key {key!r} kept moving while it was read")
+
+    def _rows_for(self, key: Key | None) -> tuple[slice, int | None]:
+        """Rows a read sums, and the key entry's generation to re-check afterwards."""
+        if key is None:
+            if self._keys is not None:
+                return slice(0, self._lay.n_rows), None
+            return slice(0, self._rows_in_use()), None
+        found = self._keyed().find(key)
+        if found is None:
+            return slice(0, 0), None
+        return slice(found[0], found[0] + 1), found[1]
+
+    def _rows_in_use(self) -> int:
+        """Rows readers must sum: row 0 plus every stripe ever claimed (clamped)."""
+        return max(1, min(int(self._q[layout.ROWS_IN_USE_OFF // _W]), self._lay.n_rows))
+
+    def _number(self, x: Any) -> Number:
+        return int64_total(x, f"a total of window {self.name!r}") if self._g.dtype == "int64" else float(x)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Empty the window for everyone. Adds racing with reset() may be dropped
+        in striped mode; locked and keyed windows reset exactly."""
+        self._check_open()
+        self._core.reset()
+
+    def close(self) -> None:
+        """Detach this process. The window lives on for everyone else."""
+        if self._closed:
+            return
+        try:
+            self._core.release_stripe()  # this process's stripe, if it has one: data kept
+        finally:
+            self._closed = True
+            self._core.close()  # from here every write raises WindowClosedError
+            for bound in ("add", "add_and_total"):
+                self.__dict__.pop(bound, None)  # back to the class's, which raise
+            # drop (never release) the views: a reader in another thread may still hold one,
+            # and its export then keeps the mapping alive until it lets go
+            del self._rows, self._keys, self._stripes, self._q, self._buf, self._raw
+            with suppress(BufferError):
+                self._seg.close()
+
+    def unlink(self) -> bool:
+        """Remove the window from the host (idempotent). Attached processes keep
+        their mapping until they close; new attaches fail."""
+        return _unlink_name(self.name)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WindowClosedError(f"window {self.name!r} is closed")
+
+    def __del__(self) -> None:
+        with suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if getattr(self, "_closed", True) else str(self._g)
+        return f"<shmwin.Window {getattr(self, 'name', '?')!r} {state}>"
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
+    """Fill a new segment: header, locks, empty epochs -- and the magic word last."""
+
+    def init(mm: mmap.mmap) -> None:
+        lay = Layout.plan(g)
+        # int(): a time-mocking library may have patched the clocks to return floats
+        meta = Meta(os.getpid(), int(time.time_ns()), int(time.monotonic_ns()), _boot_id(), os.urandom(16))
+        mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
+        mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
+        init_locks(mm, lay.locks_off, g.n_locks)
+        slots = slot_view(mm, g, lay)
+        slots[:, :, 0] = ring.EMPTY_EPOCH
+        del slots
+        mm[0:_W] = layout.MAGIC
+
+    return init
+
+
+def _ready(mm: mmap.mmap) -> bool:
+    """Is the magic word written? (Junk there is caught by header validation.)"""
+    return len(mm) < _W or mm[0:_W] != b"\0" * _W
+
+
+def _boot_id() -> bytes:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return uuid.UUID(f.read().strip()).bytes
+    except (OSError, ValueError):
+        return b"\0" * 16

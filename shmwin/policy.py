@@ -1,0 +1,108 @@
+"""What ``Window`` and ``Limiter`` decide the same way on every backend: the choices, the costs,
+the waits, the stats, and what a total past int64 does. Pure functions; no I/O, no backend.
+
+The native core applies the same rules to its own fast path (``hit``'s cost, ``on_full``),
+and ``lua/hit.lua`` computes the same waits as ``_core.c``'s ``timing()``: the tests hold
+the three to one scripted sequence (tests/test_architecture.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .duration import NS_PER_S
+from .rate import LimitStats, Rate
+
+ON_FULL = ("raise", "allow", "deny")  # a new key and a full table: KeyTableFullError, admit, refuse
+ON_ERROR = ("raise", "allow", "deny")  # a limiter's backend is away: BackendUnavailableError, admit, refuse
+WINDOW_ON_ERROR = ("raise", "allow")  # a window's: raise, or drop the add and go on
+MIN_PAUSE_NS = 1_000_000  # acquire() never sleeps less than 1 ms between two tries
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def choice(what: str, value: str, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of ``allowed``, else a ValueError naming them."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{what} must be one of {tuple(allowed)}, not {value!r}")
+    return value
+
+
+def cost_of(cost: Any, at_least: int) -> int:
+    """A cost as an int: a whole number (``2`` or ``2.0``), at least ``at_least`` (1 to count,
+    0 to only look). Booleans, fractions, NaN and numbers past int64 are a ValueError, with
+    the native core's message."""
+    if isinstance(cost, float):
+        if math.isfinite(cost) and cost == math.floor(cost) and at_least <= cost < 9e18:
+            return int(cost)
+    elif not isinstance(cost, bool) and hasattr(cost, "__index__"):
+        value = int(cost.__index__())
+        if at_least <= value <= INT64_MAX:
+            return value
+    raise ValueError(f"cost must be a whole number >= {at_least}, not {cost!r}")
+
+
+def fallback(on_error: str) -> bool:
+    """A limiter's verdict while its backend is away (``on_error`` is "allow" or "deny")."""
+    return on_error == "allow"
+
+
+def pause_s(wait_ns: int | None, deadline_ns: int | None, now_ns: int) -> float | None:
+    """Seconds ``acquire`` sleeps before trying again, or None to give up now.
+
+    ``wait_ns`` is the backend's answer (None: the cost never fits); the pause is cut at
+    the deadline, and is never shorter than :data:`MIN_PAUSE_NS` (no spinning)."""
+    if wait_ns is None:
+        return None
+    if deadline_ns is not None:
+        left_ns = deadline_ns - now_ns
+        if left_ns <= 0:
+            return None
+        wait_ns = min(wait_ns, left_ns)
+    return max(wait_ns, MIN_PAUSE_NS) / NS_PER_S
+
+
+def limit_stats(rates: Sequence[Rate], used: Sequence[int], reset_ns: Sequence[int]) -> list[LimitStats]:
+    """One :class:`LimitStats` per rate, from what a backend's ``check`` answered."""
+    return [
+        LimitStats(rate, rate.limit, u, max(rate.limit - u, 0), max(r, 0) / NS_PER_S)
+        for rate, u, r in zip(rates, used, reset_ns, strict=True)
+    ]
+
+
+def tightest(stats: Sequence[LimitStats]) -> LimitStats:
+    """The rate with the least room left (the one that resets last among equals)."""
+    return min(stats, key=lambda s: (s.remaining, -s.reset_after))
+
+
+# -- totals of int64 windows: exact, or an OverflowError -- never a silent wrap ----------------
+
+
+def may_wrap(values: npt.NDArray[Any]) -> bool:
+    """Could numpy's int64 sum of ``values`` pass int64 (and wrap)? Cheap and conservative."""
+    if values.dtype != np.int64 or values.size < 2:
+        return False
+    bound = max(int(values.max()), -int(values.min()))
+    return bound * values.size > INT64_MAX
+
+
+def exact(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` ready to be summed without wrapping: as Python ints when int64 might wrap."""
+    return values.astype(object) if may_wrap(values) else values
+
+
+def int64_total(value: Any, what: str) -> int:
+    """An int64 window's total: the exact int, or an OverflowError if it is past int64.
+
+    Decided: raise, not saturate -- a saturated count would read as a real one."""
+    total = int(value)
+    if not INT64_MIN <= total <= INT64_MAX:
+        raise OverflowError(
+            f"{what} is {total}, past int64: the window's counts sum beyond what it can return "
+            "(use a float64 window for sums this large)"
+        )
+    return total
