@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 from contextlib import suppress
 from typing import Any
@@ -63,11 +64,14 @@ os.register_at_fork(after_in_child=_self.clear)
 
 
 class Liveness:
-    """Is the process behind a key still the one that wrote it, and alive?"""
+    """Is the process behind a key still the one that wrote it, and alive? Thread-safe: the
+    pidfd is polled and closed under a lock (a poll object cannot be polled concurrently, and
+    a closed descriptor must never be polled: its number may already name another file)."""
 
     def __init__(self, key: str):
         self.pid = self.ticks = 0
         self.dead = False
+        self._lock = threading.Lock()
         self._poll: Any = None
         self._fd: int | None = None
         pid_text, _, ticks_text = key.partition(".")
@@ -97,22 +101,29 @@ class Liveness:
     def alive(self) -> bool:
         if self.dead:
             return False
-        if self._poll is not None:
-            if self._poll.poll(0):  # readable: the process has exited (zombie or reaped)
-                self.close()
-                self.dead = True
-        else:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                self.dead = True
-            except PermissionError:
-                pass  # someone else's live process: leave it to the start-ticks check
-            if not self.dead and (self._reused() or _is_zombie(self.pid)):
-                self.dead = True
+        with self._lock:
+            if self._poll is not None:
+                events = self._poll.poll(0)
+                if events and events[0][1] & select.POLLIN:  # the process has exited (zombie or reaped)
+                    self._close()
+                    self.dead = True
+                return not self.dead
+        try:  # no pidfd (none here, or closed by a reader that forgot this key)
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            self.dead = True
+        except PermissionError:
+            pass  # someone else's live process: leave it to the start-ticks check
+        if not self.dead and (self._reused() or _is_zombie(self.pid)):
+            self.dead = True
         return not self.dead
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        """Caller holds the lock."""
         if self._fd is not None:
             with suppress(OSError):
                 os.close(self._fd)
@@ -169,6 +180,7 @@ class InFlight:
         self._add = window.add
         self._read = window.add_and_total
         self._others: dict[str, Liveness] = {}
+        self._scan_lock = threading.Lock()
         self._key = ""  # this process's key when it last scanned
         self._mine = ""  # this process's key once it has begun a request (an inspector never does)
         self._next_scan_ns = -(2**63)
@@ -217,10 +229,11 @@ class InFlight:
             self._scan(now_ns)
         total = 0
         for other, process in list(self._others.items()):
-            if process.alive():
-                total += max(0, int(self._read(0, FIELD, other)))
-            else:
+            if not process.alive():
                 self._forget(other, clear=True)
+                continue
+            with suppress(KeyTableFullError):  # cleared meanwhile, and no room to read it back
+                total += max(0, int(self._read(0, FIELD, other)))
         if self._mine == key:
             total += max(0, int(self._read(0, FIELD, key)))
         return total
@@ -238,6 +251,10 @@ class InFlight:
 
     def _scan(self, now_ns: int) -> None:
         """Meet the keys of processes not seen yet; forget (and clear) those of dead ones."""
+        with self._scan_lock:  # threads: one pidfd per process key
+            self._scan_locked(now_ns)
+
+    def _scan_locked(self, now_ns: int) -> None:
         self._key = self_key()
         self._next_scan_ns = now_ns + self._rescan_ns
         present = set(self._keys())

@@ -330,6 +330,41 @@ def test_in_flight_forgets_sigkilled_processes(name):
         flying.close()
 
 
+def test_in_flight_from_many_threads_while_a_process_dies(name):
+    """gthread workers: threads begin, count and end at once; a holder is killed meanwhile."""
+    import threading
+
+    flying = InFlight(name, rescan="1ns")  # every count() rescans: the most concurrent path
+    holder = _holder(name, 5)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(300):
+                stamp = flying.begin()
+                assert flying.count() >= 1
+                flying.end(stamp)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        holder.kill()
+        holder.wait()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert flying.count(rescan=True) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        flying.unlink()
+        flying.close()
+
+
 def test_in_flight_in_a_forked_child_and_across_buckets(name):
     clock = ManualClock(S)
     flying = InFlight(name, clock=clock)
