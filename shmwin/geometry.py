@@ -80,6 +80,8 @@ def pick_ring(
     longest. ``k`` rounds up (a read is never narrower than asked); a ``last`` longer than
     the ring is a ``ValueError``.
     """
+    if resolution is None and last is None and len(rings) == 1:
+        return 0, rings[0].n_buckets  # the common case, first
     if resolution is not None:
         index = resolution_index(rings, resolution)
     elif last is None:

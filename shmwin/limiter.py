@@ -28,7 +28,7 @@ from .duration import NS_PER_S
 from .errors import BackendUnavailableError
 from .geometry import DEFAULT_BUCKETS, limiter_geometry
 from .keys import Key
-from .policy import ON_ERROR, ON_FULL, choice, cost_of, fallback, limit_stats, pause_s, tightest
+from .policy import ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
 from .rate import LimitStats, Rate, parse_many
 from .window import Window
 
@@ -148,7 +148,6 @@ class Limiter:
 
     def test(self, key: Key, cost: int = 1) -> bool:
         """Would ``hit(key, cost)`` pass now? Counts nothing."""
-        cost = cost_of(cost, 0)
         try:
             return bool(self._backend.check(key, cost, False, False)[0])
         except BackendUnavailableError:
@@ -191,8 +190,8 @@ class Limiter:
             return bool(done.value)
 
     def _tries(self, key: Key, timeout: float | None, cost: int) -> Generator[float, None, bool]:
-        """The acquire loop, once for both: yields each pause (seconds), returns the verdict."""
-        cost = cost_of(cost, 1)
+        """The acquire loop, once for both: yields each pause (seconds), returns the verdict.
+        (The cost is checked by the backend's ``check``: policy.cost_of, or the core's copy.)"""
         deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
         while True:
             try:

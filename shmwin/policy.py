@@ -35,7 +35,10 @@ def choice(what: str, value: str, allowed: Sequence[str]) -> str:
 def cost_of(cost: Any, at_least: int) -> int:
     """A cost as an int: a whole number (``2`` or ``2.0``), at least ``at_least`` (1 to count,
     0 to only look). Booleans, fractions, NaN and numbers past int64 are a ValueError, with
-    the native core's message."""
+    the native core's message (the core checks its own calls by the same rules; a test holds
+    the two to one table)."""
+    if type(cost) is int and at_least <= cost <= INT64_MAX:
+        return cost
     if isinstance(cost, float):
         if math.isfinite(cost) and cost == math.floor(cost) and at_least <= cost < 9e18:
             return int(cost)
@@ -86,13 +89,20 @@ def may_wrap(values: npt.NDArray[Any]) -> bool:
     """Could numpy's int64 sum of ``values`` pass int64 (and wrap)? Cheap and conservative."""
     if values.dtype != np.int64 or values.size < 2:
         return False
-    bound = max(int(values.max()), -int(values.min()))
-    return bound * values.size > INT64_MAX
+    largest = np.abs(values).max()  # INT64_MIN stays negative under abs: caught by the < 0
+    return bool(largest < 0 or largest > INT64_MAX // values.size)
 
 
 def exact(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``values`` ready to be summed without wrapping: as Python ints when int64 might wrap."""
     return values.astype(object) if may_wrap(values) else values
+
+
+def exact_sum(values: npt.NDArray[Any]) -> int | float:
+    """The sum of a few values (one ring's buckets): Python ints for integers, never wrapped."""
+    if values.dtype.kind in "iuO":
+        return int(sum(values.tolist()))
+    return float(values.sum())
 
 
 def int64_total(value: Any, what: str) -> int:

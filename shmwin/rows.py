@@ -70,7 +70,9 @@ class Rows:
         still = epochs == expected
         if not np.array_equal(live, still):
             picked = np.where((live & still)[widen], picked, 0)
-        return exact(picked).sum(axis=1 if per_row else 0)  # type: ignore[no-any-return]
+        if per_row or picked.shape[0] > 1:  # one row summed over rows is itself: nothing to wrap
+            picked = exact(picked)
+        return picked.sum(axis=1 if per_row else 0)  # type: ignore[no-any-return]
 
     def newest_epoch(self, rows: slice) -> int:
         """The newest bucket epoch any of ``rows`` holds in the finest ring (-1: none)."""

@@ -26,7 +26,7 @@ from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedErro
 from .geometry import parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
 from .keys import Key
 from .layout import Geometry, Meta
-from .policy import WINDOW_ON_ERROR, choice, exact, int64_total
+from .policy import WINDOW_ON_ERROR, choice, exact, exact_sum, int64_total
 
 Number = int | float
 Fields = tuple[str, ...] | list[str] | str
@@ -343,14 +343,14 @@ class Window:
         past int64 (only reachable by summing many stripes, keys or buckets) raises
         OverflowError: never a wrapped or saturated number.
         """
-        values, _, _, _ = self._read(field, last, key, resolution)
-        return self._number(exact(values).sum(), f"the total of {self._name_of(field)!r}")
+        values, _, _, _ = self._read(field, last, key, resolution, ordered=False)
+        return self._number(exact_sum(values), f"the total of {self._name_of(field)!r}")
 
     def totals(
         self, last: Duration | None = None, key: Key | None = None, resolution: str | int | None = None
     ) -> dict[str, Number]:
         """``{field: sum}`` over the last ``last`` (default: the whole span)."""
-        values, _, _, _ = self._read(None, last, key, resolution, every_field=True)
+        values, _, _, _ = self._read(None, last, key, resolution, every_field=True, ordered=False)
         sums = exact(values).sum(axis=0)
         return {f: self._number(sums[i], f"the total of {f!r}") for i, f in enumerate(self._g.fields)}
 
@@ -366,9 +366,9 @@ class Window:
         The interval runs from the start of the oldest bucket counted to now, so
         a partly filled current bucket is neither ignored nor over-weighted.
         """
-        values, now_ns, k, bucket_ns = self._read(field, last, key, resolution)
+        values, now_ns, k, bucket_ns = self._read(field, last, key, resolution, ordered=False)
         covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
-        return float(exact(values).sum()) * NS_PER_S / max(covered_ns, 1)
+        return float(exact_sum(values)) * NS_PER_S / max(covered_ns, 1)
 
     def series(
         self,
@@ -409,13 +409,15 @@ class Window:
         key: Key | None,
         resolution: str | int | None,
         every_field: bool = False,
+        ordered: bool = True,
     ) -> tuple[npt.NDArray[Any], int, int, int]:
-        """``(values oldest first, now ns, k, bucket ns)`` of the ring a read over ``last`` uses."""
+        """``(values, now ns, k, bucket ns)`` of the ring a read over ``last`` uses (``ordered``:
+        the last k buckets oldest first; else any order, for sums)."""
         value_index = None if every_field else self._index(field)
         if key is not None and not self._g.keyed:
             self._keyed()
         ring_index, k = pick_ring(self._g.rings, last, resolution)
-        reading = self._backend.read(value_index, ring_index, k, key)
+        reading = self._backend.read(value_index, ring_index, k, key, ordered)
         return reading.values, reading.now_ns, k, self._g.rings[ring_index].bucket_ns
 
     def _index(self, field: str | None) -> int:

@@ -55,8 +55,9 @@ class Request:
 
 
 class Reading(NamedTuple):
-    """The last ``k`` buckets of one ring: ``values`` oldest first, ``(k,)`` for one field or
-    ``(k, fields)`` for all; int64 windows may hold Python ints (object) where int64 could wrap."""
+    """Buckets of one ring: ``values`` ``(k,)`` for one field or ``(k, fields)`` for all (unless
+    unordered, where shared memory gives every slot, the stale ones 0); int64 windows may hold
+    Python ints (object) where an int64 sum could wrap."""
 
     values: npt.NDArray[Any]
     now_ns: int
@@ -88,7 +89,11 @@ class WindowBackend(Protocol):
     def add_batch(self, items: Sequence[tuple[int, int, Number]], field: str, key: Key | None) -> None:
         """Add ``(ring, epoch, amount)`` items (a stamped ``add_many``) in one call."""
 
-    def read(self, value_index: int | None, ring_index: int, k: int, key: Key | None) -> Reading: ...
+    def read(
+        self, value_index: int | None, ring_index: int, k: int, key: Key | None, ordered: bool = True
+    ) -> Reading:
+        """The last ``k`` buckets (``ordered``: oldest first; else in any order, for sums)."""
+
     def top(self, n: int, value_index: int, ring_index: int, k: int) -> list[tuple[Key, Number]]: ...
     def keys(self) -> list[Key]: ...
     def clear(self, key: Key) -> None: ...

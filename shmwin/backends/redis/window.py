@@ -83,8 +83,10 @@ class RedisWindow(RedisBase):
 
     # -- reading ----------------------------------------------------------------------
 
-    def read(self, value_index: int | None, ring_index: int, k: int, key: Key | None) -> Reading:
-        """The last ``k`` buckets, oldest first: one round trip."""
+    def read(
+        self, value_index: int | None, ring_index: int, k: int, key: Key | None, ordered: bool = True
+    ) -> Reading:
+        """The last ``k`` buckets, oldest first (always): one round trip."""
         g = self._g
         all_keys = g.keyed and key is None
         out = self._run(

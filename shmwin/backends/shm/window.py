@@ -277,8 +277,12 @@ class ShmWindow:
 
     # -- reading --------------------------------------------------------------------
 
-    def read(self, value_index: int | None, ring_index: int, k: int, key: Key | None) -> Reading:
+    def read(
+        self, value_index: int | None, ring_index: int, k: int, key: Key | None, ordered: bool = True
+    ) -> Reading:
         per_slot, now_ns = self._live(value_index, ring_index, k, key)
+        if not ordered:  # a sum: every slot, those outside the last k are 0
+            return Reading(per_slot, now_ns)
         r = self._rows.rings[ring_index]
         return Reading(per_slot[ring.slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
 
