@@ -30,6 +30,7 @@ from typing import Any
 
 from .clock import Clock
 from .duration import Duration, to_ns
+from .errors import GeometryMismatchError, WindowNotFoundError
 from .keys import Key
 from .limiter import Limiter
 from .rate import LimitStats, Rate, parse_many
@@ -91,16 +92,8 @@ class AdaptiveLimiter:
         clock: Clock | None = None,
         perm: int = 0o600,
     ):
-        _check(good, bad, floor, min_samples, scale)
-        self.rates = parse_many(rates)
-        self.good, self.bad, self.floor, self.min_samples, self.scale = good, bad, floor, min_samples, scale
-        self._last = last
-        self._refresh_ns = 0 if refresh == 0 else to_ns(refresh, "refresh")
-        self._clock: Clock = clock or time.monotonic_ns
-        have = HEALTH_FIELDS if health is None else tuple(health.fields)
-        for field in (ok_field, error_field):
-            if field not in have:  # checked before anything is created
-                raise ValueError(f"the health window has no field {field!r} (it has {have})")
+        self._configure(parse_many(rates), good, bad, floor, min_samples, scale, last, refresh, clock)
+        _check_fields(HEALTH_FIELDS if health is None else tuple(health.fields), ok_field, error_field)
         self._own_health = health is None
         self.health: Any = health or Window(
             name + ".health", span="10s", buckets=10, fields=HEALTH_FIELDS, clock=clock, perm=perm
@@ -113,6 +106,71 @@ class AdaptiveLimiter:
             self._close_health()
             raise
         self.name = self.limiter.name
+
+    @classmethod
+    def attach(
+        cls,
+        name: str,
+        *,
+        scale: int = 1000,
+        health: Window | None = None,
+        ok_field: str = "ok",
+        error_field: str = "error",
+        last: Duration | None = None,
+        good: float = 0.05,
+        bad: float = 0.5,
+        floor: float = 0.1,
+        min_samples: int = 20,
+        refresh: Duration = "100ms",
+        clock: Clock | None = None,
+    ) -> AdaptiveLimiter:
+        """Attach to an existing adaptive limiter: its rates are the limiter's divided by
+        ``scale`` (not stored: give the one it was made with); its health window is
+        ``NAME.health`` unless ``health`` is given. The policy is each process's own."""
+        limiter = Limiter.attach(name, clock=clock)
+        opened: Window | None = None
+        try:
+            if any(r.limit % scale for r in limiter.rates):
+                raise GeometryMismatchError(f"{name!r} is not an adaptive limiter of scale {scale}")
+            self = object.__new__(cls)
+            self._configure(
+                [Rate(r.limit // scale, r.period_ns) for r in limiter.rates],
+                good, bad, floor, min_samples, scale, last, refresh, clock,
+            )  # fmt: skip
+            if health is None:
+                health = opened = Window.attach(name + ".health", clock=clock)
+            _check_fields(tuple(health.fields), ok_field, error_field)
+        except BaseException:
+            limiter.close()
+            if opened is not None:
+                opened.close()
+            raise
+        self._own_health = opened is not None
+        self.health = health
+        self._ok_field, self._error_field = ok_field, error_field
+        self.limiter = limiter
+        self.name = limiter.name
+        return self
+
+    def _configure(
+        self,
+        rates: list[Rate],
+        good: float,
+        bad: float,
+        floor: float,
+        min_samples: int,
+        scale: int,
+        last: Duration | None,
+        refresh: Duration,
+        clock: Clock | None,
+    ) -> None:
+        """The policy, checked before anything is created or attached."""
+        _check(good, bad, floor, min_samples, scale)
+        self.rates = rates
+        self.good, self.bad, self.floor, self.min_samples, self.scale = good, bad, floor, min_samples, scale
+        self._last = last
+        self._refresh_ns = 0 if refresh == 0 else to_ns(refresh, "refresh")
+        self._clock: Clock = clock or time.monotonic_ns
         self._cost = scale
         self._next_read_ns = -(2**63)
 
@@ -208,6 +266,25 @@ class AdaptiveLimiter:
         return f"<shmwin.AdaptiveLimiter {self.name!r} {rates}>"
 
 
+def describe(name: str, *, scale: int = 1000) -> dict[str, Any] | None:
+    """``AdaptiveLimiter.attach(name).describe()``, or None if ``name`` is not one (a limiter
+    whose rates divide by ``scale``, beside a ``NAME.health`` window with ok and error)."""
+    try:
+        limiter = AdaptiveLimiter.attach(name, scale=scale)
+    except (GeometryMismatchError, WindowNotFoundError, ValueError):
+        return None
+    try:
+        return limiter.describe()
+    finally:
+        limiter.close()
+
+
+def _check_fields(have: tuple[str, ...], ok_field: str, error_field: str) -> None:
+    for field in (ok_field, error_field):
+        if field not in have:
+            raise ValueError(f"the health window has no field {field!r} (it has {have})")
+
+
 def _check(good: float, bad: float, floor: float, min_samples: int, scale: int) -> None:
     for what, value in (("good", good), ("bad", bad), ("floor", floor)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
@@ -222,4 +299,4 @@ def _check(good: float, bad: float, floor: float, min_samples: int, scale: int) 
         raise ValueError(f"scale must be an int >= 1, not {scale!r}")
 
 
-__all__ = ["HEALTH_FIELDS", "AdaptiveLimiter", "AdaptiveStats", "factor_for"]
+__all__ = ["HEALTH_FIELDS", "AdaptiveLimiter", "AdaptiveStats", "describe", "factor_for"]

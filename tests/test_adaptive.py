@@ -112,6 +112,29 @@ def test_errors_recorded_by_another_process_lower_this_ones_limit(name, tmp_path
         limiter.close()
 
 
+def test_attach_and_describe_by_name(name):
+    clock = ManualClock(S)
+    limiter = AdaptiveLimiter(name, "10/second;100/minute", clock=clock)
+    try:
+        limiter.record(ok=False, n=30)
+        other = AdaptiveLimiter.attach(name, clock=clock)
+        assert other.rates == limiter.rates and other.stats() == limiter.stats()
+        assert other.hit("k") and not other.hit("k")  # the floor: 1 of 10 per second
+        other.close()
+        assert shmwin.adaptive.describe(name)["rates"] == ["10/second", "100/minute"]
+        with pytest.raises(shmwin.GeometryMismatchError, match="scale"):
+            AdaptiveLimiter.attach(name, scale=7)
+        assert shmwin.adaptive.describe(name, scale=7) is None
+    finally:
+        limiter.unlink()
+        limiter.close()
+    with shmwin.Limiter(name, "5/second") as plain:  # a limiter with no health window
+        try:
+            assert shmwin.adaptive.describe(name, scale=1) is None
+        finally:
+            plain.unlink()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
