@@ -25,6 +25,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 #include <unistd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -44,18 +46,25 @@
 #define WORD 8
 #define LOCK_BYTES 64          /* lock table entry: the mutex, then ...          */
 #define LOCK_INTENT_OFF 56     /* ... i64 intent: the row (or key entry) a section works on */
-#define KEY_ENTRY_BYTES 128    /* key entry: gen, hash, -, len|flags<<32, key[96] */
-#define KEY_BYTES_OFF 32
+#define KEY_ENTRY_BYTES 32     /* index entry: gen, hash, row, - */
+#define KEY_HEADER_BYTES 128   /* a keyed row's key header: gen, last ns, hash, len|flags<<32, key[96] */
+#define KEY_BYTES_OFF 32       /* the key's bytes within it */
 #define MAX_STORED_KEY 96
 #define LONG_PREFIX 80         /* long keys: 80 bytes of prefix + a 16-byte digest */
 #define FLAG_STR 1
 #define FLAG_DIGEST 2
 #define STRIPE_ENTRY_BYTES 64  /* stripe entry: owner pid, start ticks, pid, claimed ns */
 #define ROWS_IN_USE_OFF 1024
+#define INDEX_OFF 1032         /* keyed: the key table's state words, under LOCK_KEYS */
+#define INDEX_USED_OFF 1040
+#define KEYS_OFF 1048
+#define ROWS_TOP_OFF 1056
+#define ROWS_RESERVED_OFF 1064
+#define FREE_HEAD_OFF 1072
+#define REBUILT_NS_OFF 1080
 #define EMPTY_EPOCH INT64_MIN
-#define LONG_AGO (-((int64_t)1 << 62))  /* a key's last write when cleared: idle at once, even just after boot */
 #define MAX_RINGS 8
-#define MAX_PROBES 128
+#define MAX_PROBES 256
 #define LOCK_STRIPES 0         /* unkeyed: the stripe table; keyed: key insertion */
 #define LOCK_KEYS 0
 #define LOCK_ROW0 1            /* unkeyed: the shared row 0 */
@@ -77,7 +86,7 @@ _Static_assert(sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "a mutex must fit bef
 
 /* ---- errors (the classes live in errors.py; set_errors() hands them over) ---------- */
 
-static PyObject *ErrClosed, *ErrTimeout, *ErrCorrupt, *ErrFull, *ErrField;
+static PyObject *ErrClosed, *ErrTimeout, *ErrCorrupt, *ErrFull, *ErrField, *ErrSpace;
 
 /* ---- fail points (test only; one predictable branch per store otherwise) ----------- */
 
@@ -164,6 +173,9 @@ typedef struct {
     int n_fields, slot_words, head_slots, n_rings, n_locks, n_key_locks;
     Ring rings[MAX_RINGS];
     int64_t locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, key_slots;
+    int64_t index_levels;  /* keyed: index copies 2 x level + copy < 2 x index_levels */
+    int64_t map_bytes;     /* the mapping's length (the segment file's size, mostly sparse) */
+    int fd;                /* keyed: the segment, to reserve memory as the table grows; else -1 */
     int64_t rings_off;  /* byte offset of the first ring header within a row */
     int64_t idle_ns;
     uint64_t hk0, hk1;  /* the segment's hash key */
@@ -206,6 +218,10 @@ static int row_lock(Core *c, int64_t slot) { return FIRST_KEY_LOCK + (int)(slot 
 
 /* Entry and exit of every method: no memory is touched after close(). */
 static void release_map(Core *c) {
+    if (c->busy == 0 && c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
     if (c->has_buf && c->busy == 0) {
         c->has_buf = 0;
         c->base = NULL;
@@ -534,25 +550,82 @@ static int encode_key(Core *c, PyObject *key, StoredKey *k) {
     return 0;
 }
 
-/* Probe sequence: double hashing over a prime table, so it visits every entry. */
-#define PROBES(c, h, s, step, i)                                                          \
-    for (int64_t i = 0, s = (int64_t)((h) % (uint64_t)(c)->key_slots),                     \
-                 step = (c)->key_slots > 1 ? 1 + (int64_t)(((h) >> 20) % (uint64_t)((c)->key_slots - 1)) : 1; \
-         i < MAX_PROBES && i < (c)->key_slots; i++, s = (s + step) % (c)->key_slots)
+/* ---- the key table: an index over a heap of rows (layout.py, "Key table") ------------ *
+ * The index maps a key's hash to the heap row that holds the key's identity (its header)
+ * and its counts. Everything here runs under LOCK_KEYS except find_key, which is lock-free:
+ * what it finds is a hint, confirmed by the row's generation under the row's lock. Row
+ * generations only change under LOCK_KEYS and only go up (in absolute value), so a cached
+ * (row, generation) can never name another key. */
 
-static int entry_is(int64_t *e, const StoredKey *k) {
-    return LOAD(e + 1) == (int64_t)k->hash && LOAD(e + 3) == (k->len | (int64_t)k->flags << 32) &&
-           memcmp((char *)e + KEY_BYTES_OFF, k->bytes, (size_t)k->len) == 0;
+#define E_GEN 0                /* index entry words */
+#define E_HASH 1
+#define E_ROW 2
+#define ENTRY_WORDS (KEY_ENTRY_BYTES / WORD)
+#define RGEN(row) ((int64_t *)(row))          /* a keyed row's key header words */
+#define RLAST(row) ((int64_t *)(row) + 1)
+#define RHASH(row) ((int64_t *)(row) + 2)
+#define RLEN(row) ((int64_t *)(row) + 3)
+#define RKEY(row) ((char *)(row) + KEY_BYTES_OFF)
+#define KEYWORD(c, off) W((c), (off))     /* the key table's state words in the header */
+
+typedef struct {
+    int64_t *base;   /* entry 0 */
+    int64_t slots;   /* a power of two */
+    int64_t index;   /* 2 x level + copy */
+} Index;
+
+static Index index_copy(Core *c, int64_t index) {
+    int64_t level = index >> 1, copy = index & 1;
+    Index x = {W(c, c->keys_off + KEY_ENTRY_BYTES * c->key_slots *
+                        (2 * ((1LL << level) - 1) + copy * (1LL << level))),
+               c->key_slots << level, index};
+    return x;
 }
 
-/* Lock-free lookup: 1 and (slot, generation) if found. A negative generation (an entry
- * being written, or left half-written by a dead inserter) never matches. */
+/* The published index; a junk descriptor is an error, never a wild read. */
+static int current_index(Core *c, Index *x) {
+    int64_t d = LOAD(KEYWORD(c, INDEX_OFF));
+    if (d < 0 || d >= 2 * c->index_levels) {
+        PyErr_Format(ErrCorrupt, "window %R: its key index descriptor (%lld) is out of range: the "
+                     "segment is corrupt", c->name, (long long)d);
+        return -1;
+    }
+    *x = index_copy(c, d);
+    return 0;
+}
+#define ENT(x, p) ((x)->base + (p) * ENTRY_WORDS)
+#define PROBE(x, h, p, i) \
+    for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
+         i++, p = (p + 1) & ((x)->slots - 1))
+
+/* Rows that may be followed: handed out, and reserved (a junk top is clamped, never trusted). */
+static int64_t rows_top(Core *c) {
+    int64_t top = LOAD(KEYWORD(c, ROWS_TOP_OFF)), reserved = LOAD(KEYWORD(c, ROWS_RESERVED_OFF));
+    if (top > reserved) top = reserved;
+    if (top > c->n_rows) top = c->n_rows;
+    return top < 0 ? 0 : top;
+}
+
+static int row_holds(char *row, const StoredKey *k) {
+    return LOAD(RHASH(row)) == (int64_t)k->hash && LOAD(RLEN(row)) == (k->len | (int64_t)k->flags << 32) &&
+           memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
+}
+
+/* Lock-free lookup: 1 and (row, generation) if found, 0 if not, -1 error. An entry being
+ * written (negative generation) or pointing at a row that no longer holds it never matches. */
 static int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
-    PROBES(c, k->hash, s, step, i) {
-        int64_t *e = ENTRY(c, s), g = LOAD(e);
+    Index x;
+    if (current_index(c, &x) < 0) return -1;
+    int64_t top = rows_top(c);
+    PROBE(&x, k->hash, p, i) {
+        int64_t *e = ENT(&x, p), g = LOAD(e + E_GEN);
         if (g == 0) return 0;  /* never used: the key would have been placed here or before */
-        if (g > 0 && entry_is(e, k) && LOAD(e) == g) {
-            *slot = s;
+        if (g < 0 || LOAD(e + E_HASH) != (int64_t)k->hash) continue;
+        int64_t r = LOAD(e + E_ROW);
+        if (r < 0 || r >= top) continue;
+        char *row = ROW(c, r);
+        if (LOAD(RGEN(row)) == g && row_holds(row, k) && LOAD(e + E_GEN) == g) {
+            *slot = r;
             *gen = g;
             return 1;
         }
@@ -561,57 +634,226 @@ static int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
 }
 
 static int idle(Core *c, int64_t slot, int64_t now) {
-    return now - LOAD((int64_t *)ROW(c, slot) + 1) > c->idle_ns;
+    return now - LOAD(RLAST(ROW(c, slot))) > c->idle_ns;
 }
 
-/* Section "rollback": undo the half-published entry `slot` (its or its row's generation
- * negative) of an inserter that died. Caller holds LOCK_KEYS, so no live inserter writes it.
- * After: hash 0 (matches no key), empty rings, idle, generation published positive. */
-static int half_published(Core *c, int64_t slot) {
-    return LOAD(ENTRY(c, slot)) < 0 || LOAD((int64_t *)ROW(c, slot)) < 0;
+/* The row entry e points at if it holds a key whose row agrees (generation and hash), else -1. */
+static int64_t live_row(Core *c, int64_t *e, int64_t top) {
+    int64_t g = LOAD(e + E_GEN), h = LOAD(e + E_HASH), r = LOAD(e + E_ROW);
+    if (g <= 0 || h == 0 || r < 0 || r >= top) return -1;
+    char *row = ROW(c, r);
+    return LOAD(RGEN(row)) == g && LOAD(RHASH(row)) == h ? r : -1;
 }
 
-static int rollback(Core *c, int64_t slot) {
-    int64_t *e = ENTRY(c, slot), eg = LOAD(e), rg = LOAD((int64_t *)ROW(c, slot));
-    int64_t g = eg < 0 ? -eg : rg < 0 ? -rg : 0;  /* the generation the dead inserter wrote */
-    int lock = row_lock(c, slot);
-    if (g <= 0) return 0;
-    if (lock_take(c, lock) < 0) return -1;
-    char *row = ROW(c, slot);
-    SECTION("rollback");
-    STORE(intent_at(c, LOCK_KEYS), slot);
-    STORE(e + 1, 0);
-    STORE(e + 3, 0);
-    empty_rings(c, row);
-    STORE((int64_t *)row + 1, LONG_AGO);
-    STORE((int64_t *)row, g);
-    STORE(e, g);
-    END_SECTION();
-    lock_give(c, lock);
+/* OutOfSpaceError(errno, message): the segment could not grow; nothing was written. */
+static int space_error(Core *c, int err, const char *what) {
+    PyObject *msg = PyUnicode_FromFormat("no room in /dev/shm for %s in window %R (%s): free some "
+                                         "space, or give the window a capacity and an on_full policy",
+                                         what, c->name, strerror(err));
+    PyObject *args = msg ? Py_BuildValue("(iN)", err, msg) : NULL;
+    if (args != NULL) {
+        PyErr_SetObject(ErrSpace, args);
+        Py_DECREF(args);
+    }
+    return -1;
+}
+
+/* Reserve heap rows up to at least `need` (posix_fallocate: a full /dev/shm is an error now,
+ * never a SIGBUS later). Grows by half again, at least 8 rows, page by page. */
+static int reserve_rows(Core *c, int64_t need) {
+    int64_t have = LOAD(KEYWORD(c, ROWS_RESERVED_OFF)), want = have + (have / 2 > 8 ? have / 2 : 8);
+    if (want < need) want = need;
+    if (want > c->n_rows) want = c->n_rows;
+    int64_t from = c->rows_off + have * c->row_bytes, to = c->rows_off + want * c->row_bytes;
+    from -= from % 4096;
+    to = (to + 4095) / 4096 * 4096;
+    if (to > c->map_bytes) to = c->map_bytes;
+    int err = posix_fallocate(c->fd, from, to - from);
+    if (err != 0) return space_error(c, err, "more keys");
+    STORE(KEYWORD(c, ROWS_RESERVED_OFF), want);
     return 0;
 }
 
-/* Section "insert": give entry `slot` (free, or idle) to key k. Caller holds LOCK_KEYS and
- * the row's lock. The row's copy of the generation (what a writer checks under the row lock)
- * and the entry's are negative from the first stores to the last two, so if the inserter
- * dies midway no writer that cached the old key writes the row, lookups skip the entry, and
- * the next LOCK_KEYS holder rolls it back. */
-static int64_t assign(Core *c, int64_t slot, const StoredKey *k, int64_t now) {
-    int64_t *e = ENTRY(c, slot), g = LOAD(e), *row = (int64_t *)ROW(c, slot);
-    int64_t gen = (g < 0 ? -g : g) + 1;
-    SECTION("insert");
-    STORE(intent_at(c, LOCK_KEYS), slot);
-    STORE(row, -gen);  /* first: a writer that cached the entry's old key no longer matches */
-    STORE(e, -gen);
-    memset((char *)e + KEY_BYTES_OFF, 0, MAX_STORED_KEY);
-    memcpy((char *)e + KEY_BYTES_OFF, k->bytes, (size_t)k->len);
+/* Reserve the memory of an index copy before writing it. */
+static int reserve_index(Core *c, const Index *x) {
+    int64_t from = (char *)x->base - c->base, to = from + x->slots * KEY_ENTRY_BYTES;
+    from -= from % 4096;
+    int err = posix_fallocate(c->fd, from, to - from);
+    return err == 0 ? 0 : space_error(c, err, "a larger key index");
+}
+
+/* Section "rebuild": a new index holding every key whose row is not idle, in the copy
+ * nobody reads, sized for a load of at most 1/4; idle keys' rows go to the free list.
+ * Caller holds LOCK_KEYS. Order: dropped rows are unpublished (negative generation, under
+ * their row locks) first, so no writer counts into a key the new index forgets; the new
+ * index is published with one store; the free list is written last. A tear anywhere is
+ * undone by the repair (repair_keys): it keeps the current index and frees unreferenced rows. */
+static int rebuild(Core *c, int64_t now) {
+    Index cur, next;
+    if (current_index(c, &cur) < 0) return -1;
+    int64_t top = rows_top(c), kept = 0;
+    SECTION("rebuild");
+    for (int64_t p = 0; p < cur.slots; p++) {  /* count, and drop the idle */
+        int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
+        if (r < 0) continue;
+        if (idle(c, r, now)) {
+            int lock = row_lock(c, r);
+            if (lock_take(c, lock) < 0) {
+                END_SECTION();
+                return -1;
+            }
+            if (idle(c, r, now) && live_row(c, e, top) == r) {
+                STORE(RGEN(ROW(c, r)), -LOAD(e + E_GEN));  /* writers caching it stop matching */
+                lock_give(c, lock);
+                continue;
+            }
+            lock_give(c, lock);
+        }
+        kept++;
+    }
+    int64_t level = 0;
+    while (level + 1 < c->index_levels && (c->key_slots << level) < 4 * (kept + 1)) level++;
+    next = index_copy(c, 2 * level + ((cur.index & 1) ^ 1));
+    if (reserve_index(c, &next) < 0) {  /* nothing published; the repair frees the dropped */
+        END_SECTION();
+        return -1;
+    }
+    STORE(intent_at(c, LOCK_KEYS), -1);
+    memset(next.base, 0, (size_t)(next.slots * KEY_ENTRY_BYTES));
     FAILPOINT();
-    STORE(e + 3, k->len | (int64_t)k->flags << 32);
-    STORE(e + 1, (int64_t)k->hash);
+    for (int64_t p = 0; p < cur.slots; p++) {
+        int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
+        if (r < 0) continue;
+        PROBE(&next, (uint64_t)LOAD(e + E_HASH), q, i) {
+            int64_t *f = ENT(&next, q);
+            if (LOAD(f + E_GEN) != 0) continue;
+            STORE(f + E_ROW, r);
+            STORE(f + E_HASH, LOAD(e + E_HASH));
+            STORE(f + E_GEN, LOAD(e + E_GEN));
+            break;
+        }
+    }
+    STORE(KEYWORD(c, INDEX_USED_OFF), kept);
+    STORE(KEYWORD(c, KEYS_OFF), kept);
+    STORE(KEYWORD(c, REBUILT_NS_OFF), now);
+    STORE(KEYWORD(c, INDEX_OFF), next.index);  /* published */
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    for (int64_t p = 0; p < cur.slots; p++) {  /* the dropped rows: negative, named by cur */
+        int64_t *e = ENT(&cur, p), g = LOAD(e + E_GEN), r = LOAD(e + E_ROW);
+        if (g <= 0 || LOAD(e + E_HASH) == 0 || r < 0 || r >= top) continue;
+        char *row = ROW(c, r);
+        if (LOAD(RGEN(row)) != -g) continue;
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
+        head = r + 1;
+    }
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    END_SECTION();
+    return 0;
+}
+
+/* Section "rollback" -- the repair of LOCK_KEYS after its holder died inside "insert" or
+ * "rebuild": keep the current index, turn every entry that does not agree with its row into a
+ * tombstone, and rebuild the free list from the rows no entry names. The keys so dropped were
+ * being inserted (nothing counted yet) or idle (nothing live). Bounded by the table's size. */
+static void repair_keys(Core *c) {
+    Index x;
+    if (current_index(c, &x) < 0) {
+        PyErr_Clear();  /* reported to the next caller by find_key */
+        return;
+    }
+    int64_t top = rows_top(c), used = 0, keys = 0, head = 0;
+    unsigned char *named = PyMem_Calloc((size_t)(top > 0 ? top : 1), 1);
+    if (named == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    SECTION("rollback");
+    for (int64_t p = 0; p < x.slots; p++) {
+        int64_t *e = ENT(&x, p), g = LOAD(e + E_GEN);
+        if (g == 0) continue;
+        used++;
+        if (LOAD(e + E_HASH) == 0 && g > 0) continue;  /* a tombstone */
+        int64_t r = live_row(c, e, top);
+        if (r < 0 || named[r]) {
+            STORE(e + E_HASH, 0);
+            STORE(e + E_GEN, g < 0 ? -g : g);
+            continue;
+        }
+        named[r] = 1;
+        keys++;
+    }
+    for (int64_t r = top - 1; r >= 0; r--) {
+        if (named[r]) continue;
+        char *row = ROW(c, r);
+        int64_t g = LOAD(RGEN(row));
+        STORE(RGEN(row), -((g < 0 ? -g : g) + 1));  /* whoever cached it stops matching */
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), (g < 0 ? -g : g) + 2);  /* free: positive, holding no key */
+        head = r + 1;
+    }
+    STORE(KEYWORD(c, ROWS_TOP_OFF), top);
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    STORE(KEYWORD(c, INDEX_USED_OFF), used);
+    STORE(KEYWORD(c, KEYS_OFF), keys);
+    END_SECTION();
+    PyMem_Free(named);
+}
+
+/* A row for a new key: the free list's first, else the next on the heap (reserved now).
+ * Nothing is stored: assign() takes it, in its section. */
+static int take_row(Core *c, int64_t *r, int *from_free) {
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), top = rows_top(c);
+    if (head > 0 && head <= top) {
+        *r = head - 1;
+        *from_free = 1;
+        return 0;
+    }
+    top = LOAD(KEYWORD(c, ROWS_TOP_OFF));
+    if (top < 0 || top >= c->n_rows) {
+        PyErr_Format(ErrFull, "window %R has handed out all %lld rows", c->name, (long long)c->n_rows);
+        return -1;
+    }
+    if (top >= LOAD(KEYWORD(c, ROWS_RESERVED_OFF)) && reserve_rows(c, top + 1) < 0) return -1;
+    *r = top;
+    *from_free = 0;
+    return 0;
+}
+
+enum { PLACE_NEW, PLACE_TOMB, PLACE_IDLE };
+
+/* Section "insert": give key k the index entry p and the row r (free, the heap's next, or
+ * the idle key's that p held). Caller holds LOCK_KEYS and the row's lock. The row's
+ * generation and the entry's are negative from the first stores to the last ones, so if the
+ * inserter dies midway no writer that cached the row's old key writes it, lookups skip the
+ * entry, and the repair drops both. */
+static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int from_free,
+                      const StoredKey *k, int64_t now) {
+    int64_t *e = ENT(x, p), *row = (int64_t *)ROW(c, r);
+    int64_t old = LOAD(RGEN(row)), gen = (old < 0 ? -old : old) + 1, next = LOAD(RLAST(row));
+    int64_t used = LOAD(KEYWORD(c, INDEX_USED_OFF)), keys = LOAD(KEYWORD(c, KEYS_OFF));
+    SECTION("insert");
+    STORE(intent_at(c, LOCK_KEYS), p);
+    STORE(RGEN(row), -gen);  /* first: a writer that cached the row's old key no longer matches */
+    STORE(e + E_GEN, -gen);
+    if (from_free) STORE(KEYWORD(c, FREE_HEAD_OFF), next);
+    else if (place != PLACE_IDLE) STORE(KEYWORD(c, ROWS_TOP_OFF), r + 1);
+    STORE(RHASH(row), 0);
+    memset(RKEY(row), 0, MAX_STORED_KEY);
+    memcpy(RKEY(row), k->bytes, (size_t)k->len);
+    FAILPOINT();
+    STORE(RLEN(row), k->len | (int64_t)k->flags << 32);
+    STORE(RHASH(row), (int64_t)k->hash);
     empty_rings(c, (char *)row);
-    STORE(row + 1, now);
-    STORE(row, gen);
-    STORE(e, gen);
+    STORE(RLAST(row), now);
+    STORE(RGEN(row), gen);
+    STORE(e + E_ROW, r);
+    STORE(e + E_HASH, (int64_t)k->hash);
+    STORE(e + E_GEN, gen);  /* published */
+    if (place == PLACE_NEW) STORE(KEYWORD(c, INDEX_USED_OFF), used + 1);
+    if (place != PLACE_IDLE) STORE(KEYWORD(c, KEYS_OFF), keys + 1);
     END_SECTION();
     return gen;
 }
@@ -689,7 +931,7 @@ static int cache_grow(Core *c) {
 
 static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     if (!cacheable(key) || gen >= INT32_MAX || slot >= INT32_MAX) return;
-    if (c->cache_used >= 4 * c->key_slots + 64) cache_drop(c);  /* churn: start over */
+    if (c->cache_used >= 4 * LOAD(KEYWORD(c, KEYS_OFF)) + 256) cache_drop(c);  /* churn: start over */
     if (cache_grow(c) < 0) return;  /* a cache only */
     Py_hash_t h = PyObject_Hash(key);
     int64_t i = cache_probe(c, key, h);
@@ -701,48 +943,105 @@ static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     c->cache[c->cache_index[i]].gen = (int32_t)gen;
 }
 
+/* Where k goes in index x: the first entry on its probe path that is never used, a tombstone,
+ * or an idle key's (whose row k then takes). -1 if the path is full. */
+static int64_t place_of(Core *c, Index *x, const StoredKey *k, int64_t now, int *place) {
+    int64_t top = rows_top(c);
+    PROBE(x, k->hash, p, i) {
+        int64_t *e = ENT(x, p), g = LOAD(e + E_GEN);
+        if (g == 0 || (g > 0 && LOAD(e + E_HASH) == 0)) {
+            *place = g == 0 ? PLACE_NEW : PLACE_TOMB;
+            return p;
+        }
+        int64_t r = live_row(c, e, top);
+        if (r >= 0 && idle(c, r, now)) {
+            *place = PLACE_IDLE;
+            return p;
+        }
+        r = LOAD(e + E_ROW);
+        if (g > 0 && LOAD(e + E_HASH) == (int64_t)k->hash && r >= 0 && r < top && row_holds(ROW(c, r), k)) {
+            /* k's entry, whose row says another generation: under LOCK_KEYS only junk does that */
+            PyErr_Format(ErrCorrupt, "window %R: key entry %lld and its row %lld disagree on the "
+                         "key's generation: the segment is corrupt", c->name, (long long)p, (long long)r);
+            *place = -1;
+            return -2;
+        }
+    }
+    return -1;
+}
+
+/* May a rebuild run to make room at `now`? At most once a second (or a span, if shorter) of
+ * this caller's clock: a table full of live keys must not turn every refused insert into a
+ * scan, and no key can have gone idle sooner. */
+static int may_rebuild(Core *c, int64_t now) {
+    int64_t last = LOAD(KEYWORD(c, REBUILT_NS_OFF));
+    return now - last >= (c->idle_ns < NS ? c->idle_ns : NS) || now < last;
+}
+
+static void forget(Core *c, PyObject *key) {
+    CacheEntry *hint = cache_get(c, key);
+    if (hint != NULL) hint->gen = 0;
+    PyErr_Clear();  /* a cache only */
+}
+
 /* Insert k under LOCK_KEYS: 1 holding the row lock of *slot, -1 error (nothing held). */
 static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
     if (lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
-    int64_t s, g;
-    if (find_key(c, k, &s, &g)) {  /* inserted meanwhile by another process */
-        int lock = row_lock(c, s);
-        if (lock_take(c, lock) < 0) goto fail;
-        int64_t rg = LOAD((int64_t *)ROW(c, s));
-        if (rg == g) {
-            lock_give(c, LOCK_KEYS);
-            remember(c, key, s, g);
-            *slot = s;
-            return 1;
-        }
-        lock_give(c, lock);
-        if (rg >= 0) {
-            PyErr_Format(ErrCorrupt, "window %R: key entry %lld and its row disagree on the key's "
-                         "generation: the segment is corrupt", c->name, (long long)s);
+    int rebuilt = 0;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int64_t r, g;
+        int found = find_key(c, k, &r, &g), place, from_free = 0;
+        if (found < 0) goto fail;
+        if (found) {  /* inserted meanwhile by another process: definitive under LOCK_KEYS */
+            int lock = row_lock(c, r);
+            if (lock_take(c, lock) < 0) goto fail;
+            if (LOAD(RGEN(ROW(c, r))) == g) {
+                lock_give(c, LOCK_KEYS);
+                remember(c, key, r, g);
+                *slot = r;
+                return 1;
+            }
+            lock_give(c, lock);
+            PyErr_Format(ErrCorrupt, "window %R: key row %lld changed generation under the key "
+                         "table lock: the segment is corrupt", c->name, (long long)r);
             goto fail;
         }
-        if (rollback(c, s) < 0) goto fail;  /* an inserter died taking this entry: it is free */
-    }
-    PROBES(c, k->hash, s, step, i) {
-        int64_t *e = ENTRY(c, s);
-        if (half_published(c, s) && rollback(c, s) < 0) goto fail;
-        if (LOAD(e) != 0 && !idle(c, s, now)) continue;
-        int lock = row_lock(c, s);
+        Index x;
+        if (current_index(c, &x) < 0) goto fail;
+        int64_t p = -1;
+        if (2 * (LOAD(KEYWORD(c, INDEX_USED_OFF)) + 1) <= x.slots) p = place_of(c, &x, k, now, &place);
+        if (p == -2) goto fail;
+        int full = p >= 0 && place != PLACE_IDLE && LOAD(KEYWORD(c, KEYS_OFF)) >= c->n_rows;
+        if (p < 0 || full) {  /* the index needs room, or the table holds `capacity` keys */
+            if (!rebuilt && (!full || may_rebuild(c, now))) {
+                if (rebuild(c, now) < 0) goto fail;
+                rebuilt = 1;
+                continue;
+            }
+            if (full || p < 0) {
+                lock_give(c, LOCK_KEYS);
+                PyErr_Format(ErrFull, "no room for key %R in window %R: it holds %lld live keys, its "
+                             "capacity. Give it a larger capacity (or none: the table then grows)",
+                             key, c->name, (long long)LOAD(KEYWORD(c, KEYS_OFF)));
+                return -1;
+            }
+        }
+        if (place == PLACE_IDLE) r = LOAD(ENT(&x, p) + E_ROW);
+        else if (take_row(c, &r, &from_free) < 0) goto fail;
+        int lock = row_lock(c, r);
         if (lock_take(c, lock) < 0) goto fail;
-        if (LOAD(e) != 0 && !idle(c, s, now)) {  /* written while we waited for its lock */
-            lock_give(c, lock);
+        if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), rows_top(c)) != r || !idle(c, r, now))) {
+            lock_give(c, lock);  /* written while we waited for its lock: look again */
             continue;
         }
-        g = assign(c, s, k, now);
+        g = assign(c, &x, p, place, r, from_free, k, now);
         lock_give(c, LOCK_KEYS);
-        remember(c, key, s, g);
-        *slot = s;
+        remember(c, key, r, g);
+        *slot = r;
         return 1;
     }
-    lock_give(c, LOCK_KEYS);
-    PyErr_Format(ErrFull, "no free key entry for %R in window %R: all %lld entries it may use hold "
-                 "live keys. Give it a larger capacity", key, c->name, (long long)c->key_slots);
-    return -1;
+    PyErr_Format(ErrFull, "no room for key %R in window %R: every place for it kept being taken",
+                 key, c->name);
 fail:
     lock_give(c, LOCK_KEYS);
     return -1;
@@ -771,7 +1070,9 @@ static int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *sl
         } else {
             if (!encoded && encode_key(c, key, &k) < 0) return -1;
             encoded = 1;
-            if (!find_key(c, &k, &s, &g)) break;
+            int found = find_key(c, &k, &s, &g);
+            if (found < 0) return -1;
+            if (!found) break;
         }
         prefetch_row(c, s, now);
         int lock = row_lock(c, s);
@@ -1328,24 +1629,60 @@ out:
     return result;
 }
 
-/* clear(key): forget every count of key (section "clear"); its entry becomes idle. The rings
- * are emptied before the entry is marked idle: a torn clear never leaves live counts in an
- * entry that another key's insert may take over. */
-static PyObject *Core_clear(Core *c, PyObject *key) {
-    int64_t slot;
-    int got;
-    if (enter(c) < 0) return NULL;
-    got = c->keyed ? lock_key(c, key, 0, 0, &slot) : -1;
-    if (!c->keyed) PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
-    if (got == 1) {
-        char *row = ROW(c, slot);
-        SECTION("clear");
-        STORE(intent_at(c, row_lock(c, slot)), slot);
-        empty_rings(c, row);
-        STORE((int64_t *)row + 1, LONG_AGO);  /* idle (reusable) only once nothing is left in it */
-        END_SECTION();
-        lock_give(c, row_lock(c, slot));
+/* clear(key): forget key and every count of it (section "clear"), under LOCK_KEYS and the
+ * key's row lock: the row is unpublished first (writers caching it stop matching), emptied,
+ * its index entry made a tombstone, and the row put on the free list. A tear is finished by
+ * the repair: the entry no longer agrees with its row, so both are dropped. */
+static int clear_key(Core *c, PyObject *key) {
+    StoredKey k;
+    int64_t r, g;
+    Index x;
+    if (encode_key(c, key, &k) < 0 || lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
+    int found = find_key(c, &k, &r, &g);
+    if (found <= 0 || current_index(c, &x) < 0) {
+        lock_give(c, LOCK_KEYS);
+        return found < 0 ? -1 : 0;
     }
+    int lock = row_lock(c, r);
+    if (lock_take(c, lock) < 0) {
+        lock_give(c, LOCK_KEYS);
+        return -1;
+    }
+    char *row = ROW(c, r);
+    int64_t *e = NULL;
+    PROBE(&x, k.hash, p, i) {
+        int64_t *f = ENT(&x, p);
+        if (LOAD(f + E_GEN) == g && LOAD(f + E_ROW) == r) {
+            e = f;
+            break;
+        }
+    }
+    int64_t keys = LOAD(KEYWORD(c, KEYS_OFF)), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    SECTION("clear");
+    STORE(intent_at(c, lock), r);
+    STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
+    empty_rings(c, row);
+    if (e != NULL) {
+        STORE(e + E_HASH, 0);  /* a tombstone: probing goes on past it */
+        STORE(e + E_GEN, g + 1);
+    }
+    STORE(RHASH(row), 0);
+    STORE(RLAST(row), head);
+    STORE(RGEN(row), g + 2);  /* free */
+    STORE(KEYWORD(c, FREE_HEAD_OFF), r + 1);
+    STORE(KEYWORD(c, KEYS_OFF), keys > 0 ? keys - 1 : 0);
+    END_SECTION();
+    lock_give(c, lock);
+    lock_give(c, LOCK_KEYS);
+    forget(c, key);
+    return 1;
+}
+
+static PyObject *Core_clear(Core *c, PyObject *key) {
+    int got = -1;
+    if (enter(c) < 0) return NULL;
+    if (!c->keyed) PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
+    else got = clear_key(c, key);
     leave(c);
     if (got < 0) return NULL;
     Py_RETURN_NONE;
@@ -1360,7 +1697,8 @@ static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
         if (lock_take_ex(c, held, held == 0) < 0) break;
     if (held == c->n_locks) {
         SECTION("reset");
-        for (int64_t r = 0; r < c->n_rows; r++) empty_rings(c, ROW(c, r));
+        int64_t rows = c->keyed ? rows_top(c) : c->n_rows;
+        for (int64_t r = 0; r < rows; r++) empty_rings(c, ROW(c, r));
         END_SECTION();
     }
     while (held-- > 0) lock_give(c, held);
@@ -1445,11 +1783,12 @@ static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
  *    (a window's add lost only its own count; a stripe claim wrote its owner last). */
 static void repair(Core *c, int i) {
     int64_t slot = LOAD(intent_at(c, i));
-    if (!c->keyed || slot < 0 || slot >= c->key_slots) return;
+    if (!c->keyed) return;
     if (i == LOCK_KEYS) {
-        if (half_published(c, slot) && rollback(c, slot) < 0) PyErr_Clear();  /* retried lazily */
+        repair_keys(c);
         return;
     }
+    if (slot < 0 || slot >= rows_top(c)) return;
     if (i < FIRST_KEY_LOCK || !c->limiter || row_lock(c, slot) != i) return;
     char *row = ROW(c, slot);
     SECTION("repair");
@@ -1468,7 +1807,8 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
                              "slot_words", "head_slots", "rings", "locks_off", "n_locks", "n_key_locks",
                              "stripes_off", "keys_off", "rows_off", "row_bytes", "n_rows",
                              "key_slots", "rings_off", "idle_ns", "hash_key", "empty_row",
-                             "timeout_ns", "on_full", "clock", "fields", "claim", NULL};
+                             "timeout_ns", "on_full", "clock", "fields", "claim", "index_levels", "fd",
+                             NULL};
     PyObject *buffer, *name, *rings, *clock, *fields, *claim;
     Py_buffer empty;
     unsigned long long hk0_hk1[2];
@@ -1478,14 +1818,21 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "Core is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUppppiiiOLiiLLLLLLLLy#y*LiOOO", kwlist, &buffer, &name,
+    c->fd = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUppppiiiOLiiLLLLLLLLy#y*LiOOOLi", kwlist, &buffer, &name,
                                      &c->limiter, &c->floats, &c->striped, &c->keyed, &c->n_fields,
                                      &c->slot_words, &c->head_slots, &rings, &c->locks_off, &c->n_locks,
                                      &c->n_key_locks, &c->stripes_off, &c->keys_off, &c->rows_off,
                                      &c->row_bytes, &c->n_rows, &c->key_slots, &c->rings_off,
                                      &c->idle_ns, &hash_key, &hash_len, &empty, &c->timeout_ns,
-                                     &c->on_full, &clock, &fields, &claim))
+                                     &c->on_full, &clock, &fields, &claim, &c->index_levels, &c->fd))
         return -1;
+    if (!c->keyed) c->fd = -1;  /* only a keyed table grows */
+    else if (c->fd < 0 || (c->fd = dup(c->fd)) < 0) {  /* our own: we close it */
+        PyErr_SetString(PyExc_ValueError, "Core: a keyed window needs the segment's file descriptor");
+        c->fd = -1;
+        return -1;
+    }
     c->empty = PyMem_Malloc((size_t)empty.len);
     if (c->empty != NULL) memcpy(c->empty, empty.buf, (size_t)empty.len);
     c->empty_bytes = empty.len;
@@ -1517,7 +1864,9 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     if (PyObject_GetBuffer(buffer, &c->buf, PyBUF_WRITABLE) < 0) return -1;
     c->has_buf = 1;
     c->base = c->buf.buf;
-    if (c->rows_off + c->n_rows * c->row_bytes > c->buf.len || c->rings_off + c->empty_bytes > c->row_bytes) {
+    c->map_bytes = c->buf.len;
+    if (c->rows_off + c->n_rows * c->row_bytes > c->buf.len || c->index_levels < 0 ||
+        c->index_levels > 40 || (c->keyed && (c->key_slots < 1 || (c->key_slots & (c->key_slots - 1)))) || c->rings_off + c->empty_bytes > c->row_bytes) {
         PyErr_SetString(PyExc_ValueError, "Core: the layout does not fit the mapping");
         return -1;
     }
@@ -1554,6 +1903,7 @@ static void Core_dealloc(Core *c) {
     Py_CLEAR(c->name);
     cache_drop(c);
     PyMem_Free(c->empty);
+    if (c->fd >= 0) close(c->fd);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -1605,13 +1955,14 @@ static PyTypeObject CoreType = {
 /* ---- module functions ---------------------------------------------------------------------- */
 
 static PyObject *set_errors(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *e[5];
-    if (!PyArg_ParseTuple(args, "OOOOO", &e[0], &e[1], &e[2], &e[3], &e[4])) return NULL;
+    PyObject *e[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &e[0], &e[1], &e[2], &e[3], &e[4], &e[5])) return NULL;
     Py_XSETREF(ErrClosed, Py_NewRef(e[0]));
     Py_XSETREF(ErrTimeout, Py_NewRef(e[1]));
     Py_XSETREF(ErrCorrupt, Py_NewRef(e[2]));
     Py_XSETREF(ErrFull, Py_NewRef(e[3]));
     Py_XSETREF(ErrField, Py_NewRef(e[4]));
+    Py_XSETREF(ErrSpace, Py_NewRef(e[5]));
     Py_RETURN_NONE;
 }
 
@@ -1657,7 +2008,7 @@ static PyObject *failpoint(PyObject *Py_UNUSED(m), PyObject *args) {
 static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return PyBool_FromLong(fp_fired); }
 
 static PyMethodDef module_methods[] = {
-    {"set_errors", set_errors, METH_VARARGS, "set_errors(closed, timeout, corrupt, full, field)"},
+    {"set_errors", set_errors, METH_VARARGS, "set_errors(closed, timeout, corrupt, full, field, space)"},
     {"init_locks", init_locks, METH_VARARGS, "init_locks(buffer, offset, count): robust mutexes"},
     {"failpoint", failpoint, METH_VARARGS,
      "failpoint(section, n, signal): test only -- raise signal after the n-th store of section"},
@@ -1690,6 +2041,10 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddIntConstant(m, "KEY_ENTRY_BYTES", KEY_ENTRY_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "KEY_BYTES_OFF", KEY_BYTES_OFF) < 0 ||
         PyModule_AddIntConstant(m, "MAX_STORED_KEY", MAX_STORED_KEY) < 0 ||
+        PyModule_AddIntConstant(m, "KEY_HEADER_BYTES", KEY_HEADER_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "INDEX_OFF", INDEX_OFF) < 0 ||
+        PyModule_AddIntConstant(m, "ROWS_TOP_OFF", ROWS_TOP_OFF) < 0 ||
+        PyModule_AddIntConstant(m, "FREE_HEAD_OFF", FREE_HEAD_OFF) < 0 ||
         PyModule_AddIntConstant(m, "STRIPE_ENTRY_BYTES", STRIPE_ENTRY_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "ROWS_IN_USE_OFF", ROWS_IN_USE_OFF) < 0 ||
         PyModule_AddIntConstant(m, "MAX_RINGS", MAX_RINGS) < 0 ||

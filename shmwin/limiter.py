@@ -38,9 +38,10 @@ class Limiter:
     the same rates. ``hit(key)`` is True and counted if every rate allows it, else
     False and nothing counted.
 
-    ``capacity`` is how many live keys it holds (memory is reserved up front);
-    ``on_full`` says what ``hit`` does for a new key when the table holds only
-    live keys: "raise" :class:`KeyTableFullError`, "allow" (uncounted) or "deny".
+    Its key table grows as keys come, and memory follows the keys in use (idle keys are
+    reclaimed). ``capacity=N`` caps it at N keys; ``on_full`` then says what ``hit`` does
+    for a new key when N keys are live: "raise" :class:`KeyTableFullError`, "allow"
+    (uncounted) or "deny".
     """
 
     def __new__(cls, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
@@ -54,7 +55,7 @@ class Limiter:
         name: str,
         rates: str | Rate | list[str | Rate] | tuple[str | Rate, ...],
         *,
-        capacity: int = 10_000,
+        capacity: int | None = None,
         buckets: int = DEFAULT_BUCKETS,
         on_full: str = "raise",
         clock: Clock | None = None,

@@ -86,17 +86,27 @@ def names() -> list[str]:
 class Segment:
     """A mapped shared-memory segment. ``close()`` is this process; ``unlink()`` is everyone."""
 
-    def __init__(self, name: str, mm: mmap.mmap):
+    def __init__(self, name: str, mm: mmap.mmap, fd: int = -1):
         self.name = name
         self.mm = mm
+        self.fd = fd  # a descriptor of the segment until release_fd(): keyed windows grow through it
+
+    def release_fd(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     @property
     def size(self) -> int:
         return len(self.mm)
 
     @classmethod
-    def create(cls, name: str, size: int, perm: int, init: Callable[[mmap.mmap], None]) -> Segment:
-        """Create exclusively, reserve every byte, run ``init``; ``init`` writes the magic last."""
+    def create(
+        cls, name: str, size: int, perm: int, init: Callable[[mmap.mmap], None], reserve: int | None = None
+    ) -> Segment:
+        """Create exclusively, size it, reserve its first ``reserve`` bytes (all by default; the
+        rest stays sparse until reserved by whoever grows into it), run ``init``, which writes
+        the magic last."""
         shm_name = check_name(name)
         try:
             shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=perm, size=0)
@@ -105,15 +115,17 @@ class Segment:
         except posix_ipc.PermissionsError as exc:
             raise WindowPermissionError(f"cannot create window {name!r}: {exc}") from exc
         try:
-            _reserve(shm.fd, size, name)
+            os.ftruncate(shm.fd, size)
+            _reserve(shm.fd, size if reserve is None else min(reserve, size), name)
             mm = mmap.mmap(shm.fd, size)
             init(mm)
+            fd = os.dup(shm.fd)
         except BaseException:
             _unlink_quietly(shm_name)
             raise
         finally:
             shm.close_fd()
-        return cls(name, mm)
+        return cls(name, mm, fd)
 
     @classmethod
     def attach(cls, name: str, ready_timeout_s: float, is_ready: Callable[[mmap.mmap], bool]) -> Segment:
@@ -129,16 +141,19 @@ class Segment:
         try:
             size = _wait(deadline, lambda: os.fstat(shm.fd).st_size, name, "was never sized")
             mm = mmap.mmap(shm.fd, size)
+            fd = os.dup(shm.fd)
         finally:
             shm.close_fd()
         try:
             _wait(deadline, lambda: is_ready(mm), name, "was never marked ready")
         except BaseException:
             mm.close()
+            os.close(fd)
             raise
-        return cls(name, mm)
+        return cls(name, mm, fd)
 
     def close(self) -> None:
+        self.release_fd()
         if not self.mm.closed:
             self.mm.close()
 

@@ -54,8 +54,9 @@ class Window:
     reads the geometry from the segment. ``close()`` detaches this process;
     ``unlink()`` removes the window for everyone. Both are idempotent.
 
-    With ``capacity=N`` the window is *keyed*: every call takes ``key=`` and each
-    key has its own counts (up to at least N live keys; idle keys are reclaimed).
+    With ``keyed=True`` the window is *keyed*: every call takes ``key=`` and each key
+    has its own counts. Its key table grows as keys come (memory follows the keys in use;
+    idle keys are reclaimed); ``capacity=N`` caps it at N keys (then ``KeyTableFullError``).
     """
 
     def __new__(cls, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
@@ -75,14 +76,15 @@ class Window:
         dtype: str = "int64",
         mode: str | None = None,
         stripes: int = 64,
-        capacity: int = 0,
+        capacity: int | None = None,
+        keyed: bool = False,
         clock: Clock | None = None,
         perm: int = 0o600,
         lock_timeout: float = 10.0,
         ready_timeout: float = 5.0,
         backend: str | None = None,
     ):
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
+        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
         self._open(name, want, clock, perm, lock_timeout, ready_timeout)
 
     @classmethod
@@ -115,7 +117,7 @@ class Window:
         """Create the segment, or attach to it and insist on the same geometry."""
         for _ in range(10):  # a racing unlink sends us round again
             try:
-                seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
+                seg = _create(name, want, perm)
                 self._bind(seg, clock, lock_timeout, on_full)
                 return
             except WindowExistsError:
@@ -146,14 +148,15 @@ class Window:
         dtype: str = "int64",
         mode: str | None = None,
         stripes: int = 64,
-        capacity: int = 0,
+        capacity: int | None = None,
+        keyed: bool = False,
         clock: Clock | None = None,
         perm: int = 0o600,
         lock_timeout: float = 10.0,
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
-        seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
+        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
+        seg = _create(name, want, perm)
         self = object.__new__(cls)
         self._bind(seg, clock, lock_timeout)
         return self
@@ -186,15 +189,18 @@ class Window:
         try:
             g, lay, meta = layout.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
             check_lock_table(seg.mm, lay.locks_off, g.n_locks)
+            layout.check_key_state(seg.mm, g, lay)
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
                 seg.mm, seg.name, g, lay, meta,
                 clock=clock, lock_timeout=lock_timeout, on_full=on_full, claim=self._claim_stripe,
+                fd=seg.fd,
             )  # fmt: skip
         except BaseException:
             seg.close()
             raise
+        seg.release_fd()  # the core keeps its own (keyed windows grow through it)
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name
         self._core = core
@@ -526,7 +532,7 @@ class Window:
         """Rows a read sums, and the key entry's generation to re-check afterwards."""
         if key is None:
             if self._keys is not None:
-                return slice(0, self._lay.n_rows), None
+                return slice(0, self._keys.rows_top()), None
             return slice(0, self._rows_in_use()), None
         found = self._keyed().find(key)
         if found is None:
@@ -589,8 +595,16 @@ class Window:
 # -- helpers ----------------------------------------------------------------------------
 
 
+def _create(name: str, g: Geometry, perm: int) -> Segment:
+    """A new segment of geometry ``g``: keyed ones are sized for their capacity but reserve
+    only their header, locks and first index (rows are reserved as keys come)."""
+    lay = Layout.plan(g)
+    return Segment.create(name, lay.total_bytes, perm, _initialiser(g), reserve=lay.first_bytes)
+
+
 def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
-    """Fill a new segment: header, locks, empty epochs -- and the magic word last."""
+    """Fill a new segment: header, locks, empty epochs -- and the magic word last. Keyed
+    rows are filled as they are handed out; their table starts empty (all zero)."""
 
     def init(mm: mmap.mmap) -> None:
         lay = Layout.plan(g)
@@ -598,9 +612,10 @@ def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks)
-        slots = slot_view(mm, g, lay)
-        slots[:, :, 0] = ring.EMPTY_EPOCH
-        del slots
+        if not g.keyed:
+            slots = slot_view(mm, g, lay)
+            slots[:, :, 0] = ring.EMPTY_EPOCH
+            del slots
         mm[0:_W] = layout.MAGIC
 
     return init
