@@ -92,8 +92,9 @@ windows have a heap of up to ``capacity`` rows after the index, handed out in or
 is the row's, so a hot write touches no index line::
 
     off  size type  name         meaning
-    0    8    i64   generation   > 0: holds the key below (free: hash 0); < 0: being (re)assigned
-                                 or released; 0: never handed out. Only ever grows in size.
+    0    8    i64   generation   > 0: holds the key below (free: hash 0); < 0: being
+                                 (re)assigned or released; 0: never handed out. Only grows
+                                 in size.
     8    8    i64   last_ns      the key's newest write (monotonic ns; idle keys are reused);
                                  on the free list: the next free row + 1
     16   8    u64   hash         as in the index; 0 = holds no key
@@ -102,8 +103,8 @@ is the row's, so a hot write touches no index line::
     32   96   bytes key          the key's bytes, NUL-padded
 
 After the key header (keyed) or from word 0 (unkeyed) come the rings one after another;
-ring *i* is ``head_slots + n_buckets_i`` slots of ``1 + n_fields`` 8-byte words, the first ``head_slots`` being the ring's header (one for
-windows, two for limiters)::
+ring *i* is ``head_slots + n_buckets_i`` slots of ``1 + n_fields`` 8-byte words, the
+first ``head_slots`` being the ring's header (one for windows, two for limiters)::
 
     header slot 0      word 0: head epoch    words 1..F: running totals   (limiter rows only)
     header slot 1      word 0: tail epoch: a lower bound on the oldest live bucket holding
@@ -117,6 +118,10 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 from .duration import format_ns
 from .errors import CorruptSegmentError, IncompatibleVersionError
@@ -454,12 +459,12 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
     )
 
 
-def check_key_state(mm: object, g: Geometry, lay: Layout) -> None:
+def check_key_state(mm: Buffer, g: Geometry, lay: Layout) -> None:
     """Refuse a keyed segment whose key-table words (outside the header checksum) are junk:
     they would only ever be clamped, and a reader must be told rather than under-count."""
     if not g.keyed:
         return
-    words = struct.unpack_from("<7q", mm, INDEX_OFF)  # type: ignore[call-overload]
+    words = struct.unpack_from("<7q", mm, INDEX_OFF)
     index, used, keys, top, reserved, free_head, _rebuilt = words
     slots = g.key_slots << (index // 2) if 0 <= index < 2 * g.index_levels else 0
     problems = []

@@ -57,7 +57,8 @@ def test_everything_is_cache_line_aligned():
     lay = Layout.plan(big)
     # the index copies of every level lie between the key table's start and the row heap
     last_copy, entries = lay.index_copy(2 * big.index_levels - 1, big.key_slots)
-    assert last_copy + entries * layout.KEY_ENTRY_BYTES <= lay.rows_off and lay.rows_off % layout.PAGE_BYTES == 0
+    assert last_copy + entries * layout.KEY_ENTRY_BYTES <= lay.rows_off
+    assert lay.rows_off % layout.PAGE_BYTES == 0
     assert lay.index_copy(0, big.key_slots) == (lay.keys_off, 64) and lay.index_copy(3, 64)[1] == 128
     # a keyed row: the 128-byte key header (16 words), then ring 0 (1 + 3 slots of 2 words), then ring 1
     assert Layout.plan(keyed).ring_words == (16, 16 + 2 * 4)
