@@ -53,7 +53,8 @@
 #define LONG_PREFIX 80         /* long keys: 80 bytes of prefix + a 16-byte digest */
 #define FLAG_STR 1
 #define FLAG_DIGEST 2
-#define STRIPE_ENTRY_BYTES 64  /* stripe entry: owner pid, start ticks, pid, claimed ns */
+#define STRIPE_ENTRY_BYTES 128 /* stripe entry: owner pid, start ticks, pid, claimed ns; ... */
+#define STRIPE_MUTEX_OFF 64    /* ... its liveness mutex, held by the owner's keeper thread */
 #define ROWS_IN_USE_OFF 1024
 #define INDEX_OFF 1032         /* keyed: the key table's state words, under LOCK_KEYS */
 #define INDEX_USED_OFF 1040
@@ -118,7 +119,11 @@ static void fp_fire(void) {
 /* ---- process-wide state -------------------------------------------------------------- */
 
 static uint64_t fork_gen = 1;  /* bumped in a forked child: stripes are per process */
-static void after_fork_child(void) { fork_gen++; }
+static void keeper_after_fork(void);
+static void after_fork_child(void) {
+    fork_gen++;
+    keeper_after_fork();
+}
 
 static int64_t mono_ns(void) {
     struct timespec ts;
@@ -217,7 +222,9 @@ static int64_t *intent_at(Core *c, int i) {
 static int row_lock(Core *c, int64_t slot) { return FIRST_KEY_LOCK + (int)(slot % c->n_key_locks); }
 
 /* Entry and exit of every method: no memory is touched after close(). */
+static void give_stripe(Core *c);
 static void release_map(Core *c) {
+    if (c->busy == 0 && c->has_buf) give_stripe(c);  /* its robust-list links are in the map */
     if (c->busy == 0 && c->fd >= 0) {
         close(c->fd);
         c->fd = -1;
@@ -434,29 +441,108 @@ static int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d) 
     return 0;
 }
 
+/* ---- the keeper: liveness the kernel certifies ---------------------------------------- *
+ * A stripe is never adopted while its owner lives, whatever /proc shows (hidepid, another
+ * uid, another PID namespace): each stripe entry holds a robust mutex that its owner process
+ * keeps locked for as long as it writes the row. Locks belong to threads, and any Python
+ * thread may end, so one plain C thread per process -- the keeper -- takes and gives them
+ * back on request. When the owner dies, the kernel marks the mutex owner-dead, and only then
+ * (or when it is free) can a claimer take it. The failure mode is "slower", never "shared".
+ * A mutex is always given back before its mapping goes away (its robust-list links live in
+ * it). After fork() the child has no keeper (and holds nothing): the next request starts one. */
+
+enum { KEEP_TAKE = 1, KEEP_GIVE = 2 };
+static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t keep_cv = PTHREAD_COND_INITIALIZER;
+static int keep_started, keep_state;  /* state: 0 idle, 1 request posted, 2 answered */
+static int keep_op, keep_rc;
+static pthread_mutex_t *keep_arg;
+
+static void *keeper_main(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&keep_mu);
+    for (;;) {
+        while (keep_state != 1) pthread_cond_wait(&keep_cv, &keep_mu);
+        if (keep_op == KEEP_TAKE) {
+            keep_rc = pthread_mutex_trylock(keep_arg);
+            if (keep_rc == EOWNERDEAD) keep_rc = pthread_mutex_consistent(keep_arg);  /* a dead owner's */
+        } else {
+            keep_rc = pthread_mutex_unlock(keep_arg);
+        }
+        keep_state = 2;
+        pthread_cond_broadcast(&keep_cv);
+    }
+    return NULL;
+}
+
+static void keeper_after_fork(void) {  /* the child: no keeper thread, nothing held */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    keep_mu = mu;
+    keep_cv = cv;
+    keep_started = keep_state = 0;
+}
+
+/* Ask the keeper to take (trylock; 0 = now ours) or give back a mutex: a pthread code. */
+static int keeper(int op, pthread_mutex_t *m) {
+    pthread_mutex_lock(&keep_mu);
+    if (!keep_started) {
+        pthread_t t;
+        pthread_attr_t attr;
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);  /* signals stay Python's main thread's */
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 64 * 1024);
+        int err = pthread_create(&t, &attr, keeper_main, NULL);
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (err != 0) {
+            pthread_mutex_unlock(&keep_mu);
+            return err;
+        }
+        keep_started = 1;
+    }
+    while (keep_state != 0) pthread_cond_wait(&keep_cv, &keep_mu);
+    keep_op = op;
+    keep_arg = m;
+    keep_state = 1;
+    pthread_cond_broadcast(&keep_cv);
+    while (keep_state != 2) pthread_cond_wait(&keep_cv, &keep_mu);
+    int rc = keep_rc;
+    keep_state = 0;
+    pthread_cond_broadcast(&keep_cv);
+    pthread_mutex_unlock(&keep_mu);
+    return rc;
+}
+
 /* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
 
-/* Section "claim": under LOCK_STRIPES, take the first candidate (row, owner seen free or
- * dead) whose owner word is still what was seen: 1 and *row, 0 if none was, -1 error.
+#define STRIPE(c, r) W((c), (c)->stripes_off + (int64_t)(r) * STRIPE_ENTRY_BYTES)
+#define STRIPE_MUTEX(c, r) \
+    ((pthread_mutex_t *)((char *)STRIPE((c), (r)) + STRIPE_MUTEX_OFF))
+
+/* Section "claim": under LOCK_STRIPES, take the first row whose liveness mutex the keeper
+ * can take (free, or its owner dead): 1 and *row, 0 if every row is live, -1 error.
  * rows_in_use grows before the owner is written, so a tear only makes readers sum a row
- * too many; the owner word is written last. */
-static int claim_row(Core *c, PyObject *cands, int64_t owner, int64_t start, int64_t *row) {
-    PyObject *seq = PySequence_Fast(cands, "stripe candidates must be a sequence of (row, owner seen)");
+ * too many; the owner word goes last. */
+static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
+    int64_t n = c->n_rows - 1, *in_use = W(c, ROWS_IN_USE_OFF);
     int got = 0;
-    if (seq == NULL || lock_take_ex(c, LOCK_STRIPES, 1) < 0) {
-        Py_XDECREF(seq);
-        return -1;
-    }
-    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && !got; j++) {
-        long long r, seen;
-        PyObject *t = PySequence_Fast_GET_ITEM(seq, j);
-        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "LL", &r, &seen)) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a stripe candidate is (row, owner)");
+    if (n < 1) return 0;
+    if (lock_take_ex(c, LOCK_STRIPES, 1) < 0) return -1;
+    for (int64_t j = 0; j < n && !got; j++) {
+        int64_t r = 1 + j;
+        int rc = keeper(KEEP_TAKE, STRIPE_MUTEX(c, r));
+        if (rc == EBUSY) continue;  /* a live owner: never shared */
+        if (rc != 0) {
+            PyErr_Format(ErrCorrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
+                         c->name, (long long)r, rc);
             got = -1;
             break;
         }
-        int64_t *e = W(c, c->stripes_off + r * STRIPE_ENTRY_BYTES), *in_use = W(c, ROWS_IN_USE_OFF);
-        if (r < 1 || r >= c->n_rows || LOAD(e) != seen) continue;
+        int64_t *e = STRIPE(c, r);
         SECTION("claim");
         if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
         STORE(e + 1, start);
@@ -468,24 +554,32 @@ static int claim_row(Core *c, PyObject *cands, int64_t owner, int64_t start, int
         got = 1;
     }
     lock_give(c, LOCK_STRIPES);
-    Py_DECREF(seq);
     return got;
 }
 
+/* Give our stripe's liveness mutex back (the row's data stays, counted): before close()
+ * unmaps, or when the stripe is released. Only the process that took it holds it. */
+static void give_stripe(Core *c) {
+    if (c->stripe_gen == fork_gen && c->stripe_row > 0 && c->base != NULL)
+        keeper(KEEP_GIVE, STRIPE_MUTEX(c, c->stripe_row));
+    c->stripe_gen = 0;
+    c->stripe_row = 0;
+}
+
 /* This process's stripe row, or 0 for the shared row. After a fork or at first use, ask
- * Python's callback for (candidates, pid, start ticks) -- liveness is judged there -- and
- * claim in C, so the claim and this record of it cannot be separated by an exception. */
+ * Python's callback for (pid, start ticks) -- for display only -- and claim in C, so the
+ * claim and this record of it cannot be separated by an exception. */
 static int stripe_of(Core *c, int64_t *row) {
     if (c->stripe_gen == fork_gen && (c->stripe_row > 0 || mono_ns() < c->retry_ns)) {
         *row = c->stripe_row;
         return 0;
     }
     long long owner, start;
-    PyObject *cands, *v = PyObject_CallNoArgs(c->claim);
+    PyObject *v = PyObject_CallNoArgs(c->claim);
     int64_t got = 0;
     if (v == NULL) return -1;
-    if (!PyArg_ParseTuple(v, "OLL", &cands, &owner, &start) || still_open(c) < 0 ||
-        claim_row(c, cands, owner, start, &got) < 0) {
+    if (!PyArg_ParseTuple(v, "LL", &owner, &start) || still_open(c) < 0 ||
+        claim_row(c, owner, start, &got) < 0) {
         Py_DECREF(v);
         return -1;
     }
@@ -495,6 +589,17 @@ static int stripe_of(Core *c, int64_t *row) {
     c->stripe_gen = fork_gen;
     c->retry_ns = mono_ns() + NS;  /* every stripe taken: look again in a second */
     *row = got;
+    return 0;
+}
+
+/* Is stripe r's owner alive? Probed by taking its mutex in this thread for an instant. */
+static int stripe_alive(Core *c, int64_t r) {
+    pthread_mutex_t *m = STRIPE_MUTEX(c, r);
+    if (c->stripe_gen == fork_gen && c->stripe_row == r) return 1;  /* ours */
+    int rc = pthread_mutex_trylock(m);
+    if (rc == EBUSY) return 1;
+    if (rc == EOWNERDEAD) rc = pthread_mutex_consistent(m);
+    if (rc == 0) pthread_mutex_unlock(m);
     return 0;
 }
 
@@ -1722,44 +1827,57 @@ static PyObject *Core_find(Core *c, PyObject *key) {
     return result;
 }
 
-/* free_stripes(rows_and_owners) -> how many freed: under LOCK_STRIPES, clear each row's
- * owner if it is still the one given (a dead owner's, or our own at close). Data stays. */
-static PyObject *Core_free_stripes(Core *c, PyObject *cands) {
-    PyObject *seq, *result = NULL;
+/* free_stripes() -> how many freed: under LOCK_STRIPES, clear the owner of every claimed
+ * row whose owner is gone (its liveness mutex free or owner-dead). Data stays, counted. */
+static PyObject *Core_free_stripes(Core *c, PyObject *Py_UNUSED(ignored)) {
     long long freed = 0;
     if (enter(c) < 0) return NULL;
-    seq = PySequence_Fast(cands, "give a sequence of (row, owner)");
-    if (seq == NULL || lock_take(c, LOCK_STRIPES) < 0) goto out;
-    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
-        long long row, owner;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, j), "LL", &row, &owner)) break;
-        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES);
-        if (row >= 1 && row < c->n_rows && owner != 0 && LOAD(e) == owner) {
-            STORE(e, 0);
-            freed++;
+    if (c->striped && lock_take(c, LOCK_STRIPES) == 0) {
+        for (int64_t r = 1; r < c->n_rows; r++) {
+            int64_t *e = STRIPE(c, r);
+            if (LOAD(e) != 0 && !stripe_alive(c, r)) {
+                STORE(e, 0);
+                freed++;
+            }
         }
+        lock_give(c, LOCK_STRIPES);
     }
-    lock_give(c, LOCK_STRIPES);
-    if (!PyErr_Occurred()) result = PyLong_FromLongLong(freed);
-out:
-    Py_XDECREF(seq);
     leave(c);
-    return result;
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(freed);
 }
 
-/* release_stripe(): hand this process's stripe back (data kept), unless someone adopted it
- * meanwhile; the next add claims again. */
+/* stripe_owners() -> [(row, pid, alive)] of every row with an owner recorded; alive is the
+ * kernel's word (the owner's keeper holds the row's mutex), whatever /proc shows. */
+static PyObject *Core_stripe_owners(Core *c, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out;
+    if (enter(c) < 0) return NULL;
+    out = PyList_New(0);
+    for (int64_t r = 1; out != NULL && c->striped && r < c->n_rows; r++) {
+        int64_t *e = STRIPE(c, r);
+        if (LOAD(e) == 0) continue;
+        PyObject *t = Py_BuildValue("(LLO)", (long long)r, (long long)LOAD(e + 2),
+                                    stripe_alive(c, r) ? Py_True : Py_False);
+        if (t == NULL || PyList_Append(out, t) < 0) Py_CLEAR(out);
+        Py_XDECREF(t);
+    }
+    leave(c);
+    return out;
+}
+
+/* release_stripe(): hand this process's stripe back (data kept); the next add claims again. */
 static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
     int64_t row = c->stripe_row;
     if (enter(c) < 0) return NULL;
     int mine = c->stripe_gen == fork_gen && row > 0;
-    c->stripe_gen = 0;
-    c->stripe_row = 0;
     if (mine && lock_take(c, LOCK_STRIPES) == 0) {
-        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES);
+        int64_t *e = STRIPE(c, row);
         if (LOAD(e) == c->stripe_owner) STORE(e, 0);
+        give_stripe(c);
         lock_give(c, LOCK_STRIPES);
     }
+    c->stripe_gen = 0;
+    c->stripe_row = 0;
     leave(c);
     if (PyErr_Occurred()) return NULL;
     return PyLong_FromLongLong(mine ? row : 0);
@@ -1767,6 +1885,7 @@ static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
 
 /* close(): no call touches the mapping from now on; released once no call is inside. */
 static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
+    if (!c->closed && c->busy == 0) give_stripe(c);  /* before the mapping can go */
     c->closed = 1;
     if (c->busy == 0) cache_drop(c);  /* else a call inside may still hold an entry */
     release_map(c);
@@ -1930,7 +2049,8 @@ static PyMethodDef Core_methods[] = {
     {"clear", (PyCFunction)Core_clear, METH_O, "clear(key): forget key's counts"},
     {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset(): empty every row"},
     {"find", (PyCFunction)Core_find, METH_O, "find(key) -> (slot, generation) or None"},
-    {"free_stripes", (PyCFunction)Core_free_stripes, METH_O, "free_stripes([(row, owner)]) -> freed"},
+    {"free_stripes", (PyCFunction)Core_free_stripes, METH_NOARGS, "free_stripes() -> rows of dead owners freed"},
+    {"stripe_owners", (PyCFunction)Core_stripe_owners, METH_NOARGS, "stripe_owners() -> [(row, pid, alive)]"},
     {"release_stripe", (PyCFunction)Core_release_stripe, METH_NOARGS,
      "release_stripe() -> the row handed back, or 0"},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close(): stop touching the mapping"},
@@ -1963,6 +2083,30 @@ static PyObject *set_errors(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_XSETREF(ErrFull, Py_NewRef(e[3]));
     Py_XSETREF(ErrField, Py_NewRef(e[4]));
     Py_XSETREF(ErrSpace, Py_NewRef(e[5]));
+    Py_RETURN_NONE;
+}
+
+/* init_stripes(buffer, offset, count): a new stripe table, every liveness mutex free. */
+static PyObject *init_stripes(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t off, count;
+    pthread_mutexattr_t attr;
+    if (!PyArg_ParseTuple(args, "w*nn", &b, &off, &count)) return NULL;
+    if (off < 0 || count < 0 || off + count * STRIPE_ENTRY_BYTES > b.len) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "init_stripes: the stripe table does not fit");
+        return NULL;
+    }
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        char *at = (char *)b.buf + off + i * STRIPE_ENTRY_BYTES;
+        memset(at, 0, STRIPE_ENTRY_BYTES);
+        pthread_mutex_init((pthread_mutex_t *)(at + STRIPE_MUTEX_OFF), &attr);
+    }
+    pthread_mutexattr_destroy(&attr);
+    PyBuffer_Release(&b);
     Py_RETURN_NONE;
 }
 
@@ -2010,6 +2154,7 @@ static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x))
 static PyMethodDef module_methods[] = {
     {"set_errors", set_errors, METH_VARARGS, "set_errors(closed, timeout, corrupt, full, field, space)"},
     {"init_locks", init_locks, METH_VARARGS, "init_locks(buffer, offset, count): robust mutexes"},
+    {"init_stripes", init_stripes, METH_VARARGS, "init_stripes(buffer, offset, count): a free stripe table"},
     {"failpoint", failpoint, METH_VARARGS,
      "failpoint(section, n, signal): test only -- raise signal after the n-th store of section"},
     {"failpoint_fired", failpoint_fired, METH_NOARGS, "did the armed fail point fire?"},
@@ -2046,6 +2191,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddIntConstant(m, "ROWS_TOP_OFF", ROWS_TOP_OFF) < 0 ||
         PyModule_AddIntConstant(m, "FREE_HEAD_OFF", FREE_HEAD_OFF) < 0 ||
         PyModule_AddIntConstant(m, "STRIPE_ENTRY_BYTES", STRIPE_ENTRY_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "STRIPE_MUTEX_OFF", STRIPE_MUTEX_OFF) < 0 ||
         PyModule_AddIntConstant(m, "ROWS_IN_USE_OFF", ROWS_IN_USE_OFF) < 0 ||
         PyModule_AddIntConstant(m, "MAX_RINGS", MAX_RINGS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_PROBES", MAX_PROBES) < 0 ||

@@ -58,15 +58,18 @@ lock ``2 + s % (n_locks - 2)``. Each entry::
                                  works on, -1 = none;
                                  what an EOWNERDEAD repair looks at (see _core.c)
 
-Stripe table (unkeyed only): ``n_stripes + 1`` x 64 bytes, entry *r* describes row *r*.
+Stripe table (unkeyed only): ``n_stripes + 1`` x 128 bytes, entry *r* describes row *r*.
 A stripe belongs to a *process*: every write is one native call under the GIL, so
-the threads of a process never interleave inside a stripe::
+the threads of a process never interleave inside a stripe. Who owns a stripe is the
+kernel's word, not /proc's: the owner's keeper thread holds its liveness mutex, which
+turns owner-dead when the owner dies (see "the keeper" in _core.c)::
 
     off  size type  name         meaning
     0    8    i64   owner        pid of the process writing this row, 0 = free (row 0: always 0)
     8    8    i64   owner_start  owner's start time in clock ticks (/proc stat field 22)
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
+    64   <=56 mutex     liveness     robust mutex held by the owner process while it owns the row
 
 Key table (keyed only) -- an index over a heap of rows. The segment file is sized for
 ``capacity`` keys but *sparse*: only what is in use is reserved, so memory follows the
@@ -132,7 +135,8 @@ HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024
 LOCK_BYTES = 64
 LOCK_INTENT_OFF = 56
-STRIPE_ENTRY_BYTES = 64
+STRIPE_ENTRY_BYTES = 128
+STRIPE_MUTEX_OFF = 64
 KEY_ENTRY_BYTES = 32  # an index entry
 KEY_HEADER_BYTES = 128  # a keyed row's key header
 KEY_BYTES_OFF = 32  # the key's bytes within it

@@ -40,7 +40,7 @@ def open_core(
     clock: Clock | None,
     lock_timeout: float,
     on_full: str,
-    claim: Callable[[], tuple[list[tuple[int, int]], int, int]],
+    claim: Callable[[], tuple[int, int]],
     fd: int = -1,
 ) -> _core.Core:
     """The native writer of a mapped, validated segment. Each call reads the clock once,
@@ -89,6 +89,11 @@ def empty_row(g: layout.Geometry, lay: layout.Layout) -> bytes:
     n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
     words[: n_slots * lay.slot_words : lay.slot_words] = ring.EMPTY_EPOCH
     return words.tobytes()
+
+
+def init_stripes(mm: mmap.mmap, lay: layout.Layout, n_entries: int) -> None:
+    """Initialise the stripe table of a segment being created: every liveness mutex free."""
+    _core.init_stripes(mm, lay.stripes_off, n_entries)
 
 
 def init_locks(mm: mmap.mmap, lay: layout.Layout, n_locks: int) -> None:

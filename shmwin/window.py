@@ -35,7 +35,7 @@ from .errors import (
 from .geometry import parse_resolution, ring_of, window_geometry
 from .keys import Key, KeyTable
 from .layout import Geometry, Layout, Meta
-from .locks import check_lock_table, init_locks
+from .locks import check_lock_table, init_locks, init_stripes
 from .rows import RingView, Rows, slot_view
 from .segment import Segment
 from .segment import unlink as _unlink_name
@@ -223,7 +223,7 @@ class Window:
             self.add_and_total = self._add_refused  # type: ignore[method-assign,assignment]
         self._closed = False
 
-    def _claim_stripe(self) -> tuple[list[tuple[int, int]], int, int]:
+    def _claim_stripe(self) -> tuple[int, int]:
         """The core's callback when this process has no stripe yet (first add, or after a
         fork): the candidates it may claim; the core claims and remembers in one call."""
         self._check_open()
@@ -613,6 +613,7 @@ def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks)
         if not g.keyed:
+            init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
             slots = slot_view(mm, g, lay)
             slots[:, :, 0] = ring.EMPTY_EPOCH
             del slots
