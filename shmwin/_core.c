@@ -25,6 +25,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 #include <unistd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -44,18 +46,26 @@
 #define WORD 8
 #define LOCK_BYTES 64          /* lock table entry: the mutex, then ...          */
 #define LOCK_INTENT_OFF 56     /* ... i64 intent: the row (or key entry) a section works on */
-#define KEY_ENTRY_BYTES 128    /* key entry: gen, hash, -, len|flags<<32, key[96] */
-#define KEY_BYTES_OFF 32
+#define KEY_ENTRY_BYTES 32     /* index entry: gen, hash, row, - */
+#define KEY_HEADER_BYTES 128   /* a keyed row's key header: gen, last ns, hash, len|flags<<32, key[96] */
+#define KEY_BYTES_OFF 32       /* the key's bytes within it */
 #define MAX_STORED_KEY 96
 #define LONG_PREFIX 80         /* long keys: 80 bytes of prefix + a 16-byte digest */
 #define FLAG_STR 1
 #define FLAG_DIGEST 2
-#define STRIPE_ENTRY_BYTES 64  /* stripe entry: owner pid, start ticks, pid, claimed ns */
+#define STRIPE_ENTRY_BYTES 128 /* stripe entry: owner pid, start ticks, pid, claimed ns; ... */
+#define STRIPE_MUTEX_OFF 64    /* ... its liveness mutex, held by the owner's keeper thread */
 #define ROWS_IN_USE_OFF 1024
+#define INDEX_OFF 1032         /* keyed: the key table's state words, under LOCK_KEYS */
+#define INDEX_USED_OFF 1040
+#define KEYS_OFF 1048
+#define ROWS_TOP_OFF 1056
+#define ROWS_RESERVED_OFF 1064
+#define FREE_HEAD_OFF 1072
+#define REBUILT_NS_OFF 1080
 #define EMPTY_EPOCH INT64_MIN
-#define LONG_AGO (-((int64_t)1 << 62))  /* a key's last write when cleared: idle at once, even just after boot */
 #define MAX_RINGS 8
-#define MAX_PROBES 128
+#define MAX_PROBES 256
 #define LOCK_STRIPES 0         /* unkeyed: the stripe table; keyed: key insertion */
 #define LOCK_KEYS 0
 #define LOCK_ROW0 1            /* unkeyed: the shared row 0 */
@@ -77,7 +87,7 @@ _Static_assert(sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "a mutex must fit bef
 
 /* ---- errors (the classes live in errors.py; set_errors() hands them over) ---------- */
 
-static PyObject *ErrClosed, *ErrTimeout, *ErrCorrupt, *ErrFull, *ErrField;
+static PyObject *ErrClosed, *ErrTimeout, *ErrCorrupt, *ErrFull, *ErrField, *ErrSpace;
 
 /* ---- fail points (test only; one predictable branch per store otherwise) ----------- */
 
@@ -109,7 +119,11 @@ static void fp_fire(void) {
 /* ---- process-wide state -------------------------------------------------------------- */
 
 static uint64_t fork_gen = 1;  /* bumped in a forked child: stripes are per process */
-static void after_fork_child(void) { fork_gen++; }
+static void keeper_after_fork(void);
+static void after_fork_child(void) {
+    fork_gen++;
+    keeper_after_fork();
+}
 
 static int64_t mono_ns(void) {
     struct timespec ts;
@@ -164,6 +178,9 @@ typedef struct {
     int n_fields, slot_words, head_slots, n_rings, n_locks, n_key_locks;
     Ring rings[MAX_RINGS];
     int64_t locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, key_slots;
+    int64_t index_levels;  /* keyed: index copies 2 x level + copy < 2 x index_levels */
+    int64_t map_bytes;     /* the mapping's length (the segment file's size, mostly sparse) */
+    int fd;                /* keyed: the segment, to reserve memory as the table grows; else -1 */
     int64_t rings_off;  /* byte offset of the first ring header within a row */
     int64_t idle_ns;
     uint64_t hk0, hk1;  /* the segment's hash key */
@@ -205,7 +222,13 @@ static int64_t *intent_at(Core *c, int i) {
 static int row_lock(Core *c, int64_t slot) { return FIRST_KEY_LOCK + (int)(slot % c->n_key_locks); }
 
 /* Entry and exit of every method: no memory is touched after close(). */
+static void give_stripe(Core *c);
 static void release_map(Core *c) {
+    if (c->busy == 0 && c->has_buf) give_stripe(c);  /* its robust-list links are in the map */
+    if (c->busy == 0 && c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
     if (c->has_buf && c->busy == 0) {
         c->has_buf = 0;
         c->base = NULL;
@@ -418,29 +441,108 @@ static int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d) 
     return 0;
 }
 
+/* ---- the keeper: liveness the kernel certifies ---------------------------------------- *
+ * A stripe is never adopted while its owner lives, whatever /proc shows (hidepid, another
+ * uid, another PID namespace): each stripe entry holds a robust mutex that its owner process
+ * keeps locked for as long as it writes the row. Locks belong to threads, and any Python
+ * thread may end, so one plain C thread per process -- the keeper -- takes and gives them
+ * back on request. When the owner dies, the kernel marks the mutex owner-dead, and only then
+ * (or when it is free) can a claimer take it. The failure mode is "slower", never "shared".
+ * A mutex is always given back before its mapping goes away (its robust-list links live in
+ * it). After fork() the child has no keeper (and holds nothing): the next request starts one. */
+
+enum { KEEP_TAKE = 1, KEEP_GIVE = 2 };
+static pthread_mutex_t keep_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t keep_cv = PTHREAD_COND_INITIALIZER;
+static int keep_started, keep_state;  /* state: 0 idle, 1 request posted, 2 answered */
+static int keep_op, keep_rc;
+static pthread_mutex_t *keep_arg;
+
+static void *keeper_main(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&keep_mu);
+    for (;;) {
+        while (keep_state != 1) pthread_cond_wait(&keep_cv, &keep_mu);
+        if (keep_op == KEEP_TAKE) {
+            keep_rc = pthread_mutex_trylock(keep_arg);
+            if (keep_rc == EOWNERDEAD) keep_rc = pthread_mutex_consistent(keep_arg);  /* a dead owner's */
+        } else {
+            keep_rc = pthread_mutex_unlock(keep_arg);
+        }
+        keep_state = 2;
+        pthread_cond_broadcast(&keep_cv);
+    }
+    return NULL;
+}
+
+static void keeper_after_fork(void) {  /* the child: no keeper thread, nothing held */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    keep_mu = mu;
+    keep_cv = cv;
+    keep_started = keep_state = 0;
+}
+
+/* Ask the keeper to take (trylock; 0 = now ours) or give back a mutex: a pthread code. */
+static int keeper(int op, pthread_mutex_t *m) {
+    pthread_mutex_lock(&keep_mu);
+    if (!keep_started) {
+        pthread_t t;
+        pthread_attr_t attr;
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);  /* signals stay Python's main thread's */
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 64 * 1024);
+        int err = pthread_create(&t, &attr, keeper_main, NULL);
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (err != 0) {
+            pthread_mutex_unlock(&keep_mu);
+            return err;
+        }
+        keep_started = 1;
+    }
+    while (keep_state != 0) pthread_cond_wait(&keep_cv, &keep_mu);
+    keep_op = op;
+    keep_arg = m;
+    keep_state = 1;
+    pthread_cond_broadcast(&keep_cv);
+    while (keep_state != 2) pthread_cond_wait(&keep_cv, &keep_mu);
+    int rc = keep_rc;
+    keep_state = 0;
+    pthread_cond_broadcast(&keep_cv);
+    pthread_mutex_unlock(&keep_mu);
+    return rc;
+}
+
 /* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
 
-/* Section "claim": under LOCK_STRIPES, take the first candidate (row, owner seen free or
- * dead) whose owner word is still what was seen: 1 and *row, 0 if none was, -1 error.
+#define STRIPE(c, r) W((c), (c)->stripes_off + (int64_t)(r) * STRIPE_ENTRY_BYTES)
+#define STRIPE_MUTEX(c, r) \
+    ((pthread_mutex_t *)((char *)STRIPE((c), (r)) + STRIPE_MUTEX_OFF))
+
+/* Section "claim": under LOCK_STRIPES, take the first row whose liveness mutex the keeper
+ * can take (free, or its owner dead): 1 and *row, 0 if every row is live, -1 error.
  * rows_in_use grows before the owner is written, so a tear only makes readers sum a row
- * too many; the owner word is written last. */
-static int claim_row(Core *c, PyObject *cands, int64_t owner, int64_t start, int64_t *row) {
-    PyObject *seq = PySequence_Fast(cands, "stripe candidates must be a sequence of (row, owner seen)");
+ * too many; the owner word goes last. */
+static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
+    int64_t n = c->n_rows - 1, *in_use = W(c, ROWS_IN_USE_OFF);
     int got = 0;
-    if (seq == NULL || lock_take_ex(c, LOCK_STRIPES, 1) < 0) {
-        Py_XDECREF(seq);
-        return -1;
-    }
-    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && !got; j++) {
-        long long r, seen;
-        PyObject *t = PySequence_Fast_GET_ITEM(seq, j);
-        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "LL", &r, &seen)) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a stripe candidate is (row, owner)");
+    if (n < 1) return 0;
+    if (lock_take_ex(c, LOCK_STRIPES, 1) < 0) return -1;
+    for (int64_t j = 0; j < n && !got; j++) {
+        int64_t r = 1 + j;
+        int rc = keeper(KEEP_TAKE, STRIPE_MUTEX(c, r));
+        if (rc == EBUSY) continue;  /* a live owner: never shared */
+        if (rc != 0) {
+            PyErr_Format(ErrCorrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
+                         c->name, (long long)r, rc);
             got = -1;
             break;
         }
-        int64_t *e = W(c, c->stripes_off + r * STRIPE_ENTRY_BYTES), *in_use = W(c, ROWS_IN_USE_OFF);
-        if (r < 1 || r >= c->n_rows || LOAD(e) != seen) continue;
+        int64_t *e = STRIPE(c, r);
         SECTION("claim");
         if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
         STORE(e + 1, start);
@@ -452,24 +554,32 @@ static int claim_row(Core *c, PyObject *cands, int64_t owner, int64_t start, int
         got = 1;
     }
     lock_give(c, LOCK_STRIPES);
-    Py_DECREF(seq);
     return got;
 }
 
+/* Give our stripe's liveness mutex back (the row's data stays, counted): before close()
+ * unmaps, or when the stripe is released. Only the process that took it holds it. */
+static void give_stripe(Core *c) {
+    if (c->stripe_gen == fork_gen && c->stripe_row > 0 && c->base != NULL)
+        keeper(KEEP_GIVE, STRIPE_MUTEX(c, c->stripe_row));
+    c->stripe_gen = 0;
+    c->stripe_row = 0;
+}
+
 /* This process's stripe row, or 0 for the shared row. After a fork or at first use, ask
- * Python's callback for (candidates, pid, start ticks) -- liveness is judged there -- and
- * claim in C, so the claim and this record of it cannot be separated by an exception. */
+ * Python's callback for (pid, start ticks) -- for display only -- and claim in C, so the
+ * claim and this record of it cannot be separated by an exception. */
 static int stripe_of(Core *c, int64_t *row) {
     if (c->stripe_gen == fork_gen && (c->stripe_row > 0 || mono_ns() < c->retry_ns)) {
         *row = c->stripe_row;
         return 0;
     }
     long long owner, start;
-    PyObject *cands, *v = PyObject_CallNoArgs(c->claim);
+    PyObject *v = PyObject_CallNoArgs(c->claim);
     int64_t got = 0;
     if (v == NULL) return -1;
-    if (!PyArg_ParseTuple(v, "OLL", &cands, &owner, &start) || still_open(c) < 0 ||
-        claim_row(c, cands, owner, start, &got) < 0) {
+    if (!PyArg_ParseTuple(v, "LL", &owner, &start) || still_open(c) < 0 ||
+        claim_row(c, owner, start, &got) < 0) {
         Py_DECREF(v);
         return -1;
     }
@@ -479,6 +589,17 @@ static int stripe_of(Core *c, int64_t *row) {
     c->stripe_gen = fork_gen;
     c->retry_ns = mono_ns() + NS;  /* every stripe taken: look again in a second */
     *row = got;
+    return 0;
+}
+
+/* Is stripe r's owner alive? Probed by taking its mutex in this thread for an instant. */
+static int stripe_alive(Core *c, int64_t r) {
+    pthread_mutex_t *m = STRIPE_MUTEX(c, r);
+    if (c->stripe_gen == fork_gen && c->stripe_row == r) return 1;  /* ours */
+    int rc = pthread_mutex_trylock(m);
+    if (rc == EBUSY) return 1;
+    if (rc == EOWNERDEAD) rc = pthread_mutex_consistent(m);
+    if (rc == 0) pthread_mutex_unlock(m);
     return 0;
 }
 
@@ -534,25 +655,82 @@ static int encode_key(Core *c, PyObject *key, StoredKey *k) {
     return 0;
 }
 
-/* Probe sequence: double hashing over a prime table, so it visits every entry. */
-#define PROBES(c, h, s, step, i)                                                          \
-    for (int64_t i = 0, s = (int64_t)((h) % (uint64_t)(c)->key_slots),                     \
-                 step = (c)->key_slots > 1 ? 1 + (int64_t)(((h) >> 20) % (uint64_t)((c)->key_slots - 1)) : 1; \
-         i < MAX_PROBES && i < (c)->key_slots; i++, s = (s + step) % (c)->key_slots)
+/* ---- the key table: an index over a heap of rows (layout.py, "Key table") ------------ *
+ * The index maps a key's hash to the heap row that holds the key's identity (its header)
+ * and its counts. Everything here runs under LOCK_KEYS except find_key, which is lock-free:
+ * what it finds is a hint, confirmed by the row's generation under the row's lock. Row
+ * generations only change under LOCK_KEYS and only go up (in absolute value), so a cached
+ * (row, generation) can never name another key. */
 
-static int entry_is(int64_t *e, const StoredKey *k) {
-    return LOAD(e + 1) == (int64_t)k->hash && LOAD(e + 3) == (k->len | (int64_t)k->flags << 32) &&
-           memcmp((char *)e + KEY_BYTES_OFF, k->bytes, (size_t)k->len) == 0;
+#define E_GEN 0                /* index entry words */
+#define E_HASH 1
+#define E_ROW 2
+#define ENTRY_WORDS (KEY_ENTRY_BYTES / WORD)
+#define RGEN(row) ((int64_t *)(row))          /* a keyed row's key header words */
+#define RLAST(row) ((int64_t *)(row) + 1)
+#define RHASH(row) ((int64_t *)(row) + 2)
+#define RLEN(row) ((int64_t *)(row) + 3)
+#define RKEY(row) ((char *)(row) + KEY_BYTES_OFF)
+#define KEYWORD(c, off) W((c), (off))     /* the key table's state words in the header */
+
+typedef struct {
+    int64_t *base;   /* entry 0 */
+    int64_t slots;   /* a power of two */
+    int64_t index;   /* 2 x level + copy */
+} Index;
+
+static Index index_copy(Core *c, int64_t index) {
+    int64_t level = index >> 1, copy = index & 1;
+    Index x = {W(c, c->keys_off + KEY_ENTRY_BYTES * c->key_slots *
+                        (2 * ((1LL << level) - 1) + copy * (1LL << level))),
+               c->key_slots << level, index};
+    return x;
 }
 
-/* Lock-free lookup: 1 and (slot, generation) if found. A negative generation (an entry
- * being written, or left half-written by a dead inserter) never matches. */
+/* The published index; a junk descriptor is an error, never a wild read. */
+static int current_index(Core *c, Index *x) {
+    int64_t d = LOAD(KEYWORD(c, INDEX_OFF));
+    if (d < 0 || d >= 2 * c->index_levels) {
+        PyErr_Format(ErrCorrupt, "window %R: its key index descriptor (%lld) is out of range: the "
+                     "segment is corrupt", c->name, (long long)d);
+        return -1;
+    }
+    *x = index_copy(c, d);
+    return 0;
+}
+#define ENT(x, p) ((x)->base + (p) * ENTRY_WORDS)
+#define PROBE(x, h, p, i) \
+    for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
+         i++, p = (p + 1) & ((x)->slots - 1))
+
+/* Rows that may be followed: handed out, and reserved (a junk top is clamped, never trusted). */
+static int64_t rows_top(Core *c) {
+    int64_t top = LOAD(KEYWORD(c, ROWS_TOP_OFF)), reserved = LOAD(KEYWORD(c, ROWS_RESERVED_OFF));
+    if (top > reserved) top = reserved;
+    if (top > c->n_rows) top = c->n_rows;
+    return top < 0 ? 0 : top;
+}
+
+static int row_holds(char *row, const StoredKey *k) {
+    return LOAD(RHASH(row)) == (int64_t)k->hash && LOAD(RLEN(row)) == (k->len | (int64_t)k->flags << 32) &&
+           memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
+}
+
+/* Lock-free lookup: 1 and (row, generation) if found, 0 if not, -1 error. An entry being
+ * written (negative generation) or pointing at a row that no longer holds it never matches. */
 static int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
-    PROBES(c, k->hash, s, step, i) {
-        int64_t *e = ENTRY(c, s), g = LOAD(e);
+    Index x;
+    if (current_index(c, &x) < 0) return -1;
+    int64_t top = rows_top(c);
+    PROBE(&x, k->hash, p, i) {
+        int64_t *e = ENT(&x, p), g = LOAD(e + E_GEN);
         if (g == 0) return 0;  /* never used: the key would have been placed here or before */
-        if (g > 0 && entry_is(e, k) && LOAD(e) == g) {
-            *slot = s;
+        if (g < 0 || LOAD(e + E_HASH) != (int64_t)k->hash) continue;
+        int64_t r = LOAD(e + E_ROW);
+        if (r < 0 || r >= top) continue;
+        char *row = ROW(c, r);
+        if (LOAD(RGEN(row)) == g && row_holds(row, k) && LOAD(e + E_GEN) == g) {
+            *slot = r;
             *gen = g;
             return 1;
         }
@@ -561,57 +739,226 @@ static int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
 }
 
 static int idle(Core *c, int64_t slot, int64_t now) {
-    return now - LOAD((int64_t *)ROW(c, slot) + 1) > c->idle_ns;
+    return now - LOAD(RLAST(ROW(c, slot))) > c->idle_ns;
 }
 
-/* Section "rollback": undo the half-published entry `slot` (its or its row's generation
- * negative) of an inserter that died. Caller holds LOCK_KEYS, so no live inserter writes it.
- * After: hash 0 (matches no key), empty rings, idle, generation published positive. */
-static int half_published(Core *c, int64_t slot) {
-    return LOAD(ENTRY(c, slot)) < 0 || LOAD((int64_t *)ROW(c, slot)) < 0;
+/* The row entry e points at if it holds a key whose row agrees (generation and hash), else -1. */
+static int64_t live_row(Core *c, int64_t *e, int64_t top) {
+    int64_t g = LOAD(e + E_GEN), h = LOAD(e + E_HASH), r = LOAD(e + E_ROW);
+    if (g <= 0 || h == 0 || r < 0 || r >= top) return -1;
+    char *row = ROW(c, r);
+    return LOAD(RGEN(row)) == g && LOAD(RHASH(row)) == h ? r : -1;
 }
 
-static int rollback(Core *c, int64_t slot) {
-    int64_t *e = ENTRY(c, slot), eg = LOAD(e), rg = LOAD((int64_t *)ROW(c, slot));
-    int64_t g = eg < 0 ? -eg : rg < 0 ? -rg : 0;  /* the generation the dead inserter wrote */
-    int lock = row_lock(c, slot);
-    if (g <= 0) return 0;
-    if (lock_take(c, lock) < 0) return -1;
-    char *row = ROW(c, slot);
-    SECTION("rollback");
-    STORE(intent_at(c, LOCK_KEYS), slot);
-    STORE(e + 1, 0);
-    STORE(e + 3, 0);
-    empty_rings(c, row);
-    STORE((int64_t *)row + 1, LONG_AGO);
-    STORE((int64_t *)row, g);
-    STORE(e, g);
-    END_SECTION();
-    lock_give(c, lock);
+/* OutOfSpaceError(errno, message): the segment could not grow; nothing was written. */
+static int space_error(Core *c, int err, const char *what) {
+    PyObject *msg = PyUnicode_FromFormat("no room in /dev/shm for %s in window %R (%s): free some "
+                                         "space, or give the window a capacity and an on_full policy",
+                                         what, c->name, strerror(err));
+    PyObject *args = msg ? Py_BuildValue("(iN)", err, msg) : NULL;
+    if (args != NULL) {
+        PyErr_SetObject(ErrSpace, args);
+        Py_DECREF(args);
+    }
+    return -1;
+}
+
+/* Reserve heap rows up to at least `need` (posix_fallocate: a full /dev/shm is an error now,
+ * never a SIGBUS later). Grows by half again, at least 8 rows, page by page. */
+static int reserve_rows(Core *c, int64_t need) {
+    int64_t have = LOAD(KEYWORD(c, ROWS_RESERVED_OFF)), want = have + (have / 2 > 8 ? have / 2 : 8);
+    if (want < need) want = need;
+    if (want > c->n_rows) want = c->n_rows;
+    int64_t from = c->rows_off + have * c->row_bytes, to = c->rows_off + want * c->row_bytes;
+    from -= from % 4096;
+    to = (to + 4095) / 4096 * 4096;
+    if (to > c->map_bytes) to = c->map_bytes;
+    int err = posix_fallocate(c->fd, from, to - from);
+    if (err != 0) return space_error(c, err, "more keys");
+    STORE(KEYWORD(c, ROWS_RESERVED_OFF), want);
     return 0;
 }
 
-/* Section "insert": give entry `slot` (free, or idle) to key k. Caller holds LOCK_KEYS and
- * the row's lock. The row's copy of the generation (what a writer checks under the row lock)
- * and the entry's are negative from the first stores to the last two, so if the inserter
- * dies midway no writer that cached the old key writes the row, lookups skip the entry, and
- * the next LOCK_KEYS holder rolls it back. */
-static int64_t assign(Core *c, int64_t slot, const StoredKey *k, int64_t now) {
-    int64_t *e = ENTRY(c, slot), g = LOAD(e), *row = (int64_t *)ROW(c, slot);
-    int64_t gen = (g < 0 ? -g : g) + 1;
-    SECTION("insert");
-    STORE(intent_at(c, LOCK_KEYS), slot);
-    STORE(row, -gen);  /* first: a writer that cached the entry's old key no longer matches */
-    STORE(e, -gen);
-    memset((char *)e + KEY_BYTES_OFF, 0, MAX_STORED_KEY);
-    memcpy((char *)e + KEY_BYTES_OFF, k->bytes, (size_t)k->len);
+/* Reserve the memory of an index copy before writing it. */
+static int reserve_index(Core *c, const Index *x) {
+    int64_t from = (char *)x->base - c->base, to = from + x->slots * KEY_ENTRY_BYTES;
+    from -= from % 4096;
+    int err = posix_fallocate(c->fd, from, to - from);
+    return err == 0 ? 0 : space_error(c, err, "a larger key index");
+}
+
+/* Section "rebuild": a new index holding every key whose row is not idle, in the copy
+ * nobody reads, sized for a load of at most 1/4; idle keys' rows go to the free list.
+ * Caller holds LOCK_KEYS. Order: dropped rows are unpublished (negative generation, under
+ * their row locks) first, so no writer counts into a key the new index forgets; the new
+ * index is published with one store; the free list is written last. A tear anywhere is
+ * undone by the repair (repair_keys): it keeps the current index and frees unreferenced rows. */
+static int rebuild(Core *c, int64_t now) {
+    Index cur, next;
+    if (current_index(c, &cur) < 0) return -1;
+    int64_t top = rows_top(c), kept = 0;
+    SECTION("rebuild");
+    for (int64_t p = 0; p < cur.slots; p++) {  /* count, and drop the idle */
+        int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
+        if (r < 0) continue;
+        if (idle(c, r, now)) {
+            int lock = row_lock(c, r);
+            if (lock_take(c, lock) < 0) {
+                END_SECTION();
+                return -1;
+            }
+            if (idle(c, r, now) && live_row(c, e, top) == r) {
+                STORE(RGEN(ROW(c, r)), -LOAD(e + E_GEN));  /* writers caching it stop matching */
+                lock_give(c, lock);
+                continue;
+            }
+            lock_give(c, lock);
+        }
+        kept++;
+    }
+    int64_t level = 0;
+    while (level + 1 < c->index_levels && (c->key_slots << level) < 4 * (kept + 1)) level++;
+    next = index_copy(c, 2 * level + ((cur.index & 1) ^ 1));
+    if (reserve_index(c, &next) < 0) {  /* nothing published; the repair frees the dropped */
+        END_SECTION();
+        return -1;
+    }
+    STORE(intent_at(c, LOCK_KEYS), -1);
+    memset(next.base, 0, (size_t)(next.slots * KEY_ENTRY_BYTES));
     FAILPOINT();
-    STORE(e + 3, k->len | (int64_t)k->flags << 32);
-    STORE(e + 1, (int64_t)k->hash);
+    for (int64_t p = 0; p < cur.slots; p++) {
+        int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
+        if (r < 0) continue;
+        PROBE(&next, (uint64_t)LOAD(e + E_HASH), q, i) {
+            int64_t *f = ENT(&next, q);
+            if (LOAD(f + E_GEN) != 0) continue;
+            STORE(f + E_ROW, r);
+            STORE(f + E_HASH, LOAD(e + E_HASH));
+            STORE(f + E_GEN, LOAD(e + E_GEN));
+            break;
+        }
+    }
+    STORE(KEYWORD(c, INDEX_USED_OFF), kept);
+    STORE(KEYWORD(c, KEYS_OFF), kept);
+    STORE(KEYWORD(c, REBUILT_NS_OFF), now);
+    STORE(KEYWORD(c, INDEX_OFF), next.index);  /* published */
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    for (int64_t p = 0; p < cur.slots; p++) {  /* the dropped rows: negative, named by cur */
+        int64_t *e = ENT(&cur, p), g = LOAD(e + E_GEN), r = LOAD(e + E_ROW);
+        if (g <= 0 || LOAD(e + E_HASH) == 0 || r < 0 || r >= top) continue;
+        char *row = ROW(c, r);
+        if (LOAD(RGEN(row)) != -g) continue;
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
+        head = r + 1;
+    }
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    END_SECTION();
+    return 0;
+}
+
+/* Section "rollback" -- the repair of LOCK_KEYS after its holder died inside "insert" or
+ * "rebuild": keep the current index, turn every entry that does not agree with its row into a
+ * tombstone, and rebuild the free list from the rows no entry names. The keys so dropped were
+ * being inserted (nothing counted yet) or idle (nothing live). Bounded by the table's size. */
+static void repair_keys(Core *c) {
+    Index x;
+    if (current_index(c, &x) < 0) {
+        PyErr_Clear();  /* reported to the next caller by find_key */
+        return;
+    }
+    int64_t top = rows_top(c), used = 0, keys = 0, head = 0;
+    unsigned char *named = PyMem_Calloc((size_t)(top > 0 ? top : 1), 1);
+    if (named == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    SECTION("rollback");
+    for (int64_t p = 0; p < x.slots; p++) {
+        int64_t *e = ENT(&x, p), g = LOAD(e + E_GEN);
+        if (g == 0) continue;
+        used++;
+        if (LOAD(e + E_HASH) == 0 && g > 0) continue;  /* a tombstone */
+        int64_t r = live_row(c, e, top);
+        if (r < 0 || named[r]) {
+            STORE(e + E_HASH, 0);
+            STORE(e + E_GEN, g < 0 ? -g : g);
+            continue;
+        }
+        named[r] = 1;
+        keys++;
+    }
+    for (int64_t r = top - 1; r >= 0; r--) {
+        if (named[r]) continue;
+        char *row = ROW(c, r);
+        int64_t g = LOAD(RGEN(row));
+        STORE(RGEN(row), -((g < 0 ? -g : g) + 1));  /* whoever cached it stops matching */
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), (g < 0 ? -g : g) + 2);  /* free: positive, holding no key */
+        head = r + 1;
+    }
+    STORE(KEYWORD(c, ROWS_TOP_OFF), top);
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    STORE(KEYWORD(c, INDEX_USED_OFF), used);
+    STORE(KEYWORD(c, KEYS_OFF), keys);
+    END_SECTION();
+    PyMem_Free(named);
+}
+
+/* A row for a new key: the free list's first, else the next on the heap (reserved now).
+ * Nothing is stored: assign() takes it, in its section. */
+static int take_row(Core *c, int64_t *r, int *from_free) {
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), top = rows_top(c);
+    if (head > 0 && head <= top) {
+        *r = head - 1;
+        *from_free = 1;
+        return 0;
+    }
+    top = LOAD(KEYWORD(c, ROWS_TOP_OFF));
+    if (top < 0 || top >= c->n_rows) {
+        PyErr_Format(ErrFull, "window %R has handed out all %lld rows", c->name, (long long)c->n_rows);
+        return -1;
+    }
+    if (top >= LOAD(KEYWORD(c, ROWS_RESERVED_OFF)) && reserve_rows(c, top + 1) < 0) return -1;
+    *r = top;
+    *from_free = 0;
+    return 0;
+}
+
+enum { PLACE_NEW, PLACE_TOMB, PLACE_IDLE };
+
+/* Section "insert": give key k the index entry p and the row r (free, the heap's next, or
+ * the idle key's that p held). Caller holds LOCK_KEYS and the row's lock. The row's
+ * generation and the entry's are negative from the first stores to the last ones, so if the
+ * inserter dies midway no writer that cached the row's old key writes it, lookups skip the
+ * entry, and the repair drops both. */
+static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int from_free,
+                      const StoredKey *k, int64_t now) {
+    int64_t *e = ENT(x, p), *row = (int64_t *)ROW(c, r);
+    int64_t old = LOAD(RGEN(row)), gen = (old < 0 ? -old : old) + 1, next = LOAD(RLAST(row));
+    int64_t used = LOAD(KEYWORD(c, INDEX_USED_OFF)), keys = LOAD(KEYWORD(c, KEYS_OFF));
+    SECTION("insert");
+    STORE(intent_at(c, LOCK_KEYS), p);
+    STORE(RGEN(row), -gen);  /* first: a writer that cached the row's old key no longer matches */
+    STORE(e + E_GEN, -gen);
+    if (from_free) STORE(KEYWORD(c, FREE_HEAD_OFF), next);
+    else if (place != PLACE_IDLE) STORE(KEYWORD(c, ROWS_TOP_OFF), r + 1);
+    STORE(RHASH(row), 0);
+    memset(RKEY(row), 0, MAX_STORED_KEY);
+    memcpy(RKEY(row), k->bytes, (size_t)k->len);
+    FAILPOINT();
+    STORE(RLEN(row), k->len | (int64_t)k->flags << 32);
+    STORE(RHASH(row), (int64_t)k->hash);
     empty_rings(c, (char *)row);
-    STORE(row + 1, now);
-    STORE(row, gen);
-    STORE(e, gen);
+    STORE(RLAST(row), now);
+    STORE(RGEN(row), gen);
+    STORE(e + E_ROW, r);
+    STORE(e + E_HASH, (int64_t)k->hash);
+    STORE(e + E_GEN, gen);  /* published */
+    if (place == PLACE_NEW) STORE(KEYWORD(c, INDEX_USED_OFF), used + 1);
+    if (place != PLACE_IDLE) STORE(KEYWORD(c, KEYS_OFF), keys + 1);
     END_SECTION();
     return gen;
 }
@@ -689,7 +1036,7 @@ static int cache_grow(Core *c) {
 
 static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     if (!cacheable(key) || gen >= INT32_MAX || slot >= INT32_MAX) return;
-    if (c->cache_used >= 4 * c->key_slots + 64) cache_drop(c);  /* churn: start over */
+    if (c->cache_used >= 4 * LOAD(KEYWORD(c, KEYS_OFF)) + 256) cache_drop(c);  /* churn: start over */
     if (cache_grow(c) < 0) return;  /* a cache only */
     Py_hash_t h = PyObject_Hash(key);
     int64_t i = cache_probe(c, key, h);
@@ -701,48 +1048,105 @@ static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     c->cache[c->cache_index[i]].gen = (int32_t)gen;
 }
 
+/* Where k goes in index x: the first entry on its probe path that is never used, a tombstone,
+ * or an idle key's (whose row k then takes). -1 if the path is full. */
+static int64_t place_of(Core *c, Index *x, const StoredKey *k, int64_t now, int *place) {
+    int64_t top = rows_top(c);
+    PROBE(x, k->hash, p, i) {
+        int64_t *e = ENT(x, p), g = LOAD(e + E_GEN);
+        if (g == 0 || (g > 0 && LOAD(e + E_HASH) == 0)) {
+            *place = g == 0 ? PLACE_NEW : PLACE_TOMB;
+            return p;
+        }
+        int64_t r = live_row(c, e, top);
+        if (r >= 0 && idle(c, r, now)) {
+            *place = PLACE_IDLE;
+            return p;
+        }
+        r = LOAD(e + E_ROW);
+        if (g > 0 && LOAD(e + E_HASH) == (int64_t)k->hash && r >= 0 && r < top && row_holds(ROW(c, r), k)) {
+            /* k's entry, whose row says another generation: under LOCK_KEYS only junk does that */
+            PyErr_Format(ErrCorrupt, "window %R: key entry %lld and its row %lld disagree on the "
+                         "key's generation: the segment is corrupt", c->name, (long long)p, (long long)r);
+            *place = -1;
+            return -2;
+        }
+    }
+    return -1;
+}
+
+/* May a rebuild run to make room at `now`? At most once a second (or a span, if shorter) of
+ * this caller's clock: a table full of live keys must not turn every refused insert into a
+ * scan, and no key can have gone idle sooner. */
+static int may_rebuild(Core *c, int64_t now) {
+    int64_t last = LOAD(KEYWORD(c, REBUILT_NS_OFF));
+    return now - last >= (c->idle_ns < NS ? c->idle_ns : NS) || now < last;
+}
+
+static void forget(Core *c, PyObject *key) {
+    CacheEntry *hint = cache_get(c, key);
+    if (hint != NULL) hint->gen = 0;
+    PyErr_Clear();  /* a cache only */
+}
+
 /* Insert k under LOCK_KEYS: 1 holding the row lock of *slot, -1 error (nothing held). */
 static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
     if (lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
-    int64_t s, g;
-    if (find_key(c, k, &s, &g)) {  /* inserted meanwhile by another process */
-        int lock = row_lock(c, s);
-        if (lock_take(c, lock) < 0) goto fail;
-        int64_t rg = LOAD((int64_t *)ROW(c, s));
-        if (rg == g) {
-            lock_give(c, LOCK_KEYS);
-            remember(c, key, s, g);
-            *slot = s;
-            return 1;
-        }
-        lock_give(c, lock);
-        if (rg >= 0) {
-            PyErr_Format(ErrCorrupt, "window %R: key entry %lld and its row disagree on the key's "
-                         "generation: the segment is corrupt", c->name, (long long)s);
+    int rebuilt = 0;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int64_t r, g;
+        int found = find_key(c, k, &r, &g), place, from_free = 0;
+        if (found < 0) goto fail;
+        if (found) {  /* inserted meanwhile by another process: definitive under LOCK_KEYS */
+            int lock = row_lock(c, r);
+            if (lock_take(c, lock) < 0) goto fail;
+            if (LOAD(RGEN(ROW(c, r))) == g) {
+                lock_give(c, LOCK_KEYS);
+                remember(c, key, r, g);
+                *slot = r;
+                return 1;
+            }
+            lock_give(c, lock);
+            PyErr_Format(ErrCorrupt, "window %R: key row %lld changed generation under the key "
+                         "table lock: the segment is corrupt", c->name, (long long)r);
             goto fail;
         }
-        if (rollback(c, s) < 0) goto fail;  /* an inserter died taking this entry: it is free */
-    }
-    PROBES(c, k->hash, s, step, i) {
-        int64_t *e = ENTRY(c, s);
-        if (half_published(c, s) && rollback(c, s) < 0) goto fail;
-        if (LOAD(e) != 0 && !idle(c, s, now)) continue;
-        int lock = row_lock(c, s);
+        Index x;
+        if (current_index(c, &x) < 0) goto fail;
+        int64_t p = -1;
+        if (2 * (LOAD(KEYWORD(c, INDEX_USED_OFF)) + 1) <= x.slots) p = place_of(c, &x, k, now, &place);
+        if (p == -2) goto fail;
+        int full = p >= 0 && place != PLACE_IDLE && LOAD(KEYWORD(c, KEYS_OFF)) >= c->n_rows;
+        if (p < 0 || full) {  /* the index needs room, or the table holds `capacity` keys */
+            if (!rebuilt && (!full || may_rebuild(c, now))) {
+                if (rebuild(c, now) < 0) goto fail;
+                rebuilt = 1;
+                continue;
+            }
+            if (full || p < 0) {
+                lock_give(c, LOCK_KEYS);
+                PyErr_Format(ErrFull, "no room for key %R in window %R: it holds %lld live keys, its "
+                             "capacity. Give it a larger capacity (or none: the table then grows)",
+                             key, c->name, (long long)LOAD(KEYWORD(c, KEYS_OFF)));
+                return -1;
+            }
+        }
+        if (place == PLACE_IDLE) r = LOAD(ENT(&x, p) + E_ROW);
+        else if (take_row(c, &r, &from_free) < 0) goto fail;
+        int lock = row_lock(c, r);
         if (lock_take(c, lock) < 0) goto fail;
-        if (LOAD(e) != 0 && !idle(c, s, now)) {  /* written while we waited for its lock */
-            lock_give(c, lock);
+        if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), rows_top(c)) != r || !idle(c, r, now))) {
+            lock_give(c, lock);  /* written while we waited for its lock: look again */
             continue;
         }
-        g = assign(c, s, k, now);
+        g = assign(c, &x, p, place, r, from_free, k, now);
         lock_give(c, LOCK_KEYS);
-        remember(c, key, s, g);
-        *slot = s;
+        remember(c, key, r, g);
+        *slot = r;
         return 1;
     }
-    lock_give(c, LOCK_KEYS);
-    PyErr_Format(ErrFull, "no free key entry for %R in window %R: all %lld entries it may use hold "
-                 "live keys. Give it a larger capacity", key, c->name, (long long)c->key_slots);
-    return -1;
+    PyErr_Format(ErrFull, "no room for key %R in window %R: every place for it kept being taken",
+                 key, c->name);
 fail:
     lock_give(c, LOCK_KEYS);
     return -1;
@@ -771,7 +1175,9 @@ static int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *sl
         } else {
             if (!encoded && encode_key(c, key, &k) < 0) return -1;
             encoded = 1;
-            if (!find_key(c, &k, &s, &g)) break;
+            int found = find_key(c, &k, &s, &g);
+            if (found < 0) return -1;
+            if (!found) break;
         }
         prefetch_row(c, s, now);
         int lock = row_lock(c, s);
@@ -1328,24 +1734,60 @@ out:
     return result;
 }
 
-/* clear(key): forget every count of key (section "clear"); its entry becomes idle. The rings
- * are emptied before the entry is marked idle: a torn clear never leaves live counts in an
- * entry that another key's insert may take over. */
-static PyObject *Core_clear(Core *c, PyObject *key) {
-    int64_t slot;
-    int got;
-    if (enter(c) < 0) return NULL;
-    got = c->keyed ? lock_key(c, key, 0, 0, &slot) : -1;
-    if (!c->keyed) PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
-    if (got == 1) {
-        char *row = ROW(c, slot);
-        SECTION("clear");
-        STORE(intent_at(c, row_lock(c, slot)), slot);
-        empty_rings(c, row);
-        STORE((int64_t *)row + 1, LONG_AGO);  /* idle (reusable) only once nothing is left in it */
-        END_SECTION();
-        lock_give(c, row_lock(c, slot));
+/* clear(key): forget key and every count of it (section "clear"), under LOCK_KEYS and the
+ * key's row lock: the row is unpublished first (writers caching it stop matching), emptied,
+ * its index entry made a tombstone, and the row put on the free list. A tear is finished by
+ * the repair: the entry no longer agrees with its row, so both are dropped. */
+static int clear_key(Core *c, PyObject *key) {
+    StoredKey k;
+    int64_t r, g;
+    Index x;
+    if (encode_key(c, key, &k) < 0 || lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
+    int found = find_key(c, &k, &r, &g);
+    if (found <= 0 || current_index(c, &x) < 0) {
+        lock_give(c, LOCK_KEYS);
+        return found < 0 ? -1 : 0;
     }
+    int lock = row_lock(c, r);
+    if (lock_take(c, lock) < 0) {
+        lock_give(c, LOCK_KEYS);
+        return -1;
+    }
+    char *row = ROW(c, r);
+    int64_t *e = NULL;
+    PROBE(&x, k.hash, p, i) {
+        int64_t *f = ENT(&x, p);
+        if (LOAD(f + E_GEN) == g && LOAD(f + E_ROW) == r) {
+            e = f;
+            break;
+        }
+    }
+    int64_t keys = LOAD(KEYWORD(c, KEYS_OFF)), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    SECTION("clear");
+    STORE(intent_at(c, lock), r);
+    STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
+    empty_rings(c, row);
+    if (e != NULL) {
+        STORE(e + E_HASH, 0);  /* a tombstone: probing goes on past it */
+        STORE(e + E_GEN, g + 1);
+    }
+    STORE(RHASH(row), 0);
+    STORE(RLAST(row), head);
+    STORE(RGEN(row), g + 2);  /* free */
+    STORE(KEYWORD(c, FREE_HEAD_OFF), r + 1);
+    STORE(KEYWORD(c, KEYS_OFF), keys > 0 ? keys - 1 : 0);
+    END_SECTION();
+    lock_give(c, lock);
+    lock_give(c, LOCK_KEYS);
+    forget(c, key);
+    return 1;
+}
+
+static PyObject *Core_clear(Core *c, PyObject *key) {
+    int got = -1;
+    if (enter(c) < 0) return NULL;
+    if (!c->keyed) PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
+    else got = clear_key(c, key);
     leave(c);
     if (got < 0) return NULL;
     Py_RETURN_NONE;
@@ -1360,7 +1802,8 @@ static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
         if (lock_take_ex(c, held, held == 0) < 0) break;
     if (held == c->n_locks) {
         SECTION("reset");
-        for (int64_t r = 0; r < c->n_rows; r++) empty_rings(c, ROW(c, r));
+        int64_t rows = c->keyed ? rows_top(c) : c->n_rows;
+        for (int64_t r = 0; r < rows; r++) empty_rings(c, ROW(c, r));
         END_SECTION();
     }
     while (held-- > 0) lock_give(c, held);
@@ -1384,44 +1827,57 @@ static PyObject *Core_find(Core *c, PyObject *key) {
     return result;
 }
 
-/* free_stripes(rows_and_owners) -> how many freed: under LOCK_STRIPES, clear each row's
- * owner if it is still the one given (a dead owner's, or our own at close). Data stays. */
-static PyObject *Core_free_stripes(Core *c, PyObject *cands) {
-    PyObject *seq, *result = NULL;
+/* free_stripes() -> how many freed: under LOCK_STRIPES, clear the owner of every claimed
+ * row whose owner is gone (its liveness mutex free or owner-dead). Data stays, counted. */
+static PyObject *Core_free_stripes(Core *c, PyObject *Py_UNUSED(ignored)) {
     long long freed = 0;
     if (enter(c) < 0) return NULL;
-    seq = PySequence_Fast(cands, "give a sequence of (row, owner)");
-    if (seq == NULL || lock_take(c, LOCK_STRIPES) < 0) goto out;
-    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
-        long long row, owner;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, j), "LL", &row, &owner)) break;
-        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES);
-        if (row >= 1 && row < c->n_rows && owner != 0 && LOAD(e) == owner) {
-            STORE(e, 0);
-            freed++;
+    if (c->striped && lock_take(c, LOCK_STRIPES) == 0) {
+        for (int64_t r = 1; r < c->n_rows; r++) {
+            int64_t *e = STRIPE(c, r);
+            if (LOAD(e) != 0 && !stripe_alive(c, r)) {
+                STORE(e, 0);
+                freed++;
+            }
         }
+        lock_give(c, LOCK_STRIPES);
     }
-    lock_give(c, LOCK_STRIPES);
-    if (!PyErr_Occurred()) result = PyLong_FromLongLong(freed);
-out:
-    Py_XDECREF(seq);
     leave(c);
-    return result;
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(freed);
 }
 
-/* release_stripe(): hand this process's stripe back (data kept), unless someone adopted it
- * meanwhile; the next add claims again. */
+/* stripe_owners() -> [(row, pid, alive)] of every row with an owner recorded; alive is the
+ * kernel's word (the owner's keeper holds the row's mutex), whatever /proc shows. */
+static PyObject *Core_stripe_owners(Core *c, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out;
+    if (enter(c) < 0) return NULL;
+    out = PyList_New(0);
+    for (int64_t r = 1; out != NULL && c->striped && r < c->n_rows; r++) {
+        int64_t *e = STRIPE(c, r);
+        if (LOAD(e) == 0) continue;
+        PyObject *t = Py_BuildValue("(LLO)", (long long)r, (long long)LOAD(e + 2),
+                                    stripe_alive(c, r) ? Py_True : Py_False);
+        if (t == NULL || PyList_Append(out, t) < 0) Py_CLEAR(out);
+        Py_XDECREF(t);
+    }
+    leave(c);
+    return out;
+}
+
+/* release_stripe(): hand this process's stripe back (data kept); the next add claims again. */
 static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
     int64_t row = c->stripe_row;
     if (enter(c) < 0) return NULL;
     int mine = c->stripe_gen == fork_gen && row > 0;
-    c->stripe_gen = 0;
-    c->stripe_row = 0;
     if (mine && lock_take(c, LOCK_STRIPES) == 0) {
-        int64_t *e = W(c, c->stripes_off + row * STRIPE_ENTRY_BYTES);
+        int64_t *e = STRIPE(c, row);
         if (LOAD(e) == c->stripe_owner) STORE(e, 0);
+        give_stripe(c);
         lock_give(c, LOCK_STRIPES);
     }
+    c->stripe_gen = 0;
+    c->stripe_row = 0;
     leave(c);
     if (PyErr_Occurred()) return NULL;
     return PyLong_FromLongLong(mine ? row : 0);
@@ -1429,6 +1885,7 @@ static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
 
 /* close(): no call touches the mapping from now on; released once no call is inside. */
 static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
+    if (!c->closed && c->busy == 0) give_stripe(c);  /* before the mapping can go */
     c->closed = 1;
     if (c->busy == 0) cache_drop(c);  /* else a call inside may still hold an entry */
     release_map(c);
@@ -1445,11 +1902,12 @@ static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
  *    (a window's add lost only its own count; a stripe claim wrote its owner last). */
 static void repair(Core *c, int i) {
     int64_t slot = LOAD(intent_at(c, i));
-    if (!c->keyed || slot < 0 || slot >= c->key_slots) return;
+    if (!c->keyed) return;
     if (i == LOCK_KEYS) {
-        if (half_published(c, slot) && rollback(c, slot) < 0) PyErr_Clear();  /* retried lazily */
+        repair_keys(c);
         return;
     }
+    if (slot < 0 || slot >= rows_top(c)) return;
     if (i < FIRST_KEY_LOCK || !c->limiter || row_lock(c, slot) != i) return;
     char *row = ROW(c, slot);
     SECTION("repair");
@@ -1468,7 +1926,8 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
                              "slot_words", "head_slots", "rings", "locks_off", "n_locks", "n_key_locks",
                              "stripes_off", "keys_off", "rows_off", "row_bytes", "n_rows",
                              "key_slots", "rings_off", "idle_ns", "hash_key", "empty_row",
-                             "timeout_ns", "on_full", "clock", "fields", "claim", NULL};
+                             "timeout_ns", "on_full", "clock", "fields", "claim", "index_levels", "fd",
+                             NULL};
     PyObject *buffer, *name, *rings, *clock, *fields, *claim;
     Py_buffer empty;
     unsigned long long hk0_hk1[2];
@@ -1478,14 +1937,21 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "Core is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUppppiiiOLiiLLLLLLLLy#y*LiOOO", kwlist, &buffer, &name,
+    c->fd = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUppppiiiOLiiLLLLLLLLy#y*LiOOOLi", kwlist, &buffer, &name,
                                      &c->limiter, &c->floats, &c->striped, &c->keyed, &c->n_fields,
                                      &c->slot_words, &c->head_slots, &rings, &c->locks_off, &c->n_locks,
                                      &c->n_key_locks, &c->stripes_off, &c->keys_off, &c->rows_off,
                                      &c->row_bytes, &c->n_rows, &c->key_slots, &c->rings_off,
                                      &c->idle_ns, &hash_key, &hash_len, &empty, &c->timeout_ns,
-                                     &c->on_full, &clock, &fields, &claim))
+                                     &c->on_full, &clock, &fields, &claim, &c->index_levels, &c->fd))
         return -1;
+    if (!c->keyed) c->fd = -1;  /* only a keyed table grows */
+    else if (c->fd < 0 || (c->fd = dup(c->fd)) < 0) {  /* our own: we close it */
+        PyErr_SetString(PyExc_ValueError, "Core: a keyed window needs the segment's file descriptor");
+        c->fd = -1;
+        return -1;
+    }
     c->empty = PyMem_Malloc((size_t)empty.len);
     if (c->empty != NULL) memcpy(c->empty, empty.buf, (size_t)empty.len);
     c->empty_bytes = empty.len;
@@ -1517,7 +1983,9 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     if (PyObject_GetBuffer(buffer, &c->buf, PyBUF_WRITABLE) < 0) return -1;
     c->has_buf = 1;
     c->base = c->buf.buf;
-    if (c->rows_off + c->n_rows * c->row_bytes > c->buf.len || c->rings_off + c->empty_bytes > c->row_bytes) {
+    c->map_bytes = c->buf.len;
+    if (c->rows_off + c->n_rows * c->row_bytes > c->buf.len || c->index_levels < 0 ||
+        c->index_levels > 40 || (c->keyed && (c->key_slots < 1 || (c->key_slots & (c->key_slots - 1)))) || c->rings_off + c->empty_bytes > c->row_bytes) {
         PyErr_SetString(PyExc_ValueError, "Core: the layout does not fit the mapping");
         return -1;
     }
@@ -1554,6 +2022,7 @@ static void Core_dealloc(Core *c) {
     Py_CLEAR(c->name);
     cache_drop(c);
     PyMem_Free(c->empty);
+    if (c->fd >= 0) close(c->fd);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -1580,7 +2049,8 @@ static PyMethodDef Core_methods[] = {
     {"clear", (PyCFunction)Core_clear, METH_O, "clear(key): forget key's counts"},
     {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset(): empty every row"},
     {"find", (PyCFunction)Core_find, METH_O, "find(key) -> (slot, generation) or None"},
-    {"free_stripes", (PyCFunction)Core_free_stripes, METH_O, "free_stripes([(row, owner)]) -> freed"},
+    {"free_stripes", (PyCFunction)Core_free_stripes, METH_NOARGS, "free_stripes() -> rows of dead owners freed"},
+    {"stripe_owners", (PyCFunction)Core_stripe_owners, METH_NOARGS, "stripe_owners() -> [(row, pid, alive)]"},
     {"release_stripe", (PyCFunction)Core_release_stripe, METH_NOARGS,
      "release_stripe() -> the row handed back, or 0"},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close(): stop touching the mapping"},
@@ -1605,13 +2075,38 @@ static PyTypeObject CoreType = {
 /* ---- module functions ---------------------------------------------------------------------- */
 
 static PyObject *set_errors(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *e[5];
-    if (!PyArg_ParseTuple(args, "OOOOO", &e[0], &e[1], &e[2], &e[3], &e[4])) return NULL;
+    PyObject *e[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &e[0], &e[1], &e[2], &e[3], &e[4], &e[5])) return NULL;
     Py_XSETREF(ErrClosed, Py_NewRef(e[0]));
     Py_XSETREF(ErrTimeout, Py_NewRef(e[1]));
     Py_XSETREF(ErrCorrupt, Py_NewRef(e[2]));
     Py_XSETREF(ErrFull, Py_NewRef(e[3]));
     Py_XSETREF(ErrField, Py_NewRef(e[4]));
+    Py_XSETREF(ErrSpace, Py_NewRef(e[5]));
+    Py_RETURN_NONE;
+}
+
+/* init_stripes(buffer, offset, count): a new stripe table, every liveness mutex free. */
+static PyObject *init_stripes(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t off, count;
+    pthread_mutexattr_t attr;
+    if (!PyArg_ParseTuple(args, "w*nn", &b, &off, &count)) return NULL;
+    if (off < 0 || count < 0 || off + count * STRIPE_ENTRY_BYTES > b.len) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "init_stripes: the stripe table does not fit");
+        return NULL;
+    }
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        char *at = (char *)b.buf + off + i * STRIPE_ENTRY_BYTES;
+        memset(at, 0, STRIPE_ENTRY_BYTES);
+        pthread_mutex_init((pthread_mutex_t *)(at + STRIPE_MUTEX_OFF), &attr);
+    }
+    pthread_mutexattr_destroy(&attr);
+    PyBuffer_Release(&b);
     Py_RETURN_NONE;
 }
 
@@ -1657,8 +2152,9 @@ static PyObject *failpoint(PyObject *Py_UNUSED(m), PyObject *args) {
 static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return PyBool_FromLong(fp_fired); }
 
 static PyMethodDef module_methods[] = {
-    {"set_errors", set_errors, METH_VARARGS, "set_errors(closed, timeout, corrupt, full, field)"},
+    {"set_errors", set_errors, METH_VARARGS, "set_errors(closed, timeout, corrupt, full, field, space)"},
     {"init_locks", init_locks, METH_VARARGS, "init_locks(buffer, offset, count): robust mutexes"},
+    {"init_stripes", init_stripes, METH_VARARGS, "init_stripes(buffer, offset, count): a free stripe table"},
     {"failpoint", failpoint, METH_VARARGS,
      "failpoint(section, n, signal): test only -- raise signal after the n-th store of section"},
     {"failpoint_fired", failpoint_fired, METH_NOARGS, "did the armed fail point fire?"},
@@ -1690,7 +2186,12 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddIntConstant(m, "KEY_ENTRY_BYTES", KEY_ENTRY_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "KEY_BYTES_OFF", KEY_BYTES_OFF) < 0 ||
         PyModule_AddIntConstant(m, "MAX_STORED_KEY", MAX_STORED_KEY) < 0 ||
+        PyModule_AddIntConstant(m, "KEY_HEADER_BYTES", KEY_HEADER_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "INDEX_OFF", INDEX_OFF) < 0 ||
+        PyModule_AddIntConstant(m, "ROWS_TOP_OFF", ROWS_TOP_OFF) < 0 ||
+        PyModule_AddIntConstant(m, "FREE_HEAD_OFF", FREE_HEAD_OFF) < 0 ||
         PyModule_AddIntConstant(m, "STRIPE_ENTRY_BYTES", STRIPE_ENTRY_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "STRIPE_MUTEX_OFF", STRIPE_MUTEX_OFF) < 0 ||
         PyModule_AddIntConstant(m, "ROWS_IN_USE_OFF", ROWS_IN_USE_OFF) < 0 ||
         PyModule_AddIntConstant(m, "MAX_RINGS", MAX_RINGS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_PROBES", MAX_PROBES) < 0 ||

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .duration import Duration, format_ns, to_ns
-from .layout import MAX_BUCKETS, Geometry, Ring
+from .layout import MAX_BUCKETS, Geometry, Ring, default_capacity
 from .rate import Rate
 from .ring import buckets_for
 
@@ -27,42 +27,55 @@ def window_geometry(
     dtype: str,
     mode: str | None,
     stripes: int | None,
-    capacity: int,
+    capacity: int | None,
+    keyed: bool = False,
 ) -> Geometry:
-    """The geometry a ``Window`` constructor asks for, validated (``stripes=None``: the default)."""
-    if isinstance(capacity, bool) or not isinstance(capacity, int):
-        raise ValueError(f"capacity must be an int, not {capacity!r}")
+    """The geometry a ``Window`` constructor asks for, validated (``stripes=None``: the
+    default). A window is keyed when ``keyed`` or a ``capacity`` is given; ``capacity=None``
+    then means "grow as keys come"."""
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)):
+        raise ValueError(f"capacity must be an int or None, not {capacity!r}")
+    keyed = bool(keyed) or bool(capacity)
     if mode is None:
-        mode = "locked" if capacity else "striped"
+        mode = "locked" if keyed else "striped"
     if resolutions is None:
         rings: tuple[Ring, ...] = (ring_of(60 if span is None else span, 60 if buckets is None else buckets),)
     elif span is not None or buckets is not None:
         raise ValueError("give either span and buckets, or resolutions, not both")
     else:
         rings = resolution_rings(resolutions)
-    return Geometry(
+    g = Geometry(
         rings,
         (fields,) if isinstance(fields, str) else tuple(fields),
         dtype,
         mode,
         (DEFAULT_STRIPES if stripes is None else stripes) if mode == "striped" else 0,
-        capacity,
+        capacity if keyed and capacity else 0,
     )
+    return with_capacity(g, None) if keyed and not capacity else g
 
 
-def limiter_geometry(rates: list[Rate], buckets: int, capacity: int) -> Geometry:
+def with_capacity(g: Geometry, capacity: int | None) -> Geometry:
+    """``g`` keyed for ``capacity`` keys; None: as many as the address budget maps (the key
+    table then grows as keys come: memory follows the keys in use)."""
+    probe = Geometry(g.rings, g.fields, g.dtype, "locked", 0, 1, g.kind)
+    return Geometry(g.rings, g.fields, g.dtype, "locked", 0,
+                    default_capacity(probe) if capacity is None else capacity, g.kind)  # fmt: skip
+
+
+def limiter_geometry(rates: list[Rate], buckets: int, capacity: int | None) -> Geometry:
     """One ring per rate, each ``buckets + 1`` slots: the current bucket and ``buckets``
     whole ones before it, so a hit is forgotten between P and P + P/buckets after it."""
     if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS - 1:
         raise ValueError(f"buckets must be 1..{MAX_BUCKETS - 1}, not {buckets!r}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"capacity must be a positive int, not {capacity!r}")
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+        raise ValueError(f"capacity must be a positive int or None (grow as keys come), not {capacity!r}")
     rings = []
     for rate in rates:
         if rate.period_ns % buckets:
             raise ValueError(f"buckets={buckets} does not divide {rate} into whole nanoseconds")
         rings.append(Ring(rate.period_ns // buckets, buckets + 1, rate.limit))
-    return Geometry(tuple(rings), ("hits",), "int64", "locked", 0, capacity, "limiter")
+    return with_capacity(Geometry(tuple(rings), ("hits",), "int64", "locked", 0, 1, "limiter"), capacity)
 
 
 def rates_of(g: Geometry) -> list[Rate]:

@@ -1,13 +1,14 @@
 """The key table of a keyed segment, read side: which key owns which row.
 
-Entry *s* names the key whose counts live in row *s* (see ``layout``). Finding,
-inserting, reclaiming and rolling back entries are the native core's (``_core.c``):
-open addressing with double hashing over a prime number of entries, SipHash-1-3
-under the segment's random key, at most ``MAX_PROBES`` probes, and an idle key's
-entry reused once every ring's span has passed since its newest write.
+The table (see ``layout``, "Key table") is an index over a heap of rows; a row's key
+header names its key. Finding, inserting, rebuilding and repairing are the native core's
+(``_core.c``): linear probing over a power-of-two index of SipHash-1-3 hashes under the
+segment's random key, at most ``MAX_PROBES`` probes, an idle key's row reused once every
+ring's span has passed since its newest write, and a rebuild (to grow the index, or to
+drop idle keys) into the index copy nobody reads.
 
-This module only reads, lock-free: an entry's generation is read before and after
-its key bytes, and a changed or negative generation means "being rewritten".
+This module only reads, lock-free, from the rows: a row's generation is read before and
+after its key bytes, and a changed or non-positive generation means "not a key now".
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ Key = str | bytes
 
 MAX_PROBES = _core.MAX_PROBES
 _W = layout.WORD_BYTES
-_ENTRY_WORDS = layout.KEY_ENTRY_BYTES // _W
 _FLAG_STR, _FLAG_DIGEST = 1, 2
 _LONG_PREFIX = layout.MAX_STORED_KEY - 16
 
@@ -31,50 +31,68 @@ def decode(stored: bytes, flags: int) -> Key:
 
 
 class KeyTable:
-    """This process's read-only view of a segment's key table."""
+    """This process's read-only view of a segment's key table. Rows are the heap's."""
 
     def __init__(self, mm: object, q: memoryview, g: layout.Geometry, lay: layout.Layout, core: _core.Core):
-        self._rows = lay.rows_off // _W  # row s's key header: generation copy, newest write
-        self._row_words = lay.row_bytes // _W
+        self._g, self._lay = g, lay
+        self._rows_off = lay.rows_off
+        self._row_bytes = lay.row_bytes
+        self._n_rows = lay.n_rows
         self._mm = mm
         self._q = q
-        self._base = lay.keys_off // _W
-        self._keys_off = lay.keys_off
-        self.n_slots = g.key_slots
         self._idle_ns = g.idle_ns
         self._core = core
 
+    def rows_top(self) -> int:
+        """Rows handed out so far: every key's row is below it (clamped to what is reserved)."""
+        top = int(self._q[layout.ROWS_TOP_OFF // _W])
+        reserved = int(self._q[layout.ROWS_RESERVED_OFF // _W])
+        return max(0, min(top, reserved, self._n_rows))
+
+    def count(self) -> int:
+        """Keys the table holds (live or idle, not yet reclaimed)."""
+        return int(self._q[layout.KEYS_OFF // _W])
+
+    def index_entries(self) -> list[tuple[int, int, int]]:
+        """``(generation, hash, row)`` of every entry of the current index (a snapshot)."""
+        index = int(self._q[layout.INDEX_OFF // _W])
+        offset, slots = self._lay.index_copy(index, self._g.key_slots)
+        words = self._q[offset // _W : offset // _W + slots * 4]
+        return [(int(words[i]), int(words[i + 1]), int(words[i + 2])) for i in range(0, len(words), 4)]
+
     def find(self, key: Key) -> tuple[int, int] | None:
-        """``(slot, generation)`` of ``key``, or None; verify the generation after reading."""
+        """``(row, generation)`` of ``key``, or None; verify the generation after reading."""
         found = self._core.find(key)
         return None if found is None else (int(found[0]), int(found[1]))
 
-    def generation(self, slot: int) -> int:
-        return int(self._q[self._base + slot * _ENTRY_WORDS])
+    def _word(self, row: int, i: int) -> int:
+        return int(self._q[(self._rows_off + row * self._row_bytes) // _W + i])
 
-    def entry(self, slot: int) -> Key | None:
-        """The key held by entry ``slot``, or None (never used, rolled back, or being rewritten)."""
-        e = self._base + slot * _ENTRY_WORDS
-        generation = self.generation(slot)
-        if generation <= 0 or self._q[e + 1] == 0:
+    def generation(self, row: int) -> int:
+        return self._word(row, 0)
+
+    def entry(self, row: int) -> Key | None:
+        """The key held by ``row``, or None (free, never used, or being rewritten)."""
+        generation = self.generation(row)
+        if generation <= 0 or self._word(row, 2) == 0:
             return None
-        word = self._q[e + 3]
+        word = self._word(row, 3)
         length, flags = word & 0xFFFFFFFF, (word >> 32) & 0xFFFFFFFF
-        off = self._keys_off + slot * layout.KEY_ENTRY_BYTES + layout.KEY_BYTES_OFF
+        off = self._rows_off + row * self._row_bytes + layout.KEY_BYTES_OFF
         stored = bytes(self._mm[off : off + min(length, layout.MAX_STORED_KEY)])  # type: ignore[index]
-        return decode(stored, flags) if self.generation(slot) == generation else None
+        return decode(stored, flags) if self.generation(row) == generation else None
 
-    def last_write_ns(self, slot: int) -> int:
-        return int(self._q[self._rows + slot * self._row_words + 1])
+    def last_write_ns(self, row: int) -> int:
+        return self._word(row, 1)
 
     def entries(self) -> list[tuple[int, Key, int]]:
-        """``(slot, key, last_ns)`` of every entry that has a key (idle or not)."""
+        """``(row, key, last_ns)`` of every row that holds a key (idle or not)."""
         out = []
-        for slot in range(self.n_slots):
-            key = self.entry(slot)
+        for row in range(self.rows_top()):
+            key = self.entry(row)
             if key is not None:
-                out.append((slot, key, self.last_write_ns(slot)))
+                out.append((row, key, self.last_write_ns(row)))
         return out
 
-    def is_idle(self, slot: int, now_ns: int) -> bool:
-        return now_ns - self.last_write_ns(slot) > self._idle_ns
+    def is_idle(self, row: int, now_ns: int) -> bool:
+        return now_ns - self.last_write_ns(row) > self._idle_ns

@@ -20,8 +20,8 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     48   4    u32       mode            0 = striped, 1 = locked
     52   4    u32       n_stripes       per-writer rows (striped mode), else 0
     56   4    u32       n_locks         robust mutexes in the lock table
-    60   4    u32       capacity        keys the table is sized for (0 = unkeyed window)
-    64   4    u32       key_slots       key table entries (a prime >= 1.25 x capacity), else 0
+    60   4    u32       capacity        most keys the segment may hold at once (0 = unkeyed window)
+    64   4    u32       key_slots       index entries at index level 0 (INDEX_MIN_SLOTS), else 0
     68   4    u32       -               reserved, 0
     72   8    i64       creator_pid     pid of the creating process
     80   8    i64       created_real_ns CLOCK_REALTIME at creation  } anchor for showing
@@ -37,47 +37,77 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 0, i64 limit
     1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
+Keyed segments keep their key table's state in the words after it, written only under
+lock 0 (LOCK_KEY_TABLE) and checked on attach::
+
+    1032 8    i64       index           the current index: 2 x level + copy (see "Key table")
+    1040 8    i64       index_used      its entries that are not "never used" (keys + tombstones)
+    1048 8    i64       keys            its entries that hold a key, live or idle
+    1056 8    i64       rows_top        rows handed out so far (the heap's high-water mark)
+    1064 8    i64       rows_reserved   rows whose memory is reserved (posix_fallocate); >= rows_top
+    1072 8    i64       free_head       first row of the free list, + 1 (0: empty)
+    1080 8    i64       rebuilt_ns      when the index was last rebuilt (monotonic ns)
+
 Lock table: ``n_locks`` x 64 bytes. Lock 0 guards the stripe table (unkeyed) or
 key insertion (keyed); lock 1 guards row 0 (unkeyed); keyed row *s* is guarded by
 lock ``2 + s % (n_locks - 2)``. Each entry::
 
     off  size type      name     meaning
     0    <=56 mutex     mutex    process-shared *robust* pthread mutex (owner-dead on death)
-    56   8    i64       intent   row (keyed: key entry) the holder's section works on, -1 = none;
+    56   8    i64       intent   row (lock 0 of a keyed window: index entry) the holder's section
+                                 works on, -1 = none;
                                  what an EOWNERDEAD repair looks at (see _core.c)
 
-Stripe table (unkeyed only): ``n_stripes + 1`` x 64 bytes, entry *r* describes row *r*.
+Stripe table (unkeyed only): ``n_stripes + 1`` x 128 bytes, entry *r* describes row *r*.
 A stripe belongs to a *process*: every write is one native call under the GIL, so
-the threads of a process never interleave inside a stripe::
+the threads of a process never interleave inside a stripe. Who owns a stripe is the
+kernel's word, not /proc's: the owner's keeper thread holds its liveness mutex, which
+turns owner-dead when the owner dies (see "the keeper" in _core.c)::
 
     off  size type  name         meaning
     0    8    i64   owner        pid of the process writing this row, 0 = free (row 0: always 0)
     8    8    i64   owner_start  owner's start time in clock ticks (/proc stat field 22)
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
+    64   <=56 mutex     liveness     robust mutex held by the owner process while it owns the row
 
-Key table (keyed only): ``key_slots`` x 128 bytes, entry *s* names the key of row *s*::
+Key table (keyed only) -- an index over a heap of rows. The segment file is sized for
+``capacity`` keys but *sparse*: only what is in use is reserved, so memory follows the
+keys in use, not the capacity. The index is an open-addressed (linear probing) table of
+32-byte entries; level *k* has ``key_slots << k`` of them, and each level has two copies, so
+a rebuild (to grow, or to drop idle keys and tombstones) always writes a copy nobody reads.
+Copy ``(k, c)`` starts at ``keys_off + 32 * key_slots * (2 * (2**k - 1) + c * 2**k)``::
 
     off  size type  name         meaning
-    0    8    i64   generation   0 = never used; > 0 published; < 0 being written (rolled back
-                                 by the next key-table locker if its writer died)
-    8    8    u64   hash         SipHash-1-3 (segment's hash_key) of the stored bytes, >> 1;
-                                 0 = the entry holds no key
-    16   8    i64   -            reserved, 0 (the newest write is in the row's key header)
-    24   4    u32   key_len      bytes of stored key
-    28   4    u32   key_flags    1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
-    32   96   bytes key          the key's bytes, NUL-padded (long keys: 80 bytes + 16-byte digest)
+    0    8    i64   generation   0 = never used; > 0 published (= its row's generation);
+                                 < 0 being written (a dead writer's is dropped by the repair)
+    8    8    u64   hash         SipHash-1-3 (segment's hash_key) of the stored key, >> 1;
+                                 0 = tombstone (the key was dropped; probing goes on)
+    16   8    i64   row          the heap row holding this key's counts
+    24   8    i64   -            reserved, 0
 
 Rows: unkeyed windows have ``n_stripes + 1`` rows -- row 0 shared and written
 only under lock 1 (locked mode, and striped mode's fallback when every stripe is
-taken), row *r >= 1* written only by its owner thread, without a lock. Keyed
-windows have ``key_slots`` rows, written under their key's lock; a keyed row
-starts with a key header slot -- word 0 a copy of the entry's generation (what a
-writer holding the row lock checks), word 1 the key's newest write in monotonic ns
-(idle keys are reused) -- so a hot write touches no key-table line. Then come the
-rings one after another; ring *i* is ``head_slots + n_buckets_i`` slots of
-``1 + n_fields`` 8-byte words, the first ``head_slots`` being the ring's header (one for
-windows, two for limiters)::
+taken), row *r >= 1* written only by its owner process, without a lock. Keyed
+windows have a heap of up to ``capacity`` rows after the index, handed out in order
+(``rows_top``) or from the free list; a keyed row is written under lock
+``2 + row % (n_locks - 2)`` and starts with a 128-byte key header -- the key's identity
+is the row's, so a hot write touches no index line::
+
+    off  size type  name         meaning
+    0    8    i64   generation   > 0: holds the key below (free: hash 0); < 0: being
+                                 (re)assigned or released; 0: never handed out. Only grows
+                                 in size.
+    8    8    i64   last_ns      the key's newest write (monotonic ns; idle keys are reused);
+                                 on the free list: the next free row + 1
+    16   8    u64   hash         as in the index; 0 = holds no key
+    24   4    u32   key_len      bytes of stored key
+    28   4    u32   key_flags    1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
+    32   96   bytes key          the key's bytes, NUL-padded
+
+After the key header (keyed) or from word 0 (unkeyed) come the rings one after another;
+ring *i* is ``head_slots + n_buckets_i`` slots of ``1 + n_fields`` 8-byte words, the
+first ``head_slots`` being the ring's header (one for windows, two for limiters)::
 
     header slot 0      word 0: head epoch    words 1..F: running totals   (limiter rows only)
     header slot 1      word 0: tail epoch: a lower bound on the oldest live bucket holding
@@ -87,27 +117,38 @@ windows, two for limiters)::
 
 from __future__ import annotations
 
-import math
 import re
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 from .duration import format_ns
 from .errors import CorruptSegmentError, IncompatibleVersionError
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024
 LOCK_BYTES = 64
 LOCK_INTENT_OFF = 56
-STRIPE_ENTRY_BYTES = 64
-KEY_ENTRY_BYTES = 128
-KEY_BYTES_OFF = 32
-MAX_STORED_KEY = KEY_ENTRY_BYTES - KEY_BYTES_OFF
+STRIPE_ENTRY_BYTES = 128
+STRIPE_MUTEX_OFF = 64
+KEY_ENTRY_BYTES = 32  # an index entry
+KEY_HEADER_BYTES = 128  # a keyed row's key header
+KEY_BYTES_OFF = 32  # the key's bytes within it
+MAX_STORED_KEY = KEY_HEADER_BYTES - KEY_BYTES_OFF
+INDEX_MIN_SLOTS = 64  # index entries at level 0 (a power of two)
 WORD_BYTES = 8
+PAGE_BYTES = 4096
 ROWS_IN_USE_OFF = 1024
+# the key table's state (keyed segments), words written under lock 0
+INDEX_OFF, INDEX_USED_OFF, KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF, REBUILT_NS_OFF = (
+    1032, 1040, 1048, 1056, 1064, 1072, 1080,
+)  # fmt: skip
 FIELD_NAMES_OFF = 256
 RING_TABLE_OFF = 768
 
@@ -117,6 +158,8 @@ MAX_RINGS = 8
 MAX_BUCKETS = 1_000_000
 MAX_STRIPES = 1024
 MAX_CAPACITY = 50_000_000
+DEFAULT_MAX_KEYS = 1 << 24  # capacity=None: as many keys as this, or as the address-space budget holds
+ADDRESS_BUDGET_BYTES = 1 << 36  # the most address space (not memory) one keyed segment maps
 MAX_KEY_LOCKS = 64
 
 LOCK_STRIPE_TABLE = LOCK_KEY_TABLE = 0
@@ -136,11 +179,8 @@ def _align64(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
-def _next_prime(n: int) -> int:
-    n = max(n, 2)
-    while any(n % d == 0 for d in range(2, math.isqrt(n) + 1)):
-        n += 1
-    return n
+def _align_page(n: int) -> int:
+    return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -194,11 +234,22 @@ class Geometry:
 
     @property
     def key_slots(self) -> int:
-        return _next_prime(math.ceil(self.capacity * 1.25)) if self.capacity else 0
+        """Index entries at level 0 (keyed), else 0."""
+        return INDEX_MIN_SLOTS if self.capacity else 0
+
+    @property
+    def index_levels(self) -> int:
+        """Index levels: the last one holds ``capacity`` keys at a load of at most 1/4."""
+        if not self.capacity:
+            return 0
+        levels = 1
+        while (INDEX_MIN_SLOTS << (levels - 1)) < 4 * self.capacity:
+            levels += 1
+        return levels
 
     @property
     def n_key_locks(self) -> int:
-        return min(MAX_KEY_LOCKS, self.key_slots)
+        return MAX_KEY_LOCKS if self.capacity else 0
 
     @property
     def n_locks(self) -> int:
@@ -273,6 +324,13 @@ class Layout:
     slot_words: int
     ring_words: tuple[int, ...]  # word offset of each ring's (first) header slot within a row
     head_slots: int = 1  # header slots per ring: 2 for limiters (head + total, then tail)
+    first_bytes: int = 0  # bytes reserved at creation (keyed: the file past them is sparse)
+
+    def index_copy(self, index: int, key_slots: int) -> tuple[int, int]:
+        """``(offset, entries)`` of index copy ``index`` (= 2 x level + copy)."""
+        level, copy = divmod(index, 2)
+        offset = self.keys_off + KEY_ENTRY_BYTES * key_slots * (2 * ((1 << level) - 1) + copy * (1 << level))
+        return offset, key_slots << level
 
     @property
     def bucket_words(self) -> tuple[int, ...]:
@@ -290,22 +348,32 @@ class Layout:
         stripes_off = locks_off + g.n_locks * LOCK_BYTES
         n_entries = 0 if g.keyed else g.n_stripes + 1
         keys_off = _align64(stripes_off + n_entries * STRIPE_ENTRY_BYTES)
-        rows_off = _align64(keys_off + g.key_slots * KEY_ENTRY_BYTES)
+        # index copies of every level, then the row heap (page-aligned: reserved page by page)
+        index_entries = 2 * g.key_slots * ((1 << g.index_levels) - 1)
+        rows_off = _align_page(keys_off + index_entries * KEY_ENTRY_BYTES) if g.keyed else keys_off
         slot_words = 1 + len(g.fields)
-        # keyed rows start with a key header slot: the writers' copy of the key's generation
-        # and its newest write, on the same cache line as ring 0's header
         head_slots = 2 if g.kind == "limiter" else 1
-        ring_words, words = [], slot_words if g.keyed else 0
+        ring_words, words = [], KEY_HEADER_BYTES // WORD_BYTES if g.keyed else 0
         for ring in g.rings:
             ring_words.append(words)
             words += (head_slots + ring.n_buckets) * slot_words
         row_bytes = _align64(words * WORD_BYTES)
-        n_rows = g.key_slots if g.keyed else g.n_stripes + 1
+        n_rows = g.capacity if g.keyed else g.n_stripes + 1
         total = rows_off + n_rows * row_bytes
+        # keyed: the header, locks and level 0's first copy; rows are reserved as handed out
+        first = keys_off + g.key_slots * KEY_ENTRY_BYTES if g.keyed else total
         return cls(
             locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
-            tuple(ring_words), head_slots,
+            tuple(ring_words), head_slots, _align_page(first) if g.keyed else total,
         )  # fmt: skip
+
+
+def default_capacity(g: Geometry) -> int:
+    """``capacity=None``: the most keys a segment of this geometry maps within the address
+    budget (never memory: only keys in use are reserved), at most DEFAULT_MAX_KEYS."""
+    probe = Layout.plan(Geometry(g.rings, g.fields, g.dtype, "locked", 0, 1, g.kind))
+    per_key = probe.row_bytes + 16 * KEY_ENTRY_BYTES  # a row, and its share of every index copy
+    return max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
 
 
 @dataclass(frozen=True)
@@ -393,3 +461,22 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
         page[start + i * FIELD_NAME_BYTES : start + (i + 1) * FIELD_NAME_BYTES].rstrip(b"\0").decode()
         for i in range(n_fields)
     )
+
+
+def check_key_state(mm: Buffer, g: Geometry, lay: Layout) -> None:
+    """Refuse a keyed segment whose key-table words (outside the header checksum) are junk:
+    they would only ever be clamped, and a reader must be told rather than under-count."""
+    if not g.keyed:
+        return
+    words = struct.unpack_from("<7q", mm, INDEX_OFF)
+    index, used, keys, top, reserved, free_head, _rebuilt = words
+    slots = g.key_slots << (index // 2) if 0 <= index < 2 * g.index_levels else 0
+    problems = []
+    if not slots:
+        problems.append(f"index descriptor {index}")
+    if not 0 <= keys <= used <= slots or keys > g.capacity:
+        problems.append(f"counts (keys {keys}, entries used {used} of {slots})")
+    if not 0 <= top <= reserved <= lay.n_rows or not 0 <= free_head <= top:
+        problems.append(f"row heap (top {top}, reserved {reserved}, free list {free_head})")
+    if problems:
+        raise CorruptSegmentError(f"segment's key table is corrupt: {', '.join(problems)}")

@@ -40,13 +40,14 @@ class Limiter:
     the same rates. ``hit(key)`` is True and counted if every rate allows it, else
     False and nothing counted.
 
-    ``capacity`` is how many live keys it holds at least; ``on_full`` says what ``hit``
-    does for a new key when the table holds only live keys: "raise"
-    :class:`KeyTableFullError`, "allow" (uncounted) or "deny". ``on_error`` says what
-    ``hit``, ``test`` and ``acquire`` answer when a remote backend is away -- also while
-    the limiter is built, which then claims its name at the first call that gets
-    through: "raise" :class:`BackendUnavailableError`, "allow" or "deny". ``stats`` and
-    ``clear`` always raise then. Backend options as for :class:`~shmwin.window.Window`.
+    Its key table grows as keys come, and memory follows the keys in use (idle keys are
+    reclaimed). ``capacity=N`` caps it at N keys; ``on_full`` then says what ``hit`` does
+    for a new key when N keys are live: "raise" :class:`KeyTableFullError`, "allow"
+    (uncounted) or "deny". ``on_error`` says what ``hit``, ``test`` and ``acquire`` answer
+    when a remote backend is away -- also while the limiter is built, which then claims
+    its name at the first call that gets through: "raise" :class:`BackendUnavailableError`,
+    "allow" or "deny". ``stats`` and ``clear`` always raise then. Backend options as for
+    :class:`~shmwin.window.Window`.
     """
 
     def __init__(
@@ -54,7 +55,7 @@ class Limiter:
         name: str,
         rates: Rates,
         *,
-        capacity: int = 10_000,
+        capacity: int | None = None,
         buckets: int = DEFAULT_BUCKETS,
         on_full: str = "raise",
         clock: Clock | None = None,

@@ -21,6 +21,11 @@ from .errors import CorruptSegmentError
 from .layout import LOCK_BYTES
 
 
+def init_stripes(mm: mmap.mmap, offset: int, count: int) -> None:
+    """A new stripe table: every entry free, every liveness mutex robust and unlocked."""
+    _core.init_stripes(mm, offset, count)
+
+
 def init_locks(mm: mmap.mmap, offset: int, count: int) -> None:
     """Initialise ``count`` robust process-shared mutexes (creator only, before ready)."""
     _core.init_locks(mm, offset, count)

@@ -17,6 +17,7 @@ from .errors import (
     CorruptSegmentError,
     KeyTableFullError,
     LockTimeoutError,
+    OutOfSpaceError,
     UnknownFieldError,
     WindowClosedError,
 )
@@ -24,7 +25,8 @@ from .errors import (
 ON_FULL = ("raise", "allow", "deny")
 
 _core.set_errors(
-    WindowClosedError, LockTimeoutError, CorruptSegmentError, KeyTableFullError, UnknownFieldError
+    WindowClosedError, LockTimeoutError, CorruptSegmentError, KeyTableFullError, UnknownFieldError,
+    OutOfSpaceError,
 )
 
 
@@ -38,10 +40,12 @@ def open_core(
     clock: Clock | None,
     lock_timeout: float,
     on_full: str,
-    claim: Callable[[], tuple[list[tuple[int, int]], int, int]],
+    claim: Callable[[], tuple[int, int]],
+    fd: int = -1,
 ) -> _core.Core:
     """The native writer of a mapped, validated segment. Each call reads the clock once,
-    before taking any lock: CLOCK_MONOTONIC natively (``clock=None``), or the injected one."""
+    before taking any lock: CLOCK_MONOTONIC natively (``clock=None``), or the injected one.
+    A keyed segment's core keeps its own duplicate of ``fd``: it reserves memory as keys come."""
     return _core.Core(
         mm,
         name=name,
@@ -74,6 +78,8 @@ def open_core(
         clock=clock,
         fields={f: i + 1 for i, f in enumerate(g.fields)},
         claim=claim,
+        index_levels=g.index_levels,
+        fd=fd,
     )
 
 
@@ -83,6 +89,11 @@ def empty_row(g: layout.Geometry, lay: layout.Layout) -> bytes:
     n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
     words[: n_slots * lay.slot_words : lay.slot_words] = ring.EMPTY_EPOCH
     return words.tobytes()
+
+
+def init_stripes(mm: mmap.mmap, lay: layout.Layout, n_entries: int) -> None:
+    """Initialise the stripe table of a segment being created: every liveness mutex free."""
+    _core.init_stripes(mm, lay.stripes_off, n_entries)
 
 
 def init_locks(mm: mmap.mmap, lay: layout.Layout, n_locks: int) -> None:

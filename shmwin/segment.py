@@ -134,10 +134,16 @@ def on_behalf_of(uid: int | None, gid: int | None = None) -> Iterator[None]:
 class Segment:
     """A mapped shared-memory segment. ``close()`` is this process; ``unlink()`` is everyone."""
 
-    def __init__(self, name: str, mm: mmap.mmap, part: int = 0):
+    def __init__(self, name: str, mm: mmap.mmap, part: int = 0, fd: int = -1):
         self.name = name
         self.mm = mm
         self.part = part
+        self.fd = fd  # a descriptor of the segment until release_fd(): keyed windows grow through it
+
+    def release_fd(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     @property
     def size(self) -> int:
@@ -154,10 +160,12 @@ class Segment:
         uid: int | None = None,
         gid: int | None = None,
         part: int = 0,
+        reserve: int | None = None,
     ) -> Segment:
         """Create exclusively with mode exactly ``perm`` (whatever the umask), owned by
         ``uid``:``gid`` if given (default: :func:`on_behalf_of`'s, else this process's),
-        reserve every byte, run ``init``; ``init`` writes the magic last."""
+        size it, reserve its first ``reserve`` bytes (all by default; the rest stays sparse
+        until whoever grows into it reserves it), run ``init``; ``init`` writes the magic last."""
         _check_perm(perm)
         default_uid, default_gid = _acting_for.get()
         uid = default_uid if uid is None else uid
@@ -180,9 +188,11 @@ class Segment:
         try:
             _give(fd, uid, gid, name)  # while empty: an attacher waits for the size, then the magic
             os.fchmod(fd, perm)
-            _reserve(fd, size, name)
+            os.ftruncate(fd, size)
+            _reserve(fd, size if reserve is None else min(reserve, size), name)
             mm = mmap.mmap(fd, size)
             init(mm)
+            kept = os.dup(fd)
         except BaseException:
             if mm is not None:
                 mm.close()
@@ -191,7 +201,7 @@ class Segment:
             raise
         finally:
             os.close(fd)
-        return cls(name, mm, part)
+        return cls(name, mm, part, kept)
 
     @classmethod
     def attach(
@@ -229,14 +239,16 @@ class Segment:
             try:
                 _wait(deadline, lambda: is_ready(mm), name, "was never marked ready")
                 _check_trust(os.fstat(fd), name, trusted, perm)  # given away before it was sized
+                kept = os.dup(fd)  # keyed windows grow through it (see Segment.fd)
             except BaseException:
                 mm.close()
                 raise
         finally:
             os.close(fd)
-        return cls(name, mm, part)
+        return cls(name, mm, part, kept)
 
     def close(self) -> None:
+        self.release_fd()
         if not self.mm.closed:
             self.mm.close()
 

@@ -40,8 +40,9 @@ class Window:
     geometry from the store. ``close()`` detaches this process; ``unlink()`` removes
     the window for everyone. Both are idempotent.
 
-    With ``capacity=N`` the window is *keyed*: every call takes ``key=`` and each key
-    has its own counts (up to at least N live keys; idle keys are reclaimed).
+    With ``keyed=True`` the window is *keyed*: every call takes ``key=`` and each key
+    has its own counts. Its key table grows as keys come (memory follows the keys in use;
+    idle keys are reclaimed); ``capacity=N`` caps it at N keys (then ``KeyTableFullError``).
 
     Backend options (None: the backend's default; one the backend cannot honour is a
     :class:`~shmwin.errors.NotSupportedError`): shared memory takes ``perm`` (0o600),
@@ -63,7 +64,8 @@ class Window:
         dtype: str = "int64",
         mode: str | None = None,
         stripes: int | None = None,
-        capacity: int = 0,
+        capacity: int | None = None,
+        keyed: bool = False,
         clock: Clock | None = None,
         perm: int | None = None,
         lock_timeout: float | None = None,
@@ -73,7 +75,7 @@ class Window:
         on_error: str = "raise",
     ):
         choice("on_error", on_error, WINDOW_ON_ERROR)
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
+        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
         opened = backends.open_window(
             name, want, backend=backend, clock=clock, on_error=on_error, perm=perm, lock_timeout=lock_timeout,
             ready_timeout=ready_timeout, timeout=timeout, mode=mode, stripes=stripes,
@@ -92,7 +94,8 @@ class Window:
         dtype: str = "int64",
         mode: str | None = None,
         stripes: int | None = None,
-        capacity: int = 0,
+        capacity: int | None = None,
+        keyed: bool = False,
         clock: Clock | None = None,
         perm: int | None = None,
         lock_timeout: float | None = None,
@@ -100,7 +103,7 @@ class Window:
         timeout: float | None = None,
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity)
+        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
         opened = backends.open_window(
             name, want, backend=backend, exclusive=True, clock=clock, perm=perm, lock_timeout=lock_timeout,
             timeout=timeout, mode=mode, stripes=stripes,
@@ -325,7 +328,7 @@ class Window:
     def _keyed(self) -> None:
         self._check_open()
         if not self._g.keyed:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+            raise ValueError(f"window {self.name!r} is not keyed (create it with keyed=True)")
 
     # -- reading ----------------------------------------------------------------------
 

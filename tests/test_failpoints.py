@@ -250,11 +250,10 @@ def assert_repaired(lim: Limiter, key: str) -> None:
 
 
 def generations(w: Window) -> list[int]:
-    """Every key entry's generation, then every row's copy of it (what writers check)."""
-    keys, lay = w._keys, w._lay
+    """Every index entry's generation, then every handed-out row's (what writers check)."""
+    keys = w._keys
     assert keys is not None
-    rows = [w._q[(lay.rows_off + s * lay.row_bytes) // 8] for s in range(keys.n_slots)]
-    return [keys.generation(s) for s in range(keys.n_slots)] + rows
+    return [g for g, _, _ in keys.index_entries()] + [keys.generation(r) for r in range(keys.rows_top())]
 
 
 def assert_key_table_sound(w: Window) -> None:
@@ -653,7 +652,7 @@ def test_rollback(make_name, tmp_path, kind, sig, tear):
 
 
 def _writes_counted(kind: str, name: str, clock_path: Path, key: str) -> int:
-    t = Keyed(kind, name, clock_path, capacity=1, on_full="deny")
+    t = Keyed(kind, name, clock_path, capacity=2, on_full="deny")
     try:
         return promptly(t.write, key, 5 if t.lim is None else 10)
     except KeyTableFullError:
@@ -672,14 +671,14 @@ def test_insert_over_a_reused_entry_keeps_what_cached_writers_counted(make_name,
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"reuse{n}"), tmp_path / f"clock{n}"
-        t = Keyed(kind, name, clock_path, capacity=1, on_full="deny")  # 2 entries
+        t = Keyed(kind, name, clock_path, capacity=2, on_full="deny")  # 2 keys
         try:
             t.write("A")  # cached by this process
             t.write("F")
             t.clock.advance(120)  # both idle
             t.write("F")  # F live again: the victim's new key can only take A's entry
             with strike(
-                "insert", n, KILL, lambda report: Keyed(kind, name, clock_path, capacity=1, on_full="deny"),
+                "insert", n, KILL, lambda report: Keyed(kind, name, clock_path, capacity=2, on_full="deny"),
                 lambda mine: mine.write("B"),
             ) as s:  # fmt: skip
                 try:
@@ -827,12 +826,12 @@ def test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry(make_name, tm
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"tornclear{n}"), tmp_path / f"clock{n}"
-        t = Keyed(kind, name, clock_path, capacity=4, on_full="deny")  # 5 entries
+        t = Keyed(kind, name, clock_path, capacity=5, on_full="deny")  # 5 keys
         try:
             assert t.write("k", 10) == 10
             assert t.write("other", 4) == 4
             with strike(
-                "clear", n, KILL, lambda report: Keyed(kind, name, clock_path, capacity=4, on_full="deny"),
+                "clear", n, KILL, lambda report: Keyed(kind, name, clock_path, capacity=5, on_full="deny"),
                 lambda mine: mine.clear("k"),
             ) as s:  # fmt: skip
                 left = t.units("k")
@@ -872,7 +871,7 @@ def test_reset(make_name, tmp_path, kind, sig):
             in_child(_add_and_die, name, clock_path, 7)
             # rows 1 (5) and 2 (7) hold counts; rows 0 and 3 are empty
         else:
-            t = Keyed(kind, name, clock_path, capacity=4)
+            t = Keyed(kind, name, clock_path, capacity=5)
             w = t.w
             keys = [f"k{i}" for i in range(4)]
             for i, key in enumerate(keys):

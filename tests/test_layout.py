@@ -50,9 +50,18 @@ def test_everything_is_cache_line_aligned():
         ):
             assert off % 64 == 0
         assert lay.total_bytes == lay.rows_off + lay.n_rows * lay.row_bytes
-    assert keyed.key_slots == 13 and Layout.plan(keyed).n_rows == 13  # next prime >= 1.25 x 10
-    # a keyed row: the key header slot (2 words), then ring 0 (1 + 3 slots of 2 words), then ring 1
-    assert Layout.plan(keyed).ring_words == (2, 2 + 2 * 4)
+    assert keyed.key_slots == layout.INDEX_MIN_SLOTS and Layout.plan(keyed).n_rows == 10  # capacity rows
+    assert keyed.index_levels == 1  # 64 entries hold 10 keys at a load <= 1/4
+    big = Geometry((Ring(7, 3),), ("a",), mode="locked", n_stripes=0, capacity=1000)
+    assert big.index_levels == 7 and (layout.INDEX_MIN_SLOTS << 6) >= 4 * 1000 > (layout.INDEX_MIN_SLOTS << 5)
+    lay = Layout.plan(big)
+    # the index copies of every level lie between the key table's start and the row heap
+    last_copy, entries = lay.index_copy(2 * big.index_levels - 1, big.key_slots)
+    assert last_copy + entries * layout.KEY_ENTRY_BYTES <= lay.rows_off
+    assert lay.rows_off % layout.PAGE_BYTES == 0
+    assert lay.index_copy(0, big.key_slots) == (lay.keys_off, 64) and lay.index_copy(3, 64)[1] == 128
+    # a keyed row: the 128-byte key header (16 words), then ring 0 (1 + 3 slots of 2 words), then ring 1
+    assert Layout.plan(keyed).ring_words == (16, 16 + 2 * 4)
     assert Layout.plan(G).ring_words == (0,)  # unkeyed rows have no key header
 
 

@@ -161,7 +161,7 @@ def test_acquire_async_real_loop_with_real_clock(name):
 @pytest.mark.parametrize("policy", ["raise", "allow", "deny"])
 def test_full_table_policy(name, clock, policy):
     with Limiter(name, "3/minute", capacity=4, on_full=policy, clock=clock) as lim:
-        keys = [f"k{i}" for i in range(lim.window._keys.n_slots)]  # type: ignore[union-attr]
+        keys = [f"k{i}" for i in range(lim.window.capacity)]
         for key in keys:
             assert lim.hit(key)
         if policy == "raise":

@@ -35,10 +35,10 @@ from ...errors import (
 )
 from ...keys import Key, KeyTable
 from ...layout import Geometry, Layout, Meta
-from ...locks import check_lock_table, init_locks
+from ...locks import check_lock_table, init_locks, init_stripes
 from ...policy import int64_total
 from ...rows import Rows, slot_view
-from ...segment import Segment
+from ...segment import Segment, path_of
 from ...segment import unlink as _unlink_name
 from ...stripes import StripeTable
 from ..contract import Number, Reading, Request
@@ -94,7 +94,7 @@ class ShmWindow:
         self = cls.__new__(cls)
         for _ in range(10):  # a racing unlink sends us round again
             try:
-                seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
+                seg = _create(name, want, perm)
                 self._bind(seg, clock, lock_timeout, on_full)
                 return self
             except WindowExistsError:
@@ -124,7 +124,7 @@ class ShmWindow:
         lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> ShmWindow:
         """Create a new segment; :class:`WindowExistsError` if the name is taken."""
-        seg = Segment.create(name, Layout.plan(want).total_bytes, perm, _initialiser(want))
+        seg = _create(name, want, perm)
         self = cls.__new__(cls)
         self._bind(seg, clock, lock_timeout)
         return self
@@ -156,15 +156,18 @@ class ShmWindow:
         try:
             g, lay, meta = layout.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
             check_lock_table(seg.mm, lay.locks_off, g.n_locks)
+            layout.check_key_state(seg.mm, g, lay)
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
                 seg.mm, seg.name, g, lay, meta,
                 clock=clock, lock_timeout=lock_timeout, on_full=on_full, claim=self._claim_stripe,
+                fd=seg.fd,
             )  # fmt: skip
         except BaseException:
             seg.close()
             raise
+        seg.release_fd()  # the core keeps its own (a keyed table grows through it)
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name
         self._core = core
@@ -186,9 +189,9 @@ class ShmWindow:
             self.add_and_total = self._add_refused  # type: ignore[method-assign,assignment]
         self._closed = False
 
-    def _claim_stripe(self) -> tuple[list[tuple[int, int]], int, int]:
+    def _claim_stripe(self) -> tuple[int, int]:
         """The core's callback when this process has no stripe yet (first add, or after a
-        fork): the candidates it may claim; the core claims and remembers in one call."""
+        fork): this process's pid and start ticks, recorded in the row it claims."""
         self._check_open()
         return self._stripes.candidates()
 
@@ -204,8 +207,15 @@ class ShmWindow:
 
     @property
     def nbytes(self) -> int:
-        """Size of the shared segment in bytes."""
-        return self._lay.total_bytes
+        """Bytes of /dev/shm the segment holds (reserved). A keyed segment is sparse: it is
+        sized for its capacity, but only the keys in use hold memory."""
+        if not self._g.keyed:
+            return self._lay.total_bytes
+        self._check_open()
+        try:
+            return os.stat(path_of(self.name)).st_blocks * 512
+        except OSError:  # unlinked: what its rows alone hold
+            return self._lay.first_bytes + self._keyed().rows_top() * self._lay.row_bytes
 
     @property
     def closed(self) -> bool:
@@ -315,7 +325,7 @@ class ShmWindow:
         """Rows a read sums, and the key entry's generation to re-check afterwards."""
         if key is None:
             if self._keys is not None:
-                return slice(0, self._lay.n_rows), None
+                return slice(0, self._keys.rows_top()), None
             return slice(0, self._rows_in_use()), None
         found = self._keyed().find(key)
         if found is None:
@@ -375,8 +385,16 @@ class ShmWindow:
 # -- helpers ----------------------------------------------------------------------------
 
 
+def _create(name: str, g: Geometry, perm: int) -> Segment:
+    """A new segment of geometry ``g``: a keyed one is sized for its capacity but reserves
+    only its header, locks and first index (rows are reserved as keys come)."""
+    lay = Layout.plan(g)
+    return Segment.create(name, lay.total_bytes, perm, _initialiser(g), reserve=lay.first_bytes)
+
+
 def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
-    """Fill a new segment: header, locks, empty epochs -- and the magic word last."""
+    """Fill a new segment: header, locks, stripes, empty epochs -- and the magic word last.
+    Keyed rows are filled as they are handed out; their table starts empty (all zero)."""
 
     def init(mm: mmap.mmap) -> None:
         lay = Layout.plan(g)
@@ -385,9 +403,11 @@ def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks)
-        slots = slot_view(mm, g, lay)
-        slots[:, :, 0] = ring.EMPTY_EPOCH
-        del slots
+        if not g.keyed:
+            init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
+            slots = slot_view(mm, g, lay)
+            slots[:, :, 0] = ring.EMPTY_EPOCH
+            del slots
         mm[0:_W] = layout.MAGIC
 
     return init
