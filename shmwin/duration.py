@@ -6,6 +6,7 @@ import math
 import re
 
 NS_PER_S = 1_000_000_000
+MAX_NS = 2**63 - 1  # every time and duration is stored as an int64 count of nanoseconds
 
 _UNIT_NS = {
     "ns": 1,
@@ -16,13 +17,15 @@ _UNIT_NS = {
     "h": 3600 * NS_PER_S,
     "d": 86400 * NS_PER_S,
 }
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h|d)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ns|us|ms|s|m|h|d)\s*$")
 
 Duration = int | float | str
 
 
 def to_ns(value: Duration, what: str = "duration") -> int:
-    """Convert seconds (int/float) or a string with a unit to a positive count of ns."""
+    """Convert seconds (int/float) or a string with a unit to a positive count of ns,
+    at most 2**63-1 (about 292 years)."""
+    ns: int
     if isinstance(value, bool):
         raise ValueError(f"{what} must be seconds or a string like '90s', not {value!r}")
     if isinstance(value, str):
@@ -32,7 +35,10 @@ def to_ns(value: Duration, what: str = "duration") -> int:
                 f"{what} {value!r} is not a duration: expected a number and a unit "
                 f"(ns, us, ms, s, m, h, d), e.g. '90s', '5m', '1h'"
             )
-        ns = round(float(match.group(1)) * _UNIT_NS[match.group(2)])
+        number, unit = str(match.group(1)), str(match.group(2))
+        whole, _, fraction = number.partition(".")
+        # exact for any length of digits: no float on the way
+        ns = int(whole) * _UNIT_NS[unit] + int(fraction or "0") * _UNIT_NS[unit] // 10 ** len(fraction)
     elif isinstance(value, int | float):
         if not math.isfinite(value):
             raise ValueError(f"{what} must be finite, not {value!r}")
@@ -41,6 +47,8 @@ def to_ns(value: Duration, what: str = "duration") -> int:
         raise ValueError(f"{what} must be seconds or a string like '90s', not {value!r}")
     if ns <= 0:
         raise ValueError(f"{what} must be positive, not {value!r}")
+    if ns > MAX_NS:
+        raise ValueError(f"{what} {value!r} is too long: at most {MAX_NS // NS_PER_S} seconds (2**63-1 ns)")
     return ns
 
 
