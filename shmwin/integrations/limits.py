@@ -1,46 +1,45 @@
 """A `limits <https://limits.readthedocs.io>`_ storage in shared memory: ``shm://NAME``.
 
-``import shmwin.integrations.limits`` registers the scheme; then Flask-Limiter,
-slowapi or plain ``limits`` get limits shared exactly by every worker on the host
-by changing one setting::
+``import shmwin.integrations.limits`` registers ``shm://`` (and ``async+shm://``, for
+``limits.aio``); then Flask-Limiter, slowapi or plain ``limits`` get limits shared exactly
+by every worker on the host by changing one setting::
 
-    Limiter(get_remote_address, app=app, storage_uri="shm://myapp")   # Flask-Limiter
-    Limiter(key_func=get_remote_address, storage_uri="shm://myapp")   # slowapi
+    Limiter(get_remote_address, app=app, storage_uri="shm://myapp")         # Flask-Limiter
+    Limiter(key_func=get_remote_address, storage_uri="async+shm://myapp")   # slowapi
 
-Options (URI query or storage options): ``capacity`` (live keys per limit,
-default 10000) and ``buckets`` (per window, default 20).
+Options, in the URI query or as storage options, checked when the storage is built
+(a bad one raises :class:`StorageOptionError`, a ``ConfigurationError`` and ``ValueError``):
 
-Each (strategy, limit, period) gets its own segment ``NAME.<kind>.<limit>.<seconds>``,
-created on first use. How the strategies map onto shmwin's bucket rings:
+* ``capacity``: a hard cap on live keys per limit, with ``on_full`` deciding what a new
+  key gets when it is reached; without it, shmwin's default key table.
+* ``on_full``: ``raise`` (the default), ``allow`` or ``deny``.
+* ``buckets``: per period (default 20); it must divide one second into whole nanoseconds.
 
-* **moving window** and **sliding window counter** are both served by shmwin's
-  strict sliding window: a hit is admitted only if the hits of the last
-  period, at ``buckets`` granularity, leave room, and it is counted in the same
-  locked step. Never more than the limit in any period; a hit is forgotten
-  between one period and one period plus a bucket after it happened. (limits'
-  own sliding window counter *approximates* with two weighted fixed windows;
-  this storage answers exactly, and reports its count as the "current" window
-  so limits' weighting leaves it unchanged.)
-* **fixed window** counts in windows aligned to multiples of the period on the
-  monotonic clock (limits' memory storage starts a window at the first hit).
-  As in every limits storage, a hit past the limit is still counted.
+How limits' strategies map onto shmwin (the segments are named in
+:mod:`shmwin.integrations.limits_segments`):
+
+* **moving window** and **sliding window counter** are both served by shmwin's strict
+  sliding window: a hit is admitted only if the hits of the last period, at ``buckets``
+  granularity, leave room, and it is counted in the same locked step. Never more than the
+  limit in any period; a hit is forgotten between one period and one period plus a
+  bucket after it happened, and the reset times reported say exactly when.
+* **fixed window** counts in windows aligned to multiples of the period (limits' own
+  storages start a window at a key's first hit). As in every limits storage, a hit past
+  the limit is still counted.
+
+Costs are whole numbers: ``2`` and ``2.0`` count two hits; ``1.5`` raises ``ValueError``.
 """
 
 from __future__ import annotations
 
-import time
-import urllib.parse
+import os
 from typing import Any
 
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
 
 from ..errors import ShmwinError
-from ..limiter import Limiter
-from ..rate import Rate
-from ..segment import names
-from ..window import Window
-
-NS_PER_S = 1_000_000_000
+from ..segment import SHM_DIR
+from .limits_segments import StorageOptionError, StorageSegments
 
 
 class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
@@ -49,118 +48,65 @@ class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
     STORAGE_SCHEME = ["shm"]  # noqa: RUF012  (limits reads it as a plain class attribute)
 
     def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any):
-        parsed = urllib.parse.urlparse(uri)
-        query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query).items()}
-        self.prefix = (parsed.netloc + parsed.path).strip("/") or "limits"
-        self.capacity = int(options.pop("capacity", query.get("capacity", 10_000)))
-        self.buckets = int(options.pop("buckets", query.get("buckets", 20)))
+        self.segments = StorageSegments(uri, options)
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
-        self._limiters: dict[tuple[str, int, int], Limiter] = {}
-        self._fixed: dict[int, Window] = {}
 
     @property
     def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
         return ShmwinError
 
-    # -- segments, opened lazily and kept for the life of the process ---------------------------
+    @property
+    def storage(self) -> str:
+        """Where the counts live (what ``flask limiter config`` shows as the backend)."""
+        return self.segments.where
 
-    def _limiter(self, kind: str, limit: int, expiry: int) -> Limiter:
-        found = self._limiters.get((kind, limit, expiry))
-        if found is None:
-            found = Limiter(
-                f"{self.prefix}.{kind}.{limit}.{expiry}",
-                Rate(limit, int(expiry * NS_PER_S)),
-                capacity=self.capacity,
-                buckets=self.buckets,
-            )
-            self._limiters[(kind, limit, expiry)] = found
-        return found
+    @property
+    def prefix(self) -> str:
+        return self.segments.prefix
 
-    def _window(self, expiry: int) -> Window:
-        found = self._fixed.get(expiry)
-        if found is None:
-            found = Window(f"{self.prefix}.fixed.{expiry}", span=expiry, buckets=1, capacity=self.capacity)
-            self._fixed[expiry] = found
-        return found
-
-    def _segments(self) -> list[str]:
-        return [n for n in names() if n.startswith(self.prefix + ".")]
-
-    # -- fixed window ---------------------------------------------------------------------------
+    # -- fixed window -----------------------------------------------------------------------
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
-        return int(self._window(expiry).add_and_total(amount, key=key))
+        return self.segments.incr(key, expiry, amount)
 
     def get(self, key: str) -> int:
-        return sum(int(w.total(key=key)) for w in self._fixed_windows())
+        return self.segments.get(key)
 
     def get_expiry(self, key: str) -> float:
-        for w in self._fixed_windows():
-            if w.total(key=key):
-                left_ns = w.bucket_ns - time.monotonic_ns() % w.bucket_ns
-                return time.time() + left_ns / NS_PER_S
-        return time.time()
+        return self.segments.get_expiry(key)
 
-    def _fixed_windows(self) -> list[Window]:
-        for name in self._segments():
-            kind, _, seconds = name[len(self.prefix) + 1 :].partition(".")
-            if kind == "fixed" and seconds.isdigit():
-                self._window(int(seconds))
-        return list(self._fixed.values())
-
-    # -- moving window and sliding window counter: shmwin's strict window ----------------------
+    # -- moving window and sliding window counter -------------------------------------------
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self._limiter("moving", limit, expiry).hit(key, amount)
+        return self.segments.acquire("moving", key, limit, expiry, amount)
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
-        stats = self._limiter("moving", limit, expiry).stats(key)
-        if not stats.used:
-            return time.time(), 0
-        return time.time() + stats.reset_after - expiry, stats.used
+        return self.segments.moving_window(key, limit, expiry)
 
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self._limiter("sliding", limit, expiry).hit(key, amount)
+        return self.segments.acquire("sliding", key, limit, expiry, amount)
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
-        for (kind, _, period), lim in self._limiters.items():
-            if kind == "sliding" and period == expiry:
-                stats = lim.stats(key)
-                if stats.used:
-                    return 0, 0.0, stats.used, min(stats.reset_after, expiry * 0.999)
-        return 0, 0.0, 0, 0.0
+        return self.segments.sliding_window(key, expiry)  # type: ignore[return-value]  # see there
 
     def clear_sliding_window(self, key: str, expiry: int) -> None:
-        self.clear(key)
+        self.segments.clear(key, "sliding")
 
-    # -- housekeeping ---------------------------------------------------------------------------
+    # -- housekeeping -----------------------------------------------------------------------
 
     def clear(self, key: str) -> None:
-        for name in self._segments():
-            try:
-                with Window.attach(name) as w:
-                    w._keyed()  # only keyed segments hold keys
-                    if w.geometry.kind == "limiter":
-                        with Limiter.attach(name) as lim:
-                            lim.clear(key)
-                    else:
-                        w.clear(key)
-            except (ShmwinError, ValueError):
-                continue
+        """Forget ``key`` in every strategy (limits' storages return None)."""
+        self.segments.clear(key)
 
     def reset(self) -> int | None:
-        cleared = 0
-        for name in self._segments():
-            try:
-                with Window.attach(name) as w:
-                    w.reset()
-                    cleared += 1
-            except ShmwinError:
-                continue
-        return cleared
+        """Empty every segment of this storage; the number of keys that held counts (as
+        limits' memory and Redis storages return)."""
+        return self.segments.reset()
 
     def check(self) -> bool:
-        return True
+        return os.access(SHM_DIR, os.W_OK)
 
 
-__all__ = ["ShmStorage"]
+from . import limits_async  # noqa: E402  (registers async+shm:// whenever shm:// is)
+
+__all__ = ["ShmStorage", "StorageOptionError", "limits_async"]

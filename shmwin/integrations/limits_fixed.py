@@ -1,0 +1,198 @@
+"""limits' fixed window in shared memory: a key's window starts at its first hit.
+
+limits' storages (memory, Redis, memcached) start a key's window at the first hit and end
+it one period later, exactly; the next hit after that starts the next window. Here the same
+holds across processes, with two segments per period P and only atomic native calls:
+
+``PREFIX.fixed.P`` counts. A window that started at ``t0`` counts under the key
+``KEY@t0``, each window its own entry, and every call on it is made at the time ``t0``
+(the window's clock is pinned to it): all its hits land in one bucket whatever the clock
+of the process that counts them, and the entry's total is exactly the window's hits. The
+ring has two buckets of P, so the entry is reclaimed only once the window is over.
+
+``PREFIX.fixedstart.P`` records when windows start. Slot ``s`` (the wall clock divided by P)
+has a record ``KEY#s``, a Limiter whose limit is int64's largest. A process starts a window
+by adding ``BASE + 1 + t0`` to it; the add is a native check-and-count, so it succeeds only
+on an empty record and exactly one process starts the window. ``BASE`` alone is a seal: "no
+window starts in this slot". The window live at ``now`` (slot ``s``) started in slot ``s - 1``
+or ``s``, since it is shorter than a slot; before starting one in ``s``, a process seals an
+empty ``s - 1``, so that a process whose clock read lagged cannot start an overlapping one
+there. So at most one window is live per key, every process agrees on its start, and a
+process killed between two calls costs at most its own hit.
+
+Memory per key: its count entry and two records (each forgotten 2 to 4 periods later).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..clock import Clock
+from ..errors import ShmwinError, WindowNotFoundError
+from ..geometry import window_geometry
+from ..limiter import Limiter
+from ..rate import MAX_LIMIT, Rate
+from ..window import Window
+
+BASE = 2**62  # a record holds 0 (empty), BASE (sealed) or BASE + 1 + t0 (a window started at t0)
+_SEALED = -1
+_TRIES = 16  # each retry means another process decided a record meanwhile
+
+
+class FixedWindows:
+    """The fixed windows of one period, for one storage (see the module docstring)."""
+
+    def __init__(self, counts: Window, pinned: PinnedClock, starts: Limiter, period_ns: int, clock: Clock):
+        self.counts, self.pinned, self.starts = counts, pinned, starts
+        self.period_ns, self.clock = period_ns, clock
+
+    @classmethod
+    def open(
+        cls, names: tuple[str, str], period_ns: int, clock: Clock, capacity: int | None, create: bool
+    ) -> FixedWindows | None:
+        """Create or attach (``create``), or attach only: None if the segments are not there.
+        ``names``: the counts' and the records' segments. ``capacity`` is in keys: a key
+        holds up to 2 count entries and 4 records at once (the older ones being forgotten)."""
+        counts_name, starts_name = names
+        pinned = PinnedClock(clock)
+        if not create:
+            try:
+                counts = Window.attach(counts_name, clock=pinned)
+            except WindowNotFoundError:
+                return None
+            try:
+                return cls(counts, pinned, Limiter.attach(starts_name, clock=clock), period_ns, clock)
+            except WindowNotFoundError:
+                counts.close()
+                return None
+        want = _counts_geometry(period_ns, None if capacity is None else 2 * capacity)
+        counts = Window.open_geometry(counts_name, want, clock=pinned)
+        extra: dict[str, Any] = {} if capacity is None else {"capacity": 4 * capacity}
+        record = Rate(MAX_LIMIT, 2 * period_ns)  # one bucket: a record is kept 2 to 4 periods
+        try:
+            starts = Limiter(starts_name, record, buckets=1, clock=clock, **extra)
+        except BaseException:
+            counts.close()
+            raise
+        return cls(counts, pinned, starts, period_ns, clock)
+
+    # -- the window live now ------------------------------------------------------------------
+
+    def _record(self, key: str, slot: int) -> int | None:
+        """The start recorded in ``slot``: None (empty), _SEALED, or t0."""
+        used = self.starts.stats(f"{key}#{slot}").used
+        return None if used == 0 else _SEALED if used == BASE else used - BASE - 1
+
+    def _decide(self, key: str, slot: int, value: int) -> bool:
+        """Write ``value`` in an empty record; False if another process decided it first."""
+        return bool(self.starts.hit(f"{key}#{slot}", value))
+
+    def start_of(self, key: str, create: bool) -> int | None:
+        """When ``key``'s live window started (ns); with ``create``, start one now if none is."""
+        now_ns = int(self.clock())
+        slot = now_ns // self.period_ns
+        for _ in range(_TRIES):
+            before = self._record(key, slot - 1)
+            if before is not None and before != _SEALED and now_ns < before + self.period_ns:
+                return before  # started last slot, still live
+            if before is None and create and not self._decide(key, slot - 1, BASE):
+                continue  # someone started (or sealed) the last slot meanwhile: look again
+            current = self._record(key, slot)
+            if current == _SEALED:  # our clock read lags one who already moved past this slot
+                slot += 1
+                now_ns = max(now_ns, slot * self.period_ns)
+                continue
+            if current is not None:
+                return current
+            if not create:
+                return None
+            if self._decide(key, slot, BASE + 1 + now_ns):
+                return now_ns
+        raise ShmwinError(f"the fixed window of {key!r} kept changing under {_TRIES} tries; gave up")
+
+    # -- what limits asks -----------------------------------------------------------------------
+
+    def incr(self, key: str, amount: int) -> int:
+        t0 = self.start_of(key, create=True)
+        assert t0 is not None
+        with self.pinned.at(t0):
+            return int(self.counts.add_and_total(amount, key=f"{key}@{t0}"))
+
+    def get(self, key: str) -> int:
+        t0 = self.start_of(key, create=False)
+        if t0 is None:
+            return 0
+        with self.pinned.at(t0):
+            return int(self.counts.total(key=f"{key}@{t0}"))
+
+    def end_ns(self, key: str) -> int | None:
+        """When ``key``'s live window ends, or None if it has none."""
+        t0 = self.start_of(key, create=False)
+        return None if t0 is None else t0 + self.period_ns
+
+    def clear(self, key: str) -> None:
+        """Forget the key's windows: its next hit starts a new one."""
+        slot = int(self.clock()) // self.period_ns
+        for s in (slot - 1, slot, slot + 1):
+            t0 = self._record(key, s)
+            if t0 is not None and t0 != _SEALED:
+                with self.pinned.at(t0):
+                    self.counts.clear(f"{key}@{t0}")
+            self.starts.clear(f"{key}#{s}")
+
+    def reset(self) -> int:
+        """Empty both segments; the number of keys whose live window held hits."""
+        now_ns = int(self.clock())
+        live = 0
+        keys = self.counts.keys()
+        for entry in keys:
+            text = entry.decode() if isinstance(entry, bytes) else entry
+            t0 = text.rpartition("@")[2]
+            if t0.isdigit() and now_ns < int(t0) + self.period_ns:
+                with self.pinned.at(int(t0)):
+                    live += bool(self.counts.total(key=entry))
+        self.counts.reset()
+        self.starts.window.reset()
+        return live
+
+    def close(self) -> None:
+        self.counts.close()
+        self.starts.close()
+
+
+class PinnedClock:
+    """The counts' clock: the window start a call is about (per thread), else ``clock``."""
+
+    def __init__(self, clock: Clock):
+        self._clock = clock
+        self._pinned = threading.local()
+
+    def __call__(self) -> int:
+        pinned: int | None = getattr(self._pinned, "ns", None)
+        return int(self._clock()) if pinned is None else pinned
+
+    @contextmanager
+    def at(self, ns: int) -> Iterator[None]:
+        self._pinned.ns = ns
+        try:
+            yield
+        finally:
+            self._pinned.ns = None
+
+
+def _counts_geometry(period_ns: int, capacity: int | None) -> Any:
+    """A keyed window of two buckets of the period (it covers any window of one period),
+    ``capacity`` keys or shmwin's default key table when None (a growing one where
+    ``window_geometry`` takes ``keyed=``)."""
+    import inspect
+
+    params = inspect.signature(window_geometry).parameters
+    args = (f"{2 * period_ns}ns", 2, None, ("hits",), "int64", None, 0)
+    if capacity is None and "keyed" in params:
+        return window_geometry(*args, None, keyed=True)  # type: ignore[call-arg,arg-type,unused-ignore]
+    if capacity is None:  # until growing tables land: the capacity Limiter defaults to
+        capacity = inspect.signature(Limiter.__init__).parameters["capacity"].default
+    return window_geometry(*args, capacity)

@@ -1,0 +1,341 @@
+"""What the ``shm://`` and ``async+shm://`` limits storages do, over shmwin segments.
+
+One :class:`StorageSegments` per storage instance; the sync and the async storage classes
+are thin shells over it. Every answer is read from shared memory, so a process that has
+never used a limit (a fresh worker) answers exactly like the one that counted it: a
+segment is found by the name it must have, and opened on first use.
+
+Segments, under the storage's prefix::
+
+    PREFIX.fixed.PERIOD           fixed window: the counts (see limits_fixed)
+    PREFIX.fixedstart.PERIOD      fixed window: when each key's window started
+    PREFIX.moving.LIMIT.PERIOD    moving window: a strict shmwin Limiter
+    PREFIX.sliding.LIMIT.PERIOD   sliding window counter: a strict shmwin Limiter too
+
+(PERIOD spelled the shortest exact way: ``1m``, ``30s``, ``1d``.) limits' keys end in
+``/LIMIT/MULTIPLES/GRANULARITY``, so the one segment a key lives in is known from the key
+alone; keys of another shape (direct storage calls) are looked for in every segment.
+
+Time is the wall clock, read through ``time.time()`` at each call exactly as limits'
+memory storage does: reset times agree with the ones limits computes, and hiro, freezegun,
+time-machine or a patched ``time.time`` move shm:// exactly as they move memory://.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import urllib.parse
+from typing import Any
+
+from limits.errors import ConfigurationError
+
+from ..clock import Clock
+from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
+from ..errors import KeyTableFullError, WindowNotFoundError
+from ..layout import MAX_BUCKETS, MAX_CAPACITY
+from ..limiter import ON_FULL, Limiter
+from ..rate import MAX_LIMIT, Rate
+from ..segment import PREFIX as SEGMENT_PREFIX
+from ..segment import SHM_DIR, check_name, names, namespace
+from .limits_fixed import FixedWindows
+
+OPTIONS = ("capacity", "buckets", "on_full")
+_KINDS = {
+    None: ("fixed", "moving", "sliding"),
+    "fixed": ("fixed",),
+    "moving": ("moving",),
+    "sliding": ("sliding",),
+}
+DEFAULT_BUCKETS = 20
+_GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "month": 2592000, "year": 31104000}
+_NEVER = 2**62  # a count that is over any limit: what on_full="deny" answers for a fixed window
+MARGIN_NS = 1_000  # reported reset times are this much late, never early (see later_s)
+
+
+class StorageOptionError(ConfigurationError, ValueError):
+    """A bad ``shm://`` URI or storage option: raised when the storage is built."""
+
+
+def wall_ns() -> int:
+    """Now, as limits' storages see it: ``time.time()``, looked up at each call so that
+    time-mocking libraries reach it (hiro's is a float)."""
+    return int(time.time() * NS_PER_S)
+
+
+def whole_cost(amount: Any) -> int:
+    """limits' ``amount``: an int, or a float holding one (slowapi's callable costs)."""
+    if isinstance(amount, bool) or not isinstance(amount, int | float):
+        raise TypeError(f"a cost is a whole number, not {amount!r} ({type(amount).__name__})")
+    if isinstance(amount, float) and not amount.is_integer():
+        raise ValueError(f"a cost is a whole number of hits, not {amount!r} (shm:// counts whole hits)")
+    if amount < 0:
+        raise ValueError(f"a cost cannot be negative, not {amount!r}")
+    return int(amount)
+
+
+def later_s(ns: float) -> float:
+    """A time or delay in ns, as the seconds reported to limits: a microsecond later, which
+    covers every float rounding on the way (a client waiting until then is never early)."""
+    return (ns + MARGIN_NS) / NS_PER_S
+
+
+class StorageSegments:
+    """The segments of one storage; see the module docstring."""
+
+    def __init__(self, uri: str, options: dict[str, Any]):
+        parsed = urllib.parse.urlparse(uri)
+        prefix = (parsed.netloc + parsed.path).strip("/") or "limits"
+        try:
+            check_name(f"{prefix}.fixed.1s")
+        except ValueError as err:
+            raise StorageOptionError(f"{uri!r}: the storage name {prefix!r} is not usable: {err}") from None
+        try:
+            query = urllib.parse.parse_qs(
+                parsed.query, keep_blank_values=True, strict_parsing=bool(parsed.query)
+            )
+        except ValueError as err:
+            raise StorageOptionError(f"{uri!r}: cannot read the query: {err}") from None
+        given = {k: v[-1] for k, v in query.items()} | {k: options.pop(k) for k in OPTIONS if k in options}
+        unknown = sorted(set(given) - set(OPTIONS)) + sorted(options)
+        if unknown:
+            raise StorageOptionError(f"{uri!r}: unknown option(s) {unknown}; shm:// takes {list(OPTIONS)}")
+        self.prefix = prefix
+        self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
+        self.buckets = _int_option(uri, given, "buckets", DEFAULT_BUCKETS, 1, MAX_BUCKETS - 1)
+        if NS_PER_S % self.buckets:
+            raise StorageOptionError(
+                f"{uri!r}: buckets={self.buckets} must divide one second (1,000,000,000 ns) into whole "
+                "nanoseconds, so that it divides every period: e.g. 10, 20, 50, 100"
+            )
+        self.on_full = str(given.get("on_full", "raise"))
+        if self.on_full not in ON_FULL:
+            raise StorageOptionError(f"{uri!r}: on_full must be one of {list(ON_FULL)}, not {self.on_full!r}")
+        self.clock: Clock = wall_ns
+        self._open: dict[str, Limiter | FixedWindows] = {}
+
+    # -- naming and opening -----------------------------------------------------------------
+
+    def _name(self, kind: str, expiry: float, limit: int | None = None) -> str:
+        period = format_ns(_expiry_ns(expiry))
+        return f"{self.prefix}.{kind}.{period}" if limit is None else f"{self.prefix}.{kind}.{limit}.{period}"
+
+    def _limiter(self, kind: str, limit: int, expiry: float, create: bool) -> Limiter | None:
+        """The limiter of (kind, limit, period): created if asked, else None if there is none."""
+        name = self._name(kind, expiry, limit)
+        found = self._open.get(name)
+        if found is None:
+            if create:
+                extra = {} if self.capacity is None else {"capacity": self.capacity}
+                found = Limiter(
+                    name, Rate(limit, _expiry_ns(expiry)), buckets=self.buckets, on_full=self.on_full,
+                    clock=self.clock, **extra,
+                )  # fmt: skip
+            else:
+                try:
+                    found = Limiter.attach(name, on_full=self.on_full, clock=self.clock)
+                except WindowNotFoundError:
+                    return None
+            self._open[name] = found
+        assert isinstance(found, Limiter)
+        return found
+
+    def _fixed(self, expiry: float, create: bool) -> FixedWindows | None:
+        """The fixed windows of a period: created if asked, else None if there are none."""
+        name = self._name("fixed", expiry)
+        found = self._open.get(name)
+        if found is None:
+            names = (name, self._name("fixedstart", expiry))
+            found = FixedWindows.open(names, _expiry_ns(expiry), self.clock, self.capacity, create)
+            if found is None:
+                return None
+            self._open[name] = found
+        assert isinstance(found, FixedWindows)
+        return found
+
+    def _by_name(self, name: str) -> Limiter | FixedWindows | None:
+        """The segment(s) behind one of this storage's names (a limits key of another shape
+        is looked for in them all); None if it went away."""
+        kind, *rest = name[len(self.prefix) + 1 :].split(".")
+        expiry = to_ns(rest[-1], "period") / NS_PER_S
+        if kind == "fixed":
+            return self._fixed(expiry, create=False)
+        return self._limiter(kind, int(rest[0]), expiry, create=False)
+
+    def _segments_of(self, key: str, kind: str | None = None) -> list[Limiter | FixedWindows]:
+        """Every segment ``key`` may live in (of ``kind``, if given): from the key if limits
+        built it, else every segment of this storage."""
+        parsed = _limit_of_key(key)
+        found: list[Limiter | FixedWindows | None] = []
+        if parsed is None:
+            found = [self._by_name(n) for n in self.names() if _kind_of(self.prefix, n) in _KINDS[kind]]
+        else:
+            limit, expiry = parsed
+            if "fixed" in _KINDS[kind]:
+                found.append(self._fixed(expiry, create=False))
+            found += [self._limiter(k, limit, expiry, create=False) for k in ("moving", "sliding")
+                      if k in _KINDS[kind] and limit >= 1]  # fmt: skip
+        return [f for f in found if f is not None]
+
+    @property
+    def where(self) -> str:
+        """Where the segments live: ``/dev/shm/shmwin.PREFIX.*`` (no spaces: a table cell)."""
+        return f"{SHM_DIR}/{SEGMENT_PREFIX}{namespace()}{self.prefix}.*"
+
+    def names(self) -> list[str]:
+        """This storage's segments on the host."""
+        return [n for n in names() if _kind_of(self.prefix, n) is not None]
+
+    # -- fixed window: starts at a key's first hit (see limits_fixed) ---------------------------
+
+    def incr(self, key: str, expiry: float, amount: Any) -> int:
+        cost = whole_cost(amount)
+        try:
+            windows = self._fixed(expiry, create=True)
+            assert windows is not None
+            return windows.incr(key, cost)
+        except KeyTableFullError:
+            if self.on_full == "raise":
+                raise
+            return 0 if self.on_full == "allow" else _NEVER
+
+    def get(self, key: str) -> int:
+        return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
+
+    def get_expiry(self, key: str) -> float:
+        for w in self._segments_of(key, "fixed"):
+            end_ns = w.end_ns(key) if isinstance(w, FixedWindows) else None
+            if end_ns is not None:
+                return later_s(end_ns)
+        return self.clock() / NS_PER_S
+
+    # -- moving window and sliding window counter: shmwin's strict limiter -----------------------
+
+    def acquire(self, kind: str, key: str, limit: int, expiry: float, amount: Any) -> bool:
+        cost = whole_cost(amount)
+        if cost > limit:
+            return False  # as limits' storages answer
+        if limit < 1:
+            return True  # a cost of 0 against a limit of 0: no segment for a limit that admits nothing
+        limiter = self._limiter(kind, limit, expiry, create=True)
+        assert limiter is not None
+        return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
+
+    def moving_window(self, key: str, limit: int, expiry: float) -> tuple[float, int]:
+        """limits' (window start, hits): limits reports ``start + expiry`` as the reset."""
+        used, reset_ns, now_ns = self._used_and_reset("moving", key, limit, expiry)
+        if not used:
+            return now_ns / NS_PER_S, 0
+        reset_s = later_s(reset_ns)
+        start_s = reset_s - expiry
+        while start_s + expiry < reset_s:
+            start_s = math.nextafter(start_s, math.inf)
+        return start_s, used
+
+    def sliding_window(self, key: str, expiry: float) -> tuple[float, float, float, float]:
+        """limits' (previous count, previous ttl, current count, current ttl), chosen so that
+        limits' weighting gives back the exact count, and its reset formula (the smaller of
+        ``previous ttl % (expiry / previous count)`` and ``current ttl % expiry``, after now)
+        gives the moment the oldest hit is forgotten, which may be up to a bucket past one
+        period. Below one period the count is the current window's. At or past it, the
+        count goes in the previous window with the weight 1/4: previous count 1/4 (a float),
+        previous ttl ``4 * expiry * hits + delay``, so that the weighted count is
+        ``hits + delay / (4 * expiry)`` (floor: hits) and the modulo leaves the delay."""
+        used, reset_ns, now_ns = self._used_and_reset("sliding", key, None, expiry)
+        if not used:
+            return 0, 0.0, 0, 0.0
+        delay_s = later_s(reset_ns - now_ns)
+        if delay_s < expiry:
+            return 0, 0.0, used, delay_s
+        cycle_s = 4.0 * expiry  # exact: a power of two times the expiry
+        ttl_s = used * cycle_s + delay_s
+        while ttl_s % (expiry / 0.25) < delay_s:  # the sum rounded down: limits' modulo, replayed
+            ttl_s = math.nextafter(ttl_s, math.inf)
+        return 0.25, ttl_s, 0, 0.0
+
+    def _used_and_reset(
+        self, kind: str, key: str, limit: int | None, expiry: float
+    ) -> tuple[int, float, float]:
+        """(hits counted, when the oldest is forgotten, now), in ns; no hits: (0, _, now)."""
+        if limit is None:
+            found = self._segments_of(key, kind)
+        else:
+            one = self._limiter(kind, limit, expiry, create=False) if limit >= 1 else None
+            found = [] if one is None else [one]
+        for lim in found:
+            if isinstance(lim, Limiter) and lim.rates[0].period_ns == _expiry_ns(expiry):
+                stats = lim.stats(key)
+                now_ns = self.clock()  # read after the stats': the reset is never early
+                if stats.used:
+                    return stats.used, now_ns + stats.reset_after * NS_PER_S, now_ns
+        return 0, 0.0, self.clock()
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    def clear(self, key: str, kind: str | None = None) -> None:
+        for segment in self._segments_of(key, kind):
+            segment.clear(key)
+
+    def reset(self) -> int:
+        """Empty every segment of this storage; the number of keys that held counts."""
+        cleared = 0
+        for name in self.names():
+            segment = self._by_name(name) if _kind_of(self.prefix, name) in _KINDS[None] else None
+            if isinstance(segment, FixedWindows):
+                cleared += segment.reset()
+            elif isinstance(segment, Limiter):
+                keys = segment.window.keys()
+                cleared += sum(1 for key in keys if segment.stats(key).used)
+                segment.window.reset()
+        return cleared
+
+    def close(self) -> None:
+        for segment in self._open.values():
+            segment.close()
+        self._open.clear()
+
+
+def _int_option(
+    uri: str, given: dict[str, Any], option: str, default: int | None, low: int, high: int
+) -> Any:
+    if option not in given:
+        return default
+    value = given[option]
+    try:
+        number = int(value)
+        if isinstance(value, bool) or (isinstance(value, float) and value != number):
+            raise ValueError(value)
+    except (TypeError, ValueError):
+        raise StorageOptionError(f"{uri!r}: {option} must be a whole number, not {value!r}") from None
+    if not low <= number <= high:
+        raise StorageOptionError(f"{uri!r}: {option} must be {low}..{high}, not {number}")
+    return number
+
+
+def _expiry_ns(expiry: float) -> int:
+    if isinstance(expiry, bool) or not isinstance(expiry, int | float) or not 0 < expiry * NS_PER_S <= MAX_NS:
+        raise ValueError(f"an expiry is a positive number of seconds, not {expiry!r}")
+    return to_ns(expiry, "expiry")
+
+
+def _limit_of_key(key: str) -> tuple[int, int] | None:
+    """(limit, expiry in seconds) from a key limits built: ``.../LIMIT/MULTIPLES/GRANULARITY``."""
+    parts = key.rsplit("/", 3)
+    if len(parts) != 4:
+        return None
+    _, limit, multiples, granularity = parts
+    if not (limit.isdigit() and multiples.isdigit() and granularity in _GRANULARITY_S):
+        return None
+    if int(limit) > MAX_LIMIT or int(multiples) < 1:
+        return None
+    return int(limit), int(multiples) * _GRANULARITY_S[granularity]
+
+
+def _kind_of(prefix: str, name: str) -> str | None:
+    """The kind ("fixed", "fixedstart", "moving", "sliding") of one of this prefix's
+    segments, else None."""
+    if not name.startswith(prefix + "."):
+        return None
+    kind, *rest = name[len(prefix) + 1 :].split(".")
+    shape = {"fixed": 1, "fixedstart": 1, "moving": 2, "sliding": 2}
+    return kind if shape.get(kind) == len(rest) else None

@@ -1,0 +1,349 @@
+"""The shm:// and async+shm:// limits storages, against limits' own contract and memory://.
+
+Time is driven by hand: ``time.time`` is patched to read a ManualClock, which is how
+limits (and the storage) read the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("limits")
+
+import limits.aio.strategies
+from limits import RateLimitItemPerMinute, RateLimitItemPerSecond, parse
+from limits.errors import ConfigurationError, StorageError
+from limits.storage import MemoryStorage, storage_from_string
+from limits.strategies import STRATEGIES
+
+import shmwin
+from shmwin import ManualClock
+from shmwin.errors import KeyTableFullError
+from shmwin.integrations.limits import ShmStorage, StorageOptionError
+from shmwin.integrations.limits_async import AsyncShmStorage
+
+S = 1_000_000_000
+START_S = 1_800_000_000  # a wall-clock time that is a multiple of every period used here
+STRATEGY_NAMES = list(STRATEGIES)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock:
+    """time.time() (limits' clock, and the storage's) reads this manual clock."""
+    c = ManualClock(START_S * S)
+    monkeypatch.setattr(time, "time", lambda: c() / S)
+    return c
+
+
+def unlink_storage(prefix: str) -> list[str]:
+    mine = [n for n in shmwin.names() if n.startswith(prefix + ".")]
+    for n in mine:
+        shmwin.unlink(n)
+    return mine
+
+
+@pytest.fixture
+def uri(name: str) -> Iterator[str]:
+    yield f"shm://{name}"
+    unlink_storage(name)
+
+
+# -- the URI ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "options", "complaint"),
+    [
+        ("?capacity=0", {}, "capacity must be 1"),
+        ("?capacity=lots", {}, "capacity must be a whole number"),
+        ("?buckets=7", {}, "must divide one second"),
+        ("?buckets=0", {}, "buckets must be 1"),
+        ("?on_full=maybe", {}, "on_full must be one of"),
+        ("?bogus=1", {}, "unknown option"),
+        ("", {"colour": "red"}, "unknown option"),
+        ("", {"capacity": 1.5}, "capacity must be a whole number"),
+        ("?capacity", {}, "cannot read the query"),
+    ],
+)
+def test_a_bad_uri_fails_when_the_storage_is_built(uri, query, options, complaint):
+    with pytest.raises(StorageOptionError, match=complaint) as err:
+        storage_from_string(uri + query, **options)
+    assert isinstance(err.value, ConfigurationError) and isinstance(err.value, ValueError)
+    assert unlink_storage(uri.removeprefix("shm://")) == []  # nothing was created
+
+
+def test_a_bad_name_fails_when_the_storage_is_built():
+    with pytest.raises(StorageOptionError, match="not usable"):
+        storage_from_string("shm://two words")
+    with pytest.raises(StorageOptionError, match="not usable"):
+        storage_from_string("async+shm://a/b")
+
+
+def test_uri_options_reach_the_segments(uri, clock):
+    storage = storage_from_string(uri + "?capacity=64&buckets=10&on_full=deny")
+    assert storage.segments.capacity == 64 and storage.segments.on_full == "deny"
+    item = RateLimitItemPerMinute(5)
+    STRATEGIES["moving-window"](storage).hit(item, "k")
+    STRATEGIES["fixed-window"](storage).hit(item, "k")
+    name = uri.removeprefix("shm://")
+    with shmwin.Limiter.attach(f"{name}.moving.5.1m") as lim:
+        assert lim.window.capacity >= 64 and lim.window.geometry.rings[0].n_buckets == 11
+    with shmwin.Window.attach(f"{name}.fixed.1m") as w:  # counts: two buckets of the period
+        assert w.capacity >= 2 * 64 and w.buckets == 2
+
+
+def test_without_a_capacity_the_storage_passes_none(uri):
+    assert storage_from_string(uri).segments.capacity is None
+    assert storage_from_string(uri + "?capacity=12").segments.capacity == 12
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+@pytest.mark.parametrize("on_full", ["allow", "deny", "raise"])
+def test_on_full_decides_for_a_new_key_when_the_table_is_full(uri, clock, strategy, on_full):
+    storage = storage_from_string(f"{uri}?capacity=4&on_full={on_full}")
+    limiter = STRATEGIES[strategy](storage)
+    item = RateLimitItemPerMinute(1)
+    answers = []
+    try:
+        for i in range(200):
+            answers.append(limiter.hit(item, f"client-{i}"))
+    except KeyTableFullError:
+        answers.append("raised")
+    if on_full == "raise":
+        assert answers[-1] == "raised" and all(a is True for a in answers[:-1])
+    elif on_full == "allow":
+        assert answers == [True] * 200
+    else:
+        assert answers[:4] == [True] * 4 and answers[-1] is False
+        assert limiter.test(item, "client-0") is False  # live keys keep their counts
+
+
+def test_wrap_exceptions_wraps_shmwin_errors(uri, clock):
+    storage = storage_from_string(f"{uri}?capacity=4", wrap_exceptions=True)
+    limiter = STRATEGIES["moving-window"](storage)
+    with pytest.raises(StorageError) as err:
+        for i in range(200):
+            limiter.hit(RateLimitItemPerMinute(1), f"client-{i}")
+    assert isinstance(err.value.storage_error, KeyTableFullError)
+
+
+# -- costs ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+def test_an_integral_float_cost_counts_as_an_int(uri, clock, strategy):
+    limiter = STRATEGIES[strategy](storage_from_string(uri))
+    item = RateLimitItemPerMinute(5)
+    assert limiter.hit(item, "k", cost=2.0)
+    assert limiter.get_window_stats(item, "k").remaining == 3
+    assert limiter.hit(item, "k", cost=3.0)
+    assert not limiter.hit(item, "k", cost=1.0)
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+@pytest.mark.parametrize(
+    ("cost", "error"), [(1.5, ValueError), (-1, ValueError), ("2", TypeError), (True, TypeError)]
+)
+def test_a_cost_that_is_not_a_whole_number_is_a_clear_error(uri, clock, strategy, cost, error):
+    limiter = STRATEGIES[strategy](storage_from_string(uri))
+    item = RateLimitItemPerMinute(5)
+    with pytest.raises(error, match="cost"):
+        limiter.hit(item, "k", cost=cost)
+    assert limiter.get_window_stats(item, "k").remaining == 5  # nothing counted
+
+
+# -- reset() and clear(): limits' contract ------------------------------------------------------------
+
+
+def test_reset_returns_the_number_of_keys_as_memory_does(uri, clock):
+    memory, shm = MemoryStorage(), storage_from_string(uri)
+    one, other = RateLimitItemPerMinute(10), RateLimitItemPerMinute(10, namespace="OTHER")
+    for storage in (memory, shm):  # limits' own test: 20 counters
+        for i in range(10):
+            storage.incr(one.key_for(str(i)), one.get_expiry())
+            storage.incr(other.key_for(str(i)), other.get_expiry())
+    assert shm.get(one.key_for("3")) == 1
+    assert memory.reset() == 20 == shm.reset()
+    assert shm.get(one.key_for("3")) == 0
+    assert shm.reset() == 0 == memory.reset()
+    for strategy in ("moving-window", "sliding-window-counter"):  # strict windows' keys count too
+        STRATEGIES[strategy](shm).hit(one, "m")
+    assert shm.reset() == 2
+
+
+def test_clear_returns_none_and_forgets_the_key_in_every_strategy(uri, clock):
+    storage = storage_from_string(uri)
+    item = RateLimitItemPerMinute(2)
+    for strategy in STRATEGY_NAMES:
+        limiter = STRATEGIES[strategy](storage)
+        assert limiter.hit(item, "k") and limiter.hit(item, "k") and not limiter.hit(item, "k")
+    assert storage.clear(item.key_for("k")) is None
+    for strategy in STRATEGY_NAMES:
+        assert STRATEGIES[strategy](storage).get_window_stats(item, "k").remaining == 2
+
+
+def test_a_key_limits_did_not_build_is_still_found(uri, clock):
+    storage = storage_from_string(uri)
+    assert storage.incr("plain-key", 60, 3) == 3
+    assert storage.get("plain-key") == 3
+    assert storage.get_expiry("plain-key") == pytest.approx(START_S + 60, abs=1e-5)
+    assert storage.acquire_sliding_window_entry("plain-key", 5, 60, 2)
+    previous, previous_ttl, current, _ = storage.get_sliding_window("plain-key", 60)
+    assert math.floor(previous * previous_ttl / 60 + current) == 2  # limits' weighting
+    storage.clear("plain-key")
+    assert storage.get("plain-key") == 0 and storage.get_sliding_window("plain-key", 60) == (0, 0.0, 0, 0.0)
+
+
+# -- the fixed window starts at a key's first hit, as in limits' storages ------------------------
+
+
+def test_a_fixed_window_starts_at_the_first_hit_and_lasts_one_period(uri, clock):
+    memory, shm = (
+        STRATEGIES["fixed-window"](MemoryStorage()),
+        STRATEGIES["fixed-window"](storage_from_string(uri)),
+    )
+    item = RateLimitItemPerMinute(2)
+    clock.advance(17.25)  # an arbitrary moment, not a multiple of the period
+    answers: dict[str, list[object]] = {"memory": [], "shm": []}
+    for step_s in (0, 0, 0, 30, 29.75, 0, 0.25, 0, 0, 59.75, 0, 0.25):
+        clock.advance(step_s)
+        for kind, limiter in (("memory", memory), ("shm", shm)):
+            stats = limiter.get_window_stats(item, "k")
+            answers[kind].append(
+                (limiter.hit(item, "k"), stats.remaining, round(stats.reset_time - START_S, 3))
+            )
+    assert answers["shm"] == answers["memory"]
+    hits = [True, True, False, False, False, False, True, True, False, False, False, True]
+    assert [hit for hit, _, _ in answers["shm"]] == hits
+
+
+def test_clearing_a_fixed_window_lets_the_next_hit_start_a_new_one(uri, clock):
+    storage = storage_from_string(uri)
+    limiter, item = STRATEGIES["fixed-window"](storage), RateLimitItemPerMinute(1)
+    assert limiter.hit(item, "k") and not limiter.hit(item, "k")
+    clock.advance(20)
+    limiter.clear(item, "k")
+    assert limiter.hit(item, "k")
+    assert limiter.get_window_stats(item, "k").reset_time == pytest.approx(START_S + 80, abs=1e-5)
+
+
+# -- reset times ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+@pytest.mark.parametrize("hit_at_ms", [0, 1, 17, 49, 50, 333, 999])  # within the first second
+@pytest.mark.parametrize("ask_after_ms", [0, 2, 500, 1000, 1040])
+def test_a_client_that_waits_until_the_reported_reset_is_admitted(
+    uri, clock, strategy, hit_at_ms, ask_after_ms
+):
+    """The reported reset is when the request passes: never earlier (a client waiting for
+    it gets in) and at most a microsecond later (just before it, still refused). For the
+    strict windows that is up to a bucket past one period after the oldest hit."""
+    limiter = STRATEGIES[strategy](storage_from_string(uri))
+    item = RateLimitItemPerSecond(3)
+    clock.advance(ns=hit_at_ms * 1_000_000)
+    assert all(limiter.hit(item, "k") for _ in range(3))
+    clock.advance(ns=ask_after_ms * 1_000_000)
+    if limiter.test(item, "k"):
+        return  # the window already moved on: nothing to wait for
+    stats = limiter.get_window_stats(item, "k")
+    assert stats.remaining == 0
+    reset_ns = round(stats.reset_time * S)
+    assert reset_ns > clock()
+    if reset_ns - 2_000 > clock():  # (time.time() is a float: its 238 ns steps, below that)
+        clock.set(reset_ns - 2_000)
+        assert not limiter.test(item, "k")
+    clock.set(reset_ns)
+    assert limiter.test(item, "k") and limiter.hit(item, "k")
+
+
+def test_the_strict_window_resets_up_to_a_bucket_past_the_period(uri, clock):
+    """Where the old cap at 0.999 x period reported too early: a hit late in a bucket."""
+    limiter = STRATEGIES["sliding-window-counter"](storage_from_string(uri))
+    item = RateLimitItemPerSecond(1)
+    clock.advance(ns=49_000_000)  # late in the first 50 ms bucket
+    assert limiter.hit(item, "k")
+    reset_in_s = limiter.get_window_stats(item, "k").reset_time - clock() / S
+    assert 1.0 < reset_in_s <= 1.001 + 2e-6  # the bucket ends at 50 ms, then one period
+    assert limiter.storage.get_sliding_window(item.key_for("k"), 1)[0] > 0  # said through "previous"
+
+
+# -- time-mocking libraries: shm:// moves as memory:// does ---------------------------------------------
+
+
+def _scenario(uri: str, travel) -> list[bool]:
+    """Hits around the edges of each strategy's window, under a time-mocking library."""
+    answers = []
+    for strategy in STRATEGY_NAMES:
+        limiter = STRATEGIES[strategy](storage_from_string(uri))
+        item = RateLimitItemPerMinute(2)
+        answers += [limiter.hit(item, strategy) for _ in range(3)]
+        travel(30)
+        answers.append(limiter.hit(item, strategy))
+        travel(150)  # past the previous window too (limits' sliding counter weighs it), to
+        # a whole minute: the next strategy starts where memory's and shm's fixed windows agree
+        answers += [limiter.hit(item, strategy) for _ in range(3)]
+    return answers
+
+
+def _with_hiro(uri):
+    hiro = pytest.importorskip("hiro")
+    with hiro.Timeline().freeze(START_S) as timeline:
+        try:  # a core bug, reported: a new segment's header takes time.time_ns(), hiro's a float
+            if uri.startswith("shm://"):
+                shmwin.Window(uri.removeprefix("shm://") + "-probe", span=1, buckets=1).unlink()
+        except struct.error as err:
+            pytest.xfail(f"blocked by a core bug: creating a segment under hiro raises struct.error: {err}")
+        return _scenario(uri, timeline.forward)
+
+
+def _with_freezegun(uri):
+    freezegun = pytest.importorskip("freezegun")
+    with freezegun.freeze_time("2027-01-15 08:00:00") as frozen:  # a whole minute
+        return _scenario(uri, lambda s: frozen.tick(s))
+
+
+def _with_time_machine(uri):
+    time_machine = pytest.importorskip("time_machine")
+    with time_machine.travel(START_S, tick=False) as traveller:
+        return _scenario(uri, traveller.shift)
+
+
+@pytest.mark.parametrize("run", [_with_hiro, _with_freezegun, _with_time_machine])
+def test_time_mocking_libraries_move_shm_as_they_move_memory(uri, run):
+    expected = [True, True, False, False, True, True, False] * 3
+    assert run("memory://") == expected
+    assert run(uri) == expected
+
+
+# -- async+shm:// ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+def test_async_storage_answers_as_the_sync_one_and_shares_its_counts(uri, clock, strategy):
+    async_storage = storage_from_string("async+" + uri)
+    assert isinstance(async_storage, AsyncShmStorage)
+    aio = limits.aio.strategies.STRATEGIES[strategy](async_storage)
+    sync = STRATEGIES[strategy](storage_from_string(uri))
+    item = parse("3/minute")
+
+    async def scenario() -> list[object]:
+        out: list[object] = [await aio.hit(item, "k"), await aio.hit(item, "k", cost=2.0)]
+        out += [
+            sync.hit(item, "k"),
+            await aio.test(item, "k"),
+            (await aio.get_window_stats(item, "k")).remaining,
+        ]
+        out += [await async_storage.check(), await async_storage.reset(), await aio.hit(item, "k")]
+        await aio.clear(item, "k")
+        out.append(await aio.test(item, "k", cost=3))
+        return out
+
+    assert asyncio.run(scenario()) == [True, True, False, False, 0, True, 1, True, True]
+    assert isinstance(storage_from_string(uri), ShmStorage)

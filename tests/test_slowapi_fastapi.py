@@ -1,0 +1,153 @@
+"""FastAPI with slowapi on shm://, and with limits.aio on async+shm://.
+
+slowapi's sdist ships no tests, so these cover what its users rely on: sync and async
+endpoints, a callable cost, the X-RateLimit-* headers and Retry-After (a client that waits
+that long gets in), for every strategy. Time is a ManualClock read through ``time.time``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("slowapi")
+pytest.importorskip("httpx")
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import PlainTextResponse
+
+with warnings.catch_warnings():  # newer Starlette asks for httpx2 instead of httpx: not our concern
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+from limits import parse
+from limits.aio.strategies import STRATEGIES as AIO_STRATEGIES
+from limits.storage import storage_from_string
+from limits.strategies import STRATEGIES as SYNC_STRATEGIES
+from slowapi import Limiter, _rate_limit_exceeded_handler
+from slowapi.errors import RateLimitExceeded
+from slowapi.util import get_remote_address
+
+import shmwin
+import shmwin.integrations.limits  # registers shm:// and async+shm://
+from shmwin import ManualClock
+
+S = 1_000_000_000
+START_S = 1_800_000_000
+STRATEGIES = ["fixed-window", "moving-window", "sliding-window-counter"]
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock:
+    c = ManualClock(START_S * S + 7 * S // 10)  # 0.7 s into a minute: not a bucket boundary
+    monkeypatch.setattr(time, "time", lambda: c() / S)
+    return c
+
+
+@pytest.fixture
+def uri(name: str) -> Iterator[str]:
+    yield f"shm://{name}"
+    for n in shmwin.names():
+        if n.startswith(name + "."):
+            shmwin.unlink(n)
+
+
+def slowapi_app(uri: str, strategy: str) -> FastAPI:
+    limiter = Limiter(key_func=get_remote_address, storage_uri=uri, strategy=strategy, headers_enabled=True)
+    app = FastAPI()
+    app.state.limiter = limiter
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+
+    @app.get("/async")
+    @limiter.limit("3/minute")
+    async def async_endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @app.get("/sync")
+    @limiter.limit("3/minute")
+    def sync_endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @app.get("/costly")
+    @limiter.limit("5/minute", cost=lambda request: float(request.query_params.get("cost", "1")))
+    async def costly(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    return app
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("path", ["/async", "/sync"])
+def test_slowapi_headers_and_retry_after_are_exact(uri, clock, strategy, path):
+    client = TestClient(slowapi_app(uri, strategy))
+    seen = []
+    for _ in range(4):
+        response = client.get(path)
+        seen.append((response.status_code, response.headers["X-RateLimit-Remaining"]))
+    assert seen == [(200, "2"), (200, "1"), (200, "0"), (429, "0")]
+    assert response.headers["X-RateLimit-Limit"] == "3"
+    reset_s = float(response.headers["X-RateLimit-Reset"]) - 1  # slowapi adds a second
+    retry_after_s = int(response.headers["Retry-After"])
+    assert reset_s > clock() / S and retry_after_s == int(reset_s + 1 - clock() / S)
+    clock.set(round(reset_s * S) - 2_000)  # just before the reset: still refused
+    assert client.get(path).status_code == 429
+    clock.set(round(reset_s * S))  # at it: in
+    assert client.get(path).status_code == 200
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_client_that_waits_retry_after_gets_in(uri, clock, strategy):
+    client = TestClient(slowapi_app(uri, strategy))
+    for _ in range(3):
+        assert client.get("/async").status_code == 200
+    refused = client.get("/async")
+    assert refused.status_code == 429
+    clock.advance(int(refused.headers["Retry-After"]))
+    assert client.get("/async").status_code == 200
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_slowapi_callable_costs_count_whole_hits(uri, clock, strategy):
+    client = TestClient(slowapi_app(uri, strategy))
+    assert client.get("/costly?cost=2.0").headers["X-RateLimit-Remaining"] == "3"
+    assert client.get("/costly?cost=3").status_code == 200
+    assert client.get("/costly?cost=1").status_code == 429
+    with pytest.raises(ValueError, match="whole number"):
+        client.get("/costly?cost=1.5")
+
+
+# -- limits.aio on async+shm://, in a FastAPI dependency ------------------------------------------
+
+
+def aio_app(uri: str, strategy: str) -> FastAPI:
+    limiter = AIO_STRATEGIES[strategy](storage_from_string("async+" + uri))
+    item = parse("3/minute")
+
+    async def rate_limited(request: Request) -> None:
+        key = request.client.host if request.client else "?"
+        if not await limiter.hit(item, key):
+            stats = await limiter.get_window_stats(item, key)
+            retry_after = max(0, int(stats.reset_time - time.time()) + 1)
+            raise HTTPException(429, "slow down", headers={"Retry-After": str(retry_after)})
+
+    app = FastAPI()
+
+    @app.get("/", dependencies=[Depends(rate_limited)])
+    async def index() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    return app
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_limits_aio_on_async_shm_in_fastapi(uri, clock, strategy):
+    client = TestClient(aio_app(uri, strategy))
+    assert [client.get("/").status_code for _ in range(4)] == [200, 200, 200, 429]
+    refused = client.get("/")
+    clock.advance(int(refused.headers["Retry-After"]))
+    assert client.get("/").status_code == 200
+    # the same counts, seen through the sync storage of the same name
+    sync = SYNC_STRATEGIES[strategy](storage_from_string(uri))
+    assert sync.get_window_stats(parse("3/minute"), "testclient").remaining == 2
