@@ -347,3 +347,31 @@ def test_async_storage_answers_as_the_sync_one_and_shares_its_counts(uri, clock,
 
     assert asyncio.run(scenario()) == [True, True, False, False, 0, True, 1, True, True]
     assert isinstance(storage_from_string(uri), ShmStorage)
+
+
+# -- Flask-Limiter's command line -----------------------------------------------------------------
+
+
+def test_flask_limiter_config_command_shows_the_shm_storage(uri, clock):
+    flask_limiter = pytest.importorskip("flask_limiter")
+    pytest.importorskip("rich")
+    from flask import Flask
+    from flask_limiter.commands import cli
+    from flask_limiter.util import get_remote_address
+
+    app = Flask(__name__)
+    flask_limiter.Limiter(get_remote_address, app=app, storage_uri=uri, default_limits=["10/minute"])
+
+    @app.route("/")
+    def index() -> str:
+        return "ok"
+
+    with app.test_client() as client:
+        assert client.get("/").status_code == 200
+    runner = app.test_cli_runner()
+    config = runner.invoke(cli, ["config"])
+    assert config.exit_code == 0, config.output
+    assert "ShmStorage" in config.output and "OK" in config.output
+    assert "/dev/shm/shmwi" in config.output  # (cut to the column: /dev/shm/shmwin.NAME.*)
+    limits = runner.invoke(cli, ["limits", "--key=127.0.0.1"])
+    assert limits.exit_code == 0 and "9 out of 10 remaining" in limits.output
