@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import struct
 import time
 from collections.abc import Iterator
 
@@ -295,11 +294,6 @@ def _scenario(uri: str, travel) -> list[bool]:
 def _with_hiro(uri):
     hiro = pytest.importorskip("hiro")
     with hiro.Timeline().freeze(START_S) as timeline:
-        try:  # a core bug, reported: a new segment's header takes time.time_ns(), hiro's a float
-            if uri.startswith("shm://"):
-                shmwin.Window(uri.removeprefix("shm://") + "-probe", span=1, buckets=1).unlink()
-        except struct.error as err:
-            pytest.xfail(f"blocked by a core bug: creating a segment under hiro raises struct.error: {err}")
         return _scenario(uri, timeline.forward)
 
 

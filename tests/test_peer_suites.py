@@ -109,22 +109,6 @@ def _outcomes(report: Path) -> dict[str, list[str]]:
     return out
 
 
-def _segment_creation_fails_under_hiro(prefix: str) -> str | None:
-    """window.py writes time.time_ns() into a new segment's header; hiro's is a float."""
-    hiro = pytest.importorskip("hiro")
-    import shmwin
-
-    try:
-        with hiro.Timeline().freeze():
-            shmwin.Window(f"{prefix}-probe", span=1, buckets=1).close()
-    except Exception as err:  # struct.error, today
-        return f"{type(err).__module__}.{type(err).__name__}: {err}"
-    finally:
-        if f"{prefix}-probe" in shmwin.names():
-            shmwin.unlink(f"{prefix}-probe")
-    return None
-
-
 @pytest.fixture
 def prefix(name: str) -> str:
     return name
@@ -144,9 +128,6 @@ def test_limits_async_suite_on_shm(prefix, tmp_path):
 
 def test_flask_limiter_suite_on_shm(prefix, tmp_path):
     pytest.importorskip("flask_limiter")
-    blocked = _segment_creation_fails_under_hiro(prefix)
-    if blocked:  # most of Flask-Limiter's tests freeze time with hiro
-        pytest.xfail(f"blocked by a core bug: creating a segment under hiro's frozen clock raises {blocked}")
     outcomes = _run("flask-limiter", ["tests"], FLASK_LIMITER_DESELECTED, prefix, tmp_path)
     assert len(outcomes["passed"]) >= 100
 
