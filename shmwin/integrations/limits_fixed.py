@@ -26,13 +26,12 @@ Memory per key: its count entry and two records (each forgotten 2 to 4 periods l
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ..clock import Clock
 from ..errors import ShmwinError, WindowNotFoundError
 from ..geometry import window_geometry
+from ..keys import Key
 from ..limiter import Limiter
 from ..rate import MAX_LIMIT, Rate
 from ..window import Window
@@ -83,7 +82,7 @@ class FixedWindows:
 
     def _record(self, key: str, slot: int) -> int | None:
         """The start recorded in ``slot``: None (empty), _SEALED, or t0."""
-        used = self.starts.stats(f"{key}#{slot}").used
+        used, _ = counted(self.starts, f"{key}#{slot}", detail=False)
         return None if used == 0 else _SEALED if used == BASE else used - BASE - 1
 
     def _decide(self, key: str, slot: int, value: int) -> bool:
@@ -125,8 +124,8 @@ class FixedWindows:
         t0 = self.start_of(key, create=False)
         if t0 is None:
             return 0
-        with self.pinned.at(t0):
-            return int(self.counts.total(key=f"{key}@{t0}"))
+        with self.pinned.at(t0):  # adding 0 reads the total in one native call
+            return int(self.counts.add_and_total(0, key=f"{key}@{t0}"))
 
     def end_ns(self, key: str) -> int | None:
         """When ``key``'s live window ends, or None if it has none."""
@@ -163,6 +162,13 @@ class FixedWindows:
         self.starts.close()
 
 
+def counted(limiter: Limiter, key: Key, detail: bool = True) -> tuple[int, int]:
+    """(hits counted, ns until the oldest is forgotten) for a one-rate limiter: one native
+    call, the backend contract's ``check`` (``Limiter.stats`` builds what is not needed here)."""
+    _, used, reset_ns, _ = limiter._backend.check(key, 0, False, detail)
+    return int(used[0]), int(reset_ns[0])
+
+
 class PinnedClock:
     """The counts' clock: the window start a call is about (per thread), else ``clock``."""
 
@@ -174,13 +180,16 @@ class PinnedClock:
         pinned: int | None = getattr(self._pinned, "ns", None)
         return int(self._clock()) if pinned is None else pinned
 
-    @contextmanager
-    def at(self, ns: int) -> Iterator[None]:
+    def at(self, ns: int) -> PinnedClock:
+        """``with pinned.at(t0):`` calls inside read ``t0`` (a plain context manager: cheap)."""
         self._pinned.ns = ns
-        try:
-            yield
-        finally:
-            self._pinned.ns = None
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._pinned.ns = None
 
 
 def _counts_geometry(period_ns: int, capacity: int | None) -> Any:

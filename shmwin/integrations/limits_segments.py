@@ -38,7 +38,7 @@ from ..limiter import ON_FULL, Limiter
 from ..rate import MAX_LIMIT, Rate
 from ..segment import PREFIX as SEGMENT_PREFIX
 from ..segment import SHM_DIR, check_name, names, namespace
-from .limits_fixed import FixedWindows
+from .limits_fixed import FixedWindows, counted
 
 OPTIONS = ("capacity", "buckets", "on_full")
 _KINDS = {
@@ -112,7 +112,8 @@ class StorageSegments:
         if self.on_full not in ON_FULL:
             raise StorageOptionError(f"{uri!r}: on_full must be one of {list(ON_FULL)}, not {self.on_full!r}")
         self.clock: Clock = wall_ns
-        self._open: dict[str, Limiter | FixedWindows] = {}
+        self._open: dict[str, Limiter | FixedWindows] = {}  # by segment name
+        self._by_spec: dict[tuple[str, int, float], Limiter | FixedWindows] = {}  # (kind, limit, expiry)
 
     # -- naming and opening -----------------------------------------------------------------
 
@@ -122,6 +123,10 @@ class StorageSegments:
 
     def _limiter(self, kind: str, limit: int, expiry: float, create: bool) -> Limiter | None:
         """The limiter of (kind, limit, period): created if asked, else None if there is none."""
+        found = self._by_spec.get((kind, limit, expiry))
+        if found is not None:  # the hot path: no name to build
+            assert isinstance(found, Limiter)
+            return found
         name = self._name(kind, expiry, limit)
         found = self._open.get(name)
         if found is None:
@@ -138,10 +143,15 @@ class StorageSegments:
                     return None
             self._open[name] = found
         assert isinstance(found, Limiter)
+        self._by_spec[kind, limit, expiry] = found
         return found
 
     def _fixed(self, expiry: float, create: bool) -> FixedWindows | None:
         """The fixed windows of a period: created if asked, else None if there are none."""
+        found = self._by_spec.get(("fixed", 0, expiry))
+        if found is not None:  # the hot path: no name to build
+            assert isinstance(found, FixedWindows)
+            return found
         name = self._name("fixed", expiry)
         found = self._open.get(name)
         if found is None:
@@ -151,6 +161,7 @@ class StorageSegments:
                 return None
             self._open[name] = found
         assert isinstance(found, FixedWindows)
+        self._by_spec["fixed", 0, expiry] = found
         return found
 
     def _by_name(self, name: str) -> Limiter | FixedWindows | None:
@@ -264,10 +275,10 @@ class StorageSegments:
             found = [] if one is None else [one]
         for lim in found:
             if isinstance(lim, Limiter) and lim.rates[0].period_ns == _expiry_ns(expiry):
-                stats = lim.stats(key)
-                now_ns = self.clock()  # read after the stats': the reset is never early
-                if stats.used:
-                    return stats.used, now_ns + stats.reset_after * NS_PER_S, now_ns
+                used, reset_in_ns = counted(lim, key)
+                now_ns = self.clock()  # read after the core's own reading: the reset is never early
+                if used:
+                    return used, now_ns + reset_in_ns, now_ns
         return 0, 0.0, self.clock()
 
     # -- housekeeping ---------------------------------------------------------------------------
@@ -285,7 +296,7 @@ class StorageSegments:
                 cleared += segment.reset()
             elif isinstance(segment, Limiter):
                 keys = segment.window.keys()
-                cleared += sum(1 for key in keys if segment.stats(key).used)
+                cleared += len([key for key in keys if counted(segment, key, detail=False)[0] > 0])
                 segment.window.reset()
         return cleared
 
@@ -293,6 +304,7 @@ class StorageSegments:
         for segment in self._open.values():
             segment.close()
         self._open.clear()
+        self._by_spec.clear()
 
 
 def _int_option(
