@@ -4,8 +4,9 @@
 ``limits.aio``); then Flask-Limiter, slowapi or plain ``limits`` get limits shared exactly
 by every worker on the host by changing one setting::
 
-    Limiter(get_remote_address, app=app, storage_uri="shm://myapp")         # Flask-Limiter
-    Limiter(key_func=get_remote_address, storage_uri="async+shm://myapp")   # slowapi
+    Limiter(get_remote_address, app=app, storage_uri="shm://myapp")     # Flask-Limiter
+    Limiter(key_func=get_remote_address, storage_uri="shm://myapp")     # slowapi
+    storage_from_string("async+shm://myapp")                            # limits.aio
 
 Options, in the URI query or as storage options, checked when the storage is built
 (a bad one raises :class:`StorageOptionError`, a ``ConfigurationError`` and ``ValueError``):
@@ -23,9 +24,9 @@ How limits' strategies map onto shmwin (the segments are named in
   granularity, leave room, and it is counted in the same locked step. Never more than the
   limit in any period; a hit is forgotten between one period and one period plus a
   bucket after it happened, and the reset times reported say exactly when.
-* **fixed window** counts in windows aligned to multiples of the period (limits' own
-  storages start a window at a key's first hit). As in every limits storage, a hit past
-  the limit is still counted.
+* **fixed window** starts a key's window at its first hit and ends it one period later,
+  as limits' own storages do, with one live window per key across processes
+  (:mod:`shmwin.integrations.limits_fixed`). A hit past the limit is still counted.
 
 Costs are whole numbers: ``2`` and ``2.0`` count two hits; ``1.5`` raises ``ValueError``.
 """

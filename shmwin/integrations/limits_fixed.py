@@ -32,6 +32,7 @@ from ..clock import Clock
 from ..errors import ShmwinError, WindowNotFoundError
 from ..geometry import window_geometry
 from ..keys import Key
+from ..layout import Geometry
 from ..limiter import Limiter
 from ..rate import MAX_LIMIT, Rate
 from ..window import Window
@@ -192,16 +193,9 @@ class PinnedClock:
         self._pinned.ns = None
 
 
-def _counts_geometry(period_ns: int, capacity: int | None) -> Any:
-    """A keyed window of two buckets of the period (it covers any window of one period),
-    ``capacity`` keys or shmwin's default key table when None (a growing one where
-    ``window_geometry`` takes ``keyed=``)."""
-    import inspect
-
-    params = inspect.signature(window_geometry).parameters
-    args = (f"{2 * period_ns}ns", 2, None, ("hits",), "int64", None, 0)
-    if capacity is None and "keyed" in params:
-        return window_geometry(*args, None, keyed=True)  # type: ignore[call-arg,arg-type,unused-ignore]
-    if capacity is None:  # until growing tables land: the capacity Limiter defaults to
-        capacity = inspect.signature(Limiter.__init__).parameters["capacity"].default
-    return window_geometry(*args, capacity)
+def _counts_geometry(period_ns: int, capacity: int | None) -> Geometry:
+    """A keyed window of two buckets of the period: ``capacity`` keys at most, or a table
+    that grows with the keys in use (None)."""
+    return window_geometry(
+        f"{2 * period_ns}ns", 2, None, ("hits",), "int64", None, None, capacity, keyed=True
+    )
