@@ -2,25 +2,30 @@
 
 limits' storages (memory, Redis, memcached) start a key's window at the first hit and end
 it one period later, exactly; the next hit after that starts the next window. Here the same
-holds across processes, with two segments per period P and only atomic native calls:
+holds across processes, with two segments per period P and only atomic native calls. Slot
+``s`` is the wall clock divided by P; a window that starts in slot ``s`` ends in ``s + 1``.
 
-``PREFIX.fixed.P`` counts. A window that started at ``t0`` counts under the key
-``KEY@t0``, each window its own entry, and every call on it is made at the time ``t0``
-(the window's clock is pinned to it): all its hits land in one bucket whatever the clock
-of the process that counts them, and the entry's total is exactly the window's hits. The
-ring has two buckets of P, so the entry is reclaimed only once the window is over.
+``PREFIX.fixedstart.P`` records when windows start. Slot ``s`` has a record
+``KEY#(s mod 4)``, a Limiter whose limit is int64's largest. A process starts a window by
+adding ``BASE + 1 + t0`` to it: the add is a native check-and-count, so it succeeds only on
+an empty record and exactly one process starts the window. ``BASE`` alone is a seal: "no
+window starts in this slot". The window live at ``now`` (slot ``s``) started in slot
+``s - 1`` or ``s``; before starting one in ``s``, a process seals an empty ``s - 1``, so
+that a process whose clock read lagged cannot start an overlapping one there. So at most
+one window is live per key, every process agrees on its start, and a process killed
+between two calls costs at most its own hit. A record is needed for at most a period (and
+a clock read's lag) after it is written: it is forgotten 1.25 to 1.57 periods after, well
+before its name comes round again 4 slots later.
 
-``PREFIX.fixedstart.P`` records when windows start. Slot ``s`` (the wall clock divided by P)
-has a record ``KEY#s``, a Limiter whose limit is int64's largest. A process starts a window
-by adding ``BASE + 1 + t0`` to it; the add is a native check-and-count, so it succeeds only
-on an empty record and exactly one process starts the window. ``BASE`` alone is a seal: "no
-window starts in this slot". The window live at ``now`` (slot ``s``) started in slot ``s - 1``
-or ``s``, since it is shorter than a slot; before starting one in ``s``, a process seals an
-empty ``s - 1``, so that a process whose clock read lagged cannot start an overlapping one
-there. So at most one window is live per key, every process agrees on its start, and a
-process killed between two calls costs at most its own hit.
+``PREFIX.fixed.P`` counts, under ``KEY@(s mod 2)`` for a window started in slot ``s``, in a
+ring of two buckets of P. Every call on a window is made at its start ``t0`` (the counts'
+clock is pinned to it), so all its hits land in one bucket whatever the clock of the
+process that counts them, and its total is exactly the window's hits: the window before
+it, in slot ``s - 1``, counts under the other name, and the one before that is two buckets
+old. The entry goes idle two buckets after ``t0``'s, once the window is over.
 
-Memory per key: its count entry and two records (each forgotten 2 to 4 periods later).
+Memory per key: two count entries and up to four records, with the same names from one
+window to the next (two or three hold anything at a time).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from ..window import Window
 
 BASE = 2**62  # a record holds 0 (empty), BASE (sealed) or BASE + 1 + t0 (a window started at t0)
 _SEALED = -1
+_RECORD_NAMES = 4  # record names per key, by slot: a name comes round after 4 slots
 _TRIES = 16  # each retry means another process decided a record meanwhile
 
 
@@ -55,7 +61,7 @@ class FixedWindows:
     ) -> FixedWindows | None:
         """Create or attach (``create``), or attach only: None if the segments are not there.
         ``names``: the counts' and the records' segments. ``capacity`` is in keys: a key
-        holds up to 2 count entries and 4 records at once (the older ones being forgotten)."""
+        holds up to 2 count entries and 4 live records."""
         counts_name, starts_name = names
         pinned = PinnedClock(clock)
         if not create:
@@ -71,9 +77,10 @@ class FixedWindows:
         want = _counts_geometry(period_ns, None if capacity is None else 2 * capacity)
         counts = Window.open_geometry(counts_name, want, clock=pinned)
         extra: dict[str, Any] = {} if capacity is None else {"capacity": 4 * capacity}
-        record = Rate(MAX_LIMIT, 2 * period_ns)  # one bucket: a record is kept 2 to 4 periods
+        # kept 1.25 to 1.57 periods: 5/4 of one, in 4 whole-nanosecond buckets
+        record = Rate(MAX_LIMIT, -(-5 * period_ns // 16) * 4)
         try:
-            starts = Limiter(starts_name, record, buckets=1, clock=clock, **extra)
+            starts = Limiter(starts_name, record, buckets=4, clock=clock, **extra)
         except BaseException:
             counts.close()
             raise
@@ -83,12 +90,15 @@ class FixedWindows:
 
     def _record(self, key: str, slot: int) -> int | None:
         """The start recorded in ``slot``: None (empty), _SEALED, or t0."""
-        used, _ = counted(self.starts, f"{key}#{slot}", detail=False)
+        used, _ = counted(self.starts, f"{key}#{slot % _RECORD_NAMES}", detail=False)
         return None if used == 0 else _SEALED if used == BASE else used - BASE - 1
 
     def _decide(self, key: str, slot: int, value: int) -> bool:
         """Write ``value`` in an empty record; False if another process decided it first."""
-        return bool(self.starts.hit(f"{key}#{slot}", value))
+        return bool(self.starts.hit(f"{key}#{slot % _RECORD_NAMES}", value))
+
+    def _count_key(self, key: str, t0: int) -> str:
+        return f"{key}@{t0 // self.period_ns % 2}"
 
     def start_of(self, key: str, create: bool) -> int | None:
         """When ``key``'s live window started (ns); with ``create``, start one now if none is."""
@@ -119,14 +129,14 @@ class FixedWindows:
         t0 = self.start_of(key, create=True)
         assert t0 is not None
         with self.pinned.at(t0):
-            return int(self.counts.add_and_total(amount, key=f"{key}@{t0}"))
+            return int(self.counts.add_and_total(amount, key=self._count_key(key, t0)))
 
     def get(self, key: str) -> int:
         t0 = self.start_of(key, create=False)
         if t0 is None:
             return 0
         with self.pinned.at(t0):  # adding 0 reads the total in one native call
-            return int(self.counts.add_and_total(0, key=f"{key}@{t0}"))
+            return int(self.counts.add_and_total(0, key=self._count_key(key, t0)))
 
     def end_ns(self, key: str) -> int | None:
         """When ``key``'s live window ends, or None if it has none."""
@@ -140,23 +150,20 @@ class FixedWindows:
             t0 = self._record(key, s)
             if t0 is not None and t0 != _SEALED:
                 with self.pinned.at(t0):
-                    self.counts.clear(f"{key}@{t0}")
-            self.starts.clear(f"{key}#{s}")
+                    self.counts.clear(self._count_key(key, t0))
+            self.starts.clear(f"{key}#{s % _RECORD_NAMES}")
 
     def reset(self) -> int:
         """Empty both segments; the number of keys whose live window held hits."""
-        now_ns = int(self.clock())
-        live = 0
+        live = set()
         keys = self.counts.keys()
         for entry in keys:
-            text = entry.decode() if isinstance(entry, bytes) else entry
-            t0 = text.rpartition("@")[2]
-            if t0.isdigit() and now_ns < int(t0) + self.period_ns:
-                with self.pinned.at(int(t0)):
-                    live += bool(self.counts.total(key=entry))
+            key = (entry.decode() if isinstance(entry, bytes) else entry).rpartition("@")[0]
+            if key not in live and self.get(key):
+                live.add(key)
         self.counts.reset()
         self.starts.window.reset()
-        return live
+        return len(live)
 
     def close(self) -> None:
         self.counts.close()
