@@ -369,3 +369,21 @@ def test_flask_limiter_config_command_shows_the_shm_storage(uri, clock):
     assert "/dev/shm/shmwi" in config.output  # (cut to the column: /dev/shm/shmwin.NAME.*)
     limits = runner.invoke(cli, ["limits", "--key=127.0.0.1"])
     assert limits.exit_code == 0 and "9 out of 10 remaining" in limits.output
+
+
+def test_fixed_windows_memory_plateaus_as_the_same_clients_come_back(uri, clock):
+    """Each window of a key reuses its key's entries: period after period of the same
+    clients, the segments stop growing (they grew every period with a name per window)."""
+    import os
+
+    from shmwin.segment import path_of
+
+    storage = storage_from_string(uri)
+    limiter, item = STRATEGIES["fixed-window"](storage), RateLimitItemPerMinute(5)
+    sizes = []
+    for _ in range(8):
+        for client in range(2000):
+            assert limiter.hit(item, f"client-{client}")
+        sizes.append(sum(os.stat(path_of(n)).st_blocks for n in storage.segments.names()))
+        clock.advance(61)
+    assert sizes[-1] == sizes[3], f"512-byte blocks after each minute: {sizes}"
