@@ -3,7 +3,7 @@ the waits, the stats, and what a total past int64 does. Pure functions; no I/O, 
 
 The native core applies the same rules to its own fast path (``hit``'s cost, ``on_full``),
 and ``lua/hit.lua`` computes the same waits as ``_core.c``'s ``timing()``: the tests hold
-the three to one scripted sequence (tests/test_architecture.py).
+the three to one scripted sequence (tests/contract/test_architecture.py).
 """
 
 from __future__ import annotations

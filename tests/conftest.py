@@ -10,12 +10,18 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+
+# tests live in rings -- unit/ (pure, no shared memory), contract/ (one suite, every
+# backend), integration/ (real processes, servers, wheels) -- and share the helper modules
+# beside this file (helpers, servers, rootenv, cli_support)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shmwin
 from shmwin.segment import PREFIX, SHM_DIR
@@ -110,3 +116,14 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer()
     yield server
     server.close()
+
+
+_RINGS = ("unit", "contract", "integration")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test carries the marker of its ring (its directory), so ``-m unit`` selects it."""
+    for item in items:
+        ring = item.path.parent.name
+        if ring in _RINGS:
+            item.add_marker(getattr(pytest.mark, ring))

@@ -333,8 +333,10 @@ class ShmWindow:
         return slice(found[0], found[0] + 1), found[1]
 
     def _rows_in_use(self) -> int:
-        """Rows readers must sum: row 0 plus every stripe ever claimed (clamped)."""
-        return max(1, min(int(self._q[layout.ROWS_IN_USE_OFF // _W]), self._lay.n_rows))
+        """Rows readers sum: all of them. The stored ``rows_in_use`` word is outside the
+        header's checksum, and a lowered one would silently under-count; rows never claimed
+        hold only empty buckets, so summing them costs a little and changes nothing."""
+        return self._lay.n_rows
 
     def _number(self, x: Any) -> Number:
         return int64_total(x, f"a total of window {self.name!r}") if self._g.dtype == "int64" else float(x)

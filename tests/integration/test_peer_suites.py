@@ -25,7 +25,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FETCH = ROOT / "scripts" / "test.d" / "20-peer-suites.sh"
 
 BUCKETS = "a hit is forgotten between P and P + P/buckets after it; the test times that to less than a bucket"

@@ -235,3 +235,22 @@ def test_concurrent_create_or_attach_agree_on_one_segment(name):
     with Window.attach(name) as w:
         assert w.total() == 6000
         w.unlink()
+
+
+def test_a_lowered_rows_in_use_word_does_not_hide_counts(name):
+    """rows_in_use is outside the header checksum: readers must not trust it to skip rows."""
+    with Window(name, span=60, buckets=60, stripes=4) as w:
+        def child() -> None:
+            w.add(300)
+        for _ in range(3):
+            p = mp.get_context("fork").Process(target=child)
+            p.start()
+            p.join()
+        w.add(100)
+        assert w.total() == 1000
+        fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+        os.pwrite(fd, (1).to_bytes(8, "little"), layout.ROWS_IN_USE_OFF)  # lowered to row 0 alone
+        os.close(fd)
+        with Window.attach(name) as fresh:
+            assert fresh.total() == 1000
+        w.unlink()
