@@ -94,7 +94,7 @@ def run(mode: str) -> bool:
 GUNICORN_CONF = """
 from shmwin.gunicorn import Hooks
 hooks = Hooks(limiters={{"{limiter}": "100/minute"}},
-              windows={{"{window}": {{"span": 60, "fields": ("admitted", "refused"), "capacity": 64}}}})
+              windows={{"{window}": {{"span": 60, "fields": ("admitted", "refused"), "keyed": True}}}})
 on_starting, child_exit, on_exit = hooks.on_starting, hooks.child_exit, hooks.on_exit
 """
 CLIENTS, REQUESTS_PER_CLIENT, GUNICORN_WORKERS = ("alice", "bob", "carol"), 200, 4
@@ -171,7 +171,7 @@ def run_gunicorn() -> bool:
                 scrape = resp.read().decode()
             print("\n   GET /metrics (prometheus_client + ShmwinCollector, read from shared memory):")
             for line in scrape.splitlines():
-                wanted = line.startswith("shmwin_window_total") and 'field="admitted"' in line
+                wanted = line.startswith("shmwin_key_value") and 'field="admitted"' in line
                 if wanted and "/shared" in line:
                     print(f"     {line}")
             with Window.attach(window) as w:

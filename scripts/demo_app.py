@@ -35,7 +35,7 @@ def _metrics(start_response):
     from shmwin.integrations.prometheus import ShmwinCollector
 
     registry = CollectorRegistry()
-    registry.register(ShmwinCollector([os.environ["DEMO_LIMITER"], os.environ["DEMO_WINDOW"]]))
+    registry.register(ShmwinCollector([os.environ["DEMO_LIMITER"], os.environ["DEMO_WINDOW"]], top_keys=20))
     body = generate_latest(registry)
     headers = [("Content-Type", "text/plain; version=0.0.4"), ("Content-Length", str(len(body)))]
     start_response("200 OK", headers)
