@@ -464,19 +464,19 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
 
 
 def check_key_state(mm: Buffer, g: Geometry, lay: Layout) -> None:
-    """Refuse a keyed segment whose key-table words (outside the header checksum) are junk:
-    they would only ever be clamped, and a reader must be told rather than under-count."""
+    """Refuse a keyed segment whose key-table words (outside the header checksum) are junk.
+    Read lock-free while other processes insert, so each word is checked against its own
+    bounds only (how they relate may be mid-change); the core clamps the rest."""
     if not g.keyed:
         return
-    words = struct.unpack_from("<7q", mm, INDEX_OFF)
-    index, used, keys, top, reserved, free_head, _rebuilt = words
-    slots = g.key_slots << (index // 2) if 0 <= index < 2 * g.index_levels else 0
+    index, used, keys, top, reserved, free_head, _rebuilt = struct.unpack_from("<7q", mm, INDEX_OFF)
+    most_entries = g.key_slots << max(g.index_levels - 1, 0)
     problems = []
-    if not slots:
+    if not 0 <= index < 2 * g.index_levels:
         problems.append(f"index descriptor {index}")
-    if not 0 <= keys <= used <= slots or keys > g.capacity:
-        problems.append(f"counts (keys {keys}, entries used {used} of {slots})")
-    if not 0 <= top <= reserved <= lay.n_rows or not 0 <= free_head <= top:
+    if not 0 <= used <= most_entries or not 0 <= keys <= g.capacity:
+        problems.append(f"counts (keys {keys}, entries used {used})")
+    if not (0 <= top <= lay.n_rows and 0 <= reserved <= lay.n_rows and 0 <= free_head <= lay.n_rows):
         problems.append(f"row heap (top {top}, reserved {reserved}, free list {free_head})")
     if problems:
         raise CorruptSegmentError(f"segment's key table is corrupt: {', '.join(problems)}")

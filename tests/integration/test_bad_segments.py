@@ -254,3 +254,17 @@ def test_a_lowered_rows_in_use_word_does_not_hide_counts(name):
         with Window.attach(name) as fresh:
             assert fresh.total() == 1000
         w.unlink()
+
+
+@pytest.mark.parametrize("offset", [layout.INDEX_OFF, layout.ROWS_TOP_OFF, layout.KEYS_OFF])
+def test_junk_in_the_key_tables_state_words_is_refused_on_attach(name, offset):
+    """The key table's state words are outside the header checksum: junk there is a clear
+    CorruptSegmentError at attach, never a wild read."""
+    with Window(name, span=60, buckets=6, keyed=True) as w:
+        w.add(1, key="a")
+        fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+        os.pwrite(fd, (1 << 60).to_bytes(8, "little"), offset)
+        os.close(fd)
+        with pytest.raises(shmwin.CorruptSegmentError, match="key table is corrupt"):
+            Window.attach(name)
+        w.unlink()
