@@ -37,6 +37,8 @@ from .rate import LimitStats, Rate, parse_many
 from .window import Window
 
 HEALTH_FIELDS = ("ok", "error")
+HEALTH_SUFFIX = ".health"  # the health window's name, after the limiter's
+DEFAULT_SCALE = 1000  # units per hit at the full rate
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class AdaptiveLimiter:
         bad: float = 0.5,
         floor: float = 0.1,
         min_samples: int = 20,
-        scale: int = 1000,
+        scale: int = DEFAULT_SCALE,
         refresh: Duration = "100ms",
         capacity: int = 10_000,
         clock: Clock | None = None,
@@ -96,7 +98,7 @@ class AdaptiveLimiter:
         _check_fields(HEALTH_FIELDS if health is None else tuple(health.fields), ok_field, error_field)
         self._own_health = health is None
         self.health: Any = health or Window(
-            name + ".health", span="10s", buckets=10, fields=HEALTH_FIELDS, clock=clock, perm=perm
+            name + HEALTH_SUFFIX, span="10s", buckets=10, fields=HEALTH_FIELDS, clock=clock, perm=perm
         )
         self._ok_field, self._error_field = ok_field, error_field
         scaled: list[str | Rate] = [Rate(r.limit * scale, r.period_ns) for r in self.rates]
@@ -112,7 +114,7 @@ class AdaptiveLimiter:
         cls,
         name: str,
         *,
-        scale: int = 1000,
+        scale: int = DEFAULT_SCALE,
         health: Window | None = None,
         ok_field: str = "ok",
         error_field: str = "error",
@@ -138,7 +140,7 @@ class AdaptiveLimiter:
                 good, bad, floor, min_samples, scale, last, refresh, clock,
             )  # fmt: skip
             if health is None:
-                health = opened = Window.attach(name + ".health", clock=clock)
+                health = opened = Window.attach(name + HEALTH_SUFFIX, clock=clock)
             _check_fields(tuple(health.fields), ok_field, error_field)
         except BaseException:
             limiter.close()
@@ -236,6 +238,8 @@ class AdaptiveLimiter:
             "error_ratio": s.error_ratio,
             "ok": s.ok,
             "errors": s.errors,
+            "scale": self.scale,
+            "cost": s.cost,
         }
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -266,7 +270,7 @@ class AdaptiveLimiter:
         return f"<shmwin.AdaptiveLimiter {self.name!r} {rates}>"
 
 
-def describe(name: str, *, scale: int = 1000) -> dict[str, Any] | None:
+def describe(name: str, *, scale: int = DEFAULT_SCALE) -> dict[str, Any] | None:
     """``AdaptiveLimiter.attach(name).describe()``, or None if ``name`` is not one (a limiter
     whose rates divide by ``scale``, beside a ``NAME.health`` window with ok and error)."""
     try:
@@ -299,4 +303,12 @@ def _check(good: float, bad: float, floor: float, min_samples: int, scale: int) 
         raise ValueError(f"scale must be an int >= 1, not {scale!r}")
 
 
-__all__ = ["HEALTH_FIELDS", "AdaptiveLimiter", "AdaptiveStats", "describe", "factor_for"]
+__all__ = [
+    "DEFAULT_SCALE",
+    "HEALTH_FIELDS",
+    "HEALTH_SUFFIX",
+    "AdaptiveLimiter",
+    "AdaptiveStats",
+    "describe",
+    "factor_for",
+]

@@ -34,6 +34,8 @@ from .errors import GeometryMismatchError, ShmwinError
 from .window import Window
 
 FIELDS = ("accepts", "failures", "drops")
+K = 1.5  # the defaults: go-zero's and the SRE book's
+PROTECTION = 5
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -65,6 +67,16 @@ def drop_ratio(accepts: int, total: int, k: float, protection: int) -> float:
     return max(0.0, (total - protection - k * accepts) / (total + 1))
 
 
+def stats_of(counts: Any, k: float = K, protection: int = PROTECTION) -> BreakerStats:
+    """A breaker's shared counts read now from its window ``counts``, and the drop ratio they
+    give with ``k`` and ``protection`` (which the window does not record: each process has its
+    own; an inspector assumes the defaults)."""
+    totals = counts.totals()
+    accepts, failures, drops = (int(totals[f]) for f in FIELDS)
+    total = accepts + failures + drops
+    return BreakerStats(drop_ratio(accepts, total, k, protection), accepts, failures, drops, total)
+
+
 def is_breaker(window: Any) -> bool:
     """Does this window hold a breaker's counts? (What an inspector asks of a window.)"""
     g = window.geometry
@@ -94,8 +106,8 @@ class Breaker:
         name: str,
         window: Duration = "10s",
         buckets: int = 40,
-        k: float = 1.5,
-        protection: int = 5,
+        k: float = K,
+        protection: int = PROTECTION,
         *,
         is_failure: Callable[[BaseException], bool] | None = None,
         acceptable: Callable[[Any], bool] | None = None,
@@ -117,8 +129,8 @@ class Breaker:
         cls,
         name: str,
         *,
-        k: float = 1.5,
-        protection: int = 5,
+        k: float = K,
+        protection: int = PROTECTION,
         is_failure: Callable[[BaseException], bool] | None = None,
         acceptable: Callable[[Any], bool] | None = None,
         rng: Random | None = None,
@@ -263,12 +275,7 @@ class Breaker:
 
     def stats(self) -> BreakerStats:
         """The shared counts read now (not this process's cached view)."""
-        counts = self.window.totals()
-        accepts, failures, drops = (int(counts[f]) for f in FIELDS)
-        total = accepts + failures + drops
-        return BreakerStats(
-            drop_ratio(accepts, total, self.k, self.protection), accepts, failures, drops, total
-        )
+        return stats_of(self.window, self.k, self.protection)
 
     def describe(self) -> dict[str, Any]:
         """Everything an inspector or an exporter shows, as plain values."""
@@ -356,4 +363,15 @@ def _always(result: object) -> bool:
     return True
 
 
-__all__ = ["FIELDS", "Breaker", "BreakerOpenError", "BreakerStats", "describe", "drop_ratio", "is_breaker"]
+__all__ = [
+    "FIELDS",
+    "PROTECTION",
+    "Breaker",
+    "BreakerOpenError",
+    "BreakerStats",
+    "K",
+    "describe",
+    "drop_ratio",
+    "is_breaker",
+    "stats_of",
+]

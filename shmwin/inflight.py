@@ -290,9 +290,27 @@ class InFlight:
         return self.window.unlink()
 
 
+def live_counts(window: Any) -> list[tuple[int, int]]:
+    """``(pid, requests in flight)`` of every live process with a key in the in-flight
+    ``window``, read only: a dead process's key is skipped, not cleared (what an inspector
+    uses; :meth:`InFlight.processes` clears them)."""
+    out = []
+    found = window.keys()  # a Window, not a dict: keys() reads the segment
+    for key in found:
+        if not isinstance(key, str):
+            continue
+        process = Liveness(key)
+        try:
+            if process.alive():
+                out.append((process.pid, max(0, int(window.total(FIELD, key=key)))))
+        finally:
+            process.close()
+    return sorted(out)
+
+
 def is_inflight(window: Any) -> bool:
     g = window.geometry
     return bool(g.kind == "window" and g.keyed and tuple(g.fields) == (FIELD,))
 
 
-__all__ = ["InFlight", "Liveness", "is_inflight", "self_key"]
+__all__ = ["InFlight", "Liveness", "is_inflight", "live_counts", "self_key"]

@@ -46,6 +46,8 @@ FIELDS = ("passes", "rt_us", "drops")
 FLYING_SUFFIX = ".flying"
 FLYING_BETA = 0.9
 DEFAULT_MIN_RT_MS = 1000.0
+DEFAULT_CPU_THRESHOLD = 900  # millicpu
+DEFAULT_COOL_OFF: Duration = "1s"
 OVERLOAD_FACTOR_FLOOR = 0.1
 
 
@@ -73,6 +75,26 @@ def is_shedder(window: Any) -> bool:
     """Does this window hold a shedder's passes and response times?"""
     g = window.geometry
     return bool(g.kind == "window" and not g.keyed and tuple(g.fields) == FIELDS)
+
+
+def capacity(counts: Any) -> tuple[int, float | None]:
+    """``(max_pass, min_rt_ms)`` from the completed buckets of a shedder's window ``counts``
+    (the current, partial bucket is left out): the most requests served in one bucket (at
+    least 1), and the lowest per-bucket mean response time (None: no request served)."""
+    passes = counts.series("passes")[:-1]
+    rt_us = counts.series("rt_us")[:-1]
+    served = passes > 0
+    max_pass = max(1, int(passes.max(initial=0)))
+    if not served.any():
+        return max_pass, None
+    return max_pass, float((rt_us[served] / passes[served]).min()) / 1000
+
+
+def max_flight_of(max_pass: int, min_rt_ms: float | None, bucket_ns: int) -> float:
+    """go-zero's ``maxFlight``: ``max(1, max_pass * min_rt_ms * buckets per ms)`` (before the
+    overload factor); ``min_rt_ms`` None is its default, 1000 ms."""
+    min_rt = DEFAULT_MIN_RT_MS if min_rt_ms is None else min_rt_ms
+    return max(1.0, max_pass * min_rt * (NS_PER_S / bucket_ns / 1000))
 
 
 def overload_factor(cpu: int, cpu_threshold: int) -> float:
@@ -126,8 +148,8 @@ class Shedder:
         *,
         window: Duration = "5s",
         buckets: int = 50,
-        cpu_threshold: int = 900,
-        cool_off: Duration = "1s",
+        cpu_threshold: int = DEFAULT_CPU_THRESHOLD,
+        cool_off: Duration = DEFAULT_COOL_OFF,
         cpu: Callable[[], int] | None = None,
         clock: Clock | None = None,
         max_processes: int = 128,
@@ -153,8 +175,8 @@ class Shedder:
         cls,
         name: str,
         *,
-        cpu_threshold: int = 900,
-        cool_off: Duration = "1s",
+        cpu_threshold: int = DEFAULT_CPU_THRESHOLD,
+        cool_off: Duration = DEFAULT_COOL_OFF,
         cpu: Callable[[], int] | None = None,
         clock: Clock | None = None,
     ) -> Shedder:
@@ -239,13 +261,8 @@ class Shedder:
         epoch = now_ns // self._bucket_ns
         if epoch != self._epoch:
             self._epoch = epoch
-            passes = self.window.series("passes")[:-1]  # the current bucket is partial: left out
-            rt_us = self.window.series("rt_us")[:-1]
-            self._max_pass = max(1, int(passes.max(initial=0)))
-            served = passes > 0
-            self._min_rt_ms = (
-                float((rt_us[served] / passes[served]).min()) / 1000 if served.any() else DEFAULT_MIN_RT_MS
-            )
+            self._max_pass, min_rt_ms = capacity(self.window)
+            self._min_rt_ms = DEFAULT_MIN_RT_MS if min_rt_ms is None else min_rt_ms
         return max(1.0, self._max_pass * self._min_rt_ms * self._buckets_per_ms)
 
     def _finish(self, start_ns: int, stamp: int | None, passed: bool) -> None:
@@ -335,7 +352,9 @@ __all__ = [
     "Shedder",
     "ShedderStats",
     "Ticket",
+    "capacity",
     "describe",
     "is_shedder",
+    "max_flight_of",
     "overload_factor",
 ]
