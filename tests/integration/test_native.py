@@ -45,10 +45,13 @@ def _storm(seconds_per_alarm: float, calls: int, body) -> int:
     raised. The handler raises only while armed and disarms as it raises, so at most one
     exception is in flight and none can escape this harness (e.g. from its ``except``)."""
     rng = random.Random(7)
-    raised, i, armed = 0, 0, [False]
+    raised, i, armed, running = 0, 0, [False], [True]
 
     def alarm(signum, frame):
-        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.2, 1.8) * seconds_per_alarm)
+        # Python runs this handler late, possibly after the storm's setitimer(0): re-arming
+        # then would leave SIGALRM's default action (exit) armed once the handler is restored
+        if running[0]:
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.2, 1.8) * seconds_per_alarm)
         if armed[0]:
             armed[0] = False
             raise Interrupted
@@ -65,6 +68,7 @@ def _storm(seconds_per_alarm: float, calls: int, body) -> int:
             break
         except Interrupted:
             raised += 1
+    running[0] = False
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, old)
     return raised
