@@ -48,9 +48,28 @@ def role_of(w: Any) -> str | None:
     if inflight.is_inflight(w):
         return "in-flight"
     if g.kind == "limiter" and _exists(name + adaptive.HEALTH_SUFFIX):
-        return "adaptive" if all(r.limit % adaptive.DEFAULT_SCALE == 0 for r in g.rings) else None
-    health = name.endswith(adaptive.HEALTH_SUFFIX) and tuple(g.fields) == adaptive.HEALTH_FIELDS
-    return "health" if health and _exists(name[: -len(adaptive.HEALTH_SUFFIX)]) else None
+        return "adaptive" if _in_units(g) else None
+    if name.endswith(adaptive.HEALTH_SUFFIX) and tuple(g.fields) == adaptive.HEALTH_FIELDS:
+        limiter = name[: -len(adaptive.HEALTH_SUFFIX)]
+        return "health" if _exists(limiter) and _adaptive_limiter(limiter) else None
+    return None
+
+
+def _in_units(g: Any) -> bool:
+    """A limiter's rates in an adaptive limiter's units (whole multiples of its scale)."""
+    from .adaptive import DEFAULT_SCALE
+
+    return g.kind == "limiter" and all(r.limit % DEFAULT_SCALE == 0 for r in g.rings)
+
+
+def _adaptive_limiter(name: str) -> bool:
+    from .window import Window
+
+    try:
+        with Window.attach(name, ready_timeout=0.5) as w:
+            return _in_units(w.geometry)
+    except (ShmwinError, OSError, ValueError):
+        return False
 
 
 def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:

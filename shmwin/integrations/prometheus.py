@@ -25,7 +25,11 @@ Families: ``shmwin_window_value`` (the field's sum over the ring's span) and
 ``shmwin_key_rate_per_second``; ``shmwin_limiter_limit``; ``shmwin_window_keys``
 (live keys), ``shmwin_window_size_bytes`` (bytes taken in /dev/shm),
 ``shmwin_window_info`` (kind, mode, dtype; value 1) and ``shmwin_window_readable``
-(0 for a segment that cannot be read: ``shmwin ls`` says why).
+(0 for a segment that cannot be read: ``shmwin ls`` says why). Breakers, shedders and
+adaptive limiters (:mod:`shmwin.roles`) add ``shmwin_breaker_drop_ratio``,
+``shmwin_breaker_requests`` (``outcome``: accepted, failed, dropped), ``shmwin_shedder_in_flight``,
+``shmwin_shedder_passes``, ``shmwin_shedder_drops``, ``shmwin_shedder_min_rt_seconds``,
+``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from prometheus_client.registry import Collector
 
 from .. import metrics
 from ..errors import ShmwinError, WindowNotFoundError
+from ..roles import role_of, role_view
 from ..segment import names as shm_names
 
 MAX_TOP_KEYS = 1000
@@ -73,7 +78,36 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "1 if the window's segment could be read, 0 if not (see shmwin ls).",
         (_WINDOW,),
     ),
+    "shmwin_breaker_drop_ratio": (
+        "Probability a breaker drops a call now, from its window (with k 1.5 and protection 5).",
+        (_WINDOW,),
+    ),
+    "shmwin_breaker_requests": (
+        "Calls in a breaker's window by outcome (accepted, failed, dropped; their sum is the total).",
+        (_WINDOW, "outcome"),
+    ),
+    "shmwin_shedder_in_flight": ("Requests a shedder's live processes are running now.", (_WINDOW,)),
+    "shmwin_shedder_passes": ("Requests a shedder's processes served over its window.", (_WINDOW,)),
+    "shmwin_shedder_drops": ("Requests a shedder dropped over its window.", (_WINDOW,)),
+    "shmwin_shedder_min_rt_seconds": (
+        "Lowest mean response time of a completed bucket of a shedder's window (none: nothing served).",
+        (_WINDOW,),
+    ),
+    "shmwin_shedder_max_in_flight": (
+        "Requests in flight a shedder lets in while the host is hot: max pass x min RT "
+        "(before the overload factor).",
+        (_WINDOW,),
+    ),
+    "shmwin_adaptive_limit": (
+        "Hits an adaptive limiter allows per period now (its configured limit x the health factor).",
+        (_WINDOW, _RES),
+    ),
+    "shmwin_adaptive_factor": (
+        "Share of its configured rate an adaptive limiter allows now (1: all of it).",
+        (_WINDOW,),
+    ),
 }
+OUTCOMES = (("accepted", "accepts"), ("failed", "failures"), ("dropped", "drops"))
 
 
 class ShmwinCollector(Collector):
@@ -153,6 +187,10 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
             if text not in seen:  # two byte keys spelled alike would make a duplicate series
                 seen.add(text)
                 keys.append((text, key))
+    role = role_of(w)
+    view = role_view(w, role) if role else None
+    if role and view is not None:
+        _add_role(families, name, role, view, labels)
     for i, label in enumerate(labels):
         for f in g.fields:
             families["shmwin_window_value"].add_metric([name, label, f], float(w.total(f, resolution=i)))
@@ -163,3 +201,25 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
                 families["shmwin_key_value"].add_metric([name, label, f, text], value)
                 rate = w.rate(f, last=None, key=key, resolution=i)
                 families["shmwin_key_rate_per_second"].add_metric([name, label, f, text], rate)
+
+
+def _add_role(
+    families: dict[str, GaugeMetricFamily], name: str, role: str, view: dict[str, Any], labels: list[str]
+) -> None:
+    """A breaker's drop ratio and calls, a shedder's inputs, an adaptive limiter's limits now."""
+    if role == "breaker":
+        families["shmwin_breaker_drop_ratio"].add_metric([name], view["drop_ratio"])
+        for outcome, count in OUTCOMES:
+            families["shmwin_breaker_requests"].add_metric([name, outcome], view[count])
+    elif role == "shedder":
+        if view["in_flight"] is not None:
+            families["shmwin_shedder_in_flight"].add_metric([name], view["in_flight"])
+        families["shmwin_shedder_passes"].add_metric([name], view["passes"])
+        families["shmwin_shedder_drops"].add_metric([name], view["drops"])
+        if view["min_rt_ms"] is not None:
+            families["shmwin_shedder_min_rt_seconds"].add_metric([name], view["min_rt_ms"] / 1000)
+        families["shmwin_shedder_max_in_flight"].add_metric([name], view["max_in_flight"])
+    elif role == "adaptive":
+        for label, limit in zip(labels, view["effective"], strict=True):
+            families["shmwin_adaptive_limit"].add_metric([name, label], limit)
+        families["shmwin_adaptive_factor"].add_metric([name], view["factor"])

@@ -11,8 +11,10 @@ from cli_support import cli, promtool_check
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shmwin import Limiter, Window
+from shmwin import Breaker, Limiter, Window
+from shmwin.adaptive import AdaptiveLimiter
 from shmwin.integrations.prometheus import FAMILIES, MAX_TOP_KEYS, ShmwinCollector, exposition
+from shmwin.shedder import Shedder
 
 
 def _scrape_text(names, **how) -> str:
@@ -67,20 +69,30 @@ def test_missing_windows_are_skipped(name):
 
 @pytest.fixture
 def mixed(make_name):
-    """A window of two resolutions, a keyed window, a float window and a two-rate limiter."""
-    names = [make_name(s) for s in ("plain", "routes", "float", "login")]
+    """A window of two resolutions, a keyed window, a float window, a two-rate limiter, a
+    breaker, a shedder with a request in flight and an adaptive limiter."""
+    names = [make_name(s) for s in ("plain", "routes", "float", "login", "breaker", "shedder", "adaptive")]
     plain = Window(names[0], resolutions=("1m/1s", "1h/1m"), fields=("ok", "err"))
     routes = Window(names[1], fields=("req", "bytes"), capacity=64)
     floats = Window(names[2], dtype="float64")
     login = Limiter(names[3], "5/minute;100/hour")
+    breaker = Breaker(names[4], window="1h", buckets=60)  # an hour: the scrapes see the same counts
+    shedder = Shedder(names[5], window="1h", buckets=60, cpu=lambda: 0)
+    adaptive = AdaptiveLimiter(names[6], "10/second")
     plain.add(3, "ok")
     floats.add(2.5)
     for i in range(12):
         routes.add(i + 1, "req", key=f"GET /r{i}")
         routes.add(100, "bytes", key=f"GET /r{i}")
         login.hit(f"10.0.0.{i % 3}")
+    for _ in range(4):
+        breaker.accept()
+    breaker.reject()
+    ticket = shedder.allow()
     yield names
-    for x in (plain, routes, floats, login):
+    assert ticket is not None
+    ticket.done()
+    for x in (plain, routes, floats, login, breaker, shedder, adaptive):
         x.unlink()
         x.close()
 
@@ -103,7 +115,7 @@ def _same_but_rates(a: str, b: str) -> bool:
 
 
 def test_names_types_and_labels_follow_the_conventions(mixed):
-    plain, routes, floats, login = mixed
+    plain, routes, floats, login, breaker, shedder, adaptive = mixed
     families = list(text_string_to_metric_families(_scrape_text(mixed, top_keys=3)))
     assert {f.type for f in families} == {"gauge"}  # nothing here only goes up: no counters
     assert not any(f.name.endswith("_total") for f in families)
@@ -124,10 +136,22 @@ def test_names_types_and_labels_follow_the_conventions(mixed):
     assert by[("shmwin_window_keys", (routes,))] == 12
     assert by[("shmwin_window_info", (login, "limiter", "locked", "int64"))] == 1
     assert by[("shmwin_window_size_bytes", (plain,))] > 0
+    assert by[("shmwin_breaker_drop_ratio", (breaker,))] == 0.0  # 5 calls: within its protection
+    outcomes = ("accepted", "failed", "dropped")  # their sum is the total
+    assert [by[("shmwin_breaker_requests", (breaker, o))] for o in outcomes] == [4, 1, 0]
+    assert by[("shmwin_shedder_in_flight", (shedder,))] == 1  # this process's open ticket
+    assert by[("shmwin_shedder_passes", (shedder,))] == by[("shmwin_shedder_drops", (shedder,))] == 0
+    assert by[("shmwin_shedder_max_in_flight", (shedder,))] == 1  # nothing served: max(1, ...)
+    assert ("shmwin_shedder_min_rt_seconds", (shedder,)) not in by  # nothing served: no min RT
+    assert by[("shmwin_adaptive_limit", (adaptive, "1s/50ms"))] == 10
+    assert by[("shmwin_adaptive_factor", (adaptive,))] == 1
+    for role in ("breaker", "shedder", "adaptive"):  # beside the series every window has
+        assert any(n.startswith(f"shmwin_{role}_") for n, _ in by)
+    assert by[("shmwin_window_value", (breaker, "1h/1m", "accepts"))] == 4
 
 
 def test_per_key_series_are_opt_in_and_bounded(mixed):
-    _, routes, _, login = mixed
+    _, routes, _, login, *_ = mixed
     none = _scrape([routes, login])
     assert not any(k[0].startswith("shmwin_key_") for k in none)
     some = _scrape([routes, login], top_keys=4)
