@@ -26,6 +26,7 @@ from . import owners
 from .duration import NS_PER_S, format_ns
 from .errors import GeometryMismatchError, ShmwinError
 from .rate import Rate
+from .roles import role_of, role_view
 from .segment import PREFIX, SHM_DIR, names, namespace, path_of
 
 GLOB_CHARS = "*?["
@@ -37,6 +38,7 @@ class Info:
 
     name: str
     kind: str = "?"
+    role: str | None = None  # what shmwin built it for (ROLES), None for a plain window or limiter
     fields: list[str] = field(default_factory=list)
     resolutions: list[str] = field(default_factory=list)
     rates: list[str] = field(default_factory=list)  # a limiter's rates, "5/minute"
@@ -130,6 +132,7 @@ def info(name: str) -> Info:
         return Info(
             name=name,
             kind=g.kind,
+            role=role_of(w),
             fields=list(g.fields),
             resolutions=ring_labels(w),
             rates=[str(r) for r in limiter_rates(w)],
@@ -262,14 +265,21 @@ def ring_for(w: Any, last: str | None) -> int:
 # -- show / export -----------------------------------------------------------------------------
 
 
-def snapshot(w: Any, key: str | None = None, last: str | None = None, top: int = 10) -> dict[str, Any]:
+def snapshot(
+    w: Any, key: str | None = None, last: str | None = None, top: int = 10, cpu: Any = None
+) -> dict[str, Any]:
     """Totals, rates and series per field for each ring (or only over ``last``); for a keyed
-    window its ``top`` busiest keys; for a limiter, where those keys stand against each rate."""
+    window its ``top`` busiest keys; for a limiter, where those keys stand against each rate.
+    A breaker, shedder or adaptive limiter also gets its :func:`role_view` under its role's
+    name (``cpu``: a callable giving host millicpu or None, for a shedder's)."""
     if is_limiter_front(w):
         return _redis_limiter_snapshot(w, key, top)
     g = w.geometry
     labels, rates = ring_labels(w), limiter_rates(w)
     out: dict[str, Any] = {"name": w.name, "kind": g.kind, "fields": list(g.fields), "key": key}
+    role = out["role"] = role_of(w)
+    if role is not None:
+        out[role] = role_view(w, role, cpu)
     rows = []
     for i in [ring_for(w, last)] if last else range(len(g.rings)):
         row: dict[str, Any] = {"resolution": labels[i], "last": last or labels[i].partition("/")[0]}
@@ -393,7 +403,7 @@ def redis_info(name: str, url: str) -> Info:
             rates = [str(r) for r in limiter_rates(w)]
             return Info(name, kind="limiter", fields=["hits"], resolutions=labels, rates=rates, mode="redis")
         return Info(
-            name, kind=g.kind, fields=list(g.fields), resolutions=labels, mode="redis",
+            name, kind=g.kind, role=role_of(w), fields=list(g.fields), resolutions=labels, mode="redis",
             keys=len(w.keys()) if g.keyed else None, capacity=g.capacity or None, span_s=g.span_ns / NS_PER_S,
         )  # fmt: skip
     finally:

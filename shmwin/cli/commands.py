@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -89,8 +90,27 @@ def _single(patterns: list[str] | None) -> bool:
     return bool(patterns) and len(patterns or []) == 1 and not metrics.is_glob(patterns[0])  # type: ignore[index]
 
 
+class HostCpuReading:
+    """The host's CPU use for a shedder's view, in millicpu, over the time since the last
+    reading (the first one waits ``first_s`` to have two samples of /proc/stat)."""
+
+    def __init__(self, first_s: float = 0.25):
+        from ..cpu import HostCpu
+
+        self._cpu = HostCpu(interval=first_s, beta=0.0)
+        self._first_s = first_s
+
+    def __call__(self) -> int | None:
+        value = self._cpu()
+        if not self._cpu.known:
+            time.sleep(self._first_s)
+            value = self._cpu()
+        return value if self._cpu.known else None
+
+
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    snaps = _snapshots(args, args.names, key=args.key, last=args.last, top=args.top)
+    cpu = HostCpuReading() if args.backend is None else None
+    snaps = _snapshots(args, args.names, key=args.key, last=args.last, top=args.top, cpu=cpu)
     if args.json:
         found = list(snaps)
         dump(found[0] if _single(args.names) else found, out)
@@ -126,10 +146,12 @@ def cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
         some = ", ".join(names[:5])
         raise ValueError(f"{args.name!r} matches {len(names)} windows ({some}...); watch shows one")
     name = names[0]
+    cpu = HostCpuReading() if args.backend is None else None
     with opened(name, args.backend) as w:
 
         def render(cols: int) -> list[str]:
-            return window_lines(metrics.snapshot(w, key=args.key, last=args.last, top=args.top), cols)
+            snap = metrics.snapshot(w, key=args.key, last=args.last, top=args.top, cpu=cpu)
+            return window_lines(snap, cols)
 
         return watch(render, args.interval, out, f"shmwin watch {safe(name)}", _gone(name, args.backend))
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from ..duration import NS_PER_S, format_ns
 from ..metrics import Info, ShmUsage
 from .text import (
     Column,
@@ -26,10 +28,13 @@ _RATE_GROUP = (8, 8, 9)  # USED, LEFT, RESET
 def window_lines(snap: dict[str, Any], width: int) -> list[str]:
     """One window or limiter: per ring, each field's total, rate and sparkline; then the
     busiest keys (for a limiter: used / remaining / reset against each rate)."""
-    head = f"{safe(snap['name'])} ({snap['kind']})"
+    role = snap.get("role")
+    head = f"{safe(snap['name'])} ({ROLE_TITLES.get(role, role) if role else snap['kind']})"
     if snap.get("key") is not None:
         head += f"  key={safe(snap['key'])!r}"
     lines = [clip(head, width)]
+    if role and snap.get(role):
+        lines += ROLE_LINES[role](snap[role])
     fields = [safe(f) for f in snap["fields"]]
     field_cells = min(max(len(f) for f in fields), NUMBER_CELLS)
     for row in snap["resolutions"]:
@@ -58,6 +63,75 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
             lines += [f"    {number(v):>{NUMBER_CELLS}}  {clip_middle(safe(k), room)}"
                       for k, v in snap["top"]]  # fmt: skip
     return [clip(line, width) for line in lines]
+
+
+# -- breakers, shedders, adaptive limiters: a few lines under the name ---------------------------
+
+ROLE_TITLES = {"adaptive": "adaptive limiter"}  # the others go by their role's name
+
+
+def _breaker(b: dict[str, Any]) -> list[str]:
+    return [
+        f"  drop ratio {b['drop_ratio']:.3f}   accepts {b['accepts']:,}   total {b['total']:,}"
+        f" over {_span(b['window_s'])} (failures {b['failures']:,}, drops {b['drops']:,})",
+        f"  with k {b['k']:g} and protection {b['protection']}: the defaults (each process has its own)",
+    ]
+
+
+def _shedder(v: dict[str, Any]) -> list[str]:
+    min_rt = "-" if v["min_rt_ms"] is None else f"{v['min_rt_ms']:,.3f}ms"
+    capacity = f"max pass {v['max_pass']:,} per {_span(v['bucket_s'])} × min RT {min_rt}"
+    recent = f"{v['recent_drops']:,} in the last {_span(v['cool_off_s'])}"
+    threshold = f"{v['cpu_threshold'] / 10:g}%"
+    if v["cpu"] is None:
+        cpu = f"host cpu not measured (sheds from {threshold}, and in a cool-off after a drop)"
+    elif v["cpu"] >= v["cpu_threshold"]:
+        cpu = f"host cpu {v['cpu'] / 10:.1f}%: hot, max in flight × {v['overload_factor']:.2f} now"
+    else:
+        cooling = "; a worker that dropped is in its cool-off" if v["recent_drops"] else ""
+        cpu = f"host cpu {v['cpu'] / 10:.1f}% (sheds from {threshold}){cooling}"
+    return [
+        f"  in flight {_in_flight(v)}",
+        f"  max in flight {v['max_in_flight']:,.2f} = {capacity}",
+        f"  passes {v['passes']:,}   drops {v['drops']:,} over {_span(v['window_s'])} ({recent})",
+        f"  {cpu}",
+    ]
+
+
+def _in_flight(v: dict[str, Any]) -> str:
+    """Requests in flight on live processes, and each one's: "5 in 2 processes (pid 1: 3, pid 2: 2)"."""
+    if v["in_flight"] is None:
+        return "unknown (no in-flight window)"
+    procs = v["processes"]
+    each = ", ".join(f"pid {pid}: {n:,}" for pid, n in procs)
+    return f"{v['in_flight']:,} in {len(procs)} process{'' if len(procs) == 1 else 'es'}" + (
+        f" ({each})" if procs else ""
+    )
+
+
+def _adaptive(a: dict[str, Any]) -> list[str]:
+    pairs = zip(a["rates"], a["effective"], strict=True)
+    now = [f"{n:,}/{rate.partition('/')[2]} of {rate}" for rate, n in pairs]
+    seen = a["ok"] + a["errors"]
+    return [
+        f"  effective now {', '.join(now)} (× {a['factor']:.2f})",
+        f"  errors {a['error_ratio']:.1%} of {seen:,} outcomes in {safe(a['name'])}.health"
+        f" (ok {a['ok']:,}, error {a['errors']:,})",
+        f"  counted below in units: {a['scale']:,} per hit at the full rate, {a['cost']:,} now",
+    ]
+
+
+def _span(seconds: float) -> str:
+    return format_ns(round(seconds * NS_PER_S))
+
+
+ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "breaker": _breaker,
+    "shedder": _shedder,
+    "in-flight": lambda v: [f"  in flight {_in_flight(v)}"],
+    "adaptive": _adaptive,
+    "health": lambda v: [f"  the health window of adaptive limiter {safe(v['of'])}"],
+}
 
 
 def _limiter_keys(entries: list[dict[str, Any]], width: int) -> list[str]:
@@ -124,6 +198,6 @@ def _ls_row(r: Info) -> list[str]:
     creator = f"{r.creator_pid} {'alive' if r.creator_alive else 'dead'}"
     what = ",".join(r.rates) if r.rates else ",".join(r.fields)
     return [
-        safe(r.name), r.kind, safe(what), " ".join(r.resolutions), human_bytes(r.allocated_bytes),
+        safe(r.name), r.role or r.kind, safe(what), " ".join(r.resolutions), human_bytes(r.allocated_bytes),
         keys, procs, stripes, creator, human_s(r.age_s), human_s(r.idle_s),
     ]  # fmt: skip

@@ -191,3 +191,44 @@ def test_watch_ends_when_the_window_is_removed(make_name):
         assert w.finish() == 0
         check_restored(w)
         assert "was removed" in w.text[w.text.rindex(LEAVE_ALT) :]
+
+
+def test_watch_a_shedder_follows_its_requests_in_flight(make_name):
+    """Live: a request begun in this process while watch runs shows up in the next frames;
+    the host's CPU is measured from the first frame on; every frame fits 80 x 24."""
+    from shmwin import Breaker
+    from shmwin.shedder import Shedder
+
+    name, breaker_name = make_name("shop"), make_name("payments")
+    shedder = Shedder(name, window="1h", buckets=60, cpu=lambda: 0)
+    breaker = Breaker(breaker_name, window="1h", buckets=60)
+    first = shedder.allow()
+    try:
+        w = Watch([name, "--interval", "0.2"], 80, 24)
+        w.read_until("in flight 1 in 1 process")
+        second = shedder.allow()
+        w.read_until(f"in flight 2 in 1 process (pid {os.getpid()}: 2)")
+        frames = w.frames(2)
+        lines = check_frame(frames[-1], 80, 24)
+        assert lines[1].startswith(f"{name} (shedder)")
+        assert re.search(r"host cpu \d+\.\d%", frames[-1])
+        os.write(w.fd, b"q")
+        assert w.finish() == 0
+        check_restored(w)
+        for ticket in (first, second):
+            assert ticket is not None
+            ticket.done()
+
+        for _ in range(6):
+            breaker.reject()
+        w = Watch([breaker_name, "--interval", "0.2"], 80, 24)
+        w.read_until("drop ratio 0.143   accepts 0   total 6")  # (6 - 5) / 7
+        breaker.reject()
+        w.read_until("drop ratio 0.250   accepts 0   total 7")  # (7 - 5) / 8: redrawn
+        check_frame(w.frames(1)[-1], 80, 24)
+        os.write(w.fd, b"q")
+        assert w.finish() == 0
+    finally:
+        for x in (shedder, breaker):
+            x.unlink()
+            x.close()
