@@ -65,6 +65,7 @@
 #define REBUILT_NS_OFF 1080
 #define EMPTY_EPOCH INT64_MIN
 #define MAX_RINGS 8
+#define MAX_LOG_ENTRIES 4096   /* entries of a log ring (layout.MAX_LOG_ENTRIES) */
 #define MAX_PROBES 256
 #define LOCK_STRIPES 0         /* unkeyed: the stripe table; keyed: key insertion */
 #define LOCK_KEYS 0
@@ -166,9 +167,10 @@ static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *m, size
 
 typedef struct {
     int64_t hdr;        /* word offset of the ring's header slot within a row */
-    int64_t n;          /* bucket slots */
-    int64_t bucket_ns;
+    int64_t n;          /* bucket slots (a log ring: entries) */
+    int64_t bucket_ns;  /* a log ring: the period */
     int64_t limit;      /* limiter rings only */
+    int log;            /* a limiter ring kept as hit times (see "log rings") */
 } Ring;
 
 typedef struct {
@@ -1216,6 +1218,114 @@ static int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *sl
     return insert_key(c, key, &k, now, slot);
 }
 
+/* ---- log rings: a rate kept as hit times, exactly ------------------------------------------
+ * A log ring's slots are entries (t_ns, hits) in no order; its bucket_ns is the period P. An
+ * entry counts while hits > 0 and t >= now - P (as in limits' moving window): a hit is
+ * forgotten 1 ns after P has passed. A new hit
+ * takes a slot that counts nothing. If every slot counts, the two oldest entries are merged
+ * into the newer one's time: their hits are forgotten later, never earlier (strict, no longer
+ * exact). A rate of at most n hits per period never merges: each entry holds a hit or more.
+ * Nothing is derived, so a tear loses at most the call's own hit, or (mid-merge) counts the
+ * oldest entry's hits twice until they leave: refusals early, never admissions late. */
+#define LOG_ENTRY(c, hdr, s) ((hdr) + ((c)->head_slots + (s)) * (c)->slot_words)
+
+typedef struct {
+    int64_t free_slot, oldest, second;  /* slots; -1: none */
+} LogPlace;
+
+static int log_counts(const Ring *r, int64_t t, int64_t hits, int64_t now) {
+    return hits > 0 && t >= now - r->bucket_ns;  /* a time ahead of now (a clock behind) counts */
+}
+
+/* Hits a log ring counts at now (saturating: junk never wraps), and where a new hit goes. */
+static int64_t log_scan(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at) {
+    int64_t used = 0, t_oldest = INT64_MAX, t_second = INT64_MAX;
+    at->free_slot = at->oldest = at->second = -1;
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e), hits = LOAD(e + 1);
+        if (!log_counts(r, t, hits, now)) {
+            if (at->free_slot < 0) at->free_slot = s;
+            continue;
+        }
+        used = hits > INT64_MAX - used ? INT64_MAX : used + hits;
+        if (t < t_oldest) {
+            t_second = t_oldest, at->second = at->oldest;
+            t_oldest = t, at->oldest = s;
+        } else if (t < t_second) {
+            t_second = t, at->second = s;
+        }
+    }
+    return used;
+}
+
+/* Count `cost` hits at now in a log ring, placed by a log_scan at now under the same lock. */
+static void log_add(Core *c, int64_t *hdr, int64_t now, int64_t cost, const LogPlace *at) {
+    int64_t slot = at->free_slot;
+    if (slot < 0 && at->second < 0) {  /* one entry, counting: the new hits join it, at now */
+        int64_t *e = LOG_ENTRY(c, hdr, at->oldest), hits = LOAD(e + 1);
+        STORE(e, now);  /* first: the old hits leave later, never sooner */
+        STORE(e + 1, hits > INT64_MAX - cost ? INT64_MAX : hits + cost);
+        return;
+    }
+    if (slot < 0) {  /* every entry counts: the oldest joins the second oldest */
+        int64_t *a = LOG_ENTRY(c, hdr, at->oldest), *b = LOG_ENTRY(c, hdr, at->second);
+        int64_t ha = LOAD(a + 1), hb = LOAD(b + 1);
+        STORE(b + 1, ha > INT64_MAX - hb ? INT64_MAX : ha + hb);
+        STORE(a + 1, 0);
+        slot = at->oldest;
+    }
+    int64_t *e = LOG_ENTRY(c, hdr, slot);
+    if (LOAD(e + 1) != 0) STORE(e + 1, 0);  /* an entry that left: emptied before restamped */
+    STORE(e, now);
+    STORE(e + 1, cost);
+}
+
+static int by_time(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* How long until an entry stamped t leaves, from now (never negative, never wrapped). */
+static int64_t log_leaves(const Ring *r, int64_t t, int64_t now) {
+    int64_t ahead = t - now;  /* >= -P for a counting entry */
+    if (ahead > INT64_MAX - r->bucket_ns - 1) return INT64_MAX;
+    return ahead + r->bucket_ns + 1 > 0 ? ahead + r->bucket_ns + 1 : 0;
+}
+
+/* A log ring's timing (see timing()): *reset_ns, until its oldest counted hit leaves (0: none
+ * counted); *wait_ns, until `need` of its hits have left (0: need <= 0; -1: it counts fewer, or
+ * no memory to sort them). Caller holds the row lock. */
+static void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t need,
+                       int64_t *reset_ns, int64_t *wait_ns) {
+    int64_t oldest = INT64_MAX, live = 0;
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e);
+        if (!log_counts(r, t, LOAD(e + 1), now)) continue;
+        live++;
+        if (t < oldest) oldest = t;
+    }
+    *reset_ns = live ? log_leaves(r, oldest, now) : 0;
+    *wait_ns = need <= 0 ? 0 : -1;
+    if (need <= 0 || live == 0) return;
+    int64_t *sorted = PyMem_Malloc((size_t)live * 2 * sizeof(int64_t)), n = 0, freed = 0;
+    if (sorted == NULL) return;
+    for (int64_t s = 0; s < r->n && n < live; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e), hits = LOAD(e + 1);
+        if (!log_counts(r, t, hits, now)) continue;
+        sorted[2 * n] = t, sorted[2 * n + 1] = hits;
+        n++;
+    }
+    qsort(sorted, (size_t)n, 2 * sizeof(int64_t), by_time);
+    for (int64_t j = 0; j < n; j++) {
+        freed = sorted[2 * j + 1] > INT64_MAX - freed ? INT64_MAX : freed + sorted[2 * j + 1];
+        if (freed >= need) {
+            *wait_ns = log_leaves(r, sorted[2 * j], now);
+            break;
+        }
+    }
+    PyMem_Free(sorted);
+}
+
 /* ---- the limiter's check-and-count ------------------------------------------------------ */
 
 typedef struct {
@@ -1234,9 +1344,10 @@ typedef struct {
 static int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v) {
     char *row = ROW(c, slot);
     int64_t epoch[MAX_RINGS];
+    LogPlace at[MAX_RINGS];
     for (int i = 0; i < c->n_rings; i++) {  /* junk a clock never reaches: epoch maths would overflow */
         int64_t head = LOAD(RING(c, row, i));
-        if (head != EMPTY_EPOCH && (head < 0 || head > INT64_MAX / c->rings[i].bucket_ns - 2 * c->rings[i].n)) {
+        if (!c->rings[i].log && head != EMPTY_EPOCH && (head < 0 || head > INT64_MAX / c->rings[i].bucket_ns - 2 * c->rings[i].n)) {
             PyErr_Format(ErrCorrupt, "window %R: key row %lld holds an impossible epoch %lld: the segment "
                          "is corrupt", c->name, (long long)slot, (long long)head);
             return -1;
@@ -1248,6 +1359,11 @@ static int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit,
     for (int i = 0; i < c->n_rings; i++) {
         const Ring *r = &c->rings[i];
         int64_t *hdr = RING(c, row, i), head = LOAD(hdr), e = now / r->bucket_ns;
+        if (r->log) {
+            v->used[i] = log_scan(c, hdr, r, now, &at[i]);
+            if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;
+            continue;
+        }
         if (head != EMPTY_EPOCH && e < head) e = head;  /* a clock behind the head: count later */
         epoch[i] = e;
         if (head != e) {
@@ -1272,11 +1388,17 @@ static int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit,
     }
     if (v->allowed && commit) {
         for (int i = 0; i < c->n_rings; i++) {
+            if (c->rings[i].log) continue;
             if (LOAD(TAIL(c, RING(c, row, i))) == EMPTY_EPOCH) STORE(TAIL(c, RING(c, row, i)), epoch[i]);
             v->used[i] += cost;
             STORE(RING(c, row, i) + 1, v->used[i]);
         }
         for (int i = 0; i < c->n_rings; i++) {
+            if (c->rings[i].log) {
+                log_add(c, RING(c, row, i), now, cost, &at[i]);
+                v->used[i] += cost;
+                continue;
+            }
             int64_t *b = BUCKET(c, RING(c, row, i), &c->rings[i], epoch[i]);
             if (LOAD(b) != epoch[i]) {
                 STORE(b + 1, 0);
@@ -1304,6 +1426,12 @@ static void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v)
         int64_t freed = 0, blocks = !v->allowed && need > 0;
         v->reset_ns[i] = 0;
         if (blocks && cost > r->limit) v->wait_ns = -1;
+        if (r->log) {
+            int64_t wait;
+            log_timing(c, hdr, r, now, blocks && v->wait_ns >= 0 ? need : 0, &v->reset_ns[i], &wait);
+            if (wait > v->wait_ns && v->wait_ns >= 0) v->wait_ns = wait;
+            continue;
+        }
         int64_t tail = LOAD(TAIL(c, hdr)), from = head - r->n + 1;
         if (head == EMPTY_EPOCH || tail == EMPTY_EPOCH) continue;
         for (int64_t e = tail > from ? tail : from, left = head - e + 1; left > 0; e++, left--) {
@@ -1930,6 +2058,7 @@ static void repair(Core *c, int i) {
     char *row = ROW(c, slot);
     SECTION("repair");
     for (int r = 0; r < c->n_rings; r++) {
+        if (c->rings[r].log) continue;  /* nothing derived: every entry says what it counts */
         int64_t *hdr = RING(c, row, r), head = LOAD(hdr), total = ring_sum(c, hdr, &c->rings[r], head);
         STORE(TAIL(c, hdr), total ? head - c->rings[r].n + 1 : EMPTY_EPOCH);  /* a lower bound */
         STORE(hdr + 1, total);
@@ -1990,9 +2119,11 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     c->min_limit = INT64_MAX;
     for (int i = 0; i < c->n_rings; i++) {
         Ring *r = &c->rings[i];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(rings, i), "LLLL", &r->hdr, &r->n, &r->bucket_ns, &r->limit))
+        r->log = 0;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(rings, i), "LLLL|p", &r->hdr, &r->n, &r->bucket_ns, &r->limit,
+                              &r->log))
             return -1;
-        if (r->n < 1 || r->bucket_ns < 1) {
+        if (r->n < 1 || r->bucket_ns < 1 || (r->log && (!c->limiter || r->n > MAX_LOG_ENTRIES))) {
             PyErr_SetString(PyExc_ValueError, "Core: bad ring");
             return -1;
         }

@@ -36,7 +36,7 @@ class Core:
         n_fields: int,
         slot_words: int,
         head_slots: int,
-        rings: tuple[tuple[int, int, int, int], ...],
+        rings: tuple[tuple[int, int, int, int, bool], ...],
         locks_off: int,
         n_locks: int,
         n_key_locks: int,

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .duration import Duration, format_ns, to_ns
-from .layout import MAX_BUCKETS, Geometry, Ring, default_capacity
+from .layout import MAX_BUCKETS, MAX_LOG_ENTRIES, Geometry, Ring, default_capacity
 from .rate import Rate
 from .ring import buckets_for
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
+DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)
 DEFAULT_STRIPES = 64  # a striped window's rows for writers: one per process, up to this many
 
 
@@ -63,15 +64,29 @@ def with_capacity(g: Geometry, capacity: int | None) -> Geometry:
                     default_capacity(probe) if capacity is None else capacity, g.kind)  # fmt: skip
 
 
-def limiter_geometry(rates: list[Rate], buckets: int, capacity: int | None) -> Geometry:
+def limiter_geometry(
+    rates: list[Rate], buckets: int, capacity: int | None, exact: bool | int = False
+) -> Geometry:
     """One ring per rate, each ``buckets + 1`` slots: the current bucket and ``buckets``
-    whole ones before it, so a hit is forgotten between P and P + P/buckets after it."""
+    whole ones before it, so a hit is forgotten between P and P + P/buckets after it.
+
+    ``exact``: each rate is a log ring instead, of ``min(limit, entries)`` hit times
+    (``entries``: ``exact`` if an int, else DEFAULT_LOG_ENTRIES), so a hit is forgotten
+    exactly P after it while a key's hits in the period have at most that many times."""
     if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS - 1:
         raise ValueError(f"buckets must be 1..{MAX_BUCKETS - 1}, not {buckets!r}")
+    if not isinstance(exact, int) or (not isinstance(exact, bool) and not 1 <= exact <= MAX_LOG_ENTRIES):
+        raise ValueError(
+            f"exact must be True, False or a number of times 1..{MAX_LOG_ENTRIES}, not {exact!r}"
+        )
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
         raise ValueError(f"capacity must be a positive int or None (grow as keys come), not {capacity!r}")
     rings = []
+    entries = DEFAULT_LOG_ENTRIES if exact is True else int(exact)
     for rate in rates:
+        if entries:
+            rings.append(Ring(rate.period_ns, min(rate.limit, entries), rate.limit, log=True))
+            continue
         if rate.period_ns % buckets:
             raise ValueError(f"buckets={buckets} does not divide {rate} into whole nanoseconds")
         rings.append(Ring(rate.period_ns // buckets, buckets + 1, rate.limit))
@@ -80,7 +95,7 @@ def limiter_geometry(rates: list[Rate], buckets: int, capacity: int | None) -> G
 
 def rates_of(g: Geometry) -> list[Rate]:
     """A limiter's rates, read back from its geometry (the inverse of :func:`limiter_geometry`)."""
-    return [Rate(r.limit, r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
+    return [Rate(r.limit, r.bucket_ns if r.log else r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
 
 
 def pick_ring(

@@ -22,7 +22,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     56   4    u32       n_locks         robust mutexes in the lock table
     60   4    u32       capacity        most keys the segment may hold at once (0 = unkeyed window)
     64   4    u32       key_slots       index entries at index level 0 (INDEX_MIN_SLOTS), else 0
-    68   4    u32       -               reserved, 0
+    68   4    u32       clock           0 = monotonic ns (the default), 1 = wall-clock ns (limits' storages)
     72   8    i64       creator_pid     pid of the creating process
     80   8    i64       created_real_ns CLOCK_REALTIME at creation  } anchor for showing
     88   8    i64       created_mono_ns CLOCK_MONOTONIC at creation } wall-clock times
@@ -34,7 +34,8 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     144  8    u64       row_bytes       bytes per row (a multiple of 64)
     152  16   bytes     hash_key        random SipHash-1-3 key of the key table (per segment)
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
-    768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 0, i64 limit
+    768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
+                                        (flags: 1 = a log ring, see "Log rings")
     1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
 Keyed segments keep their key table's state in the words after it, written only under
@@ -156,6 +157,9 @@ MAX_FIELDS = 16
 FIELD_NAME_BYTES = 32
 MAX_RINGS = 8
 MAX_BUCKETS = 1_000_000
+MAX_LOG_ENTRIES = 4096  # entries of a log ring (_core.c's MAX_LOG_ENTRIES)
+RING_LOG = 1  # ring table flag
+CLOCKS = ("monotonic", "wall")
 MAX_STRIPES = 1024
 MAX_CAPACITY = 50_000_000
 DEFAULT_MAX_KEYS = 1 << 24  # capacity=None: as many keys as this, or as the address-space budget holds
@@ -185,18 +189,26 @@ def _align_page(n: int) -> int:
 
 @dataclass(frozen=True)
 class Ring:
-    """One bucket ring: ``n_buckets`` buckets of ``bucket_ns``; ``limit`` for limiters."""
+    """One bucket ring: ``n_buckets`` buckets of ``bucket_ns``; ``limit`` for limiters.
+
+    A *log* ring (limiters only) keeps hit times instead: ``n_buckets`` entries of
+    ``(time ns, hits)``, and ``bucket_ns`` is the period; see "Log rings" in _core.c."""
 
     bucket_ns: int
     n_buckets: int
     limit: int = 0
+    log: bool = False
 
     @property
     def span_ns(self) -> int:
-        return self.bucket_ns * self.n_buckets
+        return self.bucket_ns if self.log else self.bucket_ns * self.n_buckets
 
     def __str__(self) -> str:
-        text = f"{self.n_buckets}x{format_ns(self.bucket_ns)}"
+        text = (
+            f"log of {self.n_buckets} per {format_ns(self.bucket_ns)}"
+            if self.log
+            else (f"{self.n_buckets}x{format_ns(self.bucket_ns)}")
+        )
         return f"{text} limit={self.limit}" if self.limit else text
 
 
@@ -281,6 +293,8 @@ def _check_geometry(g: Geometry) -> None:
     for ring in g.rings:
         if not 1 <= ring.n_buckets <= MAX_BUCKETS:
             raise ValueError(f"buckets must be 1..{MAX_BUCKETS}, not {ring.n_buckets}")
+        if ring.log and (g.kind != "limiter" or ring.n_buckets > MAX_LOG_ENTRIES):
+            raise ValueError(f"a log ring belongs to a limiter and keeps 1..{MAX_LOG_ENTRIES} times")
         if ring.bucket_ns <= 0:
             raise ValueError("bucket width must be positive")
         if ring.limit < 0:
@@ -385,6 +399,7 @@ class Meta:
     created_mono_ns: int
     boot_id: bytes
     hash_key: bytes = bytes(16)
+    clock: str = "monotonic"  # what the writers' clock reads (CLOCKS): "wall" for limits' storages
 
 
 def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
@@ -393,12 +408,15 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
     names = b"".join(n.encode().ljust(FIELD_NAME_BYTES, b"\0") for n in g.fields)
     page[FIELD_NAMES_OFF : FIELD_NAMES_OFF + len(names)] = names
     for i, ring in enumerate(g.rings):
-        _RING.pack_into(page, RING_TABLE_OFF + i * _RING.size, ring.bucket_ns, ring.n_buckets, 0, ring.limit)
+        flags = RING_LOG if ring.log else 0
+        _RING.pack_into(
+            page, RING_TABLE_OFF + i * _RING.size, ring.bucket_ns, ring.n_buckets, flags, ring.limit
+        )
     _FIXED.pack_into(
         page, 0,
         b"\0" * 8, FORMAT_VERSION, HEADER_BYTES, lay.total_bytes, 0, 0,
         len(g.rings), KINDS.index(g.kind), len(g.fields), DTYPES.index(g.dtype), MODES.index(g.mode),
-        g.n_stripes, g.n_locks, g.capacity, g.key_slots, 0,
+        g.n_stripes, g.n_locks, g.capacity, g.key_slots, CLOCKS.index(meta.clock),
         meta.creator_pid, meta.created_real_ns, meta.created_mono_ns, meta.boot_id,
         lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes, meta.hash_key,
     )  # fmt: skip
@@ -413,7 +431,7 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
             f"segment is {actual_bytes} bytes, smaller than a shmwin header ({HEADER_BYTES})"
         )
     (magic, version, header_bytes, total, crc, _r0,
-     n_rings, kind, n_fields, dtype, mode, n_stripes, n_locks, capacity, key_slots, _r1,
+     n_rings, kind, n_fields, dtype, mode, n_stripes, n_locks, capacity, key_slots, clock,
      pid, real_ns, mono_ns, boot_id,
      locks_off, stripes_off, keys_off, rows_off, row_bytes,
      hash_key) = _FIXED.unpack_from(page, 0)  # fmt: skip
@@ -425,7 +443,7 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
         )
     if zlib.crc32(page[CRC_START:CRC_END]) != crc or header_bytes != HEADER_BYTES:
         raise CorruptSegmentError("segment header is corrupt (checksum mismatch)")
-    if (dtype >= len(DTYPES) or mode >= len(MODES) or kind >= len(KINDS)
+    if (dtype >= len(DTYPES) or mode >= len(MODES) or kind >= len(KINDS) or clock >= len(CLOCKS)
             or not 1 <= n_fields <= MAX_FIELDS or not 1 <= n_rings <= MAX_RINGS):  # fmt: skip
         raise CorruptSegmentError("segment header names an unknown dtype, mode, kind or count")
     try:
@@ -444,14 +462,16 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
         raise CorruptSegmentError(
             f"segment is {actual_bytes} bytes but its header says {total}: truncated or resized"
         )
-    return g, lay, Meta(pid, real_ns, mono_ns, boot_id, hash_key)
+    return g, lay, Meta(pid, real_ns, mono_ns, boot_id, hash_key, CLOCKS[clock])
 
 
 def _read_rings(page: bytes, n_rings: int) -> tuple[Ring, ...]:
     rings = []
     for i in range(n_rings):
-        bucket_ns, n_buckets, _, limit = _RING.unpack_from(page, RING_TABLE_OFF + i * _RING.size)
-        rings.append(Ring(bucket_ns, n_buckets, limit))
+        bucket_ns, n_buckets, flags, limit = _RING.unpack_from(page, RING_TABLE_OFF + i * _RING.size)
+        if flags & ~RING_LOG:
+            raise CorruptSegmentError(f"segment header: ring {i} has unknown flags {flags:#x}")
+        rings.append(Ring(bucket_ns, n_buckets, limit, bool(flags & RING_LOG)))
     return tuple(rings)
 
 

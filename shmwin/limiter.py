@@ -9,6 +9,13 @@ the guarantee:
     a request may be refused up to P/buckets before a perfect sliding log
     would have let it through.
 
+With ``exact=True`` a rate keeps each key's hit times instead (a sliding log of at most
+1024 times, or ``exact=N``): a hit is forgotten exactly P after it, like limits' moving
+window. A rate of at most that many hits per period is always exact; above it, when a key
+has more distinct hit times in the period than the log holds, its two oldest are merged
+into the later time (forgotten later, never sooner: still strict). Memory per key and
+rate: 16 bytes per time kept; a hit costs a scan of them.
+
 ``Limiter`` is the policy, written once for every backend: the choices (``on_full``,
 ``on_error``), the costs, ``stats`` and the one ``acquire`` loop (sync and async share
 it). The backend (``backends/shm``, ``backends/redis``) does the check-and-count itself,
@@ -57,6 +64,7 @@ class Limiter:
         *,
         capacity: int | None = None,
         buckets: int = DEFAULT_BUCKETS,
+        exact: bool | int = False,
         on_full: str = "raise",
         clock: Clock | None = None,
         perm: int | None = None,
@@ -68,7 +76,7 @@ class Limiter:
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
-        want = limiter_geometry(parse_many(rates), buckets, capacity)
+        want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
         opened = backends.open_limiter(
             name, want, backend=backend, clock=clock, on_full=on_full, on_error=on_error, perm=perm,
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout,

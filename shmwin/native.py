@@ -25,7 +25,11 @@ from .errors import (
 ON_FULL = ("raise", "allow", "deny")
 
 _core.set_errors(
-    WindowClosedError, LockTimeoutError, CorruptSegmentError, KeyTableFullError, UnknownFieldError,
+    WindowClosedError,
+    LockTimeoutError,
+    CorruptSegmentError,
+    KeyTableFullError,
+    UnknownFieldError,
     OutOfSpaceError,
 )
 
@@ -57,7 +61,7 @@ def open_core(
         slot_words=lay.slot_words,
         head_slots=lay.head_slots,
         rings=tuple(
-            (words, r.n_buckets, r.bucket_ns, r.limit)
+            (words, r.n_buckets, r.bucket_ns, r.limit, r.log)
             for words, r in zip(lay.ring_words, g.rings, strict=True)
         ),
         locks_off=lay.locks_off,

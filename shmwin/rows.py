@@ -31,12 +31,13 @@ class RingView:
     first_word: int  # word offset of the ring's first bucket slot within a row
     bucket_ns: int
     n_buckets: int
-    epochs: npt.NDArray[np.int64]  # (rows, n_buckets)
+    epochs: npt.NDArray[np.int64]  # (rows, n_buckets); a log ring: each entry's time
     values: npt.NDArray[Any]  # (rows, n_buckets, fields)
+    log: bool = False  # entries (time ns, hits), bucket_ns the period: see layout.Ring
 
     @property
     def span_ns(self) -> int:
-        return self.bucket_ns * self.n_buckets
+        return self.bucket_ns if self.log else self.bucket_ns * self.n_buckets
 
 
 class Rows:
@@ -57,7 +58,10 @@ class Rows:
         """Values of the last ``k`` buckets at ``now_ns``, summed over rows (one per slot) or
         over slots (one per row). Liveness is tested before and after the values are read:
         a slot that changed meanwhile was being recycled by its writer and counts as expired.
-        int64 sums that could pass int64 come back as Python ints (object), never wrapped."""
+        int64 sums that could pass int64 come back as Python ints (object), never wrapped.
+        A log ring counts its entries of the last period, whatever ``k``."""
+        if r.log:
+            return Rows._live_log(r, now_ns, rows, value_index, per_row)
         expected = ring.expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
         epochs = r.epochs[rows]
         widen: tuple[slice | None, ...]
@@ -72,6 +76,24 @@ class Rows:
             picked = np.where((live & still)[widen], picked, 0)
         if per_row or picked.shape[0] > 1:  # one row summed over rows is itself: nothing to wrap
             picked = exact(picked)
+        return picked.sum(axis=1 if per_row else 0)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _live_log(
+        r: RingView, now_ns: int, rows: slice, value_index: int | None, per_row: bool
+    ) -> npt.NDArray[Any]:
+        """A log ring's hits per entry (summed over rows) or per row: an entry counts while it
+        holds hits and is younger than the period (_core.c's log_counts); read twice, as above."""
+        times = r.epochs[rows]
+        values = r.values[rows] if value_index is None else r.values[rows, :, value_index : value_index + 1]
+        counts = (values[:, :, 0] > 0) & (times >= now_ns - r.bucket_ns)
+        picked = np.where(counts[:, :, None], values, 0)
+        still = (values[:, :, 0] > 0) & (times >= now_ns - r.bucket_ns)
+        if not np.array_equal(counts, still):
+            picked = np.where((counts & still)[:, :, None], picked, 0)
+        if value_index is not None:
+            picked = picked[:, :, 0]
+        picked = exact(picked)
         return picked.sum(axis=1 if per_row else 0)  # type: ignore[no-any-return]
 
     def newest_epoch(self, rows: slice) -> int:
@@ -100,4 +122,4 @@ def _ring_view(raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout, index: int)
         (lay.n_rows, r.n_buckets, len(g.fields)), np.dtype(g.dtype), raw, start + _W,
         (lay.row_bytes, slot_bytes, _W),
     )  # fmt: skip
-    return RingView(index, first, r.bucket_ns, r.n_buckets, epochs, values)
+    return RingView(index, first, r.bucket_ns, r.n_buckets, epochs, values, r.log)

@@ -28,6 +28,7 @@ from ... import layout, native, ring
 from ...clock import Clock
 from ...errors import (
     GeometryMismatchError,
+    NotSupportedError,
     ShmwinError,
     WindowClosedError,
     WindowExistsError,
@@ -94,7 +95,7 @@ class ShmWindow:
         self = cls.__new__(cls)
         for _ in range(10):  # a racing unlink sends us round again
             try:
-                seg = _create(name, want, perm)
+                seg = _create(name, want, perm, clock)
                 self._bind(seg, clock, lock_timeout, on_full)
                 return self
             except WindowExistsError:
@@ -124,7 +125,7 @@ class ShmWindow:
         lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> ShmWindow:
         """Create a new segment; :class:`WindowExistsError` if the name is taken."""
-        seg = _create(name, want, perm)
+        seg = _create(name, want, perm, clock)
         self = cls.__new__(cls)
         self._bind(seg, clock, lock_timeout)
         return self
@@ -290,10 +291,15 @@ class ShmWindow:
     def read(
         self, value_index: int | None, ring_index: int, k: int, key: Key | None, ordered: bool = True
     ) -> Reading:
+        self._check_open()
+        r = self._rows.rings[ring_index]
+        if ordered and r.log:
+            raise NotSupportedError(
+                f"window {self.name!r} keeps hit times (exact), not buckets: it has totals, not a series"
+            )
         per_slot, now_ns = self._live(value_index, ring_index, k, key)
         if not ordered:  # a sum: every slot, those outside the last k are 0
             return Reading(per_slot, now_ns)
-        r = self._rows.rings[ring_index]
         return Reading(per_slot[ring.slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
 
     def last_write_ns(self) -> int | None:
@@ -387,21 +393,27 @@ class ShmWindow:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _create(name: str, g: Geometry, perm: int) -> Segment:
+def _create(name: str, g: Geometry, perm: int, clock: Clock | None) -> Segment:
     """A new segment of geometry ``g``: a keyed one is sized for its capacity but reserves
-    only its header, locks and first index (rows are reserved as keys come)."""
+    only its header, locks and first index (rows are reserved as keys come). The header
+    says which clock its writers read (``clock.clock_kind``, default "monotonic")."""
     lay = Layout.plan(g)
-    return Segment.create(name, lay.total_bytes, perm, _initialiser(g), reserve=lay.first_bytes)
+    clock_kind = getattr(clock, "clock_kind", "monotonic")
+    if clock_kind not in layout.CLOCKS:
+        raise ValueError(f"clock_kind must be one of {layout.CLOCKS}, not {clock_kind!r}")
+    return Segment.create(name, lay.total_bytes, perm, _initialiser(g, clock_kind), reserve=lay.first_bytes)
 
 
-def _initialiser(g: Geometry) -> Callable[[mmap.mmap], None]:
+def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.mmap], None]:
     """Fill a new segment: header, locks, stripes, empty epochs -- and the magic word last.
     Keyed rows are filled as they are handed out; their table starts empty (all zero)."""
 
     def init(mm: mmap.mmap) -> None:
         lay = Layout.plan(g)
         # int(): a time-mocking library may have patched the clocks to return floats
-        meta = Meta(os.getpid(), int(time.time_ns()), int(time.monotonic_ns()), _boot_id(), os.urandom(16))
+        meta = Meta(
+            os.getpid(), int(time.time_ns()), int(time.monotonic_ns()), _boot_id(), os.urandom(16), clock_kind
+        )
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks)
