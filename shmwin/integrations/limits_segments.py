@@ -9,8 +9,8 @@ Segments, under the storage's prefix::
 
     PREFIX.fixed.PERIOD           fixed window: the counts (see limits_fixed)
     PREFIX.fixedstart.PERIOD      fixed window: when each key's window started
-    PREFIX.moving.LIMIT.PERIOD    moving window: a strict shmwin Limiter
-    PREFIX.sliding.LIMIT.PERIOD   sliding window counter: a strict shmwin Limiter too
+    PREFIX.moving.LIMIT.PERIOD    moving window: a strict shmwin Limiter, exact (see below)
+    PREFIX.sliding.LIMIT.PERIOD   sliding window counter: the same
 
 (PERIOD spelled the shortest exact way: ``1m``, ``30s``, ``1d``.) limits' keys end in
 ``/LIMIT/MULTIPLES/GRANULARITY``, so the one segment a key lives in is known from the key
@@ -19,6 +19,12 @@ alone; keys of another shape (direct storage calls) are looked for in every segm
 Time is the wall clock, read through ``time.time()`` at each call exactly as limits'
 memory storage does: reset times agree with the ones limits computes, and hiro, freezegun,
 time-machine or a patched ``time.time`` move shm:// exactly as they move memory://.
+
+The moving window and the sliding window counter are exact, like memory://: each key keeps
+its hit times (``Limiter(exact=...)``), up to ``?times=`` of them (default 1024; a limit at
+or under it is always exact), and a hit is forgotten exactly one period after it.
+``?buckets=N`` trades that for buckets: fixed memory and O(1) hits, a hit then forgotten
+up to P/N late.
 """
 
 from __future__ import annotations
@@ -33,14 +39,15 @@ from limits.errors import ConfigurationError
 from ..clock import Clock
 from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
 from ..errors import KeyTableFullError, WindowNotFoundError
-from ..layout import MAX_BUCKETS, MAX_CAPACITY
+from ..geometry import DEFAULT_LOG_ENTRIES
+from ..layout import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..rate import MAX_LIMIT, Rate
 from ..segment import PREFIX as SEGMENT_PREFIX
 from ..segment import SHM_DIR, check_name, names, namespace
 from .limits_fixed import FixedWindows, counted
 
-OPTIONS = ("capacity", "buckets", "on_full")
+OPTIONS = ("capacity", "buckets", "times", "on_full")
 _KINDS = {
     None: ("fixed", "moving", "sliding"),
     "fixed": ("fixed",),
@@ -57,10 +64,18 @@ class StorageOptionError(ConfigurationError, ValueError):
     """A bad ``shm://`` URI or storage option: raised when the storage is built."""
 
 
-def wall_ns() -> int:
+class WallClock:
     """Now, as limits' storages see it: ``time.time()``, looked up at each call so that
-    time-mocking libraries reach it (hiro's is a float)."""
-    return int(time.time() * NS_PER_S)
+    time-mocking libraries reach it (hiro's is a float). Segments written with it say so in
+    their header (``clock_kind``), so that ``shmwin show`` reads them with the wall clock."""
+
+    clock_kind = "wall"
+
+    def __call__(self) -> int:
+        return int(time.time() * NS_PER_S)
+
+
+wall_ns = WallClock()
 
 
 def whole_cost(amount: Any) -> int:
@@ -103,6 +118,10 @@ class StorageSegments:
         self.prefix = prefix
         self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
         self.buckets = _int_option(uri, given, "buckets", DEFAULT_BUCKETS, 1, MAX_BUCKETS - 1)
+        self.times = _int_option(uri, given, "times", DEFAULT_LOG_ENTRIES, 1, MAX_LOG_ENTRIES)
+        if "buckets" in given and "times" in given:
+            raise StorageOptionError(f"{uri!r}: buckets= (bucketed) and times= (exact) exclude each other")
+        self.exact: bool | int = False if "buckets" in given else self.times
         if NS_PER_S % self.buckets:
             raise StorageOptionError(
                 f"{uri!r}: buckets={self.buckets} must divide one second (1,000,000,000 ns) into whole "
@@ -133,8 +152,8 @@ class StorageSegments:
             if create:
                 extra = {} if self.capacity is None else {"capacity": self.capacity}
                 found = Limiter(
-                    name, Rate(limit, _expiry_ns(expiry)), buckets=self.buckets, on_full=self.on_full,
-                    clock=self.clock, **extra,
+                    name, Rate(limit, _expiry_ns(expiry)), buckets=self.buckets, exact=self.exact,
+                    on_full=self.on_full, clock=self.clock, **extra,
                 )  # fmt: skip
             else:
                 try:

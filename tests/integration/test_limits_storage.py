@@ -97,6 +97,26 @@ def test_uri_options_reach_the_segments(uri, clock):
         assert w.capacity >= 2 * 64 and w.buckets == 2
 
 
+def test_moving_and_sliding_windows_are_exact_logs_by_default(uri, clock):
+    """Each key keeps its hit times (min(limit, times) of them, ?times= default 1024), the
+    segment says it is written with the wall clock, and ?buckets= and ?times= exclude each other."""
+    storage = storage_from_string(uri + "?times=3")
+    for strategy, kind in (("moving-window", "moving"), ("sliding-window-counter", "sliding")):
+        STRATEGIES[strategy](storage).hit(RateLimitItemPerMinute(5), "k")
+        STRATEGIES[strategy](storage).hit(RateLimitItemPerMinute(2), "k")
+        name = uri.removeprefix("shm://")
+        with shmwin.Limiter.attach(f"{name}.{kind}.5.1m") as lim:
+            assert lim.window.geometry.rings[0] == shmwin.layout.Ring(60 * 10**9, 3, 5, log=True)
+            assert lim.window.meta.clock == "wall"
+        with shmwin.Limiter.attach(f"{name}.{kind}.2.1m") as lim:
+            assert lim.window.geometry.rings[0].n_buckets == 2  # a limit under times: exact
+    with pytest.raises(ConfigurationError, match="exclude"):
+        storage_from_string(uri + "x?times=3&buckets=10")
+    for bad in ("0", "4097", "x"):
+        with pytest.raises(ConfigurationError, match="times"):
+            storage_from_string(f"{uri}x?times={bad}")
+
+
 def test_without_a_capacity_the_storage_passes_none(uri):
     assert storage_from_string(uri).segments.capacity is None
     assert storage_from_string(uri + "?capacity=12").segments.capacity == 12

@@ -28,17 +28,12 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 FETCH = ROOT / "scripts" / "test.d" / "20-peer-suites.sh"
 
-BUCKETS = "a hit is forgotten between P and P + P/buckets after it; the test times that to less than a bucket"
 WEIGHTED = (
     "limits' sliding window counter approximates with a weighted previous window; shm:// counts exactly"
 )
 HARNESS = "asserts the class that memory:// builds, which this harness replaces by shm://"
 
 LIMITS_STRATEGIES = {
-    "TestMovingWindow::test_moving_window_stats": BUCKETS,
-    "TestMovingWindow::test_moving_window_huge_cost": BUCKETS,
-    "TestMovingWindow::test_moving_window_multiple_cost": BUCKETS,
-    "TestSlidingWindow::test_sliding_window_counter_stats": BUCKETS,
     "TestSlidingWindow::test_sliding_window_counter_previous_window": WEIGHTED,
 }
 LIMITS_DESELECTED = (
