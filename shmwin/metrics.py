@@ -17,7 +17,7 @@ import fnmatch
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,13 +87,24 @@ def open_window(name: str, backend: str | None = None) -> Any:
     from .window import Window  # imported late: ``shmwin ls`` of junk needs no native core
 
     if backend is None:
-        return Window.attach(name, ready_timeout=0.5)
+        w = Window.attach(name, ready_timeout=0.5)
+        if clock_of(w) is time.monotonic_ns:
+            return w
+        w.close()  # written with the wall clock (limits' storages): read with it too
+        return Window.attach(name, ready_timeout=0.5, clock=time.time_ns)
     try:
         return Window.attach(name, backend=backend)
     except GeometryMismatchError:  # the name holds a limiter
         from .limiter import Limiter
 
         return Limiter.attach(name, backend=backend)
+
+
+def clock_of(w: Any) -> Callable[[], int]:
+    """The clock a window's writers read, as its header says: ``time.time_ns`` for a segment
+    written with the wall clock (``shm://`` storages for limits), else ``time.monotonic_ns``."""
+    meta = getattr(w, "meta", None)  # Redis windows have none: the server's time
+    return time.time_ns if getattr(meta, "clock", "monotonic") == "wall" else time.monotonic_ns
 
 
 def select(patterns: Iterable[str] | None, available: Iterable[str]) -> list[str]:
@@ -127,7 +138,7 @@ def info(name: str) -> Info:
     except (ShmwinError, OSError) as exc:
         return Info(name, nbytes=_file_size(name), error=f"{type(exc).__name__}: {exc}")
     try:
-        g, now_ns = w.geometry, time.monotonic_ns()
+        g, now_ns = w.geometry, time.monotonic_ns()  # creation times are monotonic, always
         live = [o for o in w.stripe_owners() if o[2]]
         return Info(
             name=name,
@@ -145,7 +156,7 @@ def info(name: str) -> Info:
             creator_pid=w.meta.creator_pid,
             creator_alive=owners.pid_alive(w.meta.creator_pid),
             age_s=(now_ns - w.meta.created_mono_ns) / NS_PER_S,
-            idle_s=_idle_s(w, now_ns),
+            idle_s=_idle_s(w, clock_of(w)()),
             span_s=g.span_ns / NS_PER_S,
         )
     finally:
@@ -296,12 +307,12 @@ def snapshot(
         out["keys"] = len(w.keys())
         out["top_field"], busiest = _busiest(w, top)
         if rates:
-            now_ns = time.monotonic_ns()
+            now_ns = clock_of(w)()
             out["top"] = [limiter_key(w, k, now_ns) for k, _ in busiest]
         else:
             out["top"] = [[key_text(k), finite(v)] for k, v in busiest]
     elif rates and key is not None:
-        out["stats"] = limiter_key(w, key, time.monotonic_ns())
+        out["stats"] = limiter_key(w, key, clock_of(w)())
     return out
 
 

@@ -339,3 +339,26 @@ def test_gc_keeps_what_is_in_use_or_recent(make_name):
     finally:
         release(holder)
     assert f"removed {held}" in cli("gc", "--force", held).stdout
+
+
+def test_segments_written_with_the_wall_clock_are_read_with_it(name):
+    """shm:// storages for limits write with time.time(); their header says so, and the
+    inspector reads them with the wall clock (with the monotonic one every bucket is stale)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shmwin.integrations.limits_segments import wall_ns
+
+    with Limiter(name, "5/minute", clock=wall_ns) as lim:
+        for _ in range(3):
+            lim.hit("203.0.113.7")
+        with Window.attach(name) as w:
+            assert w.meta.clock == "wall"
+        snap = json.loads(cli("show", name, "--json").stdout)
+        assert snap["resolutions"][0]["totals"] == {"hits": 3}
+        used = snap["top"][0]["rates"][0]
+        assert (used["used"], used["remaining"]) == (3, 2) and 0 < used["reset_s"] <= 63
+        text = cli("export", name, "--format", "prometheus").stdout
+        values = [s.value for f in text_string_to_metric_families(text) if f.name == "shmwin_window_value"
+                  for s in f.samples]  # fmt: skip
+        assert values == [3]
+        lim.unlink()
