@@ -3,6 +3,8 @@
 shmwin ls                          every window: kind, fields, size, keys, processes, idle; /dev/shm use
 shmwin show 'api*' --last 10s      totals, rates and sparklines per field and resolution
 shmwin show login                  a limiter: its busiest keys, used / remaining / reset per rate
+shmwin show payments               a breaker: drop ratio, accepts, total; a shedder: in flight,
+                                   passes, drops, min RT, max in flight; an adaptive limiter's rates
 shmwin watch api                   a live view; q or Ctrl-C quits
 shmwin export --format prometheus  every window (or some: names, globs) for scripts and cron
 shmwin rm api                      remove a window no process has open (--force: even then)
@@ -44,14 +46,16 @@ def parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )  # fmt: skip
 
-    p = command("ls", "List windows: kind, fields, size in /dev/shm, keys, processes that have "
-                "them open, age, idle time; then /dev/shm's use.", "shmwin ls --json")  # fmt: skip
+    p = command("ls", "List windows: kind (or what they are for: breaker, shedder, in-flight, "
+                "adaptive, health), fields, size in /dev/shm, keys, processes that have them open, "
+                "age, idle time; then /dev/shm's use.", "shmwin ls --json")  # fmt: skip
     p.add_argument("patterns", nargs="*", metavar="NAME", help="names or globs (default: every window)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=commands.cmd_ls)
 
     p = command("show", "Totals, rates and sparklines of windows, per resolution; for a limiter, "
-                "its busiest keys' used / remaining / reset.",
+                "its busiest keys' used / remaining / reset; for a breaker, shedder or adaptive "
+                "limiter, what it decides by.",
                 "shmwin show 'api-*' --last 10s --key 'GET /users'")  # fmt: skip
     p.add_argument("names", nargs="+", metavar="NAME", help="names or globs such as 'api-*'")
     p.add_argument("--key", help="one key of a keyed window or limiter (default: every key)")
