@@ -19,6 +19,7 @@ no ``_total`` suffix). Labels, always in this order and style:
     resolution   "<span>/<bucket>" of one ring, e.g. "1m/1s"; a limiter's span is its rate's period
     field        a field of the window ("hits" for a limiter)
     key          one of the ``top_keys`` busiest keys (opt-in, 0 by default, at most 1000)
+    outcome      a breaker's calls: accepted, failed or dropped (``shmwin_breaker_requests``)
 
 Families: ``shmwin_window_value`` (the field's sum over the ring's span) and
 ``shmwin_window_rate_per_second``, per key ``shmwin_key_value`` and
