@@ -195,9 +195,9 @@ def held(prefix):
     return sum(os.stat("/dev/shm/" + e).st_blocks * 512 for e in os.listdir("/dev/shm")
                if e.startswith("shmwin." + prefix + "."))
 
-prefix, strategy, rate = sys.argv[1:4]
-clients, periods = int(sys.argv[4]), int(sys.argv[5])
-limiter = STRATEGIES[strategy](storage_from_string("shm://" + prefix))
+prefix, strategy, rate, query = sys.argv[1:5]
+clients, periods = int(sys.argv[5]), int(sys.argv[6])
+limiter = STRATEGIES[strategy](storage_from_string("shm://" + prefix + query))
 item = parse(rate)
 step = item.get_expiry() / max(clients, 1000)
 fit = 0
@@ -215,22 +215,28 @@ print(json.dumps(out))
 """
 
 
-def _memory_table() -> dict[tuple[str, int], float]:
-    """(strategy, limit) -> KiB per client, from the README's table."""
+def _memory_table() -> dict[tuple[str, str, int], float]:
+    """(strategy, URI query, limit) -> KiB per client, from the README's table; a row that
+    names no strategy ("the same with `?buckets=20`") is the row above's with that query."""
     text = README.read_text().split("<!-- memory-table -->\n", 1)[1]
     rows = [line.strip("|").split("|") for line in text.split("\n\n", 1)[0].splitlines()]
     limits = [int(re.sub(r"\D", "", cell)) for cell in rows[0][1:]]
     table = {}
+    strategies: list[str] = []
     for row in rows[2:]:
-        for strategy in re.findall(r"`([a-z-]+)`", row[0]):
+        strategies = re.findall(r"`([a-z-]+)`", row[0]) or strategies
+        query = "".join(re.findall(r"`(\?[a-z]+=\d+)`", row[0]))
+        for strategy in strategies:
             for limit, cell in zip(limits, row[1:], strict=True):
-                table[(strategy, limit)] = float(cell.replace("KiB", "").replace(",", ""))
+                table[(strategy, query, limit)] = float(cell.replace("KiB", "").replace(",", ""))
     return table
 
 
-def _measure(prefix: str, strategy: str, rate: str, clients: int, periods: int, **namespace) -> dict:
+def _measure(
+    prefix: str, strategy: str, rate: str, clients: int, periods: int, query: str = "", **namespace
+) -> dict:
     """Run MEASURE (in a private /dev/shm if ``namespace`` gives its size): bytes held, clients fit."""
-    argv = python_argv(MEASURE, prefix, strategy, rate, str(clients), str(periods))
+    argv = python_argv(MEASURE, prefix, strategy, rate, query, str(clients), str(periods))
     if namespace:
         proc = run_in_namespace(argv, hidepid=None, **namespace)
     else:
@@ -246,13 +252,13 @@ def test_the_memory_table_is_what_a_thousand_clients_hold(make_name):
     figure is rounded up, and not far above (fixed windows' records vary with where their
     periods start: 1.7 to 2.5 KiB were seen)."""
     table = _memory_table()
-    assert len(table) == 9, table
+    assert len(table) == 15, table
     measured = {}
-    for strategy, limit in table:
+    for strategy, query, limit in table:
         rate = f"{limit}/minute" if limit <= 5 else f"{limit}/hour"
         periods = 4 if strategy == "fixed-window" else 2
-        held = _measure(make_name(f"{strategy}-{limit}"), strategy, rate, 1000, periods)["held"]
-        measured[(strategy, limit)] = held / 1000 / 1024
+        held = _measure(make_name("mem"), strategy, rate, 1000, periods, query)["held"]
+        measured[(strategy, query, limit)] = held / 1000 / 1024
     for cell, kib in table.items():  # fixed windows vary more with where their periods start
         low = 0.6 if cell[0] == "fixed-window" else 0.75
         assert low * kib <= measured[cell] <= kib, f"{cell}: README says {kib} KiB, measured {measured}"
