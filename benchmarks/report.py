@@ -2,8 +2,9 @@
 
     scripts/bench [--quick] [--no-write] [--section NAME] [--title TEXT] [--rev REV]
 
-Runs bench_window.py and bench_limiter.py (their own output goes to stderr as they run),
-then prints a markdown section: the targets table of issue "native core" (every ratio
+Runs bench_window.py, bench_limiter.py and bench_breaker.py (their own output goes to stderr
+as they run; ``--quick`` runs bench_breaker without its gunicorn load test), then prints a
+markdown section: the targets table of issues "native core" and "breaker" (every ratio
 against the floor or a peer measured in the same run), then each benchmark's other tables.
 That section replaces the block of the same NAME in benchmarks/README.md, between
 ``<!-- bench-results:NAME -->`` and ``<!-- /bench-results:NAME -->``; a new NAME is added
@@ -33,7 +34,9 @@ from _harness import Target, targets_table
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 README = HERE / "README.md"
-BENCHES = ["bench_window.py", "bench_limiter.py"]
+BENCHES = ["bench_window.py", "bench_limiter.py", "bench_breaker.py"]
+QUICK_ARGS = {"bench_breaker.py": ["--quick", "--no-load"]}  # the load test alone takes ~40 s
+NEEDS = {"bench_breaker.py": "shmwin/breaker.py"}  # a --rev without it has no breaker to measure
 INSERT_ABOVE = "<!-- bench-results:insert-above -->"
 
 
@@ -63,9 +66,12 @@ def main() -> None:
         started, busy_before = time.monotonic(), _busy_cpu_s()
         targets: list[Target] = []
         details: list[str] = []
-        quick = ["--quick"] if args.quick else []
         for bench in BENCHES:
+            if args.rev and bench in NEEDS and not (work / "src" / NEEDS[bench]).exists():
+                print(f"skipping {bench}: {args.rev} has no {NEEDS[bench]}", file=sys.stderr, flush=True)
+                continue
             out = work / f"{bench}.json"
+            quick = QUICK_ARGS.get(bench, ["--quick"]) if args.quick else []
             cmd = [sys.executable, str(HERE / bench), "--json", str(out), *quick]
             print(f"running {bench} ...", file=sys.stderr, flush=True)
             subprocess.run(cmd, env=env, cwd=ROOT, stdout=sys.stderr, check=True)
@@ -97,7 +103,7 @@ def _section(args, command, source, machine, took, others, targets, details) -> 
         f"Produced by `{command}` (took {took:.0f} s).",
         _quiet(others),
         "",
-        f'#### Targets (issue "native core"): {passed} of {len(targets)} met',
+        f'#### Targets (issues "native core" and "breaker"): {passed} of {len(targets)} met',
         "",
         targets_table(targets),
         "",
