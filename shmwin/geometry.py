@@ -109,7 +109,7 @@ def pick_ring(
     the ring is a ``ValueError``.
     """
     if resolution is None and last is None and len(rings) == 1:
-        return 0, rings[0].n_buckets  # the common case, first
+        return 0, 1 if rings[0].log else rings[0].n_buckets  # the common case, first
     if resolution is not None:
         index = resolution_index(rings, resolution)
     elif last is None:
@@ -119,6 +119,10 @@ def pick_ring(
         covering = [i for i, r in enumerate(rings) if r.span_ns >= last_ns]
         index = covering[0] if covering else max(range(len(rings)), key=lambda i: rings[i].span_ns)
     r = rings[index]
+    if r.log:  # an exact limiter's hit times: one period, read whole
+        if last is not None and to_ns(last, "last") > r.bucket_ns:
+            raise ValueError(f"last={last!r} is longer than this limiter's period ({format_ns(r.bucket_ns)})")
+        return index, 1
     if last is None:
         return index, r.n_buckets
     return index, buckets_for(to_ns(last, "last"), r.bucket_ns, r.n_buckets)  # raises: too long

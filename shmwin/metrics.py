@@ -245,7 +245,7 @@ def limiter_rates(w: Any) -> list[Rate]:
     g = geometry_of(w)
     if g.kind != "limiter":
         return []
-    return [Rate(r.limit, r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
+    return [Rate(r.limit, r.bucket_ns if r.log else r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
 
 
 def is_limiter_front(w: Any) -> bool:
@@ -260,10 +260,10 @@ def geometry_of(w: Any) -> Any:
 
 
 def _spans(w: Any) -> list[tuple[int, int]]:
-    """(span ns, bucket ns) per ring."""
+    """(span ns, bucket ns) per ring; an exact limiter's (a log of hit times): 1 ns."""
     g = geometry_of(w)
     if g.kind == "limiter":
-        return [(r.bucket_ns * (r.n_buckets - 1), r.bucket_ns) for r in g.rings]
+        return [(r.bucket_ns, 1) if r.log else (r.bucket_ns * (r.n_buckets - 1), r.bucket_ns) for r in g.rings]
     return [(r.span_ns, r.bucket_ns) for r in g.rings]
 
 
@@ -298,7 +298,7 @@ def snapshot(
             row.update(rate=str(rates[i]), limit=rates[i].limit)
         row["totals"] = {f: finite(v) for f, v in w.totals(last=last, key=key, resolution=i).items()}
         row["rates"] = {f: finite(w.rate(f, last=last, key=key, resolution=i)) for f in g.fields}
-        row["series"] = {
+        row["series"] = {} if g.rings[i].log else {  # an exact limiter keeps times, not buckets
             f: [finite(v) for v in w.series(f, key=key, resolution=i).tolist()] for f in g.fields
         }
         rows.append(row)
@@ -331,6 +331,11 @@ def limiter_key(w: Any, key: Any, now_ns: int) -> dict[str, Any]:
     the buckets; ``now_ns`` is the window's clock just before the read)."""
     stats = []
     for i, (rate, label) in enumerate(zip(limiter_rates(w), ring_labels(w), strict=True)):
+        if w.geometry.rings[i].log:  # exact: its hit times, each leaving 1 ns after one period
+            entries, now_ns = w._backend.log_entries(i, key)
+            reset_ns = min((t for t, _ in entries), default=now_ns - rate.period_ns - 1) + rate.period_ns + 1
+            stats.append(_stat(rate, label, sum(h for _, h in entries), max(reset_ns - now_ns, 0) / NS_PER_S))
+            continue
         bucket_ns = w.geometry.rings[i].bucket_ns
         series = w.series(key=key, resolution=i).tolist()
         used = int(sum(series))

@@ -370,7 +370,10 @@ class Window:
         a partly filled current bucket is neither ignored nor over-weighted.
         """
         values, now_ns, k, bucket_ns = self._read(field, last, key, resolution, ordered=False)
-        covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
+        if self._g.rings[self.resolution_for(last, resolution)].log:
+            covered_ns = bucket_ns  # an exact limiter's hit times: over its whole period
+        else:
+            covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
         return float(exact_sum(values)) * NS_PER_S / max(covered_ns, 1)
 
     def series(

@@ -160,3 +160,28 @@ def test_junk_ring_flags_are_refused_on_attach(name):
     with pytest.raises(CorruptSegmentError, match="flags"):
         Limiter.attach(name)
     shmwin.unlink(name)
+
+
+def test_the_tools_read_an_exact_limiter(name):
+    """The inspector's snapshot (shmwin show/export) reads a log ring: totals over its
+    period, and each busy key's used, remaining and reset from its hit times."""
+    from shmwin import metrics
+
+    clock = ManualClock(T0)
+    with Limiter(name, "5/minute", exact=True, clock=clock) as lim:
+        for key, at in (("a", T0), ("a", T0 + 10 * S), ("b", T0 + 20 * S)):
+            clock.set(at)
+            assert lim.hit(key)
+        clock.set(T0 + 30 * S)
+        w = lim.window
+        assert w.total() == 3 and w.rate(last=None) == pytest.approx(3 / 60)
+        snap = metrics.snapshot(w, top=5)
+        assert (
+            snap["resolutions"][0]["resolution"] == "1m/1ns" and snap["resolutions"][0]["rate"] == "5/minute"
+        )
+        by_key = {entry["key"]: entry["rates"][0] for entry in snap["top"]}
+        assert (by_key["a"]["used"], by_key["a"]["remaining"], by_key["a"]["reset_s"]) == (2, 3, 30.0)
+        assert (by_key["b"]["used"], by_key["b"]["reset_s"]) == (1, 50.0)
+        with pytest.raises(ValueError, match="longer than"):
+            w.total(last="2m")
+        lim.unlink()

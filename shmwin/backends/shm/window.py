@@ -302,6 +302,26 @@ class ShmWindow:
             return Reading(per_slot, now_ns)
         return Reading(per_slot[ring.slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
 
+    def log_entries(self, ring_index: int, key: Key) -> tuple[list[tuple[int, int]], int]:
+        """An exact limiter's log ring for ``key``: its entries counting now, as (time ns,
+        hits), and now (this window's clock); lock-free, generation-checked like every read."""
+        self._check_open()
+        r = self._rows.rings[ring_index]
+        if not r.log:
+            raise ValueError(f"ring {ring_index} of window {self.name!r} keeps buckets, not hit times")
+        for _ in range(100):
+            now_ns = self._clock()
+            rows, generation = self._rows_for(key)
+            if rows.start == rows.stop:
+                return [], now_ns
+            times, hits = r.epochs[rows.start].tolist(), r.values[rows.start, :, 0].tolist()
+            if generation is None or self._keys is None or self._keys.generation(rows.start) == generation:
+                live = [
+                    (t, h) for t, h in zip(times, hits, strict=True) if h > 0 and t >= now_ns - r.bucket_ns
+                ]
+                return live, now_ns
+        raise ShmwinError(f"key {key!r} kept moving while it was read")
+
     def last_write_ns(self) -> int | None:
         """When this window was last written (monotonic ns), or None if never. Never earlier
         than the newest write: for unkeyed windows it is the *end* of the newest bucket, so
