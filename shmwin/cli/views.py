@@ -50,7 +50,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
             text = (f"    {pad(name, field_cells)} {number(row['totals'][f]):>{NUMBER_CELLS}}"
                     f"  {rate_text:>{NUMBER_CELLS}}  ")  # fmt: skip
             room = width - len(text)
-            lines.append(text + sparkline(row["series"][f], room) if room >= 8 else text.rstrip())
+            series = row["series"].get(f, [])  # none for an exact limiter's log of hit times
+            lines.append(text + sparkline(series, room) if room >= 8 and series else text.rstrip())
     if snap.get("stats"):
         lines += _limiter_keys([snap["stats"]], width)
     elif snap.get("top"):
