@@ -263,7 +263,8 @@ def _spans(w: Any) -> list[tuple[int, int]]:
     """(span ns, bucket ns) per ring; an exact limiter's (a log of hit times): 1 ns."""
     g = geometry_of(w)
     if g.kind == "limiter":
-        return [(r.bucket_ns, 1) if r.log else (r.bucket_ns * (r.n_buckets - 1), r.bucket_ns) for r in g.rings]
+        return [(r.bucket_ns, 1) if r.log else (r.bucket_ns * (r.n_buckets - 1), r.bucket_ns)
+                for r in g.rings]  # fmt: skip
     return [(r.span_ns, r.bucket_ns) for r in g.rings]
 
 
