@@ -45,7 +45,9 @@ class ForeignFileError(SegmentError):
 
 
 class OutOfSpaceError(ShmwinError, OSError):
-    """``/dev/shm`` has no room for the segment (raised at create time, never later)."""
+    """``/dev/shm`` has no room: for a new segment, or for the rows or the larger index a
+    growing key table reserves (``posix_fallocate``) for a new key. Nothing is written then,
+    and known keys go on counting: never a SIGBUS later."""
 
 
 class WindowPermissionError(ShmwinError, PermissionError):
