@@ -1029,7 +1029,8 @@ static int cache_grow(Core *c) {
         c->cache = more;
         c->cache_room = room;
     }
-    if (2 * (c->cache_used + 1) > c->cache_mask + 1) {  /* keep the index at most half full */
+    /* keep the index at most a quarter full: a miss (every new key) then rarely reads an entry */
+    if (4 * (c->cache_used + 1) > c->cache_mask + 1) {
         int64_t size = c->cache_mask < 0 ? 64 : 2 * (c->cache_mask + 1);
         int32_t *index = PyMem_Malloc((size_t)size * sizeof(int32_t));
         if (index == NULL) return -1;

@@ -162,6 +162,7 @@ class Breaker:
         self._accepts = self._total = 0
         self._p = 0.0
         self._next_read_ns = -(2**63)
+        self._pass_until_ns = -(2**63)  # allow() is True before this without a look: healthy, fresh
 
     # -- the decision ---------------------------------------------------------------------------
 
@@ -169,6 +170,8 @@ class Breaker:
         """True: go ahead, then report the outcome with ``accept()`` or ``reject()``.
         False: the call is dropped (and counted as a request, as the SRE book does)."""
         now_ns = self._clock()
+        if now_ns < self._pass_until_ns:  # the common case: nothing to drop, counts read lately
+            return True
         if now_ns >= self._next_read_ns:
             self._read(now_ns)
         p = self._p
@@ -184,13 +187,17 @@ class Breaker:
         self._add(1, "accepts")
         accepts = self._accepts = self._accepts + 1
         total = self._total = self._total + 1
-        self._p = (total - self.protection - self.k * accepts) / (total + 1)  # allow(): <= 0 is 0
+        p = self._p = (total - self.protection - self.k * accepts) / (total + 1)  # allow(): <= 0 is 0
+        if p > 0.0:
+            self._pass_until_ns = -(2**63)
 
     def reject(self) -> None:
         """The call failed: one more request that the backend did not accept."""
         self._add(1, "failures")
         total = self._total = self._total + 1
-        self._p = (total - self.protection - self.k * self._accepts) / (total + 1)
+        p = self._p = (total - self.protection - self.k * self._accepts) / (total + 1)
+        if p > 0.0:
+            self._pass_until_ns = -(2**63)
 
     def _read(self, now_ns: int) -> None:
         counts = self.window.totals()
@@ -198,6 +205,7 @@ class Breaker:
         self._total = int(counts["accepts"] + counts["failures"] + counts["drops"])
         self._p = drop_ratio(self._accepts, self._total, self.k, self.protection)
         self._next_read_ns = now_ns + self._refresh_ns
+        self._pass_until_ns = self._next_read_ns if self._p <= 0.0 else -(2**63)
 
     # -- guarding calls ---------------------------------------------------------------------------
 
