@@ -203,3 +203,9 @@ def test_hit_after_acquire_on_a_one_rate_limiter(redis_server, name):
         clock.advance(3)
         assert [lim.hit("k") for _ in range(5)] == [True] * 4 + [False]
         lim.unlink()
+
+
+def test_an_exact_limiter_is_refused_clearly(redis_server, name):
+    """Redis windows keep buckets: exact=True there would silently mean something else."""
+    with pytest.raises(shmwin.NotSupportedError, match="exact"):
+        Limiter(name, "5/minute", exact=True, backend=redis_server.url)

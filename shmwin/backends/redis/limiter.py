@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import GeometryMismatchError
+from ...errors import GeometryMismatchError, NotSupportedError
 from ...geometry import limiter_geometry, rates_of
 from ...keys import Key
 from ...layout import Geometry
@@ -53,6 +53,8 @@ class RedisLimiter(RedisBase):
         if req.geometry is None:
             rates, buckets = _parse_limiter_spec(RedisBase.read_spec(req))
             return cls(req, limiter_geometry(rates, buckets, DEFAULT_CAPACITY), claim=False)
+        if any(r.log for r in req.geometry.rings):
+            raise NotSupportedError("the redis backend keeps buckets: exact=True is shared memory's only")
         return cls(req, req.geometry, claim=True)
 
     def _on_claimed(self) -> None:
