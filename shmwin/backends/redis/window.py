@@ -115,6 +115,9 @@ class RedisWindow(RedisBase):
     def last_write_ns(self) -> int | None:
         raise not_supported("last_write_ns(): its times are the server's, not this host's monotonic clock")
 
+    def log_entries(self, ring_index: int, key: Key) -> tuple[list[tuple[int, int]], int]:
+        raise not_supported("log_entries(): redis windows keep buckets, never hit times (exact=)")
+
     # -- keys, stripes, lifecycle -----------------------------------------------------
 
     def clear(self, key: Key) -> None:
