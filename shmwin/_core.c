@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,9 +127,28 @@ static void fp_fire(void) {
 
 static uint64_t fork_gen = 1;  /* bumped in a forked child: stripes are per process */
 static void keeper_after_fork(void);
+static void reserver_after_fork(void);
 static void after_fork_child(void) {
     fork_gen++;
     keeper_after_fork();
+    reserver_after_fork();
+}
+
+/* A plain C thread of this process (detached, small stack, every signal blocked: signals
+ * stay Python's main thread's): 0 or a pthread error code. */
+static int start_thread(void *(*main)(void *)) {
+    pthread_t t;
+    pthread_attr_t attr;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    int err = pthread_create(&t, &attr, main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return err;
 }
 
 static int64_t mono_ns(void) {
@@ -230,6 +250,7 @@ static int row_lock(Core *c, int64_t slot) { return FIRST_KEY_LOCK + (int)(slot 
 
 /* Entry and exit of every method: no memory is touched after close(). */
 static void give_stripe(Core *c);
+static void reserver_forget(Core *c);
 static void release_map(Core *c) {
     if (c->busy == 0 && c->has_buf) give_stripe(c);  /* its robust-list links are in the map */
     if (c->busy == 0 && c->fd >= 0) {
@@ -237,6 +258,7 @@ static void release_map(Core *c) {
         c->fd = -1;
     }
     if (c->has_buf && c->busy == 0) {
+        reserver_forget(c);  /* the reserver may be populating our mapping */
         c->has_buf = 0;
         c->base = NULL;
         PyBuffer_Release(&c->buf);
@@ -494,17 +516,7 @@ static void keeper_after_fork(void) {  /* the child: no keeper thread, nothing h
 static int keeper(int op, pthread_mutex_t *m) {
     pthread_mutex_lock(&keep_mu);
     if (!keep_started) {
-        pthread_t t;
-        pthread_attr_t attr;
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);  /* signals stay Python's main thread's */
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 64 * 1024);
-        int err = pthread_create(&t, &attr, keeper_main, NULL);
-        pthread_attr_destroy(&attr);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int err = start_thread(keeper_main);
         if (err != 0) {
             pthread_mutex_unlock(&keep_mu);
             return err;
@@ -523,6 +535,135 @@ static int keeper(int op, pthread_mutex_t *m) {
     pthread_mutex_unlock(&keep_mu);
     return rc;
 }
+
+/* ---- the reserver: the kernel's part of a growing table, done ahead ------------------- *
+ * A page of /dev/shm that a segment has not used yet costs microseconds to get (allocated,
+ * zeroed, charged to the cgroup, mapped): on a VM, more than all the rest of a new key's
+ * first hit. So a large table has this process's reserver thread get the pages it will
+ * need next -- the next chunk of rows as soon as one is reserved, and the next index copy
+ * when the index is 3/8 full -- with posix_fallocate, then MADV_POPULATE_WRITE, while the
+ * keys fill what it has. The reserver writes no byte of the segment and no shared word: it
+ * is a prefetch of kernel work, and a crash anywhere in it leaves only allocated pages that
+ * a later reserve covers anyway. When the table reaches those pages, the foreground
+ * reserves them without a syscall if the reserver got exactly them; otherwise (not done
+ * yet: it waits; not started: it cancels; failed) it reserves them itself, as always. The
+ * reserver never takes the last of /dev/shm: it runs only while the file system has 8
+ * times the job free, and a failed posix_fallocate gives back what it took. A few jobs at
+ * a time per process; close() cancels or waits for its own. */
+
+enum { JOB_IDLE, JOB_POSTED, JOB_RUNNING, JOB_DONE };
+#define AHEAD_MIN_ROWS 4096    /* tables this large grow by a quarter, their next pages prefetched */
+#define JOBS 4
+typedef struct {
+    int state, ok;
+    const void *owner;         /* the Core the job is for (compared, never followed) */
+    int fd;                    /* a dup of the segment's fd while posted or running, else -1 */
+    char *addr;                /* [from, to) as mapped in this process */
+    int64_t from, to;          /* byte offsets in the segment */
+} Job;
+static pthread_mutex_t jobs_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
+static int reserver_started;
+static Job jobs[JOBS] = {{.fd = -1}, {.fd = -1}, {.fd = -1}, {.fd = -1}};
+static long long jobs_posted, jobs_done, jobs_used;  /* for tests: see reserver_counts() */
+
+static Job *next_job(void) {
+    for (int i = 0; i < JOBS; i++)
+        if (jobs[i].state == JOB_POSTED) return &jobs[i];
+    return NULL;
+}
+
+static void *reserver_main(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&jobs_mu);
+    for (;;) {
+        Job *j;
+        while ((j = next_job()) == NULL) pthread_cond_wait(&jobs_cv, &jobs_mu);
+        j->state = JOB_RUNNING;
+        int fd = j->fd;
+        char *addr = j->addr;
+        int64_t from = j->from, len = j->to - j->from;
+        pthread_mutex_unlock(&jobs_mu);
+        struct statvfs fs;
+        int ok = fstatvfs(fd, &fs) == 0 && (int64_t)fs.f_bavail * (int64_t)fs.f_frsize >= 8 * len &&
+                 posix_fallocate(fd, from, len) == 0;
+        if (ok) (void)madvise(addr, (size_t)len, MADV_POPULATE_WRITE_OR_NONE);
+        pthread_mutex_lock(&jobs_mu);
+        close(fd);
+        j->fd = -1;
+        j->ok = ok;
+        jobs_done += ok;
+        j->state = JOB_DONE;
+        pthread_cond_broadcast(&jobs_cv);
+    }
+    return NULL;
+}
+
+static void reserver_after_fork(void) {  /* the child: no reserver thread, no jobs */
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    jobs_mu = mu;
+    jobs_cv = cv;
+    reserver_started = 0;
+    jobs_posted = jobs_done = jobs_used = 0;
+    for (int i = 0; i < JOBS; i++) {
+        if (jobs[i].fd >= 0) close(jobs[i].fd);  /* the child's copy of a job's descriptor */
+        jobs[i] = (Job){.fd = -1};
+    }
+}
+
+/* Ask the reserver for bytes [from, to) of c's segment: in a free job, or in place of one
+ * done and never claimed (a hint only); nothing if every job is posted or running. */
+static void reserve_ahead(Core *c, int64_t from, int64_t to) {
+    pthread_mutex_lock(&jobs_mu);
+    Job *j = NULL;
+    for (int i = 0; i < JOBS && j == NULL; i++)
+        if (jobs[i].state == JOB_IDLE) j = &jobs[i];
+    for (int i = 0; i < JOBS && j == NULL; i++)
+        if (jobs[i].state == JOB_DONE) j = &jobs[i];
+    if (j == NULL || from >= to) goto out;
+    if (!reserver_started) {
+        if (start_thread(reserver_main) != 0) goto out;
+        reserver_started = 1;
+    }
+    int fd = dup(c->fd);
+    if (fd < 0) goto out;
+    *j = (Job){JOB_POSTED, 0, c, fd, c->base + from, from, to};
+    jobs_posted++;
+    pthread_cond_broadcast(&jobs_cv);
+out:
+    pthread_mutex_unlock(&jobs_mu);
+}
+
+/* Did the reserver get all of [from, to) of c's segment? Each of c's jobs that meets the
+ * range is settled first: waited for if running, cancelled if not started (the caller then
+ * does that work itself), and let go once done. */
+static int reserved_ahead(Core *c, int64_t from, int64_t to) {
+    int got = 0;
+    pthread_mutex_lock(&jobs_mu);
+    for (int i = 0; i < JOBS; i++) {
+        Job *j = &jobs[i];
+        if (j->owner != c || j->state == JOB_IDLE) continue;
+        if (!(from == 0 && to == 0) && (j->to <= from || to <= j->from)) continue;  /* (0, 0): all */
+        if (j->state == JOB_POSTED) {
+            close(j->fd);
+            j->fd = -1;
+            j->state = JOB_IDLE;
+        }
+        while (j->state == JOB_RUNNING) pthread_cond_wait(&jobs_cv, &jobs_mu);
+        if (j->state == JOB_DONE) {
+            if (j->ok && j->from <= from && to <= j->to) got = 1;
+            j->state = JOB_IDLE;
+        }
+        j->owner = NULL;
+    }
+    jobs_used += got;
+    pthread_mutex_unlock(&jobs_mu);
+    return got;
+}
+
+/* Before c's mapping may go: no job of c's is left posted, running or done. */
+static void reserver_forget(Core *c) { (void)reserved_ahead(c, 0, 0); }
 
 /* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
 
@@ -770,33 +911,69 @@ static int space_error(Core *c, int err, const char *what) {
     return -1;
 }
 
+/* The heap's next size after `have` rows: half again (at least 8) while small, then a
+ * quarter, with the next quarter prefetched by the reserver. */
+static int64_t grown(Core *c, int64_t have) {
+    int64_t want = have + (have >= AHEAD_MIN_ROWS ? have / 4 : have / 2 > 8 ? have / 2 : 8);
+    return want > c->n_rows ? c->n_rows : want;
+}
+
+/* Rows [from, to) as page-aligned byte offsets in the segment. */
+static void row_pages(Core *c, int64_t from, int64_t to, int64_t *lo, int64_t *hi) {
+    *lo = c->rows_off + from * c->row_bytes;
+    *hi = c->rows_off + to * c->row_bytes;
+    *lo -= *lo % 4096;
+    *hi = (*hi + 4095) / 4096 * 4096;
+    if (*hi > c->map_bytes) *hi = c->map_bytes;
+}
+
 /* Reserve heap rows up to at least `need` (posix_fallocate: a full /dev/shm is an error now,
- * never a SIGBUS later). Grows by half again, at least 8 rows, page by page. */
+ * never a SIGBUS later), unless the reserver already did. */
 static int reserve_rows(Core *c, int64_t need) {
-    int64_t have = LOAD(KEYWORD(c, ROWS_RESERVED_OFF)), want = have + (have / 2 > 8 ? have / 2 : 8);
-    if (want < need) want = need;
-    if (want > c->n_rows) want = c->n_rows;
-    int64_t from = c->rows_off + have * c->row_bytes, to = c->rows_off + want * c->row_bytes;
-    from -= from % 4096;
-    to = (to + 4095) / 4096 * 4096;
-    if (to > c->map_bytes) to = c->map_bytes;
-    int err = posix_fallocate(c->fd, from, to - from);
-    if (err != 0) return space_error(c, err, "more keys");
-    /* Map the new rows into this process in one call rather than one fault per page (Linux
-     * 5.14+; elsewhere, or if it fails, the pages simply fault in as they are touched). */
-    (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);
+    int64_t have = LOAD(KEYWORD(c, ROWS_RESERVED_OFF)), want = grown(c, have), from, to;
+    if (want < need) want = need > c->n_rows ? c->n_rows : need;
+    row_pages(c, have, want, &from, &to);
+    if (!reserved_ahead(c, from, to)) {
+        int err = posix_fallocate(c->fd, from, to - from);
+        if (err != 0) return space_error(c, err, "more keys");
+        /* Map the new rows into this process in one call rather than one fault per page
+         * (Linux 5.14+; elsewhere, or if it fails, the pages simply fault in as touched). */
+        (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);
+    }
     STORE(KEYWORD(c, ROWS_RESERVED_OFF), want);
+    if (want >= AHEAD_MIN_ROWS && want < c->n_rows) {
+        row_pages(c, want, grown(c, want), &from, &to);
+        reserve_ahead(c, from, to);
+    }
     return 0;
 }
 
-/* Reserve the memory of an index copy before writing it. */
+/* An index copy's bytes in the segment, page-aligned. */
+static void index_pages(Core *c, const Index *x, int64_t *lo, int64_t *hi) {
+    *lo = (char *)x->base - c->base;
+    *hi = *lo + x->slots * KEY_ENTRY_BYTES;
+    *lo -= *lo % 4096;
+}
+
+/* Reserve the memory of an index copy before writing it, unless the reserver already did. */
 static int reserve_index(Core *c, const Index *x) {
-    int64_t from = (char *)x->base - c->base, to = from + x->slots * KEY_ENTRY_BYTES;
-    from -= from % 4096;
+    int64_t from, to;
+    index_pages(c, x, &from, &to);
+    if (reserved_ahead(c, from, to)) return 0;
     int err = posix_fallocate(c->fd, from, to - from);
     if (err != 0) return space_error(c, err, "a larger key index");
     (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);  /* as rows */
     return 0;
+}
+
+/* A large index at 3/8 full -- 3/4 of the way to the rebuild that doubles it -- has the
+ * reserver get the pages of the copy that rebuild will most likely write. */
+static void index_ahead(Core *c, const Index *x, int64_t used) {
+    int64_t level = (x->index >> 1) + 1, from, to;
+    if (x->slots < 4 * AHEAD_MIN_ROWS || 8 * used != 3 * x->slots || level >= c->index_levels) return;
+    Index next = index_copy(c, 2 * level + ((x->index & 1) ^ 1));
+    index_pages(c, &next, &from, &to);
+    reserve_ahead(c, from, to);
 }
 
 /* Section "rebuild": a new index holding every key whose row is not idle, in the copy
@@ -804,28 +981,46 @@ static int reserve_index(Core *c, const Index *x) {
  * Caller holds LOCK_KEYS. Order: dropped rows are unpublished (negative generation, under
  * their row locks) first, so no writer counts into a key the new index forgets; the new
  * index is published with one store; the free list is written last. A tear anywhere is
- * undone by the repair (repair_keys): it keeps the current index and frees unreferenced rows. */
+ * undone by the repair (repair_keys): it keeps the current index and frees unreferenced rows.
+ * Each key's row is read once, in the first pass (its lines fetched a few entries ahead):
+ * what that pass decides is kept in `fate`, which the later passes follow. Under LOCK_KEYS
+ * no row's generation changes but by this section's own stores, so the decision holds. */
+enum { FATE_NONE, FATE_KEEP, FATE_DROP };
+#define AHEAD 8                /* entries ahead whose rows (or new places) are fetched early */
+
 static int rebuild(Core *c, int64_t now) {
     Index cur, next;
     if (current_index(c, &cur) < 0) return -1;
     int64_t top = rows_top(c), kept = 0;
+    unsigned char *fate = PyMem_Calloc((size_t)cur.slots, 1);
+    if (fate == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     SECTION("rebuild");
     for (int64_t p = 0; p < cur.slots; p++) {  /* count, and drop the idle */
+        if (p + AHEAD < cur.slots) {
+            int64_t ahead = LOAD(ENT(&cur, p + AHEAD) + E_ROW);
+            if (ahead >= 0 && ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
+        }
         int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
         if (r < 0) continue;
         if (idle(c, r, now)) {
             int lock = row_lock(c, r);
             if (lock_take(c, lock) < 0) {
                 END_SECTION();
+                PyMem_Free(fate);
                 return -1;
             }
             if (idle(c, r, now) && live_row(c, e, top) == r) {
                 STORE(RGEN(ROW(c, r)), -LOAD(e + E_GEN));  /* writers caching it stop matching */
                 lock_give(c, lock);
+                fate[p] = FATE_DROP;
                 continue;
             }
             lock_give(c, lock);
         }
+        fate[p] = FATE_KEEP;
         kept++;
     }
     int64_t level = 0;
@@ -833,18 +1028,21 @@ static int rebuild(Core *c, int64_t now) {
     next = index_copy(c, 2 * level + ((cur.index & 1) ^ 1));
     if (reserve_index(c, &next) < 0) {  /* nothing published; the repair frees the dropped */
         END_SECTION();
+        PyMem_Free(fate);
         return -1;
     }
     STORE(intent_at(c, LOCK_KEYS), -1);
     memset(next.base, 0, (size_t)(next.slots * KEY_ENTRY_BYTES));
     FAILPOINT();
     for (int64_t p = 0; p < cur.slots; p++) {
-        int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
-        if (r < 0) continue;
+        if (p + AHEAD < cur.slots && fate[p + AHEAD] == FATE_KEEP)
+            __builtin_prefetch(ENT(&next, (uint64_t)LOAD(ENT(&cur, p + AHEAD) + E_HASH) & (uint64_t)(next.slots - 1)), 1);
+        if (fate[p] != FATE_KEEP) continue;
+        int64_t *e = ENT(&cur, p);
         PROBE(&next, (uint64_t)LOAD(e + E_HASH), q, i) {
             int64_t *f = ENT(&next, q);
             if (LOAD(f + E_GEN) != 0) continue;
-            STORE(f + E_ROW, r);
+            STORE(f + E_ROW, LOAD(e + E_ROW));
             STORE(f + E_HASH, LOAD(e + E_HASH));
             STORE(f + E_GEN, LOAD(e + E_GEN));
             break;
@@ -856,10 +1054,9 @@ static int rebuild(Core *c, int64_t now) {
     STORE(KEYWORD(c, INDEX_OFF), next.index);  /* published */
     int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
     for (int64_t p = 0; p < cur.slots; p++) {  /* the dropped rows: negative, named by cur */
+        if (fate[p] != FATE_DROP) continue;
         int64_t *e = ENT(&cur, p), g = LOAD(e + E_GEN), r = LOAD(e + E_ROW);
-        if (g <= 0 || LOAD(e + E_HASH) == 0 || r < 0 || r >= top) continue;
         char *row = ROW(c, r);
-        if (LOAD(RGEN(row)) != -g) continue;
         STORE(RHASH(row), 0);
         STORE(RLAST(row), head);
         STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
@@ -867,6 +1064,7 @@ static int rebuild(Core *c, int64_t now) {
     }
     STORE(KEYWORD(c, FREE_HEAD_OFF), head);
     END_SECTION();
+    PyMem_Free(fate);
     return 0;
 }
 
@@ -987,10 +1185,31 @@ typedef struct CacheEntry {
     int32_t slot, gen;  /* gen 0: stale, look the key up again */
 } CacheEntry;
 
+/* Memory for the cache's arrays. Large ones are mapped on their own and marked for huge
+ * pages: a probe at a random place then rarely misses the TLB (a page walk is dear, most of
+ * all under a VM's nested paging). */
+#define HUGE_MIN (2LL << 20)
+static void *cache_alloc(size_t bytes) {
+    if ((int64_t)bytes < HUGE_MIN) return PyMem_Malloc(bytes);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+static void cache_free(void *p, size_t bytes) {
+    if (p == NULL) return;
+    if ((int64_t)bytes < HUGE_MIN) PyMem_Free(p);
+    else munmap(p, bytes);
+}
+#define INDEX_BYTES(c) ((size_t)((c)->cache_mask + 1) * sizeof(int32_t))
+#define ENTRIES_BYTES(c) ((size_t)(c)->cache_room * sizeof(CacheEntry))
+
 static void cache_drop(Core *c) {
     for (int64_t i = 0; i < c->cache_used; i++) Py_DECREF(c->cache[i].key);
-    PyMem_Free(c->cache);
-    PyMem_Free(c->cache_index);
+    cache_free(c->cache, ENTRIES_BYTES(c));
+    cache_free(c->cache_index, INDEX_BYTES(c));
     c->cache = NULL;
     c->cache_index = NULL;
     c->cache_mask = -1;
@@ -1024,18 +1243,20 @@ static CacheEntry *cache_get(Core *c, PyObject *key) {
 static int cache_grow(Core *c) {
     if (c->cache_used == c->cache_room) {
         int64_t room = c->cache_room ? 2 * c->cache_room : 32;
-        CacheEntry *more = PyMem_Realloc(c->cache, (size_t)room * sizeof(CacheEntry));
+        CacheEntry *more = cache_alloc((size_t)room * sizeof(CacheEntry));
         if (more == NULL) return -1;
+        if (c->cache_used > 0) memcpy(more, c->cache, (size_t)c->cache_used * sizeof(CacheEntry));
+        cache_free(c->cache, ENTRIES_BYTES(c));
         c->cache = more;
         c->cache_room = room;
     }
     /* keep the index at most a quarter full: a miss (every new key) then rarely reads an entry */
     if (4 * (c->cache_used + 1) > c->cache_mask + 1) {
         int64_t size = c->cache_mask < 0 ? 64 : 2 * (c->cache_mask + 1);
-        int32_t *index = PyMem_Malloc((size_t)size * sizeof(int32_t));
+        int32_t *index = cache_alloc((size_t)size * sizeof(int32_t));
         if (index == NULL) return -1;
         memset(index, 0xff, (size_t)size * sizeof(int32_t));
-        PyMem_Free(c->cache_index);
+        cache_free(c->cache_index, c->cache_index ? INDEX_BYTES(c) : 0);
         c->cache_index = index;
         c->cache_mask = size - 1;
         for (int64_t j = 0; j < c->cache_used; j++) {
@@ -1161,6 +1382,7 @@ static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, i
             continue;
         }
         g = assign(c, &x, p, place, r, from_free, k, now);
+        if (place == PLACE_NEW) index_ahead(c, &x, LOAD(KEYWORD(c, INDEX_USED_OFF)));
         lock_give(c, LOCK_KEYS);
         remember(c, key, r, g);
         *slot = r;
@@ -2301,6 +2523,14 @@ static PyObject *failpoint(PyObject *Py_UNUSED(m), PyObject *args) {
 
 static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return PyBool_FromLong(fp_fired); }
 
+/* This process's reserver so far (tests and benchmarks): jobs posted, done, used. */
+static PyObject *reserver_counts(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) {
+    pthread_mutex_lock(&jobs_mu);
+    PyObject *v = Py_BuildValue("{sLsLsL}", "posted", jobs_posted, "done", jobs_done, "used", jobs_used);
+    pthread_mutex_unlock(&jobs_mu);
+    return v;
+}
+
 static PyMethodDef module_methods[] = {
     {"set_errors", set_errors, METH_VARARGS, "set_errors(closed, timeout, corrupt, full, field, space)"},
     {"init_locks", init_locks, METH_VARARGS, "init_locks(buffer, offset, count): robust mutexes"},
@@ -2308,6 +2538,8 @@ static PyMethodDef module_methods[] = {
     {"failpoint", failpoint, METH_VARARGS,
      "failpoint(section, n, signal): test only -- raise signal after the n-th store of section"},
     {"failpoint_fired", failpoint_fired, METH_NOARGS, "did the armed fail point fire?"},
+    {"reserver_counts", reserver_counts, METH_NOARGS,
+     "this process's row reserver: {'posted', 'done', 'used'} jobs (see 'the reserver')"},
     {NULL},
 };
 
