@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,10 +80,10 @@ def _limit_holds_across_workers(server: Server, prefix: str) -> None:
     assert statuses == {200: 5, 429: 7}, server.output()
     (segment,) = _segments(prefix)  # the one limit: <prefix>.moving.5.1m
     assert segment == f"{prefix}.moving.5.1m"
-    for _ in range(10):
-        if len(attached(segment).pids) >= 2:
-            break
+    deadline = time.monotonic() + 30  # a worker still importing its app accepts nothing yet
+    while len(attached(segment).pids) < 2 and time.monotonic() < deadline:
         assert hammer(server.port, 12, "/login")[0] == {429: 12}, server.output()
+        time.sleep(0.05)
     assert len(attached(segment).pids) >= 2, "one worker answered every request"
 
 
