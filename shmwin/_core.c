@@ -626,7 +626,7 @@ static void reserve_ahead(Core *c, int64_t from, int64_t to) {
         if (start_thread(reserver_main) != 0) goto out;
         reserver_started = 1;
     }
-    int fd = dup(c->fd);
+    int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);  /* the reserver's own, never inherited by an exec */
     if (fd < 0) goto out;
     *j = (Job){JOB_POSTED, 0, c, fd, c->base + from, from, to};
     jobs_posted++;
