@@ -93,6 +93,14 @@ def may_wrap(values: npt.NDArray[Any]) -> bool:
     return bool(largest < 0 or largest > INT64_MAX // values.size)
 
 
+def may_wrap_where(values: npt.NDArray[Any], where: npt.NDArray[np.bool_]) -> bool:
+    """As :func:`may_wrap`, for the values ``where`` selects (no temporary array)."""
+    if values.dtype != np.int64 or values.size < 2:
+        return False
+    largest = max(int(values.max(where=where, initial=0)), -int(values.min(where=where, initial=0)))
+    return largest > INT64_MAX // values.size
+
+
 def exact(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``values`` ready to be summed without wrapping: as Python ints when int64 might wrap."""
     return values.astype(object) if may_wrap(values) else values
