@@ -539,10 +539,11 @@ static int keeper(int op, pthread_mutex_t *m) {
 /* ---- the reserver: the kernel's part of a growing table, done ahead ------------------- *
  * A page of /dev/shm that a segment has not used yet costs microseconds to get (allocated,
  * zeroed, charged to the cgroup, mapped): on a VM, more than all the rest of a new key's
- * first hit. So a large table has this process's reserver thread get the pages it will
- * need next -- the next chunk of rows as soon as one is reserved, and the next index copy
- * when the index is 3/8 full -- with posix_fallocate, then MADV_POPULATE_WRITE, while the
- * keys fill what it has. The reserver writes no byte of the segment and no shared word: it
+ * first hit. So a large table has this process's reserver thread get the pages of its next
+ * chunk of rows as soon as one is reserved -- posix_fallocate, then MADV_POPULATE_WRITE --
+ * while the keys fill this one. (The next index copy is not fetched ahead: which level a
+ * rebuild writes depends on how many keys went idle, and a copy got for nothing would stay
+ * held; measured, it gained nothing either.) The reserver writes no byte of the segment and no shared word: it
  * is a prefetch of kernel work, and a crash anywhere in it leaves only allocated pages that
  * a later reserve covers anyway. When the table reaches those pages, the foreground
  * reserves them without a syscall if the reserver got exactly them; otherwise (not done
@@ -589,8 +590,8 @@ static void *reserver_main(void *unused) {
                  posix_fallocate(fd, from, len) == 0;
         if (ok) (void)madvise(addr, (size_t)len, MADV_POPULATE_WRITE_OR_NONE);
         pthread_mutex_lock(&jobs_mu);
+        j->fd = -1;  /* first: a fork's child never closes a number reused meanwhile */
         close(fd);
-        j->fd = -1;
         j->ok = ok;
         jobs_done += ok;
         j->state = JOB_DONE;
@@ -955,25 +956,21 @@ static void index_pages(Core *c, const Index *x, int64_t *lo, int64_t *hi) {
     *lo -= *lo % 4096;
 }
 
-/* Reserve the memory of an index copy before writing it, unless the reserver already did. */
+/* Reserve the memory of an index copy before writing it. */
 static int reserve_index(Core *c, const Index *x) {
     int64_t from, to;
     index_pages(c, x, &from, &to);
-    if (reserved_ahead(c, from, to)) return 0;
     int err = posix_fallocate(c->fd, from, to - from);
     if (err != 0) return space_error(c, err, "a larger key index");
     (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);  /* as rows */
     return 0;
 }
 
-/* A large index at 3/8 full -- 3/4 of the way to the rebuild that doubles it -- has the
- * reserver get the pages of the copy that rebuild will most likely write. */
-static void index_ahead(Core *c, const Index *x, int64_t used) {
-    int64_t level = (x->index >> 1) + 1, from, to;
-    if (x->slots < 4 * AHEAD_MIN_ROWS || 8 * used != 3 * x->slots || level >= c->index_levels) return;
-    Index next = index_copy(c, 2 * level + ((x->index & 1) ^ 1));
-    index_pages(c, &next, &from, &to);
-    reserve_ahead(c, from, to);
+/* The index level a rebuild keeping `kept` keys writes: a load of at most 1/4. */
+static int64_t level_for(Core *c, int64_t kept) {
+    int64_t level = 0;
+    while (level + 1 < c->index_levels && (c->key_slots << level) < 4 * (kept + 1)) level++;
+    return level;
 }
 
 /* Section "rebuild": a new index holding every key whose row is not idle, in the copy
@@ -981,12 +978,35 @@ static void index_ahead(Core *c, const Index *x, int64_t used) {
  * Caller holds LOCK_KEYS. Order: dropped rows are unpublished (negative generation, under
  * their row locks) first, so no writer counts into a key the new index forgets; the new
  * index is published with one store; the free list is written last. A tear anywhere is
- * undone by the repair (repair_keys): it keeps the current index and frees unreferenced rows.
+ * undone by the repair (repair_keys): it keeps the current index and frees unreferenced rows;
+ * a failure midway finishes the drops in the current index (drop_marked).
  * Each key's row is read once, in the first pass (its lines fetched a few entries ahead):
  * what that pass decides is kept in `fate`, which the later passes follow. Under LOCK_KEYS
  * no row's generation changes but by this section's own stores, so the decision holds. */
 enum { FATE_NONE, FATE_KEEP, FATE_DROP };
 #define AHEAD 8                /* entries ahead whose rows (or new places) are fetched early */
+
+/* A rebuild that fails (a row lock timed out, no room for the new index) after unpublishing
+ * idle rows finishes dropping them from the current index instead: each entry becomes a
+ * tombstone, as clear() leaves, and its row goes to the free list. Nothing counted is lost
+ * (they were idle) and no row is left unpublished yet named. Entries before `upto` only. */
+static void drop_marked(Core *c, Index *cur, const unsigned char *fate, int64_t upto) {
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), keys = LOAD(KEYWORD(c, KEYS_OFF));
+    for (int64_t p = 0; p < upto; p++) {
+        if (fate[p] != FATE_DROP) continue;
+        int64_t *e = ENT(cur, p), g = LOAD(e + E_GEN), r = LOAD(e + E_ROW);
+        char *row = ROW(c, r);
+        STORE(e + E_HASH, 0);
+        STORE(e + E_GEN, g + 1);  /* a tombstone: probing goes on past it */
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
+        head = r + 1;
+        keys--;
+    }
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    STORE(KEYWORD(c, KEYS_OFF), keys > 0 ? keys : 0);
+}
 
 static int rebuild(Core *c, int64_t now) {
     Index cur, next;
@@ -1008,6 +1028,7 @@ static int rebuild(Core *c, int64_t now) {
         if (idle(c, r, now)) {
             int lock = row_lock(c, r);
             if (lock_take(c, lock) < 0) {
+                drop_marked(c, &cur, fate, p);
                 END_SECTION();
                 PyMem_Free(fate);
                 return -1;
@@ -1023,10 +1044,9 @@ static int rebuild(Core *c, int64_t now) {
         fate[p] = FATE_KEEP;
         kept++;
     }
-    int64_t level = 0;
-    while (level + 1 < c->index_levels && (c->key_slots << level) < 4 * (kept + 1)) level++;
-    next = index_copy(c, 2 * level + ((cur.index & 1) ^ 1));
-    if (reserve_index(c, &next) < 0) {  /* nothing published; the repair frees the dropped */
+    next = index_copy(c, 2 * level_for(c, kept) + ((cur.index & 1) ^ 1));
+    if (reserve_index(c, &next) < 0) {  /* nothing published */
+        drop_marked(c, &cur, fate, cur.slots);
         END_SECTION();
         PyMem_Free(fate);
         return -1;
@@ -1382,7 +1402,6 @@ static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, i
             continue;
         }
         g = assign(c, &x, p, place, r, from_free, k, now);
-        if (place == PLACE_NEW) index_ahead(c, &x, LOAD(KEYWORD(c, INDEX_USED_OFF)));
         lock_give(c, LOCK_KEYS);
         remember(c, key, r, g);
         *slot = r;
@@ -2317,7 +2336,7 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
                                      &c->on_full, &clock, &fields, &claim, &c->index_levels, &c->fd))
         return -1;
     if (!c->keyed) c->fd = -1;  /* only a keyed table grows */
-    else if (c->fd < 0 || (c->fd = dup(c->fd)) < 0) {  /* our own: we close it */
+    else if (c->fd < 0 || (c->fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0)) < 0) {  /* our own (we close it), never an exec's */
         PyErr_SetString(PyExc_ValueError, "Core: a keyed window needs the segment's file descriptor");
         c->fd = -1;
         return -1;
