@@ -33,6 +33,9 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     136  8    u64       rows_off        offset of row 0
     144  8    u64       row_bytes       bytes per row (a multiple of 64)
     152  16   bytes     hash_key        random SipHash-1-3 key of the key table (per segment)
+    168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
+                                        window or limiter; 1 = "fixed-starts", the start records
+                                        of limits' fixed windows (bookkeeping: not summed by the tools)
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -131,7 +134,7 @@ from .duration import format_ns
 from .errors import CorruptSegmentError, IncompatibleVersionError
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # 4: the role word (offset 168)
 HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024
 LOCK_BYTES = 64
@@ -173,8 +176,9 @@ FIRST_KEY_LOCK = 2
 DTYPES = ("int64", "float64")
 MODES = ("striped", "locked")
 KINDS = ("window", "limiter")
+ROLES = ("", "fixed-starts")  # the header's role word; "" = a plain window or limiter
 
-_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q 16s")
+_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q 16s I")
 _RING = struct.Struct("<qIIq")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -223,6 +227,7 @@ class Geometry:
     n_stripes: int = 64
     capacity: int = 0
     kind: str = "window"
+    role: str = ""  # ROLES: what shmwin made it for, when the tools must know ("" = plain)
 
     def __post_init__(self) -> None:
         _check_geometry(self)
@@ -284,6 +289,8 @@ class Geometry:
             parts.append(f"capacity={self.capacity}")
         if self.kind != "window":
             parts.append(f"kind={self.kind}")
+        if self.role:
+            parts.append(f"role={self.role}")
         return " ".join(parts)
 
 
@@ -314,6 +321,8 @@ def _check_geometry(g: Geometry) -> None:
         raise ValueError(f"mode must be one of {MODES}, not {g.mode!r}")
     if g.kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {g.kind!r}")
+    if g.role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, not {g.role!r}")
     if not 0 <= g.capacity <= MAX_CAPACITY:
         raise ValueError(f"capacity must be 0..{MAX_CAPACITY}, not {g.capacity}")
     if g.mode == "striped" and not 1 <= g.n_stripes <= MAX_STRIPES:
@@ -419,6 +428,7 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         g.n_stripes, g.n_locks, g.capacity, g.key_slots, CLOCKS.index(meta.clock),
         meta.creator_pid, meta.created_real_ns, meta.created_mono_ns, meta.boot_id,
         lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes, meta.hash_key,
+        ROLES.index(g.role),
     )  # fmt: skip
     struct.pack_into("<I", page, 24, zlib.crc32(page[CRC_START:CRC_END]))
     return bytes(page)
@@ -434,7 +444,7 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
      n_rings, kind, n_fields, dtype, mode, n_stripes, n_locks, capacity, key_slots, clock,
      pid, real_ns, mono_ns, boot_id,
      locks_off, stripes_off, keys_off, rows_off, row_bytes,
-     hash_key) = _FIXED.unpack_from(page, 0)  # fmt: skip
+     hash_key, role) = _FIXED.unpack_from(page, 0)  # fmt: skip
     if magic != MAGIC:
         raise CorruptSegmentError(f"not a shmwin segment (magic {magic!r})")
     if version != FORMAT_VERSION:
@@ -444,12 +454,13 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     if zlib.crc32(page[CRC_START:CRC_END]) != crc or header_bytes != HEADER_BYTES:
         raise CorruptSegmentError("segment header is corrupt (checksum mismatch)")
     if (dtype >= len(DTYPES) or mode >= len(MODES) or kind >= len(KINDS) or clock >= len(CLOCKS)
+            or role >= len(ROLES)
             or not 1 <= n_fields <= MAX_FIELDS or not 1 <= n_rings <= MAX_RINGS):  # fmt: skip
         raise CorruptSegmentError("segment header names an unknown dtype, mode, kind or count")
     try:
         g = Geometry(
             _read_rings(page, n_rings), _read_fields(page, n_fields),
-            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind],
+            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role],
         )  # fmt: skip
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc

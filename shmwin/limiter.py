@@ -35,6 +35,7 @@ from .duration import NS_PER_S
 from .errors import BackendUnavailableError
 from .geometry import DEFAULT_BUCKETS, limiter_geometry
 from .keys import Key
+from .layout import Geometry
 from .policy import ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
 from .rate import LimitStats, Rate, parse_many
 from .window import Window
@@ -106,6 +107,14 @@ class Limiter:
         )  # fmt: skip
         self = cls.__new__(cls)
         self._bind(opened, clock, on_full, on_error)
+        return self
+
+    @classmethod
+    def _open_geometry(cls, name: str, want: Geometry, *, clock: Clock | None = None) -> Limiter:
+        """Create or attach a shared-memory limiter of exactly ``want`` (a limiter geometry,
+        e.g. one with a ``role`` for the tools): shmwin's own bookkeeping segments."""
+        self = cls.__new__(cls)
+        self._bind(backends.open_limiter(name, want, clock=clock), clock, "raise", "raise")
         return self
 
     def _bind(

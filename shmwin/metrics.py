@@ -26,7 +26,7 @@ from . import owners
 from .duration import NS_PER_S, format_ns
 from .errors import GeometryMismatchError, ShmwinError
 from .rate import Rate
-from .roles import role_of, role_view
+from .roles import UNSUMMED, role_of, role_view
 from .segment import PREFIX, SHM_DIR, names, namespace, path_of
 
 GLOB_CHARS = "*?["
@@ -138,29 +138,35 @@ def info(name: str) -> Info:
     except (ShmwinError, OSError) as exc:
         return Info(name, nbytes=_file_size(name), error=f"{type(exc).__name__}: {exc}")
     try:
-        g, now_ns = w.geometry, time.monotonic_ns()  # creation times are monotonic, always
-        live = [o for o in w.stripe_owners() if o[2]]
-        return Info(
-            name=name,
-            kind=g.kind,
-            role=role_of(w),
-            fields=list(g.fields),
-            resolutions=ring_labels(w),
-            rates=[str(r) for r in limiter_rates(w)],
-            mode=g.mode,
-            nbytes=w.nbytes,
-            keys=len(w.keys()) if g.keyed else None,
-            capacity=g.capacity or None,
-            stripes_in_use=len(live) if g.mode == "striped" else None,
-            stripes=g.n_stripes if g.mode == "striped" else None,
-            creator_pid=w.meta.creator_pid,
-            creator_alive=owners.pid_alive(w.meta.creator_pid),
-            age_s=(now_ns - w.meta.created_mono_ns) / NS_PER_S,
-            idle_s=_idle_s(w, clock_of(w)()),
-            span_s=g.span_ns / NS_PER_S,
-        )
+        return _info(name, w)
+    except (ShmwinError, OSError, ValueError, OverflowError) as exc:  # junk met while reading
+        return Info(name, nbytes=_file_size(name), error=f"{type(exc).__name__}: {exc}")
     finally:
         w.close()
+
+
+def _info(name: str, w: Any) -> Info:
+    g, now_ns = w.geometry, time.monotonic_ns()  # creation times are monotonic, always
+    live = [o for o in w.stripe_owners() if o[2]]
+    return Info(
+        name=name,
+        kind=g.kind,
+        role=role_of(w),
+        fields=list(g.fields),
+        resolutions=ring_labels(w),
+        rates=[str(r) for r in limiter_rates(w)],
+        mode=g.mode,
+        nbytes=w.nbytes,
+        keys=len(w.keys()) if g.keyed else None,
+        capacity=g.capacity or None,
+        stripes_in_use=len(live) if g.mode == "striped" else None,
+        stripes=g.n_stripes if g.mode == "striped" else None,
+        creator_pid=w.meta.creator_pid,
+        creator_alive=owners.pid_alive(w.meta.creator_pid),
+        age_s=(now_ns - w.meta.created_mono_ns) / NS_PER_S,
+        idle_s=_idle_s(w, clock_of(w)()),
+        span_s=g.span_ns / NS_PER_S,
+    )
 
 
 def infos(selected: Iterable[str] | None = None, who: bool = True) -> list[Info]:
@@ -292,6 +298,9 @@ def snapshot(
     role = out["role"] = role_of(w)
     if role is not None:
         out[role] = role_view(w, role, cpu)
+    if role in UNSUMMED:  # bookkeeping whose values are not counts: nothing to add up
+        out["resolutions"] = []
+        return out
     rows = []
     for i in [ring_for(w, last)] if last else range(len(g.rings)):
         row: dict[str, Any] = {"resolution": labels[i], "last": last or labels[i].partition("/")[0]}

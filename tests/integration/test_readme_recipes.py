@@ -134,36 +134,65 @@ def _samples(text: str, window: str) -> dict[str, float]:
     return found
 
 
-def test_prometheus_in_the_gunicorn_app_and_shmwin_export(make_name, tmp_path):
+STRATEGY_LINE = '    strategy="moving-window",  # exact, as on memory://; "fixed-window" is the default\n'
+
+
+@pytest.mark.parametrize("strategy", ["moving-window", "fixed-window"])
+def test_prometheus_in_the_gunicorn_app_and_shmwin_export(make_name, tmp_path, strategy):
+    """The README's recipe as written (moving window), and with its ``strategy=`` line taken
+    out: Flask-Limiter's default, the fixed window, whose counts every tool must read too."""
     pytest.importorskip("flask_limiter")
     pytest.importorskip("prometheus_client")
     prefix, port = make_name("app"), free_port()
     files = {"app.py": ["flask-app", "flask-metrics"], "gunicorn.conf.py": ["gunicorn-conf"]}
-    server = _gunicorn(_app_dir(tmp_path, prefix, port, files), port, tmp_path)
-    window = f"{prefix}.moving.5.1m"
+    app_dir = _app_dir(tmp_path, prefix, port, files)
+    if strategy == "fixed-window":
+        app = (app_dir / "app.py").read_text()
+        assert STRATEGY_LINE in app
+        (app_dir / "app.py").write_text(app.replace(STRATEGY_LINE, ""))
+    server = _gunicorn(app_dir, port, tmp_path)
+    # limits' fixed window counts every request (12), its moving window the admitted ones (5)
+    moving = strategy == "moving-window"
+    window, value = (f"{prefix}.moving.5.1m", 5) if moving else (f"{prefix}.fixed.1m", 12)
     try:
         assert hammer(server.port, 12, "/login")[0] == {200: 5, 429: 7}
         for _ in range(4):  # whichever worker answers, the same numbers
             status, text = get(port, "/metrics")
-            assert status == 200
+            assert status == 200, text
             seen = _samples(text, window)
-            assert seen["shmwin_window_value"] == 5 and seen["shmwin_limiter_limit"] == 5, text
+            assert seen["shmwin_window_value"] == value, text
+            assert seen.get("shmwin_limiter_limit") == (5 if moving else None)
             assert seen["shmwin_window_keys"] == 1 and seen["shmwin_window_readable"] == 1
+        assert not [line for line in text.splitlines()
+                    if line.startswith("shmwin_window_readable") and line.endswith(" 0.0")], text
         promtool_check(text)
+        shown = subprocess.run([sys.executable, "-m", "shmwin", "show", f"{prefix}.*"], env=_cli_env(),
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert shown.returncode == 0 and not shown.stderr, shown
+        assert re.search(rf"^{re.escape(window)} \(", shown.stdout, re.M), shown.stdout
+        assert re.search(rf"^\s+hits\s+{value}\s", shown.stdout, re.M), shown.stdout
         textfile = tmp_path / "textfile"
         textfile.mkdir()
         export = recipes()["textfile-export"].replace("myapp", prefix)
         export = export.replace("/var/lib/node_exporter/textfile", str(textfile))
-        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                   PYTHONPATH=str(ROOT))  # fmt: skip
-        subprocess.run(["bash", "-ec", export], env=env, check=True, timeout=60)
+        subprocess.run(["bash", "-ec", export], env=_cli_env(), check=True, timeout=60)
         assert sorted(p.name for p in textfile.iterdir()) == ["shmwin.prom"]
         exported = (textfile / "shmwin.prom").read_text()
         promtool_check(exported)
-        assert _samples(exported, window)["shmwin_window_value"] == 5
+        assert _samples(exported, window)["shmwin_window_value"] == value
+        as_json = subprocess.run([sys.executable, "-m", "shmwin", "export", f"{prefix}.*"], env=_cli_env(),
+                                 capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        (snap,) = [s for s in json.loads(as_json.stdout) if s["name"] == window]
+        assert snap["resolutions"][0]["totals"]["hits"] == value
     finally:
         assert server.stop() == 0
     assert _segments(prefix) == []
+
+
+def _cli_env() -> dict[str, str]:
+    """The environment for the shmwin command and the README's shell snippets."""
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                PYTHONPATH=str(ROOT))  # fmt: skip
 
 
 def test_the_container_snippets_give_dev_shm_its_size():

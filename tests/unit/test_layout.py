@@ -1,6 +1,7 @@
 """The binary format: offsets asserted against the table in layout.py."""
 
 import struct
+import zlib
 
 import pytest
 
@@ -15,7 +16,7 @@ META = Meta(1234, 5, 6, b"B" * 16, b"K" * 16)
 
 
 def test_fixed_header_part_matches_the_table():
-    assert layout._FIXED.size == 168
+    assert layout._FIXED.size == 172
     page = layout.pack_header(G, Layout.plan(G), META)
     assert len(page) == layout.HEADER_BYTES == 4096
     assert page[0:8] == b"\0" * 8  # magic left for the creator to write last
@@ -32,8 +33,25 @@ def test_fixed_header_part_matches_the_table():
         lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
     )  # fmt: skip
     assert page[152:168] == b"K" * 16  # the key table's hash key
+    assert u32(168) == 0  # role: a plain window
     assert page[256:258] == b"ok" and page[288:293] == b"error"
     assert i64(768) == 1_000_000_000 and u32(776) == 60 and i64(784) == 0  # ring 0: width, count, limit"
+
+
+def test_the_role_word_round_trips_and_junk_there_is_refused():
+    g = Geometry((Ring(7, 3, limit=5),), ("hits",), mode="locked", n_stripes=0, capacity=10,
+                 kind="limiter", role="fixed-starts")  # fmt: skip
+    lay = Layout.plan(g)
+    page = bytearray(layout.pack_header(g, lay, META))
+    assert struct.unpack_from("<I", page, 168)[0] == layout.ROLES.index("fixed-starts") == 1
+    page[0:8] = layout.MAGIC
+    assert layout.unpack_header(bytes(page), lay.total_bytes)[0] == g
+    struct.pack_into("<I", page, 168, len(layout.ROLES))  # an unknown role, checksum fixed up
+    struct.pack_into("<I", page, 24, zlib.crc32(page[32:1024]))
+    with pytest.raises(CorruptSegmentError, match="unknown"):
+        layout.unpack_header(bytes(page), lay.total_bytes)
+    with pytest.raises(ValueError, match="role"):
+        Geometry((Ring(7, 3),), ("a",), role="breaker?")
 
 
 def test_everything_is_cache_line_aligned():
