@@ -128,8 +128,11 @@ static void fp_fire(void) {
 static uint64_t fork_gen = 1;  /* bumped in a forked child: stripes are per process */
 static void keeper_after_fork(void);
 static void reserver_after_fork(void);
+static int64_t read_timens_offset(void);
+static int64_t timens_offset_ns;
 static void after_fork_child(void) {
     fork_gen++;
+    timens_offset_ns = read_timens_offset();
     keeper_after_fork();
     reserver_after_fork();
 }
@@ -156,6 +159,37 @@ static int64_t mono_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
 }
+
+/* A process in a time namespace (a container started with one, a CRIU restore) reads
+ * CLOCK_MONOTONIC shifted by its namespace's offset, so two processes of one host could
+ * stamp one window with clocks seconds apart. Every time a segment holds is the host's
+ * (the initial namespace's): this process's offset, from /proc/self/timens_offsets
+ * ("monotonic <s> <ns>"), is taken off. Read at import and again in a forked child (whose
+ * namespace may be new); open/read/close are async-signal-safe. 0 without the file. */
+static int64_t timens_offset_ns = 0;
+
+static int64_t read_timens_offset(void) {
+    char buf[256];
+    int fd = open("/proc/self/timens_offsets", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *line = buf;
+    while (line != NULL) {
+        long long s, ns;  /* offsets are bounded (|s| < 2**31): no overflow below */
+        if (strncmp(line, "monotonic", 9) == 0 && sscanf(line + 9, "%lld %lld", &s, &ns) == 2 &&
+            s > -(1LL << 31) && s < (1LL << 31) && ns >= 0 && ns < NS)
+            return (int64_t)s * NS + ns;
+        line = strchr(line, '\n');
+        if (line != NULL) line++;
+    }
+    return 0;
+}
+
+/* The host's monotonic time: what every time a segment holds is read on. */
+static int64_t host_mono_ns(void) { return mono_ns() - timens_offset_ns; }
 
 /* ---- SipHash-1-3 with the segment's secret key: key hashes callers cannot aim ------ */
 
@@ -291,7 +325,7 @@ static int still_open(Core *c) {  /* after anything that may have run other thre
  * adds to the newer bucket of its slot instead of rolling it back). */
 static int now_ns(Core *c, int64_t *now) {
     if (c->clock == NULL) {
-        *now = mono_ns();
+        *now = host_mono_ns();
         return 0;
     }
     PyObject *v = PyObject_CallNoArgs(c->clock);
@@ -696,7 +730,7 @@ static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
         if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
         STORE(e + 1, start);
         STORE(e + 2, owner);
-        STORE(e + 3, mono_ns());
+        STORE(e + 3, host_mono_ns());
         STORE(e, owner);
         END_SECTION();
         *row = r;
@@ -2542,6 +2576,11 @@ static PyObject *failpoint(PyObject *Py_UNUSED(m), PyObject *args) {
 
 static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return PyBool_FromLong(fp_fired); }
 
+/* The offset this process's CLOCK_MONOTONIC is read with (its time namespace's), in ns. */
+static PyObject *timens_offset(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) {
+    return PyLong_FromLongLong(timens_offset_ns);
+}
+
 /* This process's reserver so far (tests and benchmarks): jobs posted, done, used. */
 static PyObject *reserver_counts(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) {
     pthread_mutex_lock(&jobs_mu);
@@ -2557,6 +2596,8 @@ static PyMethodDef module_methods[] = {
     {"failpoint", failpoint, METH_VARARGS,
      "failpoint(section, n, signal): test only -- raise signal after the n-th store of section"},
     {"failpoint_fired", failpoint_fired, METH_NOARGS, "did the armed fail point fire?"},
+    {"timens_offset", timens_offset, METH_NOARGS,
+     "timens_offset(): ns this process's CLOCK_MONOTONIC is ahead of the host's (time namespace)"},
     {"reserver_counts", reserver_counts, METH_NOARGS,
      "this process's row reserver: {'posted', 'done', 'used'} jobs (see 'the reserver')"},
     {NULL},
@@ -2569,6 +2610,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     PyObject *m;
     if (PyType_Ready(&CoreType) < 0 || (m = PyModule_Create(&module)) == NULL) return NULL;
     pthread_atfork(NULL, NULL, after_fork_child);
+    timens_offset_ns = read_timens_offset();
     const char *env = getenv("SHMWIN_FAILPOINT");  /* "section:n:signal", for child processes */
     if (env && *env) {
         char section[32];

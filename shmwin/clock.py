@@ -1,9 +1,12 @@
 """Clocks: callables that return monotonic nanoseconds.
 
-The default is :func:`time.monotonic_ns` -- CLOCK_MONOTONIC is one clock for the
-whole host, never steps with NTP, and restarts at boot exactly when ``/dev/shm``
-is emptied. :class:`ManualClock` lets tests drive time by hand, within one
-process or, backed by a file, across unrelated processes.
+The default is the host's CLOCK_MONOTONIC (:func:`host_clock`) -- one clock for the
+whole host, never stepped by NTP, restarted at boot exactly when ``/dev/shm`` is
+emptied. A process in a time namespace (a container started with one, a CRIU restore)
+reads it shifted by its namespace's offset; shmwin takes that offset off, as the native
+core does, so every process of a host stamps a window with the same clock.
+:class:`ManualClock` lets tests drive time by hand, within one process or, backed by a
+file, across unrelated processes.
 """
 
 from __future__ import annotations
@@ -12,11 +15,50 @@ import asyncio
 import mmap
 import os
 import struct
+import time
 from collections.abc import Callable
 
 from .duration import NS_PER_S
 
 Clock = Callable[[], int]
+
+TIMENS_OFFSETS = "/proc/self/timens_offsets"
+
+
+def read_timens_offset_ns(path: str = TIMENS_OFFSETS) -> int:
+    """How far this process's CLOCK_MONOTONIC runs ahead of the host's (its time namespace's
+    ``monotonic`` offset), in ns; 0 outside a time namespace or without the file."""
+    try:
+        with open(path) as f:
+            for line in f:
+                kind, *value = line.split()
+                if kind == "monotonic" and len(value) == 2:
+                    return int(value[0]) * NS_PER_S + int(value[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+_timens_offset_ns = read_timens_offset_ns()
+
+
+def _after_fork() -> None:
+    global _timens_offset_ns  # a child may be in a new time namespace (unshare -T, then fork)
+    _timens_offset_ns = read_timens_offset_ns()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def host_monotonic_ns() -> int:
+    """CLOCK_MONOTONIC as the host reads it, whatever this process's time namespace."""
+    return time.monotonic_ns() - _timens_offset_ns
+
+
+def host_clock() -> Clock:
+    """The default clock: :func:`time.monotonic_ns` itself where no time namespace shifts it
+    (the usual case, and the cheapest call), else :func:`host_monotonic_ns`."""
+    return time.monotonic_ns if _timens_offset_ns == 0 else host_monotonic_ns
 
 _WORD = struct.Struct("<q")
 

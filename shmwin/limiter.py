@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING
 
 from . import backends
-from .clock import Clock
+from .clock import Clock, host_clock
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError
 from .geometry import DEFAULT_BUCKETS, limiter_geometry
@@ -125,7 +125,7 @@ class Limiter:
         self.rates: list[Rate] = opened.rates
         self.on_full, self.on_error = on_full, on_error
         self._clock_arg = clock
-        self._clock: Callable[[], int] = clock or time.monotonic_ns
+        self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
         self._window: Window | None = None

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import attached as _attached
 from . import owners
+from .clock import host_clock, host_monotonic_ns
 from .duration import NS_PER_S, format_ns
 from .errors import GeometryMismatchError, ShmwinError
 from .rate import Rate
@@ -88,7 +89,7 @@ def open_window(name: str, backend: str | None = None) -> Any:
 
     if backend is None:
         w = Window.attach(name, ready_timeout=0.5)
-        if clock_of(w) is time.monotonic_ns:
+        if clock_of(w) is not time.time_ns:
             return w
         w.close()  # written with the wall clock (limits' storages): read with it too
         return Window.attach(name, ready_timeout=0.5, clock=time.time_ns)
@@ -102,9 +103,10 @@ def open_window(name: str, backend: str | None = None) -> Any:
 
 def clock_of(w: Any) -> Callable[[], int]:
     """The clock a window's writers read, as its header says: ``time.time_ns`` for a segment
-    written with the wall clock (``shm://`` storages for limits), else ``time.monotonic_ns``."""
+    written with the wall clock (``shm://`` storages for limits), else the host's monotonic
+    clock (:func:`shmwin.clock.host_clock`)."""
     meta = getattr(w, "meta", None)  # Redis windows have none: the server's time
-    return time.time_ns if getattr(meta, "clock", "monotonic") == "wall" else time.monotonic_ns
+    return time.time_ns if getattr(meta, "clock", "monotonic") == "wall" else host_clock()
 
 
 def select(patterns: Iterable[str] | None, available: Iterable[str]) -> list[str]:
@@ -146,7 +148,7 @@ def info(name: str) -> Info:
 
 
 def _info(name: str, w: Any) -> Info:
-    g, now_ns = w.geometry, time.monotonic_ns()  # creation times are monotonic, always
+    g, now_ns = w.geometry, host_monotonic_ns()  # creation times are the host's monotonic, always
     live = [o for o in w.stripe_owners() if o[2]]
     return Info(
         name=name,

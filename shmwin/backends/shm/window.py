@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ... import layout, native, ring
-from ...clock import Clock
+from ...clock import Clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
     NotSupportedError,
@@ -172,7 +172,7 @@ class ShmWindow:
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name
         self._core = core
-        self._clock: Callable[[], int] = clock or time.monotonic_ns
+        self._clock: Callable[[], int] = clock or host_clock()
         # every view below holds an export of the mmap (numpy arrays through ``_raw``; a plain
         # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
         # the mapping alive, and close() then leaves the unmapping to the GC
@@ -432,7 +432,7 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
         lay = Layout.plan(g)
         # int(): a time-mocking library may have patched the clocks to return floats
         meta = Meta(
-            os.getpid(), int(time.time_ns()), int(time.monotonic_ns()), _boot_id(), os.urandom(16), clock_kind
+            os.getpid(), int(time.time_ns()), host_monotonic_ns(), _boot_id(), os.urandom(16), clock_kind
         )
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
