@@ -65,6 +65,7 @@
 #define FREE_HEAD_OFF 1072
 #define REBUILT_NS_OFF 1080
 #define EMPTY_EPOCH INT64_MIN
+#define MAX_NOW_NS (INT64_C(1) << 62)  /* the latest clock reading taken (clock.MAX_NOW_NS) */
 #define MAX_RINGS 8
 #define MAX_LOG_ENTRIES 4096   /* entries of a log ring (layout.MAX_LOG_ENTRIES) */
 #define MAX_PROBES 256
@@ -332,7 +333,7 @@ static int now_ns(Core *c, int64_t *now) {
     if (v == NULL) return -1;
     if (PyFloat_Check(v)) {  /* time-mocking libraries hand out floats */
         double d = PyFloat_AS_DOUBLE(v);
-        if (!(d >= 0 && d < 9.2e18)) {
+        if (!(d >= 0 && d < (double)MAX_NOW_NS)) {
             PyErr_Format(PyExc_ValueError, "the clock returned %R ns, not a time", v);
             Py_DECREF(v);
             return -1;
@@ -346,6 +347,11 @@ static int now_ns(Core *c, int64_t *now) {
     if (x == -1 && PyErr_Occurred()) return -1;
     if (x < 0) {
         PyErr_Format(PyExc_ValueError, "the clock returned %lld ns: monotonic time is never negative", x);
+        return -1;
+    }
+    if (x >= MAX_NOW_NS) {
+        PyErr_Format(PyExc_ValueError, "the clock returned %lld ns: shmwin takes 0 to 2**62 ns "
+                     "(146 years of uptime)", x);
         return -1;
     }
     *now = x;
@@ -795,13 +801,12 @@ typedef struct {
     uint64_t hash;
 } StoredKey;
 
-/* The bytes a key is stored as, and its hash: str -> UTF-8, bytes-like as is; long keys
- * keep a prefix and a 128-bit keyed digest of the whole. */
+/* The bytes a key is stored as, and its hash: str -> UTF-8, bytes as is (exactly those two
+ * types, as documented: a bytearray or memoryview could change under the key cache); long
+ * keys keep a prefix and a 128-bit keyed digest of the whole. */
 static int encode_key(Core *c, PyObject *key, StoredKey *k) {
-    Py_buffer view;
     const char *raw;
     Py_ssize_t len;
-    int have_view = 0;
     k->flags = 0;
     if (PyUnicode_Check(key)) {
         raw = PyUnicode_AsUTF8AndSize(key, &len);
@@ -810,11 +815,6 @@ static int encode_key(Core *c, PyObject *key, StoredKey *k) {
     } else if (PyBytes_Check(key)) {
         raw = PyBytes_AS_STRING(key);
         len = PyBytes_GET_SIZE(key);
-    } else if (PyObject_CheckBuffer(key) && !PyLong_Check(key)) {
-        if (PyObject_GetBuffer(key, &view, PyBUF_SIMPLE) < 0) return -1;
-        raw = view.buf;
-        len = view.len;
-        have_view = 1;
     } else {
         PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.100s", Py_TYPE(key)->tp_name);
         return -1;
@@ -832,7 +832,6 @@ static int encode_key(Core *c, PyObject *key, StoredKey *k) {
         k->len = MAX_STORED_KEY;
         k->flags |= FLAG_DIGEST;
     }
-    if (have_view) PyBuffer_Release(&view);
     uint64_t h = siphash13(c->hk0 ^ (uint64_t)k->flags, c->hk1, k->bytes, (size_t)k->len) >> 1;
     k->hash = h ? h : 1;  /* fits an i64, never 0: 0 marks an entry with no key */
     return 0;

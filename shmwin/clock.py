@@ -50,6 +50,31 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+# The latest reading a clock may give: 2**62 ns (146 years of uptime, or the wall clock's
+# year 2116). Above it a window's epoch maths (a reading plus whole periods) could pass
+# int64, and a key stamped with it would read as corrupt ever after; the native core
+# refuses such a reading the same way, before anything is written.
+MAX_NOW_NS = 1 << 62
+
+
+def checked_clock(clock: Clock) -> Clock:
+    """``clock`` for the Python readers: each reading an int in ``0 .. MAX_NOW_NS``, or a
+    ``ValueError`` (as the native core's writers say)."""
+
+    def now_ns() -> int:
+        value = clock()
+        if isinstance(value, float) and not 0 <= value < MAX_NOW_NS:
+            raise ValueError(f"the clock returned {value!r} ns, not a time shmwin can store")
+        reading = int(value)
+        if not 0 <= reading < MAX_NOW_NS:
+            raise ValueError(
+                f"the clock returned {reading} ns: shmwin takes 0 to 2**62 ns (146 years of uptime)"
+            )
+        return reading
+
+    return now_ns
+
+
 def host_monotonic_ns() -> int:
     """CLOCK_MONOTONIC as the host reads it, whatever this process's time namespace."""
     return time.monotonic_ns() - _timens_offset_ns

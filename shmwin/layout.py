@@ -160,6 +160,7 @@ MAX_FIELDS = 16
 FIELD_NAME_BYTES = 32
 MAX_RINGS = 8
 MAX_BUCKETS = 1_000_000
+MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): clock readings stop at 2**62
 MAX_LOG_ENTRIES = 4096  # entries of a log ring (_core.c's MAX_LOG_ENTRIES)
 RING_LOG = 1  # ring table flag
 CLOCKS = ("monotonic", "wall")
@@ -304,6 +305,8 @@ def _check_geometry(g: Geometry) -> None:
             raise ValueError(f"a log ring belongs to a limiter and keeps 1..{MAX_LOG_ENTRIES} times")
         if ring.bucket_ns <= 0:
             raise ValueError("bucket width must be positive")
+        if ring.bucket_ns * (ring.n_buckets + 2) > MAX_SPAN_NS:  # room for epoch maths past any reading
+            raise ValueError(f"a ring spans at most 2**60 ns (36 years), not {format_ns(ring.span_ns)}")
         if ring.limit < 0:
             raise ValueError("a limit cannot be negative")
     if not 1 <= len(g.fields) <= MAX_FIELDS:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ... import layout, native, ring
-from ...clock import Clock, host_clock, host_monotonic_ns
+from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
     NotSupportedError,
@@ -172,7 +172,7 @@ class ShmWindow:
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name
         self._core = core
-        self._clock: Callable[[], int] = clock or host_clock()
+        self._clock: Callable[[], int] = checked_clock(clock) if clock else host_clock()
         # every view below holds an export of the mmap (numpy arrays through ``_raw``; a plain
         # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
         # the mapping alive, and close() then leaves the unmapping to the GC
