@@ -77,7 +77,8 @@ def checked_clock(clock: Clock) -> Clock:
 
 def host_monotonic_ns() -> int:
     """CLOCK_MONOTONIC as the host reads it, whatever this process's time namespace."""
-    return time.monotonic_ns() - _timens_offset_ns
+    # int(): a time-mocking library may have patched the clock to return floats
+    return int(time.monotonic_ns()) - _timens_offset_ns
 
 
 def host_clock() -> Clock:
