@@ -88,7 +88,8 @@ def once(prefix: str, stop: int) -> list:
 
 
 def word(fd: int, offset: int, fmt: str = "<q") -> int:
-    return struct.unpack(fmt, os.pread(fd, struct.calcsize(fmt), offset))[0]
+    value = struct.unpack(fmt, os.pread(fd, struct.calcsize(fmt), offset))[0]
+    return value & 0xFFFFFFFF if offset in (INDEX, ROWS_TOP, ROWS_RESERVED) else value  # checked: value | tag << 32
 
 
 def assert_reserved_rows_backed(name: str) -> None:
