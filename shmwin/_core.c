@@ -876,6 +876,16 @@ static int64_t load_count(Core *c, int64_t off, int64_t most) {
 #define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
 #define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))
 
+/* Under LOCK_KEYS, before an insert counts on them: the counting words within their bounds
+ * (at most a key per row; at most every entry of the index used), as attach checks them. */
+static int counts_ok(Core *c, int64_t slots) {
+    int64_t keys = LOAD(KEYWORD(c, KEYS_OFF)), used = LOAD(KEYWORD(c, INDEX_USED_OFF));
+    if (keys >= 0 && keys <= c->n_rows && used >= 0 && used <= slots) return 0;
+    PyErr_Format(ErrCorrupt, "window %R: its key table counts %lld keys in %lld index entries, out of "
+                 "range: the segment is corrupt", c->name, (long long)keys, (long long)used);
+    return -1;
+}
+
 typedef struct {
     int64_t *base;   /* entry 0 */
     int64_t slots;   /* a power of two */
@@ -1435,7 +1445,7 @@ static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, i
         }
         Index x;
         int64_t p = -1, top;
-        if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) goto fail;
+        if (current_index(c, &x) < 0 || rows_top(c, &top) < 0 || counts_ok(c, x.slots) < 0) goto fail;
         if (2 * (INDEX_USED(c) + 1) <= x.slots) {
             /* An idle key's entry is taken only when there is no other room: a full table or
              * probe path. Otherwise idle keys wait for the next rebuild, which frees their rows

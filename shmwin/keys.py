@@ -35,10 +35,10 @@ class KeyTable:
     """This process's read-only view of a segment's key table. Rows are the heap's."""
 
     def __init__(
-        self, mm: object, q: memoryview, g: layout.Geometry, lay: layout.Layout, core: _core.Core, hash_key: bytes
+        self, mm: object, q: memoryview, g: layout.Geometry, lay: layout.Layout, core: _core.Core, key: bytes
     ):
         self._g, self._lay = g, lay
-        self._hash_key = hash_key
+        self._hash_key = key  # the segment's hash key: the checked words' tags
         self._rows_off = lay.rows_off
         self._row_bytes = lay.row_bytes
         self._n_rows = lay.n_rows
@@ -57,7 +57,7 @@ class KeyTable:
         top = self._checked(layout.ROWS_TOP_OFF, self._n_rows)
         reserved = self._checked(layout.ROWS_RESERVED_OFF, self._n_rows)
         if top > reserved:
-            raise CorruptSegmentError(f"segment's key table is corrupt: {top} rows handed out, {reserved} reserved")
+            raise CorruptSegmentError(f"segment's key table is corrupt: {top} rows used, {reserved} reserved")
         return top
 
     def count(self) -> int:

@@ -507,7 +507,7 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
 def state_tag(value: int, offset: int, hash_key: bytes) -> int:
     """The tag of a checked word (``_core.c``'s state_tag: both must agree)."""
     k0, k1 = struct.unpack("<QQ", hash_key)
-    x = ((value | offset << 32) ^ k0) * (k1 | 1) & _U64
+    x: int = ((value | offset << 32) ^ k0) * (k1 | 1) & _U64
     x ^= x >> 32
     return (x * 0x9E3779B97F4A7C15 & _U64) >> 32
 
@@ -522,7 +522,7 @@ def state_value(word: int, offset: int, hash_key: bytes, most: int) -> int:
     word &= _U64
     value = word & 0xFFFFFFFF
     if word >> 32 != state_tag(value, offset, hash_key) or value > most:
-        raise CorruptSegmentError(f"segment's key table is corrupt: the word at {offset} ({word:#x}) fails its check")
+        raise CorruptSegmentError(f"segment's key table is corrupt: word {offset} ({word:#x}) fails its tag")
     return value
 
 
@@ -550,6 +550,7 @@ def check_key_state(mm: Buffer, g: Geometry, lay: Layout, hash_key: bytes) -> No
         if not 0 <= free_head <= lay.n_rows:
             raise CorruptSegmentError("free list")
     except CorruptSegmentError:
-        problems.append(f"row heap (top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head})")
+        words = f"top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head}"
+        problems.append(f"row heap ({words})")
     if problems:
         raise CorruptSegmentError(f"segment's key table is corrupt: {', '.join(problems)}")

@@ -89,7 +89,8 @@ def once(prefix: str, stop: int) -> list:
 
 def word(fd: int, offset: int, fmt: str = "<q") -> int:
     value = struct.unpack(fmt, os.pread(fd, struct.calcsize(fmt), offset))[0]
-    return value & 0xFFFFFFFF if offset in (INDEX, ROWS_TOP, ROWS_RESERVED) else value  # checked: value | tag << 32
+    checked = offset in (INDEX, ROWS_TOP, ROWS_RESERVED)  # value | tag << 32
+    return value & 0xFFFFFFFF if checked else value
 
 
 def assert_reserved_rows_backed(name: str) -> None:

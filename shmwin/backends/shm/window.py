@@ -181,7 +181,9 @@ class ShmWindow:
         self._q = self._buf.cast("q")
         self._rows = Rows(self._raw, g, lay)
         self._stripes = StripeTable(self._q, lay, core)
-        self._keys: KeyTable | None = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key) if g.keyed else None
+        self._keys: KeyTable | None = None
+        if g.keyed:
+            self._keys = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key)
         if g.kind == "window":
             self.add = core.add  # type: ignore[method-assign]
             self.add_and_total = core.add_and_total  # type: ignore[method-assign]
