@@ -20,6 +20,14 @@
  *
  * Close safety. Every entry point raises WindowClosedError once close() ran; the
  * mapping is kept (our buffer export) until no call of any thread is inside.
+ *
+ * Junk safety. Anyone who can write the segment can write any word of it, and a bit can
+ * flip: no word read from it is trusted with memory or arithmetic. Words that say where
+ * memory is touched are checked where they are loaded (the key table's checked words, row
+ * numbers against rows_top, epochs against what a clock reaches, generations below MAX_GEN);
+ * counts are clamped, or added saturating or with __builtin_*_overflow. A word that fails is
+ * a CorruptSegmentError, or (a count) a refusal: never undefined behaviour, never a fault.
+ * scripts/checks.d/50-sanitizers.sh holds the core to it (tests/integration/test_bad_words.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -428,6 +436,12 @@ static int64_t sat_add(int64_t a, int64_t b) {
 static int64_t sat_sub(int64_t a, int64_t b) {
     int64_t s;
     return __builtin_sub_overflow(a, b, &s) ? (b < 0 ? INT64_MAX : INT64_MIN) : s;
+}
+
+/* A ring's span (n x bucket_ns), saturating: a header may describe any ring its checksum covers. */
+static int64_t span_ns(const Ring *r) {
+    int64_t span;
+    return __builtin_mul_overflow(r->n, r->bucket_ns, &span) ? INT64_MAX : span;
 }
 
 /* A limiter ring's head epoch: EMPTY, or one a clock can reach, whose epoch maths (head - n,
@@ -1159,7 +1173,9 @@ static int rebuild(Core *c, int64_t now) {
 /* Section "rollback" -- the repair of LOCK_KEYS after its holder died inside "insert" or
  * "rebuild": keep the current index, turn every entry that does not agree with its row into a
  * tombstone, and rebuild the free list from the rows no entry names. The keys so dropped were
- * being inserted (nothing counted yet) or idle (nothing live). Bounded by the table's size. */
+ * being inserted (nothing counted yet) or idle (nothing live). Bounded by the table's size.
+ * A junk generation (MAX_GEN or more in size) makes its entry a tombstone like any other; its
+ * row is left out, named and freed by none, rather than given a generation computed from junk. */
 static void repair_keys(Core *c) {
     Index x;
     int64_t top, used = 0, keys = 0, head = 0;
@@ -1978,8 +1994,7 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     if (rc == 0) {
         int longest = 0;
         for (int i = 1; i < c->n_rings; i++)
-            if (c->rings[i].n * c->rings[i].bucket_ns > c->rings[longest].n * c->rings[longest].bucket_ns)
-                longest = i;
+            if (span_ns(&c->rings[i]) > span_ns(&c->rings[longest])) longest = i;
         const Ring *r = &c->rings[longest];
         int64_t *hdr = RING(c, row, longest), e = now / r->bucket_ns, ti = 0;
         int past = 0;  /* the sum left int64 (counts, or junk) */
@@ -2226,9 +2241,10 @@ static int clear_key(Core *c, PyObject *key) {
     Index x;
     if (encode_key(c, key, &k) < 0 || lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
     int found = find_key(c, &k, &r, &g);
-    if (found <= 0 || current_index(c, &x) < 0) {
+    if (found > 0 && current_index(c, &x) < 0) found = -1;  /* (a word spoiled meanwhile) */
+    if (found <= 0) {
         lock_give(c, LOCK_KEYS);
-        return found < 0 ? -1 : 0;
+        return found;
     }
     int lock = row_lock(c, r);
     if (lock_take(c, lock) < 0) {
@@ -2431,7 +2447,8 @@ static int layout_fits(Core *c) {
         c->rings_off < 0 || !fits(c->rings_off, 1, c->empty_bytes, c->row_bytes))
         return 0;
     for (int i = 0; i < c->n_rings; i++)
-        if (!fits(c->rings[i].hdr * WORD, c->head_slots + c->rings[i].n, c->slot_words * WORD, c->row_bytes))
+        if (c->rings[i].hdr < 0 || c->rings[i].hdr > c->row_bytes / WORD ||
+            !fits(c->rings[i].hdr * WORD, c->head_slots + c->rings[i].n, (int64_t)c->slot_words * WORD, c->row_bytes))
             return 0;
     if (!c->keyed) return fits(c->stripes_off, c->n_rows, STRIPE_ENTRY_BYTES, len);
     return c->index_levels >= 1 && c->index_levels <= 40 && c->key_slots >= 1 && c->key_slots <= (1 << 20) &&
@@ -2495,7 +2512,8 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(rings, i), "LLLL|p", &r->hdr, &r->n, &r->bucket_ns, &r->limit,
                               &r->log))
             return -1;
-        if (r->n < 1 || r->bucket_ns < 1 || (r->log && (!c->limiter || r->n > MAX_LOG_ENTRIES))) {
+        if (r->n < 1 || r->n > INT32_MAX || r->bucket_ns < 1 || r->limit < 0 ||
+            (r->log && (!c->limiter || r->n > MAX_LOG_ENTRIES))) {
             PyErr_SetString(PyExc_ValueError, "Core: bad ring");
             return -1;
         }
@@ -2617,7 +2635,7 @@ static PyObject *init_stripes(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t off, count;
     pthread_mutexattr_t attr;
     if (!PyArg_ParseTuple(args, "w*nn", &b, &off, &count)) return NULL;
-    if (off < 0 || count < 0 || off + count * STRIPE_ENTRY_BYTES > b.len) {
+    if (!fits(off, count, STRIPE_ENTRY_BYTES, b.len)) {
         PyBuffer_Release(&b);
         PyErr_SetString(PyExc_ValueError, "init_stripes: the stripe table does not fit");
         return NULL;
@@ -2640,7 +2658,7 @@ static PyObject *init_locks(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t off, count;
     pthread_mutexattr_t attr;
     if (!PyArg_ParseTuple(args, "w*nn", &b, &off, &count)) return NULL;
-    if (off < 0 || count < 0 || off + count * LOCK_BYTES > b.len) {
+    if (!fits(off, count, LOCK_BYTES, b.len)) {
         PyBuffer_Release(&b);
         PyErr_SetString(PyExc_ValueError, "init_locks: the lock table does not fit");
         return NULL;
