@@ -165,7 +165,7 @@ def words(name: str) -> list[int]:
     """Offsets of the words worth spoiling in segment ``name`` as it is now: the header's (the
     checksummed geometry, the counters after it, the key table's state), a lock's intent,
     the stripe table's, the current index's entries in use, and the rows' key headers, ring
-    headers and buckets (the current one and an older one)."""
+    headers and buckets (the one written last, and the one after it)."""
     g, lay, _, _ = geometry_of(name)
     with open(path_of(name), "rb") as f:
         raw = f.read(lay.rows_off + lay.row_bytes * 3) if g.keyed else f.read()
@@ -190,10 +190,11 @@ def words(name: str) -> list[int]:
             out += [head, head + 8]
             if lay.head_slots == 2:
                 out.append(head + lay.slot_words * 8)  # the tail
-            current = (NOW // ring.bucket_ns) % ring.n_buckets if not ring.log else 0
-            for slot in {current, (current + 1) % ring.n_buckets}:
-                bucket = row + lay.bucket_words[i] * layout.WORD_BYTES + slot * lay.slot_words * 8
-                out += [bucket, bucket + 8]
+            first = row + lay.bucket_words[i] * layout.WORD_BYTES
+            epochs = [word(first + slot * lay.slot_words * 8) for slot in range(ring.n_buckets)]
+            newest = epochs.index(max(epochs))  # the bucket (or log entry) written last
+            for slot in sorted({newest, (newest + 1) % ring.n_buckets}):
+                out += [first + slot * lay.slot_words * 8, first + slot * lay.slot_words * 8 + 8]
     return out
 
 

@@ -26,7 +26,7 @@ from helpers import ROOT
 from rootenv import describe, needs_namespace, python_argv, run_in_namespace
 
 import shmwin
-from shmwin import CorruptSegmentError, ManualClock, Window, layout
+from shmwin import CorruptSegmentError, ManualClock, Window, _core, layout
 from shmwin.segment import path_of
 
 pytestmark = pytest.mark.sanitize
@@ -220,29 +220,49 @@ def test_a_state_word_past_the_reservation_on_a_full_tmpfs_is_no_sigbus(spoiled)
 # -- the fuzz ------------------------------------------------------------------------------
 
 CHUNK = 48  # segments spoiled, then attached by one fresh process
+REPAIRED = (2, 3, 4)  # junk values also tried behind a repair: INT64_MIN, INT64_MAX, random
+Trial = tuple[int, int, bool]  # word, junk value, a section interrupted first
 
 
-def _trial(kind: str, name: str, i: int, j: int) -> tuple[object, str, list[str]]:
-    """Spoil word i of a new segment with junk value j and call everything: the segment's
-    object, what was done, and the outcomes that are bugs."""
+def _die_inside(kind: str, obj: object) -> None:
+    """A forked child dies (SIGKILL) midway through a section, holding its lock: the next
+    call to take that lock repairs first (EOWNERDEAD), over whatever word is spoiled."""
+    section, store = ("insert", 3) if kind == "keyed" else ("hit", 2)
+    pid = os.fork()
+    if pid == 0:  # never back into pytest
+        try:
+            _core.failpoint(section, store, signal.SIGKILL)
+            obj.add(1, key="dying") if kind == "keyed" else obj.hit("a")  # type: ignore[attr-defined]
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+
+def _trial(kind: str, name: str, trial: Trial) -> tuple[object, str, list[str]]:
+    """Spoil word i of a new segment with junk value j (after a section died inside it, if
+    asked) and call everything: the segment's object, what was done, the outcomes that are bugs."""
+    i, j, interrupted = trial
     obj, clock = open_kind(kind, name, create=True)
+    if interrupted:
+        _die_inside(kind, obj)
     offset = badwords.words(name)[i]
     current = word(name, offset)
     value = list(badwords.junk(random.Random(f"{kind}:{i}"), current))[j]
     spoil(name, offset, value)
-    what = f"{kind} word {offset} {current:#x} -> {value:#x}"
+    what = f"{kind} word {offset} {current:#x} -> {value:#x}{' after a death inside' if interrupted else ''}"
     return obj, what, run_calls(kind, obj, clock, f"{kind}:{i}:{j}")
 
 
-def _chunk(kind: str, trials: list[tuple[int, int]], make_name) -> list[str]:
+def _chunk(kind: str, trials: list[Trial], make_name) -> list[str]:
     opened, done, bad = {}, {}, []
     try:
-        for i, j in trials:
-            name = make_name(f"{i}-{j}")
-            obj, what, found = _trial(kind, name, i, j)
+        for trial in trials:
+            name = make_name("-".join(str(int(x)) for x in trial))
+            obj, what, found = _trial(kind, name, trial)
             opened[name], done[name] = obj, what
             bad += [f"{what} (attached): {line}" for line in found]
-        seeds = [f"{name}={kind}:{i}:{j}" for name, (i, j) in zip(opened, trials, strict=True)]
+        seeds = [f"{name}={kind}:{i}:{j}" for name, (i, j, _) in zip(opened, trials, strict=True)]
         proc = subprocess.run(
             [sys.executable, badwords.__file__, kind, *seeds], capture_output=True, text=True, timeout=300,
             env=dict(os.environ, PYTHONPATH=str(ROOT)),
@@ -251,12 +271,12 @@ def _chunk(kind: str, trials: list[tuple[int, int]], make_name) -> list[str]:
         at = [line.split()[1] for line in lines if line.startswith("at ")]
         culprit = done.get(at[-1], "") if at else ""
         assert proc.returncode == 0 and f"done {len(opened)}" in lines, f"{culprit}\n{describe(proc)}"
-        assert f"core {shmwin._core.__file__}" in lines, describe(proc)  # the same build
+        assert f"core {_core.__file__}" in lines, describe(proc)  # the same build
         bad += [f"{done[line.split()[1]]} (fresh): {line}" for line in lines if line.startswith("BAD ")]
     finally:
         for name, obj in opened.items():
             with suppress(*FINE):
-                obj.close()
+                obj.close()  # type: ignore[attr-defined]
             shmwin.unlink(name)
     return bad
 
@@ -264,13 +284,16 @@ def _chunk(kind: str, trials: list[tuple[int, int]], make_name) -> list[str]:
 @pytest.mark.parametrize("kind", badwords.KINDS)
 def test_junk_in_any_word_of_a_live_segment(kind, make_name):
     """Every word worth spoiling (badwords.words), set to 0, -1, INT64_MIN, INT64_MAX, a
-    random value and two bit flips of itself (seeded), then every reader and writer called."""
+    random value and two bit flips of itself (seeded), then every reader and writer called;
+    for keyed kinds the extremes and the random value again, after a writer died inside."""
     probe = make_name("probe")
     obj, _ = open_kind(kind, probe, create=True)
     n_words = len(badwords.words(probe))
     obj.close()
     shmwin.unlink(probe)
-    trials = [(i, j) for i in range(n_words) for j in range(7)]
+    trials = [(i, j, False) for i in range(n_words) for j in range(7)]
+    if kind != "unkeyed":
+        trials += [(i, j, True) for i in range(n_words) for j in REPAIRED]
     faulthandler.dump_traceback_later(900, exit=True)  # a hang in this process: a loud failure
     try:
         bad = []
