@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from contextlib import suppress
+from typing import Any
 
 import badwords
 import pytest
@@ -224,7 +225,7 @@ REPAIRED = (2, 3, 4)  # junk values also tried behind a repair: INT64_MIN, INT64
 Trial = tuple[int, int, bool]  # word, junk value, a section interrupted first
 
 
-def _die_inside(kind: str, obj: object) -> None:
+def _die_inside(kind: str, obj: Any) -> None:
     """A forked child dies (SIGKILL) midway through a section, holding its lock: the next
     call to take that lock repairs first (EOWNERDEAD), over whatever word is spoiled."""
     section, store = ("insert", 3) if kind == "keyed" else ("hit", 2)
@@ -232,14 +233,14 @@ def _die_inside(kind: str, obj: object) -> None:
     if pid == 0:  # never back into pytest
         try:
             _core.failpoint(section, store, signal.SIGKILL)
-            obj.add(1, key="dying") if kind == "keyed" else obj.hit("a")  # type: ignore[attr-defined]
+            obj.add(1, key="dying") if kind == "keyed" else obj.hit("a")
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
 
 
-def _trial(kind: str, name: str, trial: Trial) -> tuple[object, str, list[str]]:
+def _trial(kind: str, name: str, trial: Trial) -> tuple[Any, str, list[str]]:
     """Spoil word i of a new segment with junk value j (after a section died inside it, if
     asked) and call everything: the segment's object, what was done, the outcomes that are bugs."""
     i, j, interrupted = trial
@@ -276,7 +277,7 @@ def _chunk(kind: str, trials: list[Trial], make_name) -> list[str]:
     finally:
         for name, obj in opened.items():
             with suppress(*FINE):
-                obj.close()  # type: ignore[attr-defined]
+                obj.close()
             shmwin.unlink(name)
     return bad
 
