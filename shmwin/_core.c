@@ -1236,9 +1236,9 @@ static int take_row(Core *c, int64_t *r, int *from_free) {
         PyErr_Format(ErrFull, "window %R has handed out all %lld rows", c->name, (long long)c->n_rows);
         return -1;
     }
-    /* checked by rows_top (top <= reserved): the heap grows one step past what it holds */
+    /* top <= reserved (rows_top checked it): the heap grows one step past what it holds */
     int64_t reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved");
-    if (top >= reserved && reserve_rows(c, reserved, top + 1) < 0) return -1;
+    if (reserved < 0 || (top >= reserved && reserve_rows(c, reserved, top + 1) < 0)) return -1;
     *r = top;
     *from_free = 0;
     return 0;
