@@ -42,13 +42,16 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
 Keyed segments keep their key table's state in the words after it, written only under
-lock 0 (LOCK_KEY_TABLE) and checked on attach::
+lock 0 (LOCK_KEY_TABLE) and checked on attach. The three that decide where memory is
+touched are *checked words* (C): u32 value | u32 tag << 32, the tag :func:`state_tag` of the
+value, the word's offset and the hash key, written in one store; junk fails the tag, so no
+corrupt word sends a process into the sparse file's holes (a SIGBUS on a full /dev/shm)::
 
-    1032 8    i64       index           the current index: 2 x level + copy (see "Key table")
+    1032 8    C         index           the current index: 2 x level + copy (see "Key table")
     1040 8    i64       index_used      its entries that are not "never used" (keys + tombstones)
     1048 8    i64       keys            its entries that hold a key, live or idle
-    1056 8    i64       rows_top        rows handed out so far (the heap's high-water mark)
-    1064 8    i64       rows_reserved   rows whose memory is reserved (posix_fallocate); >= rows_top
+    1056 8    C         rows_top        rows handed out so far (the heap's high-water mark)
+    1064 8    C         rows_reserved   rows whose memory is reserved (posix_fallocate); >= rows_top
     1072 8    i64       free_head       first row of the free list, + 1 (0: empty)
     1080 8    i64       rebuilt_ns      when the index was last rebuilt (monotonic ns)
 
@@ -134,7 +137,7 @@ from .duration import format_ns
 from .errors import CorruptSegmentError, IncompatibleVersionError
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 4  # 4: the role word (offset 168)
+FORMAT_VERSION = 5  # 4: the role word (offset 168); 5: the key table's checked words
 HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024
 LOCK_BYTES = 64
@@ -153,6 +156,7 @@ ROWS_IN_USE_OFF = 1024
 INDEX_OFF, INDEX_USED_OFF, KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF, REBUILT_NS_OFF = (
     1032, 1040, 1048, 1056, 1064, 1072, 1080,
 )  # fmt: skip
+CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF)  # value | tag << 32
 FIELD_NAMES_OFF = 256
 RING_TABLE_OFF = 768
 
@@ -182,6 +186,9 @@ ROLES = ("", "fixed-starts")  # the header's role word; "" = a plain window or l
 _FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q 16s I")
 _RING = struct.Struct("<qIIq")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+_U64 = (1 << 64) - 1
 
 
 def _align64(n: int) -> int:
@@ -434,6 +441,9 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         ROLES.index(g.role),
     )  # fmt: skip
     struct.pack_into("<I", page, 24, zlib.crc32(page[CRC_START:CRC_END]))
+    if g.keyed:  # an empty key table: index 0, nothing handed out or reserved
+        for offset in CHECKED_WORDS:
+            struct.pack_into("<Q", page, offset, state_word(0, offset, meta.hash_key))
     return bytes(page)
 
 
@@ -497,20 +507,53 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
     )
 
 
-def check_key_state(mm: Buffer, g: Geometry, lay: Layout) -> None:
+def state_tag(value: int, offset: int, hash_key: bytes) -> int:
+    """The tag of a checked word (``_core.c``'s state_tag: both must agree)."""
+    k0, k1 = struct.unpack("<QQ", hash_key)
+    x: int = ((value | offset << 32) ^ k0) * (k1 | 1) & _U64
+    x ^= x >> 32
+    return (x * 0x9E3779B97F4A7C15 & _U64) >> 32
+
+
+def state_word(value: int, offset: int, hash_key: bytes) -> int:
+    """The u64 a checked word holds for ``value`` (0 <= value < 2**32)."""
+    return state_tag(value, offset, hash_key) << 32 | value
+
+
+def state_value(word: int, offset: int, hash_key: bytes, most: int) -> int:
+    """A checked word's value, in [0, most]; CorruptSegmentError if it fails its tag."""
+    word &= _U64
+    value = word & 0xFFFFFFFF
+    if word >> 32 != state_tag(value, offset, hash_key) or value > most:
+        raise CorruptSegmentError(f"segment's key table is corrupt: word {offset} ({word:#x}) fails its tag")
+    return value
+
+
+def check_key_state(mm: Buffer, g: Geometry, lay: Layout, hash_key: bytes) -> None:
     """Refuse a keyed segment whose key-table words (outside the header checksum) are junk.
-    Read lock-free while other processes insert, so each word is checked against its own
-    bounds only (how they relate may be mid-change); the core clamps the rest."""
+    Read lock-free while other processes insert: the checked words each pass their tag (one
+    store writes a word and its tag) and rows_top <= rows_reserved (stored in that order, read
+    in this one); the counting words are checked against their own bounds only."""
     if not g.keyed:
         return
-    index, used, keys, top, reserved, free_head, _rebuilt = struct.unpack_from("<7q", mm, INDEX_OFF)
+    index_word, used, keys, top_word = struct.unpack_from("<qqqq", mm, INDEX_OFF)
+    reserved_word, free_head, _rebuilt = struct.unpack_from("<qqq", mm, ROWS_RESERVED_OFF)
     most_entries = g.key_slots << max(g.index_levels - 1, 0)
     problems = []
-    if not 0 <= index < 2 * g.index_levels:
-        problems.append(f"index descriptor {index}")
+    try:
+        state_value(index_word, INDEX_OFF, hash_key, 2 * g.index_levels - 1)
+    except CorruptSegmentError:
+        problems.append(f"index descriptor {index_word & _U64:#x}")
     if not 0 <= used <= most_entries or not 0 <= keys <= g.capacity:
         problems.append(f"counts (keys {keys}, entries used {used})")
-    if not (0 <= top <= lay.n_rows and 0 <= reserved <= lay.n_rows and 0 <= free_head <= lay.n_rows):
-        problems.append(f"row heap (top {top}, reserved {reserved}, free list {free_head})")
+    try:
+        top = state_value(top_word, ROWS_TOP_OFF, hash_key, lay.n_rows)
+        if top > state_value(reserved_word, ROWS_RESERVED_OFF, hash_key, lay.n_rows):
+            raise CorruptSegmentError("rows_top > rows_reserved")
+        if not 0 <= free_head <= lay.n_rows:
+            raise CorruptSegmentError("free list")
+    except CorruptSegmentError:
+        words = f"top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head}"
+        problems.append(f"row heap ({words})")
     if problems:
         raise CorruptSegmentError(f"segment's key table is corrupt: {', '.join(problems)}")

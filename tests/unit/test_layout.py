@@ -114,3 +114,30 @@ def test_junk_magic_version_crc_and_size_are_refused():
         layout.unpack_header(bytes(_ready_page()), size - 64)
     with pytest.raises(CorruptSegmentError, match="smaller than a shmwin header"):
         layout.unpack_header(bytes(_ready_page()), 100)
+
+
+def test_checked_words_round_trip_and_refuse_any_flipped_bit():
+    """The key table's checked words (value | tag << 32; _core.c computes the same tag: every
+    keyed test writes them in C and reads them in Python, and the reverse at creation)."""
+    key = bytes(range(16))
+    for offset in layout.CHECKED_WORDS:
+        for value in (0, 1, 37, 2**26):
+            word = layout.state_word(value, offset, key)
+            assert layout.state_value(word, offset, key, 2**26) == value
+            assert layout.state_value(word - 2**64 if word >= 2**63 else word, offset, key, 2**26) == value
+            for bit in range(64):
+                with pytest.raises(CorruptSegmentError, match="fails its tag"):
+                    layout.state_value(word ^ (1 << bit), offset, key, 2**26)
+            with pytest.raises(CorruptSegmentError):  # within its tag, past its bounds
+                layout.state_value(word, offset, key, value - 1)
+    words = {layout.state_word(5, offset, key) for offset in layout.CHECKED_WORDS}
+    assert len(words) == 3  # a word copied to another place fails there
+    assert layout.state_word(0, layout.INDEX_OFF, key) != 0  # a zeroed word fails
+
+
+def test_a_new_keyed_header_holds_an_empty_key_table():
+    g = Geometry((Ring(10**9, 60),), ("count",), mode="locked", n_stripes=0, capacity=8)
+    page = layout.pack_header(g, Layout.plan(g), META)
+    for offset in layout.CHECKED_WORDS:
+        word = struct.unpack_from("<q", page, offset)[0]
+        assert layout.state_value(word, offset, META.hash_key, 0) == 0

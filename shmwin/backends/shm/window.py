@@ -157,7 +157,7 @@ class ShmWindow:
         try:
             g, lay, meta = layout.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
             check_lock_table(seg.mm, lay.locks_off, g.n_locks)
-            layout.check_key_state(seg.mm, g, lay)
+            layout.check_key_state(seg.mm, g, lay, meta.hash_key)
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
@@ -181,7 +181,9 @@ class ShmWindow:
         self._q = self._buf.cast("q")
         self._rows = Rows(self._raw, g, lay)
         self._stripes = StripeTable(self._q, lay, core)
-        self._keys: KeyTable | None = KeyTable(self._buf, self._q, g, lay, core) if g.keyed else None
+        self._keys: KeyTable | None = None
+        if g.keyed:
+            self._keys = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key)
         if g.kind == "window":
             self.add = core.add  # type: ignore[method-assign]
             self.add_and_total = core.add_and_total  # type: ignore[method-assign]
