@@ -34,7 +34,7 @@ from _harness import FloorPairs, Target, fresh_loop, ns, write_json
 
 import shmwin
 from shmwin import Limiter
-from shmwin.breaker import Breaker
+from shmwin.overload.breaker import Breaker
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .adaptive import AdaptiveLimiter
-from .breaker import Breaker, BreakerOpenError
+from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
 from .errors import (
     BackendUnavailableError,
@@ -27,9 +26,10 @@ from .errors import (
     WindowPermissionError,
 )
 from .limiter import Limiter, LimitStats
+from .overload.adaptive import AdaptiveLimiter
+from .overload.breaker import Breaker, BreakerOpenError
+from .overload.shedder import OverloadedError, Shedder
 from .rate import Rate
-from .segment import names, unlink
-from .shedder import OverloadedError, Shedder
 from .window import Window
 
 __version__ = "0.1.0"
@@ -65,5 +65,7 @@ __all__ = [
     "WindowNotFoundError",
     "WindowPermissionError",
     "names",
+    "on_behalf_of",
     "unlink",
+    "unlink_prefix",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .layout import Geometry
+from .geometry import Geometry
 
 Number = int | float
 

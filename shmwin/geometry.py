@@ -1,23 +1,207 @@
-"""What a constructor's arguments ask for: spans, buckets, resolutions and rates -> a Geometry.
+"""What a segment *is*, for every backend, and how a constructor's arguments become one.
 
-The one place user arguments become a :class:`~shmwin.layout.Geometry`, and back: ``Window``
-and ``Limiter`` call it for every backend, and nothing below it parses arguments. Also the
-other question about rings every backend asks: which ring, and how many of its buckets, a
-read over ``last`` uses (:func:`pick_ring`).
+:class:`Geometry` (rings, fields, dtype, mode, kind, role) and :class:`Ring` are what two
+processes must agree on to share a window; :class:`Meta` the facts of a segment's creation.
+Both backends build on them without the shared-memory byte format
+(:mod:`shmwin.backends.shm.layout`). Below them, the one place user arguments become a
+Geometry, and back: ``Window`` and ``Limiter`` call it for every backend, and nothing below it
+parses arguments. Also the other question about rings every backend asks: which ring, and
+how many of its buckets, a read over ``last`` uses (:func:`pick_ring`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .duration import Duration, format_ns, to_ns
-from .layout import MAX_BUCKETS, MAX_LOG_ENTRIES, Geometry, Ring, default_capacity
 from .rate import Rate
 from .ring import buckets_for
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
 DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)
 DEFAULT_STRIPES = 64  # a striped window's rows for writers: one per process, up to this many
+
+INDEX_MIN_SLOTS = 64  # index entries at level 0 (a power of two)
+MAX_FIELDS = 16
+FIELD_NAME_BYTES = 32
+MAX_RINGS = 8
+MAX_BUCKETS = 1_000_000
+MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): clock readings stop at 2**62
+MAX_LOG_ENTRIES = 4096  # entries of a log ring (_core.c's MAX_LOG_ENTRIES)
+CLOCKS = ("monotonic", "wall")
+MAX_STRIPES = 1024
+MAX_CAPACITY = 50_000_000
+MAX_KEY_LOCKS = 64
+FIRST_KEY_LOCK = 2
+DTYPES = ("int64", "float64")
+MODES = ("striped", "locked")
+KINDS = ("window", "limiter")
+ROLES = ("", "fixed-starts")  # the header's role word; "" = a plain window or limiter
+
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Ring:
+    """One bucket ring: ``n_buckets`` buckets of ``bucket_ns``; ``limit`` for limiters.
+
+    A *log* ring (limiters only) keeps hit times instead: ``n_buckets`` entries of
+    ``(time ns, hits)``, and ``bucket_ns`` is the period; see "Log rings" in _core.c."""
+
+    bucket_ns: int
+    n_buckets: int
+    limit: int = 0
+    log: bool = False
+
+    @property
+    def span_ns(self) -> int:
+        return self.bucket_ns if self.log else self.bucket_ns * self.n_buckets
+
+    def __str__(self) -> str:
+        text = (
+            f"log of {self.n_buckets} per {format_ns(self.bucket_ns)}"
+            if self.log
+            else (f"{self.n_buckets}x{format_ns(self.bucket_ns)}")
+        )
+        return f"{text} limit={self.limit}" if self.limit else text
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What two processes must agree on to share a segment."""
+
+    rings: tuple[Ring, ...]
+    fields: tuple[str, ...]
+    dtype: str = "int64"
+    mode: str = "striped"
+    n_stripes: int = 64
+    capacity: int = 0
+    kind: str = "window"
+    role: str = ""  # ROLES: what shmwin made it for, when the tools must know ("" = plain)
+
+    def __post_init__(self) -> None:
+        _check_geometry(self)
+
+    @property
+    def bucket_ns(self) -> int:
+        return self.rings[0].bucket_ns
+
+    @property
+    def n_buckets(self) -> int:
+        return self.rings[0].n_buckets
+
+    @property
+    def span_ns(self) -> int:
+        """The longest span of any ring."""
+        return max(r.span_ns for r in self.rings)
+
+    @property
+    def keyed(self) -> bool:
+        return self.capacity > 0
+
+    # -- what the shared-memory backend derives from a keyed geometry (its key table) --
+
+    @property
+    def key_slots(self) -> int:
+        """Index entries at level 0 (keyed), else 0."""
+        return INDEX_MIN_SLOTS if self.capacity else 0
+
+    @property
+    def index_levels(self) -> int:
+        """Index levels: the last one holds ``capacity`` keys at a load of at most 1/4."""
+        if not self.capacity:
+            return 0
+        levels = 1
+        while (INDEX_MIN_SLOTS << (levels - 1)) < 4 * self.capacity:
+            levels += 1
+        return levels
+
+    @property
+    def n_key_locks(self) -> int:
+        return MAX_KEY_LOCKS if self.capacity else 0
+
+    @property
+    def n_locks(self) -> int:
+        return FIRST_KEY_LOCK + self.n_key_locks
+
+    @property
+    def idle_ns(self) -> int:
+        """After this long without a write, every bucket of a row is stale."""
+        return max(r.span_ns for r in self.rings)
+
+    def __str__(self) -> str:
+        if len(self.rings) == 1:
+            parts = [f"span={format_ns(self.span_ns)}", f"buckets={self.rings[0]}"]
+        else:
+            parts = [f"rings=({', '.join(str(r) for r in self.rings)})"]
+        parts += [f"fields=({','.join(self.fields)})", f"dtype={self.dtype}", f"mode={self.mode}"]
+        if self.mode == "striped":
+            parts.append(f"stripes={self.n_stripes}")
+        if self.capacity:
+            parts.append(f"capacity={self.capacity}")
+        if self.kind != "window":
+            parts.append(f"kind={self.kind}")
+        if self.role:
+            parts.append(f"role={self.role}")
+        return " ".join(parts)
+
+
+def _check_geometry(g: Geometry) -> None:
+    if not 1 <= len(g.rings) <= MAX_RINGS:
+        raise ValueError(f"a segment has 1..{MAX_RINGS} rings, not {len(g.rings)}")
+    for ring in g.rings:
+        if not 1 <= ring.n_buckets <= MAX_BUCKETS:
+            raise ValueError(f"buckets must be 1..{MAX_BUCKETS}, not {ring.n_buckets}")
+        if ring.log and (g.kind != "limiter" or ring.n_buckets > MAX_LOG_ENTRIES):
+            raise ValueError(f"a log ring belongs to a limiter and keeps 1..{MAX_LOG_ENTRIES} times")
+        if ring.bucket_ns <= 0:
+            raise ValueError("bucket width must be positive")
+        if ring.bucket_ns * (ring.n_buckets + 2) > MAX_SPAN_NS:  # room for epoch maths past any reading
+            raise ValueError(f"a ring spans at most 2**60 ns (36 years), not {format_ns(ring.span_ns)}")
+        if ring.limit < 0:
+            raise ValueError("a limit cannot be negative")
+    if not 1 <= len(g.fields) <= MAX_FIELDS:
+        raise ValueError(f"a window has 1..{MAX_FIELDS} fields, not {len(g.fields)}")
+    for name in g.fields:
+        if not isinstance(name, str) or not _FIELD_NAME.match(name):
+            raise ValueError(f"field name {name!r} must be an identifier (letters, digits, _)")
+        if len(name.encode()) >= FIELD_NAME_BYTES:
+            raise ValueError(f"field name {name!r} is longer than {FIELD_NAME_BYTES - 1} bytes")
+    if len(set(g.fields)) != len(g.fields):
+        raise ValueError(f"field names must be unique: {g.fields}")
+    if g.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, not {g.dtype!r}")
+    if g.mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {g.mode!r}")
+    if g.kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {g.kind!r}")
+    if g.role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, not {g.role!r}")
+    if not 0 <= g.capacity <= MAX_CAPACITY:
+        raise ValueError(f"capacity must be 0..{MAX_CAPACITY}, not {g.capacity}")
+    if g.mode == "striped" and not 1 <= g.n_stripes <= MAX_STRIPES:
+        raise ValueError(f"stripes must be 1..{MAX_STRIPES}, not {g.n_stripes}")
+    if g.mode == "locked" and g.n_stripes != 0:
+        raise ValueError("a locked window has no stripes")
+    if g.keyed and g.mode != "locked":
+        raise ValueError("a keyed window (capacity > 0) is written under per-key locks: mode='locked'")
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Facts about a segment's creation, for the inspector."""
+
+    creator_pid: int
+    created_real_ns: int
+    created_mono_ns: int
+    boot_id: bytes
+    hash_key: bytes = bytes(16)
+    clock: str = "monotonic"  # what the writers' clock reads (CLOCKS): "wall" for limits' storages
+
+
+# -- from a constructor's arguments ----------------------------------------------------------
 
 
 def window_geometry(
@@ -91,6 +275,22 @@ def limiter_geometry(
             raise ValueError(f"buckets={buckets} does not divide {rate} into whole nanoseconds")
         rings.append(Ring(rate.period_ns // buckets, buckets + 1, rate.limit))
     return with_capacity(Geometry(tuple(rings), ("hits",), "int64", "locked", 0, 1, "limiter"), capacity)
+
+
+DEFAULT_MAX_KEYS = 1 << 24  # capacity=None: as many keys as this, or as the address-space budget holds
+ADDRESS_BUDGET_BYTES = 1 << 36  # the most address space (not memory) one keyed segment maps
+
+
+def default_capacity(g: Geometry) -> int:
+    """``capacity=None``: the most keys a segment of this geometry maps within the address
+    budget (never memory: only keys in use are reserved), at most DEFAULT_MAX_KEYS. A key's
+    address space is bounded from above here -- a 128-byte key header, its rings' slots and
+    a 512-byte share of the index copies -- without the byte layout itself (the layout's
+    exact row is never larger)."""
+    head_slots = 2 if g.kind == "limiter" else 1
+    slots = sum(head_slots + r.n_buckets for r in g.rings)
+    per_key = 128 + 8 * slots * (1 + len(g.fields)) + 64 + 512
+    return max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
 
 
 def rates_of(g: Geometry) -> list[Rate]:

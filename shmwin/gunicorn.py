@@ -20,12 +20,12 @@ file on HUP -- and:
   frees the stripes of dead workers in striped windows -- not needed for
   correctness, a newcomer would adopt them anyway, but it keeps ``stripe_owners()`` honest;
 * ``on_exit`` unlinks the segments, and every segment of the ``prefixes`` (a ``shm://``
-  storage's, created lazily by workers; see :func:`shmwin.segment.unlink_prefix`), except
+  storage's, created lazily by workers; see :func:`shmwin.backends.shm.segment.unlink_prefix`), except
   while another master of the same server is alive: the successor started by USR2
   (``server.reexec_pid``) or, in a successor not yet promoted, the old master
   (``server.master_pid``).
 
-Other servers: call :func:`shmwin.segment.unlink_prefix` (and :func:`shmwin.unlink`) when
+Other servers: call :func:`shmwin.backends.shm.segment.unlink_prefix` (and :func:`shmwin.unlink`) when
 the last process of the server is done.
 """
 
@@ -37,9 +37,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from .backends.shm.owners import pid_alive
+from .backends.shm.segment import check_name, on_behalf_of, unlink, unlink_prefix
 from .limiter import Limiter
-from .owners import pid_alive
-from .segment import check_name, on_behalf_of, unlink, unlink_prefix
 from .window import Window
 
 

@@ -30,12 +30,11 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING
 
 from . import backends
+from .backends.contract import Key
 from .clock import Clock, host_clock
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError
-from .geometry import DEFAULT_BUCKETS, limiter_geometry
-from .keys import Key
-from .layout import Geometry
+from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
 from .policy import ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
 from .rate import LimitStats, Rate, parse_many
 from .window import Window

@@ -19,12 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import backends, batch
+from .backends.contract import Key
 from .clock import Clock, host_clock
 from .duration import NS_PER_S, Duration
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
-from .geometry import parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
-from .keys import Key
-from .layout import Geometry, Meta
+from .geometry import Geometry, Meta, parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
 from .policy import WINDOW_ON_ERROR, choice, exact, exact_sum, int64_total
 
 Number = int | float

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any
 
-from shmwin import Limiter, ManualClock, ShmwinError, Window, layout
-from shmwin.segment import path_of
+from shmwin import Limiter, ManualClock, ShmwinError, Window, geometry
+from shmwin.backends.shm import layout
+from shmwin.backends.shm.segment import path_of
 
 S = 10**9
 NOW = 1000 * S
@@ -154,7 +155,7 @@ def run_calls(kind: str, obj: Any, clock: ManualClock, seed: str) -> list[str]:
     return bad
 
 
-def geometry_of(name: str) -> tuple[layout.Geometry, layout.Layout, layout.Meta, int]:
+def geometry_of(name: str) -> tuple[geometry.Geometry, layout.Layout, geometry.Meta, int]:
     with open(path_of(name), "rb") as f:
         page, size = f.read(layout.HEADER_BYTES), os.fstat(f.fileno()).st_size
     g, lay, meta = layout.unpack_header(page, size)

@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shmwin
-from shmwin.segment import PREFIX, SHM_DIR
+from shmwin.backends.shm.segment import PREFIX, SHM_DIR
 
 
 def _leftovers(prefix: str) -> list[str]:
@@ -48,7 +48,7 @@ def make_name(name_prefix: str) -> Iterator[Callable[[str], str]]:
     yield lambda suffix="w": f"{name_prefix}-{suffix}"
     leaked = _leftovers(name_prefix)
     for entry in leaked:
-        shmwin.unlink(entry[len(PREFIX) :].partition("#")[0])  # a window's parts go with it
+        shmwin.unlink(entry[len(PREFIX) :])
     assert not leaked, f"test left segments behind in {SHM_DIR}: {leaked}"
 
 

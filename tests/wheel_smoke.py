@@ -20,7 +20,7 @@ here = os.path.dirname(os.path.abspath(shmwin.__file__))
 assert sys.prefix in here, f"shmwin imported from {here}, not from the venv {sys.prefix}"
 
 for module in (
-    "shmwin", "shmwin.cli", "shmwin.gunicorn", "shmwin.metrics",
+    "shmwin", "shmwin.cli", "shmwin.gunicorn", "shmwin.inspector.snapshots",
     "shmwin.integrations", "shmwin.integrations.limits", "shmwin.integrations.prometheus",
     "shmwin.backends.redis",  # reads its lua/*.lua package data on import (needs no redis package)
 ):  # fmt: skip

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import NotSupportedError
-from ..layout import Geometry
+from ..geometry import Geometry
 from .contract import LimiterBackend, Request, WindowBackend
 from .shm import SHM_OPTIONS, ShmLimiter, ShmWindow
 

@@ -1,7 +1,7 @@
 """The contract every backend keeps: what ``Window`` and ``Limiter`` ask of it.
 
 ``Window`` and ``Limiter`` (``shmwin/window.py``, ``shmwin/limiter.py``) are thin fronts:
-they parse arguments into a :class:`~shmwin.layout.Geometry`, open a backend through the
+they parse arguments into a :class:`~shmwin.backends.shm.layout.Geometry`, open a backend through the
 registry (``shmwin.backends``), and apply the policy of ``shmwin/policy.py`` above it. A
 backend does only what needs the store:
 
@@ -24,9 +24,10 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy.typing as npt
 
 from ..clock import Clock
-from ..keys import Key
-from ..layout import Geometry, Meta
+from ..geometry import Geometry, Meta
 from ..rate import Rate
+
+Key = str | bytes  # what a keyed window or limiter is keyed by, on every backend
 
 Number = int | float
 Check = tuple[bool, Sequence[int], Sequence[int], int | None]  # allowed, used, reset_ns, wait_ns

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from .. import metrics, segment
-from ..attached import Attached, attached_many
+from ..backends.shm import segment
 from ..errors import ShmwinError
+from ..inspector import snapshots
+from ..inspector.attached import Attached, attached_many
 from .text import human_s, safe
 from .views import ls_lines, window_lines
 from .watch import watch
@@ -31,17 +32,17 @@ def dump(value: Any, out: TextIO) -> None:
 
 
 def available(args: argparse.Namespace) -> list[str]:
-    return segment.names() if args.backend is None else metrics.redis_names(args.backend)
+    return segment.names() if args.backend is None else snapshots.redis_names(args.backend)
 
 
 def chosen(args: argparse.Namespace, patterns: list[str] | None) -> list[str]:
     """The windows named or matched by ``patterns`` (every window if None or empty)."""
-    return metrics.select(patterns or None, available(args))
+    return snapshots.select(patterns or None, available(args))
 
 
 @contextmanager
 def opened(name: str, backend: str | None) -> Iterator[Any]:
-    w = metrics.open_window(name, backend)
+    w = snapshots.open_window(name, backend)
     try:
         yield w
     finally:
@@ -54,10 +55,10 @@ def opened(name: str, backend: str | None) -> Iterator[Any]:
 def cmd_ls(args: argparse.Namespace, out: TextIO) -> int:
     selected = chosen(args, args.patterns)
     if args.backend is None:
-        rows = metrics.infos(selected)
-        usage = metrics.shm_usage(rows)
+        rows = snapshots.infos(selected)
+        usage = snapshots.shm_usage(rows)
     else:
-        rows, usage = [metrics.redis_info(n, args.backend) for n in selected], None
+        rows, usage = [snapshots.redis_info(n, args.backend) for n in selected], None
     if args.json:
         dump({"windows": [r.as_dict() for r in rows], "shm": usage and usage.as_dict()}, out)
         return 0
@@ -80,7 +81,7 @@ class Snapshots:
 
     def __init__(self, args: argparse.Namespace, patterns: list[str] | None, **how: Any):
         self.names = chosen(args, patterns)
-        self.exact = {p for p in patterns or () if not metrics.is_glob(p)}
+        self.exact = {p for p in patterns or () if not snapshots.is_glob(p)}
         self.backend, self.how = args.backend, how
         self.failed_named = False
 
@@ -90,7 +91,7 @@ class Snapshots:
         for name in self.names:
             try:
                 with opened(name, self.backend) as w:
-                    snap = metrics.snapshot(w, **self.how)
+                    snap = snapshots.snapshot(w, **self.how)
             except READ_ERRORS as exc:
                 sys.stderr.write(f"shmwin: {safe(name)}: {exc}\n")
                 self.failed_named = self.failed_named or name in self.exact
@@ -104,7 +105,7 @@ class Snapshots:
 
 def _single(patterns: list[str] | None) -> bool:
     """One exact name: JSON is that window's object; otherwise a list of them."""
-    return bool(patterns) and len(patterns or []) == 1 and not metrics.is_glob(patterns[0])  # type: ignore[index]
+    return bool(patterns) and len(patterns or []) == 1 and not snapshots.is_glob(patterns[0])  # type: ignore[index]
 
 
 class HostCpuReading:
@@ -112,7 +113,7 @@ class HostCpuReading:
     reading (the first one waits ``first_s`` to have two samples of /proc/stat)."""
 
     def __init__(self, first_s: float = 0.25):
-        from ..cpu import HostCpu
+        from ..overload.cpu import HostCpu
 
         self._cpu = HostCpu(interval=first_s, beta=0.0)
         self._first_s = first_s
@@ -170,7 +171,7 @@ def cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
     with opened(name, args.backend) as w:
 
         def render(cols: int) -> list[str]:
-            snap = metrics.snapshot(w, key=args.key, last=args.last, top=args.top, cpu=cpu)
+            snap = snapshots.snapshot(w, key=args.key, last=args.last, top=args.top, cpu=cpu)
             return window_lines(snap, cols)
 
         return watch(render, args.interval, out, f"shmwin watch {safe(name)}", _gone(name, args.backend))
@@ -246,7 +247,7 @@ def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
     if args.backend is not None:
         raise ValueError("gc tidies this host's /dev/shm; Redis keys expire by themselves")
     candidates = []
-    for r in metrics.infos(chosen(args, args.patterns), who=False):
+    for r in snapshots.infos(chosen(args, args.patterns), who=False):
         if r.error:
             out.write(f"skip {safe(r.name)}: unreadable ({safe(r.error)}); remove it with `shmwin rm` "
                       "if it is junk\n")  # fmt: skip

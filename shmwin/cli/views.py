@@ -6,19 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..duration import NS_PER_S, format_ns
-from ..metrics import Info, ShmUsage
-from .text import (
-    Column,
-    clip,
-    clip_middle,
-    human_bytes,
-    human_s,
-    number,
-    pad,
-    safe,
-    sparkline,
-    table,
-)
+from ..inspector.snapshots import Info, ShmUsage
+from .text import Column, clip, clip_middle, human_bytes, human_s, number, pad, safe, sparkline, table
 
 NUMBER_CELLS = 14
 KEY_MIN_CELLS = 16

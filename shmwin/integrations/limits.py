@@ -38,8 +38,8 @@ from typing import Any
 
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
 
+from ..backends.shm.segment import SHM_DIR
 from ..errors import ShmwinError
-from ..segment import SHM_DIR
 from .limits_segments import StorageOptionError, StorageSegments
 
 

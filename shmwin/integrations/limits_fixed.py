@@ -33,11 +33,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from ..backends.contract import Key
 from ..clock import Clock
 from ..errors import ShmwinError, WindowNotFoundError
-from ..geometry import limiter_geometry, window_geometry
-from ..keys import Key
-from ..layout import Geometry
+from ..geometry import Geometry, limiter_geometry, window_geometry
 from ..limiter import Limiter
 from ..rate import MAX_LIMIT, Rate
 from ..window import Window

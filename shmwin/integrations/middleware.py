@@ -3,7 +3,7 @@
     app.wsgi_app = ShedderMiddleware(app.wsgi_app, "api")          # Flask
     app.add_middleware(ASGIShedderMiddleware, shedder="api")       # FastAPI / Starlette
 
-Each request asks the shared :class:`~shmwin.shedder.Shedder` first; a shed request gets
+Each request asks the shared :class:`~shmwin.overload.shedder.Shedder` first; a shed request gets
 ``503 Service Unavailable`` with ``Retry-After`` and never reaches the app. An admitted one
 ends as a pass when the app answered anything but 503 (its time counts towards ``min_rt``),
 as a failure when it answered 503 or raised -- go-zero's rule. A WSGI request ends when the
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
-from ..shedder import Shedder, Ticket
+from ..overload.shedder import Shedder, Ticket
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

@@ -27,7 +27,7 @@ Families: ``shmwin_window_value`` (the field's sum over the ring's span) and
 (live keys), ``shmwin_window_size_bytes`` (bytes taken in /dev/shm),
 ``shmwin_window_info`` (kind, mode, dtype; value 1) and ``shmwin_window_readable``
 (0 for a segment that cannot be read: ``shmwin ls`` says why). Breakers, shedders and
-adaptive limiters (:mod:`shmwin.roles`) add ``shmwin_breaker_drop_ratio``,
+adaptive limiters (:mod:`shmwin.inspector.roles`) add ``shmwin_breaker_drop_ratio``,
 ``shmwin_breaker_requests`` (``outcome``: accepted, failed, dropped), ``shmwin_shedder_in_flight``,
 ``shmwin_shedder_passes``, ``shmwin_shedder_drops``, ``shmwin_shedder_min_rt_seconds``,
 ``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``.
@@ -43,10 +43,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .. import metrics
+from ..backends.shm.segment import names as shm_names
 from ..errors import ShmwinError, WindowNotFoundError
-from ..roles import UNSUMMED, role_of, role_view
-from ..segment import names as shm_names
+from ..inspector import snapshots
+from ..inspector.roles import UNSUMMED, role_of, role_view
 
 MAX_TOP_KEYS = 1000
 _READ_ERRORS = (ShmwinError, OSError, ValueError, OverflowError)  # what one unreadable window raises
@@ -133,12 +133,12 @@ class ShmwinCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = _families()
-        available = shm_names() if self._backend is None else metrics.redis_names(self._backend)
+        available = shm_names() if self._backend is None else snapshots.redis_names(self._backend)
         selected = [n for n in available if _matches(n, self._names)]
-        sizes = metrics.allocated_bytes(selected) if self._backend is None else {}
+        sizes = snapshots.allocated_bytes(selected) if self._backend is None else {}
         for name in selected:
             try:
-                w = metrics.open_window(name, self._backend)
+                w = snapshots.open_window(name, self._backend)
             except WindowNotFoundError:
                 continue  # gone: it simply stops being exported
             except _READ_ERRORS:
@@ -177,27 +177,27 @@ def _matches(name: str, patterns: list[str] | None) -> bool:
 def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, size: int | None) -> None:
     name = w.name
     families["shmwin_window_readable"].add_metric([name], 1)
-    if metrics.is_limiter_front(w):  # a Redis limiter: its limits only
-        for label, rate in zip(metrics.ring_labels(w), metrics.limiter_rates(w), strict=True):
+    if snapshots.is_limiter_front(w):  # a Redis limiter: its limits only
+        for label, rate in zip(snapshots.ring_labels(w), snapshots.limiter_rates(w), strict=True):
             families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)
         return
     g = w.geometry
     families["shmwin_window_info"].add_metric([name, g.kind, g.mode, g.dtype], 1)
     if size is not None:
         families["shmwin_window_size_bytes"].add_metric([name], size)
-    labels = metrics.ring_labels(w)
+    labels = snapshots.ring_labels(w)
     role = role_of(w)
     if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
         return
-    for label, rate in zip(labels, metrics.limiter_rates(w), strict=False):  # no rates: a window
+    for label, rate in zip(labels, snapshots.limiter_rates(w), strict=False):  # no rates: a window
         families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)
     keys: list[tuple[str, Any]] = []
     if g.keyed:
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
         seen: set[str] = set()
         for key, _ in w.top(top_keys, g.fields[0]) if top_keys else ():
-            text = metrics.key_text(key)
+            text = snapshots.key_text(key)
             if text not in seen:  # two byte keys spelled alike would make a duplicate series
                 seen.add(text)
                 keys.append((text, key))

@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..backends.contract import Key
 from ..duration import NS_PER_S, format_ns
-from ..keys import Key
 from ..policy import tightest
 from ..rate import LimitStats, Rate
 

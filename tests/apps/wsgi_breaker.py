@@ -9,7 +9,7 @@ import os
 import urllib.request
 
 from shmwin import ManualClock
-from shmwin.breaker import Breaker, BreakerOpenError
+from shmwin.overload.breaker import Breaker, BreakerOpenError
 
 _state: dict[str, Breaker] = {}
 

@@ -15,8 +15,9 @@ import pytest
 from helpers import ROOT
 
 import shmwin
-from shmwin import Limiter, ManualClock, Window, backends, native, policy
+from shmwin import Limiter, ManualClock, Window, backends, policy
 from shmwin.backends.contract import LimiterBackend, WindowBackend
+from shmwin.backends.shm import native
 
 S = 1_000_000_000
 PACKAGE = ROOT / "shmwin"
@@ -121,7 +122,7 @@ def test_the_backends_import_no_front_and_the_policy_no_backend():
             assert not imported & {"shmwin.window", "shmwin.limiter"}, module
         if module in ("shmwin.policy", "shmwin.geometry", "shmwin.batch", "shmwin.backends.contract"):
             assert not any(m.startswith("shmwin.backends.") for m in imported - {"shmwin.backends.contract"})
-            assert "shmwin.native" not in imported, module
+            assert "shmwin.backends.shm.native" not in imported, module
 
 
 @pytest.mark.unit

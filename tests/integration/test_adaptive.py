@@ -9,7 +9,7 @@ from helpers import run_python
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin.adaptive import AdaptiveLimiter
+from shmwin.overload.adaptive import AdaptiveLimiter
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -96,7 +96,7 @@ def test_errors_recorded_by_another_process_lower_this_ones_limit(name, tmp_path
             """
             import sys
             from shmwin import ManualClock
-            from shmwin.adaptive import AdaptiveLimiter
+            from shmwin.overload.adaptive import AdaptiveLimiter
             other = AdaptiveLimiter(sys.argv[1], "100/second", clock=ManualClock(path=sys.argv[2]))
             other.record(ok=True, n=70)
             other.record(ok=False, n=30)  # 30 %: factor 1 - 0.9 * 0.25 / 0.45 = 0.5
@@ -121,16 +121,16 @@ def test_attach_and_describe_by_name(name):
         assert other.rates == limiter.rates and other.stats() == limiter.stats()
         assert other.hit("k") and not other.hit("k")  # the floor: 1 of 10 per second
         other.close()
-        assert shmwin.adaptive.describe(name)["rates"] == ["10/second", "100/minute"]
+        assert shmwin.overload.adaptive.describe(name)["rates"] == ["10/second", "100/minute"]
         with pytest.raises(shmwin.GeometryMismatchError, match="scale"):
             AdaptiveLimiter.attach(name, scale=7)
-        assert shmwin.adaptive.describe(name, scale=7) is None
+        assert shmwin.overload.adaptive.describe(name, scale=7) is None
     finally:
         limiter.unlink()
         limiter.close()
     with shmwin.Limiter(name, "5/second") as plain:  # a limiter with no health window
         try:
-            assert shmwin.adaptive.describe(name, scale=1) is None
+            assert shmwin.overload.adaptive.describe(name, scale=1) is None
         finally:
             plain.unlink()
 

@@ -1,4 +1,4 @@
-"""Who has a window open (shmwin.attached): real processes mapping real segments."""
+"""Who has a window open (shmwin.inspector.attached): real processes mapping real segments."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rootenv import NOBODY, command_as, describe, needs_namespace, needs_setpriv
 from rootenv import run_in_namespace as in_namespace
 
 from shmwin import Window
-from shmwin.attached import attached, attached_many, proc_mount_options
+from shmwin.inspector.attached import attached, attached_many, proc_mount_options
 
 
 def test_a_python_c_process_holds_a_window_until_it_exits(name):
@@ -82,7 +82,7 @@ def test_processes_that_cannot_be_read_make_the_answer_incomplete(name):
 SCAN = """
 import json, sys
 from shmwin import Window
-from shmwin.attached import attached
+from shmwin.inspector.attached import attached
 w = Window("ns-w")
 a = attached("ns-w")
 print(json.dumps({"pids": a.pids, "complete": a.complete, "reason": a.reason}))

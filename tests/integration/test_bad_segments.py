@@ -14,8 +14,9 @@ import pytest
 from helpers import ROOT
 
 import shmwin
-from shmwin import Window, layout
-from shmwin.segment import path_of
+from shmwin import Window, geometry
+from shmwin.backends.shm import layout
+from shmwin.backends.shm.segment import path_of
 
 
 def _make(name: str, **kw) -> Window:
@@ -201,10 +202,10 @@ def test_an_attach_racing_a_create_never_sees_a_half_built_segment(make_name):
     ctx = mp.get_context("fork")
     for round_ in range(4):
         name = make_name(f"race{round_}")
-        geometry = layout.Geometry((layout.Ring(10**9, 200_000),), ("ok",), n_stripes=8)  # ~30 MB
+        big = geometry.Geometry((geometry.Ring(10**9, 200_000),), ("ok",), n_stripes=8)  # ~30 MB
         results = ctx.Array("b", 3, lock=False)
         procs = [
-            ctx.Process(target=_attach_when_it_appears, args=(name, geometry, results, i)) for i in range(3)
+            ctx.Process(target=_attach_when_it_appears, args=(name, big, results, i)) for i in range(3)
         ]
         for p in procs:
             p.start()
@@ -248,7 +249,7 @@ def test_a_lowered_rows_in_use_word_does_not_hide_counts(name):
             p.join()
         w.add(100)
         assert w.total() == 1000
-        fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+        fd = os.open(shmwin.backends.shm.segment.path_of(name), os.O_RDWR)
         os.pwrite(fd, (1).to_bytes(8, "little"), layout.ROWS_IN_USE_OFF)  # lowered to row 0 alone
         os.close(fd)
         with Window.attach(name) as fresh:
@@ -262,7 +263,7 @@ def test_junk_in_the_key_tables_state_words_is_refused_on_attach(name, offset):
     CorruptSegmentError at attach, never a wild read."""
     with Window(name, span=60, buckets=6, keyed=True) as w:
         w.add(1, key="a")
-        fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+        fd = os.open(shmwin.backends.shm.segment.path_of(name), os.O_RDWR)
         os.pwrite(fd, (1 << 60).to_bytes(8, "little"), offset)
         os.close(fd)
         with pytest.raises(shmwin.CorruptSegmentError, match="key table is corrupt"):

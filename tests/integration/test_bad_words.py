@@ -27,8 +27,9 @@ from helpers import ROOT
 from rootenv import describe, needs_namespace, python_argv, run_in_namespace
 
 import shmwin
-from shmwin import CorruptSegmentError, ManualClock, Window, _core, layout
-from shmwin.segment import path_of
+from shmwin import CorruptSegmentError, ManualClock, Window, _core
+from shmwin.backends.shm import layout
+from shmwin.backends.shm.segment import path_of
 
 pytestmark = pytest.mark.sanitize
 _W = layout.WORD_BYTES
@@ -164,7 +165,7 @@ FULL_TMPFS = """
 import os, signal, struct, subprocess, sys
 import shmwin
 from shmwin import ManualClock, Window, layout
-from shmwin.segment import path_of
+from shmwin.backends.shm.segment import path_of
 w = Window("full", span=60, buckets=6, clock=ManualClock(1000 * 10**9), keyed=True)
 n = 0
 try:

@@ -12,7 +12,7 @@ from helpers import run_python
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin.breaker import Breaker, BreakerOpenError, drop_ratio, is_breaker
+from shmwin.overload.breaker import Breaker, BreakerOpenError, drop_ratio, is_breaker
 
 S = 1_000_000_000
 
@@ -255,7 +255,7 @@ def test_another_process_failures_reach_this_one_after_refresh(name, tmp_path):
             """
             import sys
             from shmwin import ManualClock
-            from shmwin.breaker import Breaker
+            from shmwin.overload.breaker import Breaker
             b = Breaker(sys.argv[1], clock=ManualClock(path=sys.argv[2]))
             for _ in range(10):
                 b.reject()
@@ -284,7 +284,7 @@ def test_attach_and_describe(name):
             "kind": "breaker", "name": name, "window_s": 10.0, "buckets": 40, "k": 1.5, "protection": 5,
             "drop_ratio": drop_ratio(3, 10, 1.5, 5), "accepts": 3, "failures": 7, "drops": 0, "total": 10,
         }  # fmt: skip
-        assert shmwin.breaker.describe(name)["kind"] == "breaker"  # (its clock: the counts aged)
+        assert shmwin.overload.breaker.describe(name)["kind"] == "breaker"  # (its clock: the counts aged)
         assert is_breaker(b.window)
     finally:
         b.unlink()
@@ -296,7 +296,7 @@ def test_attach_refuses_a_plain_window(name):
         try:
             with pytest.raises(shmwin.GeometryMismatchError, match="not a breaker"):
                 Breaker.attach(name)
-            assert shmwin.breaker.describe(name) is None
+            assert shmwin.overload.breaker.describe(name) is None
         finally:
             w.unlink()
 

@@ -15,7 +15,9 @@ from cli_support import cells, cli, hold, promtool_check, release
 from helpers import run_python, stop_inside, wait_stopped
 
 import shmwin
-from shmwin import Limiter, ManualClock, Window, layout, metrics
+from shmwin import Limiter, ManualClock, Window
+from shmwin.backends.shm import layout
+from shmwin.inspector import snapshots
 
 
 def _keep_adding(name: str, stop) -> None:
@@ -55,7 +57,7 @@ def test_ls_and_show_against_a_live_writer(busy, name):
     assert row["stripes_in_use"] >= 1 and row["stripes"] == 64 and row["error"] is None
     assert writer.pid in row["attached_pids"] and os.getpid() in row["attached_pids"]
     assert row["attached"] == len(row["attached_pids"]) >= 2
-    assert row["allocated_bytes"] == os.stat(shmwin.segment.path_of(name)).st_blocks * 512 > 0
+    assert row["allocated_bytes"] == os.stat(shmwin.backends.shm.segment.path_of(name)).st_blocks * 512 > 0
     shm = listed["shm"]
     assert shm["size_bytes"] >= shm["used_bytes"] >= shm["windows_bytes"] >= row["allocated_bytes"]
     assert 0 < shm["free_bytes"] <= shm["size_bytes"]
@@ -74,20 +76,6 @@ def test_ls_and_show_against_a_live_writer(busy, name):
     assert [r["resolution"] for r in one["resolutions"]] == ["1m/1s"]
     text = cli("show", name).stdout
     assert "ok" in text and "1h/1m" in text and any(ch in text for ch in "▁▂▃▄▅▆▇█")
-
-
-def test_ls_counts_extension_segments_with_their_window(name):
-    with Window(name) as w:
-        path = shmwin.segment.path_of(name)
-        extension = path + "#1"
-        with open(extension, "wb") as f:
-            f.write(b"\x01" * 65536)  # what a grown key table's extension takes
-        try:
-            both = os.stat(path).st_blocks * 512 + os.stat(extension).st_blocks * 512
-            assert _listing(name)[name]["allocated_bytes"] == both
-        finally:
-            os.unlink(extension)
-        w.unlink()
 
 
 def test_export_prometheus_parses_back_to_the_windows_totals(busy, name):
@@ -152,7 +140,7 @@ def test_limiter_view_agrees_with_the_limiters_own_stats(name):
             lim.hit("a" if step % 3 else "b")
             clock.advance(0.7 + (step % 5) * 0.9)
             for key in ("a", "b", "never"):
-                view = metrics.limiter_key(w, key, clock())
+                view = snapshots.limiter_key(w, key, clock())
                 stats = lim.stats_all(key)
                 assert [(s["used"], s["remaining"]) for s in view["rates"]] == [
                     (s.used, s.remaining) for s in stats
@@ -169,7 +157,7 @@ def test_nan_and_inf_in_a_float_window_never_crash_the_inspector(name):
         for field, value in zip("abc", sentinels, strict=True):
             w.add(value, field)
         w.add(1.5, "d")
-        fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+        fd = os.open(shmwin.backends.shm.segment.path_of(name), os.O_RDWR)
         try:
             data = os.pread(fd, w.nbytes, 0)
             for sentinel, bad in sentinels.items():
@@ -234,10 +222,10 @@ def test_rm_refuses_a_window_in_use_and_names_who_holds_it(name):
 
 def test_unreadable_segments_are_explained_not_fatal(make_name):
     junk, future = make_name("junk"), make_name("future")
-    with open(shmwin.segment.path_of(junk), "wb") as f:
+    with open(shmwin.backends.shm.segment.path_of(junk), "wb") as f:
         f.write(b"\x07" * 8192)
     Window(future).close()
-    fd = os.open(shmwin.segment.path_of(future), os.O_RDWR)
+    fd = os.open(shmwin.backends.shm.segment.path_of(future), os.O_RDWR)
     os.pwrite(fd, (layout.FORMAT_VERSION + 1).to_bytes(4, "little"), 8)
     os.close(fd)
     listing = _listing()

@@ -25,7 +25,7 @@ FRAME = re.compile(r"\x1b\[H(.*?)\x1b\[J", re.DOTALL)  # a frame: home, its line
 # runs `shmwin watch` through main(), then reports the terminal modes it left behind
 WRAPPER = """
 import sys, termios
-from shmwin import metrics
+from shmwin.inspector import snapshots as metrics
 from shmwin.cli import main
 fail_after = int(sys.argv[1])
 if fail_after:
@@ -197,7 +197,7 @@ def test_watch_a_shedder_follows_its_requests_in_flight(make_name):
     """Live: a request begun in this process while watch runs shows up in the next frames;
     the host's CPU is measured from the first frame on; every frame fits 80 x 24."""
     from shmwin import Breaker
-    from shmwin.shedder import Shedder
+    from shmwin.overload.shedder import Shedder
 
     name, breaker_name = make_name("shop"), make_name("payments")
     shedder = Shedder(name, window="1h", buckets=60, cpu=lambda: 0)

@@ -12,7 +12,7 @@ import pytest
 
 from shmwin import Limiter, ManualClock, Window
 from shmwin.clock import MAX_NOW_NS, checked_clock
-from shmwin.layout import Geometry, Ring
+from shmwin.geometry import Geometry, Ring
 
 pytestmark = pytest.mark.integration
 

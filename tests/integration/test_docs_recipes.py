@@ -26,7 +26,7 @@ from rootenv import describe, needs_namespace, python_argv, run_in_namespace
 from servers import ROOT, Server, free_port, get, hammer, python_module
 
 import shmwin
-from shmwin.attached import attached
+from shmwin.inspector.attached import attached
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # where recipes may stand
 RECIPE = re.compile(r"^<!-- recipe: ([a-z0-9-]+) -->\n```[a-z]+\n(.*?)^```$", re.MULTILINE | re.DOTALL)
@@ -226,7 +226,7 @@ from limits import parse
 from limits.storage import storage_from_string
 from limits.strategies import STRATEGIES
 from shmwin.errors import OutOfSpaceError
-from shmwin.segment import unlink_prefix
+from shmwin.backends.shm.segment import unlink_prefix
 
 def held(prefix):
     return sum(os.stat("/dev/shm/" + e).st_blocks * 512 for e in os.listdir("/dev/shm")

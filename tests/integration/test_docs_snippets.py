@@ -31,7 +31,7 @@ import pytest
 from servers import ROOT
 
 import shmwin
-from shmwin.segment import PREFIX, SHM_DIR
+from shmwin.backends.shm.segment import PREFIX, SHM_DIR
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)

@@ -16,8 +16,16 @@ import pytest
 from helpers import ROOT
 
 import shmwin
-from shmwin import CorruptSegmentError, GeometryMismatchError, Limiter, ManualClock, NotSupportedError, layout
-from shmwin.segment import path_of
+from shmwin import (
+    CorruptSegmentError,
+    GeometryMismatchError,
+    Limiter,
+    ManualClock,
+    NotSupportedError,
+    geometry,
+)
+from shmwin.backends.shm import layout
+from shmwin.backends.shm.segment import path_of
 
 S = 1_000_000_000
 T0 = 1_000 * S
@@ -142,7 +150,7 @@ def test_geometry_is_checked_and_bad_options_are_refused(name):
             lim.window.series(key="k")
         assert lim.window.total(key="k") == 1 and lim.window.top() == [("k", 1)]
         lim.unlink()
-    for bad in (0, -1, layout.MAX_LOG_ENTRIES + 1, "yes", 2.5, None):
+    for bad in (0, -1, geometry.MAX_LOG_ENTRIES + 1, "yes", 2.5, None):
         with pytest.raises(ValueError, match="exact"):
             Limiter(name, "10/minute", exact=bad)
     assert not os.path.exists(path_of(name))
@@ -165,7 +173,7 @@ def test_junk_ring_flags_are_refused_on_attach(name):
 def test_the_tools_read_an_exact_limiter(name):
     """The inspector's snapshot (shmwin show/export) reads a log ring: totals over its
     period, and each busy key's used, remaining and reset from its hit times."""
-    from shmwin import metrics
+    from shmwin.inspector import snapshots
 
     clock = ManualClock(T0)
     with Limiter(name, "5/minute", exact=True, clock=clock) as lim:
@@ -175,7 +183,7 @@ def test_the_tools_read_an_exact_limiter(name):
         clock.set(T0 + 30 * S)
         w = lim.window
         assert w.total() == 3 and w.rate(last=None) == pytest.approx(3 / 60)
-        snap = metrics.snapshot(w, top=5)
+        snap = snapshots.snapshot(w, top=5)
         assert (
             snap["resolutions"][0]["resolution"] == "1m/1ns" and snap["resolutions"][0]["rate"] == "5/minute"
         )

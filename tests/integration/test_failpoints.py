@@ -49,7 +49,8 @@ import pytest
 from helpers import ROOT
 
 import shmwin
-from shmwin import KeyTableFullError, Limiter, ManualClock, Window, _core, layout
+from shmwin import KeyTableFullError, Limiter, ManualClock, Window, _core
+from shmwin.backends.shm import layout
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from shmwin import KeyTableFullError, Limiter, ManualClock, Window
-from shmwin.segment import path_of
+from shmwin.backends.shm.segment import path_of
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from rootenv import NOBODY, needs_root
 
 import shmwin
 from shmwin import Limiter, Window
+from shmwin.backends.shm.segment import path_of
 from shmwin.gunicorn import Hooks
-from shmwin.segment import path_of
 
 
 class _Log:

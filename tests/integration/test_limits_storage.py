@@ -106,7 +106,7 @@ def test_moving_and_sliding_windows_are_exact_logs_by_default(uri, clock):
         STRATEGIES[strategy](storage).hit(RateLimitItemPerMinute(2), "k")
         name = uri.removeprefix("shm://")
         with shmwin.Limiter.attach(f"{name}.{kind}.5.1m") as lim:
-            assert lim.window.geometry.rings[0] == shmwin.layout.Ring(60 * 10**9, 3, 5, log=True)
+            assert lim.window.geometry.rings[0] == shmwin.geometry.Ring(60 * 10**9, 3, 5, log=True)
             assert lim.window.meta.clock == "wall"
         with shmwin.Limiter.attach(f"{name}.{kind}.2.1m") as lim:
             assert lim.window.geometry.rings[0].n_buckets == 2  # a limit under times: exact
@@ -396,7 +396,7 @@ def test_fixed_windows_memory_plateaus_as_the_same_clients_come_back(uri, clock)
     clients, the segments stop growing (they grew every period with a name per window)."""
     import os
 
-    from shmwin.segment import path_of
+    from shmwin.backends.shm.segment import path_of
 
     storage = storage_from_string(uri)
     limiter, item = STRATEGIES["fixed-window"](storage), RateLimitItemPerMinute(5)

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import shmwin
-from shmwin import Limiter, ManualClock, Window, _core, layout
+from shmwin import Limiter, ManualClock, Window, _core, geometry
+from shmwin.backends.shm import layout
 
 S = 1_000_000_000
 
@@ -31,8 +32,8 @@ def test_c_and_layout_share_every_constant():
     assert _core.MAX_STORED_KEY == layout.MAX_STORED_KEY
     assert _core.STRIPE_ENTRY_BYTES == layout.STRIPE_ENTRY_BYTES
     assert _core.ROWS_IN_USE_OFF == layout.ROWS_IN_USE_OFF
-    assert _core.MAX_RINGS == layout.MAX_RINGS
-    assert _core.FIRST_KEY_LOCK == layout.FIRST_KEY_LOCK
+    assert _core.MAX_RINGS == geometry.MAX_RINGS
+    assert _core.FIRST_KEY_LOCK == geometry.FIRST_KEY_LOCK
     assert _core.EMPTY_EPOCH == shmwin.ring.EMPTY_EPOCH
 
 
@@ -164,7 +165,7 @@ def test_a_corrupted_row_header_is_an_error_not_a_spin(name):
         w.add(1, key="victim")
         (slot, _generation) = w._core.find("victim")
         row_off = w._lay.rows_off + slot * w._lay.row_bytes
-        fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+        fd = os.open(shmwin.backends.shm.segment.path_of(name), os.O_RDWR)
         os.pwrite(fd, (987654).to_bytes(8, "little"), row_off)  # the row's copy of the generation
         os.close(fd)
         fresh = Window.attach(name, lock_timeout=2)  # no cached slot: it must look the key up
@@ -258,7 +259,7 @@ def test_a_huge_cost_is_refused_and_changes_nothing(name):
 
 
 def _poke_word(name: str, offset: int, value: int) -> None:
-    fd = os.open(shmwin.segment.path_of(name), os.O_RDWR)
+    fd = os.open(shmwin.backends.shm.segment.path_of(name), os.O_RDWR)
     os.pwrite(fd, value.to_bytes(8, "little", signed=True), offset)
     os.close(fd)
 

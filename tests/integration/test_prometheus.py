@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shmwin import Breaker, Limiter, Window
-from shmwin.adaptive import AdaptiveLimiter
 from shmwin.integrations.prometheus import FAMILIES, MAX_TOP_KEYS, ShmwinCollector, exposition
-from shmwin.shedder import Shedder
+from shmwin.overload.adaptive import AdaptiveLimiter
+from shmwin.overload.shedder import Shedder
 
 
 def _scrape_text(names, **how) -> str:
@@ -174,7 +174,7 @@ def test_registering_reads_nothing_and_a_junk_segment_is_reported(make_name):
     junk = make_name("junk")
     registry = CollectorRegistry()  # auto_describe: describe() is called on register
     registry.register(ShmwinCollector([junk]))
-    with open(shmwin.segment.path_of(junk), "wb") as f:
+    with open(shmwin.backends.shm.segment.path_of(junk), "wb") as f:
         f.write(b"\x07" * 4096)
     text = generate_latest(registry).decode()
     assert f'shmwin_window_readable{{window="{junk}"}} 0.0' in text

@@ -19,7 +19,7 @@ from helpers import ROOT, run_python
 from rootenv import describe, needs_namespace, python_argv, run_in_namespace
 
 from shmwin import ManualClock, Window, _core
-from shmwin.segment import path_of
+from shmwin.backends.shm.segment import path_of
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from rootenv import describe, needs_namespace, python_argv, run_in_namespace
 
 import shmwin
 from shmwin import KeyTableFullError, LockTimeoutError, ManualClock, Window, _core
-from shmwin.segment import path_of
+from shmwin.backends.shm.segment import path_of
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin.layout import Layout
+from shmwin.backends.shm.layout import Layout
 
 S = 1_000_000_000
 DAY_START = 100 * 86400 * S  # a monotonic clock that has been up for 100 days, at midnight

@@ -22,10 +22,10 @@ from helpers import ROOT
 
 import shmwin
 from shmwin import ManualClock
-from shmwin.cpu import HostCpu, busy_and_total
-from shmwin.inflight import InFlight
 from shmwin.integrations.middleware import ASGIShedderMiddleware, ShedderMiddleware
-from shmwin.shedder import OverloadedError, Shedder, overload_factor
+from shmwin.overload.cpu import HostCpu, busy_and_total
+from shmwin.overload.inflight import InFlight
+from shmwin.overload.shedder import OverloadedError, Shedder, overload_factor
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -285,7 +285,7 @@ def test_host_cpu_reads_the_real_proc_stat():
 
 HOLDER = """
 import sys
-from shmwin.inflight import InFlight
+from shmwin.overload.inflight import InFlight
 flying = InFlight(sys.argv[1])
 stamps = [flying.begin() for _ in range(int(sys.argv[2]))]
 for stamp in stamps[: int(sys.argv[3])]:
@@ -385,7 +385,7 @@ def test_in_flight_in_a_forked_child_and_across_buckets(name):
         flying.end(stamp)
         assert flying.count() == 0
         clock.advance(600)  # its +1 and -1 aged out together: never a -1 alone
-        assert flying.window.total(key=shmwin.inflight.self_key()) == 0
+        assert flying.window.total(key=shmwin.overload.inflight.self_key()) == 0
         long = flying.begin()
         clock.advance(601)  # longer than the span: the +1 is gone, the -1 is not written
         flying.end(long)

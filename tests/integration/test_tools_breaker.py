@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import shmwin
 from shmwin import Limiter, Window
-from shmwin.adaptive import AdaptiveLimiter
+from shmwin.overload.adaptive import AdaptiveLimiter
 
 BREAKER_WRITER = """
 import sys, time
@@ -47,7 +47,7 @@ breaker.close()
 SHEDDER_HOLDER = """
 import sys, time
 from shmwin import ManualClock
-from shmwin.shedder import Shedder
+from shmwin.overload.shedder import Shedder
 
 cpu = [0]
 clock = ManualClock(max(time.monotonic_ns() - 180 * 10**9, 0))
@@ -164,7 +164,7 @@ def test_an_adaptive_limiter_shows_its_effective_rate(name):
         run_python(
             """
             import sys
-            from shmwin.adaptive import AdaptiveLimiter
+            from shmwin.overload.adaptive import AdaptiveLimiter
             limiter = AdaptiveLimiter.attach(sys.argv[1])
             limiter.record(ok=True, n=5)
             limiter.record(ok=False, n=15)  # 75 % errors: past "bad", the floor (10 %)

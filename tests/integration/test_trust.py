@@ -30,7 +30,7 @@ from servers import Server, free_port, hammer, python_module
 
 import shmwin
 from shmwin import Limiter, Window
-from shmwin.segment import Segment, check_name, on_behalf_of, path_of, unlink_prefix
+from shmwin.backends.shm.segment import Segment, check_name, on_behalf_of, path_of, unlink_prefix
 
 
 def _bytes_of(name: str) -> bytes:
@@ -57,15 +57,15 @@ def _bytes_of(name: str) -> bytes:
 
 
 @pytest.mark.parametrize("suffix", ["\n", "\r", "#1", "a\nb"])
-def test_a_name_with_a_newline_or_the_part_mark_is_refused(name, suffix):
+def test_a_name_with_a_newline_or_a_hash_is_refused(name, suffix):
     for make in (lambda: Window(name + suffix), lambda: Limiter(name + suffix, "5/minute")):
         with pytest.raises(ValueError, match="may only use"):
             make()
     assert not [n for n in shmwin.names() if n.startswith(name)]  # nothing created
 
 
-def test_the_part_mark_is_named_as_reserved():
-    with pytest.raises(ValueError, match="'#' is reserved"):
+def test_the_hash_is_named_among_the_refused():
+    with pytest.raises(ValueError, match="no '/', '#'"):
         check_name("api#2")
 
 
@@ -156,30 +156,7 @@ def test_a_perm_the_owner_cannot_use_is_refused(name, perm):
     assert not os.path.lexists(path_of(name))
 
 
-# -- parts and prefixes --------------------------------------------------------------------------
-
-
-def _part(name: str, part: int) -> None:
-    Segment.create(name, 4096, 0o600, lambda mm: None, part=part).close()
-
-
-def test_parts_are_not_listed_and_go_with_their_window(name):
-    Window(name).close()
-    _part(name, 1)
-    _part(name, 2)
-    assert os.path.exists(path_of(name, 2))
-    assert [n for n in shmwin.names() if n.startswith(name)] == [name]
-    assert shmwin.unlink(name)
-    assert not os.path.exists(path_of(name)) and not os.path.exists(path_of(name, 1))
-    assert not os.path.exists(path_of(name, 2))
-    _part(name, 3)  # a part left without its window: unlink still finds it
-    assert shmwin.unlink(name) and not shmwin.unlink(name)
-    Window(name).close()
-    part = Segment.create(name, 4096, 0o600, lambda mm: None, part=4)
-    part.close()
-    assert part.unlink() and not os.path.exists(path_of(name, 4))  # a part alone
-    assert name in shmwin.names()
-    shmwin.unlink(name)
+# -- prefixes ----------------------------------------------------------------------------------
 
 
 def test_unlink_prefix_takes_the_storage_s_segments_only(make_name):
@@ -187,11 +164,8 @@ def test_unlink_prefix_takes_the_storage_s_segments_only(make_name):
     mine, others = [p, f"{p}.moving.5.60", f"{p}.fixed.60"], [f"{p}2.moving.5.60", f"{p}x"]
     for n in mine + others:
         Window(n).close()
-    _part(f"{p}.fixed.60", 1)
-    _part(f"{p}.gone.1", 1)  # an orphan part of the storage
-    assert unlink_prefix(p) == sorted([*mine, f"{p}.gone.1"])
-    assert not os.path.exists(path_of(f"{p}.fixed.60", 1))
-    assert not os.path.exists(path_of(f"{p}.gone.1", 1))
+    assert unlink_prefix(p) == sorted(mine)
+    assert not any(os.path.exists(path_of(n)) for n in mine)
     assert set(others) <= set(shmwin.names())
     assert unlink_prefix(p) == []
     for n in others:

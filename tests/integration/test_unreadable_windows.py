@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import shmwin
 from shmwin import TotalOverflowError, Window
+from shmwin.backends.shm.segment import path_of
 from shmwin.integrations.prometheus import exposition
-from shmwin.segment import path_of
 
 HALF = 2**62  # two of them pass int64
 

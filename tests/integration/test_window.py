@@ -10,7 +10,7 @@ import pytest
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin.segment import path_of
+from shmwin.backends.shm.segment import path_of
 
 S = 1_000_000_000
 T0 = 1_000 * S  # a clock far from 0, at a bucket boundary

@@ -5,9 +5,11 @@ import zlib
 
 import pytest
 
-from shmwin import layout
+from shmwin import geometry
+from shmwin.backends.shm import layout
+from shmwin.backends.shm.layout import Layout
 from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
-from shmwin.layout import Geometry, Layout, Meta, Ring
+from shmwin.geometry import Geometry, Meta, Ring
 
 pytestmark = pytest.mark.unit
 
@@ -43,10 +45,10 @@ def test_the_role_word_round_trips_and_junk_there_is_refused():
                  kind="limiter", role="fixed-starts")  # fmt: skip
     lay = Layout.plan(g)
     page = bytearray(layout.pack_header(g, lay, META))
-    assert struct.unpack_from("<I", page, 168)[0] == layout.ROLES.index("fixed-starts") == 1
+    assert struct.unpack_from("<I", page, 168)[0] == geometry.ROLES.index("fixed-starts") == 1
     page[0:8] = layout.MAGIC
     assert layout.unpack_header(bytes(page), lay.total_bytes)[0] == g
-    struct.pack_into("<I", page, 168, len(layout.ROLES))  # an unknown role, checksum fixed up
+    struct.pack_into("<I", page, 168, len(geometry.ROLES))  # an unknown role, checksum fixed up
     struct.pack_into("<I", page, 24, zlib.crc32(page[32:1024]))
     with pytest.raises(CorruptSegmentError, match="unknown"):
         layout.unpack_header(bytes(page), lay.total_bytes)
@@ -68,10 +70,11 @@ def test_everything_is_cache_line_aligned():
         ):
             assert off % 64 == 0
         assert lay.total_bytes == lay.rows_off + lay.n_rows * lay.row_bytes
-    assert keyed.key_slots == layout.INDEX_MIN_SLOTS and Layout.plan(keyed).n_rows == 10  # capacity rows
+    assert keyed.key_slots == geometry.INDEX_MIN_SLOTS and Layout.plan(keyed).n_rows == 10  # capacity rows
     assert keyed.index_levels == 1  # 64 entries hold 10 keys at a load <= 1/4
     big = Geometry((Ring(7, 3),), ("a",), mode="locked", n_stripes=0, capacity=1000)
-    assert big.index_levels == 7 and (layout.INDEX_MIN_SLOTS << 6) >= 4 * 1000 > (layout.INDEX_MIN_SLOTS << 5)
+    slots = geometry.INDEX_MIN_SLOTS
+    assert big.index_levels == 7 and (slots << 6) >= 4 * 1000 > (slots << 5)
     lay = Layout.plan(big)
     # the index copies of every level lie between the key table's start and the row heap
     last_copy, entries = lay.index_copy(2 * big.index_levels - 1, big.key_slots)

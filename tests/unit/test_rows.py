@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from shmwin import ManualClock, Window, ring
-from shmwin.rows import RingView, Rows
+from shmwin.backends.shm.rows import RingView, Rows
 
 N = 4  # buckets
 BUCKET_NS = 1_000

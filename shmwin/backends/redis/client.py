@@ -21,9 +21,8 @@ from ...errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
-from ...keys import Key
-from ...segment import check_name
-from ..contract import Request
+from ..contract import Key, Request
+from ..shm.segment import check_name
 from .scripts import OPEN, Script
 
 NS_PER_US = 1000

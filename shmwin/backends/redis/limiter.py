@@ -14,12 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import GeometryMismatchError, NotSupportedError
-from ...geometry import limiter_geometry, rates_of
-from ...keys import Key
-from ...layout import Geometry
+from ...geometry import Geometry, limiter_geometry, rates_of
 from ...policy import cost_of
 from ...rate import Rate
-from ..contract import Check, Request, WindowBackend
+from ..contract import Check, Key, Request, WindowBackend
 from . import scripts
 from .client import NS_PER_US, RedisBase, not_supported, unavailable
 

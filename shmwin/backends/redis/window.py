@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import GeometryMismatchError, UnknownFieldError
-from ...keys import Key
-from ...layout import Geometry, Meta, Ring
+from ...geometry import Geometry, Meta, Ring
 from ...policy import INT64_MAX, INT64_MIN
-from ..contract import Number, Reading, Request
+from ..contract import Key, Number, Reading, Request
 from . import scripts
 from .client import NS_PER_US, RedisBase, key_text, not_supported
 

@@ -15,11 +15,9 @@ between. Memory per key is fixed by ``buckets``, not by the limit.
 from __future__ import annotations
 
 from ...errors import GeometryMismatchError
-from ...geometry import rates_of
-from ...keys import Key
-from ...layout import Geometry
+from ...geometry import Geometry, rates_of
 from ...rate import Rate
-from ..contract import Check, Request
+from ..contract import Check, Key, Request
 from .window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import layout, native, ring
+from ... import geometry, ring
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
@@ -34,15 +34,17 @@ from ...errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
-from ...keys import Key, KeyTable
-from ...layout import Geometry, Layout, Meta
-from ...locks import check_lock_table, init_locks, init_stripes
+from ...geometry import Geometry, Meta
 from ...policy import int64_total
-from ...rows import Rows, slot_view
-from ...segment import Segment, path_of
-from ...segment import unlink as _unlink_name
-from ...stripes import StripeTable
-from ..contract import Number, Reading, Request
+from ..contract import Key, Number, Reading, Request
+from . import layout, native
+from .keys import KeyTable
+from .layout import Layout
+from .locks import check_lock_table, init_locks, init_stripes
+from .rows import Rows, slot_view
+from .segment import Segment, path_of
+from .segment import unlink as _unlink_name
+from .stripes import StripeTable
 
 _W = layout.WORD_BYTES
 LOCK_TIMEOUT_S = 10.0
@@ -180,7 +182,7 @@ class ShmWindow:
         self._raw = np.frombuffer(seg.mm, np.uint8)
         self._q = self._buf.cast("q")
         self._rows = Rows(self._raw, g, lay)
-        self._stripes = StripeTable(self._q, lay, core)
+        self._stripes = StripeTable(core)
         self._keys: KeyTable | None = None
         if g.keyed:
             self._keys = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key)
@@ -421,8 +423,8 @@ def _create(name: str, g: Geometry, perm: int, clock: Clock | None) -> Segment:
     says which clock its writers read (``clock.clock_kind``, default "monotonic")."""
     lay = Layout.plan(g)
     clock_kind = getattr(clock, "clock_kind", "monotonic")
-    if clock_kind not in layout.CLOCKS:
-        raise ValueError(f"clock_kind must be one of {layout.CLOCKS}, not {clock_kind!r}")
+    if clock_kind not in geometry.CLOCKS:
+        raise ValueError(f"clock_kind must be one of {geometry.CLOCKS}, not {clock_kind!r}")
     return Segment.create(name, lay.total_bytes, perm, _initialiser(g, clock_kind), reserve=lay.first_bytes)
 
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from .clock import Clock, host_clock
-from .duration import Duration, to_ns
-from .errors import KeyTableFullError, WindowClosedError
-from .window import Window
+from ..clock import Clock, host_clock
+from ..duration import Duration, to_ns
+from ..errors import KeyTableFullError, WindowClosedError
+from ..window import Window
 
 FIELD = "flying"
 _MARGIN_NS = 1_000_000_000  # a fast add must land in the bucket its stamp names: stay clear of its end

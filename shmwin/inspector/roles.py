@@ -28,9 +28,9 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from .duration import NS_PER_S, to_ns
-from .errors import ShmwinError
-from .segment import path_of
+from ..backends.shm.segment import path_of
+from ..duration import NS_PER_S, to_ns
+from ..errors import ShmwinError
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-starts")
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
@@ -38,7 +38,7 @@ UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 
 def role_of(w: Any) -> str | None:
     """``w``'s role (one of :data:`ROLES`), or None for a plain window or limiter."""
-    from . import adaptive, breaker, inflight, shedder
+    from ..overload import adaptive, breaker, inflight, shedder
 
     if not hasattr(w, "series"):  # a Redis limiter's front: a limiter, nothing more
         return None
@@ -64,13 +64,13 @@ def role_of(w: Any) -> str | None:
 
 def _in_units(g: Any) -> bool:
     """A limiter's rates in an adaptive limiter's units (whole multiples of its scale)."""
-    from .adaptive import DEFAULT_SCALE
+    from ..overload.adaptive import DEFAULT_SCALE
 
     return g.kind == "limiter" and all(r.limit % DEFAULT_SCALE == 0 for r in g.rings)
 
 
 def _adaptive_limiter(name: str) -> bool:
-    from .window import Window
+    from ..window import Window
 
     try:
         with Window.attach(name, ready_timeout=0.5) as w:
@@ -84,9 +84,9 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
 
     breaker: ``drop_ratio``, ``accepts``, ``failures``, ``drops``, ``total`` over the window;
     shedder: see :func:`shedder_view`; in-flight: ``in_flight`` and ``processes`` ``[(pid, n)]``;
-    adaptive: :func:`shmwin.adaptive.describe`; health: ``of``, the limiter's name.
+    adaptive: :func:`shmwin.overload.adaptive.describe`; health: ``of``, the limiter's name.
     """
-    from . import adaptive, breaker, inflight
+    from ..overload import adaptive, breaker, inflight
 
     if role == "breaker":
         stats = asdict(breaker.stats_of(w))
@@ -117,8 +117,8 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
     - ``cpu``: host millicpu from ``cpu()`` (None when not given or not measured yet), and
       the ``overload_factor`` it gives (what ``max_in_flight`` is multiplied by while hot).
     """
-    from . import inflight, shedder
-    from .window import Window
+    from ..overload import inflight, shedder
+    from ..window import Window
 
     processes = None
     try:

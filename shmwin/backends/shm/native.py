@@ -1,7 +1,7 @@
 """The bridge from the layout table to the native core: one ``_core.Core`` per mapped segment.
 
 Every write to a segment is a method of the Core built here (see ``_core.c``); the
-offsets it works with all come from :class:`~shmwin.layout.Layout`, passed in once.
+offsets it works with all come from :class:`~shmwin.backends.shm.layout.Layout`, passed in once.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _core, layout, ring
-from .clock import Clock
-from .errors import (
+from ... import _core, geometry, ring
+from ...clock import Clock
+from ...errors import (
     CorruptSegmentError,
     KeyTableFullError,
     LockTimeoutError,
@@ -21,6 +21,7 @@ from .errors import (
     UnknownFieldError,
     WindowClosedError,
 )
+from . import layout
 
 ON_FULL = ("raise", "allow", "deny")
 
@@ -37,9 +38,9 @@ _core.set_errors(
 def open_core(
     mm: mmap.mmap,
     name: str,
-    g: layout.Geometry,
+    g: geometry.Geometry,
     lay: layout.Layout,
-    meta: layout.Meta,
+    meta: geometry.Meta,
     *,
     clock: Clock | None,
     lock_timeout: float,
@@ -87,19 +88,9 @@ def open_core(
     )
 
 
-def empty_row(g: layout.Geometry, lay: layout.Layout) -> bytes:
+def empty_row(g: geometry.Geometry, lay: layout.Layout) -> bytes:
     """A row's rings as they are when empty: every epoch EMPTY, every value zero."""
     words = np.zeros(lay.rings_bytes // layout.WORD_BYTES, np.int64)
     n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
     words[: n_slots * lay.slot_words : lay.slot_words] = ring.EMPTY_EPOCH
     return words.tobytes()
-
-
-def init_stripes(mm: mmap.mmap, lay: layout.Layout, n_entries: int) -> None:
-    """Initialise the stripe table of a segment being created: every liveness mutex free."""
-    _core.init_stripes(mm, lay.stripes_off, n_entries)
-
-
-def init_locks(mm: mmap.mmap, lay: layout.Layout, n_locks: int) -> None:
-    """Initialise the lock table of a segment being created (robust, process-shared)."""
-    _core.init_locks(mm, lay.locks_off, n_locks)

@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.shm import owners
+from ..backends.shm.segment import PREFIX, SHM_DIR, names, namespace, path_of
+from ..clock import host_clock, host_monotonic_ns
+from ..duration import NS_PER_S, format_ns
+from ..errors import GeometryMismatchError, ShmwinError
+from ..rate import Rate
 from . import attached as _attached
-from . import owners
-from .clock import host_clock, host_monotonic_ns
-from .duration import NS_PER_S, format_ns
-from .errors import GeometryMismatchError, ShmwinError
-from .rate import Rate
 from .roles import UNSUMMED, role_of, role_view
-from .segment import PREFIX, SHM_DIR, names, namespace, path_of
 
 GLOB_CHARS = "*?["
 
@@ -85,7 +85,7 @@ class ShmUsage:
 def open_window(name: str, backend: str | None = None) -> Any:
     """Attach for reading: a Window (either kind), or on Redis a RedisWindow or RedisLimiter.
     Raises ShmwinError (or FileNotFoundError) with the reason."""
-    from .window import Window  # imported late: ``shmwin ls`` of junk needs no native core
+    from ..window import Window  # imported late: ``shmwin ls`` of junk needs no native core
 
     if backend is None:
         w = Window.attach(name, ready_timeout=0.5)
@@ -96,7 +96,7 @@ def open_window(name: str, backend: str | None = None) -> Any:
     try:
         return Window.attach(name, backend=backend)
     except GeometryMismatchError:  # the name holds a limiter
-        from .limiter import Limiter
+        from ..limiter import Limiter
 
         return Limiter.attach(name, backend=backend)
 
@@ -190,8 +190,7 @@ def infos(selected: Iterable[str] | None = None, who: bool = True) -> list[Info]
 
 
 def allocated_bytes(selected: Iterable[str]) -> dict[str, int]:
-    """Bytes each window takes in /dev/shm (``st_blocks * 512``, not its apparent size),
-    counting its extension segments (``<name>#<n>``) with it."""
+    """Bytes each window takes in /dev/shm (``st_blocks * 512``, not its apparent size)."""
     wanted = {os.path.basename(path_of(n)): n for n in selected}
     out = dict.fromkeys(wanted.values(), 0)
     try:
@@ -199,9 +198,8 @@ def allocated_bytes(selected: Iterable[str]) -> dict[str, int]:
     except OSError:
         return out
     for entry in entries:
-        base, _, ext = entry.name.partition("#")
-        name = wanted.get(base)
-        if name is None or (ext and not ext.isdigit()):
+        name = wanted.get(entry.name)
+        if name is None:
             continue
         try:
             out[name] += entry.stat(follow_symlinks=False).st_blocks * 512
@@ -454,7 +452,7 @@ def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float
 
 
 def _redis(url: str, timeout: float) -> Any:
-    from .backends.redis.client import connect, unavailable
+    from ..backends.redis.client import connect, unavailable
 
     client = connect(url, timeout)
     try:

@@ -13,10 +13,10 @@ after its key bytes, and a changed or non-positive generation means "not a key n
 
 from __future__ import annotations
 
-from . import _core, layout
-from .errors import CorruptSegmentError
-
-Key = str | bytes
+from ... import _core, geometry
+from ...errors import CorruptSegmentError
+from ..contract import Key
+from . import layout
 
 MAX_PROBES = _core.MAX_PROBES
 _W = layout.WORD_BYTES
@@ -35,7 +35,13 @@ class KeyTable:
     """This process's read-only view of a segment's key table. Rows are the heap's."""
 
     def __init__(
-        self, mm: object, q: memoryview, g: layout.Geometry, lay: layout.Layout, core: _core.Core, key: bytes
+        self,
+        mm: object,
+        q: memoryview,
+        g: geometry.Geometry,
+        lay: layout.Layout,
+        core: _core.Core,
+        key: bytes,
     ):
         self._g, self._lay = g, lay
         self._hash_key = key  # the segment's hash key: the checked words' tags

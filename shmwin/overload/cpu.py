@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .clock import Clock
-from .duration import Duration, to_ns
+from ..clock import Clock
+from ..duration import Duration, to_ns
 
 MILLICPU = 1000
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 import mmap
 
-from . import _core
-from .errors import CorruptSegmentError
+from ... import _core
+from ...errors import CorruptSegmentError
 from .layout import LOCK_BYTES
 
 

@@ -9,11 +9,12 @@ owner leaves or dies: its counts are still inside the window, so the next claime
 
 from __future__ import annotations
 
-from . import _core, layout, owners
+from ... import _core
+from . import owners
 
 
 class StripeTable:
-    def __init__(self, q: memoryview, lay: layout.Layout, core: _core.Core):
+    def __init__(self, core: _core.Core):
         self._core = core
 
     def candidates(self) -> tuple[int, int]:

@@ -27,13 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .clock import Clock, host_clock
-from .duration import Duration, to_ns
-from .errors import GeometryMismatchError, WindowNotFoundError
-from .keys import Key
-from .limiter import Limiter
-from .rate import LimitStats, Rate, parse_many
-from .window import Window
+from ..backends.contract import Key
+from ..clock import Clock, host_clock
+from ..duration import Duration, to_ns
+from ..errors import GeometryMismatchError, WindowNotFoundError
+from ..limiter import Limiter
+from ..rate import LimitStats, Rate, parse_many
+from ..window import Window
 
 HEALTH_FIELDS = ("ok", "error")
 HEALTH_SUFFIX = ".health"  # the health window's name, after the limiter's

@@ -27,10 +27,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from .clock import Clock, host_clock
-from .duration import NS_PER_S, Duration, to_ns
-from .errors import GeometryMismatchError, ShmwinError
-from .window import Window
+from ..clock import Clock, host_clock
+from ..duration import NS_PER_S, Duration, to_ns
+from ..errors import GeometryMismatchError, ShmwinError
+from ..window import Window
 
 FIELDS = ("accepts", "failures", "drops")
 K = 1.5  # the defaults: go-zero's and the SRE book's

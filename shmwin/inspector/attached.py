@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .segment import path_of
+from ..backends.shm.segment import path_of
 
 PROC = "/proc"
 

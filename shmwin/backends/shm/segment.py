@@ -23,9 +23,7 @@ unless the caller widens trust knowingly -- ``trust_uids=`` / :func:`on_behalf_o
 owner, ``perm=`` for the mode bits. Both refusals are :class:`UntrustedSegmentError`, a
 ``PermissionError``.
 
-**Parts.** A window may span extra segments named ``<window>#<n>``: ``'#'`` never appears
-in a window name, :func:`names` does not list parts, and :func:`unlink` removes them with
-their window.
+A window is one segment: ``/dev/shm/shmwin.[<namespace>~]<name>``.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import TypeVar
 
-from .errors import (
+from ...errors import (
     ForeignFileError,
     OutOfSpaceError,
     SegmentNotReadyError,
@@ -56,7 +54,6 @@ T = TypeVar("T")
 PREFIX = "shmwin."
 SHM_DIR = "/dev/shm"
 MAX_NAME_CHARS = 200
-PART_MARK = "#"  # reserved: "<window>#<n>" is part n of a window
 DEFAULT_PERM = 0o600
 _NAME = re.compile(r"[A-Za-z0-9_.:@+=-]+")  # always fullmatch: "$" would accept a trailing "\n"
 _ALLOWED = "letters, digits and _ . : @ + = -"
@@ -83,26 +80,26 @@ def check_name(name: str) -> str:
     if len(name) > MAX_NAME_CHARS:
         raise ValueError(f"window name is {len(name)} characters; the limit is {MAX_NAME_CHARS}")
     if not _NAME.fullmatch(name):
-        reserved = f" ('{PART_MARK}' is reserved for a window's parts)" if PART_MARK in name else ""
         raise ValueError(
             f"window name {name!r} may only use {_ALLOWED} "
-            f"(no '/', spaces, newlines or other control characters){reserved}"
+            "(no '/', '#', spaces, newlines or other control characters)"
         )
     return "/" + PREFIX + namespace() + name
 
 
-def path_of(name: str, part: int = 0) -> str:
-    """Where the segment of window ``name`` (or its part ``part``) appears in the filesystem."""
-    return SHM_DIR + check_name(name) + _part_suffix(part)
+def path_of(name: str) -> str:
+    """Where the segment of window ``name`` appears in the filesystem."""
+    return SHM_DIR + check_name(name)
 
 
 def names() -> list[str]:
-    """Names of the shmwin windows on this host (in this namespace), sorted; parts not listed."""
-    return sorted({window for window, part in _entries() if not part})
+    """Names of the shmwin windows on this host (in this namespace), sorted."""
+    return sorted(_entries())
 
 
-def _entries() -> Iterator[tuple[str, str]]:
-    """``(window name, part suffix or "")`` of every entry of this namespace in ``/dev/shm``."""
+def _entries() -> Iterator[str]:
+    """The window name of every entry of this namespace in ``/dev/shm`` (a name no window
+    can have, e.g. with a ``#``, is not one of ours)."""
     try:
         entries = os.listdir(SHM_DIR)
     except FileNotFoundError:
@@ -110,10 +107,8 @@ def _entries() -> Iterator[tuple[str, str]]:
     mine = PREFIX + namespace()
     for entry in entries:
         rest = entry[len(mine) :]
-        if entry.startswith(mine) and rest and "~" not in rest:
-            window, mark, part = rest.partition(PART_MARK)
-            if window:
-                yield window, mark + part
+        if entry.startswith(mine) and rest and "~" not in rest and _NAME.fullmatch(rest):
+            yield rest
 
 
 @contextmanager
@@ -134,10 +129,9 @@ def on_behalf_of(uid: int | None, gid: int | None = None) -> Iterator[None]:
 class Segment:
     """A mapped shared-memory segment. ``close()`` is this process; ``unlink()`` is everyone."""
 
-    def __init__(self, name: str, mm: mmap.mmap, part: int = 0, fd: int = -1):
+    def __init__(self, name: str, mm: mmap.mmap, fd: int = -1):
         self.name = name
         self.mm = mm
-        self.part = part
         self.fd = fd  # a descriptor of the segment until release_fd(): keyed windows grow through it
 
     def release_fd(self) -> None:
@@ -159,7 +153,6 @@ class Segment:
         *,
         uid: int | None = None,
         gid: int | None = None,
-        part: int = 0,
         reserve: int | None = None,
     ) -> Segment:
         """Create exclusively with mode exactly ``perm`` (whatever the umask), owned by
@@ -172,7 +165,7 @@ class Segment:
         gid = default_gid if gid is None else gid
         _check_id("uid", uid)
         _check_id("gid", gid)
-        path = path_of(name, part)
+        path = path_of(name)
         try:
             fd = os.open(path, _CREATE, DEFAULT_PERM)
         except FileExistsError as exc:
@@ -201,7 +194,7 @@ class Segment:
             raise
         finally:
             os.close(fd)
-        return cls(name, mm, part, kept)
+        return cls(name, mm, kept)
 
     @classmethod
     def attach(
@@ -212,7 +205,6 @@ class Segment:
         *,
         perm: int = DEFAULT_PERM,
         trust_uids: Iterable[int] = (),
-        part: int = 0,
     ) -> Segment:
         """Map an existing segment once its creator has finished (bounded wait), if trusted:
         owned by this user, root, a uid in ``trust_uids`` or :func:`on_behalf_of`'s, and
@@ -225,7 +217,7 @@ class Segment:
         acting_uid = _acting_for.get()[0]
         if acting_uid is not None:
             trusted.add(acting_uid)
-        path = path_of(name, part)
+        path = path_of(name)
         deadline = time.monotonic() + ready_timeout_s
         fd = _open_existing(path, name, deadline)
         try:
@@ -245,7 +237,7 @@ class Segment:
                 raise
         finally:
             os.close(fd)
-        return cls(name, mm, part, kept)
+        return cls(name, mm, kept)
 
     def close(self) -> None:
         self.release_fd()
@@ -253,46 +245,32 @@ class Segment:
             self.mm.close()
 
     def unlink(self) -> bool:
-        """Remove the window with its parts (part 0), or this part alone."""
-        if self.part:
-            return _unlink_path(path_of(self.name, self.part), self.name)
+        """Remove the window from the host (everyone's: see :func:`unlink`)."""
         return unlink(self.name)
 
 
 def unlink(name: str) -> bool:
-    """Remove window ``name`` and its parts from the host; True if any existed. Processes
-    that have it mapped keep their memory."""
-    stem = check_name(name)[1:]
-    removed = _unlink_path(SHM_DIR + "/" + stem, name)
-    for entry in _listdir():  # parts after the window: no newcomer finds a window missing parts
-        if entry.startswith(stem + PART_MARK):
-            removed |= _unlink_path(SHM_DIR + "/" + entry, name)
-    return removed
+    """Remove window ``name`` from the host; True if it existed. Processes that have it
+    mapped keep their memory."""
+    return _unlink_path(path_of(name), name)
 
 
 def unlink_prefix(prefix: str) -> list[str]:
-    """Remove every window named ``prefix`` or ``prefix.<anything>``, with their parts, and
-    return their names. The segments of a ``shm://myapp`` limits storage (Flask-Limiter,
-    slowapi) are ``myapp.<strategy>.<limit>.<seconds>``: ``unlink_prefix("myapp")`` removes
-    them all, and not those of ``myapp2``. For a server's shutdown hook."""
+    """Remove every window named ``prefix`` or ``prefix.<anything>``, and return their
+    names. The segments of a ``shm://myapp`` limits storage (Flask-Limiter, slowapi) are
+    ``myapp.<strategy>.<limit>.<seconds>``: ``unlink_prefix("myapp")`` removes them all, and
+    not those of ``myapp2``. For a server's shutdown hook."""
     check_name(prefix)
     mine = SHM_DIR + "/" + PREFIX + namespace()
     removed: set[str] = set()
-    for window, part in list(_entries()):
-        if (window == prefix or window.startswith(prefix + ".")) and _unlink_path(
-            mine + window + part, window
-        ):
+    for window in list(_entries()):
+        if (window == prefix or window.startswith(prefix + ".")) and _unlink_path(mine + window, window):
             removed.add(window)
     return sorted(removed)
 
 
 # -- helpers ------------------------------------------------------------------------------------
 
-
-def _part_suffix(part: int) -> str:
-    if not isinstance(part, int) or isinstance(part, bool) or part < 0:
-        raise ValueError(f"part must be an int >= 0, not {part!r}")
-    return f"{PART_MARK}{part}" if part else ""
 
 
 def _check_perm(perm: int) -> None:
@@ -303,13 +281,6 @@ def _check_perm(perm: int) -> None:
 def _check_id(what: str, value: int | None) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
         raise ValueError(f"{what} must be None or an int >= 0, not {value!r}")
-
-
-def _listdir() -> list[str]:
-    try:
-        return os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return []
 
 
 def _open_existing(path: str, name: str, deadline: float) -> int:
@@ -343,7 +314,7 @@ def _check_trust(st: os.stat_result, name: str, trusted: set[int], perm: int) ->
             f"window {name!r} is {_owned_by(st)}, not by this user (uid {os.geteuid()}): whoever "
             "owns it can reset or crash its users, and another user may have created it to take "
             f"this one over. Remove it (shmwin rm {name}), or trust that user explicitly "
-            f"(trust_uids=[{st.st_uid}], or shmwin.segment.on_behalf_of({st.st_uid}))"
+            f"(trust_uids=[{st.st_uid}], or shmwin.backends.shm.segment.on_behalf_of({st.st_uid}))"
         )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022 & ~perm:

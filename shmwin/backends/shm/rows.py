@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import layout, ring
-from .layout import Geometry, Layout
-from .policy import exact, may_wrap_where
+from ... import ring
+from ...geometry import Geometry
+from ...policy import exact, may_wrap_where
+from . import layout
+from .layout import Layout
 
 _W = layout.WORD_BYTES
 
@@ -33,7 +35,7 @@ class RingView:
     n_buckets: int
     epochs: npt.NDArray[np.int64]  # (rows, n_buckets); a log ring: each entry's time
     values: npt.NDArray[Any]  # (rows, n_buckets, fields)
-    log: bool = False  # entries (time ns, hits), bucket_ns the period: see layout.Ring
+    log: bool = False  # entries (time ns, hits), bucket_ns the period: see geometry.Ring
 
     @property
     def span_ns(self) -> int:

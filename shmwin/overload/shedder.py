@@ -14,9 +14,9 @@ has shown it can turn around:
   per-bucket mean response time (1000 ms if none) -- both over the shared window of passes
   and response times, ignoring the current, partial bucket, as go-zero does;
 - ``flying``: requests in flight on the whole host, over live processes only
-  (:class:`~shmwin.inflight.InFlight`: a SIGKILLed worker's requests stop counting);
+  (:class:`~shmwin.overload.inflight.InFlight`: a SIGKILLed worker's requests stop counting);
 - ``avg_flying``: a moving average (beta = 0.9) of ``flying``, updated when a request ends;
-- ``cpu``: host CPU in millicpu (:class:`~shmwin.cpu.HostCpu`, or any callable).
+- ``cpu``: host CPU in millicpu (:class:`~shmwin.overload.cpu.HostCpu`, or any callable).
 
 Where this differs from go-zero, and why: response times are kept in microseconds (go-zero
 rounds up to whole milliseconds, which makes sub-millisecond handlers look 1 ms long);
@@ -34,12 +34,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .clock import Clock, host_clock
+from ..clock import Clock, host_clock
+from ..duration import NS_PER_S, Duration, to_ns
+from ..errors import GeometryMismatchError, ShmwinError
+from ..window import Window
 from .cpu import MILLICPU, HostCpu
-from .duration import NS_PER_S, Duration, to_ns
-from .errors import GeometryMismatchError, ShmwinError
 from .inflight import InFlight
-from .window import Window
 
 FIELDS = ("passes", "rt_us", "drops")
 FLYING_SUFFIX = ".flying"
@@ -138,7 +138,7 @@ class Shedder:
     ``ticket = shedder.allow()`` is None when the request must be shed, else a
     :class:`Ticket` to end with ``done()`` or ``fail()``; ``with shedder.admit():`` raises
     :class:`OverloadedError` instead. ``cpu`` is a callable returning millicpu (0..1000;
-    default: :class:`~shmwin.cpu.HostCpu` on ``clock``); ``clock`` is monotonic ns.
+    default: :class:`~shmwin.overload.cpu.HostCpu` on ``clock``); ``clock`` is monotonic ns.
     """
 
     def __init__(
