@@ -6,7 +6,7 @@ second, minute, hour, day, month (30 days) and year (12 months: 360 days, as in 
 singular or plural, any case, joined by ``;``, ``,`` or ``|``. Two rates over the same
 period mean the stricter one. On top of that: the short units ``s``, ``sec``, ``m``,
 ``min``, ``h``, ``hr``, ``d`` and a trailing separator. The differences (``0/minute``,
-``10/0 minutes``, numbers beyond int64) are errors here, listed in the README.
+``10/0 minutes``, numbers beyond int64) are errors here, listed in docs/limits-storage.md.
 """
 
 from __future__ import annotations
