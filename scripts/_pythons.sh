@@ -2,8 +2,9 @@
 # and where to find each one here.
 SHMWIN_PYTHONS="3.10 3.11 3.12 3.13"
 
-# shmwin_find_python 3.12: print the path of a working CPython 3.12, or nothing. pyenv's newest
-# 3.12.x first, never a free-threaded build (its shims only run the versions pyenv has selected), then python3.12 on PATH.
+# shmwin_find_python 3.12: print the path of a working CPython 3.12 (never a free-threaded build),
+# or nothing: pyenv's newest 3.12.x first (pyenv's shims run only the versions it has selected),
+# then python3.12 on PATH.
 shmwin_find_python() {
   local version="$1" root candidate
   root="${PYENV_ROOT:-$HOME/.pyenv}"
