@@ -20,6 +20,14 @@
  *
  * Close safety. Every entry point raises WindowClosedError once close() ran; the
  * mapping is kept (our buffer export) until no call of any thread is inside.
+ *
+ * Junk safety. Anyone who can write the segment can write any word of it, and a bit can
+ * flip: no word read from it is trusted with memory or arithmetic. Words that say where
+ * memory is touched are checked where they are loaded (the key table's checked words, row
+ * numbers against rows_top, epochs against what a clock reaches, generations below MAX_GEN);
+ * counts are clamped, or added saturating or with __builtin_*_overflow. A word that fails is
+ * a CorruptSegmentError, or (a count) a refusal: never undefined behaviour, never a fault.
+ * scripts/checks.d/50-sanitizers.sh holds the core to it (tests/integration/test_bad_words.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -65,6 +73,7 @@
 #define FREE_HEAD_OFF 1072
 #define REBUILT_NS_OFF 1080
 #define EMPTY_EPOCH INT64_MIN
+#define MAX_NOW_NS (INT64_C(1) << 62)  /* the latest clock reading taken (clock.MAX_NOW_NS) */
 #define MAX_RINGS 8
 #define MAX_LOG_ENTRIES 4096   /* entries of a log ring (layout.MAX_LOG_ENTRIES) */
 #define MAX_PROBES 256
@@ -128,8 +137,11 @@ static void fp_fire(void) {
 static uint64_t fork_gen = 1;  /* bumped in a forked child: stripes are per process */
 static void keeper_after_fork(void);
 static void reserver_after_fork(void);
+static int64_t read_timens_offset(void);
+static int64_t timens_offset_ns;
 static void after_fork_child(void) {
     fork_gen++;
+    timens_offset_ns = read_timens_offset();
     keeper_after_fork();
     reserver_after_fork();
 }
@@ -156,6 +168,37 @@ static int64_t mono_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
 }
+
+/* A process in a time namespace (a container started with one, a CRIU restore) reads
+ * CLOCK_MONOTONIC shifted by its namespace's offset, so two processes of one host could
+ * stamp one window with clocks seconds apart. Every time a segment holds is the host's
+ * (the initial namespace's): this process's offset, from /proc/self/timens_offsets
+ * ("monotonic <s> <ns>"), is taken off. Read at import and again in a forked child (whose
+ * namespace may be new); open/read/close are async-signal-safe. 0 without the file. */
+static int64_t timens_offset_ns = 0;
+
+static int64_t read_timens_offset(void) {
+    char buf[256];
+    int fd = open("/proc/self/timens_offsets", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *line = buf;
+    while (line != NULL) {
+        long long s, ns;  /* offsets are bounded (|s| < 2**31): no overflow below */
+        if (strncmp(line, "monotonic", 9) == 0 && sscanf(line + 9, "%lld %lld", &s, &ns) == 2 &&
+            s > -(1LL << 31) && s < (1LL << 31) && ns >= 0 && ns < NS)
+            return (int64_t)s * NS + ns;
+        line = strchr(line, '\n');
+        if (line != NULL) line++;
+    }
+    return 0;
+}
+
+/* The host's monotonic time: what every time a segment holds is read on. */
+static int64_t host_mono_ns(void) { return mono_ns() - timens_offset_ns; }
 
 /* ---- SipHash-1-3 with the segment's secret key: key hashes callers cannot aim ------ */
 
@@ -291,14 +334,14 @@ static int still_open(Core *c) {  /* after anything that may have run other thre
  * adds to the newer bucket of its slot instead of rolling it back). */
 static int now_ns(Core *c, int64_t *now) {
     if (c->clock == NULL) {
-        *now = mono_ns();
+        *now = host_mono_ns();
         return 0;
     }
     PyObject *v = PyObject_CallNoArgs(c->clock);
     if (v == NULL) return -1;
     if (PyFloat_Check(v)) {  /* time-mocking libraries hand out floats */
         double d = PyFloat_AS_DOUBLE(v);
-        if (!(d >= 0 && d < 9.2e18)) {
+        if (!(d >= 0 && d < (double)MAX_NOW_NS)) {
             PyErr_Format(PyExc_ValueError, "the clock returned %R ns, not a time", v);
             Py_DECREF(v);
             return -1;
@@ -312,6 +355,11 @@ static int now_ns(Core *c, int64_t *now) {
     if (x == -1 && PyErr_Occurred()) return -1;
     if (x < 0) {
         PyErr_Format(PyExc_ValueError, "the clock returned %lld ns: monotonic time is never negative", x);
+        return -1;
+    }
+    if (x >= MAX_NOW_NS) {
+        PyErr_Format(PyExc_ValueError, "the clock returned %lld ns: shmwin takes 0 to 2**62 ns "
+                     "(146 years of uptime)", x);
         return -1;
     }
     *now = x;
@@ -415,18 +463,41 @@ static int lock_take_ex(Core *c, int i, int interruptible) {
 /* ---- rows ------------------------------------------------------------------------------- */
 
 static void empty_rings(Core *c, char *row) {
-    memcpy(row + c->rings_off, c->empty, c->empty_bytes);
+    memcpy(row + c->rings_off, c->empty, (size_t)c->empty_bytes);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     FAILPOINT();
 }
 
-/* A limiter ring's running total, recomputed from its live buckets (repair only). */
+/* Counts read from the segment are added saturating: junk there never wraps (nor is UB). */
+static int64_t sat_add(int64_t a, int64_t b) {
+    int64_t s;
+    return __builtin_add_overflow(a, b, &s) ? (b > 0 ? INT64_MAX : INT64_MIN) : s;
+}
+static int64_t sat_sub(int64_t a, int64_t b) {
+    int64_t s;
+    return __builtin_sub_overflow(a, b, &s) ? (b < 0 ? INT64_MAX : INT64_MIN) : s;
+}
+
+/* A ring's span (n x bucket_ns), saturating: a header may describe any ring its checksum covers. */
+static int64_t span_ns(const Ring *r) {
+    int64_t span;
+    return __builtin_mul_overflow(r->n, r->bucket_ns, &span) ? INT64_MAX : span;
+}
+
+/* A limiter ring's head epoch: EMPTY, or one a clock can reach, whose epoch maths (head - n,
+ * (head + n) x bucket_ns) cannot overflow. */
+static int head_ok(const Ring *r, int64_t head) {
+    return head == EMPTY_EPOCH || (head >= 0 && head <= INT64_MAX / r->bucket_ns - 2 * r->n);
+}
+
+/* A limiter ring's running total, recomputed from its live buckets (repair, and junk totals).
+ * head passed head_ok(); hits are never negative, so a negative one is junk and counts 0. */
 static int64_t ring_sum(Core *c, int64_t *hdr, const Ring *r, int64_t head) {
     int64_t total = 0;
     if (head == EMPTY_EPOCH) return 0;
     for (int64_t s = 0; s < r->n; s++) {
-        int64_t *b = hdr + (c->head_slots + s) * c->slot_words, e = LOAD(b);
-        if (e != EMPTY_EPOCH && e > head - r->n && e <= head) total += LOAD(b + 1);
+        int64_t *b = hdr + (c->head_slots + s) * c->slot_words, e = LOAD(b), hits = LOAD(b + 1);
+        if (e != EMPTY_EPOCH && e > head - r->n && e <= head && hits > 0) total = sat_add(total, hits);
     }
     return total;
 }
@@ -696,7 +767,7 @@ static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
         if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
         STORE(e + 1, start);
         STORE(e + 2, owner);
-        STORE(e + 3, mono_ns());
+        STORE(e + 3, host_mono_ns());
         STORE(e, owner);
         END_SECTION();
         *row = r;
@@ -761,13 +832,12 @@ typedef struct {
     uint64_t hash;
 } StoredKey;
 
-/* The bytes a key is stored as, and its hash: str -> UTF-8, bytes-like as is; long keys
- * keep a prefix and a 128-bit keyed digest of the whole. */
+/* The bytes a key is stored as, and its hash: str -> UTF-8, bytes as is (exactly those two
+ * types, as documented: a bytearray or memoryview could change under the key cache); long
+ * keys keep a prefix and a 128-bit keyed digest of the whole. */
 static int encode_key(Core *c, PyObject *key, StoredKey *k) {
-    Py_buffer view;
     const char *raw;
     Py_ssize_t len;
-    int have_view = 0;
     k->flags = 0;
     if (PyUnicode_Check(key)) {
         raw = PyUnicode_AsUTF8AndSize(key, &len);
@@ -776,11 +846,6 @@ static int encode_key(Core *c, PyObject *key, StoredKey *k) {
     } else if (PyBytes_Check(key)) {
         raw = PyBytes_AS_STRING(key);
         len = PyBytes_GET_SIZE(key);
-    } else if (PyObject_CheckBuffer(key) && !PyLong_Check(key)) {
-        if (PyObject_GetBuffer(key, &view, PyBUF_SIMPLE) < 0) return -1;
-        raw = view.buf;
-        len = view.len;
-        have_view = 1;
     } else {
         PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.100s", Py_TYPE(key)->tp_name);
         return -1;
@@ -798,7 +863,6 @@ static int encode_key(Core *c, PyObject *key, StoredKey *k) {
         k->len = MAX_STORED_KEY;
         k->flags |= FLAG_DIGEST;
     }
-    if (have_view) PyBuffer_Release(&view);
     uint64_t h = siphash13(c->hk0 ^ (uint64_t)k->flags, c->hk1, k->bytes, (size_t)k->len) >> 1;
     k->hash = h ? h : 1;  /* fits an i64, never 0: 0 marks an entry with no key */
     return 0;
@@ -821,6 +885,53 @@ static int encode_key(Core *c, PyObject *key, StoredKey *k) {
 #define RLEN(row) ((int64_t *)(row) + 3)
 #define RKEY(row) ((char *)(row) + KEY_BYTES_OFF)
 #define KEYWORD(c, off) W((c), (off))     /* the key table's state words in the header */
+#define MAX_GEN (INT64_C(1) << 62)  /* a generation's size never gets near it: beyond is junk */
+
+/* ---- the key table's state words: checked where they are loaded ------------------------ *
+ * They lie outside the header's checksum and change under LOCK_KEYS while others read them
+ * lock-free. Three decide where memory is touched -- the index descriptor, rows_top and
+ * rows_reserved -- and the file is sparse: a value within bounds but past what was reserved
+ * would send a reader into a hole, where a fault on a full /dev/shm is a SIGBUS. So each of
+ * the three carries its own check, written in the same store: value | tag << 32, the tag a
+ * mix of the value, the word's offset and the segment's hash key (layout.state_word). Junk
+ * fails it (a zeroed or flipped word, a copy of another word) and is a CorruptSegmentError.
+ * The other words only count (keys, index_used) or time (rebuilt_ns): clamped where loaded. */
+static uint32_t state_tag(const Core *c, int64_t off, uint64_t v) {
+    uint64_t x = (v | (uint64_t)off << 32) ^ c->hk0;
+    x *= c->hk1 | 1;
+    x ^= x >> 32;
+    x *= 0x9e3779b97f4a7c15ULL;
+    return (uint32_t)(x >> 32);
+}
+#define STORE_STATE(c, off, v) \
+    STORE(KEYWORD(c, off), (int64_t)((uint64_t)state_tag((c), (off), (uint64_t)(v)) << 32 | (uint64_t)(v)))
+
+/* A checked state word's value, in [0, most]; -1 with CorruptSegmentError set if it fails. */
+static int64_t load_state(Core *c, int64_t off, int64_t most, const char *what) {
+    uint64_t w = (uint64_t)LOAD(KEYWORD(c, off)), v = w & 0xFFFFFFFFu;
+    if ((uint32_t)(w >> 32) == state_tag(c, off, v) && v <= (uint64_t)most) return (int64_t)v;
+    PyErr_Format(ErrCorrupt, "window %R: its key table's %s word (%lld) fails its check: the segment "
+                 "is corrupt", c->name, what, (long long)w);
+    return -1;
+}
+
+/* A counting state word, clamped to [0, most]: junk there miscounts, never overflows. */
+static int64_t load_count(Core *c, int64_t off, int64_t most) {
+    int64_t v = LOAD(KEYWORD(c, off));
+    return v < 0 ? 0 : v > most ? most : v;
+}
+#define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
+#define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))
+
+/* Under LOCK_KEYS, before an insert counts on them: the counting words within their bounds
+ * (at most a key per row; at most every entry of the index used), as attach checks them. */
+static int counts_ok(Core *c, int64_t slots) {
+    int64_t keys = LOAD(KEYWORD(c, KEYS_OFF)), used = LOAD(KEYWORD(c, INDEX_USED_OFF));
+    if (keys >= 0 && keys <= c->n_rows && used >= 0 && used <= slots) return 0;
+    PyErr_Format(ErrCorrupt, "window %R: its key table counts %lld keys in %lld index entries, out of "
+                 "range: the segment is corrupt", c->name, (long long)keys, (long long)used);
+    return -1;
+}
 
 typedef struct {
     int64_t *base;   /* entry 0 */
@@ -838,12 +949,8 @@ static Index index_copy(Core *c, int64_t index) {
 
 /* The published index; a junk descriptor is an error, never a wild read. */
 static int current_index(Core *c, Index *x) {
-    int64_t d = LOAD(KEYWORD(c, INDEX_OFF));
-    if (d < 0 || d >= 2 * c->index_levels) {
-        PyErr_Format(ErrCorrupt, "window %R: its key index descriptor (%lld) is out of range: the "
-                     "segment is corrupt", c->name, (long long)d);
-        return -1;
-    }
+    int64_t d = load_state(c, INDEX_OFF, 2 * c->index_levels - 1, "index descriptor");
+    if (d < 0) return -1;
     *x = index_copy(c, d);
     return 0;
 }
@@ -852,12 +959,18 @@ static int current_index(Core *c, Index *x) {
     for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
          i++, p = (p + 1) & ((x)->slots - 1))
 
-/* Rows that may be followed: handed out, and reserved (a junk top is clamped, never trusted). */
-static int64_t rows_top(Core *c) {
-    int64_t top = LOAD(KEYWORD(c, ROWS_TOP_OFF)), reserved = LOAD(KEYWORD(c, ROWS_RESERVED_OFF));
-    if (top > reserved) top = reserved;
-    if (top > c->n_rows) top = c->n_rows;
-    return top < 0 ? 0 : top;
+/* Rows that may be followed: those handed out, every one reserved. 0, or -1 with an error.
+ * rows_top is loaded first: a writer stores rows_reserved before it, so top <= reserved. */
+static int rows_top(Core *c, int64_t *top) {
+    int64_t t = load_state(c, ROWS_TOP_OFF, c->n_rows, "rows_top"), reserved;
+    if (t < 0 || (reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved")) < 0) return -1;
+    if (t > reserved) {
+        PyErr_Format(ErrCorrupt, "window %R: its key table hands out %lld rows but reserved only %lld: "
+                     "the segment is corrupt", c->name, (long long)t, (long long)reserved);
+        return -1;
+    }
+    *top = t;
+    return 0;
 }
 
 static int row_holds(char *row, const StoredKey *k) {
@@ -869,12 +982,12 @@ static int row_holds(char *row, const StoredKey *k) {
  * written (negative generation) or pointing at a row that no longer holds it never matches. */
 static int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
     Index x;
-    if (current_index(c, &x) < 0) return -1;
-    int64_t top = rows_top(c);
+    int64_t top;
+    if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) return -1;
     PROBE(&x, k->hash, p, i) {
         int64_t *e = ENT(&x, p), g = LOAD(e + E_GEN);
         if (g == 0) return 0;  /* never used: the key would have been placed here or before */
-        if (g < 0 || LOAD(e + E_HASH) != (int64_t)k->hash) continue;
+        if (g < 0 || g >= MAX_GEN || LOAD(e + E_HASH) != (int64_t)k->hash) continue;
         int64_t r = LOAD(e + E_ROW);
         if (r < 0 || r >= top) continue;
         char *row = ROW(c, r);
@@ -887,14 +1000,15 @@ static int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
     return 0;
 }
 
+/* now - last > idle_ns, without the subtraction: a junk last_ns never overflows it (now >= 0). */
 static int idle(Core *c, int64_t slot, int64_t now) {
-    return now - LOAD(RLAST(ROW(c, slot))) > c->idle_ns;
+    return LOAD(RLAST(ROW(c, slot))) < now - c->idle_ns;
 }
 
 /* The row entry e points at if it holds a key whose row agrees (generation and hash), else -1. */
 static int64_t live_row(Core *c, int64_t *e, int64_t top) {
     int64_t g = LOAD(e + E_GEN), h = LOAD(e + E_HASH), r = LOAD(e + E_ROW);
-    if (g <= 0 || h == 0 || r < 0 || r >= top) return -1;
+    if (g <= 0 || g >= MAX_GEN || h == 0 || r < 0 || r >= top) return -1;
     char *row = ROW(c, r);
     return LOAD(RGEN(row)) == g && LOAD(RHASH(row)) == h ? r : -1;
 }
@@ -919,7 +1033,8 @@ static int64_t grown(Core *c, int64_t have) {
     return want > c->n_rows ? c->n_rows : want;
 }
 
-/* Rows [from, to) as page-aligned byte offsets in the segment. */
+/* Rows [from, to) as page-aligned byte offsets in the segment; 0 <= from <= to <= n_rows
+ * (from checked words only), so no product passes the mapping's size. */
 static void row_pages(Core *c, int64_t from, int64_t to, int64_t *lo, int64_t *hi) {
     *lo = c->rows_off + from * c->row_bytes;
     *hi = c->rows_off + to * c->row_bytes;
@@ -930,8 +1045,8 @@ static void row_pages(Core *c, int64_t from, int64_t to, int64_t *lo, int64_t *h
 
 /* Reserve heap rows up to at least `need` (posix_fallocate: a full /dev/shm is an error now,
  * never a SIGBUS later), unless the reserver already did. */
-static int reserve_rows(Core *c, int64_t need) {
-    int64_t have = LOAD(KEYWORD(c, ROWS_RESERVED_OFF)), want = grown(c, have), from, to;
+static int reserve_rows(Core *c, int64_t have, int64_t need) {
+    int64_t want = grown(c, have), from, to;
     if (want < need) want = need > c->n_rows ? c->n_rows : need;
     row_pages(c, have, want, &from, &to);
     if (!reserved_ahead(c, from, to)) {
@@ -941,7 +1056,7 @@ static int reserve_rows(Core *c, int64_t need) {
          * (Linux 5.14+; elsewhere, or if it fails, the pages simply fault in as touched). */
         (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);
     }
-    STORE(KEYWORD(c, ROWS_RESERVED_OFF), want);
+    STORE_STATE(c, ROWS_RESERVED_OFF, want);
     if (want >= AHEAD_MIN_ROWS && want < c->n_rows) {
         row_pages(c, want, grown(c, want), &from, &to);
         reserve_ahead(c, from, to);
@@ -991,7 +1106,7 @@ enum { FATE_NONE, FATE_KEEP, FATE_DROP };
  * tombstone, as clear() leaves, and its row goes to the free list. Nothing counted is lost
  * (they were idle) and no row is left unpublished yet named. Entries before `upto` only. */
 static void drop_marked(Core *c, Index *cur, const unsigned char *fate, int64_t upto) {
-    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), keys = LOAD(KEYWORD(c, KEYS_OFF));
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), keys = KEYS(c);
     for (int64_t p = 0; p < upto; p++) {
         if (fate[p] != FATE_DROP) continue;
         int64_t *e = ENT(cur, p), g = LOAD(e + E_GEN), r = LOAD(e + E_ROW);
@@ -1010,8 +1125,8 @@ static void drop_marked(Core *c, Index *cur, const unsigned char *fate, int64_t 
 
 static int rebuild(Core *c, int64_t now) {
     Index cur, next;
-    if (current_index(c, &cur) < 0) return -1;
-    int64_t top = rows_top(c), kept = 0;
+    int64_t top, kept = 0;
+    if (current_index(c, &cur) < 0 || rows_top(c, &top) < 0) return -1;
     unsigned char *fate = PyMem_Calloc((size_t)cur.slots, 1);
     if (fate == NULL) {
         PyErr_NoMemory();
@@ -1071,7 +1186,7 @@ static int rebuild(Core *c, int64_t now) {
     STORE(KEYWORD(c, INDEX_USED_OFF), kept);
     STORE(KEYWORD(c, KEYS_OFF), kept);
     STORE(KEYWORD(c, REBUILT_NS_OFF), now);
-    STORE(KEYWORD(c, INDEX_OFF), next.index);  /* published */
+    STORE_STATE(c, INDEX_OFF, next.index);  /* published */
     int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
     for (int64_t p = 0; p < cur.slots; p++) {  /* the dropped rows: negative, named by cur */
         if (fate[p] != FATE_DROP) continue;
@@ -1091,14 +1206,16 @@ static int rebuild(Core *c, int64_t now) {
 /* Section "rollback" -- the repair of LOCK_KEYS after its holder died inside "insert" or
  * "rebuild": keep the current index, turn every entry that does not agree with its row into a
  * tombstone, and rebuild the free list from the rows no entry names. The keys so dropped were
- * being inserted (nothing counted yet) or idle (nothing live). Bounded by the table's size. */
+ * being inserted (nothing counted yet) or idle (nothing live). Bounded by the table's size.
+ * A junk generation (MAX_GEN or more in size) makes its entry a tombstone like any other; its
+ * row is left out, named and freed by none, rather than given a generation computed from junk. */
 static void repair_keys(Core *c) {
     Index x;
-    if (current_index(c, &x) < 0) {
+    int64_t top, used = 0, keys = 0, head = 0;
+    if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) {
         PyErr_Clear();  /* reported to the next caller by find_key */
         return;
     }
-    int64_t top = rows_top(c), used = 0, keys = 0, head = 0;
     unsigned char *named = PyMem_Calloc((size_t)(top > 0 ? top : 1), 1);
     if (named == NULL) {
         PyErr_Clear();
@@ -1113,7 +1230,7 @@ static void repair_keys(Core *c) {
         int64_t r = live_row(c, e, top);
         if (r < 0 || named[r]) {
             STORE(e + E_HASH, 0);
-            STORE(e + E_GEN, g < 0 ? -g : g);
+            STORE(e + E_GEN, g <= -MAX_GEN || g >= MAX_GEN ? 1 : g < 0 ? -g : g);  /* junk: any tombstone */
             continue;
         }
         named[r] = 1;
@@ -1123,13 +1240,14 @@ static void repair_keys(Core *c) {
         if (named[r]) continue;
         char *row = ROW(c, r);
         int64_t g = LOAD(RGEN(row));
+        if (g <= -MAX_GEN || g >= MAX_GEN) continue;  /* junk: the row is left out, named and free by none */
         STORE(RGEN(row), -((g < 0 ? -g : g) + 1));  /* whoever cached it stops matching */
         STORE(RHASH(row), 0);
         STORE(RLAST(row), head);
         STORE(RGEN(row), (g < 0 ? -g : g) + 2);  /* free: positive, holding no key */
         head = r + 1;
     }
-    STORE(KEYWORD(c, ROWS_TOP_OFF), top);
+    STORE_STATE(c, ROWS_TOP_OFF, top);
     STORE(KEYWORD(c, FREE_HEAD_OFF), head);
     STORE(KEYWORD(c, INDEX_USED_OFF), used);
     STORE(KEYWORD(c, KEYS_OFF), keys);
@@ -1140,18 +1258,20 @@ static void repair_keys(Core *c) {
 /* A row for a new key: the free list's first, else the next on the heap (reserved now).
  * Nothing is stored: assign() takes it, in its section. */
 static int take_row(Core *c, int64_t *r, int *from_free) {
-    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), top = rows_top(c);
-    if (head > 0 && head <= top) {
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), top;
+    if (rows_top(c, &top) < 0) return -1;
+    if (head > 0 && head <= top) {  /* a junk head abandons the free list, never strays */
         *r = head - 1;
         *from_free = 1;
         return 0;
     }
-    top = LOAD(KEYWORD(c, ROWS_TOP_OFF));
-    if (top < 0 || top >= c->n_rows) {
+    if (top >= c->n_rows) {
         PyErr_Format(ErrFull, "window %R has handed out all %lld rows", c->name, (long long)c->n_rows);
         return -1;
     }
-    if (top >= LOAD(KEYWORD(c, ROWS_RESERVED_OFF)) && reserve_rows(c, top + 1) < 0) return -1;
+    /* top <= reserved (rows_top checked it): the heap grows one step past what it holds */
+    int64_t reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved");
+    if (reserved < 0 || (top >= reserved && reserve_rows(c, reserved, top + 1) < 0)) return -1;
     *r = top;
     *from_free = 0;
     return 0;
@@ -1167,14 +1287,19 @@ enum { PLACE_NEW, PLACE_TOMB, PLACE_IDLE };
 static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int from_free,
                       const StoredKey *k, int64_t now) {
     int64_t *e = ENT(x, p), *row = (int64_t *)ROW(c, r);
-    int64_t old = LOAD(RGEN(row)), gen = (old < 0 ? -old : old) + 1, next = LOAD(RLAST(row));
-    int64_t used = LOAD(KEYWORD(c, INDEX_USED_OFF)), keys = LOAD(KEYWORD(c, KEYS_OFF));
+    int64_t old = LOAD(RGEN(row)), next = LOAD(RLAST(row)), used = INDEX_USED(c), keys = KEYS(c);
+    if (old <= -MAX_GEN || old >= MAX_GEN) {  /* checked before anything is written */
+        PyErr_Format(ErrCorrupt, "window %R: key row %lld holds an impossible generation %lld: the "
+                     "segment is corrupt", c->name, (long long)r, (long long)old);
+        return -1;
+    }
+    int64_t gen = (old < 0 ? -old : old) + 1;
     SECTION("insert");
     STORE(intent_at(c, LOCK_KEYS), p);
     STORE(RGEN(row), -gen);  /* first: a writer that cached the row's old key no longer matches */
     STORE(e + E_GEN, -gen);
     if (from_free) STORE(KEYWORD(c, FREE_HEAD_OFF), next);
-    else if (place != PLACE_IDLE) STORE(KEYWORD(c, ROWS_TOP_OFF), r + 1);
+    else if (place != PLACE_IDLE) STORE_STATE(c, ROWS_TOP_OFF, r + 1);
     STORE(RHASH(row), 0);
     memset(RKEY(row), 0, MAX_STORED_KEY);
     memcpy(RKEY(row), k->bytes, (size_t)k->len);
@@ -1190,7 +1315,7 @@ static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int fr
     if (place == PLACE_NEW) STORE(KEYWORD(c, INDEX_USED_OFF), used + 1);
     if (place != PLACE_IDLE) STORE(KEYWORD(c, KEYS_OFF), keys + 1);
     END_SECTION();
-    return gen;
+    return gen;  /* > 0; -1: an error, nothing written */
 }
 
 /* ---- the key cache: key object -> (slot, generation), this process only ------------------ *
@@ -1290,7 +1415,7 @@ static int cache_grow(Core *c) {
 
 static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     if (!cacheable(key) || gen >= INT32_MAX || slot >= INT32_MAX) return;
-    if (c->cache_used >= 4 * LOAD(KEYWORD(c, KEYS_OFF)) + 256) cache_drop(c);  /* churn: start over */
+    if (c->cache_used >= 4 * KEYS(c) + 256) cache_drop(c);  /* churn: start over */
     if (cache_grow(c) < 0) return;  /* a cache only */
     Py_hash_t h = PyObject_Hash(key);
     int64_t i = cache_probe(c, key, h);
@@ -1305,8 +1430,8 @@ static void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
 /* Where k goes in index x: the first entry on its probe path that is never used, a tombstone,
  * or (if idle_ok) an idle key's, whose row k then takes. -1 if the path is full. Without
  * idle_ok no other key's row is read: a new key costs only the index lines it probes. */
-static int64_t place_of(Core *c, Index *x, const StoredKey *k, int64_t now, int idle_ok, int *place) {
-    int64_t top = rows_top(c);
+static int64_t place_of(Core *c, Index *x, int64_t top, const StoredKey *k, int64_t now, int idle_ok,
+                        int *place) {
     PROBE(x, k->hash, p, i) {
         int64_t *e = ENT(x, p), g = LOAD(e + E_GEN);
         if (g == 0 || (g > 0 && LOAD(e + E_HASH) == 0)) {
@@ -1334,8 +1459,9 @@ static int64_t place_of(Core *c, Index *x, const StoredKey *k, int64_t now, int 
  * this caller's clock: a table full of live keys must not turn every refused insert into a
  * scan, and no key can have gone idle sooner. */
 static int may_rebuild(Core *c, int64_t now) {
-    int64_t last = LOAD(KEYWORD(c, REBUILT_NS_OFF));
-    return now - last >= (c->idle_ns < NS ? c->idle_ns : NS) || now < last;
+    int64_t last = LOAD(KEYWORD(c, REBUILT_NS_OFF)), since;
+    if (__builtin_sub_overflow(now, last, &since)) return 1;  /* junk: a long time ago */
+    return since >= (c->idle_ns < NS ? c->idle_ns : NS) || since < 0;
 }
 
 static void forget(Core *c, PyObject *key) {
@@ -1367,18 +1493,17 @@ static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, i
             goto fail;
         }
         Index x;
-        if (current_index(c, &x) < 0) goto fail;
-        int64_t p = -1;
-        if (2 * (LOAD(KEYWORD(c, INDEX_USED_OFF)) + 1) <= x.slots) {
+        int64_t p = -1, top;
+        if (current_index(c, &x) < 0 || rows_top(c, &top) < 0 || counts_ok(c, x.slots) < 0) goto fail;
+        if (2 * (INDEX_USED(c) + 1) <= x.slots) {
             /* An idle key's entry is taken only when there is no other room: a full table or
              * probe path. Otherwise idle keys wait for the next rebuild, which frees their rows
              * (at most every slots/4 inserts), and a new key reads no other key's row. */
-            p = place_of(c, &x, k, now, 0, &place);
-            if (p == -1 || (p >= 0 && LOAD(KEYWORD(c, KEYS_OFF)) >= c->n_rows))
-                p = place_of(c, &x, k, now, 1, &place);
+            p = place_of(c, &x, top, k, now, 0, &place);
+            if (p == -1 || (p >= 0 && KEYS(c) >= c->n_rows)) p = place_of(c, &x, top, k, now, 1, &place);
         }
         if (p == -2) goto fail;
-        int full = p >= 0 && place != PLACE_IDLE && LOAD(KEYWORD(c, KEYS_OFF)) >= c->n_rows;
+        int full = p >= 0 && place != PLACE_IDLE && KEYS(c) >= c->n_rows;
         if (p < 0 || full) {  /* the index needs room, or the table holds `capacity` keys */
             if (!rebuilt && (!full || may_rebuild(c, now))) {
                 if (rebuild(c, now) < 0) goto fail;
@@ -1389,7 +1514,7 @@ static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, i
                 lock_give(c, LOCK_KEYS);
                 PyErr_Format(ErrFull, "no room for key %R in window %R: it holds %lld live keys, its "
                              "capacity. Give it a larger capacity (or none: the table then grows)",
-                             key, c->name, (long long)LOAD(KEYWORD(c, KEYS_OFF)));
+                             key, c->name, (long long)KEYS(c));
                 return -1;
             }
         }
@@ -1397,11 +1522,15 @@ static int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, i
         else if (take_row(c, &r, &from_free) < 0) goto fail;
         int lock = row_lock(c, r);
         if (lock_take(c, lock) < 0) goto fail;
-        if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), rows_top(c)) != r || !idle(c, r, now))) {
+        if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), top) != r || !idle(c, r, now))) {
             lock_give(c, lock);  /* written while we waited for its lock: look again */
             continue;
         }
         g = assign(c, &x, p, place, r, from_free, k, now);
+        if (g < 0) {
+            lock_give(c, lock);
+            goto fail;
+        }
         lock_give(c, LOCK_KEYS);
         remember(c, key, r, g);
         *slot = r;
@@ -1589,7 +1718,7 @@ static int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit,
     LogPlace at[MAX_RINGS];
     for (int i = 0; i < c->n_rings; i++) {  /* junk a clock never reaches: epoch maths would overflow */
         int64_t head = LOAD(RING(c, row, i));
-        if (!c->rings[i].log && head != EMPTY_EPOCH && (head < 0 || head > INT64_MAX / c->rings[i].bucket_ns - 2 * c->rings[i].n)) {
+        if (!c->rings[i].log && !head_ok(&c->rings[i], head)) {
             PyErr_Format(ErrCorrupt, "window %R: key row %lld holds an impossible epoch %lld: the segment "
                          "is corrupt", c->name, (long long)slot, (long long)head);
             return -1;
@@ -1614,7 +1743,7 @@ static int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit,
                 total = LOAD(hdr + 1);
                 for (int64_t gone = head - r->n + 1; gone <= e - r->n; gone++) {
                     int64_t *b = BUCKET(c, hdr, r, gone < 0 ? 0 : gone);
-                    if (gone >= 0 && LOAD(b) == gone) total -= LOAD(b + 1);
+                    if (gone >= 0 && LOAD(b) == gone) total = sat_sub(total, LOAD(b + 1));
                 }
             }
             STORE(hdr, e);
@@ -1646,7 +1775,7 @@ static int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit,
                 STORE(b + 1, 0);
                 STORE(b, epoch[i]);
             }
-            STORE(b + 1, LOAD(b + 1) + cost);
+            STORE(b + 1, sat_add(LOAD(b + 1), cost));
         }
         STORE((int64_t *)row + 1, now);
     }
@@ -1664,7 +1793,7 @@ static void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v)
     for (int i = 0; i < c->n_rings; i++) {
         const Ring *r = &c->rings[i];
         int64_t *hdr = RING(c, row, i), head = LOAD(hdr);
-        int64_t need = cost > r->limit - v->used[i] ? v->used[i] - (r->limit - cost) : 0;
+        int64_t need = cost > r->limit - v->used[i] ? sat_sub(v->used[i], r->limit - cost) : 0;
         int64_t freed = 0, blocks = !v->allowed && need > 0;
         v->reset_ns[i] = 0;
         if (blocks && cost > r->limit) v->wait_ns = -1;
@@ -1678,12 +1807,12 @@ static void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v)
         if (head == EMPTY_EPOCH || tail == EMPTY_EPOCH) continue;
         for (int64_t e = tail > from ? tail : from, left = head - e + 1; left > 0; e++, left--) {
             int64_t *b = BUCKET(c, hdr, r, e < 0 ? 0 : e), hits;
-            if (e < 0 || LOAD(b) != e || (hits = LOAD(b + 1)) == 0) continue;
+            if (e < 0 || LOAD(b) != e || (hits = LOAD(b + 1)) <= 0) continue;  /* < 0: junk */
             int64_t leaves = (e + r->n) * r->bucket_ns - now;
             if (leaves < 0) leaves = 0;
             if (freed == 0 && e != tail) STORE(TAIL(c, hdr), e);
             if (v->reset_ns[i] == 0) v->reset_ns[i] = leaves;
-            freed += hits;
+            freed = sat_add(freed, hits);
             if (!blocks || v->wait_ns < 0) break;
             if (freed >= need) {
                 if (leaves > v->wait_ns) v->wait_ns = leaves;
@@ -1736,7 +1865,12 @@ static int field_word(Core *c, PyObject *field, int *f) {
         }
         return -1;
     }
-    *f = (int)PyLong_AsLong(w);
+    long word = PyLong_AsLong(w);
+    if (word < 1 || word > c->n_fields) {  /* the fields dict is the constructor's: words 1..n_fields */
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "field %R names no word of a slot", field);
+        return -1;
+    }
+    *f = (int)word;
     return 0;
 }
 
@@ -1893,10 +2027,10 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     if (rc == 0) {
         int longest = 0;
         for (int i = 1; i < c->n_rings; i++)
-            if (c->rings[i].n * c->rings[i].bucket_ns > c->rings[longest].n * c->rings[longest].bucket_ns)
-                longest = i;
+            if (span_ns(&c->rings[i]) > span_ns(&c->rings[longest])) longest = i;
         const Ring *r = &c->rings[longest];
         int64_t *hdr = RING(c, row, longest), e = now / r->bucket_ns, ti = 0;
+        int past = 0;  /* the sum left int64 (counts, or junk) */
         double td = 0;
         for (int64_t j = 0, k = e - r->n + 1; j < r->n; j++, k++) {
             int64_t *b = BUCKET(c, hdr, r, k < 0 ? 0 : k);
@@ -1904,10 +2038,13 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
             int64_t bits = LOAD(b + f);
             double x;
             memcpy(&x, &bits, 8);
-            ti += bits;
+            past |= __builtin_add_overflow(ti, bits, &ti);
             td += x;
         }
-        result = c->floats ? PyFloat_FromDouble(td) : PyLong_FromLongLong(ti);
+        if (!c->floats && past)  /* as policy.int64_total: raise, never a wrapped total */
+            PyErr_Format(PyExc_OverflowError, "the total of key %R in window %R is past int64 (the add was "
+                         "counted)", a[2], c->name);
+        else result = c->floats ? PyFloat_FromDouble(td) : PyLong_FromLongLong(ti);
     }
     lock_give(c, row_lock(c, slot));
 out:
@@ -1984,8 +2121,13 @@ static int add_items(Core *c, char *row, int f, const Item *items, Py_ssize_t m)
             x += y;
             memcpy(&cur, &x, 8);
             STORE(s + f, cur);
+        } else if (__builtin_add_overflow(cur, items[j].bits, &cur)) {
+            /* only items naming one bucket twice get here (add_many sums them first): those
+             * before it are counted, as a tear would leave them */
+            PyErr_SetString(PyExc_OverflowError, "the batch would overflow a window value");
+            return -1;
         } else {
-            STORE(s + f, cur + items[j].bits);
+            STORE(s + f, cur);
         }
     }
     return 0;
@@ -2132,9 +2274,10 @@ static int clear_key(Core *c, PyObject *key) {
     Index x;
     if (encode_key(c, key, &k) < 0 || lock_take_ex(c, LOCK_KEYS, 1) < 0) return -1;
     int found = find_key(c, &k, &r, &g);
-    if (found <= 0 || current_index(c, &x) < 0) {
+    if (found > 0 && current_index(c, &x) < 0) found = -1;  /* (a word spoiled meanwhile) */
+    if (found <= 0) {
         lock_give(c, LOCK_KEYS);
-        return found < 0 ? -1 : 0;
+        return found;
     }
     int lock = row_lock(c, r);
     if (lock_take(c, lock) < 0) {
@@ -2150,7 +2293,7 @@ static int clear_key(Core *c, PyObject *key) {
             break;
         }
     }
-    int64_t keys = LOAD(KEYWORD(c, KEYS_OFF)), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    int64_t keys = KEYS(c), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
     SECTION("clear");
     STORE(intent_at(c, lock), r);
     STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
@@ -2188,9 +2331,9 @@ static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
     if (enter(c) < 0) return NULL;
     for (; held < c->n_locks; held++)
         if (lock_take_ex(c, held, held == 0) < 0) break;
-    if (held == c->n_locks) {
+    int64_t rows = c->n_rows;
+    if (held == c->n_locks && (!c->keyed || rows_top(c, &rows) == 0)) {
         SECTION("reset");
-        int64_t rows = c->keyed ? rows_top(c) : c->n_rows;
         for (int64_t r = 0; r < rows; r++) empty_rings(c, ROW(c, r));
         END_SECTION();
     }
@@ -2209,7 +2352,9 @@ static PyObject *Core_find(Core *c, PyObject *key) {
     if (!c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
     } else if (encode_key(c, key, &k) == 0) {
-        result = find_key(c, &k, &s, &g) ? Py_BuildValue("(LL)", (long long)s, (long long)g) : Py_NewRef(Py_None);
+        int found = find_key(c, &k, &s, &g);  /* -1: an error is set, s and g are not */
+        if (found > 0) result = Py_BuildValue("(LL)", (long long)s, (long long)g);
+        else if (found == 0) result = Py_NewRef(Py_None);
     }
     leave(c);
     return result;
@@ -2295,13 +2440,20 @@ static void repair(Core *c, int i) {
         repair_keys(c);
         return;
     }
-    if (slot < 0 || slot >= rows_top(c)) return;
+    int64_t top;
+    if (rows_top(c, &top) < 0) {
+        PyErr_Clear();  /* the next caller meets it in find_key; a cached row is still reserved */
+        return;
+    }
+    if (slot < 0 || slot >= top) return;
     if (i < FIRST_KEY_LOCK || !c->limiter || row_lock(c, slot) != i) return;
     char *row = ROW(c, slot);
     SECTION("repair");
     for (int r = 0; r < c->n_rings; r++) {
         if (c->rings[r].log) continue;  /* nothing derived: every entry says what it counts */
-        int64_t *hdr = RING(c, row, r), head = LOAD(hdr), total = ring_sum(c, hdr, &c->rings[r], head);
+        int64_t *hdr = RING(c, row, r), head = LOAD(hdr);
+        if (!head_ok(&c->rings[r], head)) continue;  /* junk: hit_row refuses the row */
+        int64_t total = ring_sum(c, hdr, &c->rings[r], head);
         STORE(TAIL(c, hdr), total ? head - c->rings[r].n + 1 : EMPTY_EPOCH);  /* a lower bound */
         STORE(hdr + 1, total);
     }
@@ -2309,6 +2461,34 @@ static void repair(Core *c, int i) {
 }
 
 /* ---- type plumbing ------------------------------------------------------------------------ */
+
+/* Does [off, off + count x size) lie within [0, limit)? Checked: junk never wraps around. */
+static int fits(int64_t off, int64_t count, int64_t size, int64_t limit) {
+    int64_t bytes, end;
+    return off >= 0 && count >= 0 && size >= 0 && !__builtin_mul_overflow(count, size, &bytes) &&
+           !__builtin_add_overflow(off, bytes, &end) && end <= limit;
+}
+
+/* Every offset the Core is given lies in the mapping, every ring in its row: no section can
+ * then reach outside them. (layout.py computes them; this is the core's own check.) */
+static int layout_fits(Core *c) {
+    int64_t len = c->map_bytes;
+    if (!fits(c->rows_off, c->n_rows, c->row_bytes, len) || c->n_rows < 1 || c->n_fields < 1 ||
+        c->slot_words <= c->n_fields || c->head_slots != (c->limiter ? 2 : 1) || c->idle_ns < 1 ||
+        !fits(c->locks_off, c->n_locks, LOCK_BYTES, len) ||
+        c->n_locks < (c->keyed ? FIRST_KEY_LOCK + c->n_key_locks : FIRST_KEY_LOCK) ||
+        c->rings_off < 0 || !fits(c->rings_off, 1, c->empty_bytes, c->row_bytes))
+        return 0;
+    for (int i = 0; i < c->n_rings; i++)
+        if (c->rings[i].hdr < 0 || c->rings[i].hdr > c->row_bytes / WORD ||
+            !fits(c->rings[i].hdr * WORD, c->head_slots + c->rings[i].n, (int64_t)c->slot_words * WORD, c->row_bytes))
+            return 0;
+    if (!c->keyed) return fits(c->stripes_off, c->n_rows, STRIPE_ENTRY_BYTES, len);
+    return c->index_levels >= 1 && c->index_levels <= 40 && c->key_slots >= 1 && c->key_slots <= (1 << 20) &&
+           (c->key_slots & (c->key_slots - 1)) == 0 && c->rings_off >= KEY_HEADER_BYTES &&
+           c->n_rows <= UINT32_MAX && fits(c->keys_off, 2 * ((INT64_C(1) << c->index_levels) - 1),
+                                           c->key_slots * KEY_ENTRY_BYTES, c->rows_off);
+}
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"buffer", "name", "limiter", "floats", "striped", "keyed", "n_fields",
@@ -2365,7 +2545,8 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(rings, i), "LLLL|p", &r->hdr, &r->n, &r->bucket_ns, &r->limit,
                               &r->log))
             return -1;
-        if (r->n < 1 || r->bucket_ns < 1 || (r->log && (!c->limiter || r->n > MAX_LOG_ENTRIES))) {
+        if (r->n < 1 || r->n > INT32_MAX || r->bucket_ns < 1 || r->limit < 0 ||
+            (r->log && (!c->limiter || r->n > MAX_LOG_ENTRIES))) {
             PyErr_SetString(PyExc_ValueError, "Core: bad ring");
             return -1;
         }
@@ -2375,11 +2556,15 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     c->has_buf = 1;
     c->base = c->buf.buf;
     c->map_bytes = c->buf.len;
-    if (c->rows_off + c->n_rows * c->row_bytes > c->buf.len || c->index_levels < 0 ||
-        c->index_levels > 40 || (c->keyed && (c->key_slots < 1 || (c->key_slots & (c->key_slots - 1)))) || c->rings_off + c->empty_bytes > c->row_bytes) {
+    if (!layout_fits(c)) {
         PyErr_SetString(PyExc_ValueError, "Core: the layout does not fit the mapping");
         return -1;
     }
+    if (c->timeout_ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "Core: a lock timeout cannot be negative");
+        return -1;
+    }
+    if (c->timeout_ns > NS << 31) c->timeout_ns = NS << 31;  /* 68 years: now + it never overflows */
     c->clock = clock == Py_None ? NULL : Py_NewRef(clock);
     c->fields = Py_NewRef(fields);
     c->claim = Py_NewRef(claim);
@@ -2483,7 +2668,7 @@ static PyObject *init_stripes(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t off, count;
     pthread_mutexattr_t attr;
     if (!PyArg_ParseTuple(args, "w*nn", &b, &off, &count)) return NULL;
-    if (off < 0 || count < 0 || off + count * STRIPE_ENTRY_BYTES > b.len) {
+    if (!fits(off, count, STRIPE_ENTRY_BYTES, b.len)) {
         PyBuffer_Release(&b);
         PyErr_SetString(PyExc_ValueError, "init_stripes: the stripe table does not fit");
         return NULL;
@@ -2506,7 +2691,7 @@ static PyObject *init_locks(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t off, count;
     pthread_mutexattr_t attr;
     if (!PyArg_ParseTuple(args, "w*nn", &b, &off, &count)) return NULL;
-    if (off < 0 || count < 0 || off + count * LOCK_BYTES > b.len) {
+    if (!fits(off, count, LOCK_BYTES, b.len)) {
         PyBuffer_Release(&b);
         PyErr_SetString(PyExc_ValueError, "init_locks: the lock table does not fit");
         return NULL;
@@ -2542,6 +2727,11 @@ static PyObject *failpoint(PyObject *Py_UNUSED(m), PyObject *args) {
 
 static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return PyBool_FromLong(fp_fired); }
 
+/* The offset this process's CLOCK_MONOTONIC is read with (its time namespace's), in ns. */
+static PyObject *timens_offset(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) {
+    return PyLong_FromLongLong(timens_offset_ns);
+}
+
 /* This process's reserver so far (tests and benchmarks): jobs posted, done, used. */
 static PyObject *reserver_counts(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) {
     pthread_mutex_lock(&jobs_mu);
@@ -2557,18 +2747,22 @@ static PyMethodDef module_methods[] = {
     {"failpoint", failpoint, METH_VARARGS,
      "failpoint(section, n, signal): test only -- raise signal after the n-th store of section"},
     {"failpoint_fired", failpoint_fired, METH_NOARGS, "did the armed fail point fire?"},
+    {"timens_offset", timens_offset, METH_NOARGS,
+     "timens_offset(): ns this process's CLOCK_MONOTONIC is ahead of the host's (time namespace)"},
     {"reserver_counts", reserver_counts, METH_NOARGS,
      "this process's row reserver: {'posted', 'done', 'used'} jobs (see 'the reserver')"},
     {NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "shmwin._core",
-                                    "The native critical sections of shmwin.", -1, module_methods};
+                                    "The native critical sections of shmwin.", -1, module_methods,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__core(void) {
     PyObject *m;
     if (PyType_Ready(&CoreType) < 0 || (m = PyModule_Create(&module)) == NULL) return NULL;
     pthread_atfork(NULL, NULL, after_fork_child);
+    timens_offset_ns = read_timens_offset();
     const char *env = getenv("SHMWIN_FAILPOINT");  /* "section:n:signal", for child processes */
     if (env && *env) {
         char section[32];

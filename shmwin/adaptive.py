@@ -24,11 +24,10 @@ once per ``refresh`` of the clock.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from .clock import Clock
+from .clock import Clock, host_clock
 from .duration import Duration, to_ns
 from .errors import GeometryMismatchError, WindowNotFoundError
 from .keys import Key
@@ -172,7 +171,7 @@ class AdaptiveLimiter:
         self.good, self.bad, self.floor, self.min_samples, self.scale = good, bad, floor, min_samples, scale
         self._last = last
         self._refresh_ns = 0 if refresh == 0 else to_ns(refresh, "refresh")
-        self._clock: Clock = clock or time.monotonic_ns
+        self._clock: Clock = clock or host_clock()
         self._cost = scale
         self._next_read_ns = -(2**63)
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 import functools
 import inspect
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from .clock import Clock
+from .clock import Clock, host_clock
 from .duration import NS_PER_S, Duration, to_ns
 from .errors import GeometryMismatchError, ShmwinError
 from .window import Window
@@ -156,7 +155,7 @@ class Breaker:
         self._is_failure, self._acceptable = settings.is_failure, settings.acceptable
         self._random = settings.rng.random
         self._refresh_ns = settings.refresh_ns
-        self._clock: Clock = clock or time.monotonic_ns
+        self._clock: Clock = clock or host_clock()
         self._add = counts.add
         # this process's view: the last shared read plus its own outcomes since
         self._accepts = self._total = 0

@@ -1,9 +1,12 @@
 """Clocks: callables that return monotonic nanoseconds.
 
-The default is :func:`time.monotonic_ns` -- CLOCK_MONOTONIC is one clock for the
-whole host, never steps with NTP, and restarts at boot exactly when ``/dev/shm``
-is emptied. :class:`ManualClock` lets tests drive time by hand, within one
-process or, backed by a file, across unrelated processes.
+The default is the host's CLOCK_MONOTONIC (:func:`host_clock`) -- one clock for the
+whole host, never stepped by NTP, restarted at boot exactly when ``/dev/shm`` is
+emptied. A process in a time namespace (a container started with one, a CRIU restore)
+reads it shifted by its namespace's offset; shmwin takes that offset off, as the native
+core does, so every process of a host stamps a window with the same clock.
+:class:`ManualClock` lets tests drive time by hand, within one process or, backed by a
+file, across unrelated processes.
 """
 
 from __future__ import annotations
@@ -12,11 +15,76 @@ import asyncio
 import mmap
 import os
 import struct
+import time
 from collections.abc import Callable
 
 from .duration import NS_PER_S
 
 Clock = Callable[[], int]
+
+TIMENS_OFFSETS = "/proc/self/timens_offsets"
+
+
+def read_timens_offset_ns(path: str = TIMENS_OFFSETS) -> int:
+    """How far this process's CLOCK_MONOTONIC runs ahead of the host's (its time namespace's
+    ``monotonic`` offset), in ns; 0 outside a time namespace or without the file."""
+    try:
+        with open(path) as f:
+            for line in f:
+                kind, *value = line.split()
+                if kind == "monotonic" and len(value) == 2:
+                    return int(value[0]) * NS_PER_S + int(value[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+_timens_offset_ns = read_timens_offset_ns()
+
+
+def _after_fork() -> None:
+    global _timens_offset_ns  # a child may be in a new time namespace (unshare -T, then fork)
+    _timens_offset_ns = read_timens_offset_ns()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+# The latest reading a clock may give: 2**62 ns (146 years of uptime, or the wall clock's
+# year 2116). Above it a window's epoch maths (a reading plus whole periods) could pass
+# int64, and a key stamped with it would read as corrupt ever after; the native core
+# refuses such a reading the same way, before anything is written.
+MAX_NOW_NS = 1 << 62
+
+
+def checked_clock(clock: Clock) -> Clock:
+    """``clock`` for the Python readers: each reading an int in ``0 .. MAX_NOW_NS``, or a
+    ``ValueError`` (as the native core's writers say)."""
+
+    def now_ns() -> int:
+        value = clock()
+        if isinstance(value, float) and not 0 <= value < MAX_NOW_NS:
+            raise ValueError(f"the clock returned {value!r} ns, not a time shmwin can store")
+        reading = int(value)
+        if not 0 <= reading < MAX_NOW_NS:
+            raise ValueError(
+                f"the clock returned {reading} ns: shmwin takes 0 to 2**62 ns (146 years of uptime)"
+            )
+        return reading
+
+    return now_ns
+
+
+def host_monotonic_ns() -> int:
+    """CLOCK_MONOTONIC as the host reads it, whatever this process's time namespace."""
+    # int(): a time-mocking library may have patched the clock to return floats
+    return int(time.monotonic_ns()) - _timens_offset_ns
+
+
+def host_clock() -> Clock:
+    """The default clock: :func:`time.monotonic_ns` itself where no time namespace shifts it
+    (the usual case, and the cheapest call), else :func:`host_monotonic_ns`."""
+    return time.monotonic_ns if _timens_offset_ns == 0 else host_monotonic_ns
 
 _WORD = struct.Struct("<q")
 

@@ -50,6 +50,11 @@ class OutOfSpaceError(ShmwinError, OSError):
     and known keys go on counting: never a SIGBUS later."""
 
 
+class TotalOverflowError(ShmwinError, OverflowError):
+    """An int64 window's sum (over stripes, keys or buckets) is past int64: shmwin raises
+    rather than return a wrapped or saturated number. Readers and tools report it per window."""
+
+
 class WindowPermissionError(ShmwinError, PermissionError):
     """The segment exists but this process may not open it."""
 

@@ -23,13 +23,12 @@ from __future__ import annotations
 import os
 import select
 import threading
-import time
 from contextlib import suppress
 from typing import Any
 
 import numpy as np
 
-from .clock import Clock
+from .clock import Clock, host_clock
 from .duration import Duration, to_ns
 from .errors import KeyTableFullError, WindowClosedError
 from .window import Window
@@ -174,7 +173,7 @@ class InFlight:
     def _bind(self, window: Window, rescan: Duration, clock: Clock | None) -> None:
         self.window = window
         self.name = window.name
-        self._clock: Clock = clock or time.monotonic_ns
+        self._clock: Clock = clock or host_clock()
         self._bucket_ns = window.bucket_ns
         self._rescan_ns = to_ns(rescan, "rescan")
         self._add = window.add

@@ -14,6 +14,7 @@ after its key bytes, and a changed or non-positive generation means "not a key n
 from __future__ import annotations
 
 from . import _core, layout
+from .errors import CorruptSegmentError
 
 Key = str | bytes
 
@@ -33,8 +34,11 @@ def decode(stored: bytes, flags: int) -> Key:
 class KeyTable:
     """This process's read-only view of a segment's key table. Rows are the heap's."""
 
-    def __init__(self, mm: object, q: memoryview, g: layout.Geometry, lay: layout.Layout, core: _core.Core):
+    def __init__(
+        self, mm: object, q: memoryview, g: layout.Geometry, lay: layout.Layout, core: _core.Core, key: bytes
+    ):
         self._g, self._lay = g, lay
+        self._hash_key = key  # the segment's hash key: the checked words' tags
         self._rows_off = lay.rows_off
         self._row_bytes = lay.row_bytes
         self._n_rows = lay.n_rows
@@ -43,19 +47,26 @@ class KeyTable:
         self._idle_ns = g.idle_ns
         self._core = core
 
+    def _checked(self, offset: int, most: int) -> int:
+        return layout.state_value(int(self._q[offset // _W]), offset, self._hash_key, most)
+
     def rows_top(self) -> int:
-        """Rows handed out so far: every key's row is below it (clamped to what is reserved)."""
-        top = int(self._q[layout.ROWS_TOP_OFF // _W])
-        reserved = int(self._q[layout.ROWS_RESERVED_OFF // _W])
-        return max(0, min(top, reserved, self._n_rows))
+        """Rows handed out so far: every key's row is below it, and reserved. The words are
+        checked (junk is a CorruptSegmentError, never a read in the file's holes); rows_top is
+        read first, as the core does: it is stored after rows_reserved."""
+        top = self._checked(layout.ROWS_TOP_OFF, self._n_rows)
+        reserved = self._checked(layout.ROWS_RESERVED_OFF, self._n_rows)
+        if top > reserved:
+            raise CorruptSegmentError(f"segment's key table is corrupt: {top} rows used, {reserved} reserved")
+        return top
 
     def count(self) -> int:
-        """Keys the table holds (live or idle, not yet reclaimed)."""
-        return int(self._q[layout.KEYS_OFF // _W])
+        """Keys the table holds (live or idle, not yet reclaimed); junk is clamped."""
+        return max(0, min(int(self._q[layout.KEYS_OFF // _W]), self._n_rows))
 
     def index_entries(self) -> list[tuple[int, int, int]]:
         """``(generation, hash, row)`` of every entry of the current index (a snapshot)."""
-        index = int(self._q[layout.INDEX_OFF // _W])
+        index = self._checked(layout.INDEX_OFF, 2 * self._g.index_levels - 1)
         offset, slots = self._lay.index_copy(index, self._g.key_slots)
         words = self._q[offset // _W : offset // _W + slots * 4]
         return [(int(words[i]), int(words[i + 1]), int(words[i + 2])) for i in range(0, len(words), 4)]

@@ -33,19 +33,25 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     136  8    u64       rows_off        offset of row 0
     144  8    u64       row_bytes       bytes per row (a multiple of 64)
     152  16   bytes     hash_key        random SipHash-1-3 key of the key table (per segment)
+    168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
+                                        window or limiter; 1 = "fixed-starts", the start records
+                                        of limits' fixed windows (bookkeeping: not summed by the tools)
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
     1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
 Keyed segments keep their key table's state in the words after it, written only under
-lock 0 (LOCK_KEY_TABLE) and checked on attach::
+lock 0 (LOCK_KEY_TABLE) and checked on attach. The three that decide where memory is
+touched are *checked words* (C): u32 value | u32 tag << 32, the tag :func:`state_tag` of the
+value, the word's offset and the hash key, written in one store; junk fails the tag, so no
+corrupt word sends a process into the sparse file's holes (a SIGBUS on a full /dev/shm)::
 
-    1032 8    i64       index           the current index: 2 x level + copy (see "Key table")
+    1032 8    C         index           the current index: 2 x level + copy (see "Key table")
     1040 8    i64       index_used      its entries that are not "never used" (keys + tombstones)
     1048 8    i64       keys            its entries that hold a key, live or idle
-    1056 8    i64       rows_top        rows handed out so far (the heap's high-water mark)
-    1064 8    i64       rows_reserved   rows whose memory is reserved (posix_fallocate); >= rows_top
+    1056 8    C         rows_top        rows handed out so far (the heap's high-water mark)
+    1064 8    C         rows_reserved   rows whose memory is reserved (posix_fallocate); >= rows_top
     1072 8    i64       free_head       first row of the free list, + 1 (0: empty)
     1080 8    i64       rebuilt_ns      when the index was last rebuilt (monotonic ns)
 
@@ -131,7 +137,7 @@ from .duration import format_ns
 from .errors import CorruptSegmentError, IncompatibleVersionError
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 5  # 4: the role word (offset 168); 5: the key table's checked words
 HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024
 LOCK_BYTES = 64
@@ -150,6 +156,7 @@ ROWS_IN_USE_OFF = 1024
 INDEX_OFF, INDEX_USED_OFF, KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF, REBUILT_NS_OFF = (
     1032, 1040, 1048, 1056, 1064, 1072, 1080,
 )  # fmt: skip
+CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF)  # value | tag << 32
 FIELD_NAMES_OFF = 256
 RING_TABLE_OFF = 768
 
@@ -157,6 +164,7 @@ MAX_FIELDS = 16
 FIELD_NAME_BYTES = 32
 MAX_RINGS = 8
 MAX_BUCKETS = 1_000_000
+MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): clock readings stop at 2**62
 MAX_LOG_ENTRIES = 4096  # entries of a log ring (_core.c's MAX_LOG_ENTRIES)
 RING_LOG = 1  # ring table flag
 CLOCKS = ("monotonic", "wall")
@@ -173,10 +181,14 @@ FIRST_KEY_LOCK = 2
 DTYPES = ("int64", "float64")
 MODES = ("striped", "locked")
 KINDS = ("window", "limiter")
+ROLES = ("", "fixed-starts")  # the header's role word; "" = a plain window or limiter
 
-_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q 16s")
+_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q 16s I")
 _RING = struct.Struct("<qIIq")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+_U64 = (1 << 64) - 1
 
 
 def _align64(n: int) -> int:
@@ -223,6 +235,7 @@ class Geometry:
     n_stripes: int = 64
     capacity: int = 0
     kind: str = "window"
+    role: str = ""  # ROLES: what shmwin made it for, when the tools must know ("" = plain)
 
     def __post_init__(self) -> None:
         _check_geometry(self)
@@ -284,6 +297,8 @@ class Geometry:
             parts.append(f"capacity={self.capacity}")
         if self.kind != "window":
             parts.append(f"kind={self.kind}")
+        if self.role:
+            parts.append(f"role={self.role}")
         return " ".join(parts)
 
 
@@ -297,6 +312,8 @@ def _check_geometry(g: Geometry) -> None:
             raise ValueError(f"a log ring belongs to a limiter and keeps 1..{MAX_LOG_ENTRIES} times")
         if ring.bucket_ns <= 0:
             raise ValueError("bucket width must be positive")
+        if ring.bucket_ns * (ring.n_buckets + 2) > MAX_SPAN_NS:  # room for epoch maths past any reading
+            raise ValueError(f"a ring spans at most 2**60 ns (36 years), not {format_ns(ring.span_ns)}")
         if ring.limit < 0:
             raise ValueError("a limit cannot be negative")
     if not 1 <= len(g.fields) <= MAX_FIELDS:
@@ -314,6 +331,8 @@ def _check_geometry(g: Geometry) -> None:
         raise ValueError(f"mode must be one of {MODES}, not {g.mode!r}")
     if g.kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {g.kind!r}")
+    if g.role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, not {g.role!r}")
     if not 0 <= g.capacity <= MAX_CAPACITY:
         raise ValueError(f"capacity must be 0..{MAX_CAPACITY}, not {g.capacity}")
     if g.mode == "striped" and not 1 <= g.n_stripes <= MAX_STRIPES:
@@ -419,8 +438,12 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         g.n_stripes, g.n_locks, g.capacity, g.key_slots, CLOCKS.index(meta.clock),
         meta.creator_pid, meta.created_real_ns, meta.created_mono_ns, meta.boot_id,
         lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes, meta.hash_key,
+        ROLES.index(g.role),
     )  # fmt: skip
     struct.pack_into("<I", page, 24, zlib.crc32(page[CRC_START:CRC_END]))
+    if g.keyed:  # an empty key table: index 0, nothing handed out or reserved
+        for offset in CHECKED_WORDS:
+            struct.pack_into("<Q", page, offset, state_word(0, offset, meta.hash_key))
     return bytes(page)
 
 
@@ -434,7 +457,7 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
      n_rings, kind, n_fields, dtype, mode, n_stripes, n_locks, capacity, key_slots, clock,
      pid, real_ns, mono_ns, boot_id,
      locks_off, stripes_off, keys_off, rows_off, row_bytes,
-     hash_key) = _FIXED.unpack_from(page, 0)  # fmt: skip
+     hash_key, role) = _FIXED.unpack_from(page, 0)  # fmt: skip
     if magic != MAGIC:
         raise CorruptSegmentError(f"not a shmwin segment (magic {magic!r})")
     if version != FORMAT_VERSION:
@@ -444,12 +467,13 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     if zlib.crc32(page[CRC_START:CRC_END]) != crc or header_bytes != HEADER_BYTES:
         raise CorruptSegmentError("segment header is corrupt (checksum mismatch)")
     if (dtype >= len(DTYPES) or mode >= len(MODES) or kind >= len(KINDS) or clock >= len(CLOCKS)
+            or role >= len(ROLES)
             or not 1 <= n_fields <= MAX_FIELDS or not 1 <= n_rings <= MAX_RINGS):  # fmt: skip
         raise CorruptSegmentError("segment header names an unknown dtype, mode, kind or count")
     try:
         g = Geometry(
             _read_rings(page, n_rings), _read_fields(page, n_fields),
-            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind],
+            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role],
         )  # fmt: skip
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
@@ -483,20 +507,53 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
     )
 
 
-def check_key_state(mm: Buffer, g: Geometry, lay: Layout) -> None:
+def state_tag(value: int, offset: int, hash_key: bytes) -> int:
+    """The tag of a checked word (``_core.c``'s state_tag: both must agree)."""
+    k0, k1 = struct.unpack("<QQ", hash_key)
+    x: int = ((value | offset << 32) ^ k0) * (k1 | 1) & _U64
+    x ^= x >> 32
+    return (x * 0x9E3779B97F4A7C15 & _U64) >> 32
+
+
+def state_word(value: int, offset: int, hash_key: bytes) -> int:
+    """The u64 a checked word holds for ``value`` (0 <= value < 2**32)."""
+    return state_tag(value, offset, hash_key) << 32 | value
+
+
+def state_value(word: int, offset: int, hash_key: bytes, most: int) -> int:
+    """A checked word's value, in [0, most]; CorruptSegmentError if it fails its tag."""
+    word &= _U64
+    value = word & 0xFFFFFFFF
+    if word >> 32 != state_tag(value, offset, hash_key) or value > most:
+        raise CorruptSegmentError(f"segment's key table is corrupt: word {offset} ({word:#x}) fails its tag")
+    return value
+
+
+def check_key_state(mm: Buffer, g: Geometry, lay: Layout, hash_key: bytes) -> None:
     """Refuse a keyed segment whose key-table words (outside the header checksum) are junk.
-    Read lock-free while other processes insert, so each word is checked against its own
-    bounds only (how they relate may be mid-change); the core clamps the rest."""
+    Read lock-free while other processes insert: the checked words each pass their tag (one
+    store writes a word and its tag) and rows_top <= rows_reserved (stored in that order, read
+    in this one); the counting words are checked against their own bounds only."""
     if not g.keyed:
         return
-    index, used, keys, top, reserved, free_head, _rebuilt = struct.unpack_from("<7q", mm, INDEX_OFF)
+    index_word, used, keys, top_word = struct.unpack_from("<qqqq", mm, INDEX_OFF)
+    reserved_word, free_head, _rebuilt = struct.unpack_from("<qqq", mm, ROWS_RESERVED_OFF)
     most_entries = g.key_slots << max(g.index_levels - 1, 0)
     problems = []
-    if not 0 <= index < 2 * g.index_levels:
-        problems.append(f"index descriptor {index}")
+    try:
+        state_value(index_word, INDEX_OFF, hash_key, 2 * g.index_levels - 1)
+    except CorruptSegmentError:
+        problems.append(f"index descriptor {index_word & _U64:#x}")
     if not 0 <= used <= most_entries or not 0 <= keys <= g.capacity:
         problems.append(f"counts (keys {keys}, entries used {used})")
-    if not (0 <= top <= lay.n_rows and 0 <= reserved <= lay.n_rows and 0 <= free_head <= lay.n_rows):
-        problems.append(f"row heap (top {top}, reserved {reserved}, free list {free_head})")
+    try:
+        top = state_value(top_word, ROWS_TOP_OFF, hash_key, lay.n_rows)
+        if top > state_value(reserved_word, ROWS_RESERVED_OFF, hash_key, lay.n_rows):
+            raise CorruptSegmentError("rows_top > rows_reserved")
+        if not 0 <= free_head <= lay.n_rows:
+            raise CorruptSegmentError("free list")
+    except CorruptSegmentError:
+        words = f"top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head}"
+        problems.append(f"row heap ({words})")
     if problems:
         raise CorruptSegmentError(f"segment's key table is corrupt: {', '.join(problems)}")

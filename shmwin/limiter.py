@@ -30,11 +30,12 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING
 
 from . import backends
-from .clock import Clock
+from .clock import Clock, host_clock
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError
 from .geometry import DEFAULT_BUCKETS, limiter_geometry
 from .keys import Key
+from .layout import Geometry
 from .policy import ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
 from .rate import LimitStats, Rate, parse_many
 from .window import Window
@@ -108,6 +109,14 @@ class Limiter:
         self._bind(opened, clock, on_full, on_error)
         return self
 
+    @classmethod
+    def _open_geometry(cls, name: str, want: Geometry, *, clock: Clock | None = None) -> Limiter:
+        """Create or attach a shared-memory limiter of exactly ``want`` (a limiter geometry,
+        e.g. one with a ``role`` for the tools): shmwin's own bookkeeping segments."""
+        self = cls.__new__(cls)
+        self._bind(backends.open_limiter(name, want, clock=clock), clock, "raise", "raise")
+        return self
+
     def _bind(
         self, opened: backends.LimiterBackend, clock: Clock | None, on_full: str, on_error: str
     ) -> None:
@@ -116,7 +125,7 @@ class Limiter:
         self.rates: list[Rate] = opened.rates
         self.on_full, self.on_error = on_full, on_error
         self._clock_arg = clock
-        self._clock: Callable[[], int] = clock or time.monotonic_ns
+        self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
         self._window: Window | None = None

@@ -23,10 +23,11 @@ from typing import Any
 
 from . import attached as _attached
 from . import owners
+from .clock import host_clock, host_monotonic_ns
 from .duration import NS_PER_S, format_ns
 from .errors import GeometryMismatchError, ShmwinError
 from .rate import Rate
-from .roles import role_of, role_view
+from .roles import UNSUMMED, role_of, role_view
 from .segment import PREFIX, SHM_DIR, names, namespace, path_of
 
 GLOB_CHARS = "*?["
@@ -88,7 +89,7 @@ def open_window(name: str, backend: str | None = None) -> Any:
 
     if backend is None:
         w = Window.attach(name, ready_timeout=0.5)
-        if clock_of(w) is time.monotonic_ns:
+        if clock_of(w) is not time.time_ns:
             return w
         w.close()  # written with the wall clock (limits' storages): read with it too
         return Window.attach(name, ready_timeout=0.5, clock=time.time_ns)
@@ -102,9 +103,10 @@ def open_window(name: str, backend: str | None = None) -> Any:
 
 def clock_of(w: Any) -> Callable[[], int]:
     """The clock a window's writers read, as its header says: ``time.time_ns`` for a segment
-    written with the wall clock (``shm://`` storages for limits), else ``time.monotonic_ns``."""
+    written with the wall clock (``shm://`` storages for limits), else the host's monotonic
+    clock (:func:`shmwin.clock.host_clock`)."""
     meta = getattr(w, "meta", None)  # Redis windows have none: the server's time
-    return time.time_ns if getattr(meta, "clock", "monotonic") == "wall" else time.monotonic_ns
+    return time.time_ns if getattr(meta, "clock", "monotonic") == "wall" else host_clock()
 
 
 def select(patterns: Iterable[str] | None, available: Iterable[str]) -> list[str]:
@@ -138,29 +140,35 @@ def info(name: str) -> Info:
     except (ShmwinError, OSError) as exc:
         return Info(name, nbytes=_file_size(name), error=f"{type(exc).__name__}: {exc}")
     try:
-        g, now_ns = w.geometry, time.monotonic_ns()  # creation times are monotonic, always
-        live = [o for o in w.stripe_owners() if o[2]]
-        return Info(
-            name=name,
-            kind=g.kind,
-            role=role_of(w),
-            fields=list(g.fields),
-            resolutions=ring_labels(w),
-            rates=[str(r) for r in limiter_rates(w)],
-            mode=g.mode,
-            nbytes=w.nbytes,
-            keys=len(w.keys()) if g.keyed else None,
-            capacity=g.capacity or None,
-            stripes_in_use=len(live) if g.mode == "striped" else None,
-            stripes=g.n_stripes if g.mode == "striped" else None,
-            creator_pid=w.meta.creator_pid,
-            creator_alive=owners.pid_alive(w.meta.creator_pid),
-            age_s=(now_ns - w.meta.created_mono_ns) / NS_PER_S,
-            idle_s=_idle_s(w, clock_of(w)()),
-            span_s=g.span_ns / NS_PER_S,
-        )
+        return _info(name, w)
+    except (ShmwinError, OSError, ValueError, OverflowError) as exc:  # junk met while reading
+        return Info(name, nbytes=_file_size(name), error=f"{type(exc).__name__}: {exc}")
     finally:
         w.close()
+
+
+def _info(name: str, w: Any) -> Info:
+    g, now_ns = w.geometry, host_monotonic_ns()  # creation times are the host's monotonic, always
+    live = [o for o in w.stripe_owners() if o[2]]
+    return Info(
+        name=name,
+        kind=g.kind,
+        role=role_of(w),
+        fields=list(g.fields),
+        resolutions=ring_labels(w),
+        rates=[str(r) for r in limiter_rates(w)],
+        mode=g.mode,
+        nbytes=w.nbytes,
+        keys=len(w.keys()) if g.keyed else None,
+        capacity=g.capacity or None,
+        stripes_in_use=len(live) if g.mode == "striped" else None,
+        stripes=g.n_stripes if g.mode == "striped" else None,
+        creator_pid=w.meta.creator_pid,
+        creator_alive=owners.pid_alive(w.meta.creator_pid),
+        age_s=(now_ns - w.meta.created_mono_ns) / NS_PER_S,
+        idle_s=_idle_s(w, clock_of(w)()),
+        span_s=g.span_ns / NS_PER_S,
+    )
 
 
 def infos(selected: Iterable[str] | None = None, who: bool = True) -> list[Info]:
@@ -292,6 +300,9 @@ def snapshot(
     role = out["role"] = role_of(w)
     if role is not None:
         out[role] = role_view(w, role, cpu)
+    if role in UNSUMMED:  # bookkeeping whose values are not counts: nothing to add up
+        out["resolutions"] = []
+        return out
     rows = []
     for i in [ring_for(w, last)] if last else range(len(g.rings)):
         row: dict[str, Any] = {"resolution": labels[i], "last": last or labels[i].partition("/")[0]}

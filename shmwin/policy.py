@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .duration import NS_PER_S
+from .errors import TotalOverflowError
 from .rate import LimitStats, Rate
 
 ON_FULL = ("raise", "allow", "deny")  # a new key and a full table: KeyTableFullError, admit, refuse
@@ -119,7 +120,7 @@ def int64_total(value: Any, what: str) -> int:
     Decided: raise, not saturate -- a saturated count would read as a real one."""
     total = int(value)
     if not INT64_MIN <= total <= INT64_MAX:
-        raise OverflowError(
+        raise TotalOverflowError(
             f"{what} is {total}, past int64: the window's counts sum beyond what it can return "
             "(use a float64 window for sums this large)"
         )

@@ -11,6 +11,9 @@ keys of dead ones, which its workers do):
     in-flight  a shedder's ``NAME.flying`` (keyed, one field "flying"; any InFlight)
     adaptive   an AdaptiveLimiter's limiter: rates in units of 1000, beside ``NAME.health``
     health     that ``NAME.health`` window (fields ok, error)
+    fixed-starts  the start records of limits' fixed windows (``PREFIX.fixedstart.P``): their
+               values are times, not counts, so the tools show how many keys hold one and never
+               sum them. This role is written in the segment's header (``Geometry.role``).
 
 A segment records fields, not purposes: a window of yours with a breaker's fields is taken
 for a breaker. Settings it does not record -- a breaker's k and protection, a shedder's CPU
@@ -29,7 +32,8 @@ from .duration import NS_PER_S, to_ns
 from .errors import ShmwinError
 from .segment import path_of
 
-ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health")
+ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-starts")
+UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 
 
 def role_of(w: Any) -> str | None:
@@ -38,6 +42,9 @@ def role_of(w: Any) -> str | None:
 
     if not hasattr(w, "series"):  # a Redis limiter's front: a limiter, nothing more
         return None
+    recorded = getattr(w.geometry, "role", "")
+    if recorded:  # the header says it
+        return str(recorded)
     if breaker.is_breaker(w):
         return "breaker"
     if getattr(w, "url", ""):  # the others live in this host's shared memory only
@@ -93,6 +100,8 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
         return adaptive.describe(w.name)
     if role == "health":
         return {"of": w.name[: -len(adaptive.HEALTH_SUFFIX)]}
+    if role == "fixed-starts":
+        return {"records": len(w.keys()), "counts": w.name.replace(".fixedstart.", ".fixed.", 1)}
     return None
 
 

@@ -30,12 +30,11 @@ Segments: ``NAME`` (passes, rt_us, drops) and ``NAME.flying`` (in flight per pro
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .clock import Clock
+from .clock import Clock, host_clock
 from .cpu import MILLICPU, HostCpu
 from .duration import NS_PER_S, Duration, to_ns
 from .errors import GeometryMismatchError, ShmwinError
@@ -209,7 +208,7 @@ class Shedder:
         self.name = counts.name
         self.cpu_threshold = cpu_threshold
         self.cool_off_ns = cool_off_ns
-        self._clock: Clock = clock or time.monotonic_ns
+        self._clock: Clock = clock or host_clock()
         self._cpu: Callable[[], int] = cpu or HostCpu(clock=clock)
         self._add = counts.add
         self._bucket_ns = counts.bucket_ns

@@ -11,7 +11,6 @@ backend's own method (on shared memory, the native core's): nothing runs in betw
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -20,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import backends, batch
-from .clock import Clock
+from .clock import Clock, host_clock
 from .duration import NS_PER_S, Duration
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
 from .geometry import parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
@@ -163,7 +162,7 @@ class Window:
         self._backend = opened
         self.name = opened.name
         self._g = opened.geometry
-        self._clock: Callable[[], int] = clock or time.monotonic_ns
+        self._clock: Callable[[], int] = clock or host_clock()
         self._on_error = on_error
         self._field_index = {f: i for i, f in enumerate(self._g.fields)}
         # the hot path is the backend's own method (the native core's on shared memory)

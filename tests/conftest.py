@@ -121,9 +121,32 @@ def own_redis() -> Iterator[RedisServer]:
 _RINGS = ("unit", "contract", "integration")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sanitize: also run against the sanitized core (scripts/checks.d)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def expected_core() -> None:
+    """A run against another build of the core (the sanitizer job sets SHMWIN_EXPECT_CORE)
+    must import that build, never this checkout's."""
+    want = os.environ.get("SHMWIN_EXPECT_CORE")
+    if want:
+        import shmwin._core
+
+        assert os.path.samefile(shmwin._core.__file__, want), (shmwin._core.__file__, want)
+
+
+# what scripts/checks.d/50-sanitizers.sh runs against the sanitized cores (with the tests
+# marked ``sanitize`` themselves: the bad-words fuzz)
+_SANITIZED = ("test_native.py", "test_failpoints.py", "test_crash.py", "test_bad_segments.py", "test_keys.py",
+              "test_growth.py")  # fmt: skip
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each test carries the marker of its ring (its directory), so ``-m unit`` selects it."""
     for item in items:
         ring = item.path.parent.name
         if ring in _RINGS:
             item.add_marker(getattr(pytest.mark, ring))
+        if item.path.name in _SANITIZED:
+            item.add_marker(pytest.mark.sanitize)

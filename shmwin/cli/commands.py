@@ -69,20 +69,37 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> int:
 # -- show / export -----------------------------------------------------------------------------
 
 
-def _snapshots(args: argparse.Namespace, patterns: list[str] | None, **how: Any) -> Iterator[dict[str, Any]]:
-    """A snapshot of each window chosen; one that cannot be read is reported on stderr and
-    skipped when it was matched by a glob, and raises when it was named."""
-    import sys
+READ_ERRORS = (ShmwinError, OSError, ValueError, OverflowError)  # what one unreadable window raises
 
-    globbed = not patterns or any(metrics.is_glob(p) for p in patterns)
-    for name in chosen(args, patterns):
-        try:
-            with opened(name, args.backend) as w:
-                yield metrics.snapshot(w, **how)
-        except (ShmwinError, OSError) as exc:
-            if not globbed:
-                raise
-            sys.stderr.write(f"shmwin: {safe(name)}: {exc}\n")
+
+class Snapshots:
+    """A snapshot of each window chosen, in order. One that cannot be read (junk, removed
+    meanwhile, a sum past int64) is reported on stderr as ``shmwin: NAME: message`` and
+    skipped, so the others are still shown; ``failed_named`` says whether one of those was
+    named exactly (the command then exits 2)."""
+
+    def __init__(self, args: argparse.Namespace, patterns: list[str] | None, **how: Any):
+        self.names = chosen(args, patterns)
+        self.exact = {p for p in patterns or () if not metrics.is_glob(p)}
+        self.backend, self.how = args.backend, how
+        self.failed_named = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import sys
+
+        for name in self.names:
+            try:
+                with opened(name, self.backend) as w:
+                    snap = metrics.snapshot(w, **self.how)
+            except READ_ERRORS as exc:
+                sys.stderr.write(f"shmwin: {safe(name)}: {exc}\n")
+                self.failed_named = self.failed_named or name in self.exact
+                continue
+            yield snap
+
+    @property
+    def status(self) -> int:
+        return 2 if self.failed_named else 0
 
 
 def _single(patterns: list[str] | None) -> bool:
@@ -110,14 +127,15 @@ class HostCpuReading:
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     cpu = HostCpuReading() if args.backend is None else None
-    snaps = _snapshots(args, args.names, key=args.key, last=args.last, top=args.top, cpu=cpu)
+    snaps = Snapshots(args, args.names, key=args.key, last=args.last, top=args.top, cpu=cpu)
     if args.json:
         found = list(snaps)
-        dump(found[0] if _single(args.names) else found, out)
-        return 0
+        if found or not _single(args.names):
+            dump(found[0] if _single(args.names) else found, out)
+        return snaps.status
     for i, snap in enumerate(snaps):
         out.write(("\n" if i else "") + "\n".join(window_lines(snap, width())) + "\n")
-    return 0
+    return snaps.status
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
@@ -132,9 +150,11 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
         out.write(exposition(args.names or None, top_keys=args.top or 0, backend=args.backend))
         return 0
     top = 10 if args.top is None else args.top
-    found = list(_snapshots(args, args.names, top=top))
-    dump(found[0] if _single(args.names) else found, out)
-    return 0
+    snaps = Snapshots(args, args.names, top=top)
+    found = list(snaps)
+    if found or not _single(args.names):
+        dump(found[0] if _single(args.names) else found, out)
+    return snaps.status
 
 
 # -- watch -------------------------------------------------------------------------------------

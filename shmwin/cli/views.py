@@ -68,7 +68,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
 
 # -- breakers, shedders, adaptive limiters: a few lines under the name ---------------------------
 
-ROLE_TITLES = {"adaptive": "adaptive limiter"}  # the others go by their role's name
+# the others go by their role's name
+ROLE_TITLES = {"adaptive": "adaptive limiter", "fixed-starts": "fixed-window starts"}
 
 
 def _breaker(b: dict[str, Any]) -> list[str]:
@@ -132,6 +133,10 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "in-flight": lambda v: [f"  in flight {_in_flight(v)}"],
     "adaptive": _adaptive,
     "health": lambda v: [f"  the health window of adaptive limiter {safe(v['of'])}"],
+    "fixed-starts": lambda v: [
+        f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
+        f"  the counts are in {safe(v['counts'])}",
+    ],
 }
 
 

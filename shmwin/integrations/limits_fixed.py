@@ -30,12 +30,12 @@ window to the next (two or three hold anything at a time).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from typing import Any
 
 from ..clock import Clock
 from ..errors import ShmwinError, WindowNotFoundError
-from ..geometry import window_geometry
+from ..geometry import limiter_geometry, window_geometry
 from ..keys import Key
 from ..layout import Geometry
 from ..limiter import Limiter
@@ -76,11 +76,8 @@ class FixedWindows:
                 return None
         want = _counts_geometry(period_ns, None if capacity is None else 2 * capacity)
         counts = Window.open_geometry(counts_name, want, clock=pinned)
-        extra: dict[str, Any] = {} if capacity is None else {"capacity": 4 * capacity}
-        # kept 1.25 to 1.57 periods: 5/4 of one, in 4 whole-nanosecond buckets
-        record = Rate(MAX_LIMIT, -(-5 * period_ns // 16) * 4)
         try:
-            starts = Limiter(starts_name, record, buckets=4, clock=clock, **extra)
+            starts = Limiter._open_geometry(starts_name, _starts_geometry(period_ns, capacity), clock=clock)
         except BaseException:
             counts.close()
             raise
@@ -183,6 +180,8 @@ class PinnedClock:
     def __init__(self, clock: Clock):
         self._clock = clock
         self._pinned = threading.local()
+        # the counts' header says which clock they are written with: the wrapped one's
+        self.clock_kind: str = getattr(clock, "clock_kind", "monotonic")
 
     def __call__(self) -> int:
         pinned: int | None = getattr(self._pinned, "ns", None)
@@ -198,6 +197,15 @@ class PinnedClock:
 
     def __exit__(self, *exc: object) -> None:
         self._pinned.ns = None
+
+
+def _starts_geometry(period_ns: int, capacity: int | None) -> Geometry:
+    """The start records: a limiter whose limit is int64's largest, each record kept 1.25 to
+    1.57 periods (5/4 of one, in 4 whole-nanosecond buckets), ``4 * capacity`` records at
+    most (None: a growing table). Its role tells the tools its sums mean nothing."""
+    record = Rate(MAX_LIMIT, -(-5 * period_ns // 16) * 4)
+    g = limiter_geometry([record], 4, None if capacity is None else 4 * capacity, False)
+    return dataclasses.replace(g, role="fixed-starts")
 
 
 def _counts_geometry(period_ns: int, capacity: int | None) -> Geometry:

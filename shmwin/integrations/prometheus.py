@@ -45,10 +45,11 @@ from prometheus_client.registry import Collector
 
 from .. import metrics
 from ..errors import ShmwinError, WindowNotFoundError
-from ..roles import role_of, role_view
+from ..roles import UNSUMMED, role_of, role_view
 from ..segment import names as shm_names
 
 MAX_TOP_KEYS = 1000
+_READ_ERRORS = (ShmwinError, OSError, ValueError, OverflowError)  # what one unreadable window raises
 
 _WINDOW, _RES, _FIELD, _KEY = "window", "resolution", "field", "key"
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -140,13 +141,21 @@ class ShmwinCollector(Collector):
                 w = metrics.open_window(name, self._backend)
             except WindowNotFoundError:
                 continue  # gone: it simply stops being exported
-            except (ShmwinError, OSError, ValueError):
+            except _READ_ERRORS:
                 families["shmwin_window_readable"].add_metric([name], 0)
                 continue
+            # each window's samples are gathered apart and kept only if all of it reads: one
+            # window that fails midway (junk, a sum past int64) is readable 0, the rest scrape
+            mine = _families()
             try:
-                _add_window(families, w, self._top_keys, sizes.get(name))
+                _add_window(mine, w, self._top_keys, sizes.get(name))
+            except _READ_ERRORS:
+                families["shmwin_window_readable"].add_metric([name], 0)
+                continue
             finally:
                 w.close()
+            for family_name, family in mine.items():
+                families[family_name].samples.extend(family.samples)
         yield from (f for f in families.values() if f.samples)
 
 
@@ -177,6 +186,10 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     if size is not None:
         families["shmwin_window_size_bytes"].add_metric([name], size)
     labels = metrics.ring_labels(w)
+    role = role_of(w)
+    if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
+        families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        return
     for label, rate in zip(labels, metrics.limiter_rates(w), strict=False):  # no rates: a window
         families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)
     keys: list[tuple[str, Any]] = []
@@ -188,7 +201,6 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
             if text not in seen:  # two byte keys spelled alike would make a duplicate series
                 seen.add(text)
                 keys.append((text, key))
-    role = role_of(w)
     view = role_view(w, role) if role else None
     if role and view is not None:
         _add_role(families, name, role, view, labels)

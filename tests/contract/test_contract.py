@@ -186,8 +186,12 @@ def test_costs_are_checked_the_same_way(opened, name, clock):
     with pytest.raises(ValueError, match="cost must be a whole number >= 0"):
         lim.test("k", -1)
     assert lim.stats("k").used == 3  # nothing refused was counted
-    with pytest.raises(TypeError):
-        lim.hit(None)  # type: ignore[arg-type]
+    for bad_key in (None, 42, bytearray(b"k"), memoryview(b"k"), ("k",)):  # str or bytes only
+        with pytest.raises(TypeError, match="str or bytes"):
+            lim.hit(bad_key)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="str or bytes"):
+            lim.test(bad_key)  # type: ignore[arg-type]
+    assert lim.stats("k").used == 3
 
 
 @pytest.mark.parametrize("what", ["on_full", "on_error"])

@@ -88,7 +88,9 @@ def once(prefix: str, stop: int) -> list:
 
 
 def word(fd: int, offset: int, fmt: str = "<q") -> int:
-    return struct.unpack(fmt, os.pread(fd, struct.calcsize(fmt), offset))[0]
+    value = struct.unpack(fmt, os.pread(fd, struct.calcsize(fmt), offset))[0]
+    checked = offset in (INDEX, ROWS_TOP, ROWS_RESERVED)  # value | tag << 32
+    return value & 0xFFFFFFFF if checked else value
 
 
 def assert_reserved_rows_backed(name: str) -> None:

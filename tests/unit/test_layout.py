@@ -1,6 +1,7 @@
 """The binary format: offsets asserted against the table in layout.py."""
 
 import struct
+import zlib
 
 import pytest
 
@@ -15,7 +16,7 @@ META = Meta(1234, 5, 6, b"B" * 16, b"K" * 16)
 
 
 def test_fixed_header_part_matches_the_table():
-    assert layout._FIXED.size == 168
+    assert layout._FIXED.size == 172
     page = layout.pack_header(G, Layout.plan(G), META)
     assert len(page) == layout.HEADER_BYTES == 4096
     assert page[0:8] == b"\0" * 8  # magic left for the creator to write last
@@ -32,8 +33,25 @@ def test_fixed_header_part_matches_the_table():
         lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
     )  # fmt: skip
     assert page[152:168] == b"K" * 16  # the key table's hash key
+    assert u32(168) == 0  # role: a plain window
     assert page[256:258] == b"ok" and page[288:293] == b"error"
     assert i64(768) == 1_000_000_000 and u32(776) == 60 and i64(784) == 0  # ring 0: width, count, limit"
+
+
+def test_the_role_word_round_trips_and_junk_there_is_refused():
+    g = Geometry((Ring(7, 3, limit=5),), ("hits",), mode="locked", n_stripes=0, capacity=10,
+                 kind="limiter", role="fixed-starts")  # fmt: skip
+    lay = Layout.plan(g)
+    page = bytearray(layout.pack_header(g, lay, META))
+    assert struct.unpack_from("<I", page, 168)[0] == layout.ROLES.index("fixed-starts") == 1
+    page[0:8] = layout.MAGIC
+    assert layout.unpack_header(bytes(page), lay.total_bytes)[0] == g
+    struct.pack_into("<I", page, 168, len(layout.ROLES))  # an unknown role, checksum fixed up
+    struct.pack_into("<I", page, 24, zlib.crc32(page[32:1024]))
+    with pytest.raises(CorruptSegmentError, match="unknown"):
+        layout.unpack_header(bytes(page), lay.total_bytes)
+    with pytest.raises(ValueError, match="role"):
+        Geometry((Ring(7, 3),), ("a",), role="breaker?")
 
 
 def test_everything_is_cache_line_aligned():
@@ -96,3 +114,30 @@ def test_junk_magic_version_crc_and_size_are_refused():
         layout.unpack_header(bytes(_ready_page()), size - 64)
     with pytest.raises(CorruptSegmentError, match="smaller than a shmwin header"):
         layout.unpack_header(bytes(_ready_page()), 100)
+
+
+def test_checked_words_round_trip_and_refuse_any_flipped_bit():
+    """The key table's checked words (value | tag << 32; _core.c computes the same tag: every
+    keyed test writes them in C and reads them in Python, and the reverse at creation)."""
+    key = bytes(range(16))
+    for offset in layout.CHECKED_WORDS:
+        for value in (0, 1, 37, 2**26):
+            word = layout.state_word(value, offset, key)
+            assert layout.state_value(word, offset, key, 2**26) == value
+            assert layout.state_value(word - 2**64 if word >= 2**63 else word, offset, key, 2**26) == value
+            for bit in range(64):
+                with pytest.raises(CorruptSegmentError, match="fails its tag"):
+                    layout.state_value(word ^ (1 << bit), offset, key, 2**26)
+            with pytest.raises(CorruptSegmentError):  # within its tag, past its bounds
+                layout.state_value(word, offset, key, value - 1)
+    words = {layout.state_word(5, offset, key) for offset in layout.CHECKED_WORDS}
+    assert len(words) == 3  # a word copied to another place fails there
+    assert layout.state_word(0, layout.INDEX_OFF, key) != 0  # a zeroed word fails
+
+
+def test_a_new_keyed_header_holds_an_empty_key_table():
+    g = Geometry((Ring(10**9, 60),), ("count",), mode="locked", n_stripes=0, capacity=8)
+    page = layout.pack_header(g, Layout.plan(g), META)
+    for offset in layout.CHECKED_WORDS:
+        word = struct.unpack_from("<q", page, offset)[0]
+        assert layout.state_value(word, offset, META.hash_key, 0) == 0

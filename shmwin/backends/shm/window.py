@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ... import layout, native, ring
-from ...clock import Clock
+from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
     NotSupportedError,
@@ -157,7 +157,7 @@ class ShmWindow:
         try:
             g, lay, meta = layout.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
             check_lock_table(seg.mm, lay.locks_off, g.n_locks)
-            layout.check_key_state(seg.mm, g, lay)
+            layout.check_key_state(seg.mm, g, lay, meta.hash_key)
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
@@ -172,7 +172,7 @@ class ShmWindow:
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name
         self._core = core
-        self._clock: Callable[[], int] = clock or time.monotonic_ns
+        self._clock: Callable[[], int] = checked_clock(clock) if clock else host_clock()
         # every view below holds an export of the mmap (numpy arrays through ``_raw``; a plain
         # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
         # the mapping alive, and close() then leaves the unmapping to the GC
@@ -181,7 +181,9 @@ class ShmWindow:
         self._q = self._buf.cast("q")
         self._rows = Rows(self._raw, g, lay)
         self._stripes = StripeTable(self._q, lay, core)
-        self._keys: KeyTable | None = KeyTable(self._buf, self._q, g, lay, core) if g.keyed else None
+        self._keys: KeyTable | None = None
+        if g.keyed:
+            self._keys = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key)
         if g.kind == "window":
             self.add = core.add  # type: ignore[method-assign]
             self.add_and_total = core.add_and_total  # type: ignore[method-assign]
@@ -432,7 +434,7 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
         lay = Layout.plan(g)
         # int(): a time-mocking library may have patched the clocks to return floats
         meta = Meta(
-            os.getpid(), int(time.time_ns()), int(time.monotonic_ns()), _boot_id(), os.urandom(16), clock_kind
+            os.getpid(), int(time.time_ns()), host_monotonic_ns(), _boot_id(), os.urandom(16), clock_kind
         )
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")

@@ -1,9 +1,9 @@
-"""The README's deployment recipes, run as they are written there.
+"""The docs' deployment recipes (docs/deploying.md), run as they are written there.
 
-Every code block of README.md preceded by ``<!-- recipe: NAME -->`` is taken from the
-README itself and run here, with only this test's segment prefix for ``myapp``, a free port
-for 8000, loopback for 0.0.0.0 and 2 workers for 4: Flask-Limiter under a real gunicorn,
-slowapi and limits.aio under a real uvicorn started by the README's ``serve.py``, the
+Every code block of README.md or docs/**/*.md preceded by ``<!-- recipe: NAME -->`` is taken
+from the page itself and run here, with only this test's segment prefix for ``myapp``, a free
+port for 8000, loopback for 0.0.0.0 and 2 workers for 4: Flask-Limiter under a real gunicorn,
+slowapi and limits.aio under a real uvicorn started by the docs' ``serve.py``, the
 Prometheus collector in the gunicorn app and ``shmwin export`` for node_exporter, the
 compose and Kubernetes snippets. The memory table under ``<!-- memory-table -->`` is
 measured again (``st_blocks`` of every segment), and Docker's default 64 MiB ``/dev/shm``
@@ -28,7 +28,7 @@ from servers import ROOT, Server, free_port, get, hammer, python_module
 import shmwin
 from shmwin.attached import attached
 
-README = ROOT / "README.md"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # where recipes may stand
 RECIPE = re.compile(r"^<!-- recipe: ([a-z0-9-]+) -->\n```[a-z]+\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 RUN_HERE = {
     "flask-app", "gunicorn-conf", "fastapi-slowapi", "uvicorn-serve", "fastapi-aio", "compose", "kubernetes",
@@ -39,13 +39,20 @@ MIB = 1 << 20
 
 def recipes() -> dict[str, str]:
     found: dict[str, str] = {}
-    for name, code in RECIPE.findall(README.read_text()):
-        assert name not in found, f"two README recipes are named {name!r}"
-        found[name] = code
+    for page in PAGES:
+        for name, code in RECIPE.findall(page.read_text()):
+            assert name not in found, f"two recipes are named {name!r} (one in {page.relative_to(ROOT)})"
+            found[name] = code
     return found
 
 
-def test_every_recipe_in_the_readme_is_run_here():
+def _page_with(marker: str) -> str:
+    """The text of the one page of the docs that holds ``marker``."""
+    (text,) = [t for t in (p.read_text() for p in PAGES) if marker in t]
+    return text
+
+
+def test_every_recipe_in_the_docs_is_run_here():
     assert set(recipes()) == RUN_HERE
 
 
@@ -134,36 +141,65 @@ def _samples(text: str, window: str) -> dict[str, float]:
     return found
 
 
-def test_prometheus_in_the_gunicorn_app_and_shmwin_export(make_name, tmp_path):
+STRATEGY_LINE = '    strategy="moving-window",  # exact, as on memory://; "fixed-window" is the default\n'
+
+
+@pytest.mark.parametrize("strategy", ["moving-window", "fixed-window"])
+def test_prometheus_in_the_gunicorn_app_and_shmwin_export(make_name, tmp_path, strategy):
+    """The docs' recipe as written (moving window), and with its ``strategy=`` line taken
+    out: Flask-Limiter's default, the fixed window, whose counts every tool must read too."""
     pytest.importorskip("flask_limiter")
     pytest.importorskip("prometheus_client")
     prefix, port = make_name("app"), free_port()
     files = {"app.py": ["flask-app", "flask-metrics"], "gunicorn.conf.py": ["gunicorn-conf"]}
-    server = _gunicorn(_app_dir(tmp_path, prefix, port, files), port, tmp_path)
-    window = f"{prefix}.moving.5.1m"
+    app_dir = _app_dir(tmp_path, prefix, port, files)
+    if strategy == "fixed-window":
+        app = (app_dir / "app.py").read_text()
+        assert STRATEGY_LINE in app
+        (app_dir / "app.py").write_text(app.replace(STRATEGY_LINE, ""))
+    server = _gunicorn(app_dir, port, tmp_path)
+    # limits' fixed window counts every request (12), its moving window the admitted ones (5)
+    moving = strategy == "moving-window"
+    window, value = (f"{prefix}.moving.5.1m", 5) if moving else (f"{prefix}.fixed.1m", 12)
     try:
         assert hammer(server.port, 12, "/login")[0] == {200: 5, 429: 7}
         for _ in range(4):  # whichever worker answers, the same numbers
             status, text = get(port, "/metrics")
-            assert status == 200
+            assert status == 200, text
             seen = _samples(text, window)
-            assert seen["shmwin_window_value"] == 5 and seen["shmwin_limiter_limit"] == 5, text
+            assert seen["shmwin_window_value"] == value, text
+            assert seen.get("shmwin_limiter_limit") == (5 if moving else None)
             assert seen["shmwin_window_keys"] == 1 and seen["shmwin_window_readable"] == 1
+        assert not [line for line in text.splitlines()
+                    if line.startswith("shmwin_window_readable") and line.endswith(" 0.0")], text
         promtool_check(text)
+        shown = subprocess.run([sys.executable, "-m", "shmwin", "show", f"{prefix}.*"], env=_cli_env(),
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert shown.returncode == 0 and not shown.stderr, shown
+        assert re.search(rf"^{re.escape(window)} \(", shown.stdout, re.M), shown.stdout
+        assert re.search(rf"^\s+hits\s+{value}\s", shown.stdout, re.M), shown.stdout
         textfile = tmp_path / "textfile"
         textfile.mkdir()
         export = recipes()["textfile-export"].replace("myapp", prefix)
         export = export.replace("/var/lib/node_exporter/textfile", str(textfile))
-        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                   PYTHONPATH=str(ROOT))  # fmt: skip
-        subprocess.run(["bash", "-ec", export], env=env, check=True, timeout=60)
+        subprocess.run(["bash", "-ec", export], env=_cli_env(), check=True, timeout=60)
         assert sorted(p.name for p in textfile.iterdir()) == ["shmwin.prom"]
         exported = (textfile / "shmwin.prom").read_text()
         promtool_check(exported)
-        assert _samples(exported, window)["shmwin_window_value"] == 5
+        assert _samples(exported, window)["shmwin_window_value"] == value
+        as_json = subprocess.run([sys.executable, "-m", "shmwin", "export", f"{prefix}.*"], env=_cli_env(),
+                                 capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        (snap,) = [s for s in json.loads(as_json.stdout) if s["name"] == window]
+        assert snap["resolutions"][0]["totals"]["hits"] == value
     finally:
         assert server.stop() == 0
     assert _segments(prefix) == []
+
+
+def _cli_env() -> dict[str, str]:
+    """The environment for the shmwin command and the docs' shell snippets."""
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                PYTHONPATH=str(ROOT))  # fmt: skip
 
 
 def test_the_container_snippets_give_dev_shm_its_size():
@@ -179,7 +215,7 @@ def test_the_container_snippets_give_dev_shm_its_size():
     assert container["resources"]["limits"]["memory"]
 
 
-# -- memory: the README's table, measured again ----------------------------------------------------
+# -- memory: the docs' table, measured again ------------------------------------------------------
 
 MEASURE = """
 import json, os, sys, time
@@ -217,9 +253,9 @@ print(json.dumps(out))
 
 
 def _memory_table() -> dict[tuple[str, str, int], float]:
-    """(strategy, URI query, limit) -> KiB per client, from the README's table; a row that
+    """(strategy, URI query, limit) -> KiB per client, from the docs' table; a row that
     names no strategy ("the same with `?buckets=20`") is the row above's with that query."""
-    text = README.read_text().split("<!-- memory-table -->\n", 1)[1]
+    text = _page_with("<!-- memory-table -->\n").split("<!-- memory-table -->\n", 1)[1]
     rows = [line.strip("|").split("|") for line in text.split("\n\n", 1)[0].splitlines()]
     limits = [int(re.sub(r"\D", "", cell)) for cell in rows[0][1:]]
     table = {}
@@ -249,7 +285,7 @@ def _measure(
 
 def test_the_memory_table_is_what_a_thousand_clients_hold(make_name):
     """Each cell: 1,000 clients on one limit, in the steady state (fixed windows keep a
-    client's records up to 1.6 periods: 4 periods are measured), per client; the README's
+    client's records up to 1.6 periods: 4 periods are measured), per client; the docs'
     figure is rounded up, and not far above (fixed windows' records vary with where their
     periods start: 1.7 to 2.5 KiB were seen)."""
     table = _memory_table()
@@ -262,21 +298,21 @@ def test_the_memory_table_is_what_a_thousand_clients_hold(make_name):
         measured[(strategy, query, limit)] = held / 1000 / 1024
     for cell, kib in table.items():  # fixed windows vary more with where their periods start
         low = 0.6 if cell[0] == "fixed-window" else 0.75
-        assert low * kib <= measured[cell] <= kib, f"{cell}: README says {kib} KiB, measured {measured}"
+        assert low * kib <= measured[cell] <= kib, f"{cell}: the docs say {kib} KiB, measured {measured}"
 
 
 @needs_namespace
-def test_dockers_default_dev_shm_holds_what_the_readme_says(make_name):
+def test_dockers_default_dev_shm_holds_what_the_docs_say(make_name):
     """In a private 64 MiB tmpfs (Docker's default ``/dev/shm``), clients come until the
     first OutOfSpaceError; a known client is still counted after it."""
-    text = " ".join(README.read_text().split())  # as if on one line
+    text = " ".join(_page_with("<!-- memory-table -->").split())  # as if on one line
     claims = {
         "100/hour": "holds about 32,000 live clients of `100/hour`",
         "5/minute": "130,000 of `5/minute`",
         "1000/day": "3,000 of `1000/day`",
     }
     for rate, claim in claims.items():
-        assert claim in text, f"the README no longer says {claim!r}"
+        assert claim in text, f"the docs no longer say {claim!r}"
         said = int(re.search(r"[\d,]+", claim).group().replace(",", ""))
         fit = _measure(make_name("docker"), "moving-window", rate, 10 * said, 1, shm_size="64m")["fit"]
-        assert 0.9 * said <= fit <= 1.3 * said, f"{rate}: the README says {said:,} fit in 64 MiB, {fit:,} did"
+        assert 0.9 * said <= fit <= 1.3 * said, f"{rate}: the docs say {said:,} fit in 64 MiB, {fit:,} did"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The docs site (docs/, mkdocs.yml): `mkdocs build --strict` into site/, so a broken link,
+# anchor or API reference fails scripts/test. The tools, pinned in docs/requirements.txt,
+# go into .venv-docs (installed once per change of that file); the API page reads shmwin's
+# source with griffe, so nothing is compiled here.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+start=$SECONDS
+venv=.venv-docs
+stamp="$venv/.installed-$(sha1sum docs/requirements.txt | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "docs: installing the docs toolchain (docs/requirements.txt) into $venv ..."
+  rm -rf "$venv"
+  "${PYTHON:-python3}" -m venv "$venv"
+  log="$venv/install.log"
+  if ! "$venv/bin/python" -m pip install -r docs/requirements.txt >"$log" 2>&1; then
+    cat "$log" >&2; echo "docs: pip install failed (log above)" >&2; exit 1
+  fi
+  touch "$stamp"
+fi
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --clean --site-dir site >"$log" 2>&1; then
+  cat "$log" >&2; echo "docs: mkdocs build --strict failed (above)" >&2; exit 1
+fi
+pages=$(find site -name index.html | wc -l)
+echo "docs: mkdocs build --strict: $pages pages in site/, no warnings ($((SECONDS - start)) s)"

@@ -1,0 +1,185 @@
+"""Rate-limit middleware with the IETF's standard headers: ASGI and WSGI.
+
+    app = RateLimitMiddleware(app, Limiter("api", "100/minute"), key=client_of)      # ASGI
+    app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, limiter, key=client_of)     # WSGI
+
+Each HTTP request is one ``limiter.hit(key(scope or environ))``. Every response then
+carries the headers of ``draft-ietf-httpapi-ratelimit-headers`` (-10):
+
+    RateLimit-Policy: "100-per-1m";q=100;w=60, "1000-per-1h";q=1000;w=3600
+    RateLimit: "100-per-1m";r=42;t=17
+
+``RateLimit-Policy`` has one item per rate (``q`` the limit, ``w`` the period in seconds);
+``RateLimit`` names the tightest rate now (least remaining), with ``r`` hits remaining and
+``t`` whole seconds until its oldest counted hit is forgotten. A refused request never
+reaches the app: it gets ``429 Too Many Requests`` with ``Retry-After`` and an
+``application/problem+json`` body of the draft's problem type ``quota-exceeded``. A
+limiter in shadow mode never refuses, here as anywhere; its headers say what enforcement
+would. ``key`` returning None lets the request through unlimited and without headers.
+
+Any limiter with ``hit(key)``, ``stats_all(key)`` (one :class:`~shmwin.rate.LimitStats`
+per rate) and ``rates`` works: a :class:`~shmwin.Limiter` on any backend, or a token bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..duration import NS_PER_S, format_ns
+from ..keys import Key
+from ..policy import tightest
+from ..rate import LimitStats, Rate
+
+PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+PROBLEM_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
+
+
+class RateLimited(Protocol):
+    """What the middlewares need of a limiter."""
+
+    rates: list[Rate]
+
+    def hit(self, key: Key, cost: int = 1) -> bool: ...
+    def stats_all(self, key: Key) -> list[LimitStats]: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One request's answer: allowed or not, and the headers every response carries."""
+
+    allowed: bool
+    headers: list[tuple[str, str]]
+    retry_after_s: int  # for a refusal: whole seconds until a hit could pass (>= 1)
+    violated: list[str]  # names of the rates with nothing left
+
+
+def policy_name(rate: Rate) -> str:
+    """A rate's name in the headers: ``"100-per-1m"``."""
+    return f"{rate.limit}-per-{format_ns(rate.period_ns)}"
+
+
+def _sf_string(text: str) -> str:
+    """A structured-field String (RFC 8941): quoted, with ``\\`` and ``"`` escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def policy_header(rates: Sequence[Rate]) -> str:
+    """``RateLimit-Policy``: one item per rate, ``q`` its limit and ``w`` its period in seconds."""
+    return ", ".join(
+        f"{_sf_string(policy_name(r))};q={r.limit};w={math.ceil(r.period_ns / NS_PER_S)}" for r in rates
+    )
+
+
+def ratelimit_header(stats: Sequence[LimitStats]) -> str:
+    """``RateLimit``: the tightest rate, ``r`` remaining and ``t`` seconds until it resets."""
+    tight = tightest(stats)
+    return f"{_sf_string(policy_name(tight.rate))};r={tight.remaining};t={math.ceil(tight.reset_after)}"
+
+
+def decide(limiter: RateLimited, key: Key) -> Verdict:
+    """Hit ``key`` once, then describe where it stands (the headers, and for a refusal the
+    wait and the rates it broke)."""
+    allowed = limiter.hit(key)
+    stats = limiter.stats_all(key)
+    headers = [("RateLimit-Policy", policy_header(limiter.rates)), ("RateLimit", ratelimit_header(stats))]
+    if allowed:
+        return Verdict(True, headers, 0, [])
+    spent = [s for s in stats if s.remaining < 1] or list(stats)
+    retry = max(1, math.ceil(max(s.reset_after for s in spent)))
+    violated = [policy_name(s.rate) for s in spent]
+    return Verdict(False, [*headers, ("Retry-After", str(retry))], retry, violated)
+
+
+def problem_body(verdict: Verdict) -> bytes:
+    """The ``application/problem+json`` body of a refusal."""
+    detail = f"Rate limit exceeded ({', '.join(verdict.violated)}); retry in {verdict.retry_after_s} s."
+    problem = {
+        "type": PROBLEM_TYPE,
+        "title": PROBLEM_TITLE,
+        "status": 429,
+        "detail": detail,
+        "violated-policies": verdict.violated,
+    }
+    return json.dumps(problem).encode()
+
+
+def _refusal_headers(verdict: Verdict, body: bytes) -> list[tuple[str, str]]:
+    return [
+        ("Content-Type", "application/problem+json"),
+        ("Content-Length", str(len(body))),
+        *verdict.headers,
+    ]
+
+
+class WSGIRateLimitMiddleware:
+    """Limit a WSGI app: ``key(environ)`` names the client (None: not limited)."""
+
+    def __init__(self, app: WSGIApp, limiter: RateLimited, *, key: Callable[[dict[str, Any]], Key | None]):
+        self.app, self.limiter, self.key = app, limiter, key
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        key = self.key(environ)
+        if key is None:
+            return self.app(environ, start_response)
+        verdict = decide(self.limiter, key)
+        if not verdict.allowed:
+            body = problem_body(verdict)
+            start_response("429 Too Many Requests", _refusal_headers(verdict, body))
+            return [body]
+
+        def with_headers(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, *verdict.headers], exc_info)
+
+        return self.app(environ, with_headers)
+
+
+class RateLimitMiddleware:
+    """Limit an ASGI app's HTTP requests: ``key(scope)`` names the client (None: not
+    limited). Websocket and lifespan events pass through untouched."""
+
+    def __init__(self, app: ASGIApp, limiter: RateLimited, *, key: Callable[[dict[str, Any]], Key | None]):
+        self.app, self.limiter, self.key = app, limiter, key
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        key = self.key(scope) if scope.get("type") == "http" else None
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        verdict = decide(self.limiter, key)  # one native call and a read: well under a microsecond
+        if not verdict.allowed:
+            body = problem_body(verdict)
+            headers = [(k.lower().encode(), v.encode()) for k, v in _refusal_headers(verdict, body)]
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        extra = [(k.lower().encode(), v.encode()) for k, v in verdict.headers]
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+__all__ = [
+    "PROBLEM_TYPE",
+    "RateLimitMiddleware",
+    "RateLimited",
+    "Verdict",
+    "WSGIRateLimitMiddleware",
+    "decide",
+    "policy_header",
+    "problem_body",
+    "ratelimit_header",
+]
