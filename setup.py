@@ -1,14 +1,72 @@
-"""Build the one native module, shmwin._core (the critical sections); the rest is pyproject.toml."""
+"""Build the one native module, shmwin._core (the critical sections); the rest is pyproject.toml.
+
+CORE_SOURCES is the one list of its C sources (every ``*.c`` under shmwin/, headers beside them
+as dependencies): scripts/wheels and the checks build through this file, never name a ``.c``.
+A wheel's extension is linked stripped (no debug info); an in-place or editable build keeps it.
+Without a C compiler or Python's headers, the build stops saying what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sysconfig
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
+
+HERE = Path(__file__).resolve().parent
+CORE_SOURCES = sorted(p.relative_to(HERE).as_posix() for p in (HERE / "shmwin").rglob("*.c"))
+CORE_HEADERS = sorted(p.relative_to(HERE).as_posix() for p in (HERE / "shmwin").rglob("*.h"))
+CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+          "-Wno-missing-field-initializers", "-Wno-cast-function-type"]  # fmt: skip
+
+NO_TOOLCHAIN = """\
+shmwin: cannot build its native module (shmwin._core) from source: {reason}.
+A source build needs a C compiler and Python's headers. Install both, then retry:
+  Debian/Ubuntu:  apt-get install gcc python3-dev
+  Alpine:         apk add gcc musl-dev python3-dev
+  Fedora/RHEL:    dnf install gcc python3-devel
+(python:3.x images already have the headers: add gcc, and musl-dev on Alpine.)
+Or install a prebuilt wheel, which needs no compiler (manylinux: glibc 2.17 or newer,
+CPython 3.10-3.13): pip install --only-binary shmwin shmwin"""
+
+
+class BuildExt(build_ext):
+    """build_ext that says what to install when the toolchain is missing, and strips wheels."""
+
+    def run(self) -> None:
+        if self.extensions:
+            self._check_toolchain()
+        super().run()
+
+    def build_extension(self, ext: Extension) -> None:
+        if "bdist_wheel" in self.distribution.commands:  # what ships carries no debug info
+            ext.extra_link_args = [*ext.extra_link_args, "-s"]
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, CompileError, LinkError, ExecError, OSError) as exc:
+            reason = "the C compiler failed (its own output, if any, is above)"
+            raise PlatformError(NO_TOOLCHAIN.format(reason=reason)) from exc
+
+    def _check_toolchain(self) -> None:
+        include = sysconfig.get_paths()["include"]
+        if not os.path.exists(os.path.join(include, "Python.h")):
+            reason = f"Python's headers are missing (no {include}/Python.h)"
+            raise PlatformError(NO_TOOLCHAIN.format(reason=reason))
+        cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+        exe = shlex.split(cc)[0] if cc.strip() else ""
+        if not exe or shutil.which(exe) is None:
+            reason = f"no C compiler was found ({exe or cc!r} is not on PATH)"
+            raise PlatformError(NO_TOOLCHAIN.format(reason=reason))
+
 
 setup(
     ext_modules=[
-        Extension(
-            "shmwin._core",
-            sources=["shmwin/_core.c"],
-            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
-        )
+        Extension("shmwin._core", sources=CORE_SOURCES, depends=CORE_HEADERS, extra_compile_args=CFLAGS),
     ],
+    cmdclass={"build_ext": BuildExt},
 )

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import posix_ipc
 import pytest
 from helpers import ROOT
 
@@ -68,8 +67,15 @@ def test_truncated_or_resized_segment(name, new_size):
     shmwin.unlink(name)
 
 
+def _create_bare(name: str, size: int) -> None:
+    """What a creator leaves when it dies right after shm_open(O_CREAT | O_EXCL) (and ftruncate)."""
+    fd = os.open(path_of(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.ftruncate(fd, size)
+    os.close(fd)
+
+
 def test_creator_died_before_sizing(name):
-    posix_ipc.SharedMemory("/shmwin." + name, posix_ipc.O_CREX, size=0).close_fd()
+    _create_bare(name, 0)
     started = time.monotonic()
     with pytest.raises(shmwin.SegmentNotReadyError, match="never sized") as err:
         Window.attach(name, ready_timeout=0.3)
@@ -81,8 +87,7 @@ def test_creator_died_before_sizing(name):
 
 
 def test_creator_died_before_writing_the_magic(name):
-    shm = posix_ipc.SharedMemory("/shmwin." + name, posix_ipc.O_CREX, size=65536)
-    shm.close_fd()
+    _create_bare(name, 65536)
     with pytest.raises(shmwin.SegmentNotReadyError, match="never marked ready"):
         Window.attach(name, ready_timeout=0.3)
     shmwin.unlink(name)

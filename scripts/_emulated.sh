@@ -1,0 +1,45 @@
+# Sourced by scripts/wheels: aarch64 CPythons to run its aarch64 wheels with, under qemu-user (Debian's
+# qemu-user package; no binfmt_misc needed: every aarch64 program is started through qemu-aarch64).
+# They are Debian's own builds, the only aarch64 CPythons a Debian mirror has: 3.11 (bookworm) and
+# 3.13 (trixie), each unpacked with its libraries from the .debs into a root of its own under
+# .venv-tools/aarch64/, through a private apt configuration (the machine's apt state is not touched).
+SHMWIN_EMULATED_PYTHONS="3.11:bookworm 3.13:trixie"
+
+# the Debian mirror this machine's apt uses (deb822 .sources or a one-line sources.list)
+shmwin_debian_mirror() {
+  { sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | tr ' ' '\n'
+    sed -n 's/^deb  *\(\[[^]]*\] *\)\{0,1\}\([a-z]*:[^ ]*\) .*/\2/p' /etc/apt/sources.list 2>/dev/null
+  } | grep -v -e security -e '^$' | head -1
+}
+
+# shmwin_emulated_root 3.13: print the root holding Debian's aarch64 python3.13 (made once), or
+# nothing if no Debian suite here has that version.
+shmwin_emulated_root() {
+  local version="$1" entry suite="" apt root deb dir
+  for entry in $SHMWIN_EMULATED_PYTHONS; do [ "${entry%%:*}" = "$version" ] && suite="${entry#*:}"; done
+  [ -n "$suite" ] || return 0
+  apt="$ROOT/.venv-tools/aarch64/apt-$suite" root="$ROOT/.venv-tools/aarch64/$suite"
+  if [ ! -f "$root/.complete" ]; then
+    echo "wheels: unpacking Debian $suite's aarch64 python$version into .venv-tools/aarch64/ ..." >&2
+    rm -rf "$apt" "$root"
+    mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/preferences.d" "$root"
+    : >"$apt/status"
+    [ -n "$(shmwin_debian_mirror)" ] || { echo "wheels: no Debian mirror in /etc/apt/sources*" >&2; return 1; }
+    echo "deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
+      "$(shmwin_debian_mirror) $suite main" >"$apt/sources.list"
+    local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+      -o "Dir::Etc::PreferencesParts=$apt/preferences.d" -o "Dir::State::Lists=$apt/lists"
+      -o "Dir::Cache=$apt/cache" -o "Dir::State::status=$apt/status" -o APT::Architecture=arm64
+      -o APT::Architectures::=arm64 -o Debug::NoLocking=1)
+    apt-get "${opts[@]}" -qq update >"$apt/log" 2>&1 &&
+      apt-get "${opts[@]}" -qq -y install --download-only "python$version" "python$version-venv" >>"$apt/log" 2>&1 ||
+      { cat "$apt/log" >&2; echo "wheels: could not fetch Debian $suite's aarch64 python$version" >&2; return 1; }
+    for deb in "$apt"/cache/archives/*.deb; do dpkg-deb -x "$deb" "$root"; done
+    for dir in bin sbin lib; do  # merged /usr (trixie): /lib is base-files' symlink, not in a .deb here
+      [ -e "$root/$dir" ] || [ ! -d "$root/usr/$dir" ] || ln -s "usr/$dir" "$root/$dir"
+    done
+    rm -rf "$apt/cache/archives"
+    touch "$root/.complete"
+  fi
+  echo "$root"
+}

@@ -1,0 +1,42 @@
+# The unit, contract and native / fail-point tests on every supported CPython other than .venv's
+# (scripts/_pythons.sh finds them: pyenv's, or python3.X on PATH), each against an extension built
+# for that version by setup.py with that interpreter (build_ext --inplace: the .so's name carries
+# the version, so each sits beside .venv's). One venv per version, .venv-py3.X/, holding only what
+# these tests import. A CPython not found here is said and skipped; any test failure fails the job.
+#   bash scripts/checks.d/30-other-pythons.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source scripts/_pythons.sh
+TESTS=(tests/unit tests/contract tests/integration/test_native.py tests/integration/test_failpoints.py)
+# setup.py needs setuptools 77+ (pyproject's license field); the contract runs on redis too, and
+# the rate tests compare with limits' parser
+DEPS="setuptools>=77 numpy>=1.23 pytest>=7 pytest-xdist>=3 redis>=4.2 limits>=4.1"
+# 3.12+ warns at every fork of a process with threads (numpy's BLAS pool): the fail-point tests fork
+# hundreds of times, on purpose; pytest-asyncio's option is unknown without it, and unneeded here
+QUIET=(-W "ignore:This process:DeprecationWarning" -W "ignore::pytest.PytestConfigWarning")
+main=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+started=$SECONDS ran=() skipped=()
+for version in $SHMWIN_PYTHONS; do
+  [ "$version" = "$main" ] && continue
+  py=$(shmwin_find_python "$version")
+  if [ -z "$py" ]; then
+    echo "other pythons: no CPython $version here: skipped" >&2
+    skipped+=("$version")
+    continue
+  fi
+  env_dir=".venv-py$version"
+  if [ ! -f "$env_dir/.deps" ] || [ "$(cat "$env_dir/.deps")" != "$py $DEPS" ]; then
+    echo "other pythons: making $env_dir ($py) ..." >&2
+    rm -rf "$env_dir" && "$py" -m venv "$env_dir"
+    # shellcheck disable=SC2086
+    "$env_dir/bin/python" -m pip install -q --disable-pip-version-check $DEPS >"$env_dir/install.log" 2>&1 ||
+      { cat "$env_dir/install.log" >&2; echo "other pythons: pip failed for $version" >&2; exit 1; }
+    echo "$py $DEPS" >"$env_dir/.deps"
+  fi
+  "$env_dir/bin/python" setup.py -q build_ext --inplace >"$env_dir/build.log" 2>&1 ||
+    { cat "$env_dir/build.log" >&2; echo "other pythons: the extension failed to build for $version" >&2; exit 1; }
+  echo "other pythons: $version ($py)"
+  "$env_dir/bin/python" -m pytest -n auto -q -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
+  ran+=("$version")
+done
+echo "other pythons: ran on ${ran[*]:-none}; skipped ${skipped[*]:-none}; in $((SECONDS - started)) s"
