@@ -164,7 +164,8 @@ def test_a_flipped_bit_in_rows_top_reserves_nothing(keyed, name, bit):
 FULL_TMPFS = """
 import os, signal, struct, subprocess, sys
 import shmwin
-from shmwin import ManualClock, Window, layout
+from shmwin import ManualClock, Window
+from shmwin.backends.shm import layout
 from shmwin.backends.shm.segment import path_of
 w = Window("full", span=60, buckets=6, clock=ManualClock(1000 * 10**9), keyed=True)
 n = 0
