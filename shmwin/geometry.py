@@ -38,7 +38,9 @@ FIRST_KEY_LOCK = 2
 DTYPES = ("int64", "float64")
 MODES = ("striped", "locked")
 KINDS = ("window", "limiter")
-ROLES = ("", "fixed-starts")  # the header's role word; "" = a plain window or limiter
+# what shmwin made a segment for, recorded in it (the tools read it, never guess): "" = a plain
+# window or limiter; see shmwin.inspector.roles
+ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health")
 
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

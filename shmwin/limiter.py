@@ -109,11 +109,13 @@ class Limiter:
         return self
 
     @classmethod
-    def _open_geometry(cls, name: str, want: Geometry, *, clock: Clock | None = None) -> Limiter:
-        """Create or attach a shared-memory limiter of exactly ``want`` (a limiter geometry,
-        e.g. one with a ``role`` for the tools): shmwin's own bookkeeping segments."""
+    def _open_geometry(
+        cls, name: str, want: Geometry, *, clock: Clock | None = None, perm: int | None = None
+    ) -> Limiter:
+        """Create or attach a shared-memory limiter of exactly ``want`` (a limiter geometry
+        with a ``role`` for the tools): what shmwin's own parts make."""
         self = cls.__new__(cls)
-        self._bind(backends.open_limiter(name, want, clock=clock), clock, "raise", "raise")
+        self._bind(backends.open_limiter(name, want, clock=clock, perm=perm), clock, "raise", "raise")
         return self
 
     def _bind(

@@ -11,6 +11,7 @@ backend's own method (on shared memory, the native core's): nothing runs in betw
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -149,6 +150,26 @@ class Window:
             ready_timeout=ready_timeout,
         )  # fmt: skip
         return cls._over(opened, clock)
+
+    @classmethod
+    def _for_role(
+        cls,
+        role: str,
+        name: str,
+        span: Duration,
+        buckets: int,
+        fields: Fields,
+        *,
+        capacity: int | None = None,
+        clock: Clock | None = None,
+        perm: int | None = None,
+        backend: str | None = None,
+    ) -> Window:
+        """A window that shmwin's own parts (a breaker, a shedder, ...) make, created with its
+        ``role`` recorded in the segment (or attached, if it has that very geometry)."""
+        want = window_geometry(span, buckets, None, fields, "int64", None, None, capacity)
+        return cls.open_geometry(name, dataclasses.replace(want, role=role), clock=clock, perm=perm,
+                                 backend=backend)  # fmt: skip
 
     @classmethod
     def _over(cls, opened: backends.WindowBackend, clock: Clock | None, on_error: str = "raise") -> Window:

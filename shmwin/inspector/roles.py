@@ -1,34 +1,32 @@
 """What a window is *for*, when shmwin built it for something, and what that shows.
 
 A breaker, a shedder and an adaptive limiter are made of ordinary windows and limiters. The
-inspector (``shmwin ls/show/watch``) and the Prometheus export tell them apart by their
-fields and by their neighbours' names, and read them here without a lock and without
-writing (a shedder's in-flight window is counted over live processes without clearing the
-keys of dead ones, which its workers do):
+part that makes one records its role in the segment (``Geometry.role``, a word of the
+shared-memory header, part of the geometry on Redis), so the inspector (``shmwin
+ls/show/watch``) and the Prometheus export read it rather than guess from fields or names,
+and read each one here without a lock and without writing (a shedder's in-flight window is
+counted over live processes without clearing the keys of dead ones, which its workers do):
 
-    breaker    a Breaker's counts: fields (accepts, failures, drops), unkeyed
-    shedder    a Shedder's window: fields (passes, rt_us, drops), unkeyed
-    in-flight  a shedder's ``NAME.flying`` (keyed, one field "flying"; any InFlight)
-    adaptive   an AdaptiveLimiter's limiter: rates in units of 1000, beside ``NAME.health``
-    health     that ``NAME.health`` window (fields ok, error)
+    breaker       a Breaker's counts: fields (accepts, failures, drops), unkeyed
+    shedder       a Shedder's window: fields (passes, rt_us, drops), unkeyed
+    in-flight     an InFlight's window (a shedder's ``NAME.flying``): keyed by process
+    adaptive      an AdaptiveLimiter's limiter: rates in units of its scale, beside ``NAME.health``
+    health        its own ``NAME.health`` window (fields ok, error)
     fixed-starts  the start records of limits' fixed windows (``PREFIX.fixedstart.P``): their
-               values are times, not counts, so the tools show how many keys hold one and never
-               sum them. This role is written in the segment's header (``Geometry.role``).
+                  values are times, not counts, so the tools show how many keys hold one and
+                  never sum them
 
-A segment records fields, not purposes: a window of yours with a breaker's fields is taken
-for a breaker. Settings it does not record -- a breaker's k and protection, a shedder's CPU
-threshold and cool-off, an adaptive limiter's policy -- are each process's own; what is
-shown uses the defaults.
+Settings a segment does not record -- a breaker's k and protection, a shedder's CPU threshold
+and cool-off, an adaptive limiter's policy -- are each process's own; what is shown uses the
+defaults.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict
 from typing import Any
 
-from ..backends.shm.segment import path_of
 from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
@@ -37,46 +35,11 @@ UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 
 
 def role_of(w: Any) -> str | None:
-    """``w``'s role (one of :data:`ROLES`), or None for a plain window or limiter."""
-    from ..overload import adaptive, breaker, inflight, shedder
-
-    if not hasattr(w, "series"):  # a Redis limiter's front: a limiter, nothing more
+    """``w``'s role (one of :data:`ROLES`) as its segment records it, or None for a plain
+    window or limiter (and a Redis limiter's front, which has no window view)."""
+    if not hasattr(w, "series"):
         return None
-    recorded = getattr(w.geometry, "role", "")
-    if recorded:  # the header says it
-        return str(recorded)
-    if breaker.is_breaker(w):
-        return "breaker"
-    if getattr(w, "url", ""):  # the others live in this host's shared memory only
-        return None
-    g, name = w.geometry, w.name
-    if shedder.is_shedder(w):
-        return "shedder"
-    if inflight.is_inflight(w):
-        return "in-flight"
-    if g.kind == "limiter" and _exists(name + adaptive.HEALTH_SUFFIX):
-        return "adaptive" if _in_units(g) else None
-    if name.endswith(adaptive.HEALTH_SUFFIX) and tuple(g.fields) == adaptive.HEALTH_FIELDS:
-        limiter = name[: -len(adaptive.HEALTH_SUFFIX)]
-        return "health" if _exists(limiter) and _adaptive_limiter(limiter) else None
-    return None
-
-
-def _in_units(g: Any) -> bool:
-    """A limiter's rates in an adaptive limiter's units (whole multiples of its scale)."""
-    from ..overload.adaptive import DEFAULT_SCALE
-
-    return g.kind == "limiter" and all(r.limit % DEFAULT_SCALE == 0 for r in g.rings)
-
-
-def _adaptive_limiter(name: str) -> bool:
-    from ..window import Window
-
-    try:
-        with Window.attach(name, ready_timeout=0.5) as w:
-            return _in_units(w.geometry)
-    except (ShmwinError, OSError, ValueError):
-        return False
+    return str(w.geometry.role) or None
 
 
 def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
@@ -148,13 +111,6 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
         "window_s": w.span_ns / NS_PER_S,
         "bucket_s": w.bucket_ns / NS_PER_S,
     }
-
-
-def _exists(name: str) -> bool:
-    try:
-        return os.path.lexists(path_of(name))
-    except ValueError:  # not a name a window can have
-        return False
 
 
 __all__ = ["ROLES", "role_of", "role_view", "shedder_view"]

@@ -24,6 +24,7 @@ once per ``refresh`` of the clock.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..backends.contract import Key
 from ..clock import Clock, host_clock
 from ..duration import Duration, to_ns
 from ..errors import GeometryMismatchError, WindowNotFoundError
+from ..geometry import DEFAULT_BUCKETS, limiter_geometry
 from ..limiter import Limiter
 from ..rate import LimitStats, Rate, parse_many
 from ..window import Window
@@ -96,13 +98,16 @@ class AdaptiveLimiter:
         self._configure(parse_many(rates), good, bad, floor, min_samples, scale, last, refresh, clock)
         _check_fields(HEALTH_FIELDS if health is None else tuple(health.fields), ok_field, error_field)
         self._own_health = health is None
-        self.health: Any = health or Window(
-            name + HEALTH_SUFFIX, span="10s", buckets=10, fields=HEALTH_FIELDS, clock=clock, perm=perm
+        self.health: Any = health or Window._for_role(
+            "health", name + HEALTH_SUFFIX, "10s", 10, HEALTH_FIELDS, clock=clock, perm=perm
         )
         self._ok_field, self._error_field = ok_field, error_field
         scaled: list[str | Rate] = [Rate(r.limit * scale, r.period_ns) for r in self.rates]
         try:
-            self.limiter = Limiter(name, scaled, capacity=capacity, clock=clock, perm=perm)
+            want = limiter_geometry(parse_many(scaled), DEFAULT_BUCKETS, capacity)
+            self.limiter = Limiter._open_geometry(
+                name, dataclasses.replace(want, role="adaptive"), clock=clock, perm=perm
+            )
         except BaseException:
             self._close_health()
             raise

@@ -78,8 +78,7 @@ def stats_of(counts: Any, k: float = K, protection: int = PROTECTION) -> Breaker
 
 def is_breaker(window: Any) -> bool:
     """Does this window hold a breaker's counts? (What an inspector asks of a window.)"""
-    g = window.geometry
-    return bool(g.kind == "window" and not g.keyed and tuple(g.fields) == FIELDS)
+    return bool(window.geometry.role == "breaker")  # recorded by Breaker() when it made it
 
 
 class Breaker:
@@ -118,8 +117,8 @@ class Breaker:
     ):
         settings = _Settings.check(k, protection, refresh, is_failure, acceptable, rng)
         shm_only: dict[str, Any] = {} if perm == 0o600 else {"perm": perm}  # a remote backend: no modes
-        counts = Window(
-            name, span=window, buckets=buckets, fields=FIELDS, clock=clock, backend=backend, **shm_only
+        counts = Window._for_role(
+            "breaker", name, window, buckets, FIELDS, clock=clock, backend=backend, **shm_only
         )
         self._bind(counts, settings, clock)
 

@@ -155,8 +155,8 @@ class InFlight:
         clock: Clock | None = None,
         perm: int = 0o600,
     ):
-        window = Window(
-            name, span=span, buckets=buckets, fields=(FIELD,), capacity=capacity, clock=clock, perm=perm
+        window = Window._for_role(
+            "in-flight", name, span, buckets, (FIELD,), capacity=capacity, clock=clock, perm=perm
         )
         self._bind(window, rescan, clock)
 
@@ -308,8 +308,7 @@ def live_counts(window: Any) -> list[tuple[int, int]]:
 
 
 def is_inflight(window: Any) -> bool:
-    g = window.geometry
-    return bool(g.kind == "window" and g.keyed and tuple(g.fields) == (FIELD,))
+    return bool(window.geometry.role == "in-flight")  # recorded by InFlight() when it made it
 
 
 __all__ = ["InFlight", "Liveness", "is_inflight", "live_counts", "self_key"]

@@ -72,8 +72,7 @@ class ShedderStats:
 
 def is_shedder(window: Any) -> bool:
     """Does this window hold a shedder's passes and response times?"""
-    g = window.geometry
-    return bool(g.kind == "window" and not g.keyed and tuple(g.fields) == FIELDS)
+    return bool(window.geometry.role == "shedder")  # recorded by Shedder() when it made it
 
 
 def capacity(counts: Any) -> tuple[int, float | None]:
@@ -158,7 +157,7 @@ class Shedder:
         _check_threshold(cpu_threshold)
         cool_off_ns = to_ns(cool_off, "cool_off")
         _check_flying(max_processes, flying_span)  # before anything is created
-        counts = Window(name, span=window, buckets=buckets, fields=FIELDS, clock=clock, perm=perm)
+        counts = Window._for_role("shedder", name, window, buckets, FIELDS, clock=clock, perm=perm)
         try:
             flying = InFlight(
                 name + FLYING_SUFFIX, capacity=max_processes, span=flying_span, clock=clock, perm=perm,

@@ -158,8 +158,7 @@ def test_a_shedder_with_requests_in_flight_in_another_process(name):
 
 
 def test_an_adaptive_limiter_shows_its_effective_rate(name):
-    health = Window(name + ".health", span="1h", buckets=60, fields=("ok", "error"))
-    limiter = AdaptiveLimiter(name, "100/second;6000/minute", health=health)
+    limiter = AdaptiveLimiter(name, "100/second;6000/minute")  # its own NAME.health, role recorded
     try:
         run_python(
             """
@@ -189,8 +188,21 @@ def test_an_adaptive_limiter_shows_its_effective_rate(name):
     finally:
         limiter.unlink()
         limiter.close()
-        health.unlink()
-        health.close()
+
+
+def test_roles_are_recorded_not_guessed(make_name):
+    """A window of the user's with a breaker's fields, or named like a health window, is a
+    plain window: only what shmwin's parts make carries a role."""
+    breaker_like = Window(make_name("lookalike"), span=60, buckets=6, fields=("accepts", "failures", "drops"))
+    health_like = Window(make_name("x") + ".health", span=10, buckets=10, fields=("ok", "error"))
+    try:
+        for w in (breaker_like, health_like):
+            snap = _shown(w.name)
+            assert snap["role"] is None and snap["kind"] == "window", snap
+    finally:
+        for w in (breaker_like, health_like):
+            w.unlink()
+            w.close()
 
 
 def test_ls_tags_what_each_window_is_for(make_name):

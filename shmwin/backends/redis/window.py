@@ -190,18 +190,21 @@ def _redis_geometry(want: Geometry) -> Geometry:
         raise not_supported("second resolution: it keeps one resolution per window (span and buckets)")
     if want.bucket_ns % NS_PER_US:
         raise ValueError("the redis backend keeps whole-microsecond buckets")
-    return Geometry(want.rings, want.fields, want.dtype, "locked", 0, want.capacity)
+    return Geometry(want.rings, want.fields, want.dtype, "locked", 0, want.capacity, role=want.role)
 
 
 def _window_spec(g: Geometry) -> str:
-    return f"window;{g.bucket_ns};{g.n_buckets};{','.join(g.fields)};{g.dtype};{g.capacity}"
+    """``window;<bucket ns>;<n>;<fields>;<dtype>;<capacity>``, then ``;<role>`` if it has one."""
+    spec = f"window;{g.bucket_ns};{g.n_buckets};{','.join(g.fields)};{g.dtype};{g.capacity}"
+    return f"{spec};{g.role}" if g.role else spec
 
 
 def _parse_window_spec(spec: str) -> Geometry:
     kind, *rest = spec.split(";")
     if kind != "window":
         raise GeometryMismatchError(f"this name holds a {kind} on redis, not a window")
-    bucket_ns, n, fields, dtype, capacity = rest
+    bucket_ns, n, fields, dtype, capacity, *role = rest
     return Geometry(
-        (Ring(int(bucket_ns), int(n)),), tuple(fields.split(",")), dtype, "locked", 0, int(capacity)
-    )
+        (Ring(int(bucket_ns), int(n)),), tuple(fields.split(",")), dtype, "locked", 0, int(capacity),
+        role=role[0] if role else "",
+    )  # fmt: skip
