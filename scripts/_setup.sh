@@ -15,13 +15,13 @@ if [ ! -x .venv/bin/python ]; then
     rm -rf .venv && "$PY" -m venv .venv
   fi
 fi
-# the native core (shmwin/_core.c) is compiled at install: a C compiler and Python's headers
+# the native core (shmwin/backends/shm/core/) is compiled at install: a C compiler and Python's headers
 if ! command -v cc >/dev/null || ! "$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
   echo "installing a C compiler and Python headers (Debian: gcc, python3-dev) ..." >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq && $sudo apt-get install -y -qq gcc python3-dev >/dev/null
 fi
-stamp=".venv/.shmwin-installed-$(cat pyproject.toml setup.py shmwin/_core.c | sha1sum | cut -c1-12)"
+stamp=".venv/.shmwin-installed-$(find shmwin -name '*.[ch]' | LC_ALL=C sort | xargs cat pyproject.toml setup.py | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   echo "installing shmwin and its test dependencies into .venv ..." >&2
   log=.venv/install.log

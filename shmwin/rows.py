@@ -97,7 +97,7 @@ class Rows:
         r: RingView, now_ns: int, rows: slice, value_index: int | None, per_row: bool
     ) -> npt.NDArray[Any]:
         """A log ring's hits per entry (summed over rows) or per row: an entry counts while it
-        holds hits and is younger than the period (_core.c's log_counts); read twice, as above."""
+        holds hits and is younger than the period (core/rings.c's log_counts); read twice, as above."""
         times = r.epochs[rows]
         values = r.values[rows] if value_index is None else r.values[rows, :, value_index : value_index + 1]
         counts = (values[:, :, 0] > 0) & (times >= now_ns - r.bucket_ns)

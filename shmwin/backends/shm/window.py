@@ -1,6 +1,6 @@
 """ShmWindow: a window in a named shared-memory segment, the default backend of ``Window``.
 
-Data flow of one ``add()``: it is one call into the native core (``_core.c``), which
+Data flow of one ``add()``: it is one call into the native core (``shmwin/backends/shm/core/``), which
 reads the clock, finds the epoch and slot, and writes the slot of *this process's*
 stripe (striped mode, no lock), of the shared row 0 under its robust mutex (locked
 mode, and the fallback when every stripe is taken), or of the key's row under the
@@ -161,9 +161,8 @@ class ShmWindow:
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
-                seg.mm, seg.name, g, lay, meta,
-                clock=clock, lock_timeout=lock_timeout, on_full=on_full, claim=self._claim_stripe,
-                fd=seg.fd,
+                seg.mm, seg.name, clock=clock, lock_timeout=lock_timeout, on_full=on_full,
+                claim=self._claim_stripe, fd=seg.fd,
             )  # fmt: skip
         except BaseException:
             seg.close()
