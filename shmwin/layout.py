@@ -3,6 +3,10 @@
 Segment = header page | lock table | stripe table | key table | rows. Little-endian,
 every offset a multiple of 64 so no two writers share a cache line.
 
+The tables below are also data, in ``layout_words.py`` (the one description: the native core's
+``layout.h`` is generated from it, and its names are the ones used here and in C); the tests
+hold each table's offsets, sizes and names to it.
+
 Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
 ``header_crc``; the magic is written *last*, so a non-zero magic means ready)::
 
@@ -37,7 +41,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
                                         window or limiter; 1 = "fixed-starts", the start records
                                         of limits' fixed windows (bookkeeping: not summed by the tools)
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
-    768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
+    768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
     1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
@@ -76,7 +80,7 @@ turns owner-dead when the owner dies (see "the keeper" in core/threads.c)::
     8    8    i64   owner_start  owner's start time in clock ticks (/proc stat field 22)
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
-    64   <=56 mutex     liveness     robust mutex held by the owner process while it owns the row
+    64   <=56 mutex mutex        liveness: a robust mutex held by the owner process while it owns the row
 
 Key table (keyed only) -- an index over a heap of rows. The segment file is sized for
 ``capacity`` keys but *sparse*: only what is in use is reserved, so memory follows the
@@ -86,7 +90,7 @@ a rebuild (to grow, or to drop idle keys and tombstones) always writes a copy no
 Copy ``(k, c)`` starts at ``keys_off + 32 * key_slots * (2 * (2**k - 1) + c * 2**k)``::
 
     off  size type  name         meaning
-    0    8    i64   generation   0 = never used; > 0 published (= its row's generation);
+    0    8    i64   gen          0 = never used; > 0 published (= its row's generation);
                                  < 0 being written (a dead writer's is dropped by the repair)
     8    8    u64   hash         SipHash-1-3 (segment's hash_key) of the stored key, >> 1;
                                  0 = tombstone (the key was dropped; probing goes on)
@@ -102,14 +106,14 @@ windows have a heap of up to ``capacity`` rows after the index, handed out in or
 is the row's, so a hot write touches no index line::
 
     off  size type  name         meaning
-    0    8    i64   generation   > 0: holds the key below (free: hash 0); < 0: being
+    0    8    i64   gen          > 0: holds the key below (free: hash 0); < 0: being
                                  (re)assigned or released; 0: never handed out. Only grows
                                  in size.
     8    8    i64   last_ns      the key's newest write (monotonic ns; idle keys are reused);
                                  on the free list: the next free row + 1
     16   8    u64   hash         as in the index; 0 = holds no key
-    24   4    u32   key_len      bytes of stored key
-    28   4    u32   key_flags    1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
+    24   4    u32   len          bytes of stored key (one word with flags: len | flags << 32)
+    28   4    u32   flags        1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
     32   96   bytes key          the key's bytes, NUL-padded
 
 After the key header (keyed) or from word 0 (unkeyed) come the rings one after another;
