@@ -16,11 +16,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, assert_no_fail_point
 
 pytestmark = pytest.mark.integration
 
-_SKIP = shutil.ignore_patterns(".venv*", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
+# the wheel builds its own extension: an in-place build (*.so) is left behind
+_SKIP = shutil.ignore_patterns(
+    ".venv*", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "*.so"
+)  # fmt: skip
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 600) -> str:
@@ -41,6 +44,8 @@ def test_built_wheel_works_in_a_fresh_venv(tmp_path: Path) -> None:
     packages = {p.relative_to(ROOT).as_posix() for p in (ROOT / "shmwin").rglob("*.py")}
     missing = sorted(packages - listed)
     assert not missing, f"the wheel leaves out {missing}"
+    (extension,) = [n for n in listed if n.startswith("shmwin/_core") and n.endswith(".so")]
+    assert_no_fail_point(zipfile.ZipFile(wheel).read(extension))  # the test build's only
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
