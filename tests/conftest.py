@@ -131,8 +131,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def expected_core() -> None:
-    """A run against another build of the core (the sanitizer job sets SHMWIN_EXPECT_CORE)
-    must import that build, never this checkout's."""
+    """A run against another build of the core (the fail-point and sanitizer jobs set
+    SHMWIN_EXPECT_CORE: scripts/_core_build.sh) must import that build, never this checkout's."""
     want = os.environ.get("SHMWIN_EXPECT_CORE")
     if want:
         import shmwin._core

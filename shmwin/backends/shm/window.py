@@ -441,7 +441,7 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
         if not g.keyed:
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
             slots = slot_view(mm, g, lay)
-            slots[:, :, 0] = ring.EMPTY_EPOCH
+            slots[:, :, layout.SLOT_EPOCH] = ring.EMPTY_EPOCH
             del slots
         mm[0:_W] = layout.MAGIC
 
