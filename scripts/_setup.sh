@@ -15,7 +15,7 @@ if [ ! -x .venv/bin/python ]; then
     rm -rf .venv && "$PY" -m venv .venv
   fi
 fi
-# the native core (the C sources under shmwin/) is compiled at install: a C compiler and Python's headers
+# the native core (shmwin/backends/shm/core/) is compiled at install: a C compiler and Python's headers
 if ! command -v cc >/dev/null || ! "$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
   echo "installing a C compiler and Python headers (Debian: gcc, python3-dev) ..." >&2
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -16,31 +16,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .duration import Duration, format_ns, to_ns
+from .layout_words import (  # the format's limits and enumerations: one description
+    DTYPES,
+    FIELD_NAME_BYTES,
+    FIRST_KEY_LOCK,
+    INDEX_MIN_SLOTS,
+    KINDS,
+    MAX_BUCKETS,
+    MAX_CAPACITY,
+    MAX_FIELDS,
+    MAX_KEY_LOCKS,
+    MAX_LOG_ENTRIES,
+    MAX_RINGS,
+    MAX_SPAN_NS,
+    MAX_STRIPES,
+    MODES,
+    ROLES,
+)
 from .rate import Rate
 from .ring import buckets_for
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
 DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)
 DEFAULT_STRIPES = 64  # a striped window's rows for writers: one per process, up to this many
-
-INDEX_MIN_SLOTS = 64  # index entries at level 0 (a power of two)
-MAX_FIELDS = 16
-FIELD_NAME_BYTES = 32
-MAX_RINGS = 8
-MAX_BUCKETS = 1_000_000
-MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): clock readings stop at 2**62
-MAX_LOG_ENTRIES = 4096  # entries of a log ring (_core.c's MAX_LOG_ENTRIES)
-CLOCKS = ("monotonic", "wall")
-MAX_STRIPES = 1024
-MAX_CAPACITY = 50_000_000
-MAX_KEY_LOCKS = 64
-FIRST_KEY_LOCK = 2
-DTYPES = ("int64", "float64")
-MODES = ("striped", "locked")
-KINDS = ("window", "limiter")
-# what shmwin made a segment for, recorded in it (the tools read it, never guess): "" = a plain
-# window or limiter; see shmwin.inspector.roles
-ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health")
 
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING
 
 from . import backends
 from .backends.contract import Key
@@ -132,15 +131,6 @@ class Limiter:
         self._window: Window | None = None
         # the hot path is the backend's own method (the native check-and-count on shared memory)
         self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, attr):
-            # only reached for a private name the front lacks: white-box tests look at the
-            # shared-memory backend's internals (lim._core) through the front
-            if not attr.startswith("_") or attr.startswith("__") or attr == "_backend":
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
-            return getattr(self._backend, attr)
 
     @property
     def window(self) -> Window:

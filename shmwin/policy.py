@@ -2,7 +2,7 @@
 the waits, the stats, and what a total past int64 does. Pure functions; no I/O, no backend.
 
 The native core applies the same rules to its own fast path (``hit``'s cost, ``on_full``),
-and ``lua/hit.lua`` computes the same waits as ``_core.c``'s ``timing()``: the tests hold
+and ``lua/hit.lua`` computes the same waits as ``core/rings.c``'s ``timing()``: the tests hold
 the three to one scripted sequence (tests/contract/test_architecture.py).
 """
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-EMPTY_EPOCH = -(2**63)  # stamped at creation and by reset(); below every window, never live
+from .layout_words import EMPTY_EPOCH as EMPTY_EPOCH  # stamped at creation and by reset(): never live
 
 
 def epoch_of(now_ns: int, bucket_ns: int) -> int:

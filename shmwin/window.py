@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -188,15 +188,6 @@ class Window:
         # the hot path is the backend's own method (the native core's on shared memory)
         self.add = opened.add if on_error == "raise" else self._add_or_drop  # type: ignore[method-assign]
         self.add_and_total = opened.add_and_total  # type: ignore[method-assign]
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, attr):
-            # only reached for a private name the front lacks: white-box tests look at the
-            # shared-memory backend's internals (w._core, w._lay) through the front
-            if not attr.startswith("_") or attr.startswith("__") or attr == "_backend":
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
-            return getattr(self._backend, attr)
 
     # -- geometry -------------------------------------------------------------------
 

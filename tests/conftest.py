@@ -123,12 +123,16 @@ _RINGS = ("unit", "contract", "integration")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sanitize: also run against the sanitized core (scripts/checks.d)")
+    config.addinivalue_line(
+        "markers", "failpoints: needs the core's fail points, which only its test build has (-DSHMWIN_TEST): "
+        "scripts/checks.d/10-failpoints.sh runs these against that build",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session", autouse=True)
 def expected_core() -> None:
-    """A run against another build of the core (the sanitizer job sets SHMWIN_EXPECT_CORE)
-    must import that build, never this checkout's."""
+    """A run against another build of the core (the fail-point and sanitizer jobs set
+    SHMWIN_EXPECT_CORE: scripts/_core_build.sh) must import that build, never this checkout's."""
     want = os.environ.get("SHMWIN_EXPECT_CORE")
     if want:
         import shmwin._core
@@ -143,10 +147,20 @@ _SANITIZED = ("test_native.py", "test_failpoints.py", "test_crash.py", "test_bad
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test carries the marker of its ring (its directory), so ``-m unit`` selects it."""
+    """Each test carries the marker of its ring (its directory), so ``-m unit`` selects it.
+    A test marked ``failpoints`` is skipped against a production core (the one setup.py
+    builds, which has no fail point): it says which job runs it."""
+    from shmwin import _core
+
+    no_failpoints = pytest.mark.skip(
+        reason="needs fail points, which only the core's test build has: "
+        "bash scripts/checks.d/10-failpoints.sh runs it (and the sanitizer job)"
+    )
     for item in items:
         ring = item.path.parent.name
         if ring in _RINGS:
             item.add_marker(getattr(pytest.mark, ring))
         if item.path.name in _SANITIZED:
             item.add_marker(pytest.mark.sanitize)
+        if item.get_closest_marker("failpoints") and not hasattr(_core, "failpoint"):
+            item.add_marker(no_failpoints)

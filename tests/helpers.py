@@ -42,6 +42,14 @@ def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.Complet
     return proc
 
 
+def assert_no_fail_point(extension: bytes) -> None:
+    """A production build of the core (setup.py's): no fail-point symbol or string in it, and
+    no environment variable read (fail points are the test build's: -DSHMWIN_TEST)."""
+    lowered = extension.lower()
+    for word in (b"failpoint", b"fp_enter", b"fp_fire", b"getenv", b"shmwin_test"):
+        assert word not in lowered, f"{word!r} in a production build of the core"
+
+
 def state_of(pid: int) -> str:
     """The /proc state letter of ``pid`` ("T" once it stopped itself)."""
     with open(f"/proc/{pid}/stat") as f:

@@ -3,22 +3,20 @@
 # run against a core built with UndefinedBehaviorSanitizer, then against one built with
 # AddressSanitizer. Any report fails the run, even one from a child process: each process
 # writes its report to a file under reports/ (log_path), and a report ends the process.
+# Both builds are test builds (-DSHMWIN_TEST): the fail-point tests run under them too.
 #
 # Two builds, not one -fsanitize=address,undefined: with gcc, libasan exports the
 # __sanitizer_set_report_path that libubsan calls, so a combined build writes UBSan's reports
 # to stderr whatever UBSAN_OPTIONS says -- a child's report would be lost.
 #
-# Each build goes into a copy of the package and tests in a temporary directory: the in-place
-# shmwin/_core*.so of the main suite is never touched, and the tests' children (PYTHONPATH =
-# the copy's root) import the same build; SHMWIN_EXPECT_CORE makes the run check that.
+# Each build goes into a copy of the package and tests in a temporary directory
+# (scripts/_core_build.sh, every file of the C package): the in-place shmwin/_core*.so of the
+# main suite is never touched, and the tests' children (PYTHONPATH = the copy's root) import
+# the same build; SHMWIN_EXPECT_CORE makes the run check that.
 # Run by scripts/test from the repository root, .venv ready; also on its own:
 #   bash scripts/checks.d/50-sanitizers.sh [extra pytest arguments]
 set -euo pipefail
-root=$(pwd)
-py="$root/.venv/bin/python"
-cc=${CC:-gcc}
-include=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-suffix=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+source scripts/_core_build.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-sanitizers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -29,14 +27,10 @@ run_sanitized() {
   while [ "$1" != "--" ]; do env+=("$1"); shift; done
   shift
   mkdir -p "$copy/reports"
-  cp -r shmwin tests pyproject.toml README.md "$copy/"
-  rm -f "$copy"/shmwin/_core*.so
-  "$cc" -shared -fPIC -std=gnu11 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all "$@" \
-    -I"$include" "$copy/shmwin/_core.c" -o "$copy/shmwin/_core$suffix"
+  core_copy "$copy" -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
   echo "sanitizers: $name: $*"
   local status=0
-  (cd "$copy" && env "${env[@]}" PYTHONPATH="$copy" SHMWIN_EXPECT_CORE="$copy/shmwin/_core$suffix" \
-    "$py" -m pytest -n 2 -q -p no:cacheprovider -m sanitize tests/integration "${extra[@]}") || status=$?
+  core_pytest "$copy" "${env[@]}" -- -n 2 -q -m sanitize tests/integration "${extra[@]}" || status=$?
   if compgen -G "$copy/reports/*" >/dev/null; then
     echo "sanitizers: $name: reports:" >&2
     for report in "$copy"/reports/*; do echo "== $report" >&2; cat "$report" >&2; done
@@ -51,6 +45,6 @@ run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_pa
   -- -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
 # libasan first in every process (Python is not built with it); PyMem through malloc, so that
 # the core's PyMem buffers are checked too; CPython leaks by design
-run_sanitized address LD_PRELOAD="$("$cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
+run_sanitized address LD_PRELOAD="$("$core_cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
   ASAN_OPTIONS="detect_leaks=0:log_path=$work/address/reports/asan" -- -fsanitize=address
 echo "sanitizers: no report"

@@ -103,7 +103,7 @@ def test_a_foreign_file_under_the_prefix(name):
 
 def test_corrupt_lock_table(name):
     w = _make(name)
-    locks_off = w._lay.locks_off
+    locks_off = w._backend._lay.locks_off
     w.close()
     _poke(name, locks_off + 64 + 16, b"\xff\xff\xff\xff")  # lock 1's kind word
     with pytest.raises(shmwin.CorruptSegmentError, match="lock 1"):
@@ -117,7 +117,7 @@ def test_lock_owned_by_a_thread_that_no_longer_exists_is_an_error_not_a_hang(nam
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # its pid is now a thread id that does not exist
     w = _make(name, mode="locked", lock_timeout=0.5)
-    _poke(name, w._lay.locks_off + 64, gone.pid.to_bytes(4, "little"))  # forged futex word
+    _poke(name, w._backend._lay.locks_off + 64, gone.pid.to_bytes(4, "little"))  # forged futex word
     started = time.monotonic()
     with pytest.raises(shmwin.LockTimeoutError, match="cannot see"):
         w.add()
@@ -128,7 +128,7 @@ def test_lock_owned_by_a_thread_that_no_longer_exists_is_an_error_not_a_hang(nam
 
 def test_a_lock_word_naming_no_thread_is_corrupt_not_a_hang(name):
     w = _make(name, mode="locked", lock_timeout=30)
-    _poke(name, w._lay.locks_off + 64, (0x80000000).to_bytes(4, "little"))  # waiters bit, no owner
+    _poke(name, w._backend._lay.locks_off + 64, (0x80000000).to_bytes(4, "little"))  # waiters bit, no owner
     started = time.monotonic()
     with pytest.raises(shmwin.CorruptSegmentError, match="names no thread"):
         w.add()
@@ -140,7 +140,7 @@ def test_a_lock_word_naming_no_thread_is_corrupt_not_a_hang(name):
 def test_reads_ignore_junk_epochs(name):
     w = _make(name)
     w.add(5)
-    rows_off = w._lay.rows_off
+    rows_off = w._backend._lay.rows_off
     _poke(name, rows_off + 3 * 16, (2**62).to_bytes(8, "little", signed=True))  # a future epoch
     _poke(name, rows_off + 3 * 16 + 8, (123).to_bytes(8, "little"))
     assert w.total() == 5

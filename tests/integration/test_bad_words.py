@@ -111,6 +111,7 @@ raise SystemExit("the fail point never fired")
 """
 
 
+@pytest.mark.failpoints
 @pytest.mark.parametrize("spoiled", ["row", "entry"])
 def test_a_repair_after_an_interrupted_insert_meets_int64_min_generations(keyed, name, spoiled):
     """Found: repair_keys() negated the generation of a row (and of an entry) it found
@@ -284,19 +285,33 @@ def _chunk(kind: str, trials: list[Trial], make_name) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("kind", badwords.KINDS)
-def test_junk_in_any_word_of_a_live_segment(kind, make_name):
-    """Every word worth spoiling (badwords.words), set to 0, -1, INT64_MIN, INT64_MAX, a
-    random value and two bit flips of itself (seeded), then every reader and writer called;
-    for keyed kinds the extremes and the random value again, after a writer died inside."""
+def _n_words(kind: str, make_name) -> int:
     probe = make_name("probe")
     obj, _ = open_kind(kind, probe, create=True)
     n_words = len(badwords.words(probe))
     obj.close()
     shmwin.unlink(probe)
-    trials = [(i, j, False) for i in range(n_words) for j in range(7)]
-    if kind != "unkeyed":
-        trials += [(i, j, True) for i in range(n_words) for j in REPAIRED]
+    return n_words
+
+
+@pytest.mark.parametrize("kind", badwords.KINDS)
+def test_junk_in_any_word_of_a_live_segment(kind, make_name):
+    """Every word worth spoiling (badwords.words), set to 0, -1, INT64_MIN, INT64_MAX, a
+    random value and two bit flips of itself (seeded), then every reader and writer called."""
+    n_words = _n_words(kind, make_name)
+    _fuzz(kind, [(i, j, False) for i in range(n_words) for j in range(7)], make_name)
+
+
+@pytest.mark.failpoints
+@pytest.mark.parametrize("kind", [k for k in badwords.KINDS if k != "unkeyed"])
+def test_junk_in_any_word_after_a_writer_died_inside(kind, make_name):
+    """For keyed kinds, the extremes and the random value again, after a writer died inside a
+    section (a fail point), so that the call that takes its lock repairs over the junk."""
+    n_words = _n_words(kind, make_name)
+    _fuzz(kind, [(i, j, True) for i in range(n_words) for j in REPAIRED], make_name)
+
+
+def _fuzz(kind: str, trials: list[Trial], make_name) -> None:
     faulthandler.dump_traceback_later(900, exit=True)  # a hang in this process: a loud failure
     try:
         bad = []

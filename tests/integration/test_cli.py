@@ -244,6 +244,7 @@ def test_unreadable_segments_are_explained_not_fatal(make_name):
     assert cli("rm", junk, check=False).returncode == 1
 
 
+@pytest.mark.failpoints
 def test_the_inspector_never_waits_on_a_workers_lock(make_name):
     name = make_name("locked")
     ctx = mp.get_context("fork")

@@ -72,6 +72,7 @@ def _die_holding_the_lock(name: str) -> None:
     w.add(1)
 
 
+@pytest.mark.failpoints
 def test_holder_killed_inside_the_lock_is_recovered_at_once(name):
     ctx = mp.get_context("fork")
     with Window(name, mode="locked") as w:
@@ -88,6 +89,7 @@ def test_holder_killed_inside_the_lock_is_recovered_at_once(name):
         w.unlink()
 
 
+@pytest.mark.failpoints
 def test_a_live_holder_that_never_lets_go_is_a_timeout_not_a_hang(name):
     ctx = mp.get_context("fork")
     with Window(name, mode="locked", lock_timeout=0.6) as w:

@@ -1,8 +1,9 @@
 """Fail points at every store of every native critical section, in real processes.
 
-"Faults are tested at every point, not at random." Each critical section of ``_core.c``
-(its ``SECTION()``) is stopped right after its 1st store, then its 2nd, 3rd, ... until a
-run completes without the fail point firing (the victim reports ``_core.failpoint_fired()``).
+"Faults are tested at every point, not at random." Each critical section of the native core
+(its ``SECTION()``, in ``shmwin/backends/shm/core/``) is stopped right after its 1st store,
+then its 2nd, 3rd, ... until a run completes without the fail point firing (the victim
+reports ``_core.failpoint_fired()``).
 Every point is struck twice:
 
 - by SIGKILL: the victim dies holding whatever it held, mid-section;
@@ -11,7 +12,9 @@ Every point is struck twice:
   nothing it held may stay held. These checks run while the victim is still alive.
 
 The victims are forked children (one test arms a ``python -c`` process through
-SHMWIN_FAILPOINT). After each strike the invariants are checked from other processes --
+SHMWIN_FAILPOINT). Fail points exist only in the core's test build (-DSHMWIN_TEST): the main
+run skips this file, and scripts/checks.d/10-failpoints.sh runs it against that build. After
+each strike the invariants are checked from other processes --
 this one, and fresh forked children that never saw the victim's keys:
 
 - a limit never admits more than its rate in any interval: an exact model of the limiter's
@@ -52,7 +55,7 @@ import shmwin
 from shmwin import KeyTableFullError, Limiter, ManualClock, Window, _core
 from shmwin.backends.shm import layout
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
 
 CTX = mp.get_context("fork")
 S = 1_000_000_000
@@ -62,7 +65,7 @@ PROMPT = 1.0  # seconds: "at once", next to a lock_timeout of 5 s
 MAX_STORES = 200
 KILL, RAISE = signal.SIGKILL, signal.SIGALRM
 SIGNALS = [pytest.param(KILL, id="sigkill"), pytest.param(RAISE, id="exception")]
-EMPTY = _core.EMPTY_EPOCH
+EMPTY = layout.EMPTY_EPOCH
 
 # the words of a victim's report (a shared array)
 PROGRESS, FIRED, RAISED, ARMED, PID = range(5)
@@ -227,9 +230,9 @@ def ring_rows(lim: Limiter, key: str) -> list[tuple[int, int]]:
     """Per ring of ``key``'s row: (running total, sum of its live buckets), read from the
     segment by the layout's offsets -- what a repair makes equal."""
     w = lim.window
-    found = w._core.find(key)
+    found = w._backend._core.find(key)
     assert found is not None, f"{key!r} is not in the key table"
-    g, lay, q = w._g, w._lay, w._q
+    g, lay, q = w._backend._g, w._backend._lay, w._backend._q
     row = (lay.rows_off + found[0] * lay.row_bytes) // 8
     # each ring: its header slot (head epoch, running total), then its buckets
     buckets = getattr(lay, "bucket_words", tuple(words + lay.slot_words for words in lay.ring_words))
@@ -252,7 +255,7 @@ def assert_repaired(lim: Limiter, key: str) -> None:
 
 def generations(w: Window) -> list[int]:
     """Every index entry's generation, then every handed-out row's (what writers check)."""
-    keys = w._keys
+    keys = w._backend._keys
     assert keys is not None
     return [g for g, _, _ in keys.index_entries()] + [keys.generation(r) for r in range(keys.rows_top())]
 
@@ -260,8 +263,8 @@ def generations(w: Window) -> list[int]:
 def assert_key_table_sound(w: Window) -> None:
     gens = generations(w)
     assert min(gens) >= 0, f"an entry is still half-written (negative generation): {gens}"
-    assert w._keys is not None
-    keys = [key for _, key, _ in w._keys.entries()]
+    assert w._backend._keys is not None
+    keys = [key for _, key, _ in w._backend._keys.entries()]
     assert len(keys) == len(set(keys)), f"a key is in the table twice: {keys}"
 
 
@@ -347,7 +350,7 @@ class Keyed:
         """What ``key`` counts now: a limiter's running total (its row repaired), a window's sum."""
         if self.lim is not None:
             used = int(self.lim.stats_all(key)[0].used)  # takes the key's lock: repairs
-            if self.w._core.find(key) is not None:
+            if self.w._backend._core.find(key) is not None:
                 assert_repaired(self.lim, key)
             return used
         return int(self.w.total(key=key))
@@ -560,9 +563,9 @@ def test_insert(make_name, tmp_path, kind, sig):
                 "insert", n, sig, lambda report: Keyed(kind, name, clock_path),
                 lambda mine: mine.write("new"), lambda mine: mine.peek("new"),
             ) as s:  # fmt: skip
-                found = promptly(t.w._core.find, "new")  # lock-free: never spins on a torn entry
+                found = promptly(t.w._backend._core.find, "new")  # lock-free: never spins on a torn entry
                 assert found is not None or s.died, "the insert completed but the key is not found"
-                assert promptly(t.w._core.find, "absent") is None
+                assert promptly(t.w._backend._core.find, "absent") is None
                 assert promptly(t.w.total, key="new") == int(s.completed) or t.lim is not None
                 # the victim's own hit/add came after its insert: counted iff the insert completed
                 assert_usable(t, "new", int(s.completed))
@@ -637,7 +640,7 @@ def test_rollback(make_name, tmp_path, kind, sig, tear):
                 "rollback", n, sig, lambda report: Keyed(kind, name, clock_path),
                 lambda mine: mine.write("second"), lambda mine: mine.peek("second"),
             ) as s:  # fmt: skip
-                assert promptly(t.w._core.find, "first") is None, "a half-written key was found"
+                assert promptly(t.w._backend._core.find, "first") is None, "a half-written key was found"
                 assert_usable(t, "first", 0)  # rolls back again if the rollback died
                 assert_key_table_sound(t.w)
                 assert_usable(t, "second", int(s.completed))
@@ -877,7 +880,7 @@ def test_reset(make_name, tmp_path, kind, sig):
             keys = [f"k{i}" for i in range(4)]
             for i, key in enumerate(keys):
                 assert t.write(key, i + 1) == i + 1
-            slots = {key: w._core.find(key)[0] for key in keys}
+            slots = {key: w._backend._core.find(key)[0] for key in keys}
 
         def before(report):
             return Window.attach(name, clock=ManualClock(path=clock_path), lock_timeout=LOCK_TIMEOUT)
@@ -1120,8 +1123,8 @@ def test_rebuild(make_name, tmp_path, kind, sig):
                 "rebuild", n, sig, lambda report: Keyed(kind, name, clock_path, capacity=4, on_full="deny"),
                 lambda mine: mine.write("new"),
             ) as s:  # fmt: skip
-                assert t.w._keys is not None
-                if not s.fired and t.w._keys._q[layout.REBUILT_NS_OFF // layout.WORD_BYTES] == 0:
+                assert t.w._backend._keys is not None
+                if not s.fired and t.w._backend._keys._q[layout.REBUILT_NS_OFF // layout.WORD_BYTES] == 0:
                     return None  # placed on an idle key's entry: no rebuild ran
                 assert promptly(t.units, "old2") == 2 and promptly(t.units, "old3") == 3
                 assert promptly(t.write, "fresh") == 1  # an insert: repairs, rebuilds if it must

@@ -227,7 +227,7 @@ def test_the_python_cost_check_is_the_cores(name):
     costs = [1, 2, 2.0, np.int64(3), 0, -1, 1.5, True, False, float("nan"), float("inf"), "1", None]
     costs += [2**63, 9e18, 2**63 - 1]
     with Limiter(name, "1000000000000/hour") as lim:
-        assert lim.hit.__self__ is lim._core  # the native check-and-count, bound on the instance
+        assert lim.hit.__self__ is lim._backend._core  # the native check-and-count, bound on the instance
         for cost in costs:
             try:
                 policy.cost_of(cost, 1)
@@ -246,5 +246,5 @@ def test_the_python_cost_check_is_the_cores(name):
 def test_on_error_is_accepted_and_vacuous_on_shared_memory(name, clock):
     with Limiter(name, "1/minute", clock=clock, on_error="deny") as lim:
         assert lim.hit("k") and not lim.hit("k")  # never unavailable: the limit decides
-        assert lim.hit.__self__ is not lim._core  # the wrapper that would apply on_error
+        assert lim.hit.__self__ is not lim._backend._core  # the wrapper that would apply on_error
         lim.unlink()

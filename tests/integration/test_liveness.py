@@ -78,7 +78,7 @@ def test_a_killed_owners_stripe_is_adopted_with_its_counts(name):
             pids.append(pid)
         assert sorted(row for row, _, alive in w.stripe_owners() if alive) == [1, 2]
         w.add(1)  # both stripes live: the shared row, under its lock
-        assert w._core.release_stripe() == 0
+        assert w._backend._core.release_stripe() == 0
         os.kill(pids[0], signal.SIGKILL)
         os.waitpid(pids[0], 0)
         assert [alive for _, _, alive in w.stripe_owners()].count(False) == 1

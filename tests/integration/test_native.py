@@ -17,24 +17,23 @@ import numpy as np
 import pytest
 
 import shmwin
-from shmwin import Limiter, ManualClock, Window, _core, geometry
+from shmwin import Limiter, ManualClock, Window, _core, layout_words
 from shmwin.backends.shm import layout
 
 S = 1_000_000_000
 
 
 def test_c_and_layout_share_every_constant():
-    assert _core.LOCK_BYTES == layout.LOCK_BYTES
-    assert _core.LOCK_INTENT_OFF == layout.LOCK_INTENT_OFF
+    """Every constant the core was compiled with (its layout.h, generated from layout_words.py),
+    by name, is the Python description's; layout.py names the ones it exports the same way."""
+    assert dict(_core.LAYOUT) == layout_words.constants()
+    assert len(_core.LAYOUT) > 90
+    shared = set(layout.__all__) & set(_core.LAYOUT)
+    assert {"KEY_ROW_GEN", "INDEX_ENTRY_HASH", "LOCK_INTENT_OFF", "ROWS_TOP_OFF"} <= shared
+    assert all(getattr(layout, name) == _core.LAYOUT[name] for name in shared)
+    assert all(getattr(layout_words, name) == value for name, value in _core.LAYOUT.items())
     assert _core.MUTEX_BYTES <= layout.LOCK_INTENT_OFF
-    assert _core.KEY_ENTRY_BYTES == layout.KEY_ENTRY_BYTES
-    assert _core.KEY_BYTES_OFF == layout.KEY_BYTES_OFF
-    assert _core.MAX_STORED_KEY == layout.MAX_STORED_KEY
-    assert _core.STRIPE_ENTRY_BYTES == layout.STRIPE_ENTRY_BYTES
-    assert _core.ROWS_IN_USE_OFF == layout.ROWS_IN_USE_OFF
-    assert _core.MAX_RINGS == geometry.MAX_RINGS
-    assert _core.FIRST_KEY_LOCK == geometry.FIRST_KEY_LOCK
-    assert _core.EMPTY_EPOCH == shmwin.ring.EMPTY_EPOCH
+    assert _core.LAYOUT["EMPTY_EPOCH"] == shmwin.ring.EMPTY_EPOCH == -(2**63)
 
 
 class Interrupted(Exception):
@@ -44,11 +43,7 @@ class Interrupted(Exception):
 def _storm(seconds_per_alarm: float, calls: int, body) -> int:
     """Run ``body(i)`` for i in range(calls) while SIGALRM raises at random instants; how many
     raised. The handler raises only while armed and disarms as it raises, so at most one
-    exception is in flight. It is armed only inside ``guarded``, a frame of its own below this
-    loop's ``try``: where the interpreter checks for signals does not matter (3.13 checks at a
-    loop's backward jump, which is outside the ``try`` around it, CPython gh-130279), since an
-    exception raised anywhere in ``guarded`` or below reaches the caller at its call, inside the
-    ``try``."""
+    exception is in flight and none can escape this harness (e.g. from its ``except``)."""
     rng = random.Random(7)
     raised, i, armed, running = 0, 0, [False], [True]
 
@@ -61,26 +56,21 @@ def _storm(seconds_per_alarm: float, calls: int, body) -> int:
             armed[0] = False
             raise Interrupted
 
-    def guarded(i: int) -> None:
-        armed[0] = True
-        try:
-            body(i)
-        finally:
-            armed[0] = False
-
     old = signal.signal(signal.SIGALRM, alarm)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, seconds_per_alarm)
-        while i < calls:
-            try:
-                guarded(i)
+    signal.setitimer(signal.ITIMER_REAL, seconds_per_alarm)
+    while True:
+        try:
+            armed[0] = True
+            while i < calls:
+                body(i)
                 i += 1
-            except Interrupted:
-                raised += 1
-    finally:
-        running[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+            armed[0] = False
+            break
+        except Interrupted:
+            raised += 1
+    running[0] = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
     return raised
 
 
@@ -138,7 +128,8 @@ def test_every_call_after_close_raises_window_closed(make_name):
     w = Window(make_name("w"), span=60, buckets=60, fields=("a", "b"))
     k = Window(make_name("k"), span=60, buckets=60, capacity=8)
     lim = Limiter(make_name("l"), "5/minute")
-    saved = [w.add, k.add, k.add_and_total, lim.hit, w._core.add, lim._core.check, lim._core.reset]
+    cores = (w._backend._core, lim._backend._core)
+    saved = [w.add, k.add, k.add_and_total, lim.hit, cores[0].add, cores[1].check, cores[1].reset]
     k.add(1, key="x")
     for obj in (w, k, lim):
         obj.unlink()
@@ -172,8 +163,8 @@ def test_a_saved_bound_add_keeps_its_window_open(name):
 def test_a_corrupted_row_header_is_an_error_not_a_spin(name):
     with Window(name, span=60, buckets=60, capacity=8, lock_timeout=2) as w:
         w.add(1, key="victim")
-        (slot, _generation) = w._core.find("victim")
-        row_off = w._lay.rows_off + slot * w._lay.row_bytes
+        (slot, _generation) = w._backend._core.find("victim")
+        row_off = w._backend._lay.rows_off + slot * w._backend._lay.row_bytes
         fd = os.open(shmwin.backends.shm.segment.path_of(name), os.O_RDWR)
         os.pwrite(fd, (987654).to_bytes(8, "little"), row_off)  # the row's copy of the generation
         os.close(fd)
@@ -276,8 +267,8 @@ def _poke_word(name: str, offset: int, value: int) -> None:
 def test_an_impossible_head_epoch_is_an_error_not_a_loop(name):
     with Limiter(name, "10/minute", lock_timeout=2) as lim:
         lim.hit("k")
-        slot, _ = lim._core.find("k")
-        lay = lim.window._lay
+        slot, _ = lim._backend._core.find("k")
+        lay = lim.window._backend._lay
         head = lay.rows_off + slot * lay.row_bytes + lay.ring_words[0] * 8
         for junk in (2**63 - 1, -5):
             _poke_word(name, head, junk)
@@ -294,8 +285,8 @@ def test_a_junk_running_total_is_recomputed_not_trusted(name):
     with Limiter(name, "10/minute") as lim:
         for _ in range(3):
             lim.hit("k")
-        slot, _ = lim._core.find("k")
-        lay = lim.window._lay
+        slot, _ = lim._backend._core.find("k")
+        lay = lim.window._backend._lay
         _poke_word(name, lay.rows_off + slot * lay.row_bytes + (lay.ring_words[0] + 1) * 8, -(2**63) + 1)
         assert lim.stats("k").used == 3  # recomputed from the buckets
         assert sum(lim.hit("k") for _ in range(20)) == 7
@@ -365,8 +356,8 @@ def test_the_key_cache_never_keeps_big_keys_and_is_dropped_at_close(name):
         for i in range(50):
             lim.hit(f"{i}".ljust(100_000, "x"))
         lim.hit("small")
-        assert lim._core.cached == 1  # only the short key is cached
-        core = lim._core
+        assert lim._backend._core.cached == 1  # only the short key is cached
+        core = lim._backend._core
         lim.unlink()
     assert core.cached == 0
 

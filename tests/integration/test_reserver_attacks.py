@@ -423,6 +423,7 @@ def _hold_row_lock(name: str, clock_path: str, key: str) -> None:
     w.add(1, key=key)
 
 
+@pytest.mark.failpoints
 def test_a_rebuild_that_failed_midway_loses_no_rows(name, tmp_path):
     """Found here: idle rows a failed rebuild had unpublished stayed so, named by no key and
     never freed (31 of 32 rows lost). A failed rebuild now finishes their drop (drop_marked)."""

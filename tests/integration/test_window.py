@@ -325,8 +325,8 @@ def test_threads_in_one_process_are_exact(name):
 
 def test_the_front_adds_nothing_to_the_hot_path(name, clock):
     with Window(name, span=10, buckets=10, clock=clock) as w:
-        assert w.add.__self__ is w._core  # the native core's own method, bound on the instance
-        assert w.add_and_total.__self__ is w._core
+        assert w.add.__self__ is w._backend._core  # the native core's own method, bound on the instance
+        assert w.add_and_total.__self__ is w._backend._core
         w.unlink()
 
 

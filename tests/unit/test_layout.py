@@ -2,10 +2,11 @@
 
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 
-from shmwin import geometry
+from shmwin import layout_words
 from shmwin.backends.shm import layout
 from shmwin.backends.shm.layout import Layout
 from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
@@ -45,10 +46,10 @@ def test_the_role_word_round_trips_and_junk_there_is_refused():
                  kind="limiter", role="fixed-starts")  # fmt: skip
     lay = Layout.plan(g)
     page = bytearray(layout.pack_header(g, lay, META))
-    assert struct.unpack_from("<I", page, 168)[0] == geometry.ROLES.index("fixed-starts") == 1
+    assert struct.unpack_from("<I", page, 168)[0] == layout.ROLES.index("fixed-starts") == 1
     page[0:8] = layout.MAGIC
     assert layout.unpack_header(bytes(page), lay.total_bytes)[0] == g
-    struct.pack_into("<I", page, 168, len(geometry.ROLES))  # an unknown role, checksum fixed up
+    struct.pack_into("<I", page, 168, len(layout.ROLES))  # an unknown role, checksum fixed up
     struct.pack_into("<I", page, 24, zlib.crc32(page[32:1024]))
     with pytest.raises(CorruptSegmentError, match="unknown"):
         layout.unpack_header(bytes(page), lay.total_bytes)
@@ -70,11 +71,10 @@ def test_everything_is_cache_line_aligned():
         ):
             assert off % 64 == 0
         assert lay.total_bytes == lay.rows_off + lay.n_rows * lay.row_bytes
-    assert keyed.key_slots == geometry.INDEX_MIN_SLOTS and Layout.plan(keyed).n_rows == 10  # capacity rows
+    assert keyed.key_slots == layout.INDEX_MIN_SLOTS and Layout.plan(keyed).n_rows == 10  # capacity rows
     assert keyed.index_levels == 1  # 64 entries hold 10 keys at a load <= 1/4
     big = Geometry((Ring(7, 3),), ("a",), mode="locked", n_stripes=0, capacity=1000)
-    slots = geometry.INDEX_MIN_SLOTS
-    assert big.index_levels == 7 and (slots << 6) >= 4 * 1000 > (slots << 5)
+    assert big.index_levels == 7 and (layout.INDEX_MIN_SLOTS << 6) >= 4 * 1000 > (layout.INDEX_MIN_SLOTS << 5)
     lay = Layout.plan(big)
     # the index copies of every level lie between the key table's start and the row heap
     last_copy, entries = lay.index_copy(2 * big.index_levels - 1, big.key_slots)
@@ -144,3 +144,65 @@ def test_a_new_keyed_header_holds_an_empty_key_table():
     for offset in layout.CHECKED_WORDS:
         word = struct.unpack_from("<q", page, offset)[0]
         assert layout.state_value(word, offset, META.hash_key, 0) == 0
+
+
+# -- one description: layout_words.py, its C header, and this module's table ------------------
+
+LAYOUT_H = Path(__file__).resolve().parents[2] / "shmwin" / "backends" / "shm" / "core" / "layout.h"
+
+
+def test_the_description_is_consistent():
+    assert layout_words.check() == []
+
+
+def test_the_c_header_is_generated_from_the_description_and_fresh():
+    assert LAYOUT_H.read_text() == layout_words.c_header(), (
+        "shmwin/backends/shm/core/layout.h is stale: write it anew with\n"
+        "    python shmwin/layout_words.py shmwin/backends/shm/core/layout.h"
+    )
+
+
+def test_every_constant_is_named_once_with_one_value():
+    names = layout_words.constants()
+    assert len(names) > 90
+    for name, value in names.items():
+        assert getattr(layout_words, name) == value, name
+        if hasattr(layout, name):  # layout.py re-exports them under the same names
+            assert getattr(layout, name) == value, name
+    words = {n for n in names if not n.endswith(("_OFF", "_BYTES"))}
+    assert {"KEY_ROW_GEN", "KEY_ROW_LAST_NS", "KEY_ROW_HASH", "KEY_ROW_LEN", "INDEX_ENTRY_GEN",
+            "INDEX_ENTRY_HASH", "INDEX_ENTRY_ROW", "STRIPE_OWNER", "STRIPE_OWNER_PID", "LOCK_INTENT"} <= words
+
+
+def _doc_tables() -> list[list[tuple[int, int | None, str]]]:
+    """``(offset, size or None, name)`` of each row of each table in layout.py's docstring."""
+    tables = []
+    for block in (layout.__doc__ or "").split("::\n")[1:]:
+        rows = []
+        for line in block.splitlines():
+            cells = line.split()
+            if line[:4] == "    " and line[4:5].isdigit() and len(cells) >= 4:  # a row, not a note
+                size = int(cells[1]) if cells[1].isdigit() else None
+                rows.append((int(cells[0]), size, cells[3]))
+            elif line and not line.startswith(" "):
+                break
+        tables.append(rows)
+    return tables
+
+
+def test_the_docstring_tables_are_the_description():
+    """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
+    header, key_state, lock, stripe, index_entry, key_row, _slots = _doc_tables()
+    expected = [
+        (layout_words.HEADER, header + key_state),
+        (layout_words.LOCK, lock),
+        (layout_words.STRIPE, stripe),
+        (layout_words.INDEX_ENTRY, index_entry),
+        (layout_words.KEY_ROW, key_row),
+    ]
+    for fields, rows in expected:
+        described = [(off, layout_words.size_of(kind), name) for name, off, kind in fields]
+        documented = [(off, size, "reserved" if name == "-" else name) for off, size, name in rows]
+        assert documented == described
+    entry = layout_words.ring_struct()
+    assert entry.size == layout_words.RING_ENTRY_BYTES and layout._RING.size == entry.size

@@ -1,5 +1,5 @@
 """The shared-memory backend: a window or limiter is a named segment in ``/dev/shm``, every
-write one call into the native core (``shmwin/_core.c``), every read lock-free numpy.
+write one call into the native core (``shmwin/backends/shm/core/``), every read lock-free numpy.
 
 Modules: :mod:`.window` (ShmWindow: the segment, its core, its rows), :mod:`.limiter`
 (ShmLimiter: a limiter-kind ShmWindow and its core's ``hit``/``check``).

@@ -2,7 +2,7 @@
 
 The table (see ``layout``, "Key table") is an index over a heap of rows; a row's key
 header names its key. Finding, inserting, rebuilding and repairing are the native core's
-(``_core.c``): linear probing over a power-of-two index of SipHash-1-3 hashes under the
+(``core/keytable.c``): linear probing over a power-of-two index of SipHash-1-3 hashes under the
 segment's random key, at most ``MAX_PROBES`` probes, an idle key's row reused once every
 ring's span has passed since its newest write, and a rebuild (to grow the index, or to
 drop idle keys) into the index copy nobody reads.
@@ -17,18 +17,17 @@ from ... import _core, geometry
 from ...errors import CorruptSegmentError
 from ..contract import Key
 from . import layout
+from .layout import KEY_FLAG_DIGEST, KEY_FLAG_STR, KEY_LONG_PREFIX, KEY_ROW_GEN, KEY_ROW_HASH, KEY_ROW_LAST_NS
 
-MAX_PROBES = _core.MAX_PROBES
+MAX_PROBES = layout.MAX_PROBES
 _W = layout.WORD_BYTES
-_FLAG_STR, _FLAG_DIGEST = 1, 2
-_LONG_PREFIX = layout.MAX_STORED_KEY - 16
 
 
 def decode(stored: bytes, flags: int) -> Key:
     """The key as callers gave it (long keys: the stored prefix, then '…' and the digest)."""
-    if flags & _FLAG_DIGEST:
-        stored = stored[:_LONG_PREFIX] + b"\xe2\x80\xa6" + stored[_LONG_PREFIX:].hex().encode()
-    return stored.decode(errors="replace") if flags & _FLAG_STR else stored
+    if flags & KEY_FLAG_DIGEST:
+        stored = stored[:KEY_LONG_PREFIX] + b"\xe2\x80\xa6" + stored[KEY_LONG_PREFIX:].hex().encode()
+    return stored.decode(errors="replace") if flags & KEY_FLAG_STR else stored
 
 
 class KeyTable:
@@ -74,8 +73,13 @@ class KeyTable:
         """``(generation, hash, row)`` of every entry of the current index (a snapshot)."""
         index = self._checked(layout.INDEX_OFF, 2 * self._g.index_levels - 1)
         offset, slots = self._lay.index_copy(index, self._g.key_slots)
-        words = self._q[offset // _W : offset // _W + slots * 4]
-        return [(int(words[i]), int(words[i + 1]), int(words[i + 2])) for i in range(0, len(words), 4)]
+        per = layout.INDEX_ENTRY_WORDS
+        words = self._q[offset // _W : offset // _W + slots * per]
+        return [
+            (int(words[i + layout.INDEX_ENTRY_GEN]), int(words[i + layout.INDEX_ENTRY_HASH]),
+             int(words[i + layout.INDEX_ENTRY_ROW]))
+            for i in range(0, len(words), per)
+        ]  # fmt: skip
 
     def find(self, key: Key) -> tuple[int, int] | None:
         """``(row, generation)`` of ``key``, or None; verify the generation after reading."""
@@ -83,24 +87,25 @@ class KeyTable:
         return None if found is None else (int(found[0]), int(found[1]))
 
     def _word(self, row: int, i: int) -> int:
+        """Word ``i`` of ``row``'s key header (``layout.KEY_ROW_*``)."""
         return int(self._q[(self._rows_off + row * self._row_bytes) // _W + i])
 
     def generation(self, row: int) -> int:
-        return self._word(row, 0)
+        return self._word(row, KEY_ROW_GEN)
 
     def entry(self, row: int) -> Key | None:
         """The key held by ``row``, or None (free, never used, or being rewritten)."""
         generation = self.generation(row)
-        if generation <= 0 or self._word(row, 2) == 0:
+        if generation <= 0 or self._word(row, KEY_ROW_HASH) == 0:
             return None
-        word = self._word(row, 3)
+        word = self._word(row, layout.KEY_ROW_LEN)  # len | flags << 32
         length, flags = word & 0xFFFFFFFF, (word >> 32) & 0xFFFFFFFF
-        off = self._rows_off + row * self._row_bytes + layout.KEY_BYTES_OFF
+        off = self._rows_off + row * self._row_bytes + layout.KEY_ROW_KEY_OFF
         stored = bytes(self._mm[off : off + min(length, layout.MAX_STORED_KEY)])  # type: ignore[index]
         return decode(stored, flags) if self.generation(row) == generation else None
 
     def last_write_ns(self, row: int) -> int:
-        return self._word(row, 1)
+        return self._word(row, KEY_ROW_LAST_NS)
 
     def entries(self) -> list[tuple[int, Key, int]]:
         """``(row, key, last_ns)`` of every row that holds a key (idle or not)."""

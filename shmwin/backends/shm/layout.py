@@ -3,6 +3,10 @@
 Segment = header page | lock table | stripe table | key table | rows. Little-endian,
 every offset a multiple of 64 so no two writers share a cache line.
 
+The tables below are also data, in ``layout_words.py`` (the one description: the native core's
+``layout.h`` is generated from it, and its names are the ones used here and in C); the tests
+hold each table's offsets, sizes and names to it.
+
 Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
 ``header_crc``; the magic is written *last*, so a non-zero magic means ready)::
 
@@ -37,7 +41,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
                                         window or limiter; 1 = "fixed-starts", the start records
                                         of limits' fixed windows (bookkeeping: not summed by the tools)
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
-    768  192  ring[8]   ring table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
+    768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
     1024 8    i64       rows_in_use     rows readers must sum (unkeyed: stripes ever claimed + 1)
 
@@ -63,20 +67,20 @@ lock ``2 + s % (n_locks - 2)``. Each entry::
     0    <=56 mutex     mutex    process-shared *robust* pthread mutex (owner-dead on death)
     56   8    i64       intent   row (lock 0 of a keyed window: index entry) the holder's section
                                  works on, -1 = none;
-                                 what an EOWNERDEAD repair looks at (see _core.c)
+                                 what an EOWNERDEAD repair looks at (see core/locks.c)
 
 Stripe table (unkeyed only): ``n_stripes + 1`` x 128 bytes, entry *r* describes row *r*.
 A stripe belongs to a *process*: every write is one native call under the GIL, so
 the threads of a process never interleave inside a stripe. Who owns a stripe is the
 kernel's word, not /proc's: the owner's keeper thread holds its liveness mutex, which
-turns owner-dead when the owner dies (see "the keeper" in _core.c)::
+turns owner-dead when the owner dies (see "the keeper" in core/threads.c)::
 
     off  size type  name         meaning
     0    8    i64   owner        pid of the process writing this row, 0 = free (row 0: always 0)
     8    8    i64   owner_start  owner's start time in clock ticks (/proc stat field 22)
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
-    64   <=56 mutex     liveness     robust mutex held by the owner process while it owns the row
+    64   <=56 mutex mutex        liveness: a robust mutex held by the owner process while it owns the row
 
 Key table (keyed only) -- an index over a heap of rows. The segment file is sized for
 ``capacity`` keys but *sparse*: only what is in use is reserved, so memory follows the
@@ -86,7 +90,7 @@ a rebuild (to grow, or to drop idle keys and tombstones) always writes a copy no
 Copy ``(k, c)`` starts at ``keys_off + 32 * key_slots * (2 * (2**k - 1) + c * 2**k)``::
 
     off  size type  name         meaning
-    0    8    i64   generation   0 = never used; > 0 published (= its row's generation);
+    0    8    i64   gen          0 = never used; > 0 published (= its row's generation);
                                  < 0 being written (a dead writer's is dropped by the repair)
     8    8    u64   hash         SipHash-1-3 (segment's hash_key) of the stored key, >> 1;
                                  0 = tombstone (the key was dropped; probing goes on)
@@ -102,14 +106,14 @@ windows have a heap of up to ``capacity`` rows after the index, handed out in or
 is the row's, so a hot write touches no index line::
 
     off  size type  name         meaning
-    0    8    i64   generation   > 0: holds the key below (free: hash 0); < 0: being
+    0    8    i64   gen          > 0: holds the key below (free: hash 0); < 0: being
                                  (re)assigned or released; 0: never handed out. Only grows
                                  in size.
     8    8    i64   last_ns      the key's newest write (monotonic ns; idle keys are reused);
                                  on the free list: the next free row + 1
     16   8    u64   hash         as in the index; 0 = holds no key
-    24   4    u32   key_len      bytes of stored key
-    28   4    u32   key_flags    1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
+    24   4    u32   len          bytes of stored key (one word with flags: len | flags << 32)
+    28   4    u32   flags        1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
     32   96   bytes key          the key's bytes, NUL-padded
 
 After the key header (keyed) or from word 0 (unkeyed) come the rings one after another;
@@ -132,52 +136,161 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
+from ... import layout_words as _words
 from ...errors import CorruptSegmentError, IncompatibleVersionError
-from ...geometry import (
+from ...geometry import Geometry, Meta, Ring
+
+# The format's constants: one description, layout_words.py, which the native core's layout.h
+# is generated from; these are the same names, with the same values (tests/unit/test_layout.py).
+from ...layout_words import (
+    CHECKED_WORDS,
     CLOCKS,
+    CRC_END,
+    CRC_START,
     DTYPES,
+    EMPTY_EPOCH,
     FIELD_NAME_BYTES,
+    FIELD_NAMES_OFF,
+    FIRST_KEY_LOCK,
+    FORMAT_VERSION,
+    FREE_HEAD_OFF,
+    HEADER_BYTES,
+    HEADER_CRC_OFF,
+    INDEX_ENTRY_GEN,
+    INDEX_ENTRY_HASH,
+    INDEX_ENTRY_ROW,
+    INDEX_ENTRY_WORDS,
+    INDEX_MIN_SLOTS,
+    INDEX_OFF,
+    INDEX_USED_OFF,
+    KEY_ENTRY_BYTES,
+    KEY_FLAG_DIGEST,
+    KEY_FLAG_STR,
+    KEY_HEADER_BYTES,
+    KEY_LONG_PREFIX,
+    KEY_ROW_GEN,
+    KEY_ROW_HASH,
+    KEY_ROW_KEY_OFF,
+    KEY_ROW_LAST_NS,
+    KEY_ROW_LEN,
+    KEYS_OFF,
     KINDS,
+    LIMITER_HEAD_SLOTS,
+    LOCK_BYTES,
+    LOCK_INTENT_OFF,
+    LOCK_KEY_TABLE,
+    LOCK_SHARED_ROW,
+    LOCK_STRIPE_TABLE,
+    MAGIC,
+    MAGIC_OFF,
+    MAX_BUCKETS,
+    MAX_CAPACITY,
     MAX_FIELDS,
+    MAX_KEY_LOCKS,
+    MAX_LOG_ENTRIES,
+    MAX_PROBES,
     MAX_RINGS,
+    MAX_SPAN_NS,
+    MAX_STORED_KEY,
+    MAX_STRIPES,
     MODES,
+    PAGE_BYTES,
+    REBUILT_NS_OFF,
+    RING_LOG,
+    RING_TABLE_OFF,
     ROLES,
-    Geometry,
-    Meta,
-    Ring,
+    ROWS_IN_USE_OFF,
+    ROWS_RESERVED_OFF,
+    ROWS_TOP_OFF,
+    SLOT_EPOCH,
+    SLOT_VALUES,
+    STRIPE_ENTRY_BYTES,
+    STRIPE_MUTEX_OFF,
+    WINDOW_HEAD_SLOTS,
+    WORD_BYTES,
 )
 
-MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 5  # 4: the role word (offset 168); 5: the key table's checked words
-HEADER_BYTES = 4096
-CRC_START, CRC_END = 32, 1024
-LOCK_BYTES = 64
-LOCK_INTENT_OFF = 56
-STRIPE_ENTRY_BYTES = 128
-STRIPE_MUTEX_OFF = 64
-KEY_ENTRY_BYTES = 32  # an index entry
-KEY_HEADER_BYTES = 128  # a keyed row's key header
-KEY_BYTES_OFF = 32  # the key's bytes within it
-MAX_STORED_KEY = KEY_HEADER_BYTES - KEY_BYTES_OFF
-WORD_BYTES = 8
-PAGE_BYTES = 4096
-ROWS_IN_USE_OFF = 1024
-# the key table's state (keyed segments), words written under lock 0
-INDEX_OFF, INDEX_USED_OFF, KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF, REBUILT_NS_OFF = (
-    1032, 1040, 1048, 1056, 1064, 1072, 1080,
-)  # fmt: skip
-CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF)  # value | tag << 32
-FIELD_NAMES_OFF = 256
-RING_TABLE_OFF = 768
+__all__ = [  # this module's own, then the format's constants it re-exports
+    "CHECKED_WORDS",
+    "CLOCKS",
+    "CRC_END",
+    "CRC_START",
+    "DTYPES",
+    "EMPTY_EPOCH",
+    "FIELD_NAMES_OFF",
+    "FIELD_NAME_BYTES",
+    "FIRST_KEY_LOCK",
+    "FORMAT_VERSION",
+    "FREE_HEAD_OFF",
+    "HEADER_BYTES",
+    "HEADER_CRC_OFF",
+    "INDEX_ENTRY_GEN",
+    "INDEX_ENTRY_HASH",
+    "INDEX_ENTRY_ROW",
+    "INDEX_ENTRY_WORDS",
+    "INDEX_MIN_SLOTS",
+    "INDEX_OFF",
+    "INDEX_USED_OFF",
+    "KEYS_OFF",
+    "KEY_BYTES_OFF",
+    "KEY_ENTRY_BYTES",
+    "KEY_FLAG_DIGEST",
+    "KEY_FLAG_STR",
+    "KEY_HEADER_BYTES",
+    "KEY_LONG_PREFIX",
+    "KEY_ROW_GEN",
+    "KEY_ROW_HASH",
+    "KEY_ROW_KEY_OFF",
+    "KEY_ROW_LAST_NS",
+    "KEY_ROW_LEN",
+    "KINDS",
+    "LIMITER_HEAD_SLOTS",
+    "LOCK_BYTES",
+    "LOCK_INTENT_OFF",
+    "LOCK_KEY_TABLE",
+    "LOCK_SHARED_ROW",
+    "LOCK_STRIPE_TABLE",
+    "MAGIC",
+    "MAGIC_OFF",
+    "MAX_BUCKETS",
+    "MAX_CAPACITY",
+    "MAX_FIELDS",
+    "MAX_KEY_LOCKS",
+    "MAX_LOG_ENTRIES",
+    "MAX_PROBES",
+    "MAX_RINGS",
+    "MAX_SPAN_NS",
+    "MAX_STORED_KEY",
+    "MAX_STRIPES",
+    "MODES",
+    "PAGE_BYTES",
+    "REBUILT_NS_OFF",
+    "RING_LOG",
+    "RING_TABLE_OFF",
+    "ROLES",
+    "ROWS_IN_USE_OFF",
+    "ROWS_RESERVED_OFF",
+    "ROWS_TOP_OFF",
+    "SLOT_EPOCH",
+    "SLOT_VALUES",
+    "STRIPE_ENTRY_BYTES",
+    "STRIPE_MUTEX_OFF",
+    "WINDOW_HEAD_SLOTS",
+    "WORD_BYTES",
+    "Layout",
+    "check_key_state",
+    "pack_header",
+    "state_tag",
+    "state_value",
+    "state_word",
+    "unpack_header",
+]
 
-RING_LOG = 1  # ring table flag
+KEY_BYTES_OFF = KEY_ROW_KEY_OFF  # the key's bytes within a key row (its earlier name)
 
-LOCK_STRIPE_TABLE = LOCK_KEY_TABLE = 0
-LOCK_SHARED_ROW = 1
-
-
-_FIXED = struct.Struct("<8sIIQII 10I qqq16s 5Q 16s I")
-_RING = struct.Struct("<qIIq")
+_FIXED = _words.fixed_struct()  # magic .. role, by name: _words.fixed_names()
+_FIXED_NAMES = _words.fixed_names()
+_RING = _words.ring_struct()
 
 
 _U64 = (1 << 64) - 1
@@ -232,8 +345,8 @@ class Layout:
         # index copies of every level, then the row heap (page-aligned: reserved page by page)
         index_entries = 2 * g.key_slots * ((1 << g.index_levels) - 1)
         rows_off = _align_page(keys_off + index_entries * KEY_ENTRY_BYTES) if g.keyed else keys_off
-        slot_words = 1 + len(g.fields)
-        head_slots = 2 if g.kind == "limiter" else 1
+        slot_words = SLOT_VALUES + len(g.fields)
+        head_slots = LIMITER_HEAD_SLOTS if g.kind == "limiter" else WINDOW_HEAD_SLOTS
         ring_words, words = [], KEY_HEADER_BYTES // WORD_BYTES if g.keyed else 0
         for ring in g.rings:
             ring_words.append(words)
@@ -259,16 +372,19 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         _RING.pack_into(
             page, RING_TABLE_OFF + i * _RING.size, ring.bucket_ns, ring.n_buckets, flags, ring.limit
         )
-    _FIXED.pack_into(
-        page, 0,
-        b"\0" * 8, FORMAT_VERSION, HEADER_BYTES, lay.total_bytes, 0, 0,
-        len(g.rings), KINDS.index(g.kind), len(g.fields), DTYPES.index(g.dtype), MODES.index(g.mode),
-        g.n_stripes, g.n_locks, g.capacity, g.key_slots, CLOCKS.index(meta.clock),
-        meta.creator_pid, meta.created_real_ns, meta.created_mono_ns, meta.boot_id,
-        lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes, meta.hash_key,
-        ROLES.index(g.role),
-    )  # fmt: skip
-    struct.pack_into("<I", page, 24, zlib.crc32(page[CRC_START:CRC_END]))
+    fixed = {
+        "magic": b"\0" * 8, "version": FORMAT_VERSION, "header_bytes": HEADER_BYTES,
+        "total_bytes": lay.total_bytes, "header_crc": 0, "reserved": 0, "n_rings": len(g.rings),
+        "kind": KINDS.index(g.kind), "n_fields": len(g.fields), "dtype": DTYPES.index(g.dtype),
+        "mode": MODES.index(g.mode), "n_stripes": g.n_stripes, "n_locks": g.n_locks, "capacity": g.capacity,
+        "key_slots": g.key_slots, "clock": CLOCKS.index(meta.clock), "creator_pid": meta.creator_pid,
+        "created_real_ns": meta.created_real_ns, "created_mono_ns": meta.created_mono_ns,
+        "boot_id": meta.boot_id, "locks_off": lay.locks_off, "stripes_off": lay.stripes_off,
+        "keys_off": lay.keys_off, "rows_off": lay.rows_off, "row_bytes": lay.row_bytes,
+        "hash_key": meta.hash_key, "role": ROLES.index(g.role),
+    }  # fmt: skip
+    _FIXED.pack_into(page, 0, *(fixed[name] for name in _FIXED_NAMES))
+    struct.pack_into("<I", page, HEADER_CRC_OFF, zlib.crc32(page[CRC_START:CRC_END]))
     if g.keyed:  # an empty key table: index 0, nothing handed out or reserved
         for offset in CHECKED_WORDS:
             struct.pack_into("<Q", page, offset, state_word(0, offset, meta.hash_key))
@@ -281,18 +397,17 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
         raise CorruptSegmentError(
             f"segment is {actual_bytes} bytes, smaller than a shmwin header ({HEADER_BYTES})"
         )
-    (magic, version, header_bytes, total, crc, _r0,
-     n_rings, kind, n_fields, dtype, mode, n_stripes, n_locks, capacity, key_slots, clock,
-     pid, real_ns, mono_ns, boot_id,
-     locks_off, stripes_off, keys_off, rows_off, row_bytes,
-     hash_key, role) = _FIXED.unpack_from(page, 0)  # fmt: skip
+    h = dict(zip(_FIXED_NAMES, _FIXED.unpack_from(page, 0), strict=True))
+    magic, version, total, crc = h["magic"], h["version"], h["total_bytes"], h["header_crc"]
+    n_rings, kind, n_fields, dtype, mode = h["n_rings"], h["kind"], h["n_fields"], h["dtype"], h["mode"]
+    clock, role, n_stripes, capacity = h["clock"], h["role"], h["n_stripes"], h["capacity"]
     if magic != MAGIC:
         raise CorruptSegmentError(f"not a shmwin segment (magic {magic!r})")
     if version != FORMAT_VERSION:
         raise IncompatibleVersionError(
             f"segment has format version {version}; this shmwin reads version {FORMAT_VERSION}"
         )
-    if zlib.crc32(page[CRC_START:CRC_END]) != crc or header_bytes != HEADER_BYTES:
+    if zlib.crc32(page[CRC_START:CRC_END]) != crc or h["header_bytes"] != HEADER_BYTES:
         raise CorruptSegmentError("segment header is corrupt (checksum mismatch)")
     if (dtype >= len(DTYPES) or mode >= len(MODES) or kind >= len(KINDS) or clock >= len(CLOCKS)
             or role >= len(ROLES)
@@ -306,7 +421,8 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
     lay = Layout.plan(g)
-    stored = (locks_off, stripes_off, keys_off, rows_off, row_bytes, total, n_locks, key_slots)
+    offsets = ("locks_off", "stripes_off", "keys_off", "rows_off", "row_bytes", "total_bytes")
+    stored = (*(h[n] for n in offsets), h["n_locks"], h["key_slots"])
     if stored != (lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
                   lay.total_bytes, g.n_locks, g.key_slots):  # fmt: skip
         raise CorruptSegmentError("segment header offsets do not match its geometry")
@@ -314,7 +430,9 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
         raise CorruptSegmentError(
             f"segment is {actual_bytes} bytes but its header says {total}: truncated or resized"
         )
-    return g, lay, Meta(pid, real_ns, mono_ns, boot_id, hash_key, CLOCKS[clock])
+    meta = Meta(h["creator_pid"], h["created_real_ns"], h["created_mono_ns"], h["boot_id"], h["hash_key"],
+                CLOCKS[clock])  # fmt: skip
+    return g, lay, meta
 
 
 def _read_rings(page: bytes, n_rings: int) -> tuple[Ring, ...]:
@@ -336,7 +454,7 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
 
 
 def state_tag(value: int, offset: int, hash_key: bytes) -> int:
-    """The tag of a checked word (``_core.c``'s state_tag: both must agree)."""
+    """The tag of a checked word (``core/keytable.c``'s state_tag: both must agree)."""
     k0, k1 = struct.unpack("<QQ", hash_key)
     x: int = ((value | offset << 32) ^ k0) * (k1 | 1) & _U64
     x ^= x >> 32
@@ -364,8 +482,10 @@ def check_key_state(mm: Buffer, g: Geometry, lay: Layout, hash_key: bytes) -> No
     in this one); the counting words are checked against their own bounds only."""
     if not g.keyed:
         return
-    index_word, used, keys, top_word = struct.unpack_from("<qqqq", mm, INDEX_OFF)
-    reserved_word, free_head, _rebuilt = struct.unpack_from("<qqq", mm, ROWS_RESERVED_OFF)
+    index_word, used, keys, top_word, reserved_word, free_head = (
+        struct.unpack_from("<q", mm, offset)[0]
+        for offset in (INDEX_OFF, INDEX_USED_OFF, KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF)
+    )
     most_entries = g.key_slots << max(g.index_levels - 1, 0)
     problems = []
     try:

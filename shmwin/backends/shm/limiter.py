@@ -7,7 +7,7 @@ P + P/buckets after it happened.
 
 Each ring's header slot keeps ``(head epoch, running total)``. The running-total step --
 advance the head, subtract the buckets that left the window (amortised O(1)), compare every
-rate, count in all of them or in none -- is the native core's (``hit_row`` in ``_core.c``),
+rate, count in all of them or in none -- is the native core's (``hit_row`` in ``core/rings.c``),
 under the key's row lock; ``hit`` and ``check`` are its methods, called with nothing in
 between. Memory per key is fixed by ``buckets``, not by the limit.
 """

@@ -3,7 +3,7 @@
 Why robust mutexes: when a holder is SIGKILLed, a posix_ipc semaphore or a
 multiprocessing.Lock stays held forever. A robust mutex is released by the kernel,
 and the next locker gets ``EOWNERDEAD`` at once; it then *repairs* what the dead
-holder may have left half-written (``_core.c``, ``repair()``) before marking the
+holder may have left half-written (``core/locks.c``, ``repair()``) before marking the
 mutex consistent.
 
 Taking and releasing these locks happens only inside the native core, so that no

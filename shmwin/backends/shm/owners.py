@@ -1,6 +1,6 @@
 """Which process writes a stripe, and whether it is still alive.
 
-A stripe belongs to a process (``_core.c``: every write is one native call under the
+A stripe belongs to a process (``shmwin/backends/shm/core/``: every write is one native call under the
 GIL, so threads of a process never interleave inside a stripe), identified by
 ``(pid, start_ticks)`` so that a recycled pid is not mistaken for the old owner.
 Liveness comes from ``/proc/<pid>/stat``: missing, a zombie, or a different start

@@ -99,7 +99,7 @@ class Rows:
         r: RingView, now_ns: int, rows: slice, value_index: int | None, per_row: bool
     ) -> npt.NDArray[Any]:
         """A log ring's hits per entry (summed over rows) or per row: an entry counts while it
-        holds hits and is younger than the period (_core.c's log_counts); read twice, as above."""
+        holds hits and is younger than the period (core/rings.c's log_counts); read twice, as above."""
         times = r.epochs[rows]
         values = r.values[rows] if value_index is None else r.values[rows, :, value_index : value_index + 1]
         counts = (values[:, :, 0] > 0) & (times >= now_ns - r.bucket_ns)
@@ -132,10 +132,12 @@ def _ring_view(raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout, index: int)
     slot_bytes = lay.slot_words * _W
     first = lay.bucket_words[index]
     r = g.rings[index]
-    start = lay.rows_off + first * _W
-    epochs = np.ndarray((lay.n_rows, r.n_buckets), np.int64, raw, start, (lay.row_bytes, slot_bytes))
+    start = lay.rows_off + first * _W  # a slot: its epoch word (SLOT_EPOCH), then its values
+    epochs = np.ndarray(
+        (lay.n_rows, r.n_buckets), np.int64, raw, start + layout.SLOT_EPOCH * _W, (lay.row_bytes, slot_bytes)
+    )  # fmt: skip
     values = np.ndarray(
-        (lay.n_rows, r.n_buckets, len(g.fields)), np.dtype(g.dtype), raw, start + _W,
+        (lay.n_rows, r.n_buckets, len(g.fields)), np.dtype(g.dtype), raw, start + layout.SLOT_VALUES * _W,
         (lay.row_bytes, slot_bytes, _W),
     )  # fmt: skip
     return RingView(index, first, r.bucket_ns, r.n_buckets, epochs, values, r.log)

@@ -1,6 +1,6 @@
 """ShmWindow: a window in a named shared-memory segment, the default backend of ``Window``.
 
-Data flow of one ``add()``: it is one call into the native core (``_core.c``), which
+Data flow of one ``add()``: it is one call into the native core (``shmwin/backends/shm/core/``), which
 reads the clock, finds the epoch and slot, and writes the slot of *this process's*
 stripe (striped mode, no lock), of the shared row 0 under its robust mutex (locked
 mode, and the fallback when every stripe is taken), or of the key's row under the
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import geometry, ring
+from ... import ring
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
@@ -163,9 +163,8 @@ class ShmWindow:
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
-                seg.mm, seg.name, g, lay, meta,
-                clock=clock, lock_timeout=lock_timeout, on_full=on_full, claim=self._claim_stripe,
-                fd=seg.fd,
+                seg.mm, seg.name, clock=clock, lock_timeout=lock_timeout, on_full=on_full,
+                claim=self._claim_stripe, fd=seg.fd,
             )  # fmt: skip
         except BaseException:
             seg.close()
@@ -423,8 +422,8 @@ def _create(name: str, g: Geometry, perm: int, clock: Clock | None) -> Segment:
     says which clock its writers read (``clock.clock_kind``, default "monotonic")."""
     lay = Layout.plan(g)
     clock_kind = getattr(clock, "clock_kind", "monotonic")
-    if clock_kind not in geometry.CLOCKS:
-        raise ValueError(f"clock_kind must be one of {geometry.CLOCKS}, not {clock_kind!r}")
+    if clock_kind not in layout.CLOCKS:
+        raise ValueError(f"clock_kind must be one of {layout.CLOCKS}, not {clock_kind!r}")
     return Segment.create(name, lay.total_bytes, perm, _initialiser(g, clock_kind), reserve=lay.first_bytes)
 
 
@@ -444,7 +443,7 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
         if not g.keyed:
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
             slots = slot_view(mm, g, lay)
-            slots[:, :, 0] = ring.EMPTY_EPOCH
+            slots[:, :, layout.SLOT_EPOCH] = ring.EMPTY_EPOCH
             del slots
         mm[0:_W] = layout.MAGIC
 

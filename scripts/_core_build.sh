@@ -1,0 +1,49 @@
+# Sourced by the jobs that need another build of the native core (scripts/checks.d/10-failpoints.sh,
+# 50-sanitizers.sh): build shmwin._core from every .c under shmwin/ (the C package in
+# shmwin/backends/shm/core/), into a copy of the package, and run pytest against that copy.
+#
+#   core_build OUT.so CFLAGS...          compile this checkout's core into OUT.so
+#   core_copy DIR CFLAGS...              copy shmwin/ and tests/ into DIR, the core built with CFLAGS
+#                                        in place of shmwin/_core*.so (the checkout's is never touched)
+#   core_pytest DIR ENV... -- ARGS...    pytest ARGS from DIR, PYTHONPATH = DIR (children inherit it),
+#                                        SHMWIN_EXPECT_CORE = DIR's core (tests/conftest.py checks it)
+#
+# The test build is -DSHMWIN_TEST: fail points (failpoint(), failpoint_fired(), SHMWIN_FAILPOINT
+# read by children) compiled in. The production build (setup.py) has none of them.
+# Run from the repository root, .venv ready.
+core_root=$(pwd)
+core_py="$core_root/.venv/bin/python"
+core_cc=${CC:-gcc}
+core_include=$("$core_py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+core_suffix=$("$core_py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+
+core_sources() {  # every .c of the native core under $1 (default: this checkout), sorted
+  find "${1:-$core_root}/shmwin" -name '*.c' | LC_ALL=C sort
+}
+
+core_build() {
+  local out=$1 sources
+  shift
+  mapfile -t sources < <(core_sources)
+  "$core_cc" -shared -fPIC -std=gnu11 "$@" -I"$core_include" "${sources[@]}" -o "$out"
+}
+
+core_copy() {
+  local dir=$1 sources
+  shift
+  mkdir -p "$dir"
+  cp -r "$core_root/shmwin" "$core_root/tests" "$core_root/pyproject.toml" "$core_root/README.md" "$dir/"
+  find "$dir" -name '__pycache__' -prune -exec rm -rf {} +
+  rm -f "$dir"/shmwin/_core*.so
+  mapfile -t sources < <(core_sources "$dir")
+  "$core_cc" -shared -fPIC -std=gnu11 "$@" -I"$core_include" "${sources[@]}" -o "$dir/shmwin/_core$core_suffix"
+}
+
+core_pytest() {
+  local dir=$1 env=()
+  shift
+  while [ "$1" != "--" ]; do env+=("$1"); shift; done
+  shift
+  (cd "$dir" && env "${env[@]}" PYTHONPATH="$dir" SHMWIN_EXPECT_CORE="$dir/shmwin/_core$core_suffix" \
+    "$core_py" -m pytest -p no:cacheprovider "$@")
+}

@@ -1,0 +1,21 @@
+# The fail-point suites against the core's test build. Fail points (failpoint(), failpoint_fired(),
+# SHMWIN_FAILPOINT read by child processes, a counted branch after every store of a section) are
+# compiled only with -DSHMWIN_TEST: the production core (setup.py) has none, and the main run
+# skips every test marked `failpoints` (tests/conftest.py). Here the same sources are built with
+# it into a copy of the package (scripts/_core_build.sh), and those tests run there; children
+# (PYTHONPATH = the copy) import the same build, and SHMWIN_EXPECT_CORE makes the run check it.
+# Run by scripts/test from the repository root, .venv ready; also on its own:
+#   bash scripts/checks.d/10-failpoints.sh [extra pytest arguments]
+set -euo pipefail
+source scripts/_core_build.sh
+work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-failpoints.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+started=$SECONDS
+core_copy "$work/copy" -O2 -DSHMWIN_TEST
+(cd "$work/copy" && PYTHONPATH="$work/copy" "$core_py" -c \
+  'from shmwin import _core; assert hasattr(_core, "failpoint"), "not a test build"')
+echo "failpoints: the test build (-DSHMWIN_TEST), every test marked failpoints"
+status=0
+core_pytest "$work/copy" -- -n 2 -q -m failpoints tests "$@" || status=$?
+echo "failpoints: $((SECONDS - started)) s, exit $status"
+exit "$status"

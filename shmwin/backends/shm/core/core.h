@@ -1,0 +1,297 @@
+/* core.h -- the internal header of shmwin._core: what its files share (see module.c's map).
+ *
+ * Every name declared here is hidden (never exported from the extension, never interposed
+ * by another library's symbol of the same name); only PyInit__core is visible.
+ */
+#ifndef SHMWIN_CORE_H
+#define SHMWIN_CORE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "layout.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "shmwin segments are little-endian"
+#endif
+
+#pragma GCC visibility push(hidden)
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define NS 1000000000LL
+
+/* ---- fail points: the test build's only (-DSHMWIN_TEST; see module.c) ------------------- *
+ * In the test build, SECTION(name) starts counting the stores of a section when a fail
+ * point names it, and the n-th store raises the fail point's signal in this process. The
+ * production build has none of it: STORE is one atomic store, and no branch is left. */
+#ifdef SHMWIN_TEST
+extern int fp_armed;   /* a section name is set */
+extern long fp_left;   /* stores left in the running section; 0 = not counting */
+void fp_enter(const char *section);
+void fp_fire(void);
+#define SECTION(name) do { if (fp_armed) fp_enter(name); } while (0)
+#define END_SECTION() (fp_left = 0)
+#define FAILPOINT() do { if (fp_left > 0 && --fp_left == 0) fp_fire(); } while (0)
+#else
+#define SECTION(name) ((void)0)
+#define END_SECTION() ((void)0)
+#define FAILPOINT() ((void)0)
+#endif
+
+/* Shared words: acquire loads, release stores (ordered; never torn: 8-byte aligned). */
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) do { __atomic_store_n((p), (v), __ATOMIC_RELEASE); FAILPOINT(); } while (0)
+
+/* ---- module state: the exception classes (shmwin.errors) and the Core type ---------------- */
+
+typedef struct {
+    PyTypeObject *core_type;
+    PyObject *closed, *timeout, *corrupt, *full, *field, *space;  /* WindowClosedError ... */
+} ModState;
+
+/* ---- the Core object: one mapped segment as this process sees it ------------------------ */
+
+typedef struct {
+    int64_t hdr;        /* word offset of the ring's header slot within a row */
+    int64_t n;          /* bucket slots (a log ring: entries) */
+    int64_t bucket_ns;  /* a log ring: the period */
+    int64_t limit;      /* limiter rings only */
+    int log;            /* a limiter ring kept as hit times (see "log rings", rings.c) */
+} Ring;
+
+struct CacheEntry;
+
+typedef struct {
+    PyObject_HEAD
+    ModState *st;       /* the module's state: the type holds the module, we hold the type */
+    Py_buffer buf;      /* an export of the mmap: it stays mapped while we hold it */
+    char *base;
+    int closed;         /* set by close(): every entry point raises from then on */
+    int busy;           /* calls inside (another thread may close while one waits) */
+    int has_buf;
+    /* geometry: read from the segment's header at init, the rest derived (coretype.c) */
+    int limiter, floats, striped, keyed;
+    int n_fields, slot_words, head_slots, n_rings, n_locks, n_key_locks;
+    Ring rings[MAX_RINGS];
+    int64_t locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, key_slots;
+    int64_t index_levels;  /* keyed: index copies 2 x level + copy < 2 x index_levels */
+    int64_t map_bytes;     /* the mapping's length (the segment file's size, mostly sparse) */
+    int fd;                /* keyed: the segment, to reserve memory as the table grows; else -1 */
+    int64_t rings_off;  /* byte offset of the first ring header within a row */
+    int64_t idle_ns;
+    uint64_t hk0, hk1;  /* the segment's hash key */
+    char *empty;        /* a row's rings as they are when empty (EMPTY epochs, zeros) */
+    int64_t empty_bytes;
+    /* policy */
+    int64_t timeout_ns;
+    int on_full;        /* 0 raise KeyTableFullError, 1 allow, 2 deny */
+    int64_t min_limit;
+    PyObject *clock;    /* NULL: CLOCK_MONOTONIC natively; else called before any lock */
+    PyObject *fields;   /* {name: word index within a slot} */
+    struct CacheEntry *cache;  /* keys this process has seen: see keycache.c */
+    int32_t *cache_index;
+    int64_t cache_mask, cache_used, cache_room;
+    PyObject *claim;    /* striped: callable() -> (pid, start ticks) of this process */
+    PyObject *name;
+    /* this process's stripe */
+    int64_t stripe_row; /* 0: the shared row under LOCK_SHARED_ROW */
+    int64_t stripe_owner;
+    uint64_t stripe_gen;
+    int64_t retry_ns;   /* when to look for a free stripe again */
+} Core;
+
+#define W(c, off) ((int64_t *)((c)->base + (off)))
+#define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
+#define RING(c, row, i) ((int64_t *)((row) + (c)->rings[i].hdr * WORD_BYTES))
+/* The slot of bucket epoch e >= 0 in the ring whose first header slot is hdr. Limiter rings
+ * have two header slots: (head epoch, running total), then (tail epoch, unused). */
+#define BUCKET(c, hdr, r, e) ((hdr) + ((c)->head_slots + (e) % (r)->n) * (c)->slot_words)
+#define TAIL(c, hdr) ((hdr) + RING_TAIL_SLOT * (c)->slot_words + SLOT_EPOCH)
+#define HEAD(hdr) ((hdr) + SLOT_EPOCH)          /* a limiter ring's head epoch ... */
+#define TOTAL(hdr) ((hdr) + SLOT_VALUES)        /* ... and its running total */
+/* A keyed row's key header words. */
+#define RGEN(row) ((int64_t *)(row) + KEY_ROW_GEN)
+#define RLAST(row) ((int64_t *)(row) + KEY_ROW_LAST_NS)
+#define RHASH(row) ((int64_t *)(row) + KEY_ROW_HASH)
+#define RLEN(row) ((int64_t *)(row) + KEY_ROW_LEN)  /* len | flags << 32 */
+#define RKEY(row) ((char *)(row) + KEY_ROW_KEY_OFF)
+
+/* ---- process-wide state (threads.c): per process, never per module or interpreter -------- */
+
+extern uint64_t fork_gen;         /* bumped in a forked child: stripes are per process */
+extern int64_t timens_offset_ns;  /* this process's time namespace's monotonic offset */
+int64_t read_timens_offset(void);
+void after_fork_child(void);
+int start_thread(void *(*main)(void *));
+enum { KEEP_TAKE = 1, KEEP_GIVE = 2 };
+int keeper(int op, pthread_mutex_t *m);
+void reserve_ahead(Core *c, int64_t from, int64_t to);
+int reserved_ahead(Core *c, int64_t from, int64_t to);
+void reserver_forget(Core *c);
+PyObject *reserver_counts_dict(void);
+#define AHEAD_MIN_ROWS 4096    /* tables this large grow by a quarter, their next pages prefetched */
+
+/* ---- time and locks (locks.c); the few the hot paths take are inline here ------------------ */
+
+static inline int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
+}
+
+/* The host's monotonic time: what every time a segment holds is read on (threads.c). */
+static inline int64_t host_mono_ns(void) { return mono_ns() - timens_offset_ns; }
+
+int call_clock(Core *c, int64_t *now);
+
+/* Now, read once per call before any lock is taken: CLOCK_MONOTONIC natively, or the
+ * injected clock (Python code, which must never run under a lock). */
+static inline int now_ns(Core *c, int64_t *now) {
+    if (c->clock != NULL) return call_clock(c, now);
+    *now = host_mono_ns();
+    return 0;
+}
+
+static inline pthread_mutex_t *mutex_at(Core *c, int i) {
+    return (pthread_mutex_t *)(c->base + c->locks_off + (int64_t)i * LOCK_BYTES);
+}
+static inline int64_t *intent_at(Core *c, int i) {
+    return W(c, c->locks_off + (int64_t)i * LOCK_BYTES + LOCK_INTENT_OFF);
+}
+static inline int row_lock(Core *c, int64_t slot) {
+    return FIRST_KEY_LOCK + (int)(slot % c->n_key_locks);
+}
+
+int lock_take_slow(Core *c, int i, int interruptible, int rc);
+
+/* Take lock i: 0 held (repaired if its last holder died inside), -1 error, not held.
+ * `interruptible`: nothing else is held, so a pending signal may raise while it waits. */
+static inline int lock_take_ex(Core *c, int i, int interruptible) {
+    int rc = pthread_mutex_trylock(mutex_at(c, i));
+    if (__builtin_expect(rc == 0 && !c->closed, 1)) return 0;
+    return lock_take_slow(c, i, interruptible, rc);
+}
+#define lock_take(c, i) lock_take_ex((c), (i), 0)
+static inline void lock_give(Core *c, int i) { pthread_mutex_unlock(mutex_at(c, i)); }
+
+int init_mutexes(Py_buffer *b, Py_ssize_t off, Py_ssize_t count, Py_ssize_t stride, Py_ssize_t mutex_off,
+                 Py_ssize_t intent_off);
+
+/* ---- the Core's life (coretype.c) ------------------------------------------------------- */
+
+int closed_error(Core *c);
+void release_map(Core *c);
+int still_open(Core *c);
+
+/* Entry and exit of every method: no memory is touched after close(). */
+static inline int enter(Core *c) {
+    if (c->closed) return closed_error(c);
+    c->busy++;
+    return 0;
+}
+static inline void leave(Core *c) {
+    c->busy--;
+    if (c->closed) release_map(c);
+}
+int fits(int64_t off, int64_t count, int64_t size, int64_t limit);
+extern PyType_Spec core_spec;
+
+/* ---- rows, stripes, log rings, the limiter (rings.c) ------------------------------------- */
+
+typedef struct {
+    int allowed;
+    int64_t used[MAX_RINGS];
+    int64_t reset_ns[MAX_RINGS];
+    int64_t wait_ns;           /* -1: never (cost above a limit) */
+} Verdict;
+
+void empty_rings(Core *c, char *row);
+int64_t sat_add(int64_t a, int64_t b);
+int64_t sat_sub(int64_t a, int64_t b);
+int64_t span_ns(const Ring *r);
+int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d);
+int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v);
+void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v);
+void repair_row(Core *c, int64_t slot);
+int claim_stripe(Core *c, int64_t *row);
+
+/* This process's stripe row, or 0 for the shared row (claimed at first use, after a fork,
+ * and at most once a second while every stripe is taken: claim_stripe). */
+static inline int stripe_of(Core *c, int64_t *row) {
+    if (c->stripe_gen == fork_gen && (c->stripe_row > 0 || mono_ns() < c->retry_ns)) {
+        *row = c->stripe_row;
+        return 0;
+    }
+    return claim_stripe(c, row);
+}
+void give_stripe(Core *c);
+int stripe_alive(Core *c, int64_t r);
+#define STRIPE(c, r) W((c), (c)->stripes_off + (int64_t)(r) * STRIPE_ENTRY_BYTES)
+#define STRIPE_MUTEX(c, r) ((pthread_mutex_t *)((char *)STRIPE((c), (r)) + STRIPE_MUTEX_OFF))
+
+/* ---- the key table (keytable.c) --------------------------------------------------------- */
+
+typedef struct {
+    unsigned char bytes[MAX_STORED_KEY];
+    int64_t len;
+    int flags;
+    uint64_t hash;
+} StoredKey;
+
+typedef struct {
+    int64_t *base;   /* entry 0 */
+    int64_t slots;   /* a power of two */
+    int64_t index;   /* 2 x level + copy */
+} Index;
+
+#define KEYWORD(c, off) W((c), (off))     /* the key table's state words in the header */
+#define ENT(x, p) ((x)->base + (p) * INDEX_ENTRY_WORDS)
+#define PROBE(x, h, p, i) \
+    for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
+         i++, p = (p + 1) & ((x)->slots - 1))
+
+int encode_key(Core *c, PyObject *key, StoredKey *k);
+int64_t load_count(Core *c, int64_t off, int64_t most);
+#define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
+#define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))
+int current_index(Core *c, Index *x);
+int rows_top(Core *c, int64_t *top);
+int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen);
+void repair_keys(Core *c);
+int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot);
+int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
+int clear_key(Core *c, PyObject *key);
+
+/* ---- the key cache (keycache.c) --------------------------------------------------------- */
+
+typedef struct CacheEntry {
+    PyObject *key;      /* a strong reference */
+    Py_hash_t hash;
+    int32_t slot, gen;  /* gen 0: stale, look the key up again */
+} CacheEntry;
+
+CacheEntry *cache_get(Core *c, PyObject *key);
+void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
+void forget(Core *c, PyObject *key);
+void cache_drop(Core *c);
+
+/* ---- the methods (methods.c) ------------------------------------------------------------- */
+
+extern PyMethodDef core_methods[];
+
+#pragma GCC visibility pop
+
+#endif /* SHMWIN_CORE_H */

@@ -1,0 +1,323 @@
+/* coretype.c -- the Core type: one mapped segment as this process sees it.
+ *
+ * Core(buffer, /, *, name, timeout_ns, clock=None, on_full=0, claim=None, fd=-1) takes a
+ * mapping whose header Python has validated (layout.unpack_header), reads the geometry from
+ * that header itself (ShmwinHeader, generated from layout_words.py) and derives the rest --
+ * slot words, ring offsets, rows, index levels, the idle time, the empty row -- as
+ * layout.Layout.plan does (tests/unit/test_layout.py compares the two over many geometries).
+ * Then it checks that every offset lies in the mapping and every ring in its row: junk in
+ * a header that changed after Python read it is a ValueError, never a wild write.
+ * A heap type (PEP 630): each Core holds its type, which holds the module and its state.
+ */
+#include "core.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* ---- close safety: every entry point raises once close() ran ----------------------------- *
+ * The mapping is kept (our buffer export) until no call of any thread is inside. */
+
+void release_map(Core *c) {
+    if (c->busy == 0 && c->has_buf) give_stripe(c);  /* its robust-list links are in the map */
+    if (c->busy == 0 && c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    if (c->has_buf && c->busy == 0) {
+        reserver_forget(c);  /* the reserver may be populating our mapping */
+        c->has_buf = 0;
+        c->base = NULL;
+        PyBuffer_Release(&c->buf);
+    }
+}
+
+int closed_error(Core *c) {
+    PyErr_Format(c->st->closed, "window %R is closed", c->name ? c->name : Py_None);
+    return -1;
+}
+
+int still_open(Core *c) {  /* after anything that may have run other threads */
+    if (!c->closed) return 0;
+    PyErr_Format(c->st->closed, "window %R was closed during the call", c->name);
+    return -1;
+}
+
+/* ---- the layout, from the header ------------------------------------------------------------ */
+
+/* Does [off, off + count x size) lie within [0, limit)? Checked: junk never wraps around. */
+int fits(int64_t off, int64_t count, int64_t size, int64_t limit) {
+    int64_t bytes, end;
+    return off >= 0 && count >= 0 && size >= 0 && !__builtin_mul_overflow(count, size, &bytes) &&
+           !__builtin_add_overflow(off, bytes, &end) && end <= limit;
+}
+
+/* Every offset lies in the mapping, every ring in its row: no section can reach outside them. */
+static int layout_fits(Core *c) {
+    int64_t len = c->map_bytes;
+    if (!fits(c->rows_off, c->n_rows, c->row_bytes, len) || c->n_rows < 1 || c->n_fields < 1 ||
+        c->slot_words <= c->n_fields || c->idle_ns < 1 ||
+        !fits(c->locks_off, c->n_locks, LOCK_BYTES, len) ||
+        c->n_locks < (c->keyed ? FIRST_KEY_LOCK + 1 : FIRST_KEY_LOCK) ||
+        c->rings_off < 0 || !fits(c->rings_off, 1, c->empty_bytes, c->row_bytes))
+        return 0;
+    for (int i = 0; i < c->n_rings; i++)
+        if (c->rings[i].hdr < 0 || c->rings[i].hdr > c->row_bytes / WORD_BYTES ||
+            !fits(c->rings[i].hdr * WORD_BYTES, c->head_slots + c->rings[i].n,
+                  (int64_t)c->slot_words * WORD_BYTES, c->row_bytes))
+            return 0;
+    if (!c->keyed) return fits(c->stripes_off, c->n_rows, STRIPE_ENTRY_BYTES, len);
+    return c->index_levels >= 1 && c->index_levels <= 40 && c->key_slots >= 1 && c->key_slots <= (1 << 20) &&
+           (c->key_slots & (c->key_slots - 1)) == 0 && c->rings_off >= KEY_HEADER_BYTES &&
+           c->n_rows <= UINT32_MAX && fits(c->keys_off, 2 * ((INT64_C(1) << c->index_levels) - 1),
+                                           c->key_slots * KEY_ENTRY_BYTES, c->rows_off);
+}
+
+static int bad_header(const char *what) {
+    PyErr_Format(PyExc_ValueError, "Core: the segment's header %s", what);
+    return -1;
+}
+
+/* An offset word of the header as a signed size: -1 (which no check lets through) if junk. */
+static int64_t offset_of(uint64_t word) { return word > (uint64_t)INT64_MAX ? -1 : (int64_t)word; }
+
+/* The rings of the header's ring table, placed one after another in a row (after the key
+ * header of a keyed row), and what they decide: the idle time and the lowest limit. */
+static int read_rings(Core *c, const ShmwinHeader *h) {
+    int64_t words = c->keyed ? KEY_HEADER_BYTES / WORD_BYTES : 0;
+    c->min_limit = INT64_MAX;
+    c->idle_ns = 0;
+    for (int i = 0; i < c->n_rings; i++) {
+        const ShmwinRingEntry *e = &h->ring_table[i];
+        Ring *r = &c->rings[i];
+        r->log = (e->flags & RING_LOG) != 0;
+        r->n = e->n_buckets;
+        r->bucket_ns = e->bucket_ns;
+        r->limit = e->limit;
+        if ((e->flags & ~(uint32_t)RING_LOG) || r->n < 1 || r->n > MAX_BUCKETS || r->bucket_ns < 1 ||
+            r->limit < 0 || (r->log && (!c->limiter || r->n > MAX_LOG_ENTRIES)))
+            return bad_header("holds an impossible ring");
+        r->hdr = words;
+        words += (c->head_slots + r->n) * c->slot_words;
+        if (r->limit < c->min_limit) c->min_limit = r->limit;
+        int64_t span = r->log ? r->bucket_ns : span_ns(r);  /* after this long, every bucket is stale */
+        if (span > c->idle_ns) c->idle_ns = span;
+    }
+    c->rings_off = c->rings[0].hdr * WORD_BYTES;
+    c->empty_bytes = c->row_bytes - c->rings_off;
+    if (c->empty_bytes < 0 || words * WORD_BYTES > c->row_bytes) return bad_header("has rows too small for its rings");
+    return 0;
+}
+
+/* The geometry: read from a private copy of the header's immutable part (bytes up to
+ * CRC_END; the key table's words after it change under other processes). */
+static int read_header(Core *c) {
+    ShmwinHeader h;
+    _Static_assert(offsetof(ShmwinHeader, rows_in_use) == CRC_END, "the immutable part ends at CRC_END");
+    if (c->map_bytes < HEADER_BYTES) return bad_header("is missing: the mapping is too small");
+    memset(&h, 0, sizeof h);
+    memcpy(&h, c->base, CRC_END);
+    if (h.version != FORMAT_VERSION || h.header_bytes != HEADER_BYTES || h.n_rings < 1 ||
+        h.n_rings > MAX_RINGS || h.n_fields < 1 || h.n_fields > MAX_FIELDS || h.kind > KIND_LIMITER ||
+        h.dtype > DTYPE_FLOAT64 || h.mode > MODE_LOCKED || h.n_locks > FIRST_KEY_LOCK + MAX_KEY_LOCKS ||
+        h.capacity > MAX_CAPACITY || h.n_stripes > MAX_STRIPES)
+        return bad_header("names an unknown version, kind, dtype, mode or count");
+    c->limiter = h.kind == KIND_LIMITER;
+    c->floats = h.dtype == DTYPE_FLOAT64;
+    c->striped = h.mode == MODE_STRIPED;
+    c->keyed = h.capacity > 0;
+    c->n_fields = (int)h.n_fields;
+    c->slot_words = SLOT_VALUES + c->n_fields;
+    c->head_slots = c->limiter ? LIMITER_HEAD_SLOTS : WINDOW_HEAD_SLOTS;
+    c->n_rings = (int)h.n_rings;
+    c->n_locks = (int)h.n_locks;
+    c->n_key_locks = c->keyed ? c->n_locks - FIRST_KEY_LOCK : 0;
+    c->locks_off = offset_of(h.locks_off);
+    c->stripes_off = offset_of(h.stripes_off);
+    c->keys_off = offset_of(h.keys_off);
+    c->rows_off = offset_of(h.rows_off);
+    c->row_bytes = offset_of(h.row_bytes);
+    c->n_rows = c->keyed ? (int64_t)h.capacity : (int64_t)h.n_stripes + 1;
+    c->key_slots = h.key_slots;
+    c->index_levels = 0;
+    if (c->keyed && (c->key_slots < 1 || c->key_slots > (1 << 20) || (c->key_slots & (c->key_slots - 1))))
+        return bad_header("holds an impossible key table");
+    if (c->keyed)  /* the last level holds the capacity at a load of at most 1/4 */
+        for (c->index_levels = 1; (c->key_slots << (c->index_levels - 1)) < 4 * c->n_rows;) c->index_levels++;
+    memcpy(&c->hk0, h.hash_key, 8);
+    memcpy(&c->hk1, h.hash_key + 8, 8);
+    if (read_rings(c, &h) < 0) return -1;
+    if (!layout_fits(c)) {
+        PyErr_SetString(PyExc_ValueError, "Core: the layout does not fit the mapping");
+        return -1;
+    }
+    c->fields = PyDict_New();  /* {name: its word in a slot} */
+    for (int i = 0; c->fields != NULL && i < c->n_fields; i++) {
+        const char *raw = (const char *)h.field_names + i * FIELD_NAME_BYTES;
+        PyObject *name = PyUnicode_DecodeUTF8(raw, (Py_ssize_t)strnlen(raw, FIELD_NAME_BYTES), "strict");
+        PyObject *word = name ? PyLong_FromLong(SLOT_VALUES + i) : NULL;
+        if (word == NULL || PyDict_SetItem(c->fields, name, word) < 0) Py_CLEAR(c->fields);
+        Py_XDECREF(name);
+        Py_XDECREF(word);
+    }
+    return c->fields == NULL ? -1 : 0;
+}
+
+/* A row's rings as they are when empty: every slot's epoch EMPTY_EPOCH, every other word 0. */
+static int make_empty_row(Core *c) {
+    int64_t words = c->empty_bytes / WORD_BYTES, n_slots = 0;
+    for (int i = 0; i < c->n_rings; i++) n_slots += c->head_slots + c->rings[i].n;
+    c->empty = PyMem_Calloc((size_t)(c->empty_bytes > 0 ? c->empty_bytes : 1), 1);
+    if (c->empty == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t *w = (int64_t *)c->empty;
+    for (int64_t s = 0; s < n_slots && s * c->slot_words < words; s++) w[s * c->slot_words + SLOT_EPOCH] = EMPTY_EPOCH;
+    return 0;
+}
+
+/* ---- the type --------------------------------------------------------------------------------- */
+
+/* A Core that was never initialised raises WindowClosedError from every method. */
+static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Core *c = (Core *)PyType_GenericNew(type, args, kw);
+    if (c == NULL) return NULL;
+    c->st = PyType_GetModuleState(type);
+    c->closed = 1;
+    c->fd = -1;
+    c->cache_mask = -1;
+    if (c->st == NULL) Py_CLEAR(c);
+    return (PyObject *)c;
+}
+
+static int Core_init(Core *c, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"", "name", "timeout_ns", "clock", "on_full", "claim", "fd", NULL};
+    PyObject *buffer, *name = NULL, *clock = Py_None, *claim = Py_None;
+    long long timeout_ns = -1;
+    int on_full = 0, fd = -1;
+    if (c->has_buf || c->base || c->name) {
+        PyErr_SetString(PyExc_RuntimeError, "Core is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$ULOiOi:Core", kwlist, &buffer, &name, &timeout_ns, &clock,
+                                     &on_full, &claim, &fd))
+        return -1;
+    if (name == NULL || timeout_ns < 0) {
+        PyErr_SetString(PyExc_TypeError, "Core() needs name= and timeout_ns= (a lock timeout, >= 0)");
+        return -1;
+    }
+    if (on_full < 0 || on_full > 2) {
+        PyErr_SetString(PyExc_ValueError, "Core: on_full is 0 (raise), 1 (allow) or 2 (deny)");
+        return -1;
+    }
+    if (PyObject_GetBuffer(buffer, &c->buf, PyBUF_WRITABLE) < 0) return -1;
+    c->has_buf = 1;
+    c->base = c->buf.buf;
+    c->map_bytes = c->buf.len;
+    if (read_header(c) < 0 || make_empty_row(c) < 0) return -1;
+    if (c->striped && claim == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "Core: a striped window needs claim=, its stripe callback");
+        return -1;
+    }
+    if (c->keyed) {  /* our own descriptor (we close it), never an exec's: the table grows through it */
+        if (fd < 0 || (c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+            c->fd = -1;
+            PyErr_SetString(PyExc_ValueError, "Core: a keyed window needs the segment's file descriptor");
+            return -1;
+        }
+    }
+    c->timeout_ns = timeout_ns > NS << 31 ? NS << 31 : timeout_ns;  /* 68 years: now + it never overflows */
+    c->on_full = on_full;
+    c->clock = clock == Py_None ? NULL : Py_NewRef(clock);
+    c->claim = Py_NewRef(claim);
+    c->name = Py_NewRef(name);
+    c->closed = 0;
+    return 0;
+}
+
+static int Core_traverse(Core *c, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(c));
+    Py_VISIT(c->clock);
+    Py_VISIT(c->claim);
+    Py_VISIT(c->fields);
+    return 0;
+}
+
+static int Core_clear_refs(Core *c) {
+    Py_CLEAR(c->clock);
+    Py_CLEAR(c->claim);
+    Py_CLEAR(c->fields);
+    return 0;
+}
+
+static void Core_dealloc(Core *c) {
+    PyTypeObject *type = Py_TYPE(c);
+    PyObject_GC_UnTrack(c);
+    c->closed = 1;
+    c->busy = 0;
+    release_map(c);
+    Core_clear_refs(c);
+    Py_CLEAR(c->name);
+    cache_drop(c);
+    PyMem_Free(c->empty);
+    if (c->fd >= 0) close(c->fd);
+    type->tp_free((PyObject *)c);
+    Py_DECREF(type);
+}
+
+static PyObject *Core_get_closed(Core *c, void *Py_UNUSED(x)) { return PyBool_FromLong(c->closed); }
+static PyObject *Core_get_cached(Core *c, void *Py_UNUSED(x)) { return PyLong_FromLongLong(c->cache_used); }
+
+/* What this Core read from the header and derived from it, as layout.Layout names it. */
+static PyObject *Core_get_layout(Core *c, void *Py_UNUSED(x)) {
+    if (c->fields == NULL) return closed_error(c), NULL;
+    PyObject *rings = PyTuple_New(c->n_rings);
+    for (int i = 0; rings != NULL && i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        PyObject *t = Py_BuildValue("(LLLLO)", (long long)r->hdr, (long long)r->n, (long long)r->bucket_ns,
+                                    (long long)r->limit, r->log ? Py_True : Py_False);
+        if (t == NULL) Py_CLEAR(rings);
+        else PyTuple_SET_ITEM(rings, i, t);
+    }
+    if (rings == NULL) return NULL;
+    return Py_BuildValue(
+        "{sOsOsOsOsisisisNsisisLsLsLsLsLsLsLsLsLsLsy#sO}", "limiter", c->limiter ? Py_True : Py_False,
+        "floats", c->floats ? Py_True : Py_False, "striped", c->striped ? Py_True : Py_False,
+        "keyed", c->keyed ? Py_True : Py_False, "n_fields", c->n_fields, "slot_words", c->slot_words,
+        "head_slots", c->head_slots, "rings", rings, "n_locks", c->n_locks, "n_key_locks", c->n_key_locks,
+        "locks_off", (long long)c->locks_off, "stripes_off", (long long)c->stripes_off,
+        "keys_off", (long long)c->keys_off, "rows_off", (long long)c->rows_off,
+        "row_bytes", (long long)c->row_bytes, "n_rows", (long long)c->n_rows,
+        "key_slots", (long long)c->key_slots, "index_levels", (long long)c->index_levels,
+        "rings_off", (long long)c->rings_off, "idle_ns", (long long)c->idle_ns,
+        "empty_row", c->empty, (Py_ssize_t)c->empty_bytes, "fields", c->fields);
+}
+
+static PyGetSetDef Core_getset[] = {
+    {"closed", (getter)Core_get_closed, NULL, "close() was called", NULL},
+    {"cached", (getter)Core_get_cached, NULL, "how many keys this process's key cache holds", NULL},
+    {"layout", (getter)Core_get_layout, NULL,
+     "what this core read from the segment's header and derived from it (a dict, as layout.Layout)", NULL},
+    {NULL},
+};
+
+static PyType_Slot core_slots[] = {
+    {Py_tp_doc, "Core(buffer, /, *, name, timeout_ns, clock=None, on_full=0, claim=None, fd=-1)\n--\n\n"
+                "Every write to one mapped shmwin segment, whose header layout.unpack_header validated."},
+    {Py_tp_new, Core_new},
+    {Py_tp_init, Core_init},
+    {Py_tp_dealloc, Core_dealloc},
+    {Py_tp_traverse, Core_traverse},
+    {Py_tp_clear, Core_clear_refs},
+    {Py_tp_methods, core_methods},
+    {Py_tp_getset, Core_getset},
+    {0, NULL},
+};
+
+PyType_Spec core_spec = {
+    .name = "shmwin._core.Core",
+    .basicsize = sizeof(Core),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = core_slots,
+};

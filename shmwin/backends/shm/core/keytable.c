@@ -1,0 +1,669 @@
+/* keytable.c -- the key table of a keyed segment: the stored form of a key, the checked
+ * state words, the index, lookups, inserts, rebuilds, clears and the rollback repair.
+ *
+ * layout.py ("Key table") draws it: an index (open addressing over SipHash-1-3 hashes
+ * under the segment's secret key) over a heap of rows, each row starting with its key's
+ * header. keycache.c keeps this process's shortcut from a key object to its row.
+ */
+#include "core.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifdef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE_OR_NONE MADV_POPULATE_WRITE
+#else
+#define MADV_POPULATE_WRITE_OR_NONE 23  /* Linux 5.14+; older kernels answer EINVAL */
+#endif
+
+/* ---- SipHash-1-3 with the segment's secret key: key hashes callers cannot aim ------ */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                     \
+    do {                                                             \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);    \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                       \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                       \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);    \
+    } while (0)
+
+static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *m, size_t len) {
+    uint64_t v0 = 0x736f6d6570736575ULL ^ k0, v1 = 0x646f72616e646f6dULL ^ k1;
+    uint64_t v2 = 0x6c7967656e657261ULL ^ k0, v3 = 0x7465646279746573ULL ^ k1;
+    uint64_t last = (uint64_t)len << 56, w;
+    const unsigned char *end = m + (len & ~(size_t)7);
+    for (; m != end; m += 8) {
+        memcpy(&w, m, 8);
+        v3 ^= w; SIPROUND; v0 ^= w;
+    }
+    for (size_t i = 0; i < (len & 7); i++) last |= (uint64_t)m[i] << (8 * i);
+    v3 ^= last; SIPROUND; v0 ^= last;
+    v2 ^= 0xff; SIPROUND; SIPROUND; SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---- keys ------------------------------------------------------------------------------ */
+
+/* The bytes a key is stored as, and its hash: str -> UTF-8, bytes as is (exactly those two
+ * types, as documented: a bytearray or memoryview could change under the key cache); long
+ * keys keep a prefix and a 128-bit keyed digest of the whole. */
+int encode_key(Core *c, PyObject *key, StoredKey *k) {
+    const char *raw;
+    Py_ssize_t len;
+    k->flags = 0;
+    if (PyUnicode_Check(key)) {
+        raw = PyUnicode_AsUTF8AndSize(key, &len);
+        if (raw == NULL) return -1;
+        k->flags = KEY_FLAG_STR;
+    } else if (PyBytes_Check(key)) {
+        raw = PyBytes_AS_STRING(key);
+        len = PyBytes_GET_SIZE(key);
+    } else {
+        PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.100s", Py_TYPE(key)->tp_name);
+        return -1;
+    }
+    if (len <= MAX_STORED_KEY) {
+        memcpy(k->bytes, raw, (size_t)len);
+        k->len = len;
+    } else {
+        uint64_t d0 = siphash13(c->hk0, c->hk1, (const unsigned char *)raw, (size_t)len);
+        uint64_t d1 = siphash13(c->hk1, c->hk0 ^ 0x9e3779b97f4a7c15ULL, (const unsigned char *)raw,
+                                (size_t)len);
+        memcpy(k->bytes, raw, KEY_LONG_PREFIX);
+        memcpy(k->bytes + KEY_LONG_PREFIX, &d0, 8);
+        memcpy(k->bytes + KEY_LONG_PREFIX + 8, &d1, 8);
+        k->len = MAX_STORED_KEY;
+        k->flags |= KEY_FLAG_DIGEST;
+    }
+    uint64_t h = siphash13(c->hk0 ^ (uint64_t)k->flags, c->hk1, k->bytes, (size_t)k->len) >> 1;
+    k->hash = h ? h : 1;  /* fits an i64, never 0: 0 marks an entry with no key */
+    return 0;
+}
+
+/* ---- the key table: an index over a heap of rows (layout.py, "Key table") ------------ *
+ * The index maps a key's hash to the heap row that holds the key's identity (its header)
+ * and its counts. Everything here runs under LOCK_KEY_TABLE except find_key, which is lock-free:
+ * what it finds is a hint, confirmed by the row's generation under the row's lock. Row
+ * generations only change under LOCK_KEY_TABLE and only go up (in absolute value), so a cached
+ * (row, generation) can never name another key. */
+
+/* ---- the key table's state words: checked where they are loaded ------------------------ *
+ * They lie outside the header's checksum and change under LOCK_KEY_TABLE while others read them
+ * lock-free. Three decide where memory is touched -- the index descriptor, rows_top and
+ * rows_reserved -- and the file is sparse: a value within bounds but past what was reserved
+ * would send a reader into a hole, where a fault on a full /dev/shm is a SIGBUS. So each of
+ * the three carries its own check, written in the same store: value | tag << 32, the tag a
+ * mix of the value, the word's offset and the segment's hash key (layout.state_word). Junk
+ * fails it (a zeroed or flipped word, a copy of another word) and is a CorruptSegmentError.
+ * The other words only count (keys, index_used) or time (rebuilt_ns): clamped where loaded. */
+static uint32_t state_tag(const Core *c, int64_t off, uint64_t v) {
+    uint64_t x = (v | (uint64_t)off << 32) ^ c->hk0;
+    x *= c->hk1 | 1;
+    x ^= x >> 32;
+    x *= 0x9e3779b97f4a7c15ULL;
+    return (uint32_t)(x >> 32);
+}
+#define store_state(c, off, v) \
+    STORE(KEYWORD(c, off), (int64_t)((uint64_t)state_tag((c), (off), (uint64_t)(v)) << 32 | (uint64_t)(v)))
+
+/* A checked state word's value, in [0, most]; -1 with CorruptSegmentError set if it fails. */
+static int64_t load_state(Core *c, int64_t off, int64_t most, const char *what) {
+    uint64_t w = (uint64_t)LOAD(KEYWORD(c, off)), v = w & 0xFFFFFFFFu;
+    if ((uint32_t)(w >> 32) == state_tag(c, off, v) && v <= (uint64_t)most) return (int64_t)v;
+    PyErr_Format(c->st->corrupt, "window %R: its key table's %s word (%lld) fails its check: the segment "
+                 "is corrupt", c->name, what, (long long)w);
+    return -1;
+}
+
+/* A counting state word, clamped to [0, most]: junk there miscounts, never overflows. */
+int64_t load_count(Core *c, int64_t off, int64_t most) {
+    int64_t v = LOAD(KEYWORD(c, off));
+    return v < 0 ? 0 : v > most ? most : v;
+}
+
+/* Under LOCK_KEY_TABLE, before an insert counts on them: the counting words within their bounds
+ * (at most a key per row; at most every entry of the index used), as attach checks them. */
+static int counts_ok(Core *c, int64_t slots) {
+    int64_t keys = LOAD(KEYWORD(c, KEYS_OFF)), used = LOAD(KEYWORD(c, INDEX_USED_OFF));
+    if (keys >= 0 && keys <= c->n_rows && used >= 0 && used <= slots) return 0;
+    PyErr_Format(c->st->corrupt, "window %R: its key table counts %lld keys in %lld index entries, out of "
+                 "range: the segment is corrupt", c->name, (long long)keys, (long long)used);
+    return -1;
+}
+
+static Index index_copy(Core *c, int64_t index) {
+    int64_t level = index >> 1, copy = index & 1;
+    Index x = {W(c, c->keys_off + KEY_ENTRY_BYTES * c->key_slots *
+                        (2 * ((1LL << level) - 1) + copy * (1LL << level))),
+               c->key_slots << level, index};
+    return x;
+}
+
+/* The published index; a junk descriptor is an error, never a wild read. */
+int current_index(Core *c, Index *x) {
+    int64_t d = load_state(c, INDEX_OFF, 2 * c->index_levels - 1, "index descriptor");
+    if (d < 0) return -1;
+    *x = index_copy(c, d);
+    return 0;
+}
+
+/* Rows that may be followed: those handed out, every one reserved. 0, or -1 with an error.
+ * rows_top is loaded first: a writer stores rows_reserved before it, so top <= reserved. */
+int rows_top(Core *c, int64_t *top) {
+    int64_t t = load_state(c, ROWS_TOP_OFF, c->n_rows, "rows_top"), reserved;
+    if (t < 0 || (reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved")) < 0) return -1;
+    if (t > reserved) {
+        PyErr_Format(c->st->corrupt, "window %R: its key table hands out %lld rows but reserved only %lld: "
+                     "the segment is corrupt", c->name, (long long)t, (long long)reserved);
+        return -1;
+    }
+    *top = t;
+    return 0;
+}
+
+static int row_holds(char *row, const StoredKey *k) {
+    return LOAD(RHASH(row)) == (int64_t)k->hash && LOAD(RLEN(row)) == (k->len | (int64_t)k->flags << 32) &&
+           memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
+}
+
+/* Lock-free lookup: 1 and (row, generation) if found, 0 if not, -1 error. An entry being
+ * written (negative generation) or pointing at a row that no longer holds it never matches. */
+int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
+    Index x;
+    int64_t top;
+    if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) return -1;
+    PROBE(&x, k->hash, p, i) {
+        int64_t *e = ENT(&x, p), g = LOAD(e + INDEX_ENTRY_GEN);
+        if (g == 0) return 0;  /* never used: the key would have been placed here or before */
+        if (g < 0 || g >= MAX_GEN || LOAD(e + INDEX_ENTRY_HASH) != (int64_t)k->hash) continue;
+        int64_t r = LOAD(e + INDEX_ENTRY_ROW);
+        if (r < 0 || r >= top) continue;
+        char *row = ROW(c, r);
+        if (LOAD(RGEN(row)) == g && row_holds(row, k) && LOAD(e + INDEX_ENTRY_GEN) == g) {
+            *slot = r;
+            *gen = g;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* now - last > idle_ns, without the subtraction: a junk last_ns never overflows it (now >= 0). */
+static int idle(Core *c, int64_t slot, int64_t now) {
+    return LOAD(RLAST(ROW(c, slot))) < now - c->idle_ns;
+}
+
+/* The row entry e points at if it holds a key whose row agrees (generation and hash), else -1. */
+static int64_t live_row(Core *c, int64_t *e, int64_t top) {
+    int64_t g = LOAD(e + INDEX_ENTRY_GEN), h = LOAD(e + INDEX_ENTRY_HASH), r = LOAD(e + INDEX_ENTRY_ROW);
+    if (g <= 0 || g >= MAX_GEN || h == 0 || r < 0 || r >= top) return -1;
+    char *row = ROW(c, r);
+    return LOAD(RGEN(row)) == g && LOAD(RHASH(row)) == h ? r : -1;
+}
+
+/* OutOfSpaceError(errno, message): the segment could not grow; nothing was written. */
+static int space_error(Core *c, int err, const char *what) {
+    PyObject *msg = PyUnicode_FromFormat("no room in /dev/shm for %s in window %R (%s): free some "
+                                         "space, or give the window a capacity and an on_full policy",
+                                         what, c->name, strerror(err));
+    PyObject *args = msg ? Py_BuildValue("(iN)", err, msg) : NULL;
+    if (args != NULL) {
+        PyErr_SetObject(c->st->space, args);
+        Py_DECREF(args);
+    }
+    return -1;
+}
+
+/* The heap's next size after `have` rows: half again (at least 8) while small, then a
+ * quarter, with the next quarter prefetched by the reserver. */
+static int64_t grown(Core *c, int64_t have) {
+    int64_t want = have + (have >= AHEAD_MIN_ROWS ? have / 4 : have / 2 > 8 ? have / 2 : 8);
+    return want > c->n_rows ? c->n_rows : want;
+}
+
+/* Rows [from, to) as page-aligned byte offsets in the segment; 0 <= from <= to <= n_rows
+ * (from checked words only), so no product passes the mapping's size. */
+static void row_pages(Core *c, int64_t from, int64_t to, int64_t *lo, int64_t *hi) {
+    *lo = c->rows_off + from * c->row_bytes;
+    *hi = c->rows_off + to * c->row_bytes;
+    *lo -= *lo % PAGE_BYTES;
+    *hi = (*hi + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
+    if (*hi > c->map_bytes) *hi = c->map_bytes;
+}
+
+/* Reserve heap rows up to at least `need` (posix_fallocate: a full /dev/shm is an error now,
+ * never a SIGBUS later), unless the reserver already did. */
+static int reserve_rows(Core *c, int64_t have, int64_t need) {
+    int64_t want = grown(c, have), from, to;
+    if (want < need) want = need > c->n_rows ? c->n_rows : need;
+    row_pages(c, have, want, &from, &to);
+    if (!reserved_ahead(c, from, to)) {
+        int err = posix_fallocate(c->fd, from, to - from);
+        if (err != 0) return space_error(c, err, "more keys");
+        /* Map the new rows into this process in one call rather than one fault per page
+         * (Linux 5.14+; elsewhere, or if it fails, the pages simply fault in as touched). */
+        (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);
+    }
+    store_state(c, ROWS_RESERVED_OFF, want);
+    if (want >= AHEAD_MIN_ROWS && want < c->n_rows) {
+        row_pages(c, want, grown(c, want), &from, &to);
+        reserve_ahead(c, from, to);
+    }
+    return 0;
+}
+
+/* An index copy's bytes in the segment, page-aligned. */
+static void index_pages(Core *c, const Index *x, int64_t *lo, int64_t *hi) {
+    *lo = (char *)x->base - c->base;
+    *hi = *lo + x->slots * KEY_ENTRY_BYTES;
+    *lo -= *lo % PAGE_BYTES;
+}
+
+/* Reserve the memory of an index copy before writing it. */
+static int reserve_index(Core *c, const Index *x) {
+    int64_t from, to;
+    index_pages(c, x, &from, &to);
+    int err = posix_fallocate(c->fd, from, to - from);
+    if (err != 0) return space_error(c, err, "a larger key index");
+    (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);  /* as rows */
+    return 0;
+}
+
+/* The index level a rebuild keeping `kept` keys writes: a load of at most 1/4. */
+static int64_t level_for(Core *c, int64_t kept) {
+    int64_t level = 0;
+    while (level + 1 < c->index_levels && (c->key_slots << level) < 4 * (kept + 1)) level++;
+    return level;
+}
+
+/* Section "rebuild": a new index holding every key whose row is not idle, in the copy
+ * nobody reads, sized for a load of at most 1/4; idle keys' rows go to the free list.
+ * Caller holds LOCK_KEY_TABLE. Order: dropped rows are unpublished (negative generation, under
+ * their row locks) first, so no writer counts into a key the new index forgets; the new
+ * index is published with one store; the free list is written last. A tear anywhere is
+ * undone by the repair (repair_keys): it keeps the current index and frees unreferenced rows;
+ * a failure midway finishes the drops in the current index (drop_marked).
+ * Each key's row is read once, in the first pass (its lines fetched a few entries ahead):
+ * what that pass decides is kept in `fate`, which the later passes follow. Under LOCK_KEY_TABLE
+ * no row's generation changes but by this section's own stores, so the decision holds. */
+enum { FATE_NONE, FATE_KEEP, FATE_DROP };
+#define AHEAD 8                /* entries ahead whose rows (or new places) are fetched early */
+
+/* A rebuild that fails (a row lock timed out, no room for the new index) after unpublishing
+ * idle rows finishes dropping them from the current index instead: each entry becomes a
+ * tombstone, as clear() leaves, and its row goes to the free list. Nothing counted is lost
+ * (they were idle) and no row is left unpublished yet named. Entries before `upto` only. */
+static void drop_marked(Core *c, Index *cur, const unsigned char *fate, int64_t upto) {
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), keys = KEYS(c);
+    for (int64_t p = 0; p < upto; p++) {
+        if (fate[p] != FATE_DROP) continue;
+        int64_t *e = ENT(cur, p), g = LOAD(e + INDEX_ENTRY_GEN), r = LOAD(e + INDEX_ENTRY_ROW);
+        char *row = ROW(c, r);
+        STORE(e + INDEX_ENTRY_HASH, 0);
+        STORE(e + INDEX_ENTRY_GEN, g + 1);  /* a tombstone: probing goes on past it */
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
+        head = r + 1;
+        keys--;
+    }
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    STORE(KEYWORD(c, KEYS_OFF), keys > 0 ? keys : 0);
+}
+
+static int rebuild(Core *c, int64_t now) {
+    Index cur, next;
+    int64_t top, kept = 0;
+    if (current_index(c, &cur) < 0 || rows_top(c, &top) < 0) return -1;
+    unsigned char *fate = PyMem_Calloc((size_t)cur.slots, 1);
+    if (fate == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    SECTION("rebuild");
+    for (int64_t p = 0; p < cur.slots; p++) {  /* count, and drop the idle */
+        if (p + AHEAD < cur.slots) {
+            int64_t ahead = LOAD(ENT(&cur, p + AHEAD) + INDEX_ENTRY_ROW);
+            if (ahead >= 0 && ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
+        }
+        int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
+        if (r < 0) continue;
+        if (idle(c, r, now)) {
+            int lock = row_lock(c, r);
+            if (lock_take(c, lock) < 0) {
+                drop_marked(c, &cur, fate, p);
+                END_SECTION();
+                PyMem_Free(fate);
+                return -1;
+            }
+            if (idle(c, r, now) && live_row(c, e, top) == r) {
+                STORE(RGEN(ROW(c, r)), -LOAD(e + INDEX_ENTRY_GEN));  /* writers caching it stop matching */
+                lock_give(c, lock);
+                fate[p] = FATE_DROP;
+                continue;
+            }
+            lock_give(c, lock);
+        }
+        fate[p] = FATE_KEEP;
+        kept++;
+    }
+    next = index_copy(c, 2 * level_for(c, kept) + ((cur.index & 1) ^ 1));
+    if (reserve_index(c, &next) < 0) {  /* nothing published */
+        drop_marked(c, &cur, fate, cur.slots);
+        END_SECTION();
+        PyMem_Free(fate);
+        return -1;
+    }
+    STORE(intent_at(c, LOCK_KEY_TABLE), -1);
+    memset(next.base, 0, (size_t)(next.slots * KEY_ENTRY_BYTES));
+    FAILPOINT();
+    for (int64_t p = 0; p < cur.slots; p++) {
+        if (p + AHEAD < cur.slots && fate[p + AHEAD] == FATE_KEEP)
+            __builtin_prefetch(ENT(&next, (uint64_t)LOAD(ENT(&cur, p + AHEAD) + INDEX_ENTRY_HASH) & (uint64_t)(next.slots - 1)), 1);
+        if (fate[p] != FATE_KEEP) continue;
+        int64_t *e = ENT(&cur, p);
+        PROBE(&next, (uint64_t)LOAD(e + INDEX_ENTRY_HASH), q, i) {
+            int64_t *f = ENT(&next, q);
+            if (LOAD(f + INDEX_ENTRY_GEN) != 0) continue;
+            STORE(f + INDEX_ENTRY_ROW, LOAD(e + INDEX_ENTRY_ROW));
+            STORE(f + INDEX_ENTRY_HASH, LOAD(e + INDEX_ENTRY_HASH));
+            STORE(f + INDEX_ENTRY_GEN, LOAD(e + INDEX_ENTRY_GEN));
+            break;
+        }
+    }
+    STORE(KEYWORD(c, INDEX_USED_OFF), kept);
+    STORE(KEYWORD(c, KEYS_OFF), kept);
+    STORE(KEYWORD(c, REBUILT_NS_OFF), now);
+    store_state(c, INDEX_OFF, next.index);  /* published */
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    for (int64_t p = 0; p < cur.slots; p++) {  /* the dropped rows: negative, named by cur */
+        if (fate[p] != FATE_DROP) continue;
+        int64_t *e = ENT(&cur, p), g = LOAD(e + INDEX_ENTRY_GEN), r = LOAD(e + INDEX_ENTRY_ROW);
+        char *row = ROW(c, r);
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
+        head = r + 1;
+    }
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    END_SECTION();
+    PyMem_Free(fate);
+    return 0;
+}
+
+/* Section "rollback" -- the repair of LOCK_KEY_TABLE after its holder died inside "insert" or
+ * "rebuild": keep the current index, turn every entry that does not agree with its row into a
+ * tombstone, and rebuild the free list from the rows no entry names. The keys so dropped were
+ * being inserted (nothing counted yet) or idle (nothing live). Bounded by the table's size.
+ * A junk generation (MAX_GEN or more in size) makes its entry a tombstone like any other; its
+ * row is left out, named and freed by none, rather than given a generation computed from junk. */
+void repair_keys(Core *c) {
+    Index x;
+    int64_t top, used = 0, keys = 0, head = 0;
+    if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) {
+        PyErr_Clear();  /* reported to the next caller by find_key */
+        return;
+    }
+    unsigned char *named = PyMem_Calloc((size_t)(top > 0 ? top : 1), 1);
+    if (named == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    SECTION("rollback");
+    for (int64_t p = 0; p < x.slots; p++) {
+        int64_t *e = ENT(&x, p), g = LOAD(e + INDEX_ENTRY_GEN);
+        if (g == 0) continue;
+        used++;
+        if (LOAD(e + INDEX_ENTRY_HASH) == 0 && g > 0) continue;  /* a tombstone */
+        int64_t r = live_row(c, e, top);
+        if (r < 0 || named[r]) {
+            STORE(e + INDEX_ENTRY_HASH, 0);
+            STORE(e + INDEX_ENTRY_GEN, g <= -MAX_GEN || g >= MAX_GEN ? 1 : g < 0 ? -g : g);  /* junk: any tombstone */
+            continue;
+        }
+        named[r] = 1;
+        keys++;
+    }
+    for (int64_t r = top - 1; r >= 0; r--) {
+        if (named[r]) continue;
+        char *row = ROW(c, r);
+        int64_t g = LOAD(RGEN(row));
+        if (g <= -MAX_GEN || g >= MAX_GEN) continue;  /* junk: the row is left out, named and free by none */
+        STORE(RGEN(row), -((g < 0 ? -g : g) + 1));  /* whoever cached it stops matching */
+        STORE(RHASH(row), 0);
+        STORE(RLAST(row), head);
+        STORE(RGEN(row), (g < 0 ? -g : g) + 2);  /* free: positive, holding no key */
+        head = r + 1;
+    }
+    store_state(c, ROWS_TOP_OFF, top);
+    STORE(KEYWORD(c, FREE_HEAD_OFF), head);
+    STORE(KEYWORD(c, INDEX_USED_OFF), used);
+    STORE(KEYWORD(c, KEYS_OFF), keys);
+    END_SECTION();
+    PyMem_Free(named);
+}
+
+/* A row for a new key: the free list's first, else the next on the heap (reserved now).
+ * Nothing is stored: assign() takes it, in its section. */
+static int take_row(Core *c, int64_t *r, int *from_free) {
+    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), top;
+    if (rows_top(c, &top) < 0) return -1;
+    if (head > 0 && head <= top) {  /* a junk head abandons the free list, never strays */
+        *r = head - 1;
+        *from_free = 1;
+        return 0;
+    }
+    if (top >= c->n_rows) {
+        PyErr_Format(c->st->full, "window %R has handed out all %lld rows", c->name, (long long)c->n_rows);
+        return -1;
+    }
+    /* top <= reserved (rows_top checked it): the heap grows one step past what it holds */
+    int64_t reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved");
+    if (reserved < 0 || (top >= reserved && reserve_rows(c, reserved, top + 1) < 0)) return -1;
+    *r = top;
+    *from_free = 0;
+    return 0;
+}
+
+enum { PLACE_NEW, PLACE_TOMB, PLACE_IDLE };
+
+/* Section "insert": give key k the index entry p and the row r (free, the heap's next, or
+ * the idle key's that p held). Caller holds LOCK_KEY_TABLE and the row's lock. The row's
+ * generation and the entry's are negative from the first stores to the last ones, so if the
+ * inserter dies midway no writer that cached the row's old key writes it, lookups skip the
+ * entry, and the repair drops both. */
+static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int from_free,
+                      const StoredKey *k, int64_t now) {
+    int64_t *e = ENT(x, p), *row = (int64_t *)ROW(c, r);
+    int64_t old = LOAD(RGEN(row)), next = LOAD(RLAST(row)), used = INDEX_USED(c), keys = KEYS(c);
+    if (old <= -MAX_GEN || old >= MAX_GEN) {  /* checked before anything is written */
+        PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible generation %lld: the "
+                     "segment is corrupt", c->name, (long long)r, (long long)old);
+        return -1;
+    }
+    int64_t gen = (old < 0 ? -old : old) + 1;
+    SECTION("insert");
+    STORE(intent_at(c, LOCK_KEY_TABLE), p);
+    STORE(RGEN(row), -gen);  /* first: a writer that cached the row's old key no longer matches */
+    STORE(e + INDEX_ENTRY_GEN, -gen);
+    if (from_free) STORE(KEYWORD(c, FREE_HEAD_OFF), next);
+    else if (place != PLACE_IDLE) store_state(c, ROWS_TOP_OFF, r + 1);
+    STORE(RHASH(row), 0);
+    memset(RKEY(row), 0, MAX_STORED_KEY);
+    memcpy(RKEY(row), k->bytes, (size_t)k->len);
+    FAILPOINT();
+    STORE(RLEN(row), k->len | (int64_t)k->flags << 32);
+    STORE(RHASH(row), (int64_t)k->hash);
+    empty_rings(c, (char *)row);
+    STORE(RLAST(row), now);
+    STORE(RGEN(row), gen);
+    STORE(e + INDEX_ENTRY_ROW, r);
+    STORE(e + INDEX_ENTRY_HASH, (int64_t)k->hash);
+    STORE(e + INDEX_ENTRY_GEN, gen);  /* published */
+    if (place == PLACE_NEW) STORE(KEYWORD(c, INDEX_USED_OFF), used + 1);
+    if (place != PLACE_IDLE) STORE(KEYWORD(c, KEYS_OFF), keys + 1);
+    END_SECTION();
+    return gen;  /* > 0; -1: an error, nothing written */
+}
+
+/* Where k goes in index x: the first entry on its probe path that is never used, a tombstone,
+ * or (if idle_ok) an idle key's, whose row k then takes. -1 if the path is full. Without
+ * idle_ok no other key's row is read: a new key costs only the index lines it probes. */
+static int64_t place_of(Core *c, Index *x, int64_t top, const StoredKey *k, int64_t now, int idle_ok,
+                        int *place) {
+    PROBE(x, k->hash, p, i) {
+        int64_t *e = ENT(x, p), g = LOAD(e + INDEX_ENTRY_GEN);
+        if (g == 0 || (g > 0 && LOAD(e + INDEX_ENTRY_HASH) == 0)) {
+            *place = g == 0 ? PLACE_NEW : PLACE_TOMB;
+            return p;
+        }
+        int64_t r = idle_ok ? live_row(c, e, top) : -1;
+        if (r >= 0 && idle(c, r, now)) {
+            *place = PLACE_IDLE;
+            return p;
+        }
+        r = LOAD(e + INDEX_ENTRY_ROW);
+        if (g > 0 && LOAD(e + INDEX_ENTRY_HASH) == (int64_t)k->hash && r >= 0 && r < top && row_holds(ROW(c, r), k)) {
+            /* k's entry, whose row says another generation: under LOCK_KEY_TABLE only junk does that */
+            PyErr_Format(c->st->corrupt, "window %R: key entry %lld and its row %lld disagree on the "
+                         "key's generation: the segment is corrupt", c->name, (long long)p, (long long)r);
+            *place = -1;
+            return -2;
+        }
+    }
+    return -1;
+}
+
+/* May a rebuild run to make room at `now`? At most once a second (or a span, if shorter) of
+ * this caller's clock: a table full of live keys must not turn every refused insert into a
+ * scan, and no key can have gone idle sooner. */
+static int may_rebuild(Core *c, int64_t now) {
+    int64_t last = LOAD(KEYWORD(c, REBUILT_NS_OFF)), since;
+    if (__builtin_sub_overflow(now, last, &since)) return 1;  /* junk: a long time ago */
+    return since >= (c->idle_ns < NS ? c->idle_ns : NS) || since < 0;
+}
+
+/* Insert k under LOCK_KEY_TABLE: 1 holding the row lock of *slot, -1 error (nothing held). */
+int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
+    if (lock_take_ex(c, LOCK_KEY_TABLE, 1) < 0) return -1;
+    int rebuilt = 0;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int64_t r, g;
+        int found = find_key(c, k, &r, &g), place, from_free = 0;
+        if (found < 0) goto fail;
+        if (found) {  /* inserted meanwhile by another process: definitive under LOCK_KEY_TABLE */
+            int lock = row_lock(c, r);
+            if (lock_take(c, lock) < 0) goto fail;
+            if (LOAD(RGEN(ROW(c, r))) == g) {
+                lock_give(c, LOCK_KEY_TABLE);
+                remember(c, key, r, g);
+                *slot = r;
+                return 1;
+            }
+            lock_give(c, lock);
+            PyErr_Format(c->st->corrupt, "window %R: key row %lld changed generation under the key "
+                         "table lock: the segment is corrupt", c->name, (long long)r);
+            goto fail;
+        }
+        Index x;
+        int64_t p = -1, top;
+        if (current_index(c, &x) < 0 || rows_top(c, &top) < 0 || counts_ok(c, x.slots) < 0) goto fail;
+        if (2 * (INDEX_USED(c) + 1) <= x.slots) {
+            /* An idle key's entry is taken only when there is no other room: a full table or
+             * probe path. Otherwise idle keys wait for the next rebuild, which frees their rows
+             * (at most every slots/4 inserts), and a new key reads no other key's row. */
+            p = place_of(c, &x, top, k, now, 0, &place);
+            if (p == -1 || (p >= 0 && KEYS(c) >= c->n_rows)) p = place_of(c, &x, top, k, now, 1, &place);
+        }
+        if (p == -2) goto fail;
+        int full = p >= 0 && place != PLACE_IDLE && KEYS(c) >= c->n_rows;
+        if (p < 0 || full) {  /* the index needs room, or the table holds `capacity` keys */
+            if (!rebuilt && (!full || may_rebuild(c, now))) {
+                if (rebuild(c, now) < 0) goto fail;
+                rebuilt = 1;
+                continue;
+            }
+            if (full || p < 0) {
+                lock_give(c, LOCK_KEY_TABLE);
+                PyErr_Format(c->st->full, "no room for key %R in window %R: it holds %lld live keys, its "
+                             "capacity. Give it a larger capacity (or none: the table then grows)",
+                             key, c->name, (long long)KEYS(c));
+                return -1;
+            }
+        }
+        if (place == PLACE_IDLE) r = LOAD(ENT(&x, p) + INDEX_ENTRY_ROW);
+        else if (take_row(c, &r, &from_free) < 0) goto fail;
+        int lock = row_lock(c, r);
+        if (lock_take(c, lock) < 0) goto fail;
+        if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), top) != r || !idle(c, r, now))) {
+            lock_give(c, lock);  /* written while we waited for its lock: look again */
+            continue;
+        }
+        g = assign(c, &x, p, place, r, from_free, k, now);
+        if (g < 0) {
+            lock_give(c, lock);
+            goto fail;
+        }
+        lock_give(c, LOCK_KEY_TABLE);
+        remember(c, key, r, g);
+        *slot = r;
+        return 1;
+    }
+    PyErr_Format(c->st->full, "no room for key %R in window %R: every place for it kept being taken",
+                 key, c->name);
+fail:
+    lock_give(c, LOCK_KEY_TABLE);
+    return -1;
+}
+
+/* clear(key): forget key and every count of it (section "clear"), under LOCK_KEY_TABLE and the
+ * key's row lock: the row is unpublished first (writers caching it stop matching), emptied,
+ * its index entry made a tombstone, and the row put on the free list. A tear is finished by
+ * the repair: the entry no longer agrees with its row, so both are dropped. */
+int clear_key(Core *c, PyObject *key) {
+    StoredKey k;
+    int64_t r, g;
+    Index x;
+    if (encode_key(c, key, &k) < 0 || lock_take_ex(c, LOCK_KEY_TABLE, 1) < 0) return -1;
+    int found = find_key(c, &k, &r, &g);
+    if (found > 0 && current_index(c, &x) < 0) found = -1;  /* (a word spoiled meanwhile) */
+    if (found <= 0) {
+        lock_give(c, LOCK_KEY_TABLE);
+        return found;
+    }
+    int lock = row_lock(c, r);
+    if (lock_take(c, lock) < 0) {
+        lock_give(c, LOCK_KEY_TABLE);
+        return -1;
+    }
+    char *row = ROW(c, r);
+    int64_t *e = NULL;
+    PROBE(&x, k.hash, p, i) {
+        int64_t *f = ENT(&x, p);
+        if (LOAD(f + INDEX_ENTRY_GEN) == g && LOAD(f + INDEX_ENTRY_ROW) == r) {
+            e = f;
+            break;
+        }
+    }
+    int64_t keys = KEYS(c), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    SECTION("clear");
+    STORE(intent_at(c, lock), r);
+    STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
+    empty_rings(c, row);
+    if (e != NULL) {
+        STORE(e + INDEX_ENTRY_HASH, 0);  /* a tombstone: probing goes on past it */
+        STORE(e + INDEX_ENTRY_GEN, g + 1);
+    }
+    STORE(RHASH(row), 0);
+    STORE(RLAST(row), head);
+    STORE(RGEN(row), g + 2);  /* free */
+    STORE(KEYWORD(c, FREE_HEAD_OFF), r + 1);
+    STORE(KEYWORD(c, KEYS_OFF), keys > 0 ? keys - 1 : 0);
+    END_SECTION();
+    lock_give(c, lock);
+    lock_give(c, LOCK_KEY_TABLE);
+    forget(c, key);
+    return 1;
+}
+

@@ -1,0 +1,346 @@
+/* GENERATED from shmwin/layout_words.py by c_header(): do not edit. To write it anew:
+ *     python shmwin/layout_words.py shmwin/backends/shm/core/layout.h
+ * tests/unit/test_layout.py holds it fresh; _core.LAYOUT hands these values back. */
+#ifndef SHMWIN_LAYOUT_H
+#define SHMWIN_LAYOUT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FORMAT_VERSION           5
+#define WORD_BYTES               8
+#define PAGE_BYTES               4096
+#define HEADER_BYTES             4096
+#define CRC_START                32
+#define CRC_END                  1024
+#define MAX_FIELDS               16
+#define FIELD_NAME_BYTES         32
+#define MAX_RINGS                8
+#define MAX_BUCKETS              1000000
+#define MAX_LOG_ENTRIES          4096
+#define MAX_STRIPES              1024
+#define MAX_CAPACITY             50000000
+#define MAX_KEY_LOCKS            64
+#define INDEX_MIN_SLOTS          64
+#define MAX_PROBES               256
+#define MAX_STORED_KEY           96
+#define KEY_DIGEST_BYTES         16
+#define KEY_LONG_PREFIX          80
+#define MAX_GEN                  INT64_C(4611686018427387904)
+#define MAX_NOW_NS               INT64_C(4611686018427387904)
+#define MAX_SPAN_NS              INT64_C(1152921504606846976)
+#define EMPTY_EPOCH              (-INT64_C(9223372036854775807) - 1)
+#define RING_LOG                 1
+#define KEY_FLAG_STR             1
+#define KEY_FLAG_DIGEST          2
+#define LOCK_STRIPE_TABLE        0
+#define LOCK_KEY_TABLE           0
+#define LOCK_SHARED_ROW          1
+#define FIRST_KEY_LOCK           2
+#define SLOT_EPOCH               0
+#define SLOT_VALUES              1
+#define WINDOW_HEAD_SLOTS        1
+#define LIMITER_HEAD_SLOTS       2
+#define RING_HEAD_SLOT           0
+#define RING_TAIL_SLOT           1
+#define LOG_TIME                 0
+#define LOG_HITS                 1
+#define RING_ENTRY_BYTES         24
+#define LOCK_BYTES               64
+#define STRIPE_ENTRY_BYTES       128
+#define KEY_ENTRY_BYTES          32
+#define INDEX_ENTRY_WORDS        4
+#define KEY_HEADER_BYTES         128
+#define FIXED_HEADER_END         172
+#define DTYPE_INT64              0
+#define DTYPE_FLOAT64            1
+#define MODE_STRIPED             0
+#define MODE_LOCKED              1
+#define KIND_WINDOW              0
+#define KIND_LIMITER             1
+#define CLOCK_KIND_MONOTONIC     0
+#define CLOCK_KIND_WALL          1
+#define ROLE_PLAIN               0
+#define ROLE_FIXED_STARTS        1
+#define ROLE_BREAKER             2
+#define ROLE_SHEDDER             3
+#define ROLE_IN_FLIGHT           4
+#define ROLE_ADAPTIVE            5
+#define ROLE_HEALTH              6
+#define MAGIC_OFF                0
+#define HEADER_CRC_OFF           24
+#define FIELD_NAMES_OFF          256
+#define RING_TABLE_OFF           768
+#define ROWS_IN_USE_OFF          1024
+#define INDEX_OFF                1032
+#define INDEX_USED_OFF           1040
+#define KEYS_OFF                 1048
+#define ROWS_TOP_OFF             1056
+#define ROWS_RESERVED_OFF        1064
+#define FREE_HEAD_OFF            1072
+#define REBUILT_NS_OFF           1080
+#define LOCK_MUTEX_OFF           0
+#define LOCK_INTENT_OFF          56
+#define LOCK_INTENT              7
+#define STRIPE_OWNER_OFF         0
+#define STRIPE_OWNER             0
+#define STRIPE_OWNER_START_OFF   8
+#define STRIPE_OWNER_START       1
+#define STRIPE_OWNER_PID_OFF     16
+#define STRIPE_OWNER_PID         2
+#define STRIPE_CLAIMED_NS_OFF    24
+#define STRIPE_CLAIMED_NS        3
+#define STRIPE_MUTEX_OFF         64
+#define INDEX_ENTRY_GEN_OFF      0
+#define INDEX_ENTRY_GEN          0
+#define INDEX_ENTRY_HASH_OFF     8
+#define INDEX_ENTRY_HASH         1
+#define INDEX_ENTRY_ROW_OFF      16
+#define INDEX_ENTRY_ROW          2
+#define KEY_ROW_GEN_OFF          0
+#define KEY_ROW_GEN              0
+#define KEY_ROW_LAST_NS_OFF      8
+#define KEY_ROW_LAST_NS          1
+#define KEY_ROW_HASH_OFF         16
+#define KEY_ROW_HASH             2
+#define KEY_ROW_LEN_OFF          24
+#define KEY_ROW_LEN              3
+#define KEY_ROW_FLAGS_OFF        28
+#define KEY_ROW_KEY_OFF          32
+#define RING_ENTRY_BUCKET_NS_OFF 0
+#define RING_ENTRY_BUCKET_NS     0
+#define RING_ENTRY_N_BUCKETS_OFF 8
+#define RING_ENTRY_N_BUCKETS     1
+#define RING_ENTRY_FLAGS_OFF     12
+#define RING_ENTRY_LIMIT_OFF     16
+#define RING_ENTRY_LIMIT         2
+
+/* Every constant above, for _core.LAYOUT: X(name) for each. */
+#define SHMWIN_LAYOUT_NAMES(X) \
+    X(FORMAT_VERSION) \
+    X(WORD_BYTES) \
+    X(PAGE_BYTES) \
+    X(HEADER_BYTES) \
+    X(CRC_START) \
+    X(CRC_END) \
+    X(MAX_FIELDS) \
+    X(FIELD_NAME_BYTES) \
+    X(MAX_RINGS) \
+    X(MAX_BUCKETS) \
+    X(MAX_LOG_ENTRIES) \
+    X(MAX_STRIPES) \
+    X(MAX_CAPACITY) \
+    X(MAX_KEY_LOCKS) \
+    X(INDEX_MIN_SLOTS) \
+    X(MAX_PROBES) \
+    X(MAX_STORED_KEY) \
+    X(KEY_DIGEST_BYTES) \
+    X(KEY_LONG_PREFIX) \
+    X(MAX_GEN) \
+    X(MAX_NOW_NS) \
+    X(MAX_SPAN_NS) \
+    X(EMPTY_EPOCH) \
+    X(RING_LOG) \
+    X(KEY_FLAG_STR) \
+    X(KEY_FLAG_DIGEST) \
+    X(LOCK_STRIPE_TABLE) \
+    X(LOCK_KEY_TABLE) \
+    X(LOCK_SHARED_ROW) \
+    X(FIRST_KEY_LOCK) \
+    X(SLOT_EPOCH) \
+    X(SLOT_VALUES) \
+    X(WINDOW_HEAD_SLOTS) \
+    X(LIMITER_HEAD_SLOTS) \
+    X(RING_HEAD_SLOT) \
+    X(RING_TAIL_SLOT) \
+    X(LOG_TIME) \
+    X(LOG_HITS) \
+    X(RING_ENTRY_BYTES) \
+    X(LOCK_BYTES) \
+    X(STRIPE_ENTRY_BYTES) \
+    X(KEY_ENTRY_BYTES) \
+    X(INDEX_ENTRY_WORDS) \
+    X(KEY_HEADER_BYTES) \
+    X(FIXED_HEADER_END) \
+    X(DTYPE_INT64) \
+    X(DTYPE_FLOAT64) \
+    X(MODE_STRIPED) \
+    X(MODE_LOCKED) \
+    X(KIND_WINDOW) \
+    X(KIND_LIMITER) \
+    X(CLOCK_KIND_MONOTONIC) \
+    X(CLOCK_KIND_WALL) \
+    X(ROLE_PLAIN) \
+    X(ROLE_FIXED_STARTS) \
+    X(ROLE_BREAKER) \
+    X(ROLE_SHEDDER) \
+    X(ROLE_IN_FLIGHT) \
+    X(ROLE_ADAPTIVE) \
+    X(ROLE_HEALTH) \
+    X(MAGIC_OFF) \
+    X(HEADER_CRC_OFF) \
+    X(FIELD_NAMES_OFF) \
+    X(RING_TABLE_OFF) \
+    X(ROWS_IN_USE_OFF) \
+    X(INDEX_OFF) \
+    X(INDEX_USED_OFF) \
+    X(KEYS_OFF) \
+    X(ROWS_TOP_OFF) \
+    X(ROWS_RESERVED_OFF) \
+    X(FREE_HEAD_OFF) \
+    X(REBUILT_NS_OFF) \
+    X(LOCK_MUTEX_OFF) \
+    X(LOCK_INTENT_OFF) \
+    X(LOCK_INTENT) \
+    X(STRIPE_OWNER_OFF) \
+    X(STRIPE_OWNER) \
+    X(STRIPE_OWNER_START_OFF) \
+    X(STRIPE_OWNER_START) \
+    X(STRIPE_OWNER_PID_OFF) \
+    X(STRIPE_OWNER_PID) \
+    X(STRIPE_CLAIMED_NS_OFF) \
+    X(STRIPE_CLAIMED_NS) \
+    X(STRIPE_MUTEX_OFF) \
+    X(INDEX_ENTRY_GEN_OFF) \
+    X(INDEX_ENTRY_GEN) \
+    X(INDEX_ENTRY_HASH_OFF) \
+    X(INDEX_ENTRY_HASH) \
+    X(INDEX_ENTRY_ROW_OFF) \
+    X(INDEX_ENTRY_ROW) \
+    X(KEY_ROW_GEN_OFF) \
+    X(KEY_ROW_GEN) \
+    X(KEY_ROW_LAST_NS_OFF) \
+    X(KEY_ROW_LAST_NS) \
+    X(KEY_ROW_HASH_OFF) \
+    X(KEY_ROW_HASH) \
+    X(KEY_ROW_LEN_OFF) \
+    X(KEY_ROW_LEN) \
+    X(KEY_ROW_FLAGS_OFF) \
+    X(KEY_ROW_KEY_OFF) \
+    X(RING_ENTRY_BUCKET_NS_OFF) \
+    X(RING_ENTRY_BUCKET_NS) \
+    X(RING_ENTRY_N_BUCKETS_OFF) \
+    X(RING_ENTRY_N_BUCKETS) \
+    X(RING_ENTRY_FLAGS_OFF) \
+    X(RING_ENTRY_LIMIT_OFF) \
+    X(RING_ENTRY_LIMIT) \
+    /* end */
+
+typedef struct {  /* generated: offsets asserted below */
+    int64_t bucket_ns;
+    uint32_t n_buckets;
+    uint32_t flags;
+    int64_t limit;
+} ShmwinRingEntry;
+_Static_assert(offsetof(ShmwinRingEntry, bucket_ns) == 0, "ShmwinRingEntry.bucket_ns");
+_Static_assert(offsetof(ShmwinRingEntry, n_buckets) == 8, "ShmwinRingEntry.n_buckets");
+_Static_assert(offsetof(ShmwinRingEntry, flags) == 12, "ShmwinRingEntry.flags");
+_Static_assert(offsetof(ShmwinRingEntry, limit) == 16, "ShmwinRingEntry.limit");
+_Static_assert(sizeof(ShmwinRingEntry) == 24, "ShmwinRingEntry: its size");
+
+typedef struct {  /* generated: offsets asserted below */
+    uint8_t magic[8];
+    uint32_t version;
+    uint32_t header_bytes;
+    uint64_t total_bytes;
+    uint32_t header_crc;
+    uint32_t reserved;
+    uint32_t n_rings;
+    uint32_t kind;
+    uint32_t n_fields;
+    uint32_t dtype;
+    uint32_t mode;
+    uint32_t n_stripes;
+    uint32_t n_locks;
+    uint32_t capacity;
+    uint32_t key_slots;
+    uint32_t clock;
+    int64_t creator_pid;
+    int64_t created_real_ns;
+    int64_t created_mono_ns;
+    uint8_t boot_id[16];
+    uint64_t locks_off;
+    uint64_t stripes_off;
+    uint64_t keys_off;
+    uint64_t rows_off;
+    uint64_t row_bytes;
+    uint8_t hash_key[16];
+    uint32_t role;
+    uint8_t pad0[84];
+    uint8_t field_names[512];
+    ShmwinRingEntry ring_table[8];
+    uint8_t pad1[64];
+    int64_t rows_in_use;
+    uint64_t index;
+    int64_t index_used;
+    int64_t keys;
+    uint64_t rows_top;
+    uint64_t rows_reserved;
+    int64_t free_head;
+    int64_t rebuilt_ns;
+} ShmwinHeader;
+_Static_assert(offsetof(ShmwinHeader, magic) == 0, "ShmwinHeader.magic");
+_Static_assert(offsetof(ShmwinHeader, version) == 8, "ShmwinHeader.version");
+_Static_assert(offsetof(ShmwinHeader, header_bytes) == 12, "ShmwinHeader.header_bytes");
+_Static_assert(offsetof(ShmwinHeader, total_bytes) == 16, "ShmwinHeader.total_bytes");
+_Static_assert(offsetof(ShmwinHeader, header_crc) == 24, "ShmwinHeader.header_crc");
+_Static_assert(offsetof(ShmwinHeader, reserved) == 28, "ShmwinHeader.reserved");
+_Static_assert(offsetof(ShmwinHeader, n_rings) == 32, "ShmwinHeader.n_rings");
+_Static_assert(offsetof(ShmwinHeader, kind) == 36, "ShmwinHeader.kind");
+_Static_assert(offsetof(ShmwinHeader, n_fields) == 40, "ShmwinHeader.n_fields");
+_Static_assert(offsetof(ShmwinHeader, dtype) == 44, "ShmwinHeader.dtype");
+_Static_assert(offsetof(ShmwinHeader, mode) == 48, "ShmwinHeader.mode");
+_Static_assert(offsetof(ShmwinHeader, n_stripes) == 52, "ShmwinHeader.n_stripes");
+_Static_assert(offsetof(ShmwinHeader, n_locks) == 56, "ShmwinHeader.n_locks");
+_Static_assert(offsetof(ShmwinHeader, capacity) == 60, "ShmwinHeader.capacity");
+_Static_assert(offsetof(ShmwinHeader, key_slots) == 64, "ShmwinHeader.key_slots");
+_Static_assert(offsetof(ShmwinHeader, clock) == 68, "ShmwinHeader.clock");
+_Static_assert(offsetof(ShmwinHeader, creator_pid) == 72, "ShmwinHeader.creator_pid");
+_Static_assert(offsetof(ShmwinHeader, created_real_ns) == 80, "ShmwinHeader.created_real_ns");
+_Static_assert(offsetof(ShmwinHeader, created_mono_ns) == 88, "ShmwinHeader.created_mono_ns");
+_Static_assert(offsetof(ShmwinHeader, boot_id) == 96, "ShmwinHeader.boot_id");
+_Static_assert(offsetof(ShmwinHeader, locks_off) == 112, "ShmwinHeader.locks_off");
+_Static_assert(offsetof(ShmwinHeader, stripes_off) == 120, "ShmwinHeader.stripes_off");
+_Static_assert(offsetof(ShmwinHeader, keys_off) == 128, "ShmwinHeader.keys_off");
+_Static_assert(offsetof(ShmwinHeader, rows_off) == 136, "ShmwinHeader.rows_off");
+_Static_assert(offsetof(ShmwinHeader, row_bytes) == 144, "ShmwinHeader.row_bytes");
+_Static_assert(offsetof(ShmwinHeader, hash_key) == 152, "ShmwinHeader.hash_key");
+_Static_assert(offsetof(ShmwinHeader, role) == 168, "ShmwinHeader.role");
+_Static_assert(offsetof(ShmwinHeader, field_names) == 256, "ShmwinHeader.field_names");
+_Static_assert(offsetof(ShmwinHeader, ring_table) == 768, "ShmwinHeader.ring_table");
+_Static_assert(offsetof(ShmwinHeader, rows_in_use) == 1024, "ShmwinHeader.rows_in_use");
+_Static_assert(offsetof(ShmwinHeader, index) == 1032, "ShmwinHeader.index");
+_Static_assert(offsetof(ShmwinHeader, index_used) == 1040, "ShmwinHeader.index_used");
+_Static_assert(offsetof(ShmwinHeader, keys) == 1048, "ShmwinHeader.keys");
+_Static_assert(offsetof(ShmwinHeader, rows_top) == 1056, "ShmwinHeader.rows_top");
+_Static_assert(offsetof(ShmwinHeader, rows_reserved) == 1064, "ShmwinHeader.rows_reserved");
+_Static_assert(offsetof(ShmwinHeader, free_head) == 1072, "ShmwinHeader.free_head");
+_Static_assert(offsetof(ShmwinHeader, rebuilt_ns) == 1080, "ShmwinHeader.rebuilt_ns");
+
+/* Records read word by word: each field fits before the next, each mutex in its room. */
+_Static_assert(LOCK_MUTEX_OFF + sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "LOCK.mutex");
+_Static_assert(LOCK_INTENT_OFF + 8 <= LOCK_BYTES, "LOCK.intent");
+_Static_assert(STRIPE_OWNER_OFF + 8 <= STRIPE_OWNER_START_OFF, "STRIPE.owner");
+_Static_assert(STRIPE_OWNER_START_OFF + 8 <= STRIPE_OWNER_PID_OFF, "STRIPE.owner_start");
+_Static_assert(STRIPE_OWNER_PID_OFF + 8 <= STRIPE_CLAIMED_NS_OFF, "STRIPE.owner_pid");
+_Static_assert(STRIPE_CLAIMED_NS_OFF + 8 <= STRIPE_MUTEX_OFF, "STRIPE.claimed_ns");
+_Static_assert(STRIPE_MUTEX_OFF + sizeof(pthread_mutex_t) <= STRIPE_ENTRY_BYTES, "STRIPE.mutex");
+_Static_assert(INDEX_ENTRY_GEN_OFF + 8 <= INDEX_ENTRY_HASH_OFF, "INDEX_ENTRY.gen");
+_Static_assert(INDEX_ENTRY_HASH_OFF + 8 <= INDEX_ENTRY_ROW_OFF, "INDEX_ENTRY.hash");
+_Static_assert(INDEX_ENTRY_ROW_OFF + 8 <= KEY_ENTRY_BYTES, "INDEX_ENTRY.row");
+_Static_assert(KEY_ROW_GEN_OFF + 8 <= KEY_ROW_LAST_NS_OFF, "KEY_ROW.gen");
+_Static_assert(KEY_ROW_LAST_NS_OFF + 8 <= KEY_ROW_HASH_OFF, "KEY_ROW.last_ns");
+_Static_assert(KEY_ROW_HASH_OFF + 8 <= KEY_ROW_LEN_OFF, "KEY_ROW.hash");
+_Static_assert(KEY_ROW_LEN_OFF + 4 <= KEY_ROW_FLAGS_OFF, "KEY_ROW.len");
+_Static_assert(KEY_ROW_FLAGS_OFF + 4 <= KEY_ROW_KEY_OFF, "KEY_ROW.flags");
+_Static_assert(KEY_ROW_KEY_OFF + 96 <= KEY_HEADER_BYTES, "KEY_ROW.key");
+_Static_assert(RING_ENTRY_BUCKET_NS_OFF + 8 <= RING_ENTRY_N_BUCKETS_OFF, "RING_ENTRY.bucket_ns");
+_Static_assert(RING_ENTRY_N_BUCKETS_OFF + 4 <= RING_ENTRY_FLAGS_OFF, "RING_ENTRY.n_buckets");
+_Static_assert(RING_ENTRY_FLAGS_OFF + 4 <= RING_ENTRY_LIMIT_OFF, "RING_ENTRY.flags");
+_Static_assert(RING_ENTRY_LIMIT_OFF + 8 <= RING_ENTRY_BYTES, "RING_ENTRY.limit");
+_Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
+_Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
+_Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");
+
+#endif /* SHMWIN_LAYOUT_H */

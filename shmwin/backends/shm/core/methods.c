@@ -1,0 +1,615 @@
+/* methods.c -- the Core's methods: argument checks at the top, then one section each.
+ *
+ * The hot methods (add, hit, check) are METH_FASTCALL | METH_KEYWORDS with a positional
+ * fast path; on their success path nothing is allocated and nothing looked up but the key.
+ */
+#include "core.h"
+
+#include <math.h>
+
+/* ---- argument helpers ------------------------------------------------------------------ */
+
+/* Positional-or-keyword arguments of a METH_FASTCALL|METH_KEYWORDS call, by name. */
+static int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,
+                 int n, PyObject **out, const char *fname) {
+    if (nargs > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) out[i] = i < nargs ? args[i] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t j = 0; j < nkw; j++) {
+        const char *kw = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, j));
+        int i = 0;
+        if (kw == NULL) return -1;
+        while (i < n && strcmp(kw, names[i]) != 0) i++;
+        if (i == n || out[i] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got %s keyword argument '%s'", fname,
+                         i == n ? "an unexpected" : "a repeated", kw);
+            return -1;
+        }
+        out[i] = args[nargs + j];
+    }
+    return 0;
+}
+
+static int field_word(Core *c, PyObject *field, int *f) {
+    if (field == NULL || field == Py_None) {
+        *f = SLOT_VALUES;  /* the first field */
+        return 0;
+    }
+    PyObject *w = PyDict_GetItemWithError(c->fields, field);
+    if (w == NULL) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyObject *known = PyDict_Keys(c->fields);
+            PyErr_Clear();
+            if (known != NULL) {
+                PyErr_Format(c->st->field, "unknown field %R; this window's fields are %R", field, known);
+                Py_DECREF(known);
+            }
+        }
+        return -1;
+    }
+    long word = PyLong_AsLong(w);
+    if (word < SLOT_VALUES || word >= SLOT_VALUES + c->n_fields) {  /* built at init from the header */
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "field %R names no word of a slot", field);
+        return -1;
+    }
+    *f = (int)word;
+    return 0;
+}
+
+/* The amount of an add: an int64 for int windows, a finite double for float ones. */
+static int amount(Core *c, PyObject *obj, int64_t *n, double *d) {
+    if (obj == NULL) {
+        *n = 1;
+        *d = 1.0;
+        return 0;
+    }
+    if (c->floats) {
+        if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !PyIndex_Check(obj) &&
+            Py_TYPE(obj)->tp_as_number == NULL) {
+            PyErr_Format(PyExc_TypeError, "add() takes a number, not %R", obj);
+            return -1;
+        }
+        *d = PyFloat_AsDouble(obj);
+        if (*d == -1.0 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "add() takes a number, not %R", obj);
+            return -1;
+        }
+        if (!isfinite(*d)) {
+            PyErr_Format(PyExc_ValueError, "add() takes a finite number, not %R", obj);
+            return -1;
+        }
+        return 0;
+    }
+    if (!PyLong_Check(obj) && !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "add() takes an int for an int64 window, not %R", obj);
+        return -1;
+    }
+    PyObject *i = PyNumber_Index(obj);
+    if (i == NULL) return -1;
+    int overflow;
+    *n = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "%R does not fit in an int64 window value", obj);
+        return -1;
+    }
+    return *n == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* A cost: a non-negative int, or a float with an integral value (1.0). */
+static int cost_of(PyObject *obj, int64_t *cost, int64_t at_least) {
+    if (obj == NULL) {
+        *cost = 1;
+        return 0;
+    }
+    if (PyFloat_Check(obj)) {
+        double d = PyFloat_AS_DOUBLE(obj);
+        if (!(d == floor(d) && d >= (double)at_least && d < 9e18)) goto bad;
+        *cost = (int64_t)d;
+        return 0;
+    }
+    if (PyBool_Check(obj) || !(PyLong_Check(obj) || PyIndex_Check(obj))) goto bad;
+    PyObject *i = PyNumber_Index(obj);
+    if (i == NULL) return -1;
+    int overflow;
+    *cost = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (!overflow && *cost >= at_least) return 0;
+bad:
+    PyErr_Format(PyExc_ValueError, "cost must be a whole number >= %lld, not %R", (long long)at_least, obj);
+    return -1;
+}
+
+/* ---- methods ----------------------------------------------------------------------------- */
+
+/* add(n=1, field=None, key=None): count n now, in this process's stripe, the shared row
+ * (section "add_locked") or the key's row ("add_keyed"). */
+static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"n", "field", "key"};
+    PyObject *a[3];
+    int64_t n, now = 0, row, slot;
+    double d;
+    int f, rc = -1;
+    if (nargs == 0 && kwnames == NULL) {
+        a[0] = a[1] = a[2] = NULL;
+    } else if (parse(args, nargs, kwnames, names, 3, a, "add") < 0) {
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
+    if (a[2] != NULL && a[2] != Py_None && !c->keyed) {
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
+        goto out;
+    }
+    if (c->keyed && (a[2] == NULL || a[2] == Py_None)) {
+        PyErr_Format(PyExc_TypeError, "window %R is keyed: pass key=", c->name);
+        goto out;
+    }
+    if (now_ns(c, &now) < 0) goto out;
+    if (c->keyed) {
+        int got = lock_key(c, a[2], 1, now, &slot);
+        if (got < 0) goto out;
+        char *r = ROW(c, slot);
+        SECTION("add_keyed");
+        STORE(intent_at(c, row_lock(c, slot)), slot);
+        rc = add_row(c, r, now, f, n, d);
+        if (rc == 0) STORE(RLAST(r), now);
+        END_SECTION();
+        lock_give(c, row_lock(c, slot));
+        goto out;
+    }
+    if (c->striped) {
+        if (stripe_of(c, &row) < 0) goto out;
+        if (row > 0) {  /* lock-free: only this process writes its stripe (under the GIL) */
+            SECTION("add_striped");
+            rc = add_row(c, ROW(c, row), now, f, n, d);
+            END_SECTION();
+            goto out;
+        }
+    }
+    if (lock_take_ex(c, LOCK_SHARED_ROW, 1) < 0) goto out;
+    SECTION("add_locked");
+    rc = add_row(c, ROW(c, 0), now, f, n, d);
+    END_SECTION();
+    lock_give(c, LOCK_SHARED_ROW);
+out:
+    leave(c);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* add_and_total(n=1, field=None, key=None) -> the key's total over its longest ring,
+ * this add included, with no other add to the key in between (keyed windows). */
+static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"n", "field", "key"};
+    PyObject *a[3], *result = NULL;
+    int64_t n, now = 0, slot;
+    double d;
+    int f;
+    if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || enter(c) < 0) return NULL;
+    if (!c->keyed) {
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
+        goto out;
+    }
+    if (a[2] == NULL || a[2] == Py_None) {
+        PyErr_Format(PyExc_TypeError, "window %R is keyed: pass key=", c->name);
+        goto out;
+    }
+    if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
+    if (lock_key(c, a[2], 1, now, &slot) < 0) goto out;
+    char *row = ROW(c, slot);
+    SECTION("add_keyed");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    int rc = add_row(c, row, now, f, n, d);
+    if (rc == 0) STORE(RLAST(row), now);
+    END_SECTION();
+    if (rc == 0) {
+        int longest = 0;
+        for (int i = 1; i < c->n_rings; i++)
+            if (span_ns(&c->rings[i]) > span_ns(&c->rings[longest])) longest = i;
+        const Ring *r = &c->rings[longest];
+        int64_t *hdr = RING(c, row, longest), e = now / r->bucket_ns, ti = 0;
+        int past = 0;  /* the sum left int64 (counts, or junk) */
+        double td = 0;
+        for (int64_t j = 0, k = e - r->n + 1; j < r->n; j++, k++) {
+            int64_t *b = BUCKET(c, hdr, r, k < 0 ? 0 : k);
+            if (k < 0 || LOAD(b + SLOT_EPOCH) != k) continue;
+            int64_t bits = LOAD(b + f);
+            double x;
+            memcpy(&x, &bits, 8);
+            past |= __builtin_add_overflow(ti, bits, &ti);
+            td += x;
+        }
+        if (!c->floats && past)  /* as policy.int64_total: raise, never a wrapped total */
+            PyErr_Format(PyExc_OverflowError, "the total of key %R in window %R is past int64 (the add was "
+                         "counted)", a[2], c->name);
+        else result = c->floats ? PyFloat_FromDouble(td) : PyLong_FromLongLong(ti);
+    }
+    lock_give(c, row_lock(c, slot));
+out:
+    leave(c);
+    return result;
+}
+
+/* add_batch(items, field=None, key=None): add (ring, epoch, value) triples, computed by
+ * add_many(), in one section ("add_batch", add_items below). Items whose slot already holds a
+ * newer epoch are outside the window by now and are dropped. */
+typedef struct {
+    int64_t ring, epoch, bits;  /* bits: the int64, or the double's bits */
+} Item;
+
+static int parse_items(Core *c, PyObject *obj, Item **out, Py_ssize_t *count) {
+    PyObject *seq = PySequence_Fast(obj, "items must be a sequence of (ring, epoch, value)");
+    if (seq == NULL) return -1;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    Item *items = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(Item));
+    if (items == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, j), *value;
+        double d;
+        if (!PyArg_ParseTuple(t, "LLO", &items[j].ring, &items[j].epoch, &value) ||
+            amount(c, value, &items[j].bits, &d) < 0)
+            goto bad;
+        if (c->floats) memcpy(&items[j].bits, &d, 8);
+        if (items[j].ring < 0 || items[j].ring >= c->n_rings || items[j].epoch < 0) {
+            PyErr_SetString(PyExc_ValueError, "an item names no ring, or a negative epoch");
+            goto bad;
+        }
+    }
+    Py_DECREF(seq);
+    *out = items;
+    *count = m;
+    return 0;
+bad:
+    Py_DECREF(seq);
+    PyMem_Free(items);
+    return -1;
+}
+
+static int64_t *item_slot(Core *c, char *row, const Item *it) {
+    return BUCKET(c, RING(c, row, it->ring), &c->rings[it->ring], it->epoch);
+}
+
+/* Section "add_batch": the items into one row -- the key's (under its lock), the shared row
+ * (under LOCK_SHARED_ROW), or this process's stripe (lock-free: only it writes there). Each
+ * item is added as add_row adds: a slot older than the item is zeroed, then stamped, then
+ * counted; a newer slot is left alone. Every overflow is checked before the first store.
+ * Invariant between stores: every slot holds a whole bucket -- a lock-free reader that sees
+ * an item's epoch sees no value of an older one -- and the items are applied in order, so a
+ * tear leaves those before it counted and the rest not: a batch counted in part, never a
+ * bucket torn or counted twice. Repair: none; a window keeps nothing derived (the keyed row's
+ * intent is stored for the lock's repair, which recomputes only a limiter's totals). */
+static int add_items(Core *c, char *row, int f, const Item *items, Py_ssize_t m) {
+    for (Py_ssize_t j = 0; j < m; j++) {  /* overflow: check all, then write */
+        int64_t *s = item_slot(c, row, &items[j]), v = LOAD(s + SLOT_EPOCH) == items[j].epoch ? LOAD(s + f) : 0;
+        int64_t out;
+        double x, y;
+        memcpy(&x, &v, 8);
+        memcpy(&y, &items[j].bits, 8);
+        if (c->floats ? !isfinite(x + y) : __builtin_add_overflow(v, items[j].bits, &out)) {
+            PyErr_SetString(PyExc_OverflowError, "the batch would overflow a window value");
+            return -1;
+        }
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t *s = item_slot(c, row, &items[j]), cur;
+        if (LOAD(s + SLOT_EPOCH) > items[j].epoch) continue;
+        if (LOAD(s + SLOT_EPOCH) < items[j].epoch) {
+            for (int k = 0; k < c->n_fields; k++) STORE(s + SLOT_VALUES + k, 0);
+            STORE(s + SLOT_EPOCH, items[j].epoch);
+        }
+        cur = LOAD(s + f);
+        if (c->floats) {
+            double x, y;
+            memcpy(&x, &cur, 8);
+            memcpy(&y, &items[j].bits, 8);
+            x += y;
+            memcpy(&cur, &x, 8);
+            STORE(s + f, cur);
+        } else if (__builtin_add_overflow(cur, items[j].bits, &cur)) {
+            /* only items naming one bucket twice get here (add_many sums them first): those
+             * before it are counted, as a tear would leave them */
+            PyErr_SetString(PyExc_OverflowError, "the batch would overflow a window value");
+            return -1;
+        } else {
+            STORE(s + f, cur);
+        }
+    }
+    return 0;
+}
+
+static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"items", "field", "key"};
+    PyObject *a[3];
+    Item *items = NULL;
+    Py_ssize_t m = 0;
+    int64_t row = 0, now = 0;
+    int f, lock = -1, rc = -1;
+    if (parse(args, nargs, kwnames, names, 3, a, "add_batch") < 0 || enter(c) < 0) return NULL;
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "add_batch() needs items");
+        goto out;
+    }
+    if (field_word(c, a[1], &f) < 0 || parse_items(c, a[0], &items, &m) < 0) goto out;
+    if (c->keyed != (a[2] != NULL && a[2] != Py_None)) {
+        PyErr_Format(c->keyed ? PyExc_TypeError : PyExc_ValueError,
+                     c->keyed ? "window %R is keyed: pass key=" : "window %R is not keyed", c->name);
+        goto out;
+    }
+    if (now_ns(c, &now) < 0) goto out;
+    if (c->keyed) {
+        if (lock_key(c, a[2], 1, now, &row) < 0) goto out;
+        lock = row_lock(c, row);
+    } else if (c->striped && stripe_of(c, &row) < 0) {
+        goto out;
+    }
+    if (!c->keyed && row == 0) {
+        if (lock_take_ex(c, LOCK_SHARED_ROW, 1) < 0) goto out;
+        lock = LOCK_SHARED_ROW;
+    }
+    SECTION("add_batch");
+    if (c->keyed) STORE(intent_at(c, lock), row);
+    rc = add_items(c, ROW(c, row), f, items, m);
+    if (rc == 0 && c->keyed) STORE(RLAST(ROW(c, row)), now);
+    END_SECTION();
+    if (lock >= 0) lock_give(c, lock);
+out:
+    PyMem_Free(items);
+    leave(c);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* hit(key, cost=1) -> bool: count cost hits if every rate allows them, else nothing. */
+static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2], *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    if (nargs == 1 && kwnames == NULL) {
+        a[0] = args[0];
+        a[1] = NULL;
+    } else if (parse(args, nargs, kwnames, names, 2, a, "hit") < 0) {
+        return NULL;
+    }
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "hit() needs a key");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (cost_of(a[1], &cost, 1) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
+    int got = lock_key(c, a[0], 1, now, &slot);
+    if (got < 0) {
+        if (c->on_full && PyErr_ExceptionMatches(c->st->full)) {
+            PyErr_Clear();
+            result = c->on_full == 1 ? Py_True : Py_False;
+            Py_INCREF(result);
+        }
+        goto out;
+    }
+    int rc = hit_row(c, slot, now, cost, 1, &v);
+    lock_give(c, row_lock(c, slot));
+    if (rc == 0) result = Py_NewRef(v.allowed ? Py_True : Py_False);
+out:
+    leave(c);
+    return result;
+}
+
+/* check(key, cost, commit, detail=True) -> (allowed, used, reset_ns, wait_ns | None): hit()
+ * (commit) or test() from the running totals, O(1); with detail, also when each rate's oldest
+ * hit leaves and when cost would fit, for stats() and acquire(): scans from the oldest bucket
+ * that stop at the first one answering. */
+static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost", "commit", "detail"};
+    PyObject *a[4], *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    int commit, detail;
+    memset(&v, 0, sizeof v);
+    if (parse(args, nargs, kwnames, names, 4, a, "check") < 0) return NULL;
+    if (a[0] == NULL || a[1] == NULL || a[2] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "check() needs key, cost and commit");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    commit = PyObject_IsTrue(a[2]);
+    detail = a[3] == NULL ? 1 : PyObject_IsTrue(a[3]);
+    if (commit < 0 || detail < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
+    int got = lock_key(c, a[0], commit, now, &slot);
+    if (got < 0) {
+        if (!(c->on_full && PyErr_ExceptionMatches(c->st->full))) goto out;
+        PyErr_Clear();
+        v.allowed = c->on_full == 1;
+        v.wait_ns = -1;
+    } else if (got == 0) {  /* never seen: nothing counted */
+        v.allowed = cost <= c->min_limit;
+        v.wait_ns = v.allowed ? 0 : -1;
+    } else {
+        int rc = hit_row(c, slot, now, cost, commit, &v);
+        if (rc == 0 && detail) timing(c, slot, now, cost, &v);
+        lock_give(c, row_lock(c, slot));
+        if (rc < 0) goto out;
+    }
+    PyObject *used = PyTuple_New(c->n_rings), *reset = PyTuple_New(c->n_rings);
+    if (used == NULL || reset == NULL) {
+        Py_XDECREF(used);
+        Py_XDECREF(reset);
+        goto out;
+    }
+    for (int i = 0; i < c->n_rings; i++) {
+        PyTuple_SET_ITEM(used, i, PyLong_FromLongLong(v.used[i]));
+        PyTuple_SET_ITEM(reset, i, PyLong_FromLongLong(v.reset_ns[i]));
+    }
+    if (v.wait_ns < 0) result = Py_BuildValue("(ONNO)", v.allowed ? Py_True : Py_False, used, reset, Py_None);
+    else result = Py_BuildValue("(ONNL)", v.allowed ? Py_True : Py_False, used, reset, (long long)v.wait_ns);
+out:
+    leave(c);
+    return result;
+}
+
+/* clear(key): forget key and every count of it (clear_key, keytable.c: section "clear"). */
+static PyObject *Core_clear(Core *c, PyObject *key) {
+    int got = -1;
+    if (enter(c) < 0) return NULL;
+    if (!c->keyed) PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
+    else got = clear_key(c, key);
+    leave(c);
+    if (got < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* reset(): empty every row for everyone (section "reset"), every lock held, taken in order
+ * (the first one interruptibly). Striped rows are written lock-free by their owners: adds
+ * racing with a reset may be dropped.
+ * Invariant between stores: rows are emptied one after another, each by one copy of the
+ * empty rings (empty_rings, which fences it): a row's header slots -- a limiter's running
+ * totals and tails -- go in the same copy as its buckets. A tear leaves the rows before it
+ * empty and the rest as they were: a reset in part, which only ever forgets counts, never
+ * adds one. Repair: none; no intent is stored, and the next holder of each lock finds every
+ * row empty or untouched (a limiter row cut inside its copy holds a total below its buckets'
+ * sum, which hit_row recomputes from them once it would go negative: never more admitted than
+ * a finished reset allows). */
+static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
+    int held = 0;
+    if (enter(c) < 0) return NULL;
+    for (; held < c->n_locks; held++)
+        if (lock_take_ex(c, held, held == 0) < 0) break;
+    int64_t rows = c->n_rows;
+    if (held == c->n_locks && (!c->keyed || rows_top(c, &rows) == 0)) {
+        SECTION("reset");
+        for (int64_t r = 0; r < rows; r++) empty_rings(c, ROW(c, r));
+        END_SECTION();
+    }
+    while (held-- > 0) lock_give(c, held);
+    leave(c);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* find(key) -> (slot, generation) or None: lock-free; readers re-check the generation. */
+static PyObject *Core_find(Core *c, PyObject *key) {
+    StoredKey k;
+    int64_t s, g;
+    PyObject *result = NULL;
+    if (enter(c) < 0) return NULL;
+    if (!c->keyed) {
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
+    } else if (encode_key(c, key, &k) == 0) {
+        int found = find_key(c, &k, &s, &g);  /* -1: an error is set, s and g are not */
+        if (found > 0) result = Py_BuildValue("(LL)", (long long)s, (long long)g);
+        else if (found == 0) result = Py_NewRef(Py_None);
+    }
+    leave(c);
+    return result;
+}
+
+/* free_stripes() -> how many freed: under LOCK_STRIPE_TABLE, clear the owner of every claimed
+ * row whose owner is gone (its liveness mutex free or owner-dead). Data stays, counted. */
+static PyObject *Core_free_stripes(Core *c, PyObject *Py_UNUSED(ignored)) {
+    long long freed = 0;
+    if (enter(c) < 0) return NULL;
+    if (c->striped && lock_take(c, LOCK_STRIPE_TABLE) == 0) {
+        for (int64_t r = 1; r < c->n_rows; r++) {
+            int64_t *e = STRIPE(c, r);
+            if (LOAD(e + STRIPE_OWNER) != 0 && !stripe_alive(c, r)) {
+                STORE(e + STRIPE_OWNER, 0);
+                freed++;
+            }
+        }
+        lock_give(c, LOCK_STRIPE_TABLE);
+    }
+    leave(c);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(freed);
+}
+
+/* stripe_owners() -> [(row, pid, alive)] of every row with an owner recorded; alive is the
+ * kernel's word (the owner's keeper holds the row's mutex), whatever /proc shows. */
+static PyObject *Core_stripe_owners(Core *c, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out;
+    if (enter(c) < 0) return NULL;
+    out = PyList_New(0);
+    for (int64_t r = 1; out != NULL && c->striped && r < c->n_rows; r++) {
+        int64_t *e = STRIPE(c, r);
+        if (LOAD(e + STRIPE_OWNER) == 0) continue;
+        PyObject *t = Py_BuildValue("(LLO)", (long long)r, (long long)LOAD(e + STRIPE_OWNER_PID),
+                                    stripe_alive(c, r) ? Py_True : Py_False);
+        if (t == NULL || PyList_Append(out, t) < 0) Py_CLEAR(out);
+        Py_XDECREF(t);
+    }
+    leave(c);
+    return out;
+}
+
+/* release_stripe(): hand this process's stripe back (data kept); the next add claims again. */
+static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
+    int64_t row = c->stripe_row;
+    if (enter(c) < 0) return NULL;
+    int mine = c->stripe_gen == fork_gen && row > 0;
+    if (mine && lock_take(c, LOCK_STRIPE_TABLE) == 0) {
+        int64_t *e = STRIPE(c, row);
+        if (LOAD(e + STRIPE_OWNER) == c->stripe_owner) STORE(e + STRIPE_OWNER, 0);
+        give_stripe(c);
+        lock_give(c, LOCK_STRIPE_TABLE);
+    }
+    c->stripe_gen = 0;
+    c->stripe_row = 0;
+    leave(c);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(mine ? row : 0);
+}
+
+/* close(): no call touches the mapping from now on; released once no call is inside. */
+static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
+    if (!c->closed && c->busy == 0) give_stripe(c);  /* before the mapping can go */
+    c->closed = 1;
+    if (c->busy == 0) cache_drop(c);  /* else a call inside may still hold an entry */
+    release_map(c);
+    Py_RETURN_NONE;
+}
+
+/* ---- the method table: text signatures, so that inspect.signature() reads each ------------- */
+
+#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+
+PyMethodDef core_methods[] = {
+    {"add", FASTCALL_KW(Core_add),
+     "add($self, /, n=1, field=None, key=None)\n--\n\n"
+     "Count n now in field's current bucket: this process's stripe, the shared row, or the key's row."},
+    {"add_and_total", FASTCALL_KW(Core_add_and_total),
+     "add_and_total($self, /, n=1, field=None, key=None)\n--\n\n"
+     "Add, and the key's total over its longest ring with it (keyed windows)."},
+    {"add_batch", FASTCALL_KW(Core_add_batch),
+     "add_batch($self, /, items, field=None, key=None)\n--\n\n"
+     "Add (ring, epoch, value) triples in one section."},
+    {"hit", FASTCALL_KW(Core_hit),
+     "hit($self, /, key, cost=1)\n--\n\n"
+     "Count cost hits for key if every rate allows them, else nothing: whether it did."},
+    {"check", FASTCALL_KW(Core_check),
+     "check($self, /, key, cost, commit, detail=True)\n--\n\n"
+     "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
+    {"clear", (PyCFunction)Core_clear, METH_O, "clear($self, key, /)\n--\n\nForget key and its counts."},
+    {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset($self, /)\n--\n\nEmpty every row, for everyone."},
+    {"find", (PyCFunction)Core_find, METH_O,
+     "find($self, key, /)\n--\n\n(row, generation) of key, or None: lock-free."},
+    {"free_stripes", (PyCFunction)Core_free_stripes, METH_NOARGS,
+     "free_stripes($self, /)\n--\n\nFree the stripes of dead owners: how many."},
+    {"stripe_owners", (PyCFunction)Core_stripe_owners, METH_NOARGS,
+     "stripe_owners($self, /)\n--\n\n[(row, pid, alive)] of every stripe with an owner."},
+    {"release_stripe", (PyCFunction)Core_release_stripe, METH_NOARGS,
+     "release_stripe($self, /)\n--\n\nHand this process's stripe back (data kept): its row, or 0."},
+    {"close", (PyCFunction)Core_close, METH_NOARGS, "close($self, /)\n--\n\nStop touching the mapping."},
+    {NULL},
+};

@@ -1,0 +1,420 @@
+/* rings.c -- rows and their rings: the window's add, the stripes, log rings, and the
+ * limiter's check-and-count with its repair.
+ *
+ * A row (layout.py, "Rows") holds one ring per resolution or rate; a ring is its header
+ * slot(s), then n buckets of (epoch, value per field). Unkeyed striped windows give each
+ * process its own row (its stripe), written lock-free; every other row is written under its
+ * lock. Each section below says what holds between its stores and what a repair recomputes.
+ */
+#include "core.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- rows ------------------------------------------------------------------------------- */
+
+void empty_rings(Core *c, char *row) {
+    memcpy(row + c->rings_off, c->empty, (size_t)c->empty_bytes);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    FAILPOINT();
+}
+
+/* Counts read from the segment are added saturating: junk there never wraps (nor is UB). */
+int64_t sat_add(int64_t a, int64_t b) {
+    int64_t s;
+    return __builtin_add_overflow(a, b, &s) ? (b > 0 ? INT64_MAX : INT64_MIN) : s;
+}
+int64_t sat_sub(int64_t a, int64_t b) {
+    int64_t s;
+    return __builtin_sub_overflow(a, b, &s) ? (b < 0 ? INT64_MAX : INT64_MIN) : s;
+}
+
+/* A ring's span (n x bucket_ns), saturating: a header may describe any ring its checksum covers. */
+int64_t span_ns(const Ring *r) {
+    int64_t span;
+    return __builtin_mul_overflow(r->n, r->bucket_ns, &span) ? INT64_MAX : span;
+}
+
+/* A limiter ring's head epoch: EMPTY, or one a clock can reach, whose epoch maths (head - n,
+ * (head + n) x bucket_ns) cannot overflow. */
+static int head_ok(const Ring *r, int64_t head) {
+    return head == EMPTY_EPOCH || (head >= 0 && head <= INT64_MAX / r->bucket_ns - 2 * r->n);
+}
+
+/* A limiter ring's running total, recomputed from its live buckets (repair, and junk totals).
+ * head passed head_ok(); hits are never negative, so a negative one is junk and counts 0. */
+static int64_t ring_sum(Core *c, int64_t *hdr, const Ring *r, int64_t head) {
+    int64_t total = 0;
+    if (head == EMPTY_EPOCH) return 0;
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *b = hdr + (c->head_slots + s) * c->slot_words;
+        int64_t e = LOAD(b + SLOT_EPOCH), hits = LOAD(b + SLOT_VALUES);
+        if (e != EMPTY_EPOCH && e > head - r->n && e <= head && hits > 0) total = sat_add(total, hits);
+    }
+    return total;
+}
+
+/* Add n (int or double bits) at `now` to field word f (SLOT_VALUES + the field's index) of
+ * every ring of a row.
+ * Caller is the row's only writer (its stripe's process, or the holder of its lock).
+ * Invariant between stores: a bucket is zeroed before it is stamped, so a lock-free reader
+ * that sees the new epoch sees no old value; a tear loses only the call's own add. */
+int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d) {
+    int64_t *slot[MAX_RINGS], epoch[MAX_RINGS];
+    for (int i = 0; i < c->n_rings; i++) {  /* check everything before writing anything */
+        const Ring *r = &c->rings[i];
+        epoch[i] = now / r->bucket_ns;
+        slot[i] = BUCKET(c, RING(c, row, i), r, epoch[i]);
+        int64_t bits = LOAD(slot[i] + SLOT_EPOCH) < epoch[i] ? 0 : LOAD(slot[i] + f), out;
+        double sum;
+        memcpy(&sum, &bits, 8);
+        if (c->floats ? !isfinite(sum + d) : __builtin_add_overflow(bits, n, &out)) {
+            PyErr_Format(PyExc_OverflowError, "this add would overflow the window's %s value",
+                         c->floats ? "float64" : "int64");
+            return -1;
+        }
+    }
+    for (int i = 0; i < c->n_rings; i++) {
+        int64_t *s = slot[i];
+        if (LOAD(s + SLOT_EPOCH) < epoch[i]) {  /* a stale slot: recycle it (a newer one is kept: a lagging clock) */
+            for (int k = 0; k < c->n_fields; k++) STORE(s + SLOT_VALUES + k, 0);
+            STORE(s + SLOT_EPOCH, epoch[i]);
+        }
+        if (c->floats) {
+            double v;
+            int64_t bits = LOAD(s + f);
+            memcpy(&v, &bits, 8);
+            v += d;
+            memcpy(&bits, &v, 8);
+            STORE(s + f, bits);
+        } else {
+            STORE(s + f, LOAD(s + f) + n);
+        }
+    }
+    return 0;
+}
+
+/* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
+
+/* Section "claim": under LOCK_STRIPE_TABLE, take the first row whose liveness mutex the keeper
+ * can take (free, or its owner dead): 1 and *row, 0 if every row is live, -1 error.
+ * rows_in_use grows before the owner is written, so a tear only makes readers sum a row
+ * too many; the owner word goes last. */
+static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
+    int64_t n = c->n_rows - 1, *in_use = W(c, ROWS_IN_USE_OFF);
+    int got = 0;
+    if (n < 1) return 0;
+    if (lock_take_ex(c, LOCK_STRIPE_TABLE, 1) < 0) return -1;
+    for (int64_t j = 0; j < n && !got; j++) {
+        int64_t r = 1 + j;
+        int rc = keeper(KEEP_TAKE, STRIPE_MUTEX(c, r));
+        if (rc == EBUSY) continue;  /* a live owner: never shared */
+        if (rc != 0) {
+            PyErr_Format(c->st->corrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
+                         c->name, (long long)r, rc);
+            got = -1;
+            break;
+        }
+        int64_t *e = STRIPE(c, r);
+        SECTION("claim");
+        if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
+        STORE(e + STRIPE_OWNER_START, start);
+        STORE(e + STRIPE_OWNER_PID, owner);
+        STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+        STORE(e + STRIPE_OWNER, owner);
+        END_SECTION();
+        *row = r;
+        got = 1;
+    }
+    lock_give(c, LOCK_STRIPE_TABLE);
+    return got;
+}
+
+/* Give our stripe's liveness mutex back (the row's data stays, counted): before close()
+ * unmaps, or when the stripe is released. Only the process that took it holds it. */
+void give_stripe(Core *c) {
+    if (c->stripe_gen == fork_gen && c->stripe_row > 0 && c->base != NULL)
+        keeper(KEEP_GIVE, STRIPE_MUTEX(c, c->stripe_row));
+    c->stripe_gen = 0;
+    c->stripe_row = 0;
+}
+
+/* stripe_of() (core.h) when this process has no stripe (after a fork, or at first use): ask
+ * Python's callback for (pid, start ticks) -- for display only -- and claim in C, so the
+ * claim and this record of it cannot be separated by an exception. */
+int claim_stripe(Core *c, int64_t *row) {
+    long long owner, start;
+    PyObject *v = PyObject_CallNoArgs(c->claim);
+    int64_t got = 0;
+    if (v == NULL) return -1;
+    if (!PyArg_ParseTuple(v, "LL", &owner, &start) || still_open(c) < 0 ||
+        claim_row(c, owner, start, &got) < 0) {
+        Py_DECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    c->stripe_row = got;
+    c->stripe_owner = owner;
+    c->stripe_gen = fork_gen;
+    c->retry_ns = mono_ns() + NS;  /* every stripe taken: look again in a second */
+    *row = got;
+    return 0;
+}
+
+/* Is stripe r's owner alive? Probed by taking its mutex in this thread for an instant. */
+int stripe_alive(Core *c, int64_t r) {
+    pthread_mutex_t *m = STRIPE_MUTEX(c, r);
+    if (c->stripe_gen == fork_gen && c->stripe_row == r) return 1;  /* ours */
+    int rc = pthread_mutex_trylock(m);
+    if (rc == EBUSY) return 1;
+    if (rc == EOWNERDEAD) rc = pthread_mutex_consistent(m);
+    if (rc == 0) pthread_mutex_unlock(m);
+    return 0;
+}
+
+/* ---- log rings: a rate kept as hit times, exactly ------------------------------------------
+ * A log ring's slots are entries (LOG_TIME: t ns, LOG_HITS: hits) in no order; its bucket_ns is the period P. An
+ * entry counts while hits > 0 and t >= now - P (as in limits' moving window): a hit is
+ * forgotten 1 ns after P has passed. A new hit
+ * takes a slot that counts nothing. If every slot counts, the two oldest entries are merged
+ * into the newer one's time: their hits are forgotten later, never earlier (strict, no longer
+ * exact). A rate of at most n hits per period never merges: each entry holds a hit or more.
+ * Nothing is derived, so a tear loses at most the call's own hit, or (mid-merge) counts the
+ * oldest entry's hits twice until they leave: refusals early, never admissions late. */
+#define LOG_ENTRY(c, hdr, s) ((hdr) + ((c)->head_slots + (s)) * (c)->slot_words)
+
+typedef struct {
+    int64_t free_slot, oldest, second;  /* slots; -1: none */
+} LogPlace;
+
+static int log_counts(const Ring *r, int64_t t, int64_t hits, int64_t now) {
+    return hits > 0 && t >= now - r->bucket_ns;  /* a time ahead of now (a clock behind) counts */
+}
+
+/* Hits a log ring counts at now (saturating: junk never wraps), and where a new hit goes. */
+static int64_t log_scan(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at) {
+    int64_t used = 0, t_oldest = INT64_MAX, t_second = INT64_MAX;
+    at->free_slot = at->oldest = at->second = -1;
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME), hits = LOAD(e + LOG_HITS);
+        if (!log_counts(r, t, hits, now)) {
+            if (at->free_slot < 0) at->free_slot = s;
+            continue;
+        }
+        used = hits > INT64_MAX - used ? INT64_MAX : used + hits;
+        if (t < t_oldest) {
+            t_second = t_oldest, at->second = at->oldest;
+            t_oldest = t, at->oldest = s;
+        } else if (t < t_second) {
+            t_second = t, at->second = s;
+        }
+    }
+    return used;
+}
+
+/* Count `cost` hits at now in a log ring, placed by a log_scan at now under the same lock. */
+static void log_add(Core *c, int64_t *hdr, int64_t now, int64_t cost, const LogPlace *at) {
+    int64_t slot = at->free_slot;
+    if (slot < 0 && at->second < 0) {  /* one entry, counting: the new hits join it, at now */
+        int64_t *e = LOG_ENTRY(c, hdr, at->oldest), hits = LOAD(e + LOG_HITS);
+        STORE(e + LOG_TIME, now);  /* first: the old hits leave later, never sooner */
+        STORE(e + LOG_HITS, hits > INT64_MAX - cost ? INT64_MAX : hits + cost);
+        return;
+    }
+    if (slot < 0) {  /* every entry counts: the oldest joins the second oldest */
+        int64_t *a = LOG_ENTRY(c, hdr, at->oldest), *b = LOG_ENTRY(c, hdr, at->second);
+        int64_t ha = LOAD(a + LOG_HITS), hb = LOAD(b + LOG_HITS);
+        STORE(b + LOG_HITS, ha > INT64_MAX - hb ? INT64_MAX : ha + hb);
+        STORE(a + LOG_HITS, 0);
+        slot = at->oldest;
+    }
+    int64_t *e = LOG_ENTRY(c, hdr, slot);
+    if (LOAD(e + LOG_HITS) != 0) STORE(e + LOG_HITS, 0);  /* an entry that left: emptied before restamped */
+    STORE(e + LOG_TIME, now);
+    STORE(e + LOG_HITS, cost);
+}
+
+static int by_time(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* How long until an entry stamped t leaves, from now (never negative, never wrapped). */
+static int64_t log_leaves(const Ring *r, int64_t t, int64_t now) {
+    int64_t ahead = t - now;  /* >= -P for a counting entry */
+    if (ahead > INT64_MAX - r->bucket_ns - 1) return INT64_MAX;
+    return ahead + r->bucket_ns + 1 > 0 ? ahead + r->bucket_ns + 1 : 0;
+}
+
+/* A log ring's timing (see timing()): *reset_ns, until its oldest counted hit leaves (0: none
+ * counted); *wait_ns, until `need` of its hits have left (0: need <= 0; -1: it counts fewer, or
+ * no memory to sort them). Caller holds the row lock. */
+static void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t need,
+                       int64_t *reset_ns, int64_t *wait_ns) {
+    int64_t oldest = INT64_MAX, live = 0;
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME);
+        if (!log_counts(r, t, LOAD(e + LOG_HITS), now)) continue;
+        live++;
+        if (t < oldest) oldest = t;
+    }
+    *reset_ns = live ? log_leaves(r, oldest, now) : 0;
+    *wait_ns = need <= 0 ? 0 : -1;
+    if (need <= 0 || live == 0) return;
+    int64_t *sorted = PyMem_Malloc((size_t)live * 2 * sizeof(int64_t)), n = 0, freed = 0;
+    if (sorted == NULL) return;
+    for (int64_t s = 0; s < r->n && n < live; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME), hits = LOAD(e + LOG_HITS);
+        if (!log_counts(r, t, hits, now)) continue;
+        sorted[2 * n] = t, sorted[2 * n + 1] = hits;
+        n++;
+    }
+    qsort(sorted, (size_t)n, 2 * sizeof(int64_t), by_time);
+    for (int64_t j = 0; j < n; j++) {
+        freed = sorted[2 * j + 1] > INT64_MAX - freed ? INT64_MAX : freed + sorted[2 * j + 1];
+        if (freed >= need) {
+            *wait_ns = log_leaves(r, sorted[2 * j], now);
+            break;
+        }
+    }
+    PyMem_Free(sorted);
+}
+
+/* ---- the limiter's check-and-count ------------------------------------------------------ */
+
+/* Section "hit": advance every ring to now, compare, count in all or none. Caller holds the
+ * row lock. Running totals and tails are derived data: the repair recomputes them.
+ * Order: a head moves before its total is lowered, and totals rise before buckets, so a
+ * tear leaves totals too high (refuse early), never too low (admit late).
+ * The tail is a lower bound on the oldest live bucket holding hits, or EMPTY when no live
+ * bucket holds any: set before a first hit lands, moved forward lazily by timing(). */
+int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v) {
+    char *row = ROW(c, slot);
+    int64_t epoch[MAX_RINGS];
+    LogPlace at[MAX_RINGS];
+    unsigned logs = 0;  /* bit i: ring i is a log ring (read once: the stores below are to the segment) */
+    for (int i = 0; i < c->n_rings; i++) {  /* junk a clock never reaches: epoch maths would overflow */
+        int64_t head = LOAD(HEAD(RING(c, row, i)));
+        if (c->rings[i].log) logs |= 1u << i;
+        else if (!head_ok(&c->rings[i], head)) {
+            PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible epoch %lld: the segment "
+                         "is corrupt", c->name, (long long)slot, (long long)head);
+            return -1;
+        }
+    }
+    SECTION("hit");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    v->allowed = 1;
+    for (int i = 0; i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        int64_t *hdr = RING(c, row, i), head = LOAD(HEAD(hdr)), e = now / r->bucket_ns;
+        if (logs & 1u << i) {
+            epoch[i] = 0;  /* unused: a log ring keeps times, not buckets */
+            v->used[i] = log_scan(c, hdr, r, now, &at[i]);
+            if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;
+            continue;
+        }
+        if (head != EMPTY_EPOCH && e < head) e = head;  /* a clock behind the head: count later */
+        epoch[i] = e;
+        if (head != e) {
+            int64_t total = 0;
+            if (head != EMPTY_EPOCH && e - head < r->n) {
+                total = LOAD(TOTAL(hdr));
+                for (int64_t gone = head - r->n + 1; gone <= e - r->n; gone++) {
+                    int64_t *b = BUCKET(c, hdr, r, gone < 0 ? 0 : gone);
+                    if (gone >= 0 && LOAD(b + SLOT_EPOCH) == gone) total = sat_sub(total, LOAD(b + SLOT_VALUES));
+                }
+            }
+            STORE(HEAD(hdr), e);
+            STORE(TOTAL(hdr), total);
+            if (total == 0 && LOAD(TAIL(c, hdr)) != EMPTY_EPOCH) STORE(TAIL(c, hdr), EMPTY_EPOCH);
+        }
+        v->used[i] = LOAD(TOTAL(hdr));
+        if (v->used[i] < 0) {  /* junk: recompute the derived total from the buckets */
+            v->used[i] = ring_sum(c, hdr, r, e);
+            STORE(TOTAL(hdr), v->used[i]);
+        }
+        if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;  /* no overflow */
+    }
+    if (v->allowed && commit) {
+        for (int i = 0; i < c->n_rings; i++) {
+            if (logs & 1u << i) continue;
+            if (LOAD(TAIL(c, RING(c, row, i))) == EMPTY_EPOCH) STORE(TAIL(c, RING(c, row, i)), epoch[i]);
+            v->used[i] += cost;
+            STORE(TOTAL(RING(c, row, i)), v->used[i]);
+        }
+        for (int i = 0; i < c->n_rings; i++) {
+            if (logs & 1u << i) {
+                log_add(c, RING(c, row, i), now, cost, &at[i]);
+                v->used[i] += cost;
+                continue;
+            }
+            int64_t *b = BUCKET(c, RING(c, row, i), &c->rings[i], epoch[i]);
+            if (LOAD(b + SLOT_EPOCH) != epoch[i]) {
+                STORE(b + SLOT_VALUES, 0);
+                STORE(b + SLOT_EPOCH, epoch[i]);
+            }
+            STORE(b + SLOT_VALUES, sat_add(LOAD(b + SLOT_VALUES), cost));
+        }
+        STORE(RLAST(row), now);
+    }
+    END_SECTION();
+    return 0;
+}
+
+/* When each rate's oldest counted hit is forgotten, and when `cost` would fit. Caller holds
+ * the row lock. Scans start at the ring's tail, which then moves forward to the oldest bucket
+ * found holding hits (one store of derived data: any lower bound is valid), so repeated
+ * calls cost O(1) and a ring's buckets are passed over at most once per lap. */
+void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v) {
+    char *row = ROW(c, slot);
+    v->wait_ns = 0;
+    for (int i = 0; i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        int64_t *hdr = RING(c, row, i), head = LOAD(HEAD(hdr));
+        int64_t need = cost > r->limit - v->used[i] ? sat_sub(v->used[i], r->limit - cost) : 0;
+        int64_t freed = 0, blocks = !v->allowed && need > 0;
+        v->reset_ns[i] = 0;
+        if (blocks && cost > r->limit) v->wait_ns = -1;
+        if (r->log) {
+            int64_t wait;
+            log_timing(c, hdr, r, now, blocks && v->wait_ns >= 0 ? need : 0, &v->reset_ns[i], &wait);
+            if (wait > v->wait_ns && v->wait_ns >= 0) v->wait_ns = wait;
+            continue;
+        }
+        int64_t tail = LOAD(TAIL(c, hdr)), from = head - r->n + 1;
+        if (head == EMPTY_EPOCH || tail == EMPTY_EPOCH) continue;
+        for (int64_t e = tail > from ? tail : from, left = head - e + 1; left > 0; e++, left--) {
+            int64_t *b = BUCKET(c, hdr, r, e < 0 ? 0 : e), hits;
+            if (e < 0 || LOAD(b + SLOT_EPOCH) != e || (hits = LOAD(b + SLOT_VALUES)) <= 0) continue;  /* < 0: junk */
+            int64_t leaves = (e + r->n) * r->bucket_ns - now;
+            if (leaves < 0) leaves = 0;
+            if (freed == 0 && e != tail) STORE(TAIL(c, hdr), e);
+            if (v->reset_ns[i] == 0) v->reset_ns[i] = leaves;
+            freed = sat_add(freed, hits);
+            if (!blocks || v->wait_ns < 0) break;
+            if (freed >= need) {
+                if (leaves > v->wait_ns) v->wait_ns = leaves;
+                break;
+            }
+        }
+    }
+}
+
+/* Section "repair": a limiter's row whose holder died inside "hit" (its lock's intent names
+ * it). Buckets are primary and were each written whole (zeroed, then stamped, then counted);
+ * running totals and tails are derived: each ring's total is recomputed from its live buckets
+ * and its tail set to a lower bound. Caller holds the row's lock, in lock_take's repair. */
+void repair_row(Core *c, int64_t slot) {
+    char *row = ROW(c, slot);
+    SECTION("repair");
+    for (int r = 0; r < c->n_rings; r++) {
+        if (c->rings[r].log) continue;  /* nothing derived: every entry says what it counts */
+        int64_t *hdr = RING(c, row, r), head = LOAD(HEAD(hdr));
+        if (!head_ok(&c->rings[r], head)) continue;  /* junk: hit_row refuses the row */
+        int64_t total = ring_sum(c, hdr, &c->rings[r], head);
+        STORE(TAIL(c, hdr), total ? head - c->rings[r].n + 1 : EMPTY_EPOCH);  /* a lower bound */
+        STORE(TOTAL(hdr), total);
+    }
+    END_SECTION();
+}

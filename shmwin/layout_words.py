@@ -1,0 +1,455 @@
+"""The binary format of a segment as data: the one description of every offset and word.
+
+``layout.py`` takes its constants from here, and the native core's
+``shmwin/backends/shm/core/layout.h`` is generated from here (:func:`c_header`): the two
+sides name each word by the same name (``KEY_ROW_GEN``, ``INDEX_ENTRY_HASH``,
+``STRIPE_OWNER_PID``...), and ``_core.LAYOUT`` hands back every constant the core was
+compiled with, for the tests to compare. The header is committed, and a test holds it fresh;
+after a change here, write it anew::
+
+    python shmwin/layout_words.py shmwin/backends/shm/core/layout.h
+
+Stdlib only and no relative import: a build step or a test may run this file by path,
+with no package imported. What each word *means* is the table at the top of ``layout.py``.
+
+Names. A record (the header page, a lock, a stripe entry, an index entry, a key row's
+header, a ring table entry) is a list of fields ``(name, byte offset, type)``. Each field
+``f`` of record ``R`` gets ``R_F_OFF``, its byte offset, and where it starts an 8-byte word
+that the core loads or stores as one (an integer at an offset that is a multiple of 8),
+``R_F``, the index of that word. The header page's fields are read by name instead, once,
+at attach (``layout.unpack_header``; the core's ``ShmwinHeader`` struct): only the words
+read or written in place afterwards get a constant, ``F_OFF`` (``INDEX_OFF``, ``ROWS_TOP_OFF``).
+Types are :mod:`struct` codes (``q`` i64, ``Q`` u64, ``I`` u32, ``Ns`` N bytes), ``mutex``
+(a pthread mutex, in the room up to the next field) or ``ring[N]`` (N ring table entries).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import sys
+
+Field = tuple[str, int, str]  # (name, byte offset, type)
+
+MAGIC = b"SHMWIN\x00\x00"
+FORMAT_VERSION = 5  # 4: the role word (offset 168); 5: the key table's checked words
+
+# -- sizes and bounds ---------------------------------------------------------------------
+
+WORD_BYTES = 8
+PAGE_BYTES = 4096
+HEADER_BYTES = 4096
+CRC_START, CRC_END = 32, 1024  # the header bytes covered by header_crc
+MAX_FIELDS = 16
+FIELD_NAME_BYTES = 32
+MAX_RINGS = 8
+MAX_BUCKETS = 1_000_000
+MAX_LOG_ENTRIES = 4096  # entries of a log ring
+MAX_STRIPES = 1024
+MAX_CAPACITY = 50_000_000
+MAX_KEY_LOCKS = 64
+INDEX_MIN_SLOTS = 64  # index entries at level 0 (a power of two)
+MAX_PROBES = 256  # index entries a lookup or an insert looks at, at most
+MAX_STORED_KEY = 96  # key bytes a row holds; longer keys: a prefix and a digest
+KEY_DIGEST_BYTES = 16
+KEY_LONG_PREFIX = MAX_STORED_KEY - KEY_DIGEST_BYTES
+MAX_GEN = 1 << 62  # a row's or an entry's generation stays below it in size: beyond is junk
+MAX_NOW_NS = 1 << 62  # the latest clock reading taken (146 years of uptime)
+MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): readings stop at MAX_NOW_NS
+EMPTY_EPOCH = -(1 << 63)  # a slot never written (or emptied): below every window
+
+# -- flags, kinds and lock numbers ----------------------------------------------------------
+
+RING_LOG = 1  # ring table flags: a limiter ring kept as hit times
+KEY_FLAG_STR = 1  # a key row's flags: the key was a str (its UTF-8 is stored) ...
+KEY_FLAG_DIGEST = 2  # ... a long key: KEY_LONG_PREFIX bytes, then a 16-byte digest
+
+LOCK_STRIPE_TABLE = 0  # unkeyed: the stripe table
+LOCK_KEY_TABLE = 0  # keyed: key insertion, rebuilds, the key table's state words
+LOCK_SHARED_ROW = 1  # unkeyed: row 0
+FIRST_KEY_LOCK = 2  # keyed row r: lock FIRST_KEY_LOCK + r % (n_locks - FIRST_KEY_LOCK)
+
+# the header's enumerations, by value; C names them KIND_WINDOW, DTYPE_FLOAT64, ...
+DTYPES = ("int64", "float64")
+MODES = ("striped", "locked")
+KINDS = ("window", "limiter")
+CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
+# what shmwin made a segment for, recorded in its header (the tools read it, never guess):
+# "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
+ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health")
+
+# -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
+
+SLOT_EPOCH = 0  # word 0 of a slot: its bucket's epoch (EMPTY_EPOCH if none) ...
+SLOT_VALUES = 1  # ... then one word per field
+WINDOW_HEAD_SLOTS = 1  # a window's ring: one header slot
+LIMITER_HEAD_SLOTS = 2  # a limiter's ring: (head epoch, running totals), (tail epoch, -)
+RING_HEAD_SLOT = 0
+RING_TAIL_SLOT = 1
+LOG_TIME = 0  # a log ring's entry: (time ns, hits), in a slot's first two words
+LOG_HITS = 1
+
+# -- records ------------------------------------------------------------------------------------
+
+RING_ENTRY: tuple[Field, ...] = (
+    ("bucket_ns", 0, "q"),  # a log ring: the period
+    ("n_buckets", 8, "I"),  # a log ring: its entries
+    ("flags", 12, "I"),  # RING_LOG
+    ("limit", 16, "q"),
+)
+RING_ENTRY_BYTES = 24
+
+HEADER: tuple[Field, ...] = (
+    ("magic", 0, "8s"),
+    ("version", 8, "I"),
+    ("header_bytes", 12, "I"),
+    ("total_bytes", 16, "Q"),
+    ("header_crc", 24, "I"),
+    ("reserved", 28, "I"),
+    ("n_rings", 32, "I"),
+    ("kind", 36, "I"),
+    ("n_fields", 40, "I"),
+    ("dtype", 44, "I"),
+    ("mode", 48, "I"),
+    ("n_stripes", 52, "I"),
+    ("n_locks", 56, "I"),
+    ("capacity", 60, "I"),
+    ("key_slots", 64, "I"),
+    ("clock", 68, "I"),
+    ("creator_pid", 72, "q"),
+    ("created_real_ns", 80, "q"),
+    ("created_mono_ns", 88, "q"),
+    ("boot_id", 96, "16s"),
+    ("locks_off", 112, "Q"),
+    ("stripes_off", 120, "Q"),
+    ("keys_off", 128, "Q"),
+    ("rows_off", 136, "Q"),
+    ("row_bytes", 144, "Q"),
+    ("hash_key", 152, "16s"),
+    ("role", 168, "I"),
+    ("field_names", 256, f"{MAX_FIELDS * FIELD_NAME_BYTES}s"),
+    ("ring_table", 768, f"ring[{MAX_RINGS}]"),
+    ("rows_in_use", 1024, "q"),
+    # the key table's state (keyed), written under LOCK_KEY_TABLE; index, rows_top and
+    # rows_reserved are checked words (value | tag << 32)
+    ("index", 1032, "Q"),
+    ("index_used", 1040, "q"),
+    ("keys", 1048, "q"),
+    ("rows_top", 1056, "Q"),
+    ("rows_reserved", 1064, "Q"),
+    ("free_head", 1072, "q"),
+    ("rebuilt_ns", 1080, "q"),
+)
+FIXED_HEADER_END = 172  # magic .. role: the fields packed and unpacked as one struct
+# the header words read or written in place (not just at attach): each gets F_OFF
+HEADER_WORDS = ("magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index",
+                "index_used", "keys", "rows_top", "rows_reserved", "free_head", "rebuilt_ns")  # fmt: skip
+
+LOCK: tuple[Field, ...] = (
+    ("mutex", 0, "mutex"),  # process-shared, robust
+    ("intent", 56, "q"),  # the row (lock 0 of a keyed window: index entry) a section works on, -1
+)
+LOCK_BYTES = 64
+
+STRIPE: tuple[Field, ...] = (
+    ("owner", 0, "q"),  # pid of the process writing the row, 0 = free
+    ("owner_start", 8, "q"),  # its start time in clock ticks (/proc stat field 22)
+    ("owner_pid", 16, "q"),  # for display
+    ("claimed_ns", 24, "q"),
+    ("mutex", 64, "mutex"),  # the liveness mutex, held by the owner's keeper thread
+)
+STRIPE_ENTRY_BYTES = 128
+
+INDEX_ENTRY: tuple[Field, ...] = (
+    ("gen", 0, "q"),  # 0 never used, > 0 published, < 0 being written
+    ("hash", 8, "Q"),  # 0: a tombstone
+    ("row", 16, "q"),
+    ("reserved", 24, "q"),
+)
+KEY_ENTRY_BYTES = 32
+INDEX_ENTRY_WORDS = KEY_ENTRY_BYTES // WORD_BYTES
+
+KEY_ROW: tuple[Field, ...] = (  # a keyed row's key header
+    ("gen", 0, "q"),  # > 0 holds a key (free: hash 0), < 0 being (re)assigned, 0 never used
+    ("last_ns", 8, "q"),  # the key's newest write; on the free list: the next free row + 1
+    ("hash", 16, "Q"),  # as in the index; 0 = holds no key
+    ("len", 24, "I"),  # one word with flags: len | flags << 32
+    ("flags", 28, "I"),  # KEY_FLAG_STR, KEY_FLAG_DIGEST
+    ("key", 32, f"{MAX_STORED_KEY}s"),  # NUL-padded
+)
+KEY_HEADER_BYTES = 128
+
+# record prefix -> (fields, the name of its size); the header page is read by name (see above)
+RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
+    "LOCK": (LOCK, "LOCK_BYTES"),
+    "STRIPE": (STRIPE, "STRIPE_ENTRY_BYTES"),
+    "INDEX_ENTRY": (INDEX_ENTRY, "KEY_ENTRY_BYTES"),
+    "KEY_ROW": (KEY_ROW, "KEY_HEADER_BYTES"),
+    "RING_ENTRY": (RING_ENTRY, "RING_ENTRY_BYTES"),
+}
+
+
+def _at(fields: tuple[Field, ...], name: str) -> int:
+    """The byte offset of field ``name``."""
+    return next(offset for field, offset, _ in fields if field == name)
+
+
+# -- every name, as a module attribute too (check() holds them to constants()) ---------------
+
+DTYPE_INT64, DTYPE_FLOAT64 = DTYPES.index("int64"), DTYPES.index("float64")
+MODE_STRIPED, MODE_LOCKED = MODES.index("striped"), MODES.index("locked")
+KIND_WINDOW, KIND_LIMITER = KINDS.index("window"), KINDS.index("limiter")
+CLOCK_KIND_MONOTONIC, CLOCK_KIND_WALL = CLOCKS.index("monotonic"), CLOCKS.index("wall")
+ROLE_PLAIN, ROLE_FIXED_STARTS = ROLES.index(""), ROLES.index("fixed-starts")
+ROLE_BREAKER, ROLE_SHEDDER = ROLES.index("breaker"), ROLES.index("shedder")
+ROLE_IN_FLIGHT, ROLE_ADAPTIVE = ROLES.index("in-flight"), ROLES.index("adaptive")
+ROLE_HEALTH = ROLES.index("health")
+
+MAGIC_OFF = _at(HEADER, "magic")
+HEADER_CRC_OFF = _at(HEADER, "header_crc")
+FIELD_NAMES_OFF = _at(HEADER, "field_names")
+RING_TABLE_OFF = _at(HEADER, "ring_table")
+ROWS_IN_USE_OFF = _at(HEADER, "rows_in_use")
+INDEX_OFF = _at(HEADER, "index")
+INDEX_USED_OFF = _at(HEADER, "index_used")
+KEYS_OFF = _at(HEADER, "keys")
+ROWS_TOP_OFF = _at(HEADER, "rows_top")
+ROWS_RESERVED_OFF = _at(HEADER, "rows_reserved")
+FREE_HEAD_OFF = _at(HEADER, "free_head")
+REBUILT_NS_OFF = _at(HEADER, "rebuilt_ns")
+CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF)  # value | tag << 32 (layout.state_word)
+
+LOCK_MUTEX_OFF = _at(LOCK, "mutex")
+LOCK_INTENT_OFF = _at(LOCK, "intent")
+LOCK_INTENT = LOCK_INTENT_OFF // WORD_BYTES
+
+STRIPE_OWNER_OFF = _at(STRIPE, "owner")
+STRIPE_OWNER = STRIPE_OWNER_OFF // WORD_BYTES
+STRIPE_OWNER_START_OFF = _at(STRIPE, "owner_start")
+STRIPE_OWNER_START = STRIPE_OWNER_START_OFF // WORD_BYTES
+STRIPE_OWNER_PID_OFF = _at(STRIPE, "owner_pid")
+STRIPE_OWNER_PID = STRIPE_OWNER_PID_OFF // WORD_BYTES
+STRIPE_CLAIMED_NS_OFF = _at(STRIPE, "claimed_ns")
+STRIPE_CLAIMED_NS = STRIPE_CLAIMED_NS_OFF // WORD_BYTES
+STRIPE_MUTEX_OFF = _at(STRIPE, "mutex")
+
+INDEX_ENTRY_GEN_OFF = _at(INDEX_ENTRY, "gen")
+INDEX_ENTRY_GEN = INDEX_ENTRY_GEN_OFF // WORD_BYTES
+INDEX_ENTRY_HASH_OFF = _at(INDEX_ENTRY, "hash")
+INDEX_ENTRY_HASH = INDEX_ENTRY_HASH_OFF // WORD_BYTES
+INDEX_ENTRY_ROW_OFF = _at(INDEX_ENTRY, "row")
+INDEX_ENTRY_ROW = INDEX_ENTRY_ROW_OFF // WORD_BYTES
+
+KEY_ROW_GEN_OFF = _at(KEY_ROW, "gen")
+KEY_ROW_GEN = KEY_ROW_GEN_OFF // WORD_BYTES
+KEY_ROW_LAST_NS_OFF = _at(KEY_ROW, "last_ns")
+KEY_ROW_LAST_NS = KEY_ROW_LAST_NS_OFF // WORD_BYTES
+KEY_ROW_HASH_OFF = _at(KEY_ROW, "hash")
+KEY_ROW_HASH = KEY_ROW_HASH_OFF // WORD_BYTES
+KEY_ROW_LEN_OFF = _at(KEY_ROW, "len")
+KEY_ROW_LEN = KEY_ROW_LEN_OFF // WORD_BYTES  # the word holding len | flags << 32
+KEY_ROW_FLAGS_OFF = _at(KEY_ROW, "flags")
+KEY_ROW_KEY_OFF = _at(KEY_ROW, "key")
+
+RING_ENTRY_BUCKET_NS_OFF = _at(RING_ENTRY, "bucket_ns")
+RING_ENTRY_BUCKET_NS = RING_ENTRY_BUCKET_NS_OFF // WORD_BYTES
+RING_ENTRY_N_BUCKETS_OFF = _at(RING_ENTRY, "n_buckets")
+RING_ENTRY_N_BUCKETS = RING_ENTRY_N_BUCKETS_OFF // WORD_BYTES  # the word holding n_buckets | flags << 32
+RING_ENTRY_FLAGS_OFF = _at(RING_ENTRY, "flags")
+RING_ENTRY_LIMIT_OFF = _at(RING_ENTRY, "limit")
+RING_ENTRY_LIMIT = RING_ENTRY_LIMIT_OFF // WORD_BYTES
+
+_SIZES = {"q": 8, "Q": 8, "I": 4}
+_ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
+_SCALARS = (
+    "FORMAT_VERSION", "WORD_BYTES", "PAGE_BYTES", "HEADER_BYTES", "CRC_START", "CRC_END",
+    "MAX_FIELDS", "FIELD_NAME_BYTES", "MAX_RINGS", "MAX_BUCKETS", "MAX_LOG_ENTRIES", "MAX_STRIPES",
+    "MAX_CAPACITY", "MAX_KEY_LOCKS", "INDEX_MIN_SLOTS", "MAX_PROBES", "MAX_STORED_KEY",
+    "KEY_DIGEST_BYTES", "KEY_LONG_PREFIX", "MAX_GEN", "MAX_NOW_NS", "MAX_SPAN_NS", "EMPTY_EPOCH",
+    "RING_LOG", "KEY_FLAG_STR", "KEY_FLAG_DIGEST", "LOCK_STRIPE_TABLE", "LOCK_KEY_TABLE",
+    "LOCK_SHARED_ROW", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
+    "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
+    "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
+    "KEY_HEADER_BYTES", "FIXED_HEADER_END",
+)  # fmt: skip
+
+
+def size_of(kind: str) -> int | None:
+    """Bytes of a field type (None: a mutex, whose room is up to the next field)."""
+    if kind in _SIZES:
+        return _SIZES[kind]
+    if kind.endswith("s"):
+        return int(kind[:-1])
+    ring = re.fullmatch(r"ring\[(\d+)\]", kind)
+    if ring:
+        return int(ring.group(1)) * RING_ENTRY_BYTES
+    if kind == "mutex":
+        return None
+    raise ValueError(f"unknown field type {kind!r}")
+
+
+def _word_field(offset: int, kind: str) -> bool:
+    """Does the field start a word the core loads or stores as one (an aligned integer)?"""
+    return kind in _SIZES and offset % WORD_BYTES == 0
+
+
+def constants() -> dict[str, int]:
+    """Every named constant of the format, as C and Python both name it."""
+    out = {name: int(globals()[name]) for name in _SCALARS}
+    for prefix, values in _ENUMS.items():
+        for i, value in enumerate(values):
+            out[f"{prefix}_{re.sub(r'[^A-Z0-9]', '_', value.upper()) or 'PLAIN'}"] = i
+    for name in HEADER_WORDS:
+        out[f"{name.upper()}_OFF"] = _at(HEADER, name)
+    for prefix, (fields, _size_name) in RECORDS.items():
+        for name, offset, kind in fields:
+            if name == "reserved":
+                continue
+            out[f"{prefix}_{name.upper()}_OFF"] = offset
+            if _word_field(offset, kind):
+                out[f"{prefix}_{name.upper()}"] = offset // WORD_BYTES
+    return out
+
+
+def fixed_struct() -> struct.Struct:
+    """The header's fixed part (magic .. role) as one struct, gaps padded: little-endian."""
+    code, at = "<", 0
+    for _name, offset, kind in HEADER:
+        if offset >= FIXED_HEADER_END:
+            break
+        code += "x" * (offset - at) + kind
+        at = offset + (size_of(kind) or 0)
+    assert at == FIXED_HEADER_END
+    return struct.Struct(code)
+
+
+def fixed_names() -> tuple[str, ...]:
+    """The names of :func:`fixed_struct`'s values, in order."""
+    return tuple(name for name, offset, _ in HEADER if offset < FIXED_HEADER_END)
+
+
+def ring_struct() -> struct.Struct:
+    """A ring table entry as a struct."""
+    code, at = "<", 0
+    for _name, offset, kind in RING_ENTRY:
+        code += "x" * (offset - at) + kind
+        at = offset + (size_of(kind) or 0)
+    return struct.Struct(code + "x" * (RING_ENTRY_BYTES - at))
+
+
+def check() -> list[str]:
+    """What is wrong with the description (tests assert: nothing): fields in order, none
+    overlapping another or passing its record, the checked words among the header words."""
+    problems = []
+    sized = [(prefix, fields, int(globals()[size])) for prefix, (fields, size) in RECORDS.items()]
+    for prefix, fields, size in [*sized, ("HEADER", HEADER, HEADER_BYTES)]:
+        for i, (name, offset, kind) in enumerate(fields):
+            end = fields[i + 1][1] if i + 1 < len(fields) else size
+            need = size_of(kind)
+            if offset < 0 or offset + (need or 1) > end:
+                problems.append(f"{prefix}.{name} at {offset} does not fit before {end}")
+            if need is not None and kind in _SIZES and offset % need:
+                problems.append(f"{prefix}.{name} at {offset} is not aligned")
+    for name, value in constants().items():
+        if globals().get(name) != value:
+            problems.append(f"{name} is not a module attribute of the value the tables give it ({value})")
+    if KEY_LONG_PREFIX + KEY_DIGEST_BYTES != MAX_STORED_KEY:
+        problems.append("a long key's prefix and digest do not fill the stored key")
+    if {n: o for n, o, _ in KEY_ROW}["key"] + MAX_STORED_KEY != KEY_HEADER_BYTES:
+        problems.append("a key row's key bytes do not end its header")
+    return problems
+
+
+# -- the C header -------------------------------------------------------------------------------
+
+_C_TYPES = {"q": "int64_t", "Q": "uint64_t", "I": "uint32_t"}
+
+
+def _c_value(value: int) -> str:
+    if value == -(1 << 63):
+        return "(-INT64_C(9223372036854775807) - 1)"
+    if -(1 << 31) <= value < 1 << 31:
+        return str(value)
+    return f"INT64_C({value})"
+
+
+def _c_struct(name: str, fields: tuple[Field, ...], size: int | None) -> list[str]:
+    lines, at, pad = ["typedef struct {  /* generated: offsets asserted below */"], 0, 0
+    for field, offset, kind in fields:
+        if offset > at:
+            lines.append(f"    uint8_t pad{pad}[{offset - at}];")
+            pad += 1
+        need = size_of(kind)
+        ring = re.fullmatch(r"ring\[(\d+)\]", kind)
+        if kind in _C_TYPES:
+            lines.append(f"    {_C_TYPES[kind]} {field};")
+        elif ring:
+            lines.append(f"    ShmwinRingEntry {field}[{ring.group(1)}];")
+        else:
+            lines.append(f"    uint8_t {field}[{need}];")
+        at = offset + (need or 0)
+    if size is not None and size > at:
+        lines.append(f"    uint8_t pad{pad}[{size - at}];")
+    lines.append(f"}} {name};")
+    for field, offset, _ in fields:
+        lines.append(f'_Static_assert(offsetof({name}, {field}) == {offset}, "{name}.{field}");')
+    if size is not None:
+        lines.append(f'_Static_assert(sizeof({name}) == {size}, "{name}: its size");')
+    return lines
+
+
+def c_header() -> str:
+    """``layout.h``: every constant of :func:`constants` as a ``#define``, the header page and a
+    ring table entry as structs, and ``_Static_assert`` s on every offset and size."""
+    values = constants()
+    out = [
+        "/* GENERATED from shmwin/layout_words.py by c_header(): do not edit. To write it anew:",
+        " *     python shmwin/layout_words.py shmwin/backends/shm/core/layout.h",
+        " * tests/unit/test_layout.py holds it fresh; _core.LAYOUT hands these values back. */",
+        "#ifndef SHMWIN_LAYOUT_H",
+        "#define SHMWIN_LAYOUT_H",
+        "",
+        "#include <pthread.h>",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "",
+    ]
+    width = max(len(n) for n in values)
+    out += [f"#define {name.ljust(width)} {_c_value(v)}" for name, v in values.items()]
+    out += ["", "/* Every constant above, for _core.LAYOUT: X(name) for each. */"]
+    out += ["#define SHMWIN_LAYOUT_NAMES(X) \\"]
+    out += [f"    X({name}) \\" for name in values]
+    out += ["    /* end */", ""]
+    out += _c_struct("ShmwinRingEntry", RING_ENTRY, RING_ENTRY_BYTES)
+    out += [""]
+    out += _c_struct("ShmwinHeader", HEADER, None)
+    out += ["", "/* Records read word by word: each field fits before the next, each mutex in its room. */"]
+    for prefix, (fields, size_name) in RECORDS.items():
+        for i, (name, _offset, kind) in enumerate(fields):
+            if name == "reserved":
+                continue
+            after = fields[i + 1] if i + 1 < len(fields) else None
+            end = size_name if after is None or after[0] == "reserved" else f"{prefix}_{after[0].upper()}_OFF"
+            need = "sizeof(pthread_mutex_t)" if kind == "mutex" else str(size_of(kind))
+            out.append(f'_Static_assert({prefix}_{name.upper()}_OFF + {need} <= {end}, "{prefix}.{name}");')
+    out += [
+        '_Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row\'s key bytes");',
+        '_Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");',
+        '_Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");',
+        "",
+        "#endif /* SHMWIN_LAYOUT_H */",
+        "",
+    ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    problems = check()
+    if problems:
+        sys.exit("layout_words: " + "; ".join(problems))
+    text = c_header()
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
