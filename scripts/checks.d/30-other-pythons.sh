@@ -1,7 +1,8 @@
 # The unit, contract and native / fail-point tests on every supported CPython other than .venv's
 # (scripts/_pythons.sh finds them: pyenv's, or python3.X on PATH), each against an extension built
 # for that version by setup.py with that interpreter (build_ext --inplace: the .so's name carries
-# the version, so each sits beside .venv's). One venv per version, .venv-py3.X/, holding only what
+# the version, so each sits beside .venv's), as the core's test build (-DSHMWIN_TEST: fail points
+# compiled in, so the fail-point tests run there too; .venv's own core stays the production one). One venv per version, .venv-py3.X/, holding only what
 # these tests import. A CPython not found here is said and skipped; any test failure fails the job.
 #   bash scripts/checks.d/30-other-pythons.sh [pytest args]
 set -euo pipefail
@@ -33,7 +34,8 @@ for version in $SHMWIN_PYTHONS; do
       { cat "$env_dir/install.log" >&2; echo "other pythons: pip failed for $version" >&2; exit 1; }
     echo "$py $DEPS" >"$env_dir/.deps"
   fi
-  "$env_dir/bin/python" setup.py -q build_ext --inplace >"$env_dir/build.log" 2>&1 ||
+  CFLAGS="${CFLAGS:-} -DSHMWIN_TEST" "$env_dir/bin/python" setup.py -q build_ext --inplace --force \
+    >"$env_dir/build.log" 2>&1 ||
     { cat "$env_dir/build.log" >&2; echo "other pythons: the extension failed to build for $version" >&2; exit 1; }
   echo "other pythons: $version ($py)"
   "$env_dir/bin/python" -m pytest -n auto -q -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
