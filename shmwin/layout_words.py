@@ -32,7 +32,8 @@ import sys
 Field = tuple[str, int, str]  # (name, byte offset, type)
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 5  # 4: the role word (offset 168); 5: the key table's checked words
+FORMAT_VERSION = 6  # 4: the role word (offset 168); 5: the key table's checked words;
+# 6: full_count, 16-byte index entries, a 64-byte key header
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -139,11 +140,15 @@ HEADER: tuple[Field, ...] = (
     ("rows_reserved", 1064, "Q"),
     ("free_head", 1072, "q"),
     ("rebuilt_ns", 1080, "q"),
+    # requests that met a full table (no row for a new key: capacity or /dev/shm), whatever
+    # on_full then answered; added to atomically, outside any lock
+    ("full_count", 1088, "q"),
 )
 FIXED_HEADER_END = 172  # magic .. role: the fields packed and unpacked as one struct
 # the header words read or written in place (not just at attach): each gets F_OFF
 HEADER_WORDS = ("magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index",
-                "index_used", "keys", "rows_top", "rows_reserved", "free_head", "rebuilt_ns")  # fmt: skip
+                "index_used", "keys", "rows_top", "rows_reserved", "free_head", "rebuilt_ns",
+                "full_count")  # fmt: skip
 
 LOCK: tuple[Field, ...] = (
     ("mutex", 0, "mutex"),  # process-shared, robust
@@ -217,6 +222,7 @@ ROWS_TOP_OFF = _at(HEADER, "rows_top")
 ROWS_RESERVED_OFF = _at(HEADER, "rows_reserved")
 FREE_HEAD_OFF = _at(HEADER, "free_head")
 REBUILT_NS_OFF = _at(HEADER, "rebuilt_ns")
+FULL_COUNT_OFF = _at(HEADER, "full_count")
 CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF)  # value | tag << 32 (layout.state_word)
 
 LOCK_MUTEX_OFF = _at(LOCK, "mutex")

@@ -32,9 +32,9 @@ from . import backends
 from .backends.contract import Key
 from .clock import Clock, host_clock
 from .duration import NS_PER_S
-from .errors import BackendUnavailableError
+from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
-from .policy import ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
+from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
 from .rate import LimitStats, Rate, parse_many
 from .window import Window
 
@@ -47,9 +47,11 @@ class Limiter:
     False and nothing counted.
 
     Its key table grows as keys come, and memory follows the keys in use (idle keys are
-    reclaimed). ``capacity=N`` caps it at N keys; ``on_full`` then says what ``hit`` does
-    for a new key when N keys are live: "raise" :class:`KeyTableFullError`, "allow"
-    (uncounted) or "deny". ``on_error`` says what ``hit``, ``test`` and ``acquire`` answer
+    reclaimed). ``capacity=N`` caps it at N keys. When no row is left for a new key --
+    ``capacity`` live keys, or a full ``/dev/shm`` after every idle key was reclaimed --
+    ``on_full`` says what ``hit`` does: "allow" (the default: admitted uncounted), "deny", or
+    "raise" (:class:`KeyTableFullError` / :class:`OutOfSpaceError`). Known keys go on
+    counting exactly; :meth:`full_count` counts the requests that met a full table. ``on_error`` says what ``hit``, ``test`` and ``acquire`` answer
     when a remote backend is away -- also while the limiter is built, which then claims
     its name at the first call that gets through: "raise" :class:`BackendUnavailableError`,
     "allow" or "deny". ``stats`` and ``clear`` always raise then. Backend options as for
@@ -64,7 +66,7 @@ class Limiter:
         capacity: int | None = None,
         buckets: int = DEFAULT_BUCKETS,
         exact: bool | int = False,
-        on_full: str = "raise",
+        on_full: str = DEFAULT_ON_FULL,
         clock: Clock | None = None,
         perm: int | None = None,
         lock_timeout: float | None = None,
@@ -87,7 +89,7 @@ class Limiter:
         cls,
         name: str,
         *,
-        on_full: str = "raise",
+        on_full: str = DEFAULT_ON_FULL,
         clock: Clock | None = None,
         backend: str | None = None,
         on_error: str = "raise",
@@ -172,6 +174,14 @@ class Limiter:
         """Where ``key`` stands against each rate, shortest period first."""
         _, used, reset_ns, _ = self._backend.check(key, 0, False)
         return limit_stats(self.rates, used, reset_ns)
+
+    def full_count(self) -> int:
+        """Requests that met a full key table, whatever ``on_full`` answered (see
+        :meth:`Window.full_count`); 0 on Redis, which has no key table to fill."""
+        try:
+            return self.window.full_count()
+        except NotSupportedError:
+            return 0
 
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key``."""

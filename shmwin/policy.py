@@ -20,6 +20,15 @@ from .errors import TotalOverflowError
 from .rate import LimitStats, Rate
 
 ON_FULL = ("raise", "allow", "deny")  # a new key and a full table: KeyTableFullError, admit, refuse
+# The default: a request that finds no room is admitted uncounted (a window's add dropped)
+# and counted in the table's full_count, which the tools show. Live keys stay exact; raising
+# turns a full /dev/shm into HTTP 500s (Flask-Limiter, slowapi), and denying locks out every
+# new client. "deny" is the choice for a limit that guards against abuse (logins).
+DEFAULT_ON_FULL = "allow"
+# A keyed Window's add is a measurement, not a decision: by default a full table raises
+# (KeyTableFullError / OutOfSpaceError), after idle keys were reclaimed; "allow" or "deny"
+# drop the add instead (counted in full_count).
+WINDOW_ON_FULL = "raise"
 ON_ERROR = ("raise", "allow", "deny")  # a limiter's backend is away: BackendUnavailableError, admit, refuse
 WINDOW_ON_ERROR = ("raise", "allow")  # a window's: raise, or drop the add and go on
 MIN_PAUSE_NS = 1_000_000  # acquire() never sleeps less than 1 ms between two tries

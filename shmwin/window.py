@@ -25,7 +25,7 @@ from .clock import Clock, host_clock
 from .duration import NS_PER_S, Duration
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
 from .geometry import Geometry, Meta, parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
-from .policy import WINDOW_ON_ERROR, choice, exact, exact_sum, int64_total
+from .policy import ON_FULL, WINDOW_ON_ERROR, WINDOW_ON_FULL, choice, exact, exact_sum, int64_total
 
 Number = int | float
 Fields = tuple[str, ...] | list[str] | str
@@ -41,7 +41,11 @@ class Window:
 
     With ``keyed=True`` the window is *keyed*: every call takes ``key=`` and each key
     has its own counts. Its key table grows as keys come (memory follows the keys in use;
-    idle keys are reclaimed); ``capacity=N`` caps it at N keys (then ``KeyTableFullError``).
+    idle keys are reclaimed); ``capacity=N`` caps it at N keys. When no row is left for a new
+    key (``capacity`` live keys, or a full ``/dev/shm`` after idle keys were reclaimed),
+    ``on_full`` decides: "raise" (the default: :class:`KeyTableFullError` or
+    :class:`OutOfSpaceError`), or "allow"/"deny", which drop the add; either way the request
+    is counted in :meth:`full_count`.
 
     Backend options (None: the backend's default; one the backend cannot honour is a
     :class:`~shmwin.errors.NotSupportedError`): shared memory takes ``perm`` (0o600),
@@ -72,11 +76,14 @@ class Window:
         backend: str | None = None,
         timeout: float | None = None,
         on_error: str = "raise",
+        on_full: str = WINDOW_ON_FULL,
     ):
         choice("on_error", on_error, WINDOW_ON_ERROR)
+        choice("on_full", on_full, ON_FULL)
         want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
         opened = backends.open_window(
-            name, want, backend=backend, clock=clock, on_error=on_error, perm=perm, lock_timeout=lock_timeout,
+            name, want, backend=backend, clock=clock, on_error=on_error, on_full=on_full, perm=perm,
+            lock_timeout=lock_timeout,
             ready_timeout=ready_timeout, timeout=timeout, mode=mode, stripes=stripes,
         )  # fmt: skip
         self._bind(opened, clock, on_error)
@@ -141,7 +148,7 @@ class Window:
         perm: int | None = None,
         lock_timeout: float | None = None,
         ready_timeout: float | None = None,
-        on_full: str = "raise",
+        on_full: str = WINDOW_ON_FULL,
         backend: str | None = None,
     ) -> Window:
         """Create or attach a window of exactly ``want`` (a Geometry built by ``geometry.py``)."""
@@ -315,6 +322,12 @@ class Window:
     def stripe_owners(self) -> list[tuple[int, int, bool]]:
         """``(row, pid, alive)`` for every claimed stripe (for inspection)."""
         return self._backend.stripe_owners()
+
+    def full_count(self) -> int:
+        """Requests that met a full key table -- no row for a new key: ``capacity`` live keys,
+        or no room left in ``/dev/shm`` after idle keys were reclaimed -- whatever ``on_full``
+        then answered. Shared by every process; 0 for an unkeyed window or a Redis one."""
+        return self._backend.full_count()
 
     def keys(self) -> list[Key]:
         """The keys that still have counts inside the window (keyed windows)."""

@@ -24,6 +24,7 @@ from typing import Any
 from ..clock import Clock
 from ..errors import NotSupportedError
 from ..geometry import Geometry
+from ..policy import DEFAULT_ON_FULL, WINDOW_ON_FULL
 from .contract import LimiterBackend, Request, WindowBackend
 from .shm import SHM_OPTIONS, ShmLimiter, ShmWindow
 
@@ -84,7 +85,7 @@ def open_window(
     backend: str | None = None,
     exclusive: bool = False,
     clock: Clock | None = None,
-    on_full: str = "raise",
+    on_full: str = WINDOW_ON_FULL,
     on_error: str = "raise",
     **options: Any,
 ) -> WindowBackend:
@@ -99,7 +100,7 @@ def open_limiter(
     *,
     backend: str | None = None,
     clock: Clock | None = None,
-    on_full: str = "raise",
+    on_full: str = DEFAULT_ON_FULL,
     on_error: str = "raise",
     **options: Any,
 ) -> LimiterBackend:

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from ..clock import Clock
 from ..geometry import Geometry, Meta
+from ..policy import WINDOW_ON_FULL
 from ..rate import Rate
 
 Key = str | bytes  # what a keyed window or limiter is keyed by, on every backend
@@ -47,7 +48,7 @@ class Request:
     url: str = ""
     exclusive: bool = False
     clock: Clock | None = None
-    on_full: str = "raise"
+    on_full: str = WINDOW_ON_FULL
     on_error: str = "raise"
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -97,6 +98,7 @@ class WindowBackend(Protocol):
 
     def top(self, n: int, value_index: int, ring_index: int, k: int) -> list[tuple[Key, Number]]: ...
     def keys(self) -> list[Key]: ...
+    def full_count(self) -> int: ...
     def clear(self, key: Key) -> None: ...
     def reset(self) -> None: ...
     def last_write_ns(self) -> int | None: ...

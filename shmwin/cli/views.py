@@ -41,6 +41,9 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
             room = width - len(text)
             series = row["series"].get(f, [])  # none for an exact limiter's log of hit times
             lines.append(text + sparkline(series, room) if room >= 8 and series else text.rstrip())
+    if snap.get("full"):
+        text = f"  full: {snap['full']:,} requests met a full key table (on_full answered them)"
+        lines.append(clip(text, width))
     if snap.get("stats"):
         lines += _limiter_keys([snap["stats"]], width)
     elif snap.get("top"):
@@ -158,6 +161,7 @@ LS_COLUMNS = [
     Column("RESOLUTIONS", keep=2),
     Column("SIZE", ">", keep=9),
     Column("KEYS", ">", keep=6),
+    Column("FULL", ">", keep=5),
     Column("PROCS", ">", keep=8),
     Column("STRIPES", ">", keep=1),
     Column("CREATOR", ">", keep=0),
@@ -191,8 +195,9 @@ def _ls_row(r: Info) -> list[str]:
     procs = "?" if r.attached is None else f"{r.attached}{'' if r.attached_complete else '+'}"
     stripes = "-" if r.stripes is None else f"{r.stripes_in_use}/{r.stripes}"
     creator = f"{r.creator_pid} {'alive' if r.creator_alive else 'dead'}"
+    full = "-" if r.full is None else f"{r.full:,}"
     what = ",".join(r.rates) if r.rates else ",".join(r.fields)
     return [
         safe(r.name), r.role or r.kind, safe(what), " ".join(r.resolutions), human_bytes(r.allocated_bytes),
-        keys, procs, stripes, creator, human_s(r.age_s), human_s(r.idle_s),
+        keys, full, procs, stripes, creator, human_s(r.age_s), human_s(r.idle_s),
     ]  # fmt: skip

@@ -47,6 +47,7 @@ class Info:
     nbytes: int = 0  # the mapped size of the segment
     allocated_bytes: int = 0  # what it takes in /dev/shm (st_blocks), extensions included
     keys: int | None = None
+    full: int | None = None  # requests that met a full key table (keyed), whatever on_full answered
     capacity: int | None = None
     stripes_in_use: int | None = None
     stripes: int | None = None
@@ -160,6 +161,7 @@ def _info(name: str, w: Any) -> Info:
         mode=g.mode,
         nbytes=w.nbytes,
         keys=len(w.keys()) if g.keyed else None,
+        full=w.full_count() if g.keyed else None,
         capacity=g.capacity or None,
         stripes_in_use=len(live) if g.mode == "striped" else None,
         stripes=g.n_stripes if g.mode == "striped" else None,
@@ -315,6 +317,7 @@ def snapshot(
     out["resolutions"] = rows
     if g.keyed and key is None:
         out["keys"] = len(w.keys())
+        out["full"] = w.full_count()
         out["top_field"], busiest = _busiest(w, top)
         if rates:
             now_ns = clock_of(w)()

@@ -44,6 +44,7 @@ from ..errors import KeyTableFullError, WindowNotFoundError
 from ..geometry import DEFAULT_LOG_ENTRIES
 from ..layout_words import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
+from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, Rate
 from .limits_fixed import FixedWindows, counted
 
@@ -127,7 +128,7 @@ class StorageSegments:
                 f"{uri!r}: buckets={self.buckets} must divide one second (1,000,000,000 ns) into whole "
                 "nanoseconds, so that it divides every period: e.g. 10, 20, 50, 100"
             )
-        self.on_full = str(given.get("on_full", "raise"))
+        self.on_full = str(given.get("on_full", DEFAULT_ON_FULL))
         if self.on_full not in ON_FULL:
             raise StorageOptionError(f"{uri!r}: on_full must be one of {list(ON_FULL)}, not {self.on_full!r}")
         self.clock: Clock = wall_ns

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..backends.shm.segment import names as shm_names
@@ -71,6 +71,10 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "shmwin_limiter_limit": ("Hits a limiter allows per period (the resolution's span).", (_WINDOW, _RES)),
     "shmwin_window_keys": ("Keys with counts inside the window (keyed windows and limiters).", (_WINDOW,)),
+    "shmwin_window_full_requests": (
+        "Requests that met a full key table (no row for a new key), whatever on_full answered.",
+        (_WINDOW,),
+    ),
     "shmwin_window_size_bytes": ("Bytes the window takes in /dev/shm, extensions included.", (_WINDOW,)),
     "shmwin_window_info": (
         "A window's kind, write mode and value type (always 1).",
@@ -166,8 +170,14 @@ def exposition(names: Iterable[str] | None = None, *, top_keys: int = 0, backend
     return generate_latest(registry).decode()
 
 
+COUNTERS = frozenset({"shmwin_window_full_requests"})  # exported as counters (``_total``)
+
+
 def _families() -> dict[str, GaugeMetricFamily]:
-    return {name: GaugeMetricFamily(name, text, labels=labels) for name, (text, labels) in FAMILIES.items()}
+    return {
+        name: (CounterMetricFamily if name in COUNTERS else GaugeMetricFamily)(name, text, labels=labels)
+        for name, (text, labels) in FAMILIES.items()
+    }  # type: ignore[misc]
 
 
 def _matches(name: str, patterns: list[str] | None) -> bool:
@@ -195,6 +205,7 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     keys: list[tuple[str, Any]] = []
     if g.keyed:
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        families["shmwin_window_full_requests"].add_metric([name], w.full_count())
         seen: set[str] = set()
         for key, _ in w.top(top_keys, g.fields[0]) if top_keys else ():
             text = snapshots.key_text(key)

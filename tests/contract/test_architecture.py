@@ -201,6 +201,7 @@ WINDOW_CALLS: dict[str, Callable[[Window], Any]] = {
     "create": lambda w: None,  # tested below
     "dtype": lambda w: w.dtype,
     "fields": lambda w: w.fields,
+    "full_count": lambda w: w.full_count(),
     "geometry": lambda w: w.geometry,
     "keys": lambda w: w.keys(),
     "last_write_ns": lambda w: w.last_write_ns(),
@@ -259,6 +260,7 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
         "clear": lambda lim: lim.clear("gone"),
         "close": lambda lim: None,
         "closed": lambda lim: lim.closed,
+        "full_count": lambda lim: lim.full_count(),
         "hit": lambda lim: lim.hit("k"),
         "name": lambda lim: lim.name,
         "on_error": lambda lim: lim.on_error,

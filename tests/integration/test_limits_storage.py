@@ -144,7 +144,7 @@ def test_on_full_decides_for_a_new_key_when_the_table_is_full(uri, clock, strate
 
 
 def test_wrap_exceptions_wraps_shmwin_errors(uri, clock):
-    storage = storage_from_string(f"{uri}?capacity=4", wrap_exceptions=True)
+    storage = storage_from_string(f"{uri}?capacity=4&on_full=raise", wrap_exceptions=True)
     limiter = STRATEGIES["moving-window"](storage)
     with pytest.raises(StorageError) as err:
         for i in range(200):

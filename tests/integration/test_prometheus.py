@@ -117,8 +117,11 @@ def _same_but_rates(a: str, b: str) -> bool:
 def test_names_types_and_labels_follow_the_conventions(mixed):
     plain, routes, floats, login, breaker, shedder, adaptive = mixed
     families = list(text_string_to_metric_families(_scrape_text(mixed, top_keys=3)))
-    assert {f.type for f in families} == {"gauge"}  # nothing here only goes up: no counters
-    assert not any(f.name.endswith("_total") for f in families)
+    # one counter (it only goes up): the requests that met a full key table; the rest are gauges
+    assert {f.name: f.type for f in families if f.type != "gauge"} == {"shmwin_window_full_requests": "counter"}
+    assert not any(f.name.endswith("_total") for f in families)  # a counter's samples end in _total
+    full = next(f for f in families if f.name == "shmwin_window_full_requests")
+    assert {s.name for s in full.samples} == {"shmwin_window_full_requests_total"}
     for f in families:
         for s in f.samples:  # every sample has every label of its family, in one (sorted) order
             assert list(s.labels) == sorted(FAMILIES[f.name][1])

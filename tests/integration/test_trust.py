@@ -391,7 +391,7 @@ small.add(3)
 assert small.total() == 3
 # a key table is sparse: it reserves memory as keys come, so a full /dev/shm is an
 # OutOfSpaceError for the key that needs more -- never a SIGBUS -- and loses nothing
-lim = Limiter("lim", "5/s", capacity=10**6)
+lim = Limiter("lim", "5/s", capacity=10**6, on_full="raise")  # the default, "allow", admits instead
 keys = 0
 while True:
     try:

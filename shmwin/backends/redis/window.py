@@ -96,6 +96,10 @@ class RedisWindow(RedisBase):
         values = self._array([self._number(v) for v in out[1:]]).reshape(k, len(g.fields))
         return Reading(values if value_index is None else values[:, value_index], int(out[0]) * NS_PER_US)
 
+    def full_count(self) -> int:
+        """Redis has no key table to fill: 0 (its memory limit is the server's policy)."""
+        return 0
+
     def keys(self) -> list[Key]:
         """Keys with counts inside the window: one round trip."""
         found = self._run(scripts.KEYS, [self._prefix + "keys"], [self._g.span_ns // NS_PER_US])

@@ -69,6 +69,10 @@ class KeyTable:
         """Keys the table holds (live or idle, not yet reclaimed); junk is clamped."""
         return max(0, min(int(self._q[layout.KEYS_OFF // _W]), self._n_rows))
 
+    def full_count(self) -> int:
+        """Requests that met a full table (no row for a new key), whatever on_full answered."""
+        return max(0, int(self._q[layout.FULL_COUNT_OFF // _W]))
+
     def index_entries(self) -> list[tuple[int, int, int]]:
         """``(generation, hash, row)`` of every entry of the current index (a snapshot)."""
         index = self._checked(layout.INDEX_OFF, 2 * self._g.index_levels - 1)

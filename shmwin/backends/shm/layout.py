@@ -57,7 +57,10 @@ corrupt word sends a process into the sparse file's holes (a SIGBUS on a full /d
     1056 8    C         rows_top        rows handed out so far (the heap's high-water mark)
     1064 8    C         rows_reserved   rows whose memory is reserved (posix_fallocate); >= rows_top
     1072 8    i64       free_head       first row of the free list, + 1 (0: empty)
-    1080 8    i64       rebuilt_ns      when the index was last rebuilt (monotonic ns)
+    1080 8    i64       rebuilt_ns      when the index was last rebuilt or reclaimed (monotonic ns)
+    1088 8    i64       full_count      requests that met a full table (no row for a new key:
+                                        capacity, or no memory after reclaim), whatever on_full
+                                        answered; added to atomically, under no lock
 
 Lock table: ``n_locks`` x 64 bytes. Lock 0 guards the stripe table (unkeyed) or
 key insertion (keyed); lock 1 guards row 0 (unkeyed); keyed row *s* is guarded by
@@ -154,6 +157,7 @@ from ...layout_words import (
     FIRST_KEY_LOCK,
     FORMAT_VERSION,
     FREE_HEAD_OFF,
+    FULL_COUNT_OFF,
     HEADER_BYTES,
     HEADER_CRC_OFF,
     INDEX_ENTRY_GEN,
@@ -222,6 +226,7 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "FIRST_KEY_LOCK",
     "FORMAT_VERSION",
     "FREE_HEAD_OFF",
+    "FULL_COUNT_OFF",
     "HEADER_BYTES",
     "HEADER_CRC_OFF",
     "INDEX_ENTRY_GEN",

@@ -35,7 +35,7 @@ from ...errors import (
     WindowNotFoundError,
 )
 from ...geometry import Geometry, Meta
-from ...policy import int64_total
+from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
 from . import layout, native
 from .keys import KeyTable
@@ -91,7 +91,7 @@ class ShmWindow:
         perm: int = PERM,
         lock_timeout: float = LOCK_TIMEOUT_S,
         ready_timeout: float = READY_TIMEOUT_S,
-        on_full: str = "raise",
+        on_full: str = WINDOW_ON_FULL,
     ) -> ShmWindow:
         """Create the segment, or attach to it and insist on exactly ``want``."""
         self = cls.__new__(cls)
@@ -140,7 +140,7 @@ class ShmWindow:
         clock: Clock | None = None,
         lock_timeout: float = LOCK_TIMEOUT_S,
         ready_timeout: float = READY_TIMEOUT_S,
-        on_full: str = "raise",
+        on_full: str = WINDOW_ON_FULL,
         perm: int = PERM,
     ) -> ShmWindow:
         """Attach to an existing segment, geometry read from its header; ``perm`` widens the
@@ -152,7 +152,9 @@ class ShmWindow:
 
     # -- setup ------------------------------------------------------------------
 
-    def _bind(self, seg: Segment, clock: Clock | None, lock_timeout: float, on_full: str = "raise") -> None:
+    def _bind(
+        self, seg: Segment, clock: Clock | None, lock_timeout: float, on_full: str = WINDOW_ON_FULL
+    ) -> None:
         """Validate the mapped segment and build this process's views of it and its core."""
         self._seg = seg
         self._closed = True  # until fully bound, close() must not touch views
@@ -260,6 +262,9 @@ class ShmWindow:
         return self._stripes.owners() if self._g.mode == "striped" else []
 
     # -- keys -----------------------------------------------------------------------
+
+    def full_count(self) -> int:
+        return self._keyed().full_count() if self._g.keyed else 0
 
     def keys(self) -> list[Key]:
         keys = self._keyed()

@@ -42,10 +42,13 @@ extern int fp_armed;   /* a section name is set */
 extern long fp_left;   /* stores left in the running section; 0 = not counting */
 void fp_enter(const char *section);
 void fp_fire(void);
+extern int fp_nospace;  /* nospace(True): every reservation fails as on a full /dev/shm */
+#define NOSPACE_FOR_TEST() fp_nospace
 #define SECTION(name) do { if (fp_armed) fp_enter(name); } while (0)
 #define END_SECTION() (fp_left = 0)
 #define FAILPOINT() do { if (fp_left > 0 && --fp_left == 0) fp_fire(); } while (0)
 #else
+#define NOSPACE_FOR_TEST() 0
 #define SECTION(name) ((void)0)
 #define END_SECTION() ((void)0)
 #define FAILPOINT() ((void)0)
@@ -111,6 +114,7 @@ typedef struct {
     int64_t stripe_owner;
     uint64_t stripe_gen;
     int64_t retry_ns;   /* when to look for a free stripe again */
+    int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
 } Core;
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
@@ -274,6 +278,7 @@ void repair_keys(Core *c);
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot);
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
 int clear_key(Core *c, PyObject *key);
+int met_full(Core *c, int apply);
 
 /* ---- the key cache (keycache.c) --------------------------------------------------------- */
 

@@ -238,6 +238,7 @@ static int reserve_rows(Core *c, int64_t have, int64_t need) {
     int64_t want = grown(c, have), from, to;
     if (want < need) want = need > c->n_rows ? c->n_rows : need;
     row_pages(c, have, want, &from, &to);
+    if (NOSPACE_FOR_TEST()) return space_error(c, ENOSPC, "more keys");
     if (!reserved_ahead(c, from, to)) {
         int err = posix_fallocate(c->fd, from, to - from);
         if (err != 0) return space_error(c, err, "more keys");
@@ -264,7 +265,7 @@ static void index_pages(Core *c, const Index *x, int64_t *lo, int64_t *hi) {
 static int reserve_index(Core *c, const Index *x) {
     int64_t from, to;
     index_pages(c, x, &from, &to);
-    int err = posix_fallocate(c->fd, from, to - from);
+    int err = NOSPACE_FOR_TEST() ? ENOSPC : posix_fallocate(c->fd, from, to - from);
     if (err != 0) return space_error(c, err, "a larger key index");
     (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);  /* as rows */
     return 0;
@@ -544,10 +545,77 @@ static int may_rebuild(Core *c, int64_t now) {
     return since >= (c->idle_ns < NS ? c->idle_ns : NS) || since < 0;
 }
 
-/* Insert k under LOCK_KEY_TABLE: 1 holding the row lock of *slot, -1 error (nothing held). */
+/* Forget the key of row r (generation g, named by index entry e if not NULL), under
+ * LOCK_KEY_TABLE and the row's lock: what "clear" and "reclaim" store. The row is unpublished
+ * first (a writer that cached (r, g) stops matching, and so does a lock-free lookup: the
+ * entry says g), emptied if asked, its entry made a tombstone, and the row put on the free
+ * list. Between any two stores the repair of LOCK_KEY_TABLE (repair_keys) finishes the drop:
+ * an entry that does not agree with its row is a tombstone, a row no entry names is free. */
+static void drop_key(Core *c, int64_t *e, int64_t r, int64_t g, int empty) {
+    char *row = ROW(c, r);
+    int64_t keys = KEYS(c), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
+    STORE(intent_at(c, row_lock(c, r)), r);
+    STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
+    if (empty) empty_rings(c, row);
+    if (e != NULL) {
+        STORE(e + INDEX_ENTRY_HASH, 0);  /* a tombstone: probing goes on past it */
+        STORE(e + INDEX_ENTRY_GEN, g + 1);
+    }
+    STORE(RHASH(row), 0);
+    STORE(RLAST(row), head);
+    STORE(RGEN(row), g + 2);  /* free */
+    STORE(KEYWORD(c, FREE_HEAD_OFF), r + 1);
+    STORE(KEYWORD(c, KEYS_OFF), keys > 0 ? keys - 1 : 0);
+}
+
+/* Section "reclaim": room for new keys without new memory, when /dev/shm refuses more (or the
+ * index has no room and no memory for a larger one). Every idle key -- its newest write older
+ * than every ring's span, so its windows hold nothing -- is dropped in place (drop_key), its
+ * row to the free list; a live key is never touched, so no count is lost. All idle keys go,
+ * not the least recently used few: none holds anything, and one scan serves many inserts.
+ * Caller holds LOCK_KEY_TABLE. Invariant and repair: drop_key's, key by key. At most once
+ * a second (may_rebuild, sharing rebuilt_ns): a table of live keys is not rescanned per
+ * insert. Returns the keys dropped, -1 with an error (a row lock timed out). */
+static int64_t reclaim(Core *c, int64_t now) {
+    Index x;
+    int64_t top, dropped = 0;
+    if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) return -1;
+    STORE(KEYWORD(c, REBUILT_NS_OFF), now);
+    for (int64_t p = 0; p < x.slots; p++) {
+        if (p + AHEAD < x.slots) {
+            int64_t ahead = LOAD(ENT(&x, p + AHEAD) + INDEX_ENTRY_ROW);
+            if (ahead >= 0 && ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
+        }
+        int64_t *e = ENT(&x, p), r = live_row(c, e, top);
+        if (r < 0 || !idle(c, r, now)) continue;
+        int lock = row_lock(c, r);
+        if (lock_take(c, lock) < 0) return -1;
+        int64_t g = LOAD(e + INDEX_ENTRY_GEN);
+        if (live_row(c, e, top) == r && idle(c, r, now)) {
+            SECTION("reclaim");
+            drop_key(c, e, r, g, 0);
+            END_SECTION();
+            dropped++;
+        }
+        lock_give(c, lock);
+    }
+    return dropped;
+}
+
+/* Is the error set a full /dev/shm (OutOfSpaceError)? Then reclaim may make room. */
+static int out_of_space(Core *c) { return PyErr_ExceptionMatches(c->st->space); }
+
+/* Insert k under LOCK_KEY_TABLE: 1 holding the row lock of *slot, -1 error (nothing held).
+ * Room is made in this order: a tombstone or never-used entry and a free or new row; then
+ * a rebuild (the index half full, or `capacity` keys held) that drops idle keys; when
+ * /dev/shm refuses memory for rows or a larger index, "reclaim" drops idle keys in place
+ * and the insert goes on in the current index, up to its probe bound. Only then an error:
+ * KeyTableFullError or OutOfSpaceError, for on_full to answer (met_full, methods.c). */
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
     if (lock_take_ex(c, LOCK_KEY_TABLE, 1) < 0) return -1;
-    int rebuilt = 0;
+    /* tight: no memory for a larger index (this process saw a rebuild fail for it within the
+     * last second): go on in the current one rather than scan the index at every insert */
+    int rebuilt = 0, reclaimed = 0, tight = now < c->tight_until_ns && now >= c->tight_until_ns - NS;
     for (int attempt = 0; attempt < 8; attempt++) {
         int64_t r, g;
         int found = find_key(c, k, &r, &g), place, from_free = 0;
@@ -569,7 +637,7 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
         Index x;
         int64_t p = -1, top;
         if (current_index(c, &x) < 0 || rows_top(c, &top) < 0 || counts_ok(c, x.slots) < 0) goto fail;
-        if (2 * (INDEX_USED(c) + 1) <= x.slots) {
+        if (tight || 2 * (INDEX_USED(c) + 1) <= x.slots) {
             /* An idle key's entry is taken only when there is no other room: a full table or
              * probe path. Otherwise idle keys wait for the next rebuild, which frees their rows
              * (at most every slots/4 inserts), and a new key reads no other key's row. */
@@ -579,21 +647,39 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
         if (p == -2) goto fail;
         int full = p >= 0 && place != PLACE_IDLE && KEYS(c) >= c->n_rows;
         if (p < 0 || full) {  /* the index needs room, or the table holds `capacity` keys */
-            if (!rebuilt && (!full || may_rebuild(c, now))) {
-                if (rebuild(c, now) < 0) goto fail;
+            if (!rebuilt && !tight && (!full || may_rebuild(c, now))) {
                 rebuilt = 1;
+                if (rebuild(c, now) < 0) {
+                    if (!out_of_space(c)) goto fail;
+                    PyErr_Clear();  /* no memory for a larger index: go on in this one */
+                    tight = 1;
+                    c->tight_until_ns = now > INT64_MAX - NS ? INT64_MAX : now + NS;
+                }
                 continue;
             }
-            if (full || p < 0) {
-                lock_give(c, LOCK_KEY_TABLE);
+            if (!reclaimed && p < 0 && tight && may_rebuild(c, now)) {
+                reclaimed = 1;
+                if (reclaim(c, now) < 0) goto fail;
+                continue;
+            }
+            lock_give(c, LOCK_KEY_TABLE);
+            if (full || !tight)
                 PyErr_Format(c->st->full, "no room for key %R in window %R: it holds %lld live keys, its "
                              "capacity. Give it a larger capacity (or none: the table then grows)",
                              key, c->name, (long long)KEYS(c));
-                return -1;
-            }
+            else
+                space_error(c, ENOSPC, "a larger key index, and no idle key to reclaim");
+            return -1;
         }
-        if (place == PLACE_IDLE) r = LOAD(ENT(&x, p) + INDEX_ENTRY_ROW);
-        else if (take_row(c, &r, &from_free) < 0) goto fail;
+        if (place == PLACE_IDLE) {
+            r = LOAD(ENT(&x, p) + INDEX_ENTRY_ROW);
+        } else if (take_row(c, &r, &from_free) < 0) {
+            if (!out_of_space(c) || reclaimed || !may_rebuild(c, now)) goto fail;
+            PyErr_Clear();  /* /dev/shm is full: make room from idle keys, then look again */
+            reclaimed = 1;
+            if (reclaim(c, now) < 0) goto fail;
+            continue;
+        }
         int lock = row_lock(c, r);
         if (lock_take(c, lock) < 0) goto fail;
         if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), top) != r || !idle(c, r, now))) {
@@ -617,6 +703,18 @@ fail:
     return -1;
 }
 
+/* A new key met a full table: no row for it (KeyTableFullError: `capacity` live keys) or no
+ * memory (OutOfSpaceError: a full /dev/shm, after reclaim found no idle key). Counted in the
+ * header's full_count, which the tools show, whatever is answered. 1: `apply` and on_full
+ * answers instead of the error (cleared); 0: the error stands. Any other error: 0, uncounted. */
+int met_full(Core *c, int apply) {
+    if (!PyErr_ExceptionMatches(c->st->full) && !PyErr_ExceptionMatches(c->st->space)) return 0;
+    __atomic_fetch_add(KEYWORD(c, FULL_COUNT_OFF), 1, __ATOMIC_RELAXED);
+    if (!apply || c->on_full == 0) return 0;
+    PyErr_Clear();
+    return 1;
+}
+
 /* clear(key): forget key and every count of it (section "clear"), under LOCK_KEY_TABLE and the
  * key's row lock: the row is unpublished first (writers caching it stop matching), emptied,
  * its index entry made a tombstone, and the row put on the free list. A tear is finished by
@@ -637,7 +735,6 @@ int clear_key(Core *c, PyObject *key) {
         lock_give(c, LOCK_KEY_TABLE);
         return -1;
     }
-    char *row = ROW(c, r);
     int64_t *e = NULL;
     PROBE(&x, k.hash, p, i) {
         int64_t *f = ENT(&x, p);
@@ -646,20 +743,8 @@ int clear_key(Core *c, PyObject *key) {
             break;
         }
     }
-    int64_t keys = KEYS(c), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
     SECTION("clear");
-    STORE(intent_at(c, lock), r);
-    STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
-    empty_rings(c, row);
-    if (e != NULL) {
-        STORE(e + INDEX_ENTRY_HASH, 0);  /* a tombstone: probing goes on past it */
-        STORE(e + INDEX_ENTRY_GEN, g + 1);
-    }
-    STORE(RHASH(row), 0);
-    STORE(RLAST(row), head);
-    STORE(RGEN(row), g + 2);  /* free */
-    STORE(KEYWORD(c, FREE_HEAD_OFF), r + 1);
-    STORE(KEYWORD(c, KEYS_OFF), keys > 0 ? keys - 1 : 0);
+    drop_key(c, e, r, g, 1);
     END_SECTION();
     lock_give(c, lock);
     lock_give(c, LOCK_KEY_TABLE);

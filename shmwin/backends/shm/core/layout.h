@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION           5
+#define FORMAT_VERSION           6
 #define WORD_BYTES               8
 #define PAGE_BYTES               4096
 #define HEADER_BYTES             4096
@@ -80,6 +80,7 @@
 #define ROWS_RESERVED_OFF        1064
 #define FREE_HEAD_OFF            1072
 #define REBUILT_NS_OFF           1080
+#define FULL_COUNT_OFF           1088
 #define LOCK_MUTEX_OFF           0
 #define LOCK_INTENT_OFF          56
 #define LOCK_INTENT              7
@@ -190,6 +191,7 @@
     X(ROWS_RESERVED_OFF) \
     X(FREE_HEAD_OFF) \
     X(REBUILT_NS_OFF) \
+    X(FULL_COUNT_OFF) \
     X(LOCK_MUTEX_OFF) \
     X(LOCK_INTENT_OFF) \
     X(LOCK_INTENT) \
@@ -279,6 +281,7 @@ typedef struct {  /* generated: offsets asserted below */
     uint64_t rows_reserved;
     int64_t free_head;
     int64_t rebuilt_ns;
+    int64_t full_count;
 } ShmwinHeader;
 _Static_assert(offsetof(ShmwinHeader, magic) == 0, "ShmwinHeader.magic");
 _Static_assert(offsetof(ShmwinHeader, version) == 8, "ShmwinHeader.version");
@@ -317,6 +320,7 @@ _Static_assert(offsetof(ShmwinHeader, rows_top) == 1056, "ShmwinHeader.rows_top"
 _Static_assert(offsetof(ShmwinHeader, rows_reserved) == 1064, "ShmwinHeader.rows_reserved");
 _Static_assert(offsetof(ShmwinHeader, free_head) == 1072, "ShmwinHeader.free_head");
 _Static_assert(offsetof(ShmwinHeader, rebuilt_ns) == 1080, "ShmwinHeader.rebuilt_ns");
+_Static_assert(offsetof(ShmwinHeader, full_count) == 1088, "ShmwinHeader.full_count");
 
 /* Records read word by word: each field fits before the next, each mutex in its room. */
 _Static_assert(LOCK_MUTEX_OFF + sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "LOCK.mutex");

@@ -153,7 +153,10 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (now_ns(c, &now) < 0) goto out;
     if (c->keyed) {
         int got = lock_key(c, a[2], 1, now, &slot);
-        if (got < 0) goto out;
+        if (got < 0) {
+            if (met_full(c, 1)) rc = 0;  /* on_full: the add is dropped, counted in full_count */
+            goto out;
+        }
         char *r = ROW(c, slot);
         SECTION("add_keyed");
         STORE(intent_at(c, row_lock(c, slot)), slot);
@@ -202,7 +205,10 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     }
     if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
     if (now_ns(c, &now) < 0) goto out;
-    if (lock_key(c, a[2], 1, now, &slot) < 0) goto out;
+    if (lock_key(c, a[2], 1, now, &slot) < 0) {
+        met_full(c, 0);  /* counted; its callers (in-flight, shedder) decide */
+        goto out;
+    }
     char *row = ROW(c, slot);
     SECTION("add_keyed");
     STORE(intent_at(c, row_lock(c, slot)), slot);
@@ -348,7 +354,10 @@ static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs
     }
     if (now_ns(c, &now) < 0) goto out;
     if (c->keyed) {
-        if (lock_key(c, a[2], 1, now, &row) < 0) goto out;
+        if (lock_key(c, a[2], 1, now, &row) < 0) {
+            if (met_full(c, 1)) rc = 0;  /* on_full: the batch is dropped, counted in full_count */
+            goto out;
+        }
         lock = row_lock(c, row);
     } else if (c->striped && stripe_of(c, &row) < 0) {
         goto out;
@@ -391,8 +400,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], 1, now, &slot);
     if (got < 0) {
-        if (c->on_full && PyErr_ExceptionMatches(c->st->full)) {
-            PyErr_Clear();
+        if (met_full(c, 1)) {
             result = c->on_full == 1 ? Py_True : Py_False;
             Py_INCREF(result);
         }
@@ -429,8 +437,7 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], commit, now, &slot);
     if (got < 0) {
-        if (!(c->on_full && PyErr_ExceptionMatches(c->st->full))) goto out;
-        PyErr_Clear();
+        if (!met_full(c, 1)) goto out;
         v.allowed = c->on_full == 1;
         v.wait_ns = -1;
     } else if (got == 0) {  /* never seen: nothing counted */

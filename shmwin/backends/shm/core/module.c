@@ -57,6 +57,7 @@
 
 int fp_armed;
 long fp_left;
+int fp_nospace;
 static char fp_section[32];
 static long fp_after;          /* fire after this many stores of the section */
 static int fp_signal;          /* what to raise in this process then */
@@ -92,6 +93,13 @@ static PyObject *failpoint(PyObject *Py_UNUSED(m), PyObject *args) {
 
 static PyObject *failpoint_fired(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return PyBool_FromLong(fp_fired); }
 
+static PyObject *nospace(PyObject *Py_UNUSED(m), PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0) return NULL;
+    fp_nospace = v;
+    Py_RETURN_NONE;
+}
+
 /* A child process is armed through the environment: SHMWIN_FAILPOINT="section:n:signal". */
 static void fp_from_environment(void) {
     const char *env = getenv("SHMWIN_FAILPOINT");
@@ -106,7 +114,10 @@ static void fp_from_environment(void) {
      "failpoint($module, section='', after=0, signal=9, /)\n--\n\n"                               \
      "The test build's: raise signal in this process after the after-th store of section."},      \
     {"failpoint_fired", failpoint_fired, METH_NOARGS,                                             \
-     "failpoint_fired($module, /)\n--\n\nDid the armed fail point fire?"},
+     "failpoint_fired($module, /)\n--\n\nDid the armed fail point fire?"},                        \
+    {"nospace", nospace, METH_O,                                                                  \
+     "nospace($module, on, /)\n--\n\nThe test build's: every reservation of this process fails "   \
+     "as on a full /dev/shm (ENOSPC), so that reclaim runs without filling one."},
 #else
 #define FAILPOINT_METHODS
 #endif
