@@ -51,9 +51,18 @@ MAX_CAPACITY = 50_000_000
 MAX_KEY_LOCKS = 64
 INDEX_MIN_SLOTS = 64  # index entries at level 0 (a power of two)
 MAX_PROBES = 256  # index entries a lookup or an insert looks at, at most
-MAX_STORED_KEY = 96  # key bytes a row holds; longer keys: a prefix and a digest
+MAX_STORED_KEY = 32  # key bytes a row holds; longer keys: a prefix and a digest
 KEY_DIGEST_BYTES = 16
 KEY_LONG_PREFIX = MAX_STORED_KEY - KEY_DIGEST_BYTES
+# a key's hash (SipHash-1-3 under the segment's key) keeps KEY_HASH_BITS, never 0; an index
+# entry's place word packs it with the key's row: hash << ENTRY_ROW_BITS | row (capacity fits)
+KEY_HASH_BITS = 37  # with the row, 63 bits: a place word is never negative
+ENTRY_ROW_BITS = 26
+KEY_HASH_MASK = (1 << KEY_HASH_BITS) - 1
+ENTRY_ROW_MASK = (1 << ENTRY_ROW_BITS) - 1
+# a key row's ident word: hash | stored length << IDENT_LEN_SHIFT | flags << IDENT_FLAGS_SHIFT
+IDENT_LEN_SHIFT = 40
+IDENT_FLAGS_SHIFT = 48
 MAX_GEN = 1 << 62  # a row's or an entry's generation stays below it in size: beyond is junk
 MAX_NOW_NS = 1 << 62  # the latest clock reading taken (146 years of uptime)
 MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): readings stop at MAX_NOW_NS
@@ -167,22 +176,18 @@ STRIPE_ENTRY_BYTES = 128
 
 INDEX_ENTRY: tuple[Field, ...] = (
     ("gen", 0, "q"),  # 0 never used, > 0 published, < 0 being written
-    ("hash", 8, "Q"),  # 0: a tombstone
-    ("row", 16, "q"),
-    ("reserved", 24, "q"),
+    ("place", 8, "Q"),  # hash << ENTRY_ROW_BITS | row; hash 0: a tombstone
 )
-KEY_ENTRY_BYTES = 32
+KEY_ENTRY_BYTES = 16
 INDEX_ENTRY_WORDS = KEY_ENTRY_BYTES // WORD_BYTES
 
 KEY_ROW: tuple[Field, ...] = (  # a keyed row's key header
-    ("gen", 0, "q"),  # > 0 holds a key (free: hash 0), < 0 being (re)assigned, 0 never used
+    ("gen", 0, "q"),  # > 0 holds a key (free: ident 0), < 0 being (re)assigned, 0 never used
     ("last_ns", 8, "q"),  # the key's newest write; on the free list: the next free row + 1
-    ("hash", 16, "Q"),  # as in the index; 0 = holds no key
-    ("len", 24, "I"),  # one word with flags: len | flags << 32
-    ("flags", 28, "I"),  # KEY_FLAG_STR, KEY_FLAG_DIGEST
-    ("key", 32, f"{MAX_STORED_KEY}s"),  # NUL-padded
+    ("ident", 16, "Q"),  # hash | len << IDENT_LEN_SHIFT | flags << IDENT_FLAGS_SHIFT; 0 = no key
+    ("key", 24, f"{MAX_STORED_KEY}s"),  # NUL-padded
 )
-KEY_HEADER_BYTES = 128
+KEY_HEADER_BYTES = 56
 
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
@@ -241,20 +246,15 @@ STRIPE_MUTEX_OFF = _at(STRIPE, "mutex")
 
 INDEX_ENTRY_GEN_OFF = _at(INDEX_ENTRY, "gen")
 INDEX_ENTRY_GEN = INDEX_ENTRY_GEN_OFF // WORD_BYTES
-INDEX_ENTRY_HASH_OFF = _at(INDEX_ENTRY, "hash")
-INDEX_ENTRY_HASH = INDEX_ENTRY_HASH_OFF // WORD_BYTES
-INDEX_ENTRY_ROW_OFF = _at(INDEX_ENTRY, "row")
-INDEX_ENTRY_ROW = INDEX_ENTRY_ROW_OFF // WORD_BYTES
+INDEX_ENTRY_PLACE_OFF = _at(INDEX_ENTRY, "place")
+INDEX_ENTRY_PLACE = INDEX_ENTRY_PLACE_OFF // WORD_BYTES
 
 KEY_ROW_GEN_OFF = _at(KEY_ROW, "gen")
 KEY_ROW_GEN = KEY_ROW_GEN_OFF // WORD_BYTES
 KEY_ROW_LAST_NS_OFF = _at(KEY_ROW, "last_ns")
 KEY_ROW_LAST_NS = KEY_ROW_LAST_NS_OFF // WORD_BYTES
-KEY_ROW_HASH_OFF = _at(KEY_ROW, "hash")
-KEY_ROW_HASH = KEY_ROW_HASH_OFF // WORD_BYTES
-KEY_ROW_LEN_OFF = _at(KEY_ROW, "len")
-KEY_ROW_LEN = KEY_ROW_LEN_OFF // WORD_BYTES  # the word holding len | flags << 32
-KEY_ROW_FLAGS_OFF = _at(KEY_ROW, "flags")
+KEY_ROW_IDENT_OFF = _at(KEY_ROW, "ident")
+KEY_ROW_IDENT = KEY_ROW_IDENT_OFF // WORD_BYTES
 KEY_ROW_KEY_OFF = _at(KEY_ROW, "key")
 
 RING_ENTRY_BUCKET_NS_OFF = _at(RING_ENTRY, "bucket_ns")
@@ -271,7 +271,9 @@ _SCALARS = (
     "FORMAT_VERSION", "WORD_BYTES", "PAGE_BYTES", "HEADER_BYTES", "CRC_START", "CRC_END",
     "MAX_FIELDS", "FIELD_NAME_BYTES", "MAX_RINGS", "MAX_BUCKETS", "MAX_LOG_ENTRIES", "MAX_STRIPES",
     "MAX_CAPACITY", "MAX_KEY_LOCKS", "INDEX_MIN_SLOTS", "MAX_PROBES", "MAX_STORED_KEY",
-    "KEY_DIGEST_BYTES", "KEY_LONG_PREFIX", "MAX_GEN", "MAX_NOW_NS", "MAX_SPAN_NS", "EMPTY_EPOCH",
+    "KEY_DIGEST_BYTES", "KEY_LONG_PREFIX", "KEY_HASH_BITS", "ENTRY_ROW_BITS", "KEY_HASH_MASK",
+    "ENTRY_ROW_MASK", "IDENT_LEN_SHIFT", "IDENT_FLAGS_SHIFT", "MAX_GEN", "MAX_NOW_NS", "MAX_SPAN_NS",
+    "EMPTY_EPOCH",
     "RING_LOG", "KEY_FLAG_STR", "KEY_FLAG_DIGEST", "LOCK_STRIPE_TABLE", "LOCK_KEY_TABLE",
     "LOCK_SHARED_ROW", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
@@ -363,6 +365,10 @@ def check() -> list[str]:
         problems.append("a long key's prefix and digest do not fill the stored key")
     if {n: o for n, o, _ in KEY_ROW}["key"] + MAX_STORED_KEY != KEY_HEADER_BYTES:
         problems.append("a key row's key bytes do not end its header")
+    if MAX_CAPACITY > ENTRY_ROW_MASK + 1 or KEY_HASH_BITS + ENTRY_ROW_BITS > 63:
+        problems.append("an index entry's place word does not hold a row and a hash")
+    if KEY_HASH_BITS > IDENT_LEN_SHIFT or MAX_STORED_KEY >= 1 << (IDENT_FLAGS_SHIFT - IDENT_LEN_SHIFT):
+        problems.append("a key row's ident word does not hold a hash, a length and flags")
     return problems
 
 

@@ -51,9 +51,10 @@ class Limiter:
     ``capacity`` live keys, or a full ``/dev/shm`` after every idle key was reclaimed --
     ``on_full`` says what ``hit`` does: "allow" (the default: admitted uncounted), "deny", or
     "raise" (:class:`KeyTableFullError` / :class:`OutOfSpaceError`). Known keys go on
-    counting exactly; :meth:`full_count` counts the requests that met a full table. ``on_error`` says what ``hit``, ``test`` and ``acquire`` answer
-    when a remote backend is away -- also while the limiter is built, which then claims
-    its name at the first call that gets through: "raise" :class:`BackendUnavailableError`,
+    counting exactly; :meth:`full_count` counts the requests that met a full table.
+    ``on_error`` says what ``hit``, ``test`` and ``acquire`` answer when a remote backend is
+    away -- also while the limiter is built, which then claims its name at the first call
+    that gets through: "raise" :class:`BackendUnavailableError`,
     "allow" or "deny". ``stats`` and ``clear`` always raise then. Backend options as for
     :class:`~shmwin.window.Window`.
     """

@@ -178,14 +178,15 @@ def words(name: str) -> list[int]:
         out += [layout.INDEX_OFF + 8 * i for i in range(7)]
         index = word(layout.INDEX_OFF) & 0xFFFFFFFF
         base, slots = lay.index_copy(index, g.key_slots)
-        used = [base + 32 * p for p in range(slots) if word(base + 32 * p) != 0][:4]
-        out += [e + w for e in used for w in (0, 8, 16)]
+        entry = layout.KEY_ENTRY_BYTES
+        used = [base + entry * p for p in range(slots) if word(base + entry * p) != 0][:4]
+        out += [e + w for e in used for w in range(0, entry, 8)]  # its generation, its place
     else:
         out += [lay.stripes_off + r * layout.STRIPE_ENTRY_BYTES + w for r in rows for w in (0, 8, 16)]
     for r in rows:
         row = lay.rows_off + r * lay.row_bytes
         if g.keyed:
-            out += [row + w for w in (0, 8, 16, 24, 32)]
+            out += [row + w for w in (0, 8, 16, 24)]  # gen, last_ns, ident, the key's first bytes
         for i, ring in enumerate(g.rings):
             head = row + lay.ring_words[i] * layout.WORD_BYTES
             out += [head, head + 8]

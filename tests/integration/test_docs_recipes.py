@@ -314,5 +314,6 @@ def test_dockers_default_dev_shm_holds_what_the_docs_say(make_name):
     for rate, claim in claims.items():
         assert claim in text, f"the docs no longer say {claim!r}"
         said = int(re.search(r"[\d,]+", claim).group().replace(",", ""))
-        fit = _measure(make_name("docker"), "moving-window", rate, 10 * said, 1, "?on_full=raise", shm_size="64m")["fit"]
+        fit = _measure(make_name("docker"), "moving-window", rate, 10 * said, 1, "?on_full=raise",
+                       shm_size="64m")["fit"]  # fmt: skip
         assert 0.9 * said <= fit <= 1.3 * said, f"{rate}: the docs say {said:,} fit in 64 MiB, {fit:,} did"

@@ -6,6 +6,7 @@ import pytest
 
 import shmwin
 from shmwin import ManualClock, Window
+from shmwin.backends.shm import layout
 
 S = 1_000_000_000
 
@@ -61,7 +62,8 @@ def test_long_keys_are_told_apart_by_digest(routes):
     routes.add(1, key=a)
     routes.add(2, key=b)
     assert routes.total(key=a) == 1 and routes.total(key=b) == 2
-    assert all(k.startswith("x" * 80 + "…") and len(k) == 80 + 1 + 32 for k in routes.keys())
+    prefix = layout.KEY_LONG_PREFIX  # then "…" and the 16-byte digest in hex
+    assert all(k.startswith("x" * prefix + "…") and len(k) == prefix + 1 + 32 for k in routes.keys())
 
 
 def test_idle_keys_are_reclaimed_and_expire(routes, clock):

@@ -29,7 +29,7 @@ def test_c_and_layout_share_every_constant():
     assert dict(_core.LAYOUT) == layout_words.constants()
     assert len(_core.LAYOUT) > 90
     shared = set(layout.__all__) & set(_core.LAYOUT)
-    assert {"KEY_ROW_GEN", "INDEX_ENTRY_HASH", "LOCK_INTENT_OFF", "ROWS_TOP_OFF"} <= shared
+    assert {"KEY_ROW_GEN", "INDEX_ENTRY_PLACE", "LOCK_INTENT_OFF", "ROWS_TOP_OFF"} <= shared
     assert all(getattr(layout, name) == _core.LAYOUT[name] for name in shared)
     assert all(getattr(layout_words, name) == value for name, value in _core.LAYOUT.items())
     assert _core.MUTEX_BYTES <= layout.LOCK_INTENT_OFF

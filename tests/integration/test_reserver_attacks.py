@@ -39,6 +39,7 @@ AHEAD_MIN_ROWS = 4096  # _core.c: tables this large have their next pages reserv
 MIB = 1 << 20
 KEY_SLOTS, KEYS_OFF, ROWS_OFF, ROW_BYTES = 64, 128, 136, 144  # header words (layout.py)
 INDEX, ROWS_TOP, ROWS_RESERVED = 1032, 1056, 1064
+KEY_ENTRY_BYTES = 16  # an index entry (layout.py)
 
 
 def grow(w: Window, prefix: str, stop: int, start: int = 0) -> None:
@@ -413,7 +414,8 @@ def test_idle_key_churn_on_a_large_table_frees_rows_wave_after_wave(name, tmp_pa
 def _index_copy(fd: int, index: int) -> tuple[int, int]:
     """Where index copy `index` (2 x level + copy) starts, and its entries (layout.py)."""
     level, copy, slots = index >> 1, index & 1, word(fd, KEY_SLOTS, "<I")
-    return word(fd, KEYS_OFF) + 32 * slots * (2 * ((1 << level) - 1) + copy * (1 << level)), slots << level
+    at = word(fd, KEYS_OFF) + KEY_ENTRY_BYTES * slots * (2 * ((1 << level) - 1) + copy * (1 << level))
+    return at, slots << level
 
 
 def _hold_row_lock(name: str, clock_path: str, key: str) -> None:
@@ -467,7 +469,7 @@ def test_the_index_copy_reserved_ahead_is_the_one_the_rebuild_writes(name):
     fd = os.open(path_of(name), os.O_RDONLY)
     try:
         published: set[int] = set()
-        for i in range(2 * AHEAD_MIN_ROWS + 1):  # through the rebuild of the 16,384-entry index
+        for i in range(2 * AHEAD_MIN_ROWS + 2100):  # through the rebuild of the 16,384-entry index
             w.add(1, key=f"k{i}")
             published.add(word(fd, INDEX))
         w.close()  # waits for a job still running
@@ -476,8 +478,8 @@ def test_the_index_copy_reserved_ahead_is_the_one_the_rebuild_writes(name):
         for index in set(range(2 * 12)) - published:  # pages the segment holds (SEEK_DATA)
             lo, entries = _index_copy(fd, index)
             with suppress(OSError):  # ENXIO: no data after lo
-                if (data := os.lseek(fd, lo, os.SEEK_DATA)) < lo + 32 * entries:
-                    held[index] = min(os.lseek(fd, data, os.SEEK_HOLE), lo + 32 * entries) - data
+                if (data := os.lseek(fd, lo, os.SEEK_DATA)) < lo + KEY_ENTRY_BYTES * entries:
+                    held[index] = min(os.lseek(fd, data, os.SEEK_HOLE), lo + KEY_ENTRY_BYTES * entries) - data
         never = {index: got for index, got in held.items() if got > 8192}  # more than a neighbour's page
         assert not never, f"never published, yet held: {never} (published {sorted(published)})"
     finally:

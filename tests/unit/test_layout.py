@@ -57,19 +57,19 @@ def test_the_role_word_round_trips_and_junk_there_is_refused():
         Geometry((Ring(7, 3),), ("a",), role="breaker?")
 
 
-def test_everything_is_cache_line_aligned():
+def test_everything_is_cache_line_aligned_but_keyed_rows_which_are_packed():
     keyed = Geometry((Ring(7, 3), Ring(100, 5, limit=9)), ("a",), mode="locked", n_stripes=0, capacity=10)
     for g in (G, Geometry((Ring(7, 3),), ("a",)), Geometry((Ring(1, 3600),), ("a", "b", "c")), keyed):
         lay = Layout.plan(g)
-        for off in (
-            lay.locks_off,
-            lay.stripes_off,
-            lay.keys_off,
-            lay.rows_off,
-            lay.row_bytes,
-            lay.total_bytes,
-        ):
+        for off in (lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off):
             assert off % 64 == 0
+        # stripes are whole cache lines (written by different processes); a key's row costs
+        # its words (8-byte aligned), its key header and its rings, nothing more
+        assert lay.row_bytes % (8 if g.keyed else 64) == 0
+        if g.keyed:
+            assert lay.row_bytes == layout.KEY_HEADER_BYTES + sum(
+                (lay.head_slots + r.n_buckets) * lay.slot_words * 8 for r in g.rings
+            )
         assert lay.total_bytes == lay.rows_off + lay.n_rows * lay.row_bytes
     assert keyed.key_slots == layout.INDEX_MIN_SLOTS and Layout.plan(keyed).n_rows == 10  # capacity rows
     assert keyed.index_levels == 1  # 64 entries hold 10 keys at a load <= 1/4
@@ -81,8 +81,8 @@ def test_everything_is_cache_line_aligned():
     assert last_copy + entries * layout.KEY_ENTRY_BYTES <= lay.rows_off
     assert lay.rows_off % layout.PAGE_BYTES == 0
     assert lay.index_copy(0, big.key_slots) == (lay.keys_off, 64) and lay.index_copy(3, 64)[1] == 128
-    # a keyed row: the 128-byte key header (16 words), then ring 0 (1 + 3 slots of 2 words), then ring 1
-    assert Layout.plan(keyed).ring_words == (16, 16 + 2 * 4)
+    # a keyed row: the 56-byte key header (7 words), then ring 0 (1 + 3 slots of 2 words), then ring 1
+    assert Layout.plan(keyed).ring_words == (7, 7 + 2 * 4)
     assert Layout.plan(G).ring_words == (0,)  # unkeyed rows have no key header
 
 
@@ -170,8 +170,8 @@ def test_every_constant_is_named_once_with_one_value():
         if hasattr(layout, name):  # layout.py re-exports them under the same names
             assert getattr(layout, name) == value, name
     words = {n for n in names if not n.endswith(("_OFF", "_BYTES"))}
-    assert {"KEY_ROW_GEN", "KEY_ROW_LAST_NS", "KEY_ROW_HASH", "KEY_ROW_LEN", "INDEX_ENTRY_GEN",
-            "INDEX_ENTRY_HASH", "INDEX_ENTRY_ROW", "STRIPE_OWNER", "STRIPE_OWNER_PID", "LOCK_INTENT"} <= words
+    assert {"KEY_ROW_GEN", "KEY_ROW_LAST_NS", "KEY_ROW_IDENT", "INDEX_ENTRY_GEN",
+            "INDEX_ENTRY_PLACE", "STRIPE_OWNER", "STRIPE_OWNER_PID", "LOCK_INTENT"} <= words
 
 
 def _doc_tables() -> list[list[tuple[int, int | None, str]]]:

@@ -14,10 +14,18 @@ after its key bytes, and a changed or non-positive generation means "not a key n
 from __future__ import annotations
 
 from ... import _core, geometry
+from ... import layout_words as _words
 from ...errors import CorruptSegmentError
 from ..contract import Key
 from . import layout
-from .layout import KEY_FLAG_DIGEST, KEY_FLAG_STR, KEY_LONG_PREFIX, KEY_ROW_GEN, KEY_ROW_HASH, KEY_ROW_LAST_NS
+from .layout import (
+    KEY_FLAG_DIGEST,
+    KEY_FLAG_STR,
+    KEY_LONG_PREFIX,
+    KEY_ROW_GEN,
+    KEY_ROW_IDENT,
+    KEY_ROW_LAST_NS,
+)
 
 MAX_PROBES = layout.MAX_PROBES
 _W = layout.WORD_BYTES
@@ -79,11 +87,12 @@ class KeyTable:
         offset, slots = self._lay.index_copy(index, self._g.key_slots)
         per = layout.INDEX_ENTRY_WORDS
         words = self._q[offset // _W : offset // _W + slots * per]
-        return [
-            (int(words[i + layout.INDEX_ENTRY_GEN]), int(words[i + layout.INDEX_ENTRY_HASH]),
-             int(words[i + layout.INDEX_ENTRY_ROW]))
-            for i in range(0, len(words), per)
-        ]  # fmt: skip
+        out = []
+        for i in range(0, len(words), per):
+            place = int(words[i + layout.INDEX_ENTRY_PLACE]) & ((1 << 64) - 1)
+            out.append((int(words[i + layout.INDEX_ENTRY_GEN]), place >> _words.ENTRY_ROW_BITS,
+                        place & _words.ENTRY_ROW_MASK))  # fmt: skip
+        return out
 
     def find(self, key: Key) -> tuple[int, int] | None:
         """``(row, generation)`` of ``key``, or None; verify the generation after reading."""
@@ -100,10 +109,11 @@ class KeyTable:
     def entry(self, row: int) -> Key | None:
         """The key held by ``row``, or None (free, never used, or being rewritten)."""
         generation = self.generation(row)
-        if generation <= 0 or self._word(row, KEY_ROW_HASH) == 0:
+        ident = self._word(row, KEY_ROW_IDENT)  # hash | len << 40 | flags << 48
+        if generation <= 0 or ident & _words.KEY_HASH_MASK == 0:
             return None
-        word = self._word(row, layout.KEY_ROW_LEN)  # len | flags << 32
-        length, flags = word & 0xFFFFFFFF, (word >> 32) & 0xFFFFFFFF
+        length = (ident >> _words.IDENT_LEN_SHIFT) & 0xFF
+        flags = (ident >> _words.IDENT_FLAGS_SHIFT) & 0xFF
         off = self._rows_off + row * self._row_bytes + layout.KEY_ROW_KEY_OFF
         stored = bytes(self._mm[off : off + min(length, layout.MAX_STORED_KEY)])  # type: ignore[index]
         return decode(stored, flags) if self.generation(row) == generation else None

@@ -35,7 +35,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     120  8    u64       stripes_off     offset of the stripe table
     128  8    u64       keys_off        offset of the key table
     136  8    u64       rows_off        offset of row 0
-    144  8    u64       row_bytes       bytes per row (a multiple of 64)
+    144  8    u64       row_bytes       bytes per row (a multiple of 64; keyed: of 8)
     152  16   bytes     hash_key        random SipHash-1-3 key of the key table (per segment)
     168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
                                         window or limiter; 1 = "fixed-starts", the start records
@@ -88,36 +88,39 @@ turns owner-dead when the owner dies (see "the keeper" in core/threads.c)::
 Key table (keyed only) -- an index over a heap of rows. The segment file is sized for
 ``capacity`` keys but *sparse*: only what is in use is reserved, so memory follows the
 keys in use, not the capacity. The index is an open-addressed (linear probing) table of
-32-byte entries; level *k* has ``key_slots << k`` of them, and each level has two copies, so
-a rebuild (to grow, or to drop idle keys and tombstones) always writes a copy nobody reads.
-Copy ``(k, c)`` starts at ``keys_off + 32 * key_slots * (2 * (2**k - 1) + c * 2**k)``::
+16-byte entries; level *k* has ``key_slots << k`` of them, and each level has two copies, so
+a rebuild (to grow, or to drop idle keys and tombstones) always writes a copy nobody reads;
+the copies older than the one it replaced give their pages back (a hole punched). An insert
+rebuilds past a load of 5/8, into the level whose load is at most 5/16.
+Copy ``(k, c)`` starts at ``keys_off + 16 * key_slots * (2 * (2**k - 1) + c * 2**k)``::
 
     off  size type  name         meaning
     0    8    i64   gen          0 = never used; > 0 published (= its row's generation);
                                  < 0 being written (a dead writer's is dropped by the repair)
-    8    8    u64   hash         SipHash-1-3 (segment's hash_key) of the stored key, >> 1;
-                                 0 = tombstone (the key was dropped; probing goes on)
-    16   8    i64   row          the heap row holding this key's counts
-    24   8    i64   -            reserved, 0
+    8    8    u64   place        hash << 26 | row: the key's hash (37 bits of SipHash-1-3
+                                 under the segment's hash_key, never 0) and the heap row
+                                 holding its counts, one word; hash 0 = tombstone (the key
+                                 was dropped; probing goes on)
 
 Rows: unkeyed windows have ``n_stripes + 1`` rows -- row 0 shared and written
 only under lock 1 (locked mode, and striped mode's fallback when every stripe is
 taken), row *r >= 1* written only by its owner process, without a lock. Keyed
 windows have a heap of up to ``capacity`` rows after the index, handed out in order
 (``rows_top``) or from the free list; a keyed row is written under lock
-``2 + row % (n_locks - 2)`` and starts with a 128-byte key header -- the key's identity
-is the row's, so a hot write touches no index line::
+``2 + row % (n_locks - 2)`` and starts with a 56-byte key header -- the key's identity
+is the row's, so a hot write touches no index line. Keyed rows are not padded (8-byte
+words, one after another): a row costs what its key and its state hold::
 
     off  size type  name         meaning
-    0    8    i64   gen          > 0: holds the key below (free: hash 0); < 0: being
+    0    8    i64   gen          > 0: holds the key below (free: ident 0); < 0: being
                                  (re)assigned or released; 0: never handed out. Only grows
                                  in size.
     8    8    i64   last_ns      the key's newest write (monotonic ns; idle keys are reused);
                                  on the free list: the next free row + 1
-    16   8    u64   hash         as in the index; 0 = holds no key
-    24   4    u32   len          bytes of stored key (one word with flags: len | flags << 32)
-    28   4    u32   flags        1 = the key was a str, 2 = long key: 80 bytes + 16-byte digest
-    32   96   bytes key          the key's bytes, NUL-padded
+    16   8    u64   ident        hash | len << 40 | flags << 48: the hash as in the index, the
+                                 bytes stored, flags 1 = the key was a str, 2 = a long key
+                                 (16 bytes, then a 16-byte keyed digest of the whole); 0 = no key
+    24   32   bytes key          the key's bytes, NUL-padded
 
 After the key header (keyed) or from word 0 (unkeyed) come the rings one after another;
 ring *i* is ``head_slots + n_buckets_i`` slots of ``1 + n_fields`` 8-byte words, the
@@ -161,8 +164,7 @@ from ...layout_words import (
     HEADER_BYTES,
     HEADER_CRC_OFF,
     INDEX_ENTRY_GEN,
-    INDEX_ENTRY_HASH,
-    INDEX_ENTRY_ROW,
+    INDEX_ENTRY_PLACE,
     INDEX_ENTRY_WORDS,
     INDEX_MIN_SLOTS,
     INDEX_OFF,
@@ -173,10 +175,9 @@ from ...layout_words import (
     KEY_HEADER_BYTES,
     KEY_LONG_PREFIX,
     KEY_ROW_GEN,
-    KEY_ROW_HASH,
+    KEY_ROW_IDENT,
     KEY_ROW_KEY_OFF,
     KEY_ROW_LAST_NS,
-    KEY_ROW_LEN,
     KEYS_OFF,
     KINDS,
     LIMITER_HEAD_SLOTS,
@@ -230,8 +231,7 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "HEADER_BYTES",
     "HEADER_CRC_OFF",
     "INDEX_ENTRY_GEN",
-    "INDEX_ENTRY_HASH",
-    "INDEX_ENTRY_ROW",
+    "INDEX_ENTRY_PLACE",
     "INDEX_ENTRY_WORDS",
     "INDEX_MIN_SLOTS",
     "INDEX_OFF",
@@ -244,10 +244,9 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "KEY_HEADER_BYTES",
     "KEY_LONG_PREFIX",
     "KEY_ROW_GEN",
-    "KEY_ROW_HASH",
+    "KEY_ROW_IDENT",
     "KEY_ROW_KEY_OFF",
     "KEY_ROW_LAST_NS",
-    "KEY_ROW_LEN",
     "KINDS",
     "LIMITER_HEAD_SLOTS",
     "LOCK_BYTES",
@@ -356,7 +355,9 @@ class Layout:
         for ring in g.rings:
             ring_words.append(words)
             words += (head_slots + ring.n_buckets) * slot_words
-        row_bytes = _align64(words * WORD_BYTES)
+        # unkeyed rows are whole cache lines (stripes written by different processes never share
+        # one); keyed rows are packed: a key costs its words, not a line's
+        row_bytes = words * WORD_BYTES if g.keyed else _align64(words * WORD_BYTES)
         n_rows = g.capacity if g.keyed else g.n_stripes + 1
         total = rows_off + n_rows * row_bytes
         # keyed: the header, locks and level 0's first copy; rows are reserved as handed out

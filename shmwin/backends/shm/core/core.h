@@ -129,9 +129,9 @@ typedef struct {
 /* A keyed row's key header words. */
 #define RGEN(row) ((int64_t *)(row) + KEY_ROW_GEN)
 #define RLAST(row) ((int64_t *)(row) + KEY_ROW_LAST_NS)
-#define RHASH(row) ((int64_t *)(row) + KEY_ROW_HASH)
-#define RLEN(row) ((int64_t *)(row) + KEY_ROW_LEN)  /* len | flags << 32 */
+#define RIDENT(row) ((int64_t *)(row) + KEY_ROW_IDENT)  /* hash | len << 40 | flags << 48; 0: no key */
 #define RKEY(row) ((char *)(row) + KEY_ROW_KEY_OFF)
+#define IDENT_HASH(w) ((w) & KEY_HASH_MASK)
 
 /* ---- process-wide state (threads.c): per process, never per module or interpreter -------- */
 
@@ -252,7 +252,8 @@ typedef struct {
     unsigned char bytes[MAX_STORED_KEY];
     int64_t len;
     int flags;
-    uint64_t hash;
+    uint64_t hash;   /* KEY_HASH_BITS, never 0 */
+    int64_t ident;   /* a key row's ident word for it */
 } StoredKey;
 
 typedef struct {
@@ -263,6 +264,11 @@ typedef struct {
 
 #define KEYWORD(c, off) W((c), (off))     /* the key table's state words in the header */
 #define ENT(x, p) ((x)->base + (p) * INDEX_ENTRY_WORDS)
+/* An index entry's place word: its key's hash and row, loaded and stored as one. */
+#define EPLACE(e) ((e) + INDEX_ENTRY_PLACE)
+#define PLACE(hash, row) ((int64_t)((uint64_t)(hash) << ENTRY_ROW_BITS | (uint64_t)(row)))
+#define PLACE_HASH(w) ((int64_t)((uint64_t)(w) >> ENTRY_ROW_BITS))
+#define PLACE_ROW(w) ((w) & ENTRY_ROW_MASK)
 #define PROBE(x, h, p, i) \
     for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
          i++, p = (p + 1) & ((x)->slots - 1))

@@ -55,10 +55,12 @@ static int64_t cache_probe(Core *c, PyObject *key, Py_hash_t h) {
     }
 }
 
-/* Exact str/bytes of at most MAX_STORED_KEY characters: the cache never holds big keys alive. */
+/* Exact str/bytes of at most CACHED_KEY_CHARS characters: the cache never holds big keys alive
+ * (a key longer than a row stores -- limits' keys, mostly -- is still worth its lookup saved). */
+#define CACHED_KEY_CHARS 128
 static int cacheable(PyObject *key) {
-    return (PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= MAX_STORED_KEY) ||
-           (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) <= MAX_STORED_KEY);
+    return (PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= CACHED_KEY_CHARS) ||
+           (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) <= CACHED_KEY_CHARS);
 }
 
 CacheEntry *cache_get(Core *c, PyObject *key) {

@@ -8,6 +8,7 @@
 #include "core.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -76,8 +77,9 @@ int encode_key(Core *c, PyObject *key, StoredKey *k) {
         k->len = MAX_STORED_KEY;
         k->flags |= KEY_FLAG_DIGEST;
     }
-    uint64_t h = siphash13(c->hk0 ^ (uint64_t)k->flags, c->hk1, k->bytes, (size_t)k->len) >> 1;
-    k->hash = h ? h : 1;  /* fits an i64, never 0: 0 marks an entry with no key */
+    uint64_t h = siphash13(c->hk0 ^ (uint64_t)k->flags, c->hk1, k->bytes, (size_t)k->len) & KEY_HASH_MASK;
+    k->hash = h ? h : 1;  /* never 0: 0 marks an entry with no key */
+    k->ident = (int64_t)(k->hash | (uint64_t)k->len << IDENT_LEN_SHIFT | (uint64_t)k->flags << IDENT_FLAGS_SHIFT);
     return 0;
 }
 
@@ -163,8 +165,7 @@ int rows_top(Core *c, int64_t *top) {
 }
 
 static int row_holds(char *row, const StoredKey *k) {
-    return LOAD(RHASH(row)) == (int64_t)k->hash && LOAD(RLEN(row)) == (k->len | (int64_t)k->flags << 32) &&
-           memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
+    return LOAD(RIDENT(row)) == k->ident && memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
 }
 
 /* Lock-free lookup: 1 and (row, generation) if found, 0 if not, -1 error. An entry being
@@ -176,8 +177,9 @@ int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
     PROBE(&x, k->hash, p, i) {
         int64_t *e = ENT(&x, p), g = LOAD(e + INDEX_ENTRY_GEN);
         if (g == 0) return 0;  /* never used: the key would have been placed here or before */
-        if (g < 0 || g >= MAX_GEN || LOAD(e + INDEX_ENTRY_HASH) != (int64_t)k->hash) continue;
-        int64_t r = LOAD(e + INDEX_ENTRY_ROW);
+        int64_t w = LOAD(EPLACE(e));
+        if (g < 0 || g >= MAX_GEN || PLACE_HASH(w) != (int64_t)k->hash) continue;
+        int64_t r = PLACE_ROW(w);
         if (r < 0 || r >= top) continue;
         char *row = ROW(c, r);
         if (LOAD(RGEN(row)) == g && row_holds(row, k) && LOAD(e + INDEX_ENTRY_GEN) == g) {
@@ -196,10 +198,10 @@ static int idle(Core *c, int64_t slot, int64_t now) {
 
 /* The row entry e points at if it holds a key whose row agrees (generation and hash), else -1. */
 static int64_t live_row(Core *c, int64_t *e, int64_t top) {
-    int64_t g = LOAD(e + INDEX_ENTRY_GEN), h = LOAD(e + INDEX_ENTRY_HASH), r = LOAD(e + INDEX_ENTRY_ROW);
-    if (g <= 0 || g >= MAX_GEN || h == 0 || r < 0 || r >= top) return -1;
+    int64_t g = LOAD(e + INDEX_ENTRY_GEN), w = LOAD(EPLACE(e)), h = PLACE_HASH(w), r = PLACE_ROW(w);
+    if (g <= 0 || g >= MAX_GEN || h == 0 || r >= top) return -1;
     char *row = ROW(c, r);
-    return LOAD(RGEN(row)) == g && LOAD(RHASH(row)) == h ? r : -1;
+    return LOAD(RGEN(row)) == g && IDENT_HASH(LOAD(RIDENT(row))) == h ? r : -1;
 }
 
 /* OutOfSpaceError(errno, message): the segment could not grow; nothing was written. */
@@ -271,11 +273,29 @@ static int reserve_index(Core *c, const Index *x) {
     return 0;
 }
 
-/* The index level a rebuild keeping `kept` keys writes: a load of at most 1/4. */
+/* The index's load: an insert rebuilds past GROW_AT (5/8: linear probing's paths stay well
+ * under MAX_PROBES), and a rebuild writes the level whose load is at most half that. At 16
+ * bytes an entry, the index costs a key 26 to 51 bytes. */
+#define GROW_AT(used, slots) (8 * (used) > 5 * (slots))
 static int64_t level_for(Core *c, int64_t kept) {
     int64_t level = 0;
-    while (level + 1 < c->index_levels && (c->key_slots << level) < 4 * (kept + 1)) level++;
+    while (level + 1 < c->index_levels && 16 * (kept + 1) > 5 * (c->key_slots << level)) level++;
     return level;
+}
+
+/* Give back the memory of every index copy but `keep` (the one just published) and `prev`
+ * (the one it replaced, which a lookup that loaded the descriptor before may still probe):
+ * only whole pages inside a copy, so no neighbour is touched. A copy is reserved again
+ * (reserve_index) before it is next written. Called under LOCK_KEY_TABLE, after a rebuild. */
+static void punch_stale(Core *c, int64_t keep, int64_t prev) {
+    for (int64_t id = 0; id < 2 * c->index_levels; id++) {
+        if (id == keep || id == prev) continue;
+        Index x = index_copy(c, id);
+        int64_t lo = (char *)x.base - c->base, hi = lo + x.slots * KEY_ENTRY_BYTES;
+        lo = (lo + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
+        hi -= hi % PAGE_BYTES;
+        if (hi > lo) (void)fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, lo, hi - lo);
+    }
 }
 
 /* Section "rebuild": a new index holding every key whose row is not idle, in the copy
@@ -299,11 +319,11 @@ static void drop_marked(Core *c, Index *cur, const unsigned char *fate, int64_t 
     int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), keys = KEYS(c);
     for (int64_t p = 0; p < upto; p++) {
         if (fate[p] != FATE_DROP) continue;
-        int64_t *e = ENT(cur, p), g = LOAD(e + INDEX_ENTRY_GEN), r = LOAD(e + INDEX_ENTRY_ROW);
+        int64_t *e = ENT(cur, p), g = LOAD(e + INDEX_ENTRY_GEN), r = PLACE_ROW(LOAD(EPLACE(e)));
         char *row = ROW(c, r);
-        STORE(e + INDEX_ENTRY_HASH, 0);
+        STORE(EPLACE(e), 0);
         STORE(e + INDEX_ENTRY_GEN, g + 1);  /* a tombstone: probing goes on past it */
-        STORE(RHASH(row), 0);
+        STORE(RIDENT(row), 0);
         STORE(RLAST(row), head);
         STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
         head = r + 1;
@@ -325,8 +345,8 @@ static int rebuild(Core *c, int64_t now) {
     SECTION("rebuild");
     for (int64_t p = 0; p < cur.slots; p++) {  /* count, and drop the idle */
         if (p + AHEAD < cur.slots) {
-            int64_t ahead = LOAD(ENT(&cur, p + AHEAD) + INDEX_ENTRY_ROW);
-            if (ahead >= 0 && ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
+            int64_t ahead = PLACE_ROW(LOAD(EPLACE(ENT(&cur, p + AHEAD))));
+            if (ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
         }
         int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
         if (r < 0) continue;
@@ -361,14 +381,14 @@ static int rebuild(Core *c, int64_t now) {
     FAILPOINT();
     for (int64_t p = 0; p < cur.slots; p++) {
         if (p + AHEAD < cur.slots && fate[p + AHEAD] == FATE_KEEP)
-            __builtin_prefetch(ENT(&next, (uint64_t)LOAD(ENT(&cur, p + AHEAD) + INDEX_ENTRY_HASH) & (uint64_t)(next.slots - 1)), 1);
+            __builtin_prefetch(ENT(&next, PLACE_HASH(LOAD(EPLACE(ENT(&cur, p + AHEAD)))) & (next.slots - 1)), 1);
         if (fate[p] != FATE_KEEP) continue;
         int64_t *e = ENT(&cur, p);
-        PROBE(&next, (uint64_t)LOAD(e + INDEX_ENTRY_HASH), q, i) {
+        int64_t w = LOAD(EPLACE(e));
+        PROBE(&next, (uint64_t)PLACE_HASH(w), q, i) {
             int64_t *f = ENT(&next, q);
             if (LOAD(f + INDEX_ENTRY_GEN) != 0) continue;
-            STORE(f + INDEX_ENTRY_ROW, LOAD(e + INDEX_ENTRY_ROW));
-            STORE(f + INDEX_ENTRY_HASH, LOAD(e + INDEX_ENTRY_HASH));
+            STORE(EPLACE(f), w);
             STORE(f + INDEX_ENTRY_GEN, LOAD(e + INDEX_ENTRY_GEN));
             break;
         }
@@ -380,9 +400,9 @@ static int rebuild(Core *c, int64_t now) {
     int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
     for (int64_t p = 0; p < cur.slots; p++) {  /* the dropped rows: negative, named by cur */
         if (fate[p] != FATE_DROP) continue;
-        int64_t *e = ENT(&cur, p), g = LOAD(e + INDEX_ENTRY_GEN), r = LOAD(e + INDEX_ENTRY_ROW);
+        int64_t *e = ENT(&cur, p), g = LOAD(e + INDEX_ENTRY_GEN), r = PLACE_ROW(LOAD(EPLACE(e)));
         char *row = ROW(c, r);
-        STORE(RHASH(row), 0);
+        STORE(RIDENT(row), 0);
         STORE(RLAST(row), head);
         STORE(RGEN(row), g + 1);  /* free: positive again, holding no key */
         head = r + 1;
@@ -390,6 +410,7 @@ static int rebuild(Core *c, int64_t now) {
     STORE(KEYWORD(c, FREE_HEAD_OFF), head);
     END_SECTION();
     PyMem_Free(fate);
+    punch_stale(c, next.index, cur.index);
     return 0;
 }
 
@@ -416,10 +437,10 @@ void repair_keys(Core *c) {
         int64_t *e = ENT(&x, p), g = LOAD(e + INDEX_ENTRY_GEN);
         if (g == 0) continue;
         used++;
-        if (LOAD(e + INDEX_ENTRY_HASH) == 0 && g > 0) continue;  /* a tombstone */
+        if (PLACE_HASH(LOAD(EPLACE(e))) == 0 && g > 0) continue;  /* a tombstone */
         int64_t r = live_row(c, e, top);
         if (r < 0 || named[r]) {
-            STORE(e + INDEX_ENTRY_HASH, 0);
+            STORE(EPLACE(e), 0);
             STORE(e + INDEX_ENTRY_GEN, g <= -MAX_GEN || g >= MAX_GEN ? 1 : g < 0 ? -g : g);  /* junk: any tombstone */
             continue;
         }
@@ -432,7 +453,7 @@ void repair_keys(Core *c) {
         int64_t g = LOAD(RGEN(row));
         if (g <= -MAX_GEN || g >= MAX_GEN) continue;  /* junk: the row is left out, named and free by none */
         STORE(RGEN(row), -((g < 0 ? -g : g) + 1));  /* whoever cached it stops matching */
-        STORE(RHASH(row), 0);
+        STORE(RIDENT(row), 0);
         STORE(RLAST(row), head);
         STORE(RGEN(row), (g < 0 ? -g : g) + 2);  /* free: positive, holding no key */
         head = r + 1;
@@ -490,17 +511,15 @@ static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int fr
     STORE(e + INDEX_ENTRY_GEN, -gen);
     if (from_free) STORE(KEYWORD(c, FREE_HEAD_OFF), next);
     else if (place != PLACE_IDLE) store_state(c, ROWS_TOP_OFF, r + 1);
-    STORE(RHASH(row), 0);
+    STORE(RIDENT(row), 0);
     memset(RKEY(row), 0, MAX_STORED_KEY);
     memcpy(RKEY(row), k->bytes, (size_t)k->len);
     FAILPOINT();
-    STORE(RLEN(row), k->len | (int64_t)k->flags << 32);
-    STORE(RHASH(row), (int64_t)k->hash);
+    STORE(RIDENT(row), k->ident);
     empty_rings(c, (char *)row);
     STORE(RLAST(row), now);
     STORE(RGEN(row), gen);
-    STORE(e + INDEX_ENTRY_ROW, r);
-    STORE(e + INDEX_ENTRY_HASH, (int64_t)k->hash);
+    STORE(EPLACE(e), PLACE(k->hash, r));
     STORE(e + INDEX_ENTRY_GEN, gen);  /* published */
     if (place == PLACE_NEW) STORE(KEYWORD(c, INDEX_USED_OFF), used + 1);
     if (place != PLACE_IDLE) STORE(KEYWORD(c, KEYS_OFF), keys + 1);
@@ -515,7 +534,8 @@ static int64_t place_of(Core *c, Index *x, int64_t top, const StoredKey *k, int6
                         int *place) {
     PROBE(x, k->hash, p, i) {
         int64_t *e = ENT(x, p), g = LOAD(e + INDEX_ENTRY_GEN);
-        if (g == 0 || (g > 0 && LOAD(e + INDEX_ENTRY_HASH) == 0)) {
+        int64_t w = LOAD(EPLACE(e));
+        if (g == 0 || (g > 0 && PLACE_HASH(w) == 0)) {
             *place = g == 0 ? PLACE_NEW : PLACE_TOMB;
             return p;
         }
@@ -524,8 +544,8 @@ static int64_t place_of(Core *c, Index *x, int64_t top, const StoredKey *k, int6
             *place = PLACE_IDLE;
             return p;
         }
-        r = LOAD(e + INDEX_ENTRY_ROW);
-        if (g > 0 && LOAD(e + INDEX_ENTRY_HASH) == (int64_t)k->hash && r >= 0 && r < top && row_holds(ROW(c, r), k)) {
+        r = PLACE_ROW(w);
+        if (g > 0 && PLACE_HASH(w) == (int64_t)k->hash && r < top && row_holds(ROW(c, r), k)) {
             /* k's entry, whose row says another generation: under LOCK_KEY_TABLE only junk does that */
             PyErr_Format(c->st->corrupt, "window %R: key entry %lld and its row %lld disagree on the "
                          "key's generation: the segment is corrupt", c->name, (long long)p, (long long)r);
@@ -558,10 +578,10 @@ static void drop_key(Core *c, int64_t *e, int64_t r, int64_t g, int empty) {
     STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
     if (empty) empty_rings(c, row);
     if (e != NULL) {
-        STORE(e + INDEX_ENTRY_HASH, 0);  /* a tombstone: probing goes on past it */
+        STORE(EPLACE(e), 0);  /* a tombstone: probing goes on past it */
         STORE(e + INDEX_ENTRY_GEN, g + 1);
     }
-    STORE(RHASH(row), 0);
+    STORE(RIDENT(row), 0);
     STORE(RLAST(row), head);
     STORE(RGEN(row), g + 2);  /* free */
     STORE(KEYWORD(c, FREE_HEAD_OFF), r + 1);
@@ -583,8 +603,8 @@ static int64_t reclaim(Core *c, int64_t now) {
     STORE(KEYWORD(c, REBUILT_NS_OFF), now);
     for (int64_t p = 0; p < x.slots; p++) {
         if (p + AHEAD < x.slots) {
-            int64_t ahead = LOAD(ENT(&x, p + AHEAD) + INDEX_ENTRY_ROW);
-            if (ahead >= 0 && ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
+            int64_t ahead = PLACE_ROW(LOAD(EPLACE(ENT(&x, p + AHEAD))));
+            if (ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
         }
         int64_t *e = ENT(&x, p), r = live_row(c, e, top);
         if (r < 0 || !idle(c, r, now)) continue;
@@ -637,7 +657,7 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
         Index x;
         int64_t p = -1, top;
         if (current_index(c, &x) < 0 || rows_top(c, &top) < 0 || counts_ok(c, x.slots) < 0) goto fail;
-        if (tight || 2 * (INDEX_USED(c) + 1) <= x.slots) {
+        if (tight || !GROW_AT(INDEX_USED(c) + 1, x.slots)) {
             /* An idle key's entry is taken only when there is no other room: a full table or
              * probe path. Otherwise idle keys wait for the next rebuild, which frees their rows
              * (at most every slots/4 inserts), and a new key reads no other key's row. */
@@ -672,7 +692,7 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
             return -1;
         }
         if (place == PLACE_IDLE) {
-            r = LOAD(ENT(&x, p) + INDEX_ENTRY_ROW);
+            r = PLACE_ROW(LOAD(EPLACE(ENT(&x, p))));
         } else if (take_row(c, &r, &from_free) < 0) {
             if (!out_of_space(c) || reclaimed || !may_rebuild(c, now)) goto fail;
             PyErr_Clear();  /* /dev/shm is full: make room from idle keys, then look again */
@@ -738,7 +758,7 @@ int clear_key(Core *c, PyObject *key) {
     int64_t *e = NULL;
     PROBE(&x, k.hash, p, i) {
         int64_t *f = ENT(&x, p);
-        if (LOAD(f + INDEX_ENTRY_GEN) == g && LOAD(f + INDEX_ENTRY_ROW) == r) {
+        if (LOAD(f + INDEX_ENTRY_GEN) == g && PLACE_ROW(LOAD(EPLACE(f))) == r) {
             e = f;
             break;
         }

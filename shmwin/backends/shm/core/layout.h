@@ -24,9 +24,15 @@
 #define MAX_KEY_LOCKS            64
 #define INDEX_MIN_SLOTS          64
 #define MAX_PROBES               256
-#define MAX_STORED_KEY           96
+#define MAX_STORED_KEY           32
 #define KEY_DIGEST_BYTES         16
-#define KEY_LONG_PREFIX          80
+#define KEY_LONG_PREFIX          16
+#define KEY_HASH_BITS            37
+#define ENTRY_ROW_BITS           26
+#define KEY_HASH_MASK            INT64_C(137438953471)
+#define ENTRY_ROW_MASK           67108863
+#define IDENT_LEN_SHIFT          40
+#define IDENT_FLAGS_SHIFT        48
 #define MAX_GEN                  INT64_C(4611686018427387904)
 #define MAX_NOW_NS               INT64_C(4611686018427387904)
 #define MAX_SPAN_NS              INT64_C(1152921504606846976)
@@ -49,9 +55,9 @@
 #define RING_ENTRY_BYTES         24
 #define LOCK_BYTES               64
 #define STRIPE_ENTRY_BYTES       128
-#define KEY_ENTRY_BYTES          32
-#define INDEX_ENTRY_WORDS        4
-#define KEY_HEADER_BYTES         128
+#define KEY_ENTRY_BYTES          16
+#define INDEX_ENTRY_WORDS        2
+#define KEY_HEADER_BYTES         56
 #define FIXED_HEADER_END         172
 #define DTYPE_INT64              0
 #define DTYPE_FLOAT64            1
@@ -95,20 +101,15 @@
 #define STRIPE_MUTEX_OFF         64
 #define INDEX_ENTRY_GEN_OFF      0
 #define INDEX_ENTRY_GEN          0
-#define INDEX_ENTRY_HASH_OFF     8
-#define INDEX_ENTRY_HASH         1
-#define INDEX_ENTRY_ROW_OFF      16
-#define INDEX_ENTRY_ROW          2
+#define INDEX_ENTRY_PLACE_OFF    8
+#define INDEX_ENTRY_PLACE        1
 #define KEY_ROW_GEN_OFF          0
 #define KEY_ROW_GEN              0
 #define KEY_ROW_LAST_NS_OFF      8
 #define KEY_ROW_LAST_NS          1
-#define KEY_ROW_HASH_OFF         16
-#define KEY_ROW_HASH             2
-#define KEY_ROW_LEN_OFF          24
-#define KEY_ROW_LEN              3
-#define KEY_ROW_FLAGS_OFF        28
-#define KEY_ROW_KEY_OFF          32
+#define KEY_ROW_IDENT_OFF        16
+#define KEY_ROW_IDENT            2
+#define KEY_ROW_KEY_OFF          24
 #define RING_ENTRY_BUCKET_NS_OFF 0
 #define RING_ENTRY_BUCKET_NS     0
 #define RING_ENTRY_N_BUCKETS_OFF 8
@@ -138,6 +139,12 @@
     X(MAX_STORED_KEY) \
     X(KEY_DIGEST_BYTES) \
     X(KEY_LONG_PREFIX) \
+    X(KEY_HASH_BITS) \
+    X(ENTRY_ROW_BITS) \
+    X(KEY_HASH_MASK) \
+    X(ENTRY_ROW_MASK) \
+    X(IDENT_LEN_SHIFT) \
+    X(IDENT_FLAGS_SHIFT) \
     X(MAX_GEN) \
     X(MAX_NOW_NS) \
     X(MAX_SPAN_NS) \
@@ -206,19 +213,14 @@
     X(STRIPE_MUTEX_OFF) \
     X(INDEX_ENTRY_GEN_OFF) \
     X(INDEX_ENTRY_GEN) \
-    X(INDEX_ENTRY_HASH_OFF) \
-    X(INDEX_ENTRY_HASH) \
-    X(INDEX_ENTRY_ROW_OFF) \
-    X(INDEX_ENTRY_ROW) \
+    X(INDEX_ENTRY_PLACE_OFF) \
+    X(INDEX_ENTRY_PLACE) \
     X(KEY_ROW_GEN_OFF) \
     X(KEY_ROW_GEN) \
     X(KEY_ROW_LAST_NS_OFF) \
     X(KEY_ROW_LAST_NS) \
-    X(KEY_ROW_HASH_OFF) \
-    X(KEY_ROW_HASH) \
-    X(KEY_ROW_LEN_OFF) \
-    X(KEY_ROW_LEN) \
-    X(KEY_ROW_FLAGS_OFF) \
+    X(KEY_ROW_IDENT_OFF) \
+    X(KEY_ROW_IDENT) \
     X(KEY_ROW_KEY_OFF) \
     X(RING_ENTRY_BUCKET_NS_OFF) \
     X(RING_ENTRY_BUCKET_NS) \
@@ -330,15 +332,12 @@ _Static_assert(STRIPE_OWNER_START_OFF + 8 <= STRIPE_OWNER_PID_OFF, "STRIPE.owner
 _Static_assert(STRIPE_OWNER_PID_OFF + 8 <= STRIPE_CLAIMED_NS_OFF, "STRIPE.owner_pid");
 _Static_assert(STRIPE_CLAIMED_NS_OFF + 8 <= STRIPE_MUTEX_OFF, "STRIPE.claimed_ns");
 _Static_assert(STRIPE_MUTEX_OFF + sizeof(pthread_mutex_t) <= STRIPE_ENTRY_BYTES, "STRIPE.mutex");
-_Static_assert(INDEX_ENTRY_GEN_OFF + 8 <= INDEX_ENTRY_HASH_OFF, "INDEX_ENTRY.gen");
-_Static_assert(INDEX_ENTRY_HASH_OFF + 8 <= INDEX_ENTRY_ROW_OFF, "INDEX_ENTRY.hash");
-_Static_assert(INDEX_ENTRY_ROW_OFF + 8 <= KEY_ENTRY_BYTES, "INDEX_ENTRY.row");
+_Static_assert(INDEX_ENTRY_GEN_OFF + 8 <= INDEX_ENTRY_PLACE_OFF, "INDEX_ENTRY.gen");
+_Static_assert(INDEX_ENTRY_PLACE_OFF + 8 <= KEY_ENTRY_BYTES, "INDEX_ENTRY.place");
 _Static_assert(KEY_ROW_GEN_OFF + 8 <= KEY_ROW_LAST_NS_OFF, "KEY_ROW.gen");
-_Static_assert(KEY_ROW_LAST_NS_OFF + 8 <= KEY_ROW_HASH_OFF, "KEY_ROW.last_ns");
-_Static_assert(KEY_ROW_HASH_OFF + 8 <= KEY_ROW_LEN_OFF, "KEY_ROW.hash");
-_Static_assert(KEY_ROW_LEN_OFF + 4 <= KEY_ROW_FLAGS_OFF, "KEY_ROW.len");
-_Static_assert(KEY_ROW_FLAGS_OFF + 4 <= KEY_ROW_KEY_OFF, "KEY_ROW.flags");
-_Static_assert(KEY_ROW_KEY_OFF + 96 <= KEY_HEADER_BYTES, "KEY_ROW.key");
+_Static_assert(KEY_ROW_LAST_NS_OFF + 8 <= KEY_ROW_IDENT_OFF, "KEY_ROW.last_ns");
+_Static_assert(KEY_ROW_IDENT_OFF + 8 <= KEY_ROW_KEY_OFF, "KEY_ROW.ident");
+_Static_assert(KEY_ROW_KEY_OFF + 32 <= KEY_HEADER_BYTES, "KEY_ROW.key");
 _Static_assert(RING_ENTRY_BUCKET_NS_OFF + 8 <= RING_ENTRY_N_BUCKETS_OFF, "RING_ENTRY.bucket_ns");
 _Static_assert(RING_ENTRY_N_BUCKETS_OFF + 4 <= RING_ENTRY_FLAGS_OFF, "RING_ENTRY.n_buckets");
 _Static_assert(RING_ENTRY_FLAGS_OFF + 4 <= RING_ENTRY_LIMIT_OFF, "RING_ENTRY.flags");
