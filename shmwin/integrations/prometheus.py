@@ -44,9 +44,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..backends.shm.segment import names as shm_names
+from ..duration import format_ns
 from ..errors import ShmwinError, WindowNotFoundError
 from ..inspector import snapshots
-from ..inspector.roles import UNSUMMED, role_of, role_view
+from ..inspector.roles import COUNTERS, UNSUMMED, counters_view, role_of, role_view
 
 MAX_TOP_KEYS = 1000
 _READ_ERRORS = (ShmwinError, OSError, ValueError, OverflowError)  # what one unreadable window raises
@@ -189,6 +190,14 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     role = role_of(w)
     if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        return
+    if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values
+        view = counters_view(w, role, top_keys)
+        label, field = format_ns(w.geometry.bucket_ns), g.fields[0]  # the period
+        families["shmwin_window_keys"].add_metric([name], view["keys"])
+        families["shmwin_window_value"].add_metric([name, label, field], float(view["total"]))
+        for key, value in view["top"]:
+            families["shmwin_key_value"].add_metric([name, label, field, snapshots.key_text(key)], float(value))
         return
     for label, rate in zip(labels, snapshots.limiter_rates(w), strict=False):  # no rates: a window
         families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)

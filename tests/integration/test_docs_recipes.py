@@ -284,12 +284,11 @@ def _measure(
 
 
 def test_the_memory_table_is_what_a_thousand_clients_hold(make_name):
-    """Each cell: 1,000 clients on one limit, in the steady state (fixed windows keep a
-    client's records up to 1.6 periods: 4 periods are measured), per client; the docs'
-    figure is rounded up, and not far above (fixed windows' records vary with where their
-    periods start: 1.7 to 2.5 KiB were seen)."""
+    """Each cell: 1,000 clients on one limit, in the steady state (4 periods are measured
+    for fixed windows, 2 for the others), per client; the docs' figure is rounded up, and
+    not far above."""
     table = _memory_table()
-    assert len(table) == 15, table
+    assert len(table) == 12, table
     measured = {}
     for strategy, query, limit in table:
         rate = f"{limit}/minute" if limit <= 5 else f"{limit}/hour"
