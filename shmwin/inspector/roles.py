@@ -89,7 +89,8 @@ def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     from ..integrations import limits_fixed, limits_sliding
 
     reader = limits_fixed if role == "fixed-window" else limits_sliding
-    return reader.values(w, int(w._clock()))
+    found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
+    return found
 
 
 def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:

@@ -32,7 +32,7 @@ class FixedWindows:
 
     def __init__(self, counts: Window, period_ns: int):
         self.counts, self.period_ns = counts, period_ns
-        self._core = counts._backend.core  # type: ignore[attr-defined]  # shared memory's, always
+        self._core = counts._backend._core  # type: ignore[attr-defined]  # shared memory's, always: its sections
 
     @classmethod
     def open(
@@ -46,7 +46,8 @@ class FixedWindows:
                 return None
             if w.geometry.role != ROLE:
                 w.close()
-                raise GeometryMismatchError(f"{name!r} is not a fixed-window segment (role {w.geometry.role!r})")
+                role = w.geometry.role
+                raise GeometryMismatchError(f"{name!r} is not a fixed-window segment (role {role!r})")
             return cls(w, w.geometry.bucket_ns)
         return cls(Window.open_geometry(name, geometry(period_ns, capacity), clock=clock), period_ns)
 
@@ -69,7 +70,8 @@ class FixedWindows:
 
     def reset(self) -> int:
         """Empty the segment; the number of keys whose live window held hits."""
-        live = sum(1 for key in self.counts.keys() if self.get(str(key)))
+        keys = self.counts.keys()
+        live = sum(1 for key in keys if self.get(str(key)))
         self.counts.reset()
         return live
 
@@ -87,12 +89,12 @@ def geometry(period_ns: int, capacity: int | None) -> Geometry:
 
 def value(start: int, count: int, now_ns: int, period_ns: int) -> int:
     """A key's count at ``now_ns``: its window's while live, else 0 (junk counts 0)."""
-    live = start != EMPTY_EPOCH and 0 <= start and now_ns < start + period_ns
+    live = start != EMPTY_EPOCH and start >= 0 and now_ns < start + period_ns
     return max(count, 0) if live else 0
 
 
 def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
     """``(key, count)`` of each key of a fixed-window segment, read lock-free (for the tools)."""
     period_ns = w.geometry.bucket_ns
-    states = w._backend.key_states(STATE_WORDS)  # type: ignore[attr-defined]
+    states = w._backend._key_states(STATE_WORDS)  # type: ignore[attr-defined]
     return [(key, value(start, count, now_ns, period_ns)) for key, (start, count) in states]

@@ -34,7 +34,7 @@ class SlidingCounters:
 
     def __init__(self, counts: Window, period_ns: int):
         self.counts, self.period_ns = counts, period_ns
-        self._core = counts._backend.core  # type: ignore[attr-defined]  # shared memory's, always
+        self._core = counts._backend._core  # type: ignore[attr-defined]  # shared memory's, always: its sections
 
     @classmethod
     def open(
@@ -48,7 +48,8 @@ class SlidingCounters:
                 return None
             if w.geometry.role != ROLE:
                 w.close()
-                raise GeometryMismatchError(f"{name!r} is not a sliding-counter segment (role {w.geometry.role!r})")
+                role = w.geometry.role
+                raise GeometryMismatchError(f"{name!r} is not a sliding-counter segment (role {role!r})")
             return cls(w, w.geometry.bucket_ns)
         return cls(Window.open_geometry(name, geometry(period_ns, capacity), clock=clock), period_ns)
 
@@ -66,7 +67,8 @@ class SlidingCounters:
 
     def reset(self) -> int:
         """Empty the segment; the number of keys that held counts."""
-        held = sum(1 for key in self.counts.keys() if any(self.window(str(key))[:2]))
+        keys = self.counts.keys()
+        held = sum(1 for key in keys if any(self.window(str(key))[:2]))
         self.counts.reset()
         return held
 
@@ -103,5 +105,5 @@ def value(window: int, current: int, previous: int, now_ns: int, period_ns: int)
 def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
     """``(key, weighted count)`` of each key of a sliding-counter segment, lock-free (for the tools)."""
     period_ns = w.geometry.bucket_ns
-    states = w._backend.key_states(STATE_WORDS)  # type: ignore[attr-defined]
-    return [(key, value(*state, now_ns, period_ns)) for key, state in states]
+    states = w._backend._key_states(STATE_WORDS)  # type: ignore[attr-defined]
+    return [(key, value(index, cur, prev, now_ns, period_ns)) for key, (index, cur, prev) in states]

@@ -192,12 +192,13 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
         return
     if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values
-        view = counters_view(w, role, top_keys)
+        counters = counters_view(w, role, top_keys)
         label, field = format_ns(w.geometry.bucket_ns), g.fields[0]  # the period
-        families["shmwin_window_keys"].add_metric([name], view["keys"])
-        families["shmwin_window_value"].add_metric([name, label, field], float(view["total"]))
-        for key, value in view["top"]:
-            families["shmwin_key_value"].add_metric([name, label, field, snapshots.key_text(key)], float(value))
+        families["shmwin_window_keys"].add_metric([name], counters["keys"])
+        families["shmwin_window_value"].add_metric([name, label, field], float(counters["total"]))
+        for key, value in counters["top"]:
+            text = snapshots.key_text(key)
+            families["shmwin_key_value"].add_metric([name, label, field, text], float(value))
         return
     for label, rate in zip(labels, snapshots.limiter_rates(w), strict=False):  # no rates: a window
         families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)

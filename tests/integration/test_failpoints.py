@@ -1344,7 +1344,7 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
                 truth = (0, 5) if when == "same-window" else (5, 0)
                 floor = _weighted(*truth, elapsed)
                 weighed = _weighted(previous, current, elapsed)
-                assert weighed >= floor, f"returned hits lost: {(previous, current)} weighs {weighed} < {floor}"
+                assert weighed >= floor, f"returned hits lost: {previous, current} weighs {weighed} < {floor}"
                 if s.completed:
                     assert (previous, current) == (truth[0], truth[1] + 1), "the hit completed: counted once"
                 else:
@@ -1358,7 +1358,8 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
                 assert got == sorted(got, reverse=True), "admitted after a refusal at one time"
                 if s.completed:
                     assert sum(got) == room, "a completed section leaves the exact room"
-                assert mine.window("other")[:2] == ((0, 2) if when == "same-window" else (2, 0)), "another key moved"
+                other = (0, 2) if when == "same-window" else (2, 0)
+                assert mine.window("other")[:2] == other, "another key moved"
             return s.fired
         finally:
             mine.close()

@@ -289,7 +289,7 @@ class ShmWindow:
         self._keyed()
         self._core.clear(key)
 
-    def key_states(self, words: int) -> list[tuple[Key, tuple[int, ...]]]:
+    def _key_states(self, words: int) -> list[tuple[Key, tuple[int, ...]]]:
         """``(key, its first ``words`` state words)`` of every live key of a counter role's
         segment (``layout_words.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's
         generation checked after its words are read (a row that moved is read again, or left
@@ -310,12 +310,6 @@ class ShmWindow:
                     out.append((key, state))
                     break
         return out
-
-    @property
-    def core(self) -> Any:
-        """The native core (``shmwin._core.Core``): the counter roles' sections are its methods."""
-        self._check_open()
-        return self._core
 
     def _keyed(self) -> KeyTable:
         self._check_open()
