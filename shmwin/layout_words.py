@@ -86,7 +86,11 @@ KINDS = ("window", "limiter")
 CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # what shmwin made a segment for, recorded in its header (the tools read it, never guess):
 # "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
-ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health")
+# "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
+# (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made
+ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
+         "sliding-counter")  # fmt: skip
+COUNTER_ROLES = ("fixed-window", "sliding-counter")  # rows of per-key state: no bucket to read or add to
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
 
@@ -189,6 +193,21 @@ KEY_ROW: tuple[Field, ...] = (  # a keyed row's key header
 )
 KEY_HEADER_BYTES = 56
 
+# The per-key state of the counter roles, in a keyed row right after its key header (where a
+# window's first ring starts: core/counters.c). A keyed window of one ring of 1 bucket
+# (fixed) or 2 buckets (sliding) of the period P gives the room and the idle time (P, 2P).
+FIXED_STATE: tuple[Field, ...] = (  # role "fixed-window": limits' fixed window
+    ("start", 0, "q"),  # the live window's start (ns, the storage's clock); EMPTY_EPOCH: none
+    ("count", 8, "q"),  # its hits; it ends at start + P exactly
+)
+FIXED_STATE_BYTES = 16
+SLIDING_STATE: tuple[Field, ...] = (  # role "sliding-counter": limits' sliding window counter
+    ("window", 0, "q"),  # the index (now // P) of the window counted in "current"; EMPTY_EPOCH: none
+    ("current", 8, "q"),  # hits in that window
+    ("previous", 16, "q"),  # hits in the window before it
+)
+SLIDING_STATE_BYTES = 24
+
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "LOCK": (LOCK, "LOCK_BYTES"),
@@ -196,6 +215,8 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "INDEX_ENTRY": (INDEX_ENTRY, "KEY_ENTRY_BYTES"),
     "KEY_ROW": (KEY_ROW, "KEY_HEADER_BYTES"),
     "RING_ENTRY": (RING_ENTRY, "RING_ENTRY_BYTES"),
+    "FIXED_STATE": (FIXED_STATE, "FIXED_STATE_BYTES"),
+    "SLIDING_STATE": (SLIDING_STATE, "SLIDING_STATE_BYTES"),
 }
 
 
@@ -214,6 +235,7 @@ ROLE_PLAIN, ROLE_FIXED_STARTS = ROLES.index(""), ROLES.index("fixed-starts")
 ROLE_BREAKER, ROLE_SHEDDER = ROLES.index("breaker"), ROLES.index("shedder")
 ROLE_IN_FLIGHT, ROLE_ADAPTIVE = ROLES.index("in-flight"), ROLES.index("adaptive")
 ROLE_HEALTH = ROLES.index("health")
+ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.index("sliding-counter")
 
 MAGIC_OFF = _at(HEADER, "magic")
 HEADER_CRC_OFF = _at(HEADER, "header_crc")
@@ -265,6 +287,17 @@ RING_ENTRY_FLAGS_OFF = _at(RING_ENTRY, "flags")
 RING_ENTRY_LIMIT_OFF = _at(RING_ENTRY, "limit")
 RING_ENTRY_LIMIT = RING_ENTRY_LIMIT_OFF // WORD_BYTES
 
+FIXED_STATE_START_OFF = _at(FIXED_STATE, "start")
+FIXED_STATE_START = FIXED_STATE_START_OFF // WORD_BYTES
+FIXED_STATE_COUNT_OFF = _at(FIXED_STATE, "count")
+FIXED_STATE_COUNT = FIXED_STATE_COUNT_OFF // WORD_BYTES
+SLIDING_STATE_WINDOW_OFF = _at(SLIDING_STATE, "window")
+SLIDING_STATE_WINDOW = SLIDING_STATE_WINDOW_OFF // WORD_BYTES
+SLIDING_STATE_CURRENT_OFF = _at(SLIDING_STATE, "current")
+SLIDING_STATE_CURRENT = SLIDING_STATE_CURRENT_OFF // WORD_BYTES
+SLIDING_STATE_PREVIOUS_OFF = _at(SLIDING_STATE, "previous")
+SLIDING_STATE_PREVIOUS = SLIDING_STATE_PREVIOUS_OFF // WORD_BYTES
+
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
 _SCALARS = (
@@ -278,7 +311,7 @@ _SCALARS = (
     "LOCK_SHARED_ROW", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
     "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
-    "KEY_HEADER_BYTES", "FIXED_HEADER_END",
+    "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
 )  # fmt: skip
 
 

@@ -61,7 +61,12 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
 # -- breakers, shedders, adaptive limiters: a few lines under the name ---------------------------
 
 # the others go by their role's name
-ROLE_TITLES = {"adaptive": "adaptive limiter", "fixed-starts": "fixed-window starts"}
+ROLE_TITLES = {
+    "adaptive": "adaptive limiter",
+    "fixed-starts": "fixed-window starts",
+    "fixed-window": "limits' fixed windows",
+    "sliding-counter": "limits' sliding window counters",
+}
 
 
 def _breaker(b: dict[str, Any]) -> list[str]:
@@ -115,6 +120,11 @@ def _adaptive(a: dict[str, Any]) -> list[str]:
     ]
 
 
+def _counters(v: dict[str, Any]) -> list[str]:
+    keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
+    return [f"  period {_span(v['period_s'])}: {keys} counting, {v['total']:,} in all ({v['value']} per key)"]
+
+
 def _span(seconds: float) -> str:
     return format_ns(round(seconds * NS_PER_S))
 
@@ -125,6 +135,8 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "in-flight": lambda v: [f"  in flight {_in_flight(v)}"],
     "adaptive": _adaptive,
     "health": lambda v: [f"  the health window of adaptive limiter {safe(v['of'])}"],
+    "fixed-window": lambda v: _counters(v),
+    "sliding-counter": lambda v: _counters(v),
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

@@ -12,9 +12,19 @@ counted over live processes without clearing the keys of dead ones, which its wo
     in-flight     an InFlight's window (a shedder's ``NAME.flying``): keyed by process
     adaptive      an AdaptiveLimiter's limiter: rates in units of its scale, beside ``NAME.health``
     health        its own ``NAME.health`` window (fields ok, error)
-    fixed-starts  the start records of limits' fixed windows (``PREFIX.fixedstart.P``): their
-                  values are times, not counts, so the tools show how many keys hold one and
-                  never sum them
+    fixed-window  limits' fixed windows of a ``shm://`` storage (``PREFIX.fixed.P``): each key's
+                  row holds its window's start and count; shown: the count while the window
+                  is live (0 after), as limits would read it
+    sliding-counter  limits' sliding window counters (``PREFIX.sliding.P``): each key's row
+                  holds a window index and two counts; shown: limits' weighted count now
+                  (previous x the part of its window still inside the period + current,
+                  floored), the number limits compares with the limit
+    fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
+                  their values are times, not counts, so the tools show how many keys hold
+                  one and never sum them
+
+The counter roles' rows hold state, not buckets: the tools read each key's value here
+(lock-free, generation-checked) and never through a window's bucket sums.
 
 Settings a segment does not record -- a breaker's k and protection, a shedder's CPU threshold
 and cool-off, an adaptive limiter's policy -- are each process's own; what is shown uses the
@@ -30,8 +40,11 @@ from typing import Any
 from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
-ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-starts")
+ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window", "sliding-counter",
+         "fixed-starts")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
+COUNTERS = ("fixed-window", "sliding-counter")  # per-key state: values read by counter_values()
+TOP_KEYS = 10
 
 
 def role_of(w: Any) -> str | None:
@@ -63,9 +76,35 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
         return adaptive.describe(w.name)
     if role == "health":
         return {"of": w.name[: -len(adaptive.HEALTH_SUFFIX)]}
+    if role in COUNTERS:
+        return counters_view(w, role)
     if role == "fixed-starts":
         return {"records": len(w.keys()), "counts": w.name.replace(".fixedstart.", ".fixed.", 1)}
     return None
+
+
+def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
+    """``(key, value)`` of every live key of a counter role's segment, at the window's clock:
+    a fixed window's count while it is live, a sliding counter's weighted count."""
+    from ..integrations import limits_fixed, limits_sliding
+
+    reader = limits_fixed if role == "fixed-window" else limits_sliding
+    found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
+    return found
+
+
+def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
+    """A counter role's segment: its period, its live keys, the sum of their values, and the
+    ``top`` keys by value (``[key, value]``, largest first)."""
+    found = [(key, v) for key, v in counter_values(w, role) if v > 0]
+    found.sort(key=lambda kv: kv[1], reverse=True)
+    return {
+        "period_s": w.geometry.bucket_ns / NS_PER_S,
+        "value": "count in the live window" if role == "fixed-window" else "weighted count",
+        "keys": len(found),
+        "total": sum(v for _, v in found),
+        "top": found[: max(top, 0)],
+    }
 
 
 def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
@@ -113,4 +152,4 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
     }
 
 
-__all__ = ["ROLES", "role_of", "role_view", "shedder_view"]
+__all__ = ["COUNTERS", "ROLES", "counter_values", "counters_view", "role_of", "role_view", "shedder_view"]

@@ -28,7 +28,7 @@ from ..duration import NS_PER_S, format_ns
 from ..errors import GeometryMismatchError, ShmwinError
 from ..rate import Rate
 from . import attached as _attached
-from .roles import UNSUMMED, role_of, role_view
+from .roles import COUNTERS, UNSUMMED, counter_values, counters_view, role_of, role_view
 
 GLOB_CHARS = "*?["
 
@@ -298,6 +298,16 @@ def snapshot(
     labels, rates = ring_labels(w), limiter_rates(w)
     out: dict[str, Any] = {"name": w.name, "kind": g.kind, "fields": list(g.fields), "key": key}
     role = out["role"] = role_of(w)
+    if role in COUNTERS:  # per-key state: each key's value, no buckets to sum
+        view = out[role] = counters_view(w, role, top)
+        out["resolutions"] = []
+        if key is None:
+            out["keys"], out["top_field"] = view["keys"], g.fields[0]
+            out["top"] = [[key_text(k), v] for k, v in view.pop("top")]
+        else:
+            view.pop("top")
+            out["value"] = next((v for k, v in counter_values(w, role) if k == key), 0)
+        return out
     if role is not None:
         out[role] = role_view(w, role, cpu)
     if role in UNSUMMED:  # bookkeeping whose values are not counts: nothing to add up

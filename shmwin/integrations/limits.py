@@ -19,11 +19,13 @@ Options, in the URI query or as storage options, checked when the storage is bui
 How limits' strategies map onto shmwin (the segments are named in
 :mod:`shmwin.integrations.limits_segments`):
 
-* **moving window** and **sliding window counter** are both served by shmwin's strict
-  sliding window: a hit is admitted only if the hits of the last period, at ``buckets``
-  granularity, leave room, and it is counted in the same locked step. Never more than the
-  limit in any period; a hit is forgotten between one period and one period plus a
-  bucket after it happened, and the reset times reported say exactly when.
+* **moving window** is served by shmwin's strict sliding window: a hit is admitted only if
+  the hits of the last period leave room, and it is counted in the same locked step. Never
+  more than the limit in any period; exact by default (hit times), or forgotten up to a
+  bucket late with ``buckets``; the reset times reported say exactly when.
+* **sliding window counter** is limits' own algorithm (windows aligned on the period, the
+  previous one weighted), checked and counted in one native step per hit
+  (:mod:`shmwin.integrations.limits_sliding`): limits' approximation, shared exactly.
 * **fixed window** starts a key's window at its first hit and ends it one period later,
   as limits' own storages do, with one live window per key across processes
   (:mod:`shmwin.integrations.limits_fixed`). A hit past the limit is still counted.
@@ -37,13 +39,14 @@ import os
 from typing import Any
 
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+from limits.storage.base import TimestampedSlidingWindow
 
 from ..backends.shm.segment import SHM_DIR
 from ..errors import ShmwinError
 from .limits_segments import StorageOptionError, StorageSegments
 
 
-class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
+class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """limits storage backed by shmwin segments; see the module docstring."""
 
     STORAGE_SCHEME = ["shm"]  # noqa: RUF012  (limits reads it as a plain class attribute)
@@ -79,19 +82,19 @@ class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
     # -- moving window and sliding window counter -------------------------------------------
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self.segments.acquire("moving", key, limit, expiry, amount)
+        return self.segments.acquire(key, limit, expiry, amount)
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         return self.segments.moving_window(key, limit, expiry)
 
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self.segments.acquire("sliding", key, limit, expiry, amount)
+        return self.segments.acquire_sliding(key, limit, expiry, amount)
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
-        return self.segments.sliding_window(key, expiry)  # type: ignore[return-value]  # see there
+        return self.segments.sliding_window(key, expiry)
 
     def clear_sliding_window(self, key: str, expiry: int) -> None:
-        self.segments.clear(key, "sliding")
+        self.segments.clear_sliding(key, expiry)
 
     # -- housekeeping -----------------------------------------------------------------------
 

@@ -14,13 +14,14 @@ import os
 from typing import Any
 
 from limits.aio.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+from limits.storage.base import TimestampedSlidingWindow
 
 from ..backends.shm.segment import SHM_DIR
 from ..errors import ShmwinError
 from .limits_segments import StorageSegments
 
 
-class AsyncShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
+class AsyncShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
     """limits.aio storage backed by shmwin segments; the same options as ``shm://``."""
 
     STORAGE_SCHEME = ["async+shm"]  # noqa: RUF012  (limits reads it as a plain class attribute)
@@ -51,19 +52,19 @@ class AsyncShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport)
         return self.segments.get_expiry(key)
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self.segments.acquire("moving", key, limit, expiry, amount)
+        return self.segments.acquire(key, limit, expiry, amount)
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         return self.segments.moving_window(key, limit, expiry)
 
     async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self.segments.acquire("sliding", key, limit, expiry, amount)
+        return self.segments.acquire_sliding(key, limit, expiry, amount)
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
-        return self.segments.sliding_window(key, expiry)  # type: ignore[return-value]
+        return self.segments.sliding_window(key, expiry)
 
     async def clear_sliding_window(self, key: str, expiry: int) -> None:
-        self.segments.clear(key, "sliding")
+        self.segments.clear_sliding(key, expiry)
 
     async def clear(self, key: str) -> None:
         self.segments.clear(key)

@@ -7,10 +7,9 @@ segment is found by the name it must have, and opened on first use.
 
 Segments, under the storage's prefix::
 
-    PREFIX.fixed.PERIOD           fixed window: the counts (see limits_fixed)
-    PREFIX.fixedstart.PERIOD      fixed window: when each key's window started
+    PREFIX.fixed.PERIOD           fixed window: each key's window start and count (limits_fixed)
     PREFIX.moving.LIMIT.PERIOD    moving window: a strict shmwin Limiter, exact (see below)
-    PREFIX.sliding.LIMIT.PERIOD   sliding window counter: the same
+    PREFIX.sliding.PERIOD         sliding window counter: limits' own, weighted (limits_sliding)
 
 (PERIOD spelled the shortest exact way: ``1m``, ``30s``, ``1d``.) limits' keys end in
 ``/LIMIT/MULTIPLES/GRANULARITY``, so the one segment a key lives in is known from the key
@@ -20,9 +19,9 @@ Time is the wall clock, read through ``time.time()`` at each call exactly as lim
 memory storage does: reset times agree with the ones limits computes, and hiro, freezegun,
 time-machine or a patched ``time.time`` move shm:// exactly as they move memory://.
 
-The moving window and the sliding window counter are exact, like memory://: each key keeps
-its hit times (``Limiter(exact=...)``), up to ``?times=`` of them (default 1024; a limit at
-or under it is always exact), and a hit is forgotten exactly one period after it.
+The moving window is exact, like memory://: each key keeps its hit times
+(``Limiter(exact=...)``), up to ``?times=`` of them (default 1024; a limit at or under it is
+always exact), and a hit is forgotten exactly one period after it.
 ``?buckets=N`` trades that for buckets: fixed memory and O(1) hits, a hit then forgotten
 up to P/N late.
 """
@@ -36,6 +35,7 @@ from typing import Any
 
 from limits.errors import ConfigurationError
 
+from ..backends.contract import Key
 from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
 from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
 from ..clock import Clock
@@ -46,7 +46,8 @@ from ..layout_words import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, Rate
-from .limits_fixed import FixedWindows, counted
+from .limits_fixed import FixedWindows
+from .limits_sliding import SlidingCounters
 
 OPTIONS = ("capacity", "buckets", "times", "on_full")
 _KINDS = {
@@ -59,6 +60,9 @@ DEFAULT_BUCKETS = 20
 _GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "month": 2592000, "year": 31104000}
 _NEVER = 2**62  # a count that is over any limit: what on_full="deny" answers for a fixed window
 MARGIN_NS = 1_000  # reported reset times are this much late, never early (see later_s)
+
+
+Segments = Limiter | FixedWindows | SlidingCounters  # what one segment name opens as
 
 
 class StorageOptionError(ConfigurationError, ValueError):
@@ -132,8 +136,8 @@ class StorageSegments:
         if self.on_full not in ON_FULL:
             raise StorageOptionError(f"{uri!r}: on_full must be one of {list(ON_FULL)}, not {self.on_full!r}")
         self.clock: Clock = wall_ns
-        self._open: dict[str, Limiter | FixedWindows] = {}  # by segment name
-        self._by_spec: dict[tuple[str, int, float], Limiter | FixedWindows] = {}  # (kind, limit, expiry)
+        self._open: dict[str, Segments] = {}  # by segment name
+        self._by_spec: dict[tuple[str, int, float], Segments] = {}  # (kind, limit, expiry)
 
     # -- naming and opening -----------------------------------------------------------------
 
@@ -168,44 +172,60 @@ class StorageSegments:
 
     def _fixed(self, expiry: float, create: bool) -> FixedWindows | None:
         """The fixed windows of a period: created if asked, else None if there are none."""
-        found = self._by_spec.get(("fixed", 0, expiry))
-        if found is not None:  # the hot path: no name to build
-            assert isinstance(found, FixedWindows)
-            return found
-        name = self._name("fixed", expiry)
-        found = self._open.get(name)
-        if found is None:
-            names = (name, self._name("fixedstart", expiry))
-            found = FixedWindows.open(names, _expiry_ns(expiry), self.clock, self.capacity, create)
-            if found is None:
-                return None
-            self._open[name] = found
-        assert isinstance(found, FixedWindows)
-        self._by_spec["fixed", 0, expiry] = found
+        found = self._per_period(FixedWindows, "fixed", expiry, create)
+        assert found is None or isinstance(found, FixedWindows)
         return found
 
-    def _by_name(self, name: str) -> Limiter | FixedWindows | None:
+    def _sliding(self, expiry: float, create: bool) -> SlidingCounters | None:
+        """The sliding window counters of a period: created if asked, else None if there are none."""
+        found = self._per_period(SlidingCounters, "sliding", expiry, create)
+        assert found is None or isinstance(found, SlidingCounters)
+        return found
+
+    def _per_period(
+        self, kind: type[FixedWindows] | type[SlidingCounters], name: str, expiry: float, create: bool
+    ) -> FixedWindows | SlidingCounters | None:
+        found = self._by_spec.get((name, 0, expiry))
+        if found is not None:  # the hot path: no name to build
+            assert isinstance(found, kind)
+            return found
+        segment = self._name(name, expiry)
+        found = self._open.get(segment)
+        if found is None:
+            found = kind.open(segment, _expiry_ns(expiry), self.clock, self.capacity, create)
+            if found is None:
+                return None
+            self._open[segment] = found
+        assert isinstance(found, kind)
+        self._by_spec[name, 0, expiry] = found
+        return found
+
+    def _by_name(self, name: str) -> Segments | None:
         """The segment(s) behind one of this storage's names (a limits key of another shape
         is looked for in them all); None if it went away."""
         kind, *rest = name[len(self.prefix) + 1 :].split(".")
         expiry = to_ns(rest[-1], "period") / NS_PER_S
         if kind == "fixed":
             return self._fixed(expiry, create=False)
+        if kind == "sliding":
+            return self._sliding(expiry, create=False)
         return self._limiter(kind, int(rest[0]), expiry, create=False)
 
-    def _segments_of(self, key: str, kind: str | None = None) -> list[Limiter | FixedWindows]:
+    def _segments_of(self, key: str, kind: str | None = None) -> list[Segments]:
         """Every segment ``key`` may live in (of ``kind``, if given): from the key if limits
         built it, else every segment of this storage."""
         parsed = _limit_of_key(key)
-        found: list[Limiter | FixedWindows | None] = []
+        found: list[Segments | None] = []
         if parsed is None:
             found = [self._by_name(n) for n in self.names() if _kind_of(self.prefix, n) in _KINDS[kind]]
         else:
             limit, expiry = parsed
             if "fixed" in _KINDS[kind]:
                 found.append(self._fixed(expiry, create=False))
-            found += [self._limiter(k, limit, expiry, create=False) for k in ("moving", "sliding")
-                      if k in _KINDS[kind] and limit >= 1]  # fmt: skip
+            if "sliding" in _KINDS[kind]:
+                found.append(self._sliding(expiry, create=False))
+            if "moving" in _KINDS[kind] and limit >= 1:
+                found.append(self._limiter("moving", limit, expiry, create=False))
         return [f for f in found if f is not None]
 
     @property
@@ -240,21 +260,21 @@ class StorageSegments:
                 return later_s(end_ns)
         return self.clock() / NS_PER_S
 
-    # -- moving window and sliding window counter: shmwin's strict limiter -----------------------
+    # -- moving window: shmwin's strict limiter ---------------------------------------------------
 
-    def acquire(self, kind: str, key: str, limit: int, expiry: float, amount: Any) -> bool:
+    def acquire(self, key: str, limit: int, expiry: float, amount: Any) -> bool:
         cost = whole_cost(amount)
         if cost > limit:
             return False  # as limits' storages answer
         if limit < 1:
             return True  # a cost of 0 against a limit of 0: no segment for a limit that admits nothing
-        limiter = self._limiter(kind, limit, expiry, create=True)
+        limiter = self._limiter("moving", limit, expiry, create=True)
         assert limiter is not None
         return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
 
     def moving_window(self, key: str, limit: int, expiry: float) -> tuple[float, int]:
         """limits' (window start, hits): limits reports ``start + expiry`` as the reset."""
-        used, reset_ns, now_ns = self._used_and_reset("moving", key, limit, expiry)
+        used, reset_ns, now_ns = self._used_and_reset(key, limit, expiry)
         if not used:
             return now_ns / NS_PER_S, 0
         reset_s = later_s(reset_ns)
@@ -263,43 +283,48 @@ class StorageSegments:
             start_s = math.nextafter(start_s, math.inf)
         return start_s, used
 
-    def sliding_window(self, key: str, expiry: float) -> tuple[float, float, float, float]:
-        """limits' (previous count, previous ttl, current count, current ttl), chosen so that
-        limits' weighting gives back the exact count, and its reset formula (the smaller of
-        ``previous ttl % (expiry / previous count)`` and ``current ttl % expiry``, after now)
-        gives the moment the oldest hit is forgotten, which may be up to a bucket past one
-        period. Below one period the count is the current window's. At or past it, the
-        count goes in the previous window with the weight 1/4: previous count 1/4 (a float),
-        previous ttl ``4 * expiry * hits + delay``, so that the weighted count is
-        ``hits + delay / (4 * expiry)`` (floor: hits) and the modulo leaves the delay."""
-        used, reset_ns, now_ns = self._used_and_reset("sliding", key, None, expiry)
-        if not used:
-            return 0, 0.0, 0, 0.0
-        delay_s = later_s(reset_ns - now_ns)
-        if delay_s < expiry:
-            return 0, 0.0, used, delay_s
-        cycle_s = 4.0 * expiry  # exact: a power of two times the expiry
-        ttl_s = used * cycle_s + delay_s
-        while ttl_s % (expiry / 0.25) < delay_s:  # the sum rounded down: limits' modulo, replayed
-            ttl_s = math.nextafter(ttl_s, math.inf)
-        return 0.25, ttl_s, 0, 0.0
-
-    def _used_and_reset(
-        self, kind: str, key: str, limit: int | None, expiry: float
-    ) -> tuple[int, float, float]:
+    def _used_and_reset(self, key: str, limit: int, expiry: float) -> tuple[int, float, float]:
         """(hits counted, when the oldest is forgotten, now), in ns; no hits: (0, _, now)."""
-        if limit is None:
-            found = self._segments_of(key, kind)
-        else:
-            one = self._limiter(kind, limit, expiry, create=False) if limit >= 1 else None
-            found = [] if one is None else [one]
-        for lim in found:
-            if isinstance(lim, Limiter) and lim.rates[0].period_ns == _expiry_ns(expiry):
-                used, reset_in_ns = counted(lim, key)
-                now_ns = self.clock()  # read after the core's own reading: the reset is never early
-                if used:
-                    return used, now_ns + reset_in_ns, now_ns
+        lim = self._limiter("moving", limit, expiry, create=False) if limit >= 1 else None
+        if lim is not None:
+            used, reset_in_ns = counted(lim, key)
+            now_ns = self.clock()  # read after the core's own reading: the reset is never early
+            if used:
+                return used, now_ns + reset_in_ns, now_ns
         return 0, 0.0, self.clock()
+
+    # -- sliding window counter: limits' own (limits_sliding) ------------------------------------
+
+    def acquire_sliding(self, key: str, limit: int, expiry: float, amount: Any) -> bool:
+        cost = whole_cost(amount)
+        if cost > limit:
+            return False  # as limits' storages answer
+        try:
+            counters = self._sliding(expiry, create=True)
+            assert counters is not None
+            return counters.hit(key, limit, cost)
+        except KeyTableFullError:
+            if self.on_full == "raise":
+                raise
+            return self.on_full == "allow"
+
+    def sliding_window(self, key: str, expiry: float) -> tuple[int, float, int, float]:
+        """limits' (previous count, previous ttl, current count, current ttl), as its memory
+        storage computes them: windows aligned on now // expiry, the previous ttl the rest of
+        the current window (0.0 with no previous count), the current ttl one period more."""
+        period_ns = _expiry_ns(expiry)
+        counters = self._sliding(expiry, create=False)
+        if counters is None:
+            previous, current, elapsed_ns = 0, 0, self.clock() % period_ns
+        else:
+            previous, current, elapsed_ns = counters.window(key)
+        left_s = (period_ns - elapsed_ns) / NS_PER_S
+        return previous, left_s if previous else 0.0, current, left_s + period_ns / NS_PER_S
+
+    def clear_sliding(self, key: str, expiry: float) -> None:
+        counters = self._sliding(expiry, create=False)
+        if counters is not None:
+            counters.clear(key)
 
     # -- housekeeping ---------------------------------------------------------------------------
 
@@ -312,7 +337,7 @@ class StorageSegments:
         cleared = 0
         for name in self.names():
             segment = self._by_name(name) if _kind_of(self.prefix, name) in _KINDS[None] else None
-            if isinstance(segment, FixedWindows):
+            if isinstance(segment, FixedWindows | SlidingCounters):
                 cleared += segment.reset()
             elif isinstance(segment, Limiter):
                 keys = segment.window.keys()
@@ -325,6 +350,13 @@ class StorageSegments:
             segment.close()
         self._open.clear()
         self._by_spec.clear()
+
+
+def counted(limiter: Limiter, key: Key, detail: bool = True) -> tuple[int, int]:
+    """(hits counted, ns until the oldest is forgotten) for a one-rate limiter: one native
+    call, the backend contract's ``check`` (``Limiter.stats`` builds what is not needed here)."""
+    _, used, reset_ns, _ = limiter._backend.check(key, 0, False, detail)
+    return int(used[0]), int(reset_ns[0])
 
 
 def _int_option(
@@ -364,10 +396,10 @@ def _limit_of_key(key: str) -> tuple[int, int] | None:
 
 
 def _kind_of(prefix: str, name: str) -> str | None:
-    """The kind ("fixed", "fixedstart", "moving", "sliding") of one of this prefix's
-    segments, else None."""
+    """The kind ("fixed", "moving", "sliding") of one of this prefix's segments, else None
+    (``fixedstart`` and ``sliding.LIMIT``: an older shmwin's, no longer read)."""
     if not name.startswith(prefix + "."):
         return None
     kind, *rest = name[len(prefix) + 1 :].split(".")
-    shape = {"fixed": 1, "fixedstart": 1, "moving": 2, "sliding": 2}
+    shape = {"fixed": 1, "moving": 2, "sliding": 1}
     return kind if shape.get(kind) == len(rest) else None

@@ -44,9 +44,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..backends.shm.segment import names as shm_names
+from ..duration import format_ns
 from ..errors import ShmwinError, WindowNotFoundError
 from ..inspector import snapshots
-from ..inspector.roles import UNSUMMED, role_of, role_view
+from ..inspector.roles import COUNTERS, UNSUMMED, counters_view, role_of, role_view
 
 MAX_TOP_KEYS = 1000
 _READ_ERRORS = (ShmwinError, OSError, ValueError, OverflowError)  # what one unreadable window raises
@@ -170,14 +171,15 @@ def exposition(names: Iterable[str] | None = None, *, top_keys: int = 0, backend
     return generate_latest(registry).decode()
 
 
-COUNTERS = frozenset({"shmwin_window_full_requests"})  # exported as counters (``_total``)
+COUNTER_FAMILIES = frozenset({"shmwin_window_full_requests"})  # exported as counters (``_total``)
 
 
 def _families() -> dict[str, GaugeMetricFamily]:
-    return {
-        name: (CounterMetricFamily if name in COUNTERS else GaugeMetricFamily)(name, text, labels=labels)
-        for name, (text, labels) in FAMILIES.items()
-    }  # type: ignore[misc]
+    out = {}
+    for name, (text, labels) in FAMILIES.items():
+        kind = CounterMetricFamily if name in COUNTER_FAMILIES else GaugeMetricFamily
+        out[name] = kind(name, text, labels=labels)
+    return out  # type: ignore[return-value]
 
 
 def _matches(name: str, patterns: list[str] | None) -> bool:
@@ -199,6 +201,16 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     role = role_of(w)
     if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        return
+    if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values
+        counters = counters_view(w, role, top_keys)
+        label, field = format_ns(w.geometry.bucket_ns), g.fields[0]  # the period
+        families["shmwin_window_keys"].add_metric([name], counters["keys"])
+        families["shmwin_window_full_requests"].add_metric([name], w.full_count())
+        families["shmwin_window_value"].add_metric([name, label, field], float(counters["total"]))
+        for key, value in counters["top"]:
+            text = snapshots.key_text(key)
+            families["shmwin_key_value"].add_metric([name, label, field, text], float(value))
         return
     for label, rate in zip(labels, snapshots.limiter_rates(w), strict=False):  # no rates: a window
         families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)

@@ -351,3 +351,35 @@ def test_segments_written_with_the_wall_clock_are_read_with_it(name):
                   for s in f.samples]  # fmt: skip
         assert values == [3]
         lim.unlink()
+
+
+def test_limits_counters_are_shown_by_their_role(make_name):
+    """ls names a shm:// storage's fixed windows and sliding counters by their role; show
+    lists each key's value (a fixed window's live count, a sliding counter's weighted count)."""
+    pytest.importorskip("limits")
+    from limits import RateLimitItemPerMinute
+    from limits.storage import storage_from_string
+    from limits.strategies import STRATEGIES
+
+    import shmwin.integrations.limits  # registers shm://
+
+    prefix = make_name("lim")
+    storage, item = storage_from_string(f"shm://{prefix}"), RateLimitItemPerMinute(5)
+    try:
+        for strategy in ("fixed-window", "sliding-window-counter"):
+            for who in ("a", "a", "b"):
+                STRATEGIES[strategy](storage).hit(item, who)
+        listed = cli("ls", "--json", f"{prefix}.*").stdout
+        roles = sorted(row["role"] for row in json.loads(listed)["windows"])
+        assert roles == ["fixed-window", "sliding-counter"]
+        titles = (("fixed", "limits' fixed windows"), ("sliding", "limits' sliding window counters"))
+        for kind, title in titles:
+            shown = cli("show", f"{prefix}.{kind}.1m", columns=120).stdout
+            assert title in shown and "2 keys counting, 3 in all" in shown, shown
+            assert f"2  {item.key_for('a')}" in shown and f"1  {item.key_for('b')}" in shown, shown
+            snap = json.loads(cli("show", "--json", f"{prefix}.{kind}.1m").stdout)
+            assert snap["top"] == [[item.key_for("a"), 2], [item.key_for("b"), 1]]
+    finally:
+        storage.segments.close()
+        for n in storage.segments.names():
+            shmwin.unlink(n)

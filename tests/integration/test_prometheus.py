@@ -184,3 +184,36 @@ def test_registering_reads_nothing_and_a_junk_segment_is_reported(make_name):
     assert f'shmwin_window_readable{{window="{junk}"}} 0.0' in text
     promtool_check(text)
     shmwin.unlink(junk)
+
+
+def test_limits_counters_export_each_keys_value(make_name):
+    """A shm:// storage's fixed windows and sliding counters hold per-key state (their roles
+    say so): the export gives the keys counting, their sum and the busiest keys' values."""
+    pytest.importorskip("limits")
+    from limits import RateLimitItemPerMinute
+    from limits.storage import storage_from_string
+    from limits.strategies import STRATEGIES
+
+    import shmwin.integrations.limits  # registers shm://
+
+    prefix = make_name("lim")
+    storage, item = storage_from_string(f"shm://{prefix}"), RateLimitItemPerMinute(5)
+    try:
+        for strategy in ("fixed-window", "sliding-window-counter"):
+            for who in ("a", "a", "a", "b"):
+                STRATEGIES[strategy](storage).hit(item, who)
+        names = [f"{prefix}.fixed.1m", f"{prefix}.sliding.1m"]
+        by = _scrape(names, top_keys=1)
+        for window in names:
+            assert by[("shmwin_window_keys", (("window", window),))] == 2
+            total = (("field", "hits"), ("resolution", "1m"), ("window", window))
+            assert by[("shmwin_window_value", total)] == 4
+            top = (("field", "hits"), ("key", item.key_for("a")), ("resolution", "1m"), ("window", window))
+            assert by[("shmwin_key_value", top)] == 3
+            assert [k for k in by if k[0] == "shmwin_key_value" and dict(k[1])["window"] == window] == [
+                ("shmwin_key_value", top)
+            ]
+    finally:
+        storage.segments.close()
+        for n in storage.segments.names():
+            shmwin.unlink(n)

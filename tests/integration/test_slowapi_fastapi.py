@@ -7,6 +7,7 @@ that long gets in), for every strategy. Time is a ManualClock read through ``tim
 
 from __future__ import annotations
 
+import asyncio
 import time
 import warnings
 from collections.abc import Iterator
@@ -78,7 +79,22 @@ def slowapi_app(uri: str, strategy: str) -> FastAPI:
     return app
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("path", ["/async", "/sync"])
+def test_slowapi_sliding_window_counter_answers_as_memory_does(uri, clock, path):
+    """limits' sliding window counter (windows aligned on the period, the previous one
+    weighted) answers on shm:// what it answers on memory://, moment by moment."""
+    shm, memory = (TestClient(slowapi_app(u, "sliding-window-counter")) for u in (uri, "memory://"))
+
+    def answer(client: TestClient) -> tuple[int, str]:
+        response = client.get(path)
+        return response.status_code, response.headers["X-RateLimit-Remaining"]
+
+    for step_s in (0, 0, 0, 0, 17.5, 43.25, 0, 0, 14.125, 0, 15.5, 0, 0, 61, 0, 0, 0, 0, 120, 0):
+        clock.advance(step_s)
+        assert answer(shm) == answer(memory), f"at {clock() / S:.3f} s"
+
+
+@pytest.mark.parametrize("strategy", ["fixed-window", "moving-window"])  # the sliding counter: above
 @pytest.mark.parametrize("path", ["/async", "/sync"])
 def test_slowapi_headers_and_retry_after_are_exact(uri, clock, strategy, path):
     client = TestClient(slowapi_app(uri, strategy))
@@ -148,6 +164,10 @@ def test_limits_aio_on_async_shm_in_fastapi(uri, clock, strategy):
     refused = client.get("/")
     clock.advance(int(refused.headers["Retry-After"]))
     assert client.get("/").status_code == 200
-    # the same counts, seen through the sync storage of the same name
+    # the same counts, seen through the sync storage of the same name (limits' sliding
+    # counter still weighs the previous window's 3 hits: what the async storage says too)
     sync = SYNC_STRATEGIES[strategy](storage_from_string(uri))
-    assert sync.get_window_stats(parse("3/minute"), "testclient").remaining == 2
+    aio = AIO_STRATEGIES[strategy](storage_from_string("async+" + uri))
+    said = asyncio.run(aio.get_window_stats(parse("3/minute"), "testclient")).remaining
+    assert sync.get_window_stats(parse("3/minute"), "testclient").remaining == said
+    assert said == (2 if strategy != "sliding-window-counter" else 0)

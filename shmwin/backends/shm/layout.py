@@ -38,8 +38,10 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     144  8    u64       row_bytes       bytes per row (a multiple of 64; keyed: of 8)
     152  16   bytes     hash_key        random SipHash-1-3 key of the key table (per segment)
     168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
-                                        window or limiter; 1 = "fixed-starts", the start records
-                                        of limits' fixed windows (bookkeeping: not summed by the tools)
+                                        window or limiter; 1 = "fixed-starts", an older shmwin's
+                                        start records of limits' fixed windows (not summed by the
+                                        tools); 7 = "fixed-window", 8 = "sliding-counter": keyed
+                                        rows of per-key state, not buckets (see "Counter rows")
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -130,6 +132,22 @@ first ``head_slots`` being the ring's header (one for windows, two for limiters)
     header slot 1      word 0: tail epoch: a lower bound on the oldest live bucket holding
                        hits, EMPTY_EPOCH if none holds any              (limiter rows only)
     bucket slots       word 0: bucket epoch  words 1..F: field values    (EMPTY_EPOCH = -2**63 if none)
+
+Counter rows (roles "fixed-window" and "sliding-counter", limits' strategies on ``shm://``):
+a keyed window of one ring of 1 (fixed) or 2 (sliding) buckets of the period P, whose rows
+hold state instead, right after the key header (``core/counters.c``; EMPTY_EPOCH in word 0
+of an emptied row: no state). A fixed window's (FIXED_STATE)::
+
+    off  size type  name      meaning
+    0    8    i64   start     the live window's start (ns, the storage's clock); it ends at start + P
+    8    8    i64   count     its hits
+
+A sliding counter's (SLIDING_STATE)::
+
+    off  size type  name      meaning
+    0    8    i64   window    the index (now // P) of the window "current" counts
+    8    8    i64   current   hits in that window
+    16   8    i64   previous  hits in the window before it
 """
 
 from __future__ import annotations

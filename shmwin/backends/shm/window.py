@@ -35,6 +35,7 @@ from ...errors import (
     WindowNotFoundError,
 )
 from ...geometry import Geometry, Meta
+from ...layout_words import COUNTER_ROLES
 from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
 from . import layout, native
@@ -187,7 +188,7 @@ class ShmWindow:
         self._keys: KeyTable | None = None
         if g.keyed:
             self._keys = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key)
-        if g.kind == "window":
+        if g.kind == "window" and g.role not in COUNTER_ROLES:
             self.add = core.add  # type: ignore[method-assign]
             self.add_and_total = core.add_and_total  # type: ignore[method-assign]
         else:
@@ -238,6 +239,11 @@ class ShmWindow:
         raise WindowClosedError(f"window {self.name!r} is closed")
 
     def _add_refused(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        if self._g.role in COUNTER_ROLES:
+            raise ShmwinError(
+                f"{self.name!r} holds limits' {self._g.role} state, written only through shm:// "
+                "(shmwin.integrations.limits): a Window may only read it"
+            )
         raise ShmwinError(
             f"{self.name!r} is a {self._g.kind}: write to it through its {self._g.kind.title()}, "
             "a Window may only read it"
@@ -245,7 +251,7 @@ class ShmWindow:
 
     def add_batch(self, items: Sequence[tuple[int, int, Number]], field: str, key: Key | None) -> None:
         self._check_open()
-        if self._g.kind != "window":
+        if self._g.kind != "window" or self._g.role in COUNTER_ROLES:
             self._add_refused()
         self._core.add_batch(items, field, key)
 
@@ -287,6 +293,28 @@ class ShmWindow:
     def clear(self, key: Key) -> None:
         self._keyed()
         self._core.clear(key)
+
+    def _key_states(self, words: int) -> list[tuple[Key, tuple[int, ...]]]:
+        """``(key, its first ``words`` state words)`` of every live key of a counter role's
+        segment (``layout_words.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's
+        generation checked after its words are read (a row that moved is read again, or left
+        out if it keeps moving)."""
+        keys = self._keyed()
+        if not 0 < words <= self._lay.rings_bytes // layout.WORD_BYTES:
+            raise ValueError(f"a row of {self.name!r} holds no {words} state words")
+        now_ns, first = self._clock(), self._lay.ring_words[0]
+        out: list[tuple[Key, tuple[int, ...]]] = []
+        for row, key, _ in keys.entries():
+            if keys.is_idle(row, now_ns):
+                continue
+            at = (self._lay.rows_off + row * self._lay.row_bytes) // layout.WORD_BYTES + first
+            for _ in range(8):
+                generation = keys.generation(row)
+                state = tuple(int(x) for x in self._q[at : at + words])
+                if generation > 0 and keys.generation(row) == generation:
+                    out.append((key, state))
+                    break
+        return out
 
     def _keyed(self) -> KeyTable:
         self._check_open()

@@ -87,6 +87,7 @@ typedef struct {
     int has_buf;
     /* geometry: read from the segment's header at init, the rest derived (coretype.c) */
     int limiter, floats, striped, keyed;
+    int role;           /* ROLES: the counter roles' rows hold state, not buckets (counters.c) */
     int n_fields, slot_words, head_slots, n_rings, n_locks, n_key_locks;
     Ring rings[MAX_RINGS];
     int64_t locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, key_slots;
@@ -299,9 +300,19 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
 void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);
 
+/* ---- limits' fixed window and sliding window counter (counters.c) ------------------------ */
+
+PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_fixed_get(Core *c, PyObject *key);
+PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_sliding_get(Core *c, PyObject *key);
+
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 
 extern PyMethodDef core_methods[];
+int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
+          PyObject **out, const char *fname);
+int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);
 
 #pragma GCC visibility pop
 

@@ -126,6 +126,7 @@ static int read_header(Core *c) {
     c->floats = h.dtype == DTYPE_FLOAT64;
     c->striped = h.mode == MODE_STRIPED;
     c->keyed = h.capacity > 0;
+    c->role = (int)(h.role & 0xff) == (int)h.role ? (int)h.role : -1;  /* the tools' word; counters.c checks it */
     c->n_fields = (int)h.n_fields;
     c->slot_words = SLOT_VALUES + c->n_fields;
     c->head_slots = c->limiter ? LIMITER_HEAD_SLOTS : WINDOW_HEAD_SLOTS;

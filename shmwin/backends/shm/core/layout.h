@@ -8,115 +8,129 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION           6
-#define WORD_BYTES               8
-#define PAGE_BYTES               4096
-#define HEADER_BYTES             4096
-#define CRC_START                32
-#define CRC_END                  1024
-#define MAX_FIELDS               16
-#define FIELD_NAME_BYTES         32
-#define MAX_RINGS                8
-#define MAX_BUCKETS              1000000
-#define MAX_LOG_ENTRIES          4096
-#define MAX_STRIPES              1024
-#define MAX_CAPACITY             50000000
-#define MAX_KEY_LOCKS            64
-#define INDEX_MIN_SLOTS          64
-#define MAX_PROBES               256
-#define MAX_STORED_KEY           32
-#define KEY_DIGEST_BYTES         16
-#define KEY_LONG_PREFIX          16
-#define KEY_HASH_BITS            37
-#define ENTRY_ROW_BITS           26
-#define KEY_HASH_MASK            INT64_C(137438953471)
-#define ENTRY_ROW_MASK           67108863
-#define IDENT_LEN_SHIFT          40
-#define IDENT_FLAGS_SHIFT        48
-#define MAX_GEN                  INT64_C(4611686018427387904)
-#define MAX_NOW_NS               INT64_C(4611686018427387904)
-#define MAX_SPAN_NS              INT64_C(1152921504606846976)
-#define EMPTY_EPOCH              (-INT64_C(9223372036854775807) - 1)
-#define RING_LOG                 1
-#define KEY_FLAG_STR             1
-#define KEY_FLAG_DIGEST          2
-#define LOCK_STRIPE_TABLE        0
-#define LOCK_KEY_TABLE           0
-#define LOCK_SHARED_ROW          1
-#define FIRST_KEY_LOCK           2
-#define SLOT_EPOCH               0
-#define SLOT_VALUES              1
-#define WINDOW_HEAD_SLOTS        1
-#define LIMITER_HEAD_SLOTS       2
-#define RING_HEAD_SLOT           0
-#define RING_TAIL_SLOT           1
-#define LOG_TIME                 0
-#define LOG_HITS                 1
-#define RING_ENTRY_BYTES         24
-#define LOCK_BYTES               64
-#define STRIPE_ENTRY_BYTES       128
-#define KEY_ENTRY_BYTES          16
-#define INDEX_ENTRY_WORDS        2
-#define KEY_HEADER_BYTES         56
-#define FIXED_HEADER_END         172
-#define DTYPE_INT64              0
-#define DTYPE_FLOAT64            1
-#define MODE_STRIPED             0
-#define MODE_LOCKED              1
-#define KIND_WINDOW              0
-#define KIND_LIMITER             1
-#define CLOCK_KIND_MONOTONIC     0
-#define CLOCK_KIND_WALL          1
-#define ROLE_PLAIN               0
-#define ROLE_FIXED_STARTS        1
-#define ROLE_BREAKER             2
-#define ROLE_SHEDDER             3
-#define ROLE_IN_FLIGHT           4
-#define ROLE_ADAPTIVE            5
-#define ROLE_HEALTH              6
-#define MAGIC_OFF                0
-#define HEADER_CRC_OFF           24
-#define FIELD_NAMES_OFF          256
-#define RING_TABLE_OFF           768
-#define ROWS_IN_USE_OFF          1024
-#define INDEX_OFF                1032
-#define INDEX_USED_OFF           1040
-#define KEYS_OFF                 1048
-#define ROWS_TOP_OFF             1056
-#define ROWS_RESERVED_OFF        1064
-#define FREE_HEAD_OFF            1072
-#define REBUILT_NS_OFF           1080
-#define FULL_COUNT_OFF           1088
-#define LOCK_MUTEX_OFF           0
-#define LOCK_INTENT_OFF          56
-#define LOCK_INTENT              7
-#define STRIPE_OWNER_OFF         0
-#define STRIPE_OWNER             0
-#define STRIPE_OWNER_START_OFF   8
-#define STRIPE_OWNER_START       1
-#define STRIPE_OWNER_PID_OFF     16
-#define STRIPE_OWNER_PID         2
-#define STRIPE_CLAIMED_NS_OFF    24
-#define STRIPE_CLAIMED_NS        3
-#define STRIPE_MUTEX_OFF         64
-#define INDEX_ENTRY_GEN_OFF      0
-#define INDEX_ENTRY_GEN          0
-#define INDEX_ENTRY_PLACE_OFF    8
-#define INDEX_ENTRY_PLACE        1
-#define KEY_ROW_GEN_OFF          0
-#define KEY_ROW_GEN              0
-#define KEY_ROW_LAST_NS_OFF      8
-#define KEY_ROW_LAST_NS          1
-#define KEY_ROW_IDENT_OFF        16
-#define KEY_ROW_IDENT            2
-#define KEY_ROW_KEY_OFF          24
-#define RING_ENTRY_BUCKET_NS_OFF 0
-#define RING_ENTRY_BUCKET_NS     0
-#define RING_ENTRY_N_BUCKETS_OFF 8
-#define RING_ENTRY_N_BUCKETS     1
-#define RING_ENTRY_FLAGS_OFF     12
-#define RING_ENTRY_LIMIT_OFF     16
-#define RING_ENTRY_LIMIT         2
+#define FORMAT_VERSION             6
+#define WORD_BYTES                 8
+#define PAGE_BYTES                 4096
+#define HEADER_BYTES               4096
+#define CRC_START                  32
+#define CRC_END                    1024
+#define MAX_FIELDS                 16
+#define FIELD_NAME_BYTES           32
+#define MAX_RINGS                  8
+#define MAX_BUCKETS                1000000
+#define MAX_LOG_ENTRIES            4096
+#define MAX_STRIPES                1024
+#define MAX_CAPACITY               50000000
+#define MAX_KEY_LOCKS              64
+#define INDEX_MIN_SLOTS            64
+#define MAX_PROBES                 256
+#define MAX_STORED_KEY             32
+#define KEY_DIGEST_BYTES           16
+#define KEY_LONG_PREFIX            16
+#define KEY_HASH_BITS              37
+#define ENTRY_ROW_BITS             26
+#define KEY_HASH_MASK              INT64_C(137438953471)
+#define ENTRY_ROW_MASK             67108863
+#define IDENT_LEN_SHIFT            40
+#define IDENT_FLAGS_SHIFT          48
+#define MAX_GEN                    INT64_C(4611686018427387904)
+#define MAX_NOW_NS                 INT64_C(4611686018427387904)
+#define MAX_SPAN_NS                INT64_C(1152921504606846976)
+#define EMPTY_EPOCH                (-INT64_C(9223372036854775807) - 1)
+#define RING_LOG                   1
+#define KEY_FLAG_STR               1
+#define KEY_FLAG_DIGEST            2
+#define LOCK_STRIPE_TABLE          0
+#define LOCK_KEY_TABLE             0
+#define LOCK_SHARED_ROW            1
+#define FIRST_KEY_LOCK             2
+#define SLOT_EPOCH                 0
+#define SLOT_VALUES                1
+#define WINDOW_HEAD_SLOTS          1
+#define LIMITER_HEAD_SLOTS         2
+#define RING_HEAD_SLOT             0
+#define RING_TAIL_SLOT             1
+#define LOG_TIME                   0
+#define LOG_HITS                   1
+#define RING_ENTRY_BYTES           24
+#define LOCK_BYTES                 64
+#define STRIPE_ENTRY_BYTES         128
+#define KEY_ENTRY_BYTES            16
+#define INDEX_ENTRY_WORDS          2
+#define KEY_HEADER_BYTES           56
+#define FIXED_HEADER_END           172
+#define FIXED_STATE_BYTES          16
+#define SLIDING_STATE_BYTES        24
+#define DTYPE_INT64                0
+#define DTYPE_FLOAT64              1
+#define MODE_STRIPED               0
+#define MODE_LOCKED                1
+#define KIND_WINDOW                0
+#define KIND_LIMITER               1
+#define CLOCK_KIND_MONOTONIC       0
+#define CLOCK_KIND_WALL            1
+#define ROLE_PLAIN                 0
+#define ROLE_FIXED_STARTS          1
+#define ROLE_BREAKER               2
+#define ROLE_SHEDDER               3
+#define ROLE_IN_FLIGHT             4
+#define ROLE_ADAPTIVE              5
+#define ROLE_HEALTH                6
+#define ROLE_FIXED_WINDOW          7
+#define ROLE_SLIDING_COUNTER       8
+#define MAGIC_OFF                  0
+#define HEADER_CRC_OFF             24
+#define FIELD_NAMES_OFF            256
+#define RING_TABLE_OFF             768
+#define ROWS_IN_USE_OFF            1024
+#define INDEX_OFF                  1032
+#define INDEX_USED_OFF             1040
+#define KEYS_OFF                   1048
+#define ROWS_TOP_OFF               1056
+#define ROWS_RESERVED_OFF          1064
+#define FREE_HEAD_OFF              1072
+#define REBUILT_NS_OFF             1080
+#define FULL_COUNT_OFF             1088
+#define LOCK_MUTEX_OFF             0
+#define LOCK_INTENT_OFF            56
+#define LOCK_INTENT                7
+#define STRIPE_OWNER_OFF           0
+#define STRIPE_OWNER               0
+#define STRIPE_OWNER_START_OFF     8
+#define STRIPE_OWNER_START         1
+#define STRIPE_OWNER_PID_OFF       16
+#define STRIPE_OWNER_PID           2
+#define STRIPE_CLAIMED_NS_OFF      24
+#define STRIPE_CLAIMED_NS          3
+#define STRIPE_MUTEX_OFF           64
+#define INDEX_ENTRY_GEN_OFF        0
+#define INDEX_ENTRY_GEN            0
+#define INDEX_ENTRY_PLACE_OFF      8
+#define INDEX_ENTRY_PLACE          1
+#define KEY_ROW_GEN_OFF            0
+#define KEY_ROW_GEN                0
+#define KEY_ROW_LAST_NS_OFF        8
+#define KEY_ROW_LAST_NS            1
+#define KEY_ROW_IDENT_OFF          16
+#define KEY_ROW_IDENT              2
+#define KEY_ROW_KEY_OFF            24
+#define RING_ENTRY_BUCKET_NS_OFF   0
+#define RING_ENTRY_BUCKET_NS       0
+#define RING_ENTRY_N_BUCKETS_OFF   8
+#define RING_ENTRY_N_BUCKETS       1
+#define RING_ENTRY_FLAGS_OFF       12
+#define RING_ENTRY_LIMIT_OFF       16
+#define RING_ENTRY_LIMIT           2
+#define FIXED_STATE_START_OFF      0
+#define FIXED_STATE_START          0
+#define FIXED_STATE_COUNT_OFF      8
+#define FIXED_STATE_COUNT          1
+#define SLIDING_STATE_WINDOW_OFF   0
+#define SLIDING_STATE_WINDOW       0
+#define SLIDING_STATE_CURRENT_OFF  8
+#define SLIDING_STATE_CURRENT      1
+#define SLIDING_STATE_PREVIOUS_OFF 16
+#define SLIDING_STATE_PREVIOUS     2
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -171,6 +185,8 @@
     X(INDEX_ENTRY_WORDS) \
     X(KEY_HEADER_BYTES) \
     X(FIXED_HEADER_END) \
+    X(FIXED_STATE_BYTES) \
+    X(SLIDING_STATE_BYTES) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -186,6 +202,8 @@
     X(ROLE_IN_FLIGHT) \
     X(ROLE_ADAPTIVE) \
     X(ROLE_HEALTH) \
+    X(ROLE_FIXED_WINDOW) \
+    X(ROLE_SLIDING_COUNTER) \
     X(MAGIC_OFF) \
     X(HEADER_CRC_OFF) \
     X(FIELD_NAMES_OFF) \
@@ -229,6 +247,16 @@
     X(RING_ENTRY_FLAGS_OFF) \
     X(RING_ENTRY_LIMIT_OFF) \
     X(RING_ENTRY_LIMIT) \
+    X(FIXED_STATE_START_OFF) \
+    X(FIXED_STATE_START) \
+    X(FIXED_STATE_COUNT_OFF) \
+    X(FIXED_STATE_COUNT) \
+    X(SLIDING_STATE_WINDOW_OFF) \
+    X(SLIDING_STATE_WINDOW) \
+    X(SLIDING_STATE_CURRENT_OFF) \
+    X(SLIDING_STATE_CURRENT) \
+    X(SLIDING_STATE_PREVIOUS_OFF) \
+    X(SLIDING_STATE_PREVIOUS) \
     /* end */
 
 typedef struct {  /* generated: offsets asserted below */
@@ -342,6 +370,11 @@ _Static_assert(RING_ENTRY_BUCKET_NS_OFF + 8 <= RING_ENTRY_N_BUCKETS_OFF, "RING_E
 _Static_assert(RING_ENTRY_N_BUCKETS_OFF + 4 <= RING_ENTRY_FLAGS_OFF, "RING_ENTRY.n_buckets");
 _Static_assert(RING_ENTRY_FLAGS_OFF + 4 <= RING_ENTRY_LIMIT_OFF, "RING_ENTRY.flags");
 _Static_assert(RING_ENTRY_LIMIT_OFF + 8 <= RING_ENTRY_BYTES, "RING_ENTRY.limit");
+_Static_assert(FIXED_STATE_START_OFF + 8 <= FIXED_STATE_COUNT_OFF, "FIXED_STATE.start");
+_Static_assert(FIXED_STATE_COUNT_OFF + 8 <= FIXED_STATE_BYTES, "FIXED_STATE.count");
+_Static_assert(SLIDING_STATE_WINDOW_OFF + 8 <= SLIDING_STATE_CURRENT_OFF, "SLIDING_STATE.window");
+_Static_assert(SLIDING_STATE_CURRENT_OFF + 8 <= SLIDING_STATE_PREVIOUS_OFF, "SLIDING_STATE.current");
+_Static_assert(SLIDING_STATE_PREVIOUS_OFF + 8 <= SLIDING_STATE_BYTES, "SLIDING_STATE.previous");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

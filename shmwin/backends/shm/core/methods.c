@@ -10,7 +10,7 @@
 /* ---- argument helpers ------------------------------------------------------------------ */
 
 /* Positional-or-keyword arguments of a METH_FASTCALL|METH_KEYWORDS call, by name. */
-static int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,
+int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,
                  int n, PyObject **out, const char *fname) {
     if (nargs > n) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
@@ -102,7 +102,7 @@ static int amount(Core *c, PyObject *obj, int64_t *n, double *d) {
 }
 
 /* A cost: a non-negative int, or a float with an integral value (1.0). */
-static int cost_of(PyObject *obj, int64_t *cost, int64_t at_least) {
+int cost_of(PyObject *obj, int64_t *cost, int64_t at_least) {
     if (obj == NULL) {
         *cost = 1;
         return 0;
@@ -618,5 +618,16 @@ PyMethodDef core_methods[] = {
     {"release_stripe", (PyCFunction)Core_release_stripe, METH_NOARGS,
      "release_stripe($self, /)\n--\n\nHand this process's stripe back (data kept): its row, or 0."},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close($self, /)\n--\n\nStop touching the mapping."},
+    /* the counter roles' (counters.c) */
+    {"fixed_incr", FASTCALL_KW(Core_fixed_incr),
+     "fixed_incr($self, /, key, amount=1)\n--\n\n"
+     "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."},
+    {"fixed_get", (PyCFunction)Core_fixed_get, METH_O,
+     "fixed_get($self, key, /)\n--\n\n(count, end ns) of key's live fixed window, or None."},
+    {"sliding_hit", FASTCALL_KW(Core_sliding_hit),
+     "sliding_hit($self, /, key, limit, amount=1)\n--\n\n"
+     "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."},
+    {"sliding_get", (PyCFunction)Core_sliding_get, METH_O,
+     "sliding_get($self, key, /)\n--\n\n(previous, current, ns into the current window, period ns)."},
     {NULL},
 };
