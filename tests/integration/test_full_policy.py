@@ -119,7 +119,7 @@ from shmwin import Window
 strategy = sys.argv[1]
 limiter = STRATEGIES[strategy](storage_from_string("shm://full"))
 item = parse("5/minute")
-segment = {"moving-window": "full.moving.5.1m", "sliding-window-counter": "full.sliding.5.1m",
+segment = {"moving-window": "full.moving.5.1m", "sliding-window-counter": "full.sliding.1m",
            "fixed-window": "full.fixed.1m"}[strategy]
 n = 0
 def full():
