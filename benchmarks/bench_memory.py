@@ -9,7 +9,16 @@ random order and made 3 hits each, divided by N. The anchors in the same table: 
 Speed over many keys is measured in random order, as clients really arrive: each round hits
 every one of K warm keys once, in a fresh random order, against the floor (see _harness).
 
-    .venv/bin/python benchmarks/bench_memory.py [--quick] [--keys N] [--no-redis]
+The memory issue's app, measured the same way: tests/apps/flask_fourteen.py (Flask-Limiter
+on the default ``shm://``, 2 default limits and 12 routes with their own), driven through WSGI
+by N clients in random order, each making 1-3 requests to random routes, with ``time.time``
+held still so every window stays live; per strategy, ``st_blocks`` of its segments over N,
+and how many such clients Docker's default 64 MiB /dev/shm would hold at that rate.
+
+    .venv/bin/python benchmarks/bench_memory.py [--quick] [--keys N] [--no-redis] [--app]
+
+A full run measures the app last, with min(N, 20,000) clients; ``--app`` measures only the app
+(N clients: ``--keys``, default 20,000; 10,000 with ``--quick``).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 from _harness import FloorPairs, Paired, fresh_loop, ns
@@ -38,6 +48,8 @@ from shmwin.backends.shm.segment import PREFIX, SHM_DIR
 
 ANCHORS = {"nginx limit_req (per state, 64-bit)": 128, "HAProxy stick table (entry + 1 rate counter)": 62}
 HITS_PER_CLIENT = 3
+APPS = Path(__file__).resolve().parent.parent / "tests" / "apps"  # flask_fourteen.py
+DOCKER_SHM = 64 * 2**20
 
 
 def allocated(prefix: str) -> int:
@@ -167,6 +179,49 @@ def limits_redis(url: str, strategy: str, rate: str, n: int) -> float:
     return grown / n
 
 
+# -- the memory issue's app: 14 limits on shm:// -----------------------------------------------------
+
+
+def app_memory(strategy: str, n: int) -> tuple[float, float, dict[int, int]]:
+    """flask_fourteen on shm:// with ``strategy``, N clients x 1-3 requests: (bytes of
+    /dev/shm per client, requests per client, answers by status). A full /dev/shm shows as
+    answers other than 200 and 429 (the measurement goes on)."""
+    sys.path.insert(0, str(APPS))
+    import flask_fourteen as ff
+
+    prefix = f"bench-app-{uuid.uuid4().hex[:8]}"
+    app = ff.create_app(prefix, strategy)
+    app.logger.disabled = True  # a 500 (a full /dev/shm) is counted, not printed
+    answers: dict[int, int] = {}
+    made = 0
+    try:
+        with ff.FrozenTime() as clock:
+            for r in ff.requests(n):
+                clock.tick()
+                status = ff.call(app, r.addr, r.path)[0]
+                answers[status] = answers.get(status, 0) + 1
+                made += 1
+        return allocated(prefix) / n, made / n, answers
+    finally:
+        shmwin.unlink_prefix(prefix)
+
+
+def app_table(n: int) -> None:
+    try:
+        import flask_limiter  # noqa: F401  (the test extra: pip install -e '.[test]')
+    except ImportError:
+        print("\n(the 14-limit app needs Flask-Limiter: pip install -e '.[test]')")
+        return
+    print(f"\n## The 14-limit Flask-Limiter app on shm:// ({n:,} clients in random order, 1-3 requests each)")
+    print()
+    print("| strategy | bytes per client | requests per client | clients in 64 MiB | answers |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
+        per, reqs, answers = app_memory(strategy, n)
+        shown = ", ".join(f"{count:,}× {status}" for status, count in sorted(answers.items()))
+        print(f"| {strategy} | {per:,.0f} | {reqs:.2f} | {DOCKER_SHM / per:,.0f} | {shown} |", flush=True)
+
+
 # -- random-order hits over warm keys ----------------------------------------------------------------
 
 
@@ -198,7 +253,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10,000 clients, 100,000 warm keys at most")
     parser.add_argument("--keys", type=int, default=None, help="clients for the memory table")
     parser.add_argument("--no-redis", action="store_true", help="leave out the redis:// anchor")
+    parser.add_argument("--app", action="store_true", help="only the 14-limit Flask-Limiter app")
     args = parser.parse_args()
+    if args.app:
+        app_table(args.keys or (10_000 if args.quick else 20_000))
+        return
     n = args.keys or (10_000 if args.quick else 100_000)
 
     rows: list[tuple[str, str, float]] = []  # (store, what, bytes per client)
@@ -234,6 +293,8 @@ def main() -> None:
     for keys in (100_000,) if args.quick else (100_000, 1_000_000):
         r = random_order(pairs, keys, 3 if args.quick else 5)
         print(f"| {keys:,} | {ns(r.ns)} | {ns(r.floor_ns)} | {r.ratio:.2f}× |")
+
+    app_table(min(n, 20_000))
 
 
 if __name__ == "__main__":
