@@ -13,7 +13,7 @@ Options, in the URI query or as storage options, checked when the storage is bui
 
 * ``capacity``: a hard cap on live keys per limit, with ``on_full`` deciding what a new
   key gets when it is reached; without it, shmwin's default key table.
-* ``on_full``: ``raise`` (the default), ``allow`` or ``deny``.
+* ``on_full``: ``allow`` (the default: admitted, uncounted), ``deny`` or ``raise``.
 * ``buckets``: per period (default 20); it must divide one second into whole nanoseconds.
 
 How limits' strategies map onto shmwin (the segments are named in

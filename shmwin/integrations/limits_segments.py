@@ -40,7 +40,7 @@ from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
 from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
 from ..clock import Clock
 from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
-from ..errors import KeyTableFullError, WindowNotFoundError
+from ..errors import KeyTableFullError, OutOfSpaceError, WindowNotFoundError
 from ..geometry import DEFAULT_LOG_ENTRIES
 from ..layout_words import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
@@ -58,6 +58,9 @@ _KINDS = {
 }
 DEFAULT_BUCKETS = 20
 _GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "month": 2592000, "year": 31104000}
+# no row for a new key (capacity, or a full /dev/shm after idle keys were reclaimed), or no room
+# for a new segment: on_full answers ("raise" lets it through)
+FULL = (KeyTableFullError, OutOfSpaceError)
 _NEVER = 2**62  # a count that is over any limit: what on_full="deny" answers for a fixed window
 MARGIN_NS = 1_000  # reported reset times are this much late, never early (see later_s)
 
@@ -245,7 +248,7 @@ class StorageSegments:
             windows = self._fixed(expiry, create=True)
             assert windows is not None
             return windows.incr(key, cost)
-        except KeyTableFullError:
+        except FULL:
             if self.on_full == "raise":
                 raise
             return 0 if self.on_full == "allow" else _NEVER
@@ -268,7 +271,12 @@ class StorageSegments:
             return False  # as limits' storages answer
         if limit < 1:
             return True  # a cost of 0 against a limit of 0: no segment for a limit that admits nothing
-        limiter = self._limiter("moving", limit, expiry, create=True)
+        try:
+            limiter = self._limiter("moving", limit, expiry, create=True)
+        except OutOfSpaceError:  # no room for the limit's segment itself (its keys: the core's on_full)
+            if self.on_full == "raise":
+                raise
+            return self.on_full == "allow"
         assert limiter is not None
         return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
 
@@ -303,7 +311,7 @@ class StorageSegments:
             counters = self._sliding(expiry, create=True)
             assert counters is not None
             return counters.hit(key, limit, cost)
-        except KeyTableFullError:
+        except FULL:
             if self.on_full == "raise":
                 raise
             return self.on_full == "allow"

@@ -276,7 +276,7 @@ def test_bytes_per_key_at_twenty_thousand_keys(name, kind, record_property):
         record_property("bytes_per_key", per_key)
         row = c.counts._backend._lay.row_bytes
         ring = c.counts._backend._lay.rings_bytes  # the room its one ring gives the state words
-        assert row == layout.KEY_HEADER_BYTES + ring <= layout.KEY_HEADER_BYTES + 48, "a key header, a few words"
+        assert row == layout.KEY_HEADER_BYTES + ring <= layout.KEY_HEADER_BYTES + 48, "a header, few words"
         assert per_key <= 448, f"{per_key:.0f} bytes per key"
     finally:
         c.close()

@@ -125,9 +125,8 @@ def test_a_full_dev_shm_answers_200_or_429_and_ls_counts_it(name_prefix, strateg
     ours = [w for w in listed["windows"] if w["name"].startswith(name_prefix)]
     assert ours and all(w["error"] is None for w in ours), ours
     assert listed["shm"]["size_bytes"] == 8 * 2**20
-    # ADJUST when the core lands: `full` is the name expected for the new per-segment count of
-    # requests that met a full table (shmwin ls --json, one per window); today no such field.
+    # `full`: each keyed segment's count of requests that met a full table (the FULL column)
     assert all("full" in w for w in ours), sorted(ours[0])
-    met_full = sum(w["full"] for w in ours)
+    met_full = sum(w["full"] or 0 for w in ours)
     requests = sum(result["answers"].values())
     assert 0 < met_full <= requests, (met_full, requests, {w["name"]: w["full"] for w in ours})

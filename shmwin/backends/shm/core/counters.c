@@ -108,8 +108,12 @@ PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     }
     if (enter(c) < 0) return NULL;
     if (is_role(c, ROLE_FIXED_WINDOW, 1, FIXED_STATE_BYTES) < 0 || cost_of(a[1], &amount, 0) < 0 ||
-        now_ns(c, &now) < 0 || lock_key(c, a[0], 1, now, &slot) < 0)
+        now_ns(c, &now) < 0)
         goto out;
+    if (lock_key(c, a[0], 1, now, &slot) < 0) {
+        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+        goto out;
+    }
     int rc = fixed_incr_row(c, slot, now, amount, &f);
     lock_give(c, row_lock(c, slot));
     if (rc == 0) result = Py_BuildValue("(LL)", (long long)f.count, (long long)(f.start + c->rings[0].bucket_ns));
@@ -223,7 +227,10 @@ PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         result = Py_NewRef(Py_False);
         goto out;
     }
-    if (lock_key(c, a[0], 1, now, &slot) < 0) goto out;
+    if (lock_key(c, a[0], 1, now, &slot) < 0) {
+        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+        goto out;
+    }
     int rc = sliding_hit_row(c, slot, now, limit, amount, &allowed);
     lock_give(c, row_lock(c, slot));
     if (rc == 0) result = Py_NewRef(allowed ? Py_True : Py_False);
