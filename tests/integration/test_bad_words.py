@@ -124,7 +124,8 @@ def test_a_repair_after_an_interrupted_insert_meets_int64_min_generations(keyed,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == -signal.SIGKILL, describe(proc)
     p = word(name, lay.locks_off + layout.LOCK_INTENT_OFF)  # LOCK_KEYS's intent: the entry written
-    entry = lay.index_copy(word(name, layout.INDEX_OFF) & 0xFFFFFFFF, g.key_slots)[0] + 32 * p
+    base = lay.index_copy(word(name, layout.INDEX_OFF) & 0xFFFFFFFF, g.key_slots)[0]
+    entry = base + layout.KEY_ENTRY_BYTES * p
     row = lay.rows_off + taken * lay.row_bytes
     assert word(name, row) < 0 and word(name, entry) < 0  # both unpublished: stores 2 and 3
     spoil(name, row if spoiled == "row" else entry, INT64_MIN)

@@ -430,27 +430,28 @@ def test_a_rebuild_that_failed_midway_loses_no_rows(name, tmp_path):
     """Found here: idle rows a failed rebuild had unpublished stayed so, named by no key and
     never freed (31 of 32 rows lost). A failed rebuild now finishes their drop (drop_marked)."""
     clock = ManualClock(T0, path=(clock_path := str(tmp_path / "clock")))
-    w = Window(name, span=10, buckets=10, capacity=32, clock=clock, lock_timeout=0.5)
+    w = Window(name, span=10, buckets=10, capacity=48, clock=clock, lock_timeout=0.5)
     fd, added = os.open(path_of(name), os.O_RDONLY), 0
-    grow(w, "k", 32)  # index level 0 (64 entries) half full: the next new key rebuilds
+    grow(w, "k", 40)  # index level 0 (64 entries) at its load of 5/8: the next new key rebuilds
     base, slots = _index_copy(fd, word(fd, INDEX))
-    rows = [word(fd, base + 32 * p + 16) for p in range(slots) if word(fd, base + 32 * p)]
+    entry, row_mask = KEY_ENTRY_BYTES, (1 << 26) - 1  # an entry: gen, then place = hash << 26 | row
+    rows = [word(fd, base + entry * p + 8) & row_mask for p in range(slots) if word(fd, base + entry * p)]
     last = f"k{rows[-1]}"  # k{i} is on row i; the rebuild drops every other key before this one
     holder = mp.get_context("fork").Process(target=_hold_row_lock, args=(name, clock_path, last))
     holder.start()
     try:
         wait_stopped(holder.pid)
-        clock.advance(11)  # all 32 idle
+        clock.advance(11)  # all 40 idle
         with pytest.raises(LockTimeoutError):
             w.add(1, key="new0")  # the rebuild waits for `last`'s row lock, in vain
         holder.kill()
         holder.join()
         with suppress(KeyTableFullError):
-            for i in range(1, 33):
-                w.add(1, key=f"new{i}")  # a rebuild runs now, and frees all 32 idle rows
+            for i in range(1, 49):
+                w.add(1, key=f"new{i}")  # a rebuild runs now, and frees all 40 idle rows
                 added += 1
-        assert added == 32, f"a capacity-32 table with no live key took {added} new keys"
-        assert word(fd, ROWS_TOP) == 32
+        assert added == 48, f"a capacity-48 table with no live key took {added} new keys"
+        assert word(fd, ROWS_TOP) == 48
     finally:
         holder.kill()
         holder.join()

@@ -123,6 +123,7 @@ static void prefetch_row(Core *c, int64_t s, int64_t now) {
     char *row = ROW(c, s);
     const Ring *r = &c->rings[0];
     __builtin_prefetch(row, 1);
+    __builtin_prefetch(RING(c, row, 0) + c->slot_words, 1);  /* the ring header (packed rows: maybe the next line) */
     __builtin_prefetch(BUCKET(c, RING(c, row, 0), r, now / r->bucket_ns), 1);
 }
 
