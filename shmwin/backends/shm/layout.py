@@ -35,7 +35,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     120  8    u64       stripes_off     offset of the stripe table
     128  8    u64       keys_off        offset of the key table
     136  8    u64       rows_off        offset of row 0
-    144  8    u64       row_bytes       bytes per row (a multiple of 64; keyed: of 8)
+    144  8    u64       row_bytes       bytes per row (a multiple of 64; keyed rows < 128: of 8)
     152  16   bytes     hash_key        random SipHash-1-3 key of the key table (per segment)
     168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
                                         window or limiter; 1 = "fixed-starts", an older shmwin's
@@ -110,8 +110,9 @@ taken), row *r >= 1* written only by its owner process, without a lock. Keyed
 windows have a heap of up to ``capacity`` rows after the index, handed out in order
 (``rows_top``) or from the free list; a keyed row is written under lock
 ``2 + row % (n_locks - 2)`` and starts with a 56-byte key header -- the key's identity
-is the row's, so a hot write touches no index line. Keyed rows are not padded (8-byte
-words, one after another): a row costs what its key and its state hold::
+is the row's, so a hot write touches no index line. Rows are whole cache lines (two
+processes writing two keys never share a line), but keyed rows under 128 bytes, which are
+packed (8-byte words, one after another): a small row costs what its key and state hold::
 
     off  size type  name         meaning
     0    8    i64   gen          > 0: holds the key below (free: ident 0); < 0: being
@@ -322,6 +323,12 @@ def _align64(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
+PACKED_ROW_BYTES = 128  # keyed rows smaller than this are not padded to a cache line
+# the counter roles' rows: a key header, then the state (its ring, in the header, gives the
+# period and the idle time; no bucket is in the row)
+STATE_BYTES = {"fixed-window": _words.FIXED_STATE_BYTES, "sliding-counter": _words.SLIDING_STATE_BYTES}
+
+
 def _align_page(n: int) -> int:
     return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
 
@@ -373,9 +380,15 @@ class Layout:
         for ring in g.rings:
             ring_words.append(words)
             words += (head_slots + ring.n_buckets) * slot_words
-        # unkeyed rows are whole cache lines (stripes written by different processes never share
-        # one); keyed rows are packed: a key costs its words, not a line's
-        row_bytes = words * WORD_BYTES if g.keyed else _align64(words * WORD_BYTES)
+        if g.keyed and g.role in STATE_BYTES:  # limits' per-key state, no ring: the row is its words
+            words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
+        # rows are whole cache lines, so that two processes writing two rows never share one
+        # (stripes; the keys of a limiter): measured, packed 424-byte limiter rows cut two
+        # processes' hits on distinct keys to a third. Keyed rows under PACKED_ROW_BYTES are
+        # packed (a key costs its words, not a line's): small per-key state, memory first
+        row_bytes = words * WORD_BYTES
+        if not g.keyed or row_bytes >= PACKED_ROW_BYTES:
+            row_bytes = _align64(row_bytes)
         n_rows = g.capacity if g.keyed else g.n_stripes + 1
         total = rows_off + n_rows * row_bytes
         # keyed: the header, locks and level 0's first copy; rows are reserved as handed out

@@ -51,7 +51,10 @@ class Rows:
 
     def __init__(self, raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout):
         self._g = g
-        self.rings = [_ring_view(raw, g, lay, i) for i in range(len(g.rings))]
+        # a counter role's rows hold per-key state, no bucket: no ring view (its readers are
+        # the role's own, which read the state words)
+        stateful = g.keyed and g.role in layout.STATE_BYTES
+        self.rings = [] if stateful else [_ring_view(raw, g, lay, i) for i in range(len(g.rings))]
 
     @staticmethod
     def live(

@@ -88,6 +88,7 @@ typedef struct {
     /* geometry: read from the segment's header at init, the rest derived (coretype.c) */
     int limiter, floats, striped, keyed;
     int role;           /* ROLES: the counter roles' rows hold state, not buckets (counters.c) */
+    int64_t state_words; /* a counter role's: its rows are the key header and these words, no ring */
     int n_fields, slot_words, head_slots, n_rings, n_locks, n_key_locks;
     Ring rings[MAX_RINGS];
     int64_t locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, key_slots;
@@ -116,6 +117,7 @@ typedef struct {
     uint64_t stripe_gen;
     int64_t retry_ns;   /* when to look for a free stripe again */
     int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
+    int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copy we punched */
 } Core;
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
@@ -147,7 +149,7 @@ void reserve_ahead(Core *c, int64_t from, int64_t to);
 int reserved_ahead(Core *c, int64_t from, int64_t to);
 void reserver_forget(Core *c);
 PyObject *reserver_counts_dict(void);
-#define AHEAD_MIN_ROWS 4096    /* tables this large grow by a quarter, their next pages prefetched */
+#define AHEAD_MIN_ROWS 4096    /* tables this large grow by a sixteenth, their next pages prefetched */
 
 /* ---- time and locks (locks.c); the few the hot paths take are inline here ------------------ */
 

@@ -61,7 +61,7 @@ static int layout_fits(Core *c) {
         c->n_locks < (c->keyed ? FIRST_KEY_LOCK + 1 : FIRST_KEY_LOCK) ||
         c->rings_off < 0 || !fits(c->rings_off, 1, c->empty_bytes, c->row_bytes))
         return 0;
-    for (int i = 0; i < c->n_rings; i++)
+    for (int i = 0; i < c->n_rings && c->state_words == 0; i++)  /* state rows: read_rings checked */
         if (c->rings[i].hdr < 0 || c->rings[i].hdr > c->row_bytes / WORD_BYTES ||
             !fits(c->rings[i].hdr * WORD_BYTES, c->head_slots + c->rings[i].n,
                   (int64_t)c->slot_words * WORD_BYTES, c->row_bytes))
@@ -105,6 +105,7 @@ static int read_rings(Core *c, const ShmwinHeader *h) {
     }
     c->rings_off = c->rings[0].hdr * WORD_BYTES;
     c->empty_bytes = c->row_bytes - c->rings_off;
+    if (c->state_words > 0) words = c->rings[0].hdr + c->state_words;  /* no ring in the row: its state */
     if (c->empty_bytes < 0 || words * WORD_BYTES > c->row_bytes) return bad_header("has rows too small for its rings");
     return 0;
 }
@@ -127,6 +128,9 @@ static int read_header(Core *c) {
     c->striped = h.mode == MODE_STRIPED;
     c->keyed = h.capacity > 0;
     c->role = (int)(h.role & 0xff) == (int)h.role ? (int)h.role : -1;  /* the tools' word; counters.c checks it */
+    c->state_words = !c->keyed || c->limiter ? 0
+                     : c->role == ROLE_FIXED_WINDOW ? FIXED_STATE_BYTES / WORD_BYTES
+                     : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES : 0;
     c->n_fields = (int)h.n_fields;
     c->slot_words = SLOT_VALUES + c->n_fields;
     c->head_slots = c->limiter ? LIMITER_HEAD_SLOTS : WINDOW_HEAD_SLOTS;
@@ -174,6 +178,7 @@ static int make_empty_row(Core *c) {
         return -1;
     }
     int64_t *w = (int64_t *)c->empty;
+    if (c->state_words > 0) n_slots = 1;  /* a counter role's state: its first word EMPTY ("none"), then 0s */
     for (int64_t s = 0; s < n_slots && s * c->slot_words < words; s++) w[s * c->slot_words + SLOT_EPOCH] = EMPTY_EPOCH;
     return 0;
 }

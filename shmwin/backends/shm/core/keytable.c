@@ -218,9 +218,11 @@ static int space_error(Core *c, int err, const char *what) {
 }
 
 /* The heap's next size after `have` rows: half again (at least 8) while small, then a
- * quarter, with the next quarter prefetched by the reserver. */
+ * 32nd, with the next 32nd prefetched by the reserver. */
 static int64_t grown(Core *c, int64_t have) {
-    int64_t want = have + (have >= AHEAD_MIN_ROWS ? have / 4 : have / 2 > 8 ? have / 2 : 8);
+    /* large tables grow by a 32nd (and the next is prefetched): at most a 16th of the
+     * rows held is reserved ahead of the keys */
+    int64_t want = have + (have >= AHEAD_MIN_ROWS ? have / 32 : have / 2 > 8 ? have / 2 : 8);
     return want > c->n_rows ? c->n_rows : want;
 }
 
@@ -622,6 +624,22 @@ static int64_t reclaim(Core *c, int64_t now) {
     return dropped;
 }
 
+/* The copy the last rebuild replaced gives its pages back too, once a second has passed
+ * since (at the next insert; once per rebuild and process): a lookup that loaded the old
+ * descriptor has long finished with it -- one that has not reads zeros, "never used", and a
+ * hit then looks again under LOCK_KEY_TABLE. Caller holds LOCK_KEY_TABLE. */
+static void punch_replaced(Core *c, int64_t now) {
+    int64_t at = LOAD(KEYWORD(c, REBUILT_NS_OFF)), since;
+    Index x;
+    if (at == c->punched_ns || __builtin_sub_overflow(now, at, &since) || since < NS) return;
+    if (current_index(c, &x) < 0) {
+        PyErr_Clear();  /* reported by the lookups that follow */
+        return;
+    }
+    punch_stale(c, x.index, x.index);
+    c->punched_ns = at;
+}
+
 /* Is the error set a full /dev/shm (OutOfSpaceError)? Then reclaim may make room. */
 static int out_of_space(Core *c) { return PyErr_ExceptionMatches(c->st->space); }
 
@@ -636,6 +654,7 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
     /* tight: no memory for a larger index (this process saw a rebuild fail for it within the
      * last second): go on in the current one rather than scan the index at every insert */
     int rebuilt = 0, reclaimed = 0, tight = now < c->tight_until_ns && now >= c->tight_until_ns - NS;
+    punch_replaced(c, now);
     for (int attempt = 0; attempt < 8; attempt++) {
         int64_t r, g;
         int found = find_key(c, k, &r, &g), place, from_free = 0;

@@ -129,6 +129,15 @@ bad:
 
 /* add(n=1, field=None, key=None): count n now, in this process's stripe, the shared row
  * (section "add_locked") or the key's row ("add_keyed"). */
+/* Rows of buckets to add to or hit? A counter role's rows hold its state only (counters.c):
+ * no ring call may touch them. 0, or -1 with the error set. */
+static int ring_rows(Core *c) {
+    if (c->state_words == 0) return 0;
+    PyErr_Format(PyExc_ValueError, "window %R holds limits' per-key state (role %d), written only "
+                 "through shm://", c->name, c->role);
+    return -1;
+}
+
 static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"n", "field", "key"};
     PyObject *a[3];
@@ -141,7 +150,7 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     if (enter(c) < 0) return NULL;
-    if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
+    if (ring_rows(c) < 0 || amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
     if (a[2] != NULL && a[2] != Py_None && !c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
         goto out;
@@ -195,6 +204,7 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     double d;
     int f;
     if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || enter(c) < 0) return NULL;
+    if (ring_rows(c) < 0) goto out;
     if (!c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
         goto out;
@@ -342,6 +352,7 @@ static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs
     int64_t row = 0, now = 0;
     int f, lock = -1, rc = -1;
     if (parse(args, nargs, kwnames, names, 3, a, "add_batch") < 0 || enter(c) < 0) return NULL;
+    if (ring_rows(c) < 0) goto out;
     if (a[0] == NULL) {
         PyErr_SetString(PyExc_TypeError, "add_batch() needs items");
         goto out;
@@ -396,7 +407,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     if (enter(c) < 0) return NULL;
-    if (cost_of(a[1], &cost, 1) < 0) goto out;
+    if (ring_rows(c) < 0 || cost_of(a[1], &cost, 1) < 0) goto out;
     if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], 1, now, &slot);
     if (got < 0) {
@@ -431,6 +442,7 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         return NULL;
     }
     if (enter(c) < 0) return NULL;
+    if (ring_rows(c) < 0) goto out;
     commit = PyObject_IsTrue(a[2]);
     detail = a[3] == NULL ? 1 : PyObject_IsTrue(a[3]);
     if (commit < 0 || detail < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
