@@ -135,6 +135,12 @@ typedef struct {
 #define RIDENT(row) ((int64_t *)(row) + KEY_ROW_IDENT)  /* hash | len << 40 | flags << 48; 0: no key */
 #define RKEY(row) ((char *)(row) + KEY_ROW_KEY_OFF)
 #define IDENT_HASH(w) ((w) & KEY_HASH_MASK)
+/* A key's newest write, kept no earlier than `at`: a writer whose clock was read before a wait
+ * (or lags) never moves it back, or the key would look idle -- and be dropped by a rebuild or
+ * reclaim -- while its windows still hold the later writes. Caller holds the row lock. */
+static inline void touch_last(char *row, int64_t at) {
+    if (__atomic_load_n(RLAST(row), __ATOMIC_ACQUIRE) < at) STORE(RLAST(row), at);
+}
 
 /* ---- process-wide state (threads.c): per process, never per module or interpreter -------- */
 

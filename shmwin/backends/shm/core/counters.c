@@ -43,10 +43,6 @@ static int corrupt(Core *c, int64_t slot, const char *what, int64_t value) {
     return -1;
 }
 
-/* The key's newest write, kept no earlier than `at`. Caller holds the row lock, in a section. */
-static void touch(char *row, int64_t at) {
-    if (LOAD(RLAST(row)) < at) STORE(RLAST(row), at);
-}
 
 /* ---- fixed window ------------------------------------------------------------------------- */
 
@@ -89,7 +85,7 @@ static int fixed_incr_row(Core *c, int64_t slot, int64_t now, int64_t amount, Fi
         f->count = sat_add(f->count, amount);
         STORE(st + FIXED_STATE_COUNT, f->count);
     }
-    touch(ROW(c, slot), f->start > now ? f->start : now);
+    touch_last(ROW(c, slot), f->start > now ? f->start : now);
     END_SECTION();
     return 0;
 }
@@ -203,7 +199,7 @@ static int sliding_hit_row(Core *c, int64_t slot, int64_t now, int64_t limit, in
         STORE(st + SLIDING_STATE_PREVIOUS, s.previous);
         STORE(st + SLIDING_STATE_CURRENT, amount);
     }
-    touch(ROW(c, slot), now > s.w * c->rings[0].bucket_ns ? now : s.w * c->rings[0].bucket_ns);
+    touch_last(ROW(c, slot), now > s.w * c->rings[0].bucket_ns ? now : s.w * c->rings[0].bucket_ns);
     END_SECTION();
     return 0;
 }

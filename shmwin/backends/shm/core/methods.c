@@ -170,7 +170,7 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         SECTION("add_keyed");
         STORE(intent_at(c, row_lock(c, slot)), slot);
         rc = add_row(c, r, now, f, n, d);
-        if (rc == 0) STORE(RLAST(r), now);
+        if (rc == 0) touch_last(r, now);
         END_SECTION();
         lock_give(c, row_lock(c, slot));
         goto out;
@@ -223,7 +223,7 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     SECTION("add_keyed");
     STORE(intent_at(c, row_lock(c, slot)), slot);
     int rc = add_row(c, row, now, f, n, d);
-    if (rc == 0) STORE(RLAST(row), now);
+    if (rc == 0) touch_last(row, now);
     END_SECTION();
     if (rc == 0) {
         int longest = 0;
@@ -380,7 +380,7 @@ static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs
     SECTION("add_batch");
     if (c->keyed) STORE(intent_at(c, lock), row);
     rc = add_items(c, ROW(c, row), f, items, m);
-    if (rc == 0 && c->keyed) STORE(RLAST(ROW(c, row)), now);
+    if (rc == 0 && c->keyed) touch_last(ROW(c, row), now);
     END_SECTION();
     if (lock >= 0) lock_give(c, lock);
 out:

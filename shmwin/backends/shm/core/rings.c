@@ -356,7 +356,7 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
             }
             STORE(b + SLOT_VALUES, sat_add(LOAD(b + SLOT_VALUES), cost));
         }
-        STORE(RLAST(row), now);
+        touch_last(row, now);
     }
     END_SECTION();
     return 0;
