@@ -42,7 +42,7 @@ from . import layout, native
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
-from .rows import Rows, slot_view
+from .rows import RingView, Rows, slot_view
 from .segment import Segment, path_of
 from .segment import unlink as _unlink_name
 from .stripes import StripeTable
@@ -324,11 +324,20 @@ class ShmWindow:
 
     # -- reading --------------------------------------------------------------------
 
+    def _ring(self, ring_index: int) -> RingView:
+        """Ring ``ring_index``'s views; a counter role's rows hold state, no ring to read."""
+        if self._g.role in COUNTER_ROLES:
+            raise ShmwinError(
+                f"{self.name!r} holds limits' {self._g.role} state, not buckets: read it through "
+                "shm:// (shmwin.integrations.limits) or `shmwin show`"
+            )
+        return self._rows.rings[ring_index]
+
     def read(
         self, value_index: int | None, ring_index: int, k: int, key: Key | None, ordered: bool = True
     ) -> Reading:
         self._check_open()
-        r = self._rows.rings[ring_index]
+        r = self._ring(ring_index)
         if ordered and r.log:
             raise NotSupportedError(
                 f"window {self.name!r} keeps hit times (exact), not buckets: it has totals, not a series"
@@ -342,7 +351,7 @@ class ShmWindow:
         """An exact limiter's log ring for ``key``: its entries counting now, as (time ns,
         hits), and now (this window's clock); lock-free, generation-checked like every read."""
         self._check_open()
-        r = self._rows.rings[ring_index]
+        r = self._ring(ring_index)
         if not r.log:
             raise ValueError(f"ring {ring_index} of window {self.name!r} keeps buckets, not hit times")
         for _ in range(100):
@@ -374,7 +383,7 @@ class ShmWindow:
         """Live values summed over rows (per slot), or over slots (per row); lock-free. A
         key's generation is checked after the read: if it moved, the read is done again."""
         self._check_open()
-        r = self._rows.rings[ring_index]
+        r = self._ring(ring_index)
         for _ in range(100):
             now_ns = self._clock()
             rows, generation = self._rows_for(key)
