@@ -117,7 +117,7 @@ typedef struct {
     uint64_t stripe_gen;
     int64_t retry_ns;   /* when to look for a free stripe again */
     int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
-    int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copy we punched */
+    int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copies we punched */
 } Core;
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))

@@ -285,13 +285,12 @@ static int64_t level_for(Core *c, int64_t kept) {
     return level;
 }
 
-/* Give back the memory of every index copy but `keep` (the one just published) and `prev`
- * (the one it replaced, which a lookup that loaded the descriptor before may still probe):
- * only whole pages inside a copy, so no neighbour is touched. A copy is reserved again
- * (reserve_index) before it is next written. Called under LOCK_KEY_TABLE, after a rebuild. */
-static void punch_stale(Core *c, int64_t keep, int64_t prev) {
+/* Give back the memory of every index copy but `keep` (the published one): only whole pages
+ * inside a copy, so no neighbour is touched. A copy is reserved again (reserve_index) before
+ * it is next written. Called under LOCK_KEY_TABLE (punch_replaced). */
+static void punch_stale(Core *c, int64_t keep) {
     for (int64_t id = 0; id < 2 * c->index_levels; id++) {
-        if (id == keep || id == prev) continue;
+        if (id == keep) continue;
         Index x = index_copy(c, id);
         int64_t lo = (char *)x.base - c->base, hi = lo + x.slots * KEY_ENTRY_BYTES;
         lo = (lo + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
@@ -412,7 +411,6 @@ static int rebuild(Core *c, int64_t now) {
     STORE(KEYWORD(c, FREE_HEAD_OFF), head);
     END_SECTION();
     PyMem_Free(fate);
-    punch_stale(c, next.index, cur.index);
     return 0;
 }
 
@@ -624,10 +622,14 @@ static int64_t reclaim(Core *c, int64_t now) {
     return dropped;
 }
 
-/* The copy the last rebuild replaced gives its pages back too, once a second has passed
- * since (at the next insert; once per rebuild and process): a lookup that loaded the old
- * descriptor has long finished with it -- one that has not reads zeros, "never used", and a
- * hit then looks again under LOCK_KEY_TABLE. Caller holds LOCK_KEY_TABLE. */
+/* The copies a rebuild replaced give their pages back once the new one has been published
+ * for a second of the inserter's clock (the caller's now: a test's manual clock, the wall
+ * clock of shm://, else the host's monotonic clock): at the next insert, once per rebuild and
+ * process. A lookup that loaded the old descriptor has long finished with it. One that has
+ * not -- stalled a second mid-probe, or a wall clock stepped forward meanwhile -- reads zeros,
+ * "never used", and a hit then looks again under LOCK_KEY_TABLE; on a /dev/shm full at that
+ * moment its read of the hole would be a SIGBUS: the price of not keeping two or three idle
+ * copies of the index (42 bytes a key at 100,000 keys). Caller holds LOCK_KEY_TABLE. */
 static void punch_replaced(Core *c, int64_t now) {
     int64_t at = LOAD(KEYWORD(c, REBUILT_NS_OFF)), since;
     Index x;
@@ -636,7 +638,7 @@ static void punch_replaced(Core *c, int64_t now) {
         PyErr_Clear();  /* reported by the lookups that follow */
         return;
     }
-    punch_stale(c, x.index, x.index);
+    punch_stale(c, x.index);
     c->punched_ns = at;
 }
 
