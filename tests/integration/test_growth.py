@@ -9,7 +9,9 @@ import os
 
 import pytest
 
+import shmwin
 from shmwin import KeyTableFullError, Limiter, ManualClock, Window
+from shmwin.backends.shm import layout
 from shmwin.backends.shm.segment import path_of
 
 pytestmark = pytest.mark.integration
@@ -120,3 +122,62 @@ def test_processes_growing_one_table_together_lose_nothing(name):
         assert all(lim.stats(f"c{i}").used == 1 for i in range(0, 12_000, 7))
         assert len(lim.window.keys()) == 12_001
         lim.unlink()
+
+
+def _data_bytes(fd: int, lo: int, hi: int) -> int:
+    """Bytes of [lo, hi) the file holds (SEEK_DATA / SEEK_HOLE): 0 for a hole."""
+    held, at = 0, lo
+    while at < hi:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+        except OSError:  # ENXIO: no data after at
+            break
+        if start >= hi:
+            break
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), hi)
+        held, at = held + end - start, end
+    return held
+
+
+def test_index_copies_a_rebuild_replaced_give_their_pages_back_a_second_later(name):
+    """Growing to 20,000 keys rebuilds the index into ever larger copies. Every copy but the
+    current one is punched (a hole, SEEK_HOLE) at the first insert a second after the last
+    rebuild, never before; every key still counts exactly, and a later rebuild reserves a
+    punched copy again and writes it."""
+    clock = ManualClock(1000 * 10**9)
+    w = Window(name, span=10, buckets=10, keyed=True, clock=clock)
+    fd = os.open(path_of(name), os.O_RDONLY)
+    try:
+        for i in range(20_000):
+            w.add(1, key=f"k{i}")
+        lay, g, keys = w._backend._lay, w.geometry, w._backend._keys
+        current = keys._checked(layout.INDEX_OFF, 2 * g.index_levels - 1)
+
+        def held_by_others() -> int:
+            now = keys._checked(layout.INDEX_OFF, 2 * g.index_levels - 1)
+            total = 0
+            for index in range(2 * g.index_levels):
+                off, slots = lay.index_copy(index, g.key_slots)
+                lo = (off + layout.PAGE_BYTES - 1) // layout.PAGE_BYTES * layout.PAGE_BYTES
+                hi = (off + slots * layout.KEY_ENTRY_BYTES) // layout.PAGE_BYTES * layout.PAGE_BYTES
+                total += _data_bytes(fd, lo, hi) if index != now and hi > lo else 0
+            return total
+
+        assert held_by_others() > 0, "the copies the rebuilds replaced are held until a second has passed"
+        w.add(1, key="same second")
+        assert held_by_others() > 0
+        clock.advance(1.5)
+        w.add(1, key="a second later")  # the insert that gives them back
+        assert held_by_others() == 0
+        assert keys._checked(layout.INDEX_OFF, 2 * g.index_levels - 1) == current
+        assert all(w.total(key=f"k{i}") == 1 for i in range(0, 20_000, 7))
+        clock.advance(11)  # every key idle: the next growth rebuild drops them, into a punched copy
+        for i in range(20_000, 45_000):  # past the load of 5/8 of its 65,536 entries
+            w.add(2, key=f"k{i}")
+        assert keys._checked(layout.INDEX_OFF, 2 * g.index_levels - 1) != current
+        assert w.total(key="k0") == 0 and all(w.total(key=f"k{i}") == 2 for i in range(20_000, 45_000, 7))
+        assert len(w.keys()) == 25_000
+    finally:
+        os.close(fd)
+        w.close()
+        shmwin.unlink(name)
