@@ -7,8 +7,8 @@ Every operation is **one round trip**: a Lua script (``lua/*.lua``, see
 :mod:`.scripts`) that keeps the bucket ring in Redis, reads the time with ``TIME``
 (hosts with skewed clocks still agree) and does the whole check-and-count
 atomically. That time never goes back: when the server's clock steps back, the name's
-time goes on from the newest it handed out (``lua/clock.lua``). Each key expires by itself a span (plus a bucket) after its last write,
-i.e. once its window is empty.
+time goes on from the newest it handed out (``lua/clock.lua``). Each key expires by
+itself a span (plus a bucket) after its last write, i.e. once its window is empty.
 
 Keys, under one hash tag so a window lives in one cluster slot::
 
