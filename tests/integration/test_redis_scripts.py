@@ -13,7 +13,7 @@ from shmwin.backends.redis import scripts
 
 PACKAGE_DIR = ROOT / "shmwin" / "backends" / "redis"
 LUA_DIR = PACKAGE_DIR / "lua"
-LIBRARIES = {scripts.WINDOW_LIB}  # put in front of other scripts, never run alone
+LIBRARIES = set(scripts.LIBRARIES)  # put in front of other scripts, never run alone
 
 
 def _header(text: str) -> str:

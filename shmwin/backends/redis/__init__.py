@@ -6,8 +6,9 @@
 Every operation is **one round trip**: a Lua script (``lua/*.lua``, see
 :mod:`.scripts`) that keeps the bucket ring in Redis, reads the time with ``TIME``
 (hosts with skewed clocks still agree) and does the whole check-and-count
-atomically. Each key expires by itself a span (plus a bucket) after its last write,
-i.e. once its window is empty.
+atomically. That time never goes back: when the server's clock steps back, the name's
+time goes on from the newest it handed out (``lua/clock.lua``). Each key expires by
+itself a span (plus a bucket) after its last write, i.e. once its window is empty.
 
 Keys, under one hash tag so a window lives in one cluster slot::
 
@@ -16,6 +17,8 @@ Keys, under one hash tag so a window lives in one cluster slot::
                               window:  a hash, e<slot> = epoch, v<slot>.<field> = value
                               limiter: a string of i64 words (see lua/hit.lua), O(1) BITFIELD access
     shmwin:{NAME}:keys      sorted set: key -> newest write (µs), for keys() and top()
+    shmwin:{NAME}:clock     string '<now> <reading>' (µs): the name's time, which never goes
+                              back, and the clock reading it came from; no TTL
 
 Lua numbers are doubles: times are integer microseconds (exact below 2**53), and
 integers leave the scripts through ``%.0f``, never ``tostring``.

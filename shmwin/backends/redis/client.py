@@ -81,6 +81,7 @@ class RedisBase:
         self._no_script: type[Exception] = redis.exceptions.NoScriptError
         self._refused: type[Exception] = redis.exceptions.ResponseError  # a command the server refused
         self._prefix = f"shmwin:{{{req.name}}}:"
+        self._clock_key = self._prefix + "clock"  # the name's time, which never goes back (lua/clock.lua)
         self._closed = False
         self._spec = spec
         self._claimed = spec is None  # an attach has read the geometry: nothing to claim

@@ -76,7 +76,7 @@ class RedisLimiter(RedisBase):
         evalsha = self._hit1_runner
         if evalsha is not None and type(key) is str and type(cost) is int and cost > 0:
             try:  # the common case: EVALSHA of the lean script, nothing in between
-                return bool(evalsha(self._hit1.sha, 1, self._prefix + "k:" + key, "", cost))
+                return bool(evalsha(self._hit1.sha, 2, self._prefix + "k:" + key, self._clock_key, "", cost))
             except self._no_script:  # a restarted server forgot it: load it, once
                 self._call(self._redis.script_load, self._hit1.text)
                 return self.hit(key, cost)
@@ -90,8 +90,9 @@ class RedisLimiter(RedisBase):
         row = self._row(_limiter_key(key))
         n_rates = len(self._g.rings)
         if commit and not detail and n_rates == 1:  # a plain hit: the lean script
-            return bool(self._run(self._hit1, [row], [cost])), (), (), 0
-        out = self._run(scripts.HIT, [row], [cost, int(commit), int(detail), self._ttl_ms, *self._args])
+            return bool(self._run(self._hit1, [row, self._clock_key], [cost])), (), (), 0
+        args = [cost, int(commit), int(detail), self._ttl_ms, *self._args]
+        out = self._run(scripts.HIT, [row, self._clock_key], args)
         used = tuple(int(v) for v in out[2 : 2 + n_rates])
         reset_ns = tuple(int(v) * NS_PER_US for v in out[2 + n_rates : 2 + 2 * n_rates])
         wait = int(out[2 + 2 * n_rates])

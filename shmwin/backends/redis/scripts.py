@@ -1,9 +1,11 @@
 """The Lua scripts of the redis backend, read once from the package's ``lua/`` files.
 
-Each ``lua/*.lua`` file begins with a header naming its KEYS and ARGV. The window
-scripts (add, read, keys, top) run with ``window_lib.lua`` in front of them: the
-clock, the live keys and the one loop that sums a row's live buckets. ``hit_one.lua``
-is a template: :func:`hit_one` writes one limiter's constants into it.
+Each ``lua/*.lua`` file begins with a header naming its KEYS and ARGV. Every script
+that reads or writes with a time runs with ``clock.lua`` in front of it: the name's
+time, which never goes back when the server's clock steps back. The window scripts
+(add, read, keys, top) also have ``window_lib.lua`` in front of them: the live keys and
+the one loop that sums a row's live buckets. ``hit_one.lua`` is a template:
+:func:`hit_one` writes one limiter's constants into it.
 
 A :class:`Script` is text and its SHA1, computed once; the caller runs it with
 EVALSHA and loads it (SCRIPT LOAD) only when the server answers NOSCRIPT. Nothing
@@ -21,6 +23,8 @@ from importlib import resources
 PACKAGE = __name__.rpartition(".")[0]  # shmwin.backends.redis: lua/ ships as its package data
 LUA_DIR = "lua"
 WINDOW_LIB = "window_lib.lua"
+CLOCK_LIB = "clock.lua"
+LIBRARIES = (WINDOW_LIB, CLOCK_LIB)  # put in front of other scripts, never run alone
 
 
 @dataclass(frozen=True)
@@ -42,18 +46,17 @@ def source(filename: str) -> str:
     return resources.files(PACKAGE).joinpath(LUA_DIR).joinpath(filename).read_text("utf-8")
 
 
-def _load(filename: str, *, lib: bool = False) -> Script:
-    text = source(filename)
-    return Script.of(filename, source(WINDOW_LIB) + "\n" + text if lib else text)
+def _load(filename: str, *libs: str) -> Script:
+    return Script.of(filename, "\n".join([*map(source, libs), source(filename)]))
 
 
 OPEN = _load("open.lua")  # run with EVAL once per open: not worth a SHA round trip
-ADD = _load("add.lua", lib=True)
-READ = _load("read.lua", lib=True)
-KEYS = _load("keys.lua", lib=True)
+ADD = _load("add.lua", WINDOW_LIB, CLOCK_LIB)
+READ = _load("read.lua", WINDOW_LIB, CLOCK_LIB)
+KEYS = _load("keys.lua", WINDOW_LIB, CLOCK_LIB)
 CLEAR = _load("clear.lua")
-TOP = _load("top.lua", lib=True)
-HIT = _load("hit.lua")
+TOP = _load("top.lua", WINDOW_LIB, CLOCK_LIB)
+HIT = _load("hit.lua", CLOCK_LIB)
 
 
 @functools.lru_cache(maxsize=256)
@@ -62,9 +65,9 @@ def hit_one(ttl_ms: int, bucket_us: int, n: int, limit: int) -> Script:
     text = string.Template(source("hit_one.lua")).substitute(
         ttl_ms=int(ttl_ms), bucket_us=int(bucket_us), n=int(n), limit=int(limit)
     )
-    return Script.of("hit_one.lua", text)
+    return Script.of("hit_one.lua", source(CLOCK_LIB) + "\n" + text)
 
 
 # every file the code runs, for tests and packaging checks
-FILES = ("window_lib.lua", "open.lua", "add.lua", "read.lua", "keys.lua", "clear.lua", "top.lua",
+FILES = ("window_lib.lua", "clock.lua", "open.lua", "add.lua", "read.lua", "keys.lua", "clear.lua", "top.lua",
          "hit.lua", "hit_one.lua")  # fmt: skip

@@ -71,7 +71,7 @@ class RedisWindow(RedisBase):
         ttl_ms = (g.span_ns + g.bucket_ns) // 1_000_000 + 1
         try:
             return self._run(
-                scripts.ADD, [self._row(self._key(key)), self._prefix + "keys"],
+                scripts.ADD, [self._row(self._key(key)), self._prefix + "keys", self._clock_key],
                 [g.bucket_ns // NS_PER_US, g.n_buckets, f, amount, int(g.dtype == "float64"), ttl_ms,
                  key_text(key), int(g.keyed), len(g.fields), g.span_ns // NS_PER_US, int(with_total)],
             )  # fmt: skip
@@ -89,7 +89,7 @@ class RedisWindow(RedisBase):
         g = self._g
         all_keys = g.keyed and key is None
         out = self._run(
-            scripts.READ, [self._row(self._key(key)), self._prefix + "keys"],
+            scripts.READ, [self._row(self._key(key)), self._prefix + "keys", self._clock_key],
             [g.bucket_ns // NS_PER_US, g.n_buckets, k, len(g.fields), int(all_keys), self._prefix + "k:",
              g.span_ns // NS_PER_US, int(g.dtype == "int64")],
         )  # fmt: skip
@@ -102,14 +102,15 @@ class RedisWindow(RedisBase):
 
     def keys(self) -> list[Key]:
         """Keys with counts inside the window: one round trip."""
-        found = self._run(scripts.KEYS, [self._prefix + "keys"], [self._g.span_ns // NS_PER_US])
+        keys = [self._prefix + "keys", self._clock_key]
+        found = self._run(scripts.KEYS, keys, [self._g.span_ns // NS_PER_US])
         return [k.decode("latin-1") for k in found]
 
     def top(self, n: int, value_index: int, ring_index: int, k: int) -> list[tuple[Key, Number]]:
         """The ``n`` busiest keys of a field, summed on the server: one round trip."""
         g = self._g
         flat = self._run(
-            scripts.TOP, [self._prefix + "keys"],
+            scripts.TOP, [self._prefix + "keys", self._clock_key],
             [g.bucket_ns // NS_PER_US, g.n_buckets, k, value_index + 1, max(n, 0), self._prefix + "k:",
              g.span_ns // NS_PER_US, int(g.dtype == "int64")],
         )  # fmt: skip
@@ -132,6 +133,7 @@ class RedisWindow(RedisBase):
         self._check_open()
         self._drop("k:*")
         self._drop("keys")
+        self._drop("clock")  # the time its counts were dated by goes with them
 
     def reclaim(self) -> int:
         """No stripes on redis (every write is one atomic script): nothing to free."""

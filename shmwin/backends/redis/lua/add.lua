@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  the row: shmwin:{NAME}:k:KEY, a hash, e<slot> = bucket epoch, v<slot>.<field> = value
 -- KEYS[2]  the keys zset: shmwin:{NAME}:keys, key -> newest write in microseconds
+-- KEYS[3]  the name's clock: shmwin:{NAME}:clock (see clock.lua)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  bucket width in microseconds
 -- ARGV[3]  number of buckets in the ring
@@ -29,7 +30,7 @@ local ttl_ms, key, keyed = ARGV[7], ARGV[8], ARGV[9] == '1'
 local n_fields, span_us, with_total = tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1'
 local row, zset = KEYS[1], KEYS[2]
 
-local now = now_us()
+local now = now_us(KEYS[3])
 local epoch = math.floor(now / bucket_us)
 local slot = epoch % n
 local e = int(epoch)

@@ -4,6 +4,7 @@
 --          word); rate r's ring starts at its word offset:
 --            [head epoch][running total of the live buckets] then n x [bucket epoch][hits]
 --          (0 = empty: real epochs are positive)
+-- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count (0 with ARGV[3] = '0' only reads)
 -- ARGV[3]  '1' to count the cost if every rate allows it, '0' to only check
@@ -23,11 +24,7 @@
 -- counts -- in every rate or in none. The TTL is refreshed when a hit opens a bucket: the
 -- key then outlives every later write in that bucket by at least a span.
 
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(KEYS[2])
 local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4] == '1'
 local ttl_ms = ARGV[5]
 local rates = {}  -- rates[r] = {bucket_us, n, limit, word}

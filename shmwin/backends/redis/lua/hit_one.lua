@@ -5,6 +5,7 @@
 -- KEYS[1]  the key's ring: shmwin:{NAME}:k:KEY, a string of big-endian i64 words
 --            [head epoch][running total of the live buckets] then N x [bucket epoch][hits]
 --          (0 = empty: real epochs are positive); the layout hit.lua reads with BITFIELD
+-- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count, a positive integer
 -- Constants: TTL_MS the key's time to live in milliseconds (span + 2 buckets),
@@ -12,15 +13,12 @@
 --            LIMIT hits allowed in the window
 --
 -- Returns: 1 if the hits fit and were counted, 0 if not (nothing is written then).
--- Guarantees: atomic, one round trip, one GET and at most one SET; the TTL starts again
+-- Guarantees: atomic, one round trip, one GET and at most one SET of the ring (and of the
+-- clock, clock.lua's: the time never goes back); the TTL starts again
 -- when a hit opens a bucket, so the key outlives every later write in it by a span.
 
 local TTL_MS, BUCKET_US, N, LIMIT = ${ttl_ms}, ${bucket_us}, ${n}, ${limit}
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(KEYS[2])
 local cost = tonumber(ARGV[2])
 
 local now_e = math.floor(now / BUCKET_US)

@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  the row: shmwin:{NAME}:k:KEY (ignored when ARGV[6] is '1')
 -- KEYS[2]  the keys zset: shmwin:{NAME}:keys, key -> newest write in microseconds
+-- KEYS[3]  the name's clock: shmwin:{NAME}:clock (see clock.lua)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  bucket width in microseconds
 -- ARGV[3]  number of buckets in the ring
@@ -22,7 +23,7 @@ local bucket_us, n, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n_fields, all_keys = tonumber(ARGV[5]), ARGV[6] == '1'
 local row_prefix, span_us, ints = ARGV[7], tonumber(ARGV[8]), ARGV[9] == '1'
 
-local now = now_us()
+local now = now_us(KEYS[3])
 local first = math.floor(now / bucket_us) - k + 1
 local rows = {KEYS[1]}
 if all_keys then

@@ -2,6 +2,7 @@
 -- (window_lib.lua is put in front of it.)
 --
 -- KEYS[1]  the keys zset: shmwin:{NAME}:keys, key -> newest write in microseconds
+-- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  bucket width in microseconds
 -- ARGV[3]  number of buckets in the ring
@@ -20,7 +21,7 @@ local bucket_us, n, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local field, top_n = ARGV[5], tonumber(ARGV[6])
 local row_prefix, span_us, ints = ARGV[7], tonumber(ARGV[8]), ARGV[9] == '1'
 
-local now = now_us()
+local now = now_us(KEYS[2])
 local first = math.floor(now / bucket_us) - k + 1
 local found = {}
 for _, key in ipairs(live_keys(KEYS[1], now, span_us)) do

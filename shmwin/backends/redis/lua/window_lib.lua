@@ -1,20 +1,13 @@
 -- window_lib.lua: functions shared by the window scripts (add, read, keys, top).
--- Not run on its own: scripts.py puts it in front of each of those scripts, so it
--- reads the same ARGV[1] as they do and touches only the keys it is given.
+-- Not run on its own: scripts.py puts it in front of each of those scripts (and
+-- clock.lua, whose now_us() they all read the time from), so it touches only the keys
+-- it is given.
 --
 -- KEYS     none of its own: its functions take key names as arguments
--- ARGV[1]  now in microseconds, or '' to read the server's TIME
+-- ARGV[1]  now in microseconds, or '' (read by clock.lua, never here)
 --
 -- Lua numbers are doubles: times are integer microseconds (exact below 2^53), and
 -- integers leave a script through int() ('%.0f'), never tostring.
-
--- Now in microseconds: ARGV[1] when the caller drives the clock, else the server's TIME
--- (so hosts with skewed clocks still agree).
-local function now_us()
-  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 -- An integer as text, without exponent or fraction.
 local function int(x) return string.format('%.0f', x) end
