@@ -17,39 +17,23 @@ from __future__ import annotations
 import dataclasses
 
 from ..backends.contract import Key
-from ..clock import Clock
-from ..errors import GeometryMismatchError, WindowNotFoundError
 from ..geometry import Geometry, window_geometry
 from ..layout_words import EMPTY_EPOCH
 from ..window import Window
+from .limits_counters import CounterSegment
 
 ROLE = "fixed-window"
 STATE_WORDS = 2  # start, count
 
 
-class FixedWindows:
+class FixedWindows(CounterSegment):
     """The fixed windows of one period, for one storage (see the module docstring)."""
 
-    def __init__(self, counts: Window, period_ns: int):
-        self.counts, self.period_ns = counts, period_ns
-        self._core = counts._backend._core  # type: ignore[attr-defined]  # shared memory's, always: its sections
+    role = ROLE
 
-    @classmethod
-    def open(
-        cls, name: str, period_ns: int, clock: Clock, capacity: int | None, create: bool
-    ) -> FixedWindows | None:
-        """Create or attach (``create``), or attach only: None if the segment is not there."""
-        if not create:
-            try:
-                w = Window.attach(name, clock=clock)
-            except WindowNotFoundError:
-                return None
-            if w.geometry.role != ROLE:
-                w.close()
-                role = w.geometry.role
-                raise GeometryMismatchError(f"{name!r} is not a fixed-window segment (role {role!r})")
-            return cls(w, w.geometry.bucket_ns)
-        return cls(Window.open_geometry(name, geometry(period_ns, capacity), clock=clock), period_ns)
+    @staticmethod
+    def created_as(period_ns: int, capacity: int | None) -> Geometry:
+        return geometry(period_ns, capacity)
 
     def incr(self, key: str, amount: int) -> int:
         count, _ = self._core.fixed_incr(key, amount)
