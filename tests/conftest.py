@@ -24,6 +24,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shmwin
+from servers import RedisCluster
 from shmwin.backends.shm.segment import PREFIX, SHM_DIR
 
 
@@ -116,6 +117,36 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer()
     yield server
     server.close()
+
+
+def _redis_cluster(**kwargs: int) -> RedisCluster:
+    """A 3-master, 3-replica Redis Cluster on free loopback ports (servers.RedisCluster)."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        pytest.skip("redis-server or redis-cli is not installed (scripts/test installs both)")
+    return RedisCluster(server, cli, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """One cluster per test process (xdist worker), started the first time a test asks for it."""
+    cluster = _redis_cluster()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def own_redis_cluster() -> Iterator[RedisCluster]:
+    """A cluster for one test only, which fails over quickly (for tests that kill its nodes)."""
+    cluster = _redis_cluster(node_timeout_ms=1000)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(params=["server", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The URL of a plain redis-server, then of a Redis Cluster (``redis+cluster://``)."""
+    return str(request.getfixturevalue("redis_server" if request.param == "server" else "redis_cluster").url)
 
 
 _RINGS = ("unit", "contract", "integration")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -81,3 +83,108 @@ def hammer(port: int, requests: int, path: str = "/", threads: int = 8) -> tuple
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(lambda _: get(port, path), range(requests)))
     return Counter(status for status, _ in results), {body for _, body in results}
+
+
+class RedisCluster:
+    """A real Redis Cluster on loopback: 3 masters and 3 replicas of Debian's redis-server on free
+    ports, in one temporary directory. ``url`` is the backend URI (``redis+cluster://``, seeded with
+    the three first nodes); ``kill(port)`` SIGKILLs one node, ``restart(port)`` brings it back (it
+    rejoins from its nodes.conf), ``close()`` stops every node and removes the directory.
+
+    ``node_timeout_ms`` is ``cluster-node-timeout``: how long a master may be silent before its
+    replica takes over (about that plus a second on loopback). A short one makes a failover quick,
+    and also makes a loaded machine's slow node look dead: only the tests that kill nodes use one.
+    """
+
+    MASTERS = 3
+
+    def __init__(self, server: str, cli: str, node_timeout_ms: int = 5000) -> None:
+        self.server, self.cli, self.node_timeout_ms = server, cli, node_timeout_ms
+        self.dir = tempfile.mkdtemp(prefix="shmwin-redis-cluster-")
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.bus: dict[int, int] = {}
+        try:
+            for _ in range(2 * self.MASTERS):
+                port = free_port()
+                self.bus[port] = free_port()
+                self.start(port)
+            self.ports = list(self.procs)
+            nodes = [f"127.0.0.1:{p}" for p in self.ports]
+            subprocess.run(
+                [cli, "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+            )  # fmt: skip
+            self.wait_ok()
+        except BaseException:
+            self.close()
+            raise
+        self.url = "redis+cluster://" + ",".join(nodes[: self.MASTERS]) + "/"
+
+    def start(self, port: int) -> None:
+        """Start (or restart) the node on ``port`` and wait until it accepts connections."""
+        args = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                "--cluster-port", str(self.bus[port]), "--cluster-config-file", f"nodes-{port}.conf",
+                "--cluster-node-timeout", str(self.node_timeout_ms), "--dir", self.dir,
+                "--dbfilename", f"dump-{port}.rdb", "--save", "", "--appendonly", "no"]  # fmt: skip
+        self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                if self.procs[port].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {port} did not start") from None
+                time.sleep(0.02)
+
+    def info(self, port: int) -> dict[str, str]:
+        """``CLUSTER INFO`` of one node as a dict ({} if it does not answer)."""
+        out = subprocess.run([self.cli, "-p", str(port), "cluster", "info"], capture_output=True, text=True,
+                             timeout=10)  # fmt: skip
+        return dict(line.strip().split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+
+    def wait_ok(self, timeout: float = 30) -> float:
+        """Wait until every live node says ``cluster_state:ok`` and knows every slot; the seconds waited."""
+        started = time.monotonic()
+        while True:
+            infos = [self.info(p) for p, proc in self.procs.items() if proc.poll() is None]
+            if all(i.get("cluster_state") == "ok" and i.get("cluster_slots_ok") == "16384" for i in infos):
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"the cluster is not ok after {timeout}s: {infos}")
+            time.sleep(0.05)
+
+    def redis_cli(self, *args: str) -> str:
+        """One command through redis-cli to a live node."""
+        out = subprocess.run([self.cli, "-p", str(self.live()[0]), *args], capture_output=True, text=True,
+                             timeout=10, check=True)  # fmt: skip
+        return out.stdout
+
+    def master_of(self, key: str) -> int:
+        """The port of the master that serves ``key``'s slot now (as a live node sees it)."""
+        slot = int(self.redis_cli("cluster", "keyslot", key))
+        for line in self.redis_cli("cluster", "nodes").splitlines():
+            _, address, flags, *_, = line.split()
+            if "master" not in flags or "fail" in flags:
+                continue
+            for taken in line.split()[8:]:
+                first, _, last = taken.partition("-")
+                if not first.startswith("[") and int(first) <= slot <= int(last or first):
+                    return int(address.split("@")[0].rpartition(":")[2])
+        raise RuntimeError(f"no live master serves slot {slot}")
+
+    def live(self) -> list[int]:
+        return [p for p, proc in self.procs.items() if proc.poll() is None]
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node (no chance to hand anything over)."""
+        self.procs[port].kill()
+        self.procs[port].wait(20)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(20)
+        self.procs.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -55,7 +55,9 @@ def _redis() -> Scheme:
     return Scheme(window=redis.RedisWindow.open, limiter=redis.RedisLimiter.open, options=redis.OPTIONS)
 
 
-_LAZY: dict[str, Callable[[], Scheme]] = {"redis": _redis, "rediss": _redis, "unix": _redis}
+_LAZY: dict[str, Callable[[], Scheme]] = {
+    "redis": _redis, "rediss": _redis, "unix": _redis, "redis+cluster": _redis, "rediss+cluster": _redis,
+}  # fmt: skip
 
 
 def scheme_of(url: str | None) -> str:

@@ -1,7 +1,8 @@
-"""One contract, two backends: everything here runs on shared memory and on a real redis-server,
-with time driven by hand on both (the redis backend takes its time from the clock when given one).
+"""One contract, two backends: everything here runs on shared memory, on a real redis-server and on
+a real Redis Cluster (3 masters, 3 replicas: ``redis+cluster://``), with time driven by hand on all
+three (the redis backend takes its time from the clock when given one).
 The policy above the backends (costs, choices, stats, the acquire loop, totals that never wrap,
-what a backend cannot do) is held to the same answers on both."""
+what a backend cannot do) is held to the same answers on all."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ pytestmark = pytest.mark.contract
 S = 1_000_000_000
 
 
-@pytest.fixture(params=["shm", "redis"])
+@pytest.fixture(params=["shm", "redis", "redis-cluster"])
 def backend(request) -> str | None:
     if request.param == "shm":
         return None
-    return request.getfixturevalue("redis_server").url
+    return request.getfixturevalue("redis_server" if request.param == "redis" else "redis_cluster").url
 
 
 @pytest.fixture

@@ -28,21 +28,108 @@ from .scripts import OPEN, Script
 NS_PER_US = 1000
 TIMEOUT_S = 1.0
 OPTIONS = frozenset({"timeout"})  # what only this backend honours
+CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})  # rediss: TLS
 
 
 def connect(url: str, timeout: float) -> Any:
-    """A ``redis.Redis`` for ``url``, failing fast (``timeout`` seconds) when the server is away."""
+    """A client for ``url``, failing fast (``timeout`` seconds) when the server is away: a
+    ``redis.Redis``, or for ``redis+cluster://`` a :class:`LazyCluster`."""
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ShmwinError("the redis backend needs the redis package: pip install 'shmwin[redis]'") from exc
+    if is_cluster(url):
+        return LazyCluster(url, timeout)
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def is_cluster(url: str) -> bool:
+    return urllib.parse.urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The seed nodes of ``redis+cluster://[user:password@]host:port[,host:port...]/``, as
+    limits spells it; any one that answers tells the client the whole cluster."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.path not in ("", "/", "/0") or parts.query:
+        raise ValueError(f"a Redis Cluster URL has no database or options (one database, 0): {url!r}")
+    nodes = []
+    for seed in parts.netloc.rpartition("@")[2].split(","):
+        host, colon, port = seed.rpartition(":")
+        if not colon or "]" in port:  # no port, or a bare [v6] address
+            host, port = seed, "6379"
+        if not host or not port.isdigit():
+            raise ValueError(f"a Redis Cluster node is host:port, not {seed!r} (in {url!r})")
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes
+
+
+class LazyCluster:
+    """A ``redis.cluster.RedisCluster`` made on first use (and again after a failed try).
+
+    RedisCluster asks its seed nodes for the slot map when it is made, so making it in
+    :func:`connect` would make an open fail while the cluster is away -- where a plain
+    ``redis.Redis`` connects on its first command, and ``on_error`` decides. Every command
+    goes to the node that owns its keys' slot; MOVED and ASK redirections, and a new slot
+    map after a failover, are the client's business (it re-reads the map and retries).
+    """
+
+    def __init__(self, url: str, timeout: float):
+        self._url, self._timeout = url, timeout
+        self._nodes = cluster_nodes(url)
+        self._client: Any = None
+
+    def _make(self) -> Any:
+        import redis
+        from redis.cluster import ClusterNode, RedisCluster
+
+        parts = urllib.parse.urlsplit(self._url)
+        try:
+            return RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],
+                username=urllib.parse.unquote(parts.username) if parts.username else None,
+                password=urllib.parse.unquote(parts.password) if parts.password else None,
+                ssl=parts.scheme == "rediss+cluster", socket_timeout=self._timeout,
+                socket_connect_timeout=self._timeout,
+            )  # fmt: skip
+        except redis.exceptions.RedisClusterException as exc:  # no seed answered with a slot map
+            raise redis.ConnectionError(str(exc)) from exc
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._client is None:
+            self._client = self._make()
+        return getattr(self._client, attr)
+
+    def name_node(self, prefix: str) -> Any:
+        """The node that owns the slot of a name's keys (``prefix`` holds its hash tag)."""
+        return self.get_node_from_key(prefix)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 def unavailable(url: str, exc: Exception) -> BackendUnavailableError:
     """The error for a failed round trip, naming the server without its credentials."""
-    where = urllib.parse.urlsplit(url)._replace(netloc=urllib.parse.urlsplit(url).hostname or "").geturl()
-    return BackendUnavailableError(f"redis at {where} is unavailable: {exc}")
+    parts = urllib.parse.urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2] if is_cluster(url) else parts.hostname or ""
+    return BackendUnavailableError(f"redis at {parts._replace(netloc=hosts).geturl()} is unavailable: {exc}")
+
+
+def unavailable_errors(url: str) -> tuple[type[Exception], ...]:
+    """What a round trip raises when the server (or, on a cluster, the node that owns a slot)
+    is away. A cluster adds CLUSTERDOWN (a failover under way) and the redis-py client's own
+    errors: no slot map from any seed, a slot no node serves yet, a redirection loop (TTL
+    exhausted). The client also refuses a request whose keys span slots, but no script here
+    names keys outside its name's hash tag."""
+    import redis
+    from redis import exceptions as e
+
+    plain: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+    if not is_cluster(url):
+        return plain
+    return (*plain, e.ClusterError, e.TryAgainError, e.RedisClusterException)
 
 
 def key_text(key: Key | None) -> str:
@@ -77,7 +164,7 @@ class RedisBase:
         self._redis = connect(req.url, float(req.option("timeout", TIMEOUT_S)))
         import redis
 
-        self._errors: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+        self._errors = unavailable_errors(req.url)
         self._no_script: type[Exception] = redis.exceptions.NoScriptError
         self._refused: type[Exception] = redis.exceptions.ResponseError  # a command the server refused
         self._prefix = f"shmwin:{{{req.name}}}:"
@@ -146,9 +233,8 @@ class RedisBase:
         try:
             try:
                 return self._redis.evalsha(script.sha, len(keys), *keys, now, *args)
-            except self._no_script:  # a new or restarted server does not know it yet: load it, once
-                self._redis.script_load(script.text)
-                return self._redis.evalsha(script.sha, len(keys), *keys, now, *args)
+            except self._no_script:  # a new or restarted server (or a cluster's new master) does not
+                return self._redis.eval(script.text, len(keys), *keys, now, *args)  # know it: EVAL caches it
         except self._errors as exc:
             raise unavailable(self.url, exc) from exc
 
@@ -156,11 +242,13 @@ class RedisBase:
         return self._prefix + "k:" + key_text(key)
 
     def _drop(self, pattern: str) -> int:
-        """Delete this name's keys matching ``pattern`` (SCAN: no index to trust). Not a hot path."""
+        """Delete this name's keys matching ``pattern`` (SCAN: no index to trust). Not a hot path.
+        On a cluster only the master of the name's slot holds them: SCAN that one."""
         dropped = 0
         try:
             batch = []
-            for found in self._redis.scan_iter(match=self._prefix + pattern, count=1000):
+            where = {"target_nodes": self._redis.name_node(self._prefix)} if is_cluster(self.url) else {}
+            for found in self._redis.scan_iter(match=self._prefix + pattern, count=1000, **where):
                 batch.append(found)
                 if len(batch) == 500:
                     dropped += self._redis.delete(*batch)

@@ -77,9 +77,8 @@ class RedisLimiter(RedisBase):
         if evalsha is not None and type(key) is str and type(cost) is int and cost > 0:
             try:  # the common case: EVALSHA of the lean script, nothing in between
                 return bool(evalsha(self._hit1.sha, 2, self._prefix + "k:" + key, self._clock_key, "", cost))
-            except self._no_script:  # a restarted server forgot it: load it, once
-                self._call(self._redis.script_load, self._hit1.text)
-                return self.hit(key, cost)
+            except self._no_script:  # a restarted server (a cluster's new master) forgot it: EVAL caches it
+                return bool(self._run(self._hit1, [self._prefix + "k:" + key, self._clock_key], [cost]))
             except self._errors as exc:
                 raise unavailable(self.url, exc) from exc
         return self.check(key, cost_of(cost, 1), True, False)[0]
