@@ -125,7 +125,8 @@ class RedisCluster:
         args = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
                 "--cluster-port", str(self.bus[port]), "--cluster-config-file", f"nodes-{port}.conf",
                 "--cluster-node-timeout", str(self.node_timeout_ms), "--dir", self.dir,
-                "--dbfilename", f"dump-{port}.rdb", "--save", "", "--appendonly", "no"]  # fmt: skip
+                "--dbfilename", f"dump-{port}.rdb", "--save", "", "--appendonly", "no",
+                "--repl-diskless-sync-delay", "0"]  # fmt: skip
         self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:
@@ -144,15 +145,47 @@ class RedisCluster:
         return dict(line.strip().split(":", 1) for line in out.stdout.splitlines() if ":" in line)
 
     def wait_ok(self, timeout: float = 30) -> float:
-        """Wait until every live node says ``cluster_state:ok`` and knows every slot; the seconds waited."""
+        """Wait until every live node says ``cluster_state:ok``, knows every slot, and sees every
+        slot served by a live master (after a kill: the failover is done), and every replica has
+        synced with its master (a replica that never did is not allowed to take over); the
+        seconds waited."""
         started = time.monotonic()
         while True:
-            infos = [self.info(p) for p, proc in self.procs.items() if proc.poll() is None]
-            if all(i.get("cluster_state") == "ok" and i.get("cluster_slots_ok") == "16384" for i in infos):
-                return time.monotonic() - started
+            live = self.live()
+            infos = {p: self.info(p) for p in live}
+            if all(i.get("cluster_state") == "ok" and i.get("cluster_slots_ok") == "16384" for i in infos.values()):
+                if all(set(self.serving(p)) <= set(live) for p in live) and self.replicas_synced():
+                    return time.monotonic() - started
             if time.monotonic() - started > timeout:
                 raise RuntimeError(f"the cluster is not ok after {timeout}s: {infos}")
             time.sleep(0.05)
+
+    def replicas_synced(self) -> bool:
+        """Every live replica's link to its master is up (its first sync is done)."""
+        for port in self.live():
+            out = subprocess.run([self.cli, "-p", str(port), "info", "replication"], capture_output=True,
+                                 text=True, timeout=10).stdout  # fmt: skip
+            if "role:slave" in out and "master_link_status:up" not in out:
+                return False
+        return True
+
+    def serving(self, port: int) -> dict[int, list[tuple[int, int]]]:
+        """The masters that serve slots as node ``port`` sees them: master port -> slot ranges."""
+        out = subprocess.run([self.cli, "-p", str(port), "cluster", "nodes"], capture_output=True, text=True,
+                             timeout=10)  # fmt: skip
+        masters: dict[int, list[tuple[int, int]]] = {}
+        for line in out.stdout.splitlines():
+            node_id, address, flags, *rest = line.split()
+            if "master" not in flags or "fail" in flags.replace("fail?", ""):
+                continue
+            ranges = []
+            for taken in rest[5:]:
+                if not taken.startswith("["):  # [slot->-id]: a slot being migrated
+                    first, _, last = taken.partition("-")
+                    ranges.append((int(first), int(last or first)))
+            if ranges:
+                masters[int(address.split("@")[0].rpartition(":")[2])] = ranges
+        return masters
 
     def redis_cli(self, *args: str) -> str:
         """One command through redis-cli to a live node."""
@@ -163,14 +196,9 @@ class RedisCluster:
     def master_of(self, key: str) -> int:
         """The port of the master that serves ``key``'s slot now (as a live node sees it)."""
         slot = int(self.redis_cli("cluster", "keyslot", key))
-        for line in self.redis_cli("cluster", "nodes").splitlines():
-            _, address, flags, *_, = line.split()
-            if "master" not in flags or "fail" in flags:
-                continue
-            for taken in line.split()[8:]:
-                first, _, last = taken.partition("-")
-                if not first.startswith("[") and int(first) <= slot <= int(last or first):
-                    return int(address.split("@")[0].rpartition(":")[2])
+        for port, ranges in self.serving(self.live()[0]).items():
+            if any(first <= slot <= last for first, last in ranges):
+                return port
         raise RuntimeError(f"no live master serves slot {slot}")
 
     def live(self) -> list[int]:

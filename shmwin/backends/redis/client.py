@@ -96,13 +96,20 @@ class LazyCluster:
             raise redis.ConnectionError(str(exc)) from exc
 
     def __getattr__(self, attr: str) -> Any:
+        """The client's ``attr``; before it is made, a stand-in that makes it when called (so
+        a cluster that is away fails the call, inside the caller's error handling)."""
+        if self._client is not None:
+            return getattr(self._client, attr)
+        return lambda *args, **kwargs: getattr(self._connected(), attr)(*args, **kwargs)
+
+    def _connected(self) -> Any:
         if self._client is None:
             self._client = self._make()
-        return getattr(self._client, attr)
+        return self._client
 
     def name_node(self, prefix: str) -> Any:
         """The node that owns the slot of a name's keys (``prefix`` holds its hash tag)."""
-        return self.get_node_from_key(prefix)
+        return self._connected().get_node_from_key(prefix)
 
     def close(self) -> None:
         if self._client is not None:
@@ -243,20 +250,27 @@ class RedisBase:
 
     def _drop(self, pattern: str) -> int:
         """Delete this name's keys matching ``pattern`` (SCAN: no index to trust). Not a hot path.
-        On a cluster only the master of the name's slot holds them: SCAN that one."""
-        dropped = 0
-        try:
-            batch = []
-            where = {"target_nodes": self._redis.name_node(self._prefix)} if is_cluster(self.url) else {}
-            for found in self._redis.scan_iter(match=self._prefix + pattern, count=1000, **where):
-                batch.append(found)
-                if len(batch) == 500:
-                    dropped += self._redis.delete(*batch)
-                    batch = []
-            if batch:
+        On a cluster only the master of the name's slot holds them: SCAN that one, asking the
+        client's slot map again once if that node is gone (the map is read anew after a failure)."""
+        attempts = 2 if is_cluster(self.url) else 1
+        for attempt in range(attempts):
+            try:
+                return self._scan_and_delete(pattern)
+            except self._errors as exc:
+                if attempt + 1 == attempts:
+                    raise unavailable(self.url, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _scan_and_delete(self, pattern: str) -> int:
+        dropped, batch = 0, []
+        where = {"target_nodes": self._redis.name_node(self._prefix)} if is_cluster(self.url) else {}
+        for found in self._redis.scan_iter(match=self._prefix + pattern, count=1000, **where):
+            batch.append(found)
+            if len(batch) == 500:
                 dropped += self._redis.delete(*batch)
-        except self._errors as exc:
-            raise unavailable(self.url, exc) from exc
+                batch = []
+        if batch:
+            dropped += self._redis.delete(*batch)
         return dropped
 
     @property

@@ -1,0 +1,272 @@
+"""The redis backend on a real Redis Cluster (3 masters, 3 replicas, ``redis+cluster://``): hash
+tags keep a name in one slot, redirections are followed, and a master killed mid-run is failed
+over with the calls following ``on_error`` meanwhile, never hanging and never over-admitting.
+
+The contract suite (tests/contract/test_contract.py) also runs on the cluster; the fixtures
+(``redis_cluster``, ``own_redis_cluster``) are in conftest.py, the cluster in servers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+
+import pytest
+from cli_support import cli
+
+import shmwin
+from shmwin import Limiter, Window
+from shmwin.backends.redis.client import cluster_nodes
+
+redis = pytest.importorskip("redis")
+from redis.cluster import RedisCluster as ClusterClient  # noqa: E402
+
+
+def _client(url: str) -> ClusterClient:
+    return ClusterClient(startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in cluster_nodes(url)])
+
+
+def _ring(name: str, key: str = "k") -> str:
+    return f"shmwin:{{{name}}}:k:{key}"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("url", "nodes"),
+    [
+        ("redis+cluster://10.0.0.5:7000/", [("10.0.0.5", 7000)]),
+        ("redis+cluster://a:7000,b:7001,c/", [("a", 7000), ("b", 7001), ("c", 6379)]),
+        ("rediss+cluster://user:pw@[::1]:7000,10.0.0.6:7001", [("::1", 7000), ("10.0.0.6", 7001)]),
+    ],
+)
+def test_cluster_urls_name_their_seed_nodes(url, nodes):
+    assert cluster_nodes(url) == nodes
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("url", ["redis+cluster://a:7000/1", "redis+cluster://a:7000/?x=1", "redis+cluster://a:x/"])
+def test_a_cluster_url_with_a_database_or_a_bad_port_is_refused(url):
+    with pytest.raises(ValueError, match="Redis Cluster"):
+        Limiter("x", "5/minute", backend=url)
+
+
+def test_every_name_lives_in_one_slot_and_names_spread_over_the_masters(redis_cluster, make_name):
+    """Every script runs with the server refusing cross-slot keys (CROSSSLOT): a name's keys,
+    its clock included, share one slot, and different names land on different masters."""
+    url, client = redis_cluster.url, _client(redis_cluster.url)
+    names = [make_name(f"n{i}") for i in range(12)]
+    try:
+        for n in names:
+            with (
+                Limiter(n, "10/minute", backend=url) as lean,
+                Limiter(n + "m", "10/minute;99/hour", backend=url) as multi,
+                Window(n + "w", span=60, capacity=10, fields=("a", "b"), backend=url) as w,
+            ):
+                assert lean.hit("k") and multi.hit("k") and lean.stats("k").used == 1
+                assert multi.acquire("k", timeout=0) and [s.used for s in multi.stats_all("k")] == [2, 2]
+                w.add(1, key="x"), w.add(2, "b", key="y")
+                assert w.add_and_total(3, key="x") == 4 and w.totals() == {"a": 4, "b": 2}
+                assert sorted(w.keys()) == ["x", "y"] and w.top(1, "a") == [("x", 4)]
+                w.clear("y")
+                assert w.keys() == ["x"]
+                for obj in (lean, multi, w):
+                    keys = [k.decode() for k in client.scan_iter(match=f"shmwin:{{{obj.name}}}:*")]
+                    assert {client.keyslot(k) for k in keys} == {client.keyslot(f"{{{obj.name}}}")}, keys
+                    assert f"shmwin:{{{obj.name}}}:clock" in keys and f"shmwin:{{{obj.name}}}:meta" in keys
+                w.reset()
+                assert w.totals() == {"a": 0, "b": 0}
+                for obj in (lean, multi, w):
+                    obj.unlink()
+                    assert list(client.scan_iter(match=f"shmwin:{{{obj.name}}}:*")) == []
+        masters = {redis_cluster.master_of(_ring(n)) for n in names}
+        assert len(masters) == 3  # 12 names: each master serves some (1 in 3**11 that it fails by chance)
+    finally:
+        client.close()
+
+
+def test_scripts_are_loaded_on_each_master_as_it_needs_them(redis_cluster, make_name):
+    """EVALSHA, and EVAL (which caches the script) on the node that answers NOSCRIPT: after a
+    script flush on every master (as after a failover to a replica that never ran them)."""
+    url, client = redis_cluster.url, _client(redis_cluster.url)
+    names = [make_name(f"s{i}") for i in range(9)]
+    lims = [Limiter(n, "5/minute;50/hour" if i % 2 else "5/minute", backend=url) for i, n in enumerate(names)]
+    try:
+        for round_ in range(2):
+            client.script_flush()  # on every master
+            assert all(lim.hit("k") for lim in lims)
+            assert [lim.stats("k").used for lim in lims] == [round_ + 1] * len(lims)
+    finally:
+        for lim in lims:
+            lim.unlink()
+            lim.close()
+        client.close()
+
+
+def test_a_moved_slot_is_followed(redis_cluster, make_name):
+    """The name's slot moves to another master (MIGRATING/IMPORTING, MIGRATE, SETSLOT NODE)
+    while a limiter holds the old slot map: MOVED is followed, the count moved with the keys."""
+    name = make_name("moved")
+    url, client = redis_cluster.url, _client(redis_cluster.url)
+    lim = Limiter(name, "10/hour", backend=url)
+    try:
+        assert all(lim.hit("k") for _ in range(4))
+        slot = client.keyslot(_ring(name))
+        src = client.get_node_from_key(_ring(name))
+        dst = next(n for n in client.get_primaries() if n.name != src.name)
+        src_id, dst_id = (client.cluster_myid(n) for n in (src, dst))
+        client.cluster_setslot(dst, src_id, slot, "IMPORTING")
+        client.cluster_setslot(src, dst_id, slot, "MIGRATING")
+        keys = client.execute_command("CLUSTER GETKEYSINSLOT", slot, 100, target_nodes=src)
+        assert len(keys) >= 3  # meta, clock and the ring
+        client.execute_command("MIGRATE", dst.host, dst.port, "", 0, 5000, "KEYS", *keys, target_nodes=src)
+        for node in client.get_primaries():
+            client.cluster_setslot(node, dst_id, slot, "NODE")
+        assert redis_cluster.master_of(_ring(name)) == dst.port
+        assert [lim.hit("k") for _ in range(7)] == [True] * 6 + [False]  # 4 + 6: the count went along
+        assert lim.stats("k").used == 10
+    finally:
+        lim.unlink()
+        lim.close()
+        client.close()
+
+
+_HOST = """
+import sys
+from shmwin import Limiter
+lim = Limiter(sys.argv[1], "100/hour", backend=sys.argv[2])
+print(sum(lim.hit("client") for _ in range(60)))
+"""
+
+
+def test_several_processes_share_one_exact_limit_on_the_cluster(redis_cluster, name):
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _HOST, name, redis_cluster.url], cwd=ROOT, stdout=subprocess.PIPE,
+                         text=True)  # fmt: skip
+        for _ in range(4)
+    ]
+    admitted = [int(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(admitted) == 100  # 240 tries from four processes, one limit
+    with Limiter.attach(name, backend=redis_cluster.url) as lim:
+        assert lim.stats("client").used == 100
+        lim.unlink()
+
+
+def test_ls_and_show_scan_every_master(redis_cluster, make_name):
+    url = redis_cluster.url
+    names = [make_name(f"cli{i}") for i in range(6)]
+    made = [Limiter(n, "5/minute", backend=url) for n in names]
+    try:
+        for i, lim in enumerate(made):
+            for _ in range(i + 1):
+                lim.hit(f"10.0.0.{i}")
+        assert len({redis_cluster.master_of(_ring(n)) for n in names}) > 1  # the names are spread
+        listed = {r["name"]: r for r in json.loads(cli("ls", "--backend", url, "--json").stdout)["windows"]}
+        assert set(names) <= set(listed) and all(listed[n]["kind"] == "limiter" for n in names)
+        shown = json.loads(cli("show", names[3], "--backend", url, "--json").stdout)
+        assert [(e["key"], e["rates"][0]["used"]) for e in shown["top"]] == [("10.0.0.3", 4)]
+    finally:
+        for lim in made:
+            lim.unlink()
+            lim.close()
+
+
+def test_an_unreachable_cluster_follows_on_error_at_once(make_name):
+    """No seed answers: the client cannot even learn the slot map. Opening still works with
+    on_error allow/deny (the claim waits for the first call that gets through), as on one server."""
+    from servers import free_port
+
+    url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/"
+    name = make_name("away")
+    started = time.monotonic()
+    with pytest.raises(shmwin.BackendUnavailableError, match="unavailable"):
+        Limiter(name, "5/minute", backend=url, timeout=0.5)
+    fail_open = Limiter(name, "5/minute", backend=url, timeout=0.5, on_error="allow")
+    fail_closed = Limiter(name, "5/minute", backend=url, timeout=0.5, on_error="deny")
+    assert fail_open.hit("k") is True and fail_closed.hit("k") is False
+    assert fail_open.test("k") is True and fail_closed.acquire("k", timeout=1) is False
+    with pytest.raises(shmwin.BackendUnavailableError):
+        fail_open.stats("k")
+    assert time.monotonic() - started < 15
+    fail_open.close()
+    fail_closed.close()
+
+
+# -- failover -----------------------------------------------------------------------------------
+
+LIMIT = 3000  # per hour: the whole run is inside one period, so no more than LIMIT in all
+
+
+def _worker(name: str, url: str, stop, admitted, slowest_ms, slot: int) -> None:
+    lim = Limiter(name, f"{LIMIT}/hour", backend=url, timeout=0.5, on_error="deny")
+    while not stop.is_set():
+        started = time.monotonic()
+        if lim.hit("k"):  # anything but True/False escaping fails the worker (exit code)
+            admitted[slot] += 1
+        slowest_ms[slot] = max(slowest_ms[slot], int((time.monotonic() - started) * 1000))
+    lim.close()
+
+
+def _wait_for(what, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, f"still waiting after {timeout}s"
+        time.sleep(0.02)
+
+
+def test_a_killed_master_fails_over_without_a_hang_or_over_admission(own_redis_cluster, name):
+    """Workers hit one limit through the cluster; the master of its slot is SIGKILLed halfway.
+    Until the replica takes over, the calls follow on_error (raise, allow, deny: probed here),
+    each within a bounded time; afterwards the limit fills up to exactly LIMIT, never more."""
+    cluster, workers = own_redis_cluster, 3
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    admitted, slowest_ms = ctx.Array("q", workers, lock=False), ctx.Array("q", workers, lock=False)
+    Limiter(name, f"{LIMIT}/hour", backend=cluster.url).close()  # claims the name
+    procs = [ctx.Process(target=_worker, args=(name, cluster.url, stop, admitted, slowest_ms, i))
+             for i in range(workers)]  # fmt: skip
+    for p in procs:
+        p.start()
+    probes = {
+        policy: Limiter(name, f"{LIMIT}/hour", backend=cluster.url, timeout=0.5, on_error=policy)
+        for policy in ("raise", "allow", "deny")
+    }
+    try:
+        _wait_for(lambda: sum(admitted) >= LIMIT // 3, 60)
+        master = cluster.master_of(_ring(name))
+        cluster.kill(master)
+        killed_at, at_kill = time.monotonic(), sum(admitted)
+        with pytest.raises(shmwin.BackendUnavailableError):
+            probes["raise"].hit("probe")
+        assert probes["allow"].hit("probe") is True and probes["deny"].hit("probe") is False
+        assert time.monotonic() - killed_at < 10  # no hang: each failed call is bounded
+        cluster.wait_ok(60)
+        failover_s = time.monotonic() - killed_at
+        assert cluster.master_of(_ring(name)) != master  # the replica took the slot over
+        _wait_for(lambda: probes["raise"].stats("k").used >= LIMIT, 60)  # recovered: the limit fills
+        time.sleep(0.2)  # the workers keep trying against a full limit
+        stop.set()
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+        total = sum(admitted)
+        print(f"failover {failover_s:.2f}s, admitted {total} of {LIMIT} ({at_kill} before the kill), "
+              f"slowest call {max(slowest_ms)} ms")  # fmt: skip
+        assert probes["allow"].hit("k") is False and probes["raise"].stats("k").used == LIMIT
+        assert total <= LIMIT  # any write the dead master acknowledged but never replicated shows here
+        assert total >= LIMIT - workers  # a hit counted whose answer died with the master: denied
+        assert max(slowest_ms) < 10_000
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(30)
+            if p.exitcode is None:
+                p.kill()
+        for lim in probes.values():  # the keys go with the cluster
+            lim.close()
