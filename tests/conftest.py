@@ -23,8 +23,9 @@ import pytest
 # beside this file (helpers, servers, rootenv, cli_support)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import shmwin
 from servers import RedisCluster
+
+import shmwin
 from shmwin.backends.shm.segment import PREFIX, SHM_DIR
 
 

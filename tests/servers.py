@@ -15,6 +15,7 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "tests" / "apps"
@@ -153,9 +154,10 @@ class RedisCluster:
         while True:
             live = self.live()
             infos = {p: self.info(p) for p in live}
-            if all(i.get("cluster_state") == "ok" and i.get("cluster_slots_ok") == "16384" for i in infos.values()):
-                if all(set(self.serving(p)) <= set(live) for p in live) and self.replicas_synced():
-                    return time.monotonic() - started
+            ok = all(i.get("cluster_state") == "ok" and i.get("cluster_slots_ok") == "16384"
+                     for i in infos.values())  # fmt: skip
+            if ok and all(set(self.serving(p)) <= set(live) for p in live) and self.replicas_synced():
+                return time.monotonic() - started
             if time.monotonic() - started > timeout:
                 raise RuntimeError(f"the cluster is not ok after {timeout}s: {infos}")
             time.sleep(0.05)
@@ -175,7 +177,7 @@ class RedisCluster:
                              timeout=10)  # fmt: skip
         masters: dict[int, list[tuple[int, int]]] = {}
         for line in out.stdout.splitlines():
-            node_id, address, flags, *rest = line.split()
+            _, address, flags, *rest = line.split()
             if "master" not in flags or "fail" in flags.replace("fail?", ""):
                 continue
             ranges = []
@@ -216,3 +218,16 @@ class RedisCluster:
             proc.wait(20)
         self.procs.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def redis_client(url: str) -> Any:
+    """A redis-py client for a backend URL: ``redis.Redis``, or ``RedisCluster`` for ``redis+cluster://``."""
+    import redis
+    from redis.cluster import ClusterNode
+    from redis.cluster import RedisCluster as ClusterClient
+
+    from shmwin.backends.redis.client import cluster_nodes, is_cluster
+
+    if is_cluster(url):
+        return ClusterClient(startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)])
+    return redis.Redis.from_url(url)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from helpers import ROOT
+from servers import redis_client
 
 import shmwin
 from shmwin import Limiter, ManualClock, Window
@@ -18,18 +19,14 @@ redis = pytest.importorskip("redis")
 S = 1_000_000_000
 
 
-def _client(url: str):
-    return redis.Redis.from_url(url)
-
-
-def test_rows_expire_by_themselves(redis_server, name):
-    r = _client(redis_server.url)
-    with Limiter(name, "5/minute", backend=redis_server.url) as lim:
+def test_rows_expire_by_themselves(redis_url, name):
+    r = redis_client(redis_url)
+    with Limiter(name, "5/minute", backend=redis_url) as lim:
         lim.hit("k")
         ttl_ms = r.pttl(f"shmwin:{{{name}}}:k:k")
         assert 63_000 < ttl_ms <= 66_001  # span (21 buckets of 3 s) + a bucket, set when a bucket opens
         lim.unlink()
-    with Window(name, span=10, buckets=10, backend=redis_server.url) as w:
+    with Window(name, span=10, buckets=10, backend=redis_url) as w:
         w.add()
         assert 0 < r.pttl(f"shmwin:{{{name}}}:k:") <= 11_001
         w.unlink()
@@ -69,8 +66,8 @@ def test_one_round_trip_per_operation(redis_server, name, monkeypatch):
         w.unlink()
 
 
-def test_time_comes_from_the_server(redis_server, name):
-    with Limiter(name, "5/minute", backend=redis_server.url) as lim:
+def test_time_comes_from_the_server(redis_url, name):
+    with Limiter(name, "5/minute", backend=redis_url) as lim:
         assert lim.hit("k")
         assert 57 <= lim.stats("k").reset_after <= 63
         lim.unlink()
@@ -119,11 +116,11 @@ print(admitted)
 """
 
 
-def test_several_hosts_share_one_exact_limit(redis_server, name):
+def test_several_hosts_share_one_exact_limit(redis_url, name):
     hosts = [f"{name}-host{i}" for i in range(4)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(HOST), name, redis_server.url],
+            [sys.executable, "-c", textwrap.dedent(HOST), name, redis_url],
             env=dict(os.environ, PYTHONPATH=str(ROOT), SHMWIN_NAMESPACE=host),
             stdout=subprocess.PIPE, text=True,
         )
@@ -142,24 +139,24 @@ def test_several_hosts_share_one_exact_limit(redis_server, name):
                 w.unlink()
     finally:
         os.environ.pop("SHMWIN_NAMESPACE", None)
-    with Limiter.attach(name, backend=redis_server.url) as lim:
+    with Limiter.attach(name, backend=redis_url) as lim:
         assert lim.stats("client").used == 100
         lim.unlink()
 
 
-def test_unknown_backends_and_redis_only_limits(redis_server, name):
+def test_unknown_backends_and_redis_only_limits(redis_url, name):
     with pytest.raises(ValueError, match="unknown backend"):
         Window(name, backend="memcached://localhost")
     with pytest.raises(shmwin.NotSupportedError, match="one resolution"):
-        Window(name, resolutions=("1m/1s", "1h/1m"), backend=redis_server.url)
-    with Window(name, resolutions=("1m/1s",), backend=redis_server.url) as one:  # one is fine
+        Window(name, resolutions=("1m/1s", "1h/1m"), backend=redis_url)
+    with Window(name, resolutions=("1m/1s",), backend=redis_url) as one:  # one is fine
         assert one.resolutions == ["1m/1s"] and one.geometry.mode == "locked"
         one.unlink()
     with pytest.raises(shmwin.WindowNotFoundError):
-        Window.attach(name, backend=redis_server.url)
-    with Window(name, span=10, buckets=10, backend=redis_server.url, clock=ManualClock(10**15)) as w:
+        Window.attach(name, backend=redis_url)
+    with Window(name, span=10, buckets=10, backend=redis_url, clock=ManualClock(10**15)) as w:
         with pytest.raises(shmwin.GeometryMismatchError, match="window"):
-            Limiter.attach(name, backend=redis_server.url)
+            Limiter.attach(name, backend=redis_url)
         w.unlink()
 
 
@@ -194,18 +191,18 @@ def test_on_error_applies_when_built_while_the_server_is_down(own_redis, name):
         obj.close()
 
 
-def test_hit_after_acquire_on_a_one_rate_limiter(redis_server, name):
+def test_hit_after_acquire_on_a_one_rate_limiter(redis_url, name):
     """acquire() writes with the multi-rate script (BITFIELD leaves the value short); the lean
     one-rate hit must still read it (it raised a raw ResponseError before)."""
     clock = ManualClock(10**15)
-    with Limiter(name, "5/minute", backend=redis_server.url, clock=clock) as lim:
+    with Limiter(name, "5/minute", backend=redis_url, clock=clock) as lim:
         assert lim.acquire("k", timeout=0)
         clock.advance(3)
         assert [lim.hit("k") for _ in range(5)] == [True] * 4 + [False]
         lim.unlink()
 
 
-def test_an_exact_limiter_is_refused_clearly(redis_server, name):
+def test_an_exact_limiter_is_refused_clearly(redis_url, name):
     """Redis windows keep buckets: exact=True there would silently mean something else."""
     with pytest.raises(shmwin.NotSupportedError, match="exact"):
-        Limiter(name, "5/minute", exact=True, backend=redis_server.url)
+        Limiter(name, "5/minute", exact=True, backend=redis_url)

@@ -86,7 +86,7 @@ class LazyCluster:
         parts = urllib.parse.urlsplit(self._url)
         try:
             return RedisCluster(
-                startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],
+                startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],  # type: ignore[no-untyped-call]
                 username=urllib.parse.unquote(parts.username) if parts.username else None,
                 password=urllib.parse.unquote(parts.password) if parts.password else None,
                 ssl=parts.scheme == "rediss+cluster", socket_timeout=self._timeout,
