@@ -101,25 +101,37 @@ class RedisCluster:
 
     def __init__(self, server: str, cli: str, node_timeout_ms: int = 5000) -> None:
         self.server, self.cli, self.node_timeout_ms = server, cli, node_timeout_ms
-        self.dir = tempfile.mkdtemp(prefix="shmwin-redis-cluster-")
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.bus: dict[int, int] = {}
-        try:
-            for _ in range(2 * self.MASTERS):
-                port = free_port()
-                self.bus[port] = free_port()
-                self.start(port)
-            self.ports = list(self.procs)
-            nodes = [f"127.0.0.1:{p}" for p in self.ports]
-            subprocess.run(
-                [cli, "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
-            )  # fmt: skip
-            self.wait_ok()
-        except BaseException:
-            self.close()
-            raise
-        self.url = "redis+cluster://" + ",".join(nodes[: self.MASTERS]) + "/"
+        for attempt in range(2):  # free ports are only free when picked: another process may take one
+            self.dir = tempfile.mkdtemp(prefix="shmwin-redis-cluster-")
+            try:
+                self._create()
+                break
+            except (RuntimeError, subprocess.SubprocessError):
+                self.close()
+                if attempt:
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[: self.MASTERS]) + "/"
+
+    def _create(self) -> None:
+        """Start the six nodes (each with its cluster bus on another free port), join them with
+        ``redis-cli --cluster create`` (masters first, one replica each) and wait until it is ok."""
+        picked: set[int] = set()
+        while len(picked) < 4 * self.MASTERS:
+            picked.add(free_port())
+        self.ports, buses = sorted(picked)[: 2 * self.MASTERS], sorted(picked)[2 * self.MASTERS :]
+        self.bus = dict(zip(self.ports, buses, strict=True))
+        for port in self.ports:
+            self.start(port)
+        create = [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1",
+                  "--cluster-yes"]  # fmt: skip
+        out = subprocess.run(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        if out.returncode:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}")
+        self.wait_ok()
 
     def start(self, port: int) -> None:
         """Start (or restart) the node on ``port`` and wait until it accepts connections."""

@@ -4,7 +4,8 @@ Each block runs on its own in a fresh interpreter (``python -c``), from an empty
 with this checkout's shmwin and a ``SHMWIN_NAMESPACE`` of its own, so blocks that open the
 same names ("api", "login") never meet, and whatever segments a block leaves open are
 removed after it. A block that names a ``redis://`` URL runs against a redis-server of its
-own, the URL replaced (the docs' example addresses are never contacted).
+own, one that names a ``redis+cluster://`` URL against a Redis Cluster of its own, the URL
+replaced (the docs' example addresses are never contacted).
 
 Only two kinds of block are not run here, each marked on the line before its fence:
 
@@ -38,6 +39,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SKIP = re.compile(r"<!-- snippet: skip \((.+)\) -->")
 MARKER = re.compile(r"<!-- (?:snippet|recipe):")
 REDIS_URL = re.compile(r"redis://[^\s\"')]+")
+CLUSTER_URL = re.compile(r"redis\+cluster://[^\s\"')]+")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ def test_the_block_runs(block: Block, make_name, tmp_path, request):
     code = block.code
     if REDIS_URL.search(code):
         code = REDIS_URL.sub(request.getfixturevalue("own_redis").url, code)
+    if CLUSTER_URL.search(code):
+        code = CLUSTER_URL.sub(request.getfixturevalue("own_redis_cluster").url, code)
     namespace = make_name("docs")  # its segments start with this test's prefix: make_name checks
     env = dict(os.environ, PYTHONPATH=str(ROOT), SHMWIN_NAMESPACE=namespace)
     try:

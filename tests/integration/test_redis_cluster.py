@@ -264,3 +264,22 @@ def test_a_killed_master_fails_over_without_a_hang_or_over_admission(own_redis_c
                 p.kill()
         for lim in probes.values():  # the keys go with the cluster
             lim.close()
+
+
+def test_a_closed_test_cluster_leaves_no_process_or_file():
+    import os
+    import shutil
+
+    from servers import RedisCluster
+
+    server, tool = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or tool is None:
+        pytest.skip("redis-server or redis-cli is not installed (scripts/test installs both)")
+    cluster = RedisCluster(server, tool)
+    pids, where = [p.pid for p in cluster.procs.values()], cluster.dir
+    assert len(pids) == 6 and len(cluster.serving(cluster.ports[0])) == 3
+    cluster.close()
+    assert not os.path.exists(where)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
