@@ -126,8 +126,8 @@ class RedisCluster:
         self.bus = dict(zip(self.ports, buses, strict=True))
         for port in self.ports:
             self.start(port)
-        create = [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1",
-                  "--cluster-yes"]  # fmt: skip
+        nodes = [f"127.0.0.1:{p}" for p in self.ports]
+        create = [self.cli, "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"]
         out = subprocess.run(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
         if out.returncode:
             raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}")
