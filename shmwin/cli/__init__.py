@@ -36,8 +36,9 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=_version())
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--backend", metavar="URL", help="look at the windows of a Redis server (redis://host:6379/0)"
-    )
+        "--backend", metavar="URL",
+        help="look at the windows of a Redis server (redis://host:6379/0) or cluster (redis+cluster://host:7000/)",
+    )  # fmt: skip
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, example: str) -> argparse.ArgumentParser:

@@ -2,6 +2,7 @@
 
     Window("api", span=60, fields=("ok", "error"), backend="redis://10.0.0.5:6379/0")
     Limiter("login", "5/minute", backend="redis://10.0.0.5:6379/0", on_error="deny")
+    Limiter("login", "5/minute", backend="redis+cluster://10.0.0.5:7000,10.0.0.6:7000/")
 
 Every operation is **one round trip**: a Lua script (``lua/*.lua``, see
 :mod:`.scripts`) that keeps the bucket ring in Redis, reads the time with ``TIME``
@@ -10,7 +11,8 @@ atomically. That time never goes back: when the server's clock steps back, the n
 time goes on from the newest it handed out (``lua/clock.lua``). Each key expires by
 itself a span (plus a bucket) after its last write, i.e. once its window is empty.
 
-Keys, under one hash tag so a window lives in one cluster slot::
+Keys, under one hash tag so a name lives in one Redis Cluster slot (every script runs on
+one node; ``redis+cluster://`` URLs use redis-py's RedisCluster, see :mod:`.client`)::
 
     shmwin:{NAME}:meta      hash: the geometry, checked by every process that opens NAME
     shmwin:{NAME}:k:KEY     the ring of one key ("" for an unkeyed window)
