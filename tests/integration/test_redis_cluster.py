@@ -19,7 +19,7 @@ from servers import free_port, redis_client
 
 import shmwin
 from shmwin import Limiter, Window
-from shmwin.backends.redis.client import cluster_nodes
+from shmwin.backends.redis.client import cluster_nodes, unavailable
 
 redis = pytest.importorskip("redis")
 _client = redis_client
@@ -40,6 +40,12 @@ def _ring(name: str, key: str = "k") -> str:
 )
 def test_cluster_urls_name_their_seed_nodes(url, nodes):
     assert cluster_nodes(url) == nodes
+
+
+@pytest.mark.unit
+def test_an_unavailable_cluster_is_named_without_its_credentials():
+    err = unavailable("rediss+cluster://user:s3cret@a:7000,b:7001/", OSError("refused"))
+    assert str(err) == "redis at rediss+cluster://a:7000,b:7001/ is unavailable: refused"
 
 
 @pytest.mark.unit

@@ -7,6 +7,7 @@ The ``redis`` package is imported only here and only when a connection is made, 
 
 from __future__ import annotations
 
+import threading
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -78,6 +79,7 @@ class LazyCluster:
         self._url, self._timeout = url, timeout
         self._nodes = cluster_nodes(url)
         self._client: Any = None
+        self._making = threading.Lock()  # two threads' first calls make one client
 
     def _make(self) -> Any:
         import redis
@@ -98,23 +100,27 @@ class LazyCluster:
     def __getattr__(self, attr: str) -> Any:
         """The client's ``attr``; before it is made, a stand-in that makes it when called (so
         a cluster that is away fails the call, inside the caller's error handling)."""
+        if attr.startswith("_"):  # never the client's privates, nor ours before __init__ set them
+            raise AttributeError(attr)
         if self._client is not None:
             return getattr(self._client, attr)
         return lambda *args, **kwargs: getattr(self._connected(), attr)(*args, **kwargs)
 
     def _connected(self) -> Any:
-        if self._client is None:
-            self._client = self._make()
-        return self._client
+        with self._making:
+            if self._client is None:
+                self._client = self._make()
+            return self._client
 
     def name_node(self, prefix: str) -> Any:
         """The node that owns the slot of a name's keys (``prefix`` holds its hash tag)."""
         return self._connected().get_node_from_key(prefix)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._making:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
 
 def unavailable(url: str, exc: Exception) -> BackendUnavailableError:
