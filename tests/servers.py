@@ -89,8 +89,9 @@ def hammer(port: int, requests: int, path: str = "/", threads: int = 8) -> tuple
 class RedisCluster:
     """A real Redis Cluster on loopback: 3 masters and 3 replicas of Debian's redis-server on free
     ports, in one temporary directory. ``url`` is the backend URI (``redis+cluster://``, seeded with
-    the three first nodes); ``kill(port)`` SIGKILLs one node, ``restart(port)`` brings it back (it
-    rejoins from its nodes.conf), ``close()`` stops every node and removes the directory.
+    the three first nodes); ``kill(port)`` SIGKILLs one node, ``start(port)`` brings it back (it
+    rejoins from its nodes.conf), ``freeze(port)``/``thaw(port)`` stop and resume one, ``close()``
+    stops every node and removes the directory.
 
     ``node_timeout_ms`` is ``cluster-node-timeout``: how long a master may be silent before its
     replica takes over (about that plus a second on loopback). A short one makes a failover quick,
@@ -102,6 +103,7 @@ class RedisCluster:
     def __init__(self, server: str, cli: str, node_timeout_ms: int = 5000) -> None:
         self.server, self.cli, self.node_timeout_ms = server, cli, node_timeout_ms
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.frozen: set[int] = set()
         for attempt in range(2):  # free ports are only free when picked: another process may take one
             self.dir = tempfile.mkdtemp(prefix="shmwin-redis-cluster-")
             try:
@@ -216,7 +218,17 @@ class RedisCluster:
         raise RuntimeError(f"no live master serves slot {slot}")
 
     def live(self) -> list[int]:
-        return [p for p, proc in self.procs.items() if proc.poll() is None]
+        """The nodes that run and answer (neither killed nor frozen)."""
+        return [p for p, proc in self.procs.items() if proc.poll() is None and p not in self.frozen]
+
+    def freeze(self, port: int) -> None:
+        """SIGSTOP one node: it keeps its sockets open and answers nothing (a hung server)."""
+        self.procs[port].send_signal(signal.SIGSTOP)
+        self.frozen.add(port)
+
+    def thaw(self, port: int) -> None:
+        self.procs[port].send_signal(signal.SIGCONT)
+        self.frozen.discard(port)
 
     def kill(self, port: int) -> None:
         """SIGKILL one node (no chance to hand anything over)."""

@@ -289,3 +289,27 @@ def test_a_closed_test_cluster_leaves_no_process_or_file():
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_hung_master_costs_bounded_waits_then_fails_over(own_redis_cluster, name):
+    """A master that stops answering (SIGSTOP) instead of dying: each call waits for its
+    timeouts (redis-py's RedisCluster tries four times), follows on_error, and once the replica
+    has taken over the calls are counted again; the old master, woken, rejoins as a replica."""
+    cluster = own_redis_cluster
+    lim = Limiter(name, "1000/hour", backend=cluster.url, timeout=0.5, on_error="deny")
+    try:
+        assert lim.hit("k")
+        master = cluster.master_of(_ring(name))
+        cluster.freeze(master)
+        try:
+            started = time.monotonic()
+            assert lim.hit("k") is False  # the master does not answer: denied
+            assert time.monotonic() - started < 4 * 0.5 + 3
+            cluster.wait_ok(60)
+            _wait_for(lambda: lim.hit("k"), 30)  # the replica took over: counted again
+        finally:
+            cluster.thaw(master)
+        cluster.wait_ok(60)
+        assert cluster.master_of(_ring(name)) != master and lim.stats("k").used == 2
+    finally:
+        lim.close()
