@@ -134,6 +134,7 @@ def redis_cluster() -> Iterator[RedisCluster]:
     cluster = _redis_cluster()
     yield cluster
     cluster.close()
+    assert not cluster.leftovers(), "the test cluster left processes or files behind"
 
 
 @pytest.fixture
@@ -142,6 +143,7 @@ def own_redis_cluster() -> Iterator[RedisCluster]:
     cluster = _redis_cluster(node_timeout_ms=1000)
     yield cluster
     cluster.close()
+    assert not cluster.leftovers(), "the test cluster left processes or files behind"
 
 
 @pytest.fixture(params=["server", "cluster"])

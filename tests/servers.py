@@ -104,6 +104,7 @@ class RedisCluster:
         self.server, self.cli, self.node_timeout_ms = server, cli, node_timeout_ms
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.frozen: set[int] = set()
+        self.pids: list[int] = []  # of the nodes close() stopped
         for attempt in range(2):  # free ports are only free when picked: another process may take one
             self.dir = tempfile.mkdtemp(prefix="shmwin-redis-cluster-")
             try:
@@ -235,7 +236,19 @@ class RedisCluster:
         self.procs[port].kill()
         self.procs[port].wait(20)
 
+    def leftovers(self) -> list[str]:
+        """After close(): the node processes still there, and the directory if it still is."""
+        left = []
+        for pid in self.pids:
+            try:
+                os.kill(pid, 0)
+                left.append(f"pid {pid}")
+            except ProcessLookupError:
+                pass
+        return left + ([self.dir] if os.path.exists(self.dir) else [])
+
     def close(self) -> None:
+        self.pids = [proc.pid for proc in self.procs.values()]
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()

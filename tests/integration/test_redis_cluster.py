@@ -274,25 +274,6 @@ def test_a_killed_master_fails_over_without_a_hang_or_over_admission(own_redis_c
             lim.close()
 
 
-def test_a_closed_test_cluster_leaves_no_process_or_file():
-    import os
-    import shutil
-
-    from servers import RedisCluster
-
-    server, tool = shutil.which("redis-server"), shutil.which("redis-cli")
-    if server is None or tool is None:
-        pytest.skip("redis-server or redis-cli is not installed (scripts/test installs both)")
-    cluster = RedisCluster(server, tool)
-    pids, where = [p.pid for p in cluster.procs.values()], cluster.dir
-    assert len(pids) == 6 and len(cluster.serving(cluster.ports[0])) == 3
-    cluster.close()
-    assert not os.path.exists(where)
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
-
-
 def test_a_hung_master_costs_bounded_waits_then_fails_over(own_redis_cluster, name):
     """A master that stops answering (SIGSTOP) instead of dying: each call waits for its
     timeouts (redis-py's RedisCluster tries four times), follows on_error, and once the replica
