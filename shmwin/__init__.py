@@ -25,6 +25,7 @@ from .errors import (
     WindowNotFoundError,
     WindowPermissionError,
 )
+from .decisions import Decisions
 from .limiter import Limiter, LimitStats
 from .overload.adaptive import AdaptiveLimiter
 from .overload.breaker import Breaker, BreakerOpenError
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdaptiveLimiter",
+    "Decisions",
     "BackendUnavailableError",
     "Breaker",
     "BreakerOpenError",

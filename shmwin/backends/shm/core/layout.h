@@ -78,6 +78,7 @@
 #define ROLE_HEALTH                6
 #define ROLE_FIXED_WINDOW          7
 #define ROLE_SLIDING_COUNTER       8
+#define ROLE_DECISIONS             9
 #define MAGIC_OFF                  0
 #define HEADER_CRC_OFF             24
 #define FIELD_NAMES_OFF            256
@@ -204,6 +205,7 @@
     X(ROLE_HEALTH) \
     X(ROLE_FIXED_WINDOW) \
     X(ROLE_SLIDING_COUNTER) \
+    X(ROLE_DECISIONS) \
     X(MAGIC_OFF) \
     X(HEADER_CRC_OFF) \
     X(FIELD_NAMES_OFF) \
