@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
+from .decisions import Decisions
 from .errors import (
     BackendUnavailableError,
     CorruptSegmentError,
@@ -25,7 +26,6 @@ from .errors import (
     WindowNotFoundError,
     WindowPermissionError,
 )
-from .decisions import Decisions
 from .limiter import Limiter, LimitStats
 from .overload.adaptive import AdaptiveLimiter
 from .overload.breaker import Breaker, BreakerOpenError
@@ -37,11 +37,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdaptiveLimiter",
-    "Decisions",
     "BackendUnavailableError",
     "Breaker",
     "BreakerOpenError",
     "CorruptSegmentError",
+    "Decisions",
     "ForeignFileError",
     "GeometryMismatchError",
     "IncompatibleVersionError",

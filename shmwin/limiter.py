@@ -32,11 +32,11 @@ from . import backends
 from . import decisions as _decisions
 from .backends.contract import Key
 from .clock import Clock, host_clock
+from .decisions import Decisions
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
 from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
-from .decisions import Decisions
 from .rate import LimitStats, Rate, parse_many
 from .window import Window
 

@@ -145,11 +145,10 @@ def test_decisions_false_keeps_none(name, clock):
 
 
 def test_attach_never_makes_a_decisions_window(name, clock):
-    with Limiter(name, "5/minute", clock=clock, decisions=False):
-        with Limiter.attach(name, clock=clock) as other:
-            assert other.hit("k")
-            assert not exists(name + ".decisions")
-            other.unlink()
+    with Limiter(name, "5/minute", clock=clock, decisions=False), Limiter.attach(name, clock=clock) as other:
+        assert other.hit("k")
+        assert not exists(name + ".decisions")
+        other.unlink()
 
 
 def test_unlink_removes_the_decisions_window_too(name, clock):
