@@ -150,7 +150,7 @@ class Limiter:
         and answer True to every hit if ``shadow``: the shared-memory core does both natively;
         another backend keeps no decisions, and its shadow mode is a wrapper."""
         self.shadow = bool(shadow)
-        set_tally = getattr(self._backend, "set_tally", None)
+        set_tally = getattr(self._backend, "_set_tally", None)
         if set_tally is None:
             if self.shadow:
                 self.hit = self._hit_shadow  # type: ignore[method-assign]

@@ -82,7 +82,7 @@ class ShmLimiter:
         """The instance's ``check`` is the core's own method; this is its signature."""
         return self._core.check(key, cost, commit, detail)
 
-    def set_tally(self, tally: Any, shadow: bool) -> None:
+    def _set_tally(self, tally: Any, shadow: bool) -> None:
         """Count each hit's decision in ``tally`` (a decisions :class:`~shmwin.window.Window`,
         or None), and answer every hit True if ``shadow``: both in the native core."""
         self._core.set_tally(None if tally is None else tally._backend._core, shadow)
