@@ -227,7 +227,8 @@ def test_ls_tags_what_each_window_is_for(make_name):
         narrow = cli("ls", pattern, columns=80).stdout.splitlines()
         assert all(cells(line) <= 80 for line in narrow)  # names cut in the middle, kinds kept
         assert sorted(line.split()[1] for line in narrow[1:10]) == sorted(
-            ["breaker", "shedder", "in-flight", "adaptive", "health", "window", "limiter", "window", "decisions"]
+            ["breaker", "shedder", "in-flight", "adaptive", "health", "window", "limiter", "window",
+             "decisions"]
         )
         for columns in (160, 240):
             out = cli("ls", pattern, columns=columns).stdout
