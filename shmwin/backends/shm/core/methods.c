@@ -415,11 +415,29 @@ static int near_limit(Core *c, const Verdict *v) {
     return 0;
 }
 
+/* The common case, inline: this process holds a stripe of the tally (a window of one int64
+ * ring). Lock-free, as section "add_striped": the bucket is zeroed before it is stamped. */
+static int note_in_stripe(Core *t, int64_t now, int f, int near) {
+    if (t->closed || t->stripe_gen != fork_gen || t->stripe_row <= 0 || t->n_rings != 1 || t->floats) return 0;
+    const Ring *r = &t->rings[0];
+    int64_t e = now / r->bucket_ns, *b = BUCKET(t, RING(t, ROW(t, t->stripe_row), 0), r, e);
+    SECTION("add_striped");
+    if (LOAD(b + SLOT_EPOCH) < e) {
+        for (int k = 0; k < t->n_fields; k++) STORE(b + SLOT_VALUES + k, 0);
+        STORE(b + SLOT_EPOCH, e);
+    }
+    STORE(b + f, sat_add(LOAD(b + f), 1));
+    if (near) STORE(b + SLOT_VALUES + TALLY_NEAR_LIMIT, sat_add(LOAD(b + SLOT_VALUES + TALLY_NEAR_LIMIT), 1));
+    END_SECTION();
+    return 1;
+}
+
 static void note_decision(Core *c, int64_t now, int allowed, int near) {
     Core *t = (Core *)c->tally;  /* called with no error set */
-    if (t == NULL) return;
+    int f = SLOT_VALUES + (allowed ? TALLY_ADMITTED : TALLY_REJECTED);
+    if (t == NULL || note_in_stripe(t, now, f, near)) return;
     if (enter(t) == 0) {
-        int ok = add_unkeyed(t, now, SLOT_VALUES + (allowed ? TALLY_ADMITTED : TALLY_REJECTED), 1, 1.0) == 0;
+        int ok = add_unkeyed(t, now, f, 1, 1.0) == 0;
         if (ok && near) ok = add_unkeyed(t, now, SLOT_VALUES + TALLY_NEAR_LIMIT, 1, 1.0) == 0;
         leave(t);
         if (ok) return;
