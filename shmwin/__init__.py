@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
+from .concurrency import Concurrency
 from .errors import (
     BackendUnavailableError,
+    ConcurrencyLimitError,
     CorruptSegmentError,
     ForeignFileError,
     GeometryMismatchError,
     IncompatibleVersionError,
     KeyTableFullError,
     LockTimeoutError,
+    NotHeldError,
     NotSupportedError,
     OutOfSpaceError,
     SegmentError,
@@ -38,6 +41,8 @@ __all__ = [
     "AdaptiveLimiter",
     "BackendUnavailableError",
     "Breaker",
+    "Concurrency",
+    "ConcurrencyLimitError",
     "BreakerOpenError",
     "CorruptSegmentError",
     "ForeignFileError",
@@ -48,6 +53,7 @@ __all__ = [
     "Limiter",
     "LockTimeoutError",
     "ManualClock",
+    "NotHeldError",
     "NotSupportedError",
     "OutOfSpaceError",
     "OverloadedError",

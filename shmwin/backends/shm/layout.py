@@ -329,6 +329,11 @@ PACKED_ROW_BYTES = 128  # keyed rows smaller than this are not padded to a cache
 STATE_BYTES = {"fixed-window": _words.FIXED_STATE_BYTES, "sliding-counter": _words.SLIDING_STATE_BYTES}
 
 
+def state_words(g: Geometry) -> int:
+    """Words of a concurrency row's state: its mark word and ``limit`` holder entries."""
+    return (_words.CONC_STATE_BYTES + g.rings[0].limit * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+
+
 def _align_page(n: int) -> int:
     return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
 
@@ -369,7 +374,7 @@ class Layout:
     def plan(cls, g: Geometry) -> Layout:
         locks_off = HEADER_BYTES
         stripes_off = locks_off + g.n_locks * LOCK_BYTES
-        n_entries = 0 if g.keyed else g.n_stripes + 1
+        n_entries = g.n_stripes + 1 if not g.keyed or g.n_stripes else 0  # keyed: a concurrency's processes
         keys_off = _align64(stripes_off + n_entries * STRIPE_ENTRY_BYTES)
         # index copies of every level, then the row heap (page-aligned: reserved page by page)
         index_entries = 2 * g.key_slots * ((1 << g.index_levels) - 1)
@@ -382,6 +387,8 @@ class Layout:
             words += (head_slots + ring.n_buckets) * slot_words
         if g.keyed and g.role in STATE_BYTES:  # limits' per-key state, no ring: the row is its words
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
+        if g.keyed and g.role == "concurrency":  # a mark word, then one holder entry per slot
+            words = ring_words[0] + state_words(g)
         # rows are whole cache lines, so that two processes writing two rows never share one
         # (stripes; the keys of a limiter): measured, packed 424-byte limiter rows cut two
         # processes' hits on distinct keys to a third. Keyed rows under PACKED_ROW_BYTES are
