@@ -185,8 +185,8 @@ class Concurrency:
             self.release(key)
 
     def keys(self) -> list[Key]:
-        """The keys in the segment (held or not yet reused)."""
-        return list(self.window.keys())
+        """The keys in the segment: held, or not reused yet (idle or not)."""
+        return all_keys(self.window)
 
     def holders(self) -> dict[Key, int]:
         """``{key: slots held now}`` of every key holding any (read key by key)."""
@@ -225,11 +225,17 @@ def is_concurrency(window: Any) -> bool:
     return bool(window.geometry.role == ROLE)
 
 
+def all_keys(window: Any) -> list[Key]:
+    """Every key of a concurrency segment's ``window`` (``Window.keys()`` leaves out keys
+    unwritten for the idle time; here a key's holders keep it, whatever its age)."""
+    return [key for _, key, _ in window._backend._keyed().entries()]
+
+
 def holder_counts(window: Any) -> list[tuple[Key, int]]:
     """``(key, slots held now)`` of every key of a concurrency segment's ``window`` (for the
     tools: each read under the key's row lock, nothing written)."""
     core = window._backend._core
-    return [(key, int(core.conc_count(key))) for key in window.keys()]
+    return [(key, int(core.conc_count(key))) for key in all_keys(window)]
 
 
-__all__ = ["Concurrency", "ConcurrencyLimitError", "NotHeldError", "holder_counts", "is_concurrency"]
+__all__ = ["Concurrency", "ConcurrencyLimitError", "NotHeldError", "all_keys", "holder_counts", "is_concurrency"]

@@ -41,7 +41,9 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
                                         window or limiter; 1 = "fixed-starts", an older shmwin's
                                         start records of limits' fixed windows (not summed by the
                                         tools); 7 = "fixed-window", 8 = "sliding-counter": keyed
-                                        rows of per-key state, not buckets (see "Counter rows")
+                                        rows of per-key state, not buckets (see "Counter rows");
+                                        9 = "concurrency": keyed rows of holder entries and a
+                                        stripe table of processes (see "Concurrency rows")
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -74,7 +76,8 @@ lock ``2 + s % (n_locks - 2)``. Each entry::
                                  works on, -1 = none;
                                  what an EOWNERDEAD repair looks at (see core/locks.c)
 
-Stripe table (unkeyed only): ``n_stripes + 1`` x 128 bytes, entry *r* describes row *r*.
+Stripe table (unkeyed, and keyed segments of role "concurrency", whose ``n_stripes`` are
+processes, not rows): ``n_stripes + 1`` x 128 bytes, entry *r* describes row *r* (or process *r*).
 A stripe belongs to a *process*: every write is one native call under the GIL, so
 the threads of a process never interleave inside a stripe. Who owns a stripe is the
 kernel's word, not /proc's: the owner's keeper thread holds its liveness mutex, which
@@ -85,6 +88,7 @@ turns owner-dead when the owner dies (see "the keeper" in core/threads.c)::
     8    8    i64   owner_start  owner's start time in clock ticks (/proc stat field 22)
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
+    32   8    i64   claims       role "concurrency": claims so far (each claim adds one: its identity)
     64   <=56 mutex mutex        liveness: a robust mutex held by the owner process while it owns the row
 
 Key table (keyed only) -- an index over a heap of rows. The segment file is sized for
@@ -149,6 +153,23 @@ A sliding counter's (SLIDING_STATE)::
     0    8    i64   window    the index (now // P) of the window "current" counts
     8    8    i64   current   hits in that window
     16   8    i64   previous  hits in the window before it
+
+Concurrency rows (role "concurrency", ``shmwin.Concurrency``; ``core/concurrency.c``): a keyed
+window of one ring of 1 bucket, whose width is a key's idle time and whose limit is the
+concurrency limit L (1..MAX_CONCURRENCY); after the key header, a mark word (CONC_STATE),
+then L holder entries (CONC_HOLDER), one per process holding slots of the key. An entry
+counts while its stripe's claims word is the claim it names and the stripe's liveness mutex
+is held: a dead holder's slots stop counting when the kernel marks its mutex owner-dead.
+A key with a live holder is never idle::
+
+    off  size type  name      meaning
+    0    8    i64   mark      EMPTY_EPOCH in an emptied row; never read
+
+and each holder entry (16 bytes, entry *i* at 8 + 16 *i*)::
+
+    off  size type  name      meaning
+    0    8    i64   stripe    the holder's stripe r (1..n_stripes) | its slots << 32; 0 = free
+    8    8    i64   claim     that stripe's claims word when the holder took it
 """
 
 from __future__ import annotations
