@@ -30,7 +30,9 @@ Families: ``shmwin_window_value`` (the field's sum over the ring's span) and
 adaptive limiters (:mod:`shmwin.inspector.roles`) add ``shmwin_breaker_drop_ratio``,
 ``shmwin_breaker_requests`` (``outcome``: accepted, failed, dropped), ``shmwin_shedder_in_flight``,
 ``shmwin_shedder_passes``, ``shmwin_shedder_drops``, ``shmwin_shedder_min_rt_seconds``,
-``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``.
+``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``;
+a Concurrency ``shmwin_concurrency_limit`` and ``shmwin_concurrency_holders`` (all keys, and
+per key for the ``top_keys`` keys with the most holders).
 """
 
 from __future__ import annotations
@@ -112,6 +114,11 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "shmwin_adaptive_factor": (
         "Share of its configured rate an adaptive limiter allows now (1: all of it).",
         (_WINDOW,),
+    ),
+    "shmwin_concurrency_limit": ("Holders a Concurrency allows per key at once.", (_WINDOW,)),
+    "shmwin_concurrency_holders": (
+        "Slots a Concurrency's live processes hold now: all keys, or one key (the top_keys keys).",
+        (_WINDOW, _KEY),
     ),
 }
 OUTCOMES = (("accepted", "accepts"), ("failed", "failures"), ("dropped", "drops"))
@@ -201,6 +208,15 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     role = role_of(w)
     if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        return
+    if role == "concurrency":  # holders now: all keys ("" key), and the busiest keys'
+        view = counters_view(w, role, top_keys)
+        families["shmwin_window_keys"].add_metric([name], view["keys"])
+        families["shmwin_window_full_requests"].add_metric([name], w.full_count())
+        families["shmwin_concurrency_limit"].add_metric([name], view["limit"])
+        families["shmwin_concurrency_holders"].add_metric([name, ""], float(view["total"]))
+        for key, value in view["top"]:
+            families["shmwin_concurrency_holders"].add_metric([name, snapshots.key_text(key)], float(value))
         return
     if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values
         counters = counters_view(w, role, top_keys)

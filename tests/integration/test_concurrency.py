@@ -404,3 +404,51 @@ def test_a_forked_child_holds_none_of_its_parents_slots(name):
         poll_until(lambda: c.count("k") == 1, "the child's slot comes back when it exits")
         assert c.held("k") == 1
     shmwin.unlink(name)
+
+
+# -- the tools ---------------------------------------------------------------------------------
+
+
+def test_ls_and_show_list_the_role_and_the_holders_per_key(name):
+    import json
+
+    from cli_support import cli
+
+    with Concurrency(name, 3) as c:
+        for key, n in (("a", 2), ("b", 1)):
+            for _ in range(n):
+                assert c.acquire(key, 0)
+        listed = json.loads(cli("ls", "--json", name).stdout)["windows"]
+        assert [row["role"] for row in listed] == ["concurrency"]
+        assert "concurrency" in cli("ls", name, columns=120).stdout
+        shown = cli("show", name, columns=120).stdout
+        assert "per-key concurrency" in shown and "limit 3 holders per key: 2 keys held, 3 holders" in shown
+        assert "2  a" in shown and "1  b" in shown, shown
+        snap = json.loads(cli("show", "--json", name).stdout)
+        assert snap["role"] == "concurrency" and snap["top"] == [["a", 2], ["b", 1]]
+        assert snap["concurrency"]["limit"] == 3 and snap["concurrency"]["total"] == 3
+        assert "2 of its 3 slots held now" in cli("show", name, "--key", "a", columns=120).stdout
+    shmwin.unlink(name)
+
+
+def test_the_prometheus_export_has_the_holders(name):
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shmwin.integrations.prometheus import exposition
+
+    with Concurrency(name, 4) as c:
+        for key, n in (("a", 3), ("b", 1)):
+            for _ in range(n):
+                assert c.acquire(key, 0)
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(exposition([name], top_keys=1))
+            for s in f.samples
+        }
+        assert samples[("shmwin_concurrency_limit", (("window", name),))] == 4
+        assert samples[("shmwin_concurrency_holders", (("key", ""), ("window", name)))] == 4
+        assert samples[("shmwin_concurrency_holders", (("key", "a"), ("window", name)))] == 3
+        assert ("shmwin_concurrency_holders", (("key", "b"), ("window", name))) not in samples  # top 1 only
+        assert samples[("shmwin_window_keys", (("window", name),))] == 2
+    shmwin.unlink(name)
