@@ -149,7 +149,9 @@ class Concurrency:
     def release(self, key: Key) -> None:
         """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none."""
         if not self._core.conc_release(key):
-            raise NotHeldError(f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release")
+            raise NotHeldError(
+                f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
+            )
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
@@ -238,4 +240,6 @@ def holder_counts(window: Any) -> list[tuple[Key, int]]:
     return [(key, int(core.conc_count(key))) for key in all_keys(window)]
 
 
-__all__ = ["Concurrency", "ConcurrencyLimitError", "NotHeldError", "all_keys", "holder_counts", "is_concurrency"]
+__all__ = [
+    "Concurrency", "ConcurrencyLimitError", "NotHeldError", "all_keys", "holder_counts", "is_concurrency",
+]  # fmt: skip

@@ -130,7 +130,8 @@ def _counters(v: dict[str, Any]) -> list[str]:
 
 def _concurrency(v: dict[str, Any]) -> list[str]:
     keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
-    return [f"  limit {v['limit']:,} holders per key: {keys} held, {v['total']:,} holders in all (live processes)"]
+    total = f"{v['total']:,} holders in all (live processes)"
+    return [f"  limit {v['limit']:,} holders per key: {keys} held, {total}"]
 
 
 def _span(seconds: float) -> str:

@@ -46,7 +46,7 @@ from ..errors import ShmwinError
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window", "sliding-counter",
          "concurrency", "fixed-starts")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
-COUNTERS = ("fixed-window", "sliding-counter", "concurrency")  # per-key state: values read by counter_values()
+COUNTERS = ("fixed-window", "sliding-counter", "concurrency")  # per-key state: read by counter_values()
 TOP_KEYS = 10
 
 

@@ -210,12 +210,12 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
         return
     if role == "concurrency":  # holders now: all keys ("" key), and the busiest keys'
-        view = counters_view(w, role, top_keys)
-        families["shmwin_window_keys"].add_metric([name], view["keys"])
+        held = counters_view(w, role, top_keys)
+        families["shmwin_window_keys"].add_metric([name], held["keys"])
         families["shmwin_window_full_requests"].add_metric([name], w.full_count())
-        families["shmwin_concurrency_limit"].add_metric([name], view["limit"])
-        families["shmwin_concurrency_holders"].add_metric([name, ""], float(view["total"]))
-        for key, value in view["top"]:
+        families["shmwin_concurrency_limit"].add_metric([name], held["limit"])
+        families["shmwin_concurrency_holders"].add_metric([name, ""], float(held["total"]))
+        for key, value in held["top"]:
             families["shmwin_concurrency_holders"].add_metric([name, snapshots.key_text(key)], float(value))
         return
     if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values

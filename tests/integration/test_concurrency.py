@@ -104,9 +104,8 @@ def test_a_bad_limit_is_a_value_error(name, limit):
 def test_bad_arguments(name):
     with pytest.raises(ValueError, match="processes"):
         Concurrency(name, 2, processes=0)
-    with Concurrency(name, 2) as c:
-        with pytest.raises(ValueError, match="negative"):
-            c.acquire("k", timeout=-1)
+    with Concurrency(name, 2) as c, pytest.raises(ValueError, match="negative"):
+        c.acquire("k", timeout=-1)
     shmwin.unlink(name)
 
 
@@ -252,7 +251,8 @@ def test_four_processes_never_more_than_the_limit_at_once(name, method):
     ctx = mp.get_context(method)
     inside, most, violations = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
     with Concurrency(name, 2) as c:
-        procs = [ctx.Process(target=_worker, args=(name, "k", 15, inside, most, violations)) for _ in range(4)]
+        work = (name, "k", 15, inside, most, violations)
+        procs = [ctx.Process(target=_worker, args=work) for _ in range(4)]
         for p in procs:
             p.start()
         for p in procs:

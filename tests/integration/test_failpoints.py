@@ -1469,7 +1469,8 @@ def test_conc_acquire(make_name, sig, held):
                     report[PROGRESS] += 1
                 return theirs
 
-            with strike("conc_acquire", n, sig, before, lambda t: t.acquire("k", 0), lambda t: t.count("k")) as s:
+            take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
+            with strike("conc_acquire", n, sig, before, take, count) as s:
                 assert s.report[PROGRESS] == held
                 live = 0 if s.died else held + 1  # a section that completed took its slot
                 _conc_after(mine, name, live, limit)
@@ -1500,7 +1501,8 @@ def test_conc_release(make_name, sig):
                 report[PROGRESS] += 2
                 return theirs
 
-            with strike("conc_release", n, sig, before, lambda t: t.release("k"), lambda t: t.count("k")) as s:
+            give, count = (lambda t: t.release("k")), (lambda t: t.count("k"))
+            with strike("conc_release", n, sig, before, give, count) as s:
                 assert s.report[PROGRESS] == 2
                 _conc_after(mine, name, 0 if s.died else 1, limit)
             return s.fired
@@ -1528,7 +1530,8 @@ def test_conc_claim(make_name, sig):
             def before(report):
                 return shmwin.Concurrency.attach(name)
 
-            with strike("conc_claim", n, sig, before, lambda t: t.acquire("k", 0), lambda t: t.count("k")) as s:
+            take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
+            with strike("conc_claim", n, sig, before, take, count) as s:
                 if s.died:
                     _conc_after(mine, name, 0, limit)  # the survivor claims the dead victim's stripe
                 else:
