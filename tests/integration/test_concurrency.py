@@ -452,3 +452,24 @@ def test_the_prometheus_export_has_the_holders(name):
         assert ("shmwin_concurrency_holders", (("key", "b"), ("window", name))) not in samples  # top 1 only
         assert samples[("shmwin_window_keys", (("window", name),))] == 2
     shmwin.unlink(name)
+
+
+def test_rebuilds_drop_idle_keys_never_a_held_one(name):
+    """The key table's rebuilds (as it grows) drop every idle key; one with a live holder
+    stays, with its holder, however long since its last acquire."""
+    clock = ManualClock(1_000 * S)
+    with Concurrency(name, 2, idle="1s", clock=clock) as c:
+        assert c.acquire("held", 0)
+        for i in range(100):
+            assert c.acquire(f"old{i}", 0)
+            c.release(f"old{i}")
+        clock.advance(3600)
+        for i in range(300):
+            assert c.acquire(f"new{i}", 0)
+            c.release(f"new{i}")
+        keys = c.keys()
+        assert not any(str(k).startswith("old") for k in keys), "idle keys kept"
+        assert "held" in keys and c.count("held") == 1 and c.held("held") == 1
+        c.release("held")
+        assert c.count("held") == 0
+    shmwin.unlink(name)

@@ -22,7 +22,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     40   4    u32       n_fields        value fields per bucket, 1..MAX_FIELDS
     44   4    u32       dtype           0 = int64, 1 = float64 (field values; epochs are int64)
     48   4    u32       mode            0 = striped, 1 = locked
-    52   4    u32       n_stripes       per-writer rows (striped mode), else 0
+    52   4    u32       n_stripes       per-writer rows (striped mode); a concurrency's processes; else 0
     56   4    u32       n_locks         robust mutexes in the lock table
     60   4    u32       capacity        most keys the segment may hold at once (0 = unkeyed window)
     64   4    u32       key_slots       index entries at index level 0 (INDEX_MIN_SLOTS), else 0
