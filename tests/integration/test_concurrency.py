@@ -473,3 +473,40 @@ def test_rebuilds_drop_idle_keys_never_a_held_one(name):
         c.release("held")
         assert c.count("held") == 0
     shmwin.unlink(name)
+
+
+# -- junk in the segment -------------------------------------------------------------------------
+
+
+def _holder_word(c: Concurrency, key: str, entry: int) -> int:
+    """The index (int64 words of the mapping) of holder entry ``entry``'s stripe word."""
+    b = c.window._backend  # type: ignore[attr-defined]
+    row, _ = b._core.find(key)
+    return (b._lay.rows_off + row * b._lay.row_bytes) // 8 + b._lay.ring_words[0] + 1 + 2 * entry
+
+
+@pytest.mark.parametrize("junk", [-1, 2**63 - 1, 1, 1 | 4 << 32, 1000 | 1 << 32, 0 | 1 << 32])
+def test_a_junk_holder_entry_is_a_corrupt_segment_error(name, junk):
+    from shmwin.errors import CorruptSegmentError
+
+    with Concurrency(name, 3, processes=8) as c:
+        assert c.acquire("k", 0) and c.acquire("ok", 0)
+        q = c.window._backend._q  # type: ignore[attr-defined]
+        q[_holder_word(c, "k", 1)] = junk  # a free entry, spoilt
+        for call in (lambda: c.acquire("k", 0), lambda: c.count("k"), lambda: c.release("k")):
+            with pytest.raises(CorruptSegmentError, match="impossible holder entry"):
+                call()
+        assert c.count("ok") == 1 and c.acquire("ok", 0)  # other keys go on
+        q[_holder_word(c, "k", 1)] = 0
+        assert c.count("k") == 1
+    shmwin.unlink(name)
+
+
+def test_a_junk_claim_word_makes_an_entry_dead_never_a_crash(name):
+    with Concurrency(name, 2) as c:
+        assert c.acquire("k", 0)
+        q = c.window._backend._q  # type: ignore[attr-defined]
+        q[_holder_word(c, "k", 0) + 1] = -(2**63)  # our entry names another claim: not ours, dead
+        assert c.count("k") == 0 and c.held("k") == 0
+        assert c.acquire("k", 0) and c.acquire("k", 0) and not c.acquire("k", 0)
+    shmwin.unlink(name)
