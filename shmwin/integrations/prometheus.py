@@ -32,7 +32,9 @@ adaptive limiters (:mod:`shmwin.inspector.roles`) add ``shmwin_breaker_drop_rati
 ``shmwin_shedder_passes``, ``shmwin_shedder_drops``, ``shmwin_shedder_min_rt_seconds``,
 ``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``; a
 limiter's decisions window, ``shmwin_limiter_decisions`` (``outcome``: admitted, rejected,
-near_limit; labelled with the limiter's name).
+near_limit; labelled with the limiter's name); a Concurrency ``shmwin_concurrency_limit`` and
+``shmwin_concurrency_holders`` (all keys, and per key for the ``top_keys`` keys with the most
+holders).
 """
 
 from __future__ import annotations
@@ -120,6 +122,11 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "(admitted with at most a fifth of a limit left; also counted as admitted). In shadow mode "
         "what enforcement would have done.",
         (_WINDOW, "outcome"),
+    ),
+    "shmwin_concurrency_limit": ("Holders a Concurrency allows per key at once.", (_WINDOW,)),
+    "shmwin_concurrency_holders": (
+        "Slots a Concurrency's live processes hold now: all keys, or one key (the top_keys keys).",
+        (_WINDOW, _KEY),
     ),
 }
 OUTCOMES = (("accepted", "accepts"), ("failed", "failures"), ("dropped", "drops"))
@@ -209,6 +216,15 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     role = role_of(w)
     if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        return
+    if role == "concurrency":  # holders now: all keys ("" key), and the busiest keys'
+        held = counters_view(w, role, top_keys)
+        families["shmwin_window_keys"].add_metric([name], held["keys"])
+        families["shmwin_window_full_requests"].add_metric([name], w.full_count())
+        families["shmwin_concurrency_limit"].add_metric([name], held["limit"])
+        families["shmwin_concurrency_holders"].add_metric([name, ""], float(held["total"]))
+        for key, value in held["top"]:
+            families["shmwin_concurrency_holders"].add_metric([name, snapshots.key_text(key)], float(value))
         return
     if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values
         counters = counters_view(w, role, top_keys)

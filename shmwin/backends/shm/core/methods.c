@@ -730,5 +730,15 @@ PyMethodDef core_methods[] = {
      "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."},
     {"sliding_get", (PyCFunction)Core_sliding_get, METH_O,
      "sliding_get($self, key, /)\n--\n\n(previous, current, ns into the current window, period ns)."},
+    /* per-key concurrency's (concurrency.c) */
+    {"conc_acquire", FASTCALL_KW(Core_conc_acquire),
+     "conc_acquire($self, /, key)\n--\n\n"
+     "Take one of key's slots for this process if its live holders leave room: (taken, holders after)."},
+    {"conc_release", (PyCFunction)Core_conc_release, METH_O,
+     "conc_release($self, key, /)\n--\n\nGive back one of this process's slots of key: False if it holds none."},
+    {"conc_count", (PyCFunction)Core_conc_count, METH_O,
+     "conc_count($self, key, /)\n--\n\nSlots of key held now by live processes."},
+    {"conc_mine", (PyCFunction)Core_conc_mine, METH_O,
+     "conc_mine($self, key, /)\n--\n\nSlots of key this process (this Core) holds."},
     {NULL},
 };
