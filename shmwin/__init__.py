@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
+from .concurrency import Concurrency
+from .decisions import Decisions
 from .errors import (
     BackendUnavailableError,
+    ConcurrencyLimitError,
     CorruptSegmentError,
     ForeignFileError,
     GeometryMismatchError,
     IncompatibleVersionError,
     KeyTableFullError,
     LockTimeoutError,
+    NotHeldError,
     NotSupportedError,
     OutOfSpaceError,
     SegmentError,
@@ -39,7 +43,10 @@ __all__ = [
     "BackendUnavailableError",
     "Breaker",
     "BreakerOpenError",
+    "Concurrency",
+    "ConcurrencyLimitError",
     "CorruptSegmentError",
+    "Decisions",
     "ForeignFileError",
     "GeometryMismatchError",
     "IncompatibleVersionError",
@@ -48,6 +55,7 @@ __all__ = [
     "Limiter",
     "LockTimeoutError",
     "ManualClock",
+    "NotHeldError",
     "NotSupportedError",
     "OutOfSpaceError",
     "OverloadedError",

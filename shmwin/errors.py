@@ -89,3 +89,11 @@ class BackendUnavailableError(ShmwinError, ConnectionError):
 
 class NotSupportedError(ShmwinError, NotImplementedError):
     """This backend cannot do what was asked: an operation or an argument only another backend has."""
+
+
+class ConcurrencyLimitError(ShmwinError, TimeoutError):
+    """``Concurrency.hold()`` found no free slot of its key within its timeout."""
+
+
+class NotHeldError(ShmwinError, ValueError, RuntimeError):
+    """``Concurrency.release()`` of a key this process (this handle) holds no slot of."""

@@ -24,6 +24,7 @@ from .layout_words import (  # the format's limits and enumerations: one descrip
     KINDS,
     MAX_BUCKETS,
     MAX_CAPACITY,
+    MAX_CONCURRENCY,
     MAX_FIELDS,
     MAX_KEY_LOCKS,
     MAX_LOG_ENTRIES,
@@ -183,8 +184,12 @@ def _check_geometry(g: Geometry) -> None:
         raise ValueError(f"capacity must be 0..{MAX_CAPACITY}, not {g.capacity}")
     if g.mode == "striped" and not 1 <= g.n_stripes <= MAX_STRIPES:
         raise ValueError(f"stripes must be 1..{MAX_STRIPES}, not {g.n_stripes}")
-    if g.mode == "locked" and g.n_stripes != 0:
-        raise ValueError("a locked window has no stripes")
+    if g.mode == "locked" and g.n_stripes != 0 and not (g.keyed and g.role == "concurrency"):
+        raise ValueError("a locked window has no stripes")  # but a concurrency's: one per process
+    if g.role == "concurrency" and not (g.keyed and 1 <= g.n_stripes <= MAX_STRIPES):
+        raise ValueError(f"a concurrency segment is keyed, with 1..{MAX_STRIPES} process stripes")
+    if g.role == "concurrency" and not (len(g.rings) == 1 and 1 <= g.rings[0].limit <= MAX_CONCURRENCY):
+        raise ValueError(f"a concurrency limit is 1..{MAX_CONCURRENCY} holders per key")
     if g.keyed and g.mode != "locked":
         raise ValueError("a keyed window (capacity > 0) is written under per-key locks: mode='locked'")
 

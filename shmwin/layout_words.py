@@ -87,10 +87,13 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # what shmwin made a segment for, recorded in its header (the tools read it, never guess):
 # "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
-# (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made
+# (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made;
+# "decisions": a limiter's NAME.decisions (shmwin.decisions);
+# "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter")  # fmt: skip
+         "sliding-counter", "decisions", "concurrency")  # fmt: skip
 COUNTER_ROLES = ("fixed-window", "sliding-counter")  # rows of per-key state: no bucket to read or add to
+STATE_ROLES = (*COUNTER_ROLES, "concurrency")  # every role whose rows hold state, not buckets
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
 
@@ -174,6 +177,7 @@ STRIPE: tuple[Field, ...] = (
     ("owner_start", 8, "q"),  # its start time in clock ticks (/proc stat field 22)
     ("owner_pid", 16, "q"),  # for display
     ("claimed_ns", 24, "q"),
+    ("claims", 32, "q"),  # a keyed segment's (role "concurrency"): claims so far, the claim's generation
     ("mutex", 64, "mutex"),  # the liveness mutex, held by the owner's keeper thread
 )
 STRIPE_ENTRY_BYTES = 128
@@ -207,6 +211,16 @@ SLIDING_STATE: tuple[Field, ...] = (  # role "sliding-counter": limits' sliding 
     ("previous", 16, "q"),  # hits in the window before it
 )
 SLIDING_STATE_BYTES = 24
+# role "concurrency": a mark word (EMPTY_EPOCH in an emptied row, never read), then `limit`
+# holder entries of CONC_HOLDER_BYTES (the ring's limit; the ring's span is the idle time)
+CONC_STATE: tuple[Field, ...] = (("mark", 0, "q"),)
+CONC_STATE_BYTES = 8
+CONC_HOLDER: tuple[Field, ...] = (  # one process's slots of the key
+    ("stripe", 0, "q"),  # its stripe row r (1..n_stripes) | slots held << 32; 0 = a free entry
+    ("claim", 8, "q"),  # that stripe's claims when this process took it: dead once they differ
+)
+CONC_HOLDER_BYTES = 16
+MAX_CONCURRENCY = 1024  # holders per key at most (a row holds one entry per slot)
 
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
@@ -217,6 +231,8 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "RING_ENTRY": (RING_ENTRY, "RING_ENTRY_BYTES"),
     "FIXED_STATE": (FIXED_STATE, "FIXED_STATE_BYTES"),
     "SLIDING_STATE": (SLIDING_STATE, "SLIDING_STATE_BYTES"),
+    "CONC_STATE": (CONC_STATE, "CONC_STATE_BYTES"),
+    "CONC_HOLDER": (CONC_HOLDER, "CONC_HOLDER_BYTES"),
 }
 
 
@@ -234,8 +250,9 @@ CLOCK_KIND_MONOTONIC, CLOCK_KIND_WALL = CLOCKS.index("monotonic"), CLOCKS.index(
 ROLE_PLAIN, ROLE_FIXED_STARTS = ROLES.index(""), ROLES.index("fixed-starts")
 ROLE_BREAKER, ROLE_SHEDDER = ROLES.index("breaker"), ROLES.index("shedder")
 ROLE_IN_FLIGHT, ROLE_ADAPTIVE = ROLES.index("in-flight"), ROLES.index("adaptive")
-ROLE_HEALTH = ROLES.index("health")
+ROLE_HEALTH, ROLE_DECISIONS = ROLES.index("health"), ROLES.index("decisions")
 ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.index("sliding-counter")
+ROLE_CONCURRENCY = ROLES.index("concurrency")
 
 MAGIC_OFF = _at(HEADER, "magic")
 HEADER_CRC_OFF = _at(HEADER, "header_crc")
@@ -264,6 +281,8 @@ STRIPE_OWNER_PID_OFF = _at(STRIPE, "owner_pid")
 STRIPE_OWNER_PID = STRIPE_OWNER_PID_OFF // WORD_BYTES
 STRIPE_CLAIMED_NS_OFF = _at(STRIPE, "claimed_ns")
 STRIPE_CLAIMED_NS = STRIPE_CLAIMED_NS_OFF // WORD_BYTES
+STRIPE_CLAIMS_OFF = _at(STRIPE, "claims")
+STRIPE_CLAIMS = STRIPE_CLAIMS_OFF // WORD_BYTES
 STRIPE_MUTEX_OFF = _at(STRIPE, "mutex")
 
 INDEX_ENTRY_GEN_OFF = _at(INDEX_ENTRY, "gen")
@@ -297,6 +316,12 @@ SLIDING_STATE_CURRENT_OFF = _at(SLIDING_STATE, "current")
 SLIDING_STATE_CURRENT = SLIDING_STATE_CURRENT_OFF // WORD_BYTES
 SLIDING_STATE_PREVIOUS_OFF = _at(SLIDING_STATE, "previous")
 SLIDING_STATE_PREVIOUS = SLIDING_STATE_PREVIOUS_OFF // WORD_BYTES
+CONC_STATE_MARK_OFF = _at(CONC_STATE, "mark")
+CONC_STATE_MARK = CONC_STATE_MARK_OFF // WORD_BYTES
+CONC_HOLDER_STRIPE_OFF = _at(CONC_HOLDER, "stripe")
+CONC_HOLDER_STRIPE = CONC_HOLDER_STRIPE_OFF // WORD_BYTES
+CONC_HOLDER_CLAIM_OFF = _at(CONC_HOLDER, "claim")
+CONC_HOLDER_CLAIM = CONC_HOLDER_CLAIM_OFF // WORD_BYTES
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
@@ -312,6 +337,7 @@ _SCALARS = (
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
     "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
+    "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY",
 )  # fmt: skip
 
 

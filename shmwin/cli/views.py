@@ -24,6 +24,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
     lines = [clip(head, width)]
     if role and snap.get(role):
         lines += ROLE_LINES[role](snap[role])
+    if role == "concurrency" and "value" in snap:  # show --key
+        lines.append(clip(f"  {snap['value']:,} of its {snap[role]['limit']:,} slots held now", width))
     fields = [safe(f) for f in snap["fields"]]
     field_cells = min(max(len(f) for f in fields), NUMBER_CELLS)
     for row in snap["resolutions"]:
@@ -66,6 +68,7 @@ ROLE_TITLES = {
     "fixed-starts": "fixed-window starts",
     "fixed-window": "limits' fixed windows",
     "sliding-counter": "limits' sliding window counters",
+    "concurrency": "per-key concurrency",
 }
 
 
@@ -125,6 +128,12 @@ def _counters(v: dict[str, Any]) -> list[str]:
     return [f"  period {_span(v['period_s'])}: {keys} counting, {v['total']:,} in all ({v['value']} per key)"]
 
 
+def _concurrency(v: dict[str, Any]) -> list[str]:
+    keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
+    total = f"{v['total']:,} holders in all (live processes)"
+    return [f"  limit {v['limit']:,} holders per key: {keys} held, {total}"]
+
+
 def _span(seconds: float) -> str:
     return format_ns(round(seconds * NS_PER_S))
 
@@ -135,8 +144,13 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "in-flight": lambda v: [f"  in flight {_in_flight(v)}"],
     "adaptive": _adaptive,
     "health": lambda v: [f"  the health window of adaptive limiter {safe(v['of'])}"],
+    "decisions": lambda v: [
+        f"  decisions of limiter {safe(v['of'])} over {_span(v['period_s'])}: admitted {v['admitted']:,}"
+        f" ({v['near_limit']:,} near the limit), rejected {v['rejected']:,}"
+    ],
     "fixed-window": lambda v: _counters(v),
     "sliding-counter": lambda v: _counters(v),
+    "concurrency": _concurrency,
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

@@ -12,6 +12,8 @@ counted over live processes without clearing the keys of dead ones, which its wo
     in-flight     an InFlight's window (a shedder's ``NAME.flying``): keyed by process
     adaptive      an AdaptiveLimiter's limiter: rates in units of its scale, beside ``NAME.health``
     health        its own ``NAME.health`` window (fields ok, error)
+    decisions     a limiter's ``NAME.decisions`` (:mod:`shmwin.decisions`): hits admitted,
+                  rejected, and admitted near the limit, over its longest period
     fixed-window  limits' fixed windows of a ``shm://`` storage (``PREFIX.fixed.P``): each key's
                   row holds its window's start and count; shown: the count while the window
                   is live (0 after), as limits would read it
@@ -19,6 +21,9 @@ counted over live processes without clearing the keys of dead ones, which its wo
                   holds a window index and two counts; shown: limits' weighted count now
                   (previous x the part of its window still inside the period + current,
                   floored), the number limits compares with the limit
+    concurrency   a Concurrency's holders (``shmwin.Concurrency``): each key's row holds one
+                  entry per holding process; shown: the slots of each key held now by live
+                  processes (read under the key's lock, as ``count()``), and the limit
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -40,10 +45,10 @@ from typing import Any
 from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
-ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window", "sliding-counter",
-         "fixed-starts")  # fmt: skip
+ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
+         "sliding-counter", "concurrency", "fixed-starts")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
-COUNTERS = ("fixed-window", "sliding-counter")  # per-key state: values read by counter_values()
+COUNTERS = ("fixed-window", "sliding-counter", "concurrency")  # per-key state: read by counter_values()
 TOP_KEYS = 10
 
 
@@ -76,6 +81,11 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
         return adaptive.describe(w.name)
     if role == "health":
         return {"of": w.name[: -len(adaptive.HEALTH_SUFFIX)]}
+    if role == "decisions":
+        from ..decisions import SUFFIX, read
+
+        counts = read(w, w.name)._asdict()
+        return {"of": w.name[: -len(SUFFIX)], **counts, "period_s": w.span_ns / NS_PER_S}
     if role in COUNTERS:
         return counters_view(w, role)
     if role == "fixed-starts":
@@ -88,6 +98,10 @@ def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     a fixed window's count while it is live, a sliding counter's weighted count."""
     from ..integrations import limits_fixed, limits_sliding
 
+    if role == "concurrency":  # holders now, over live processes
+        from ..concurrency import holder_counts
+
+        return holder_counts(w)
     reader = limits_fixed if role == "fixed-window" else limits_sliding
     found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
     return found
@@ -98,6 +112,15 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
     ``top`` keys by value (``[key, value]``, largest first)."""
     found = [(key, v) for key, v in counter_values(w, role) if v > 0]
     found.sort(key=lambda kv: kv[1], reverse=True)
+    if role == "concurrency":
+        return {
+            "limit": w.geometry.rings[0].limit,
+            "idle_s": w.geometry.bucket_ns / NS_PER_S,
+            "value": "holders",
+            "keys": len(found),
+            "total": sum(v for _, v in found),
+            "top": found[: max(top, 0)],
+        }
     return {
         "period_s": w.geometry.bucket_ns / NS_PER_S,
         "value": "count in the live window" if role == "fixed-window" else "weighted count",

@@ -30,7 +30,11 @@ Families: ``shmwin_window_value`` (the field's sum over the ring's span) and
 adaptive limiters (:mod:`shmwin.inspector.roles`) add ``shmwin_breaker_drop_ratio``,
 ``shmwin_breaker_requests`` (``outcome``: accepted, failed, dropped), ``shmwin_shedder_in_flight``,
 ``shmwin_shedder_passes``, ``shmwin_shedder_drops``, ``shmwin_shedder_min_rt_seconds``,
-``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``.
+``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``; a
+limiter's decisions window, ``shmwin_limiter_decisions`` (``outcome``: admitted, rejected,
+near_limit; labelled with the limiter's name); a Concurrency ``shmwin_concurrency_limit`` and
+``shmwin_concurrency_holders`` (all keys, and per key for the ``top_keys`` keys with the most
+holders).
 """
 
 from __future__ import annotations
@@ -112,6 +116,17 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "shmwin_adaptive_factor": (
         "Share of its configured rate an adaptive limiter allows now (1: all of it).",
         (_WINDOW,),
+    ),
+    "shmwin_limiter_decisions": (
+        "A limiter's hits over its longest period, by outcome: admitted, rejected, or near_limit "
+        "(admitted with at most a fifth of a limit left; also counted as admitted). In shadow mode "
+        "what enforcement would have done.",
+        (_WINDOW, "outcome"),
+    ),
+    "shmwin_concurrency_limit": ("Holders a Concurrency allows per key at once.", (_WINDOW,)),
+    "shmwin_concurrency_holders": (
+        "Slots a Concurrency's live processes hold now: all keys, or one key (the top_keys keys).",
+        (_WINDOW, _KEY),
     ),
 }
 OUTCOMES = (("accepted", "accepts"), ("failed", "failures"), ("dropped", "drops"))
@@ -202,6 +217,15 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
         return
+    if role == "concurrency":  # holders now: all keys ("" key), and the busiest keys'
+        held = counters_view(w, role, top_keys)
+        families["shmwin_window_keys"].add_metric([name], held["keys"])
+        families["shmwin_window_full_requests"].add_metric([name], w.full_count())
+        families["shmwin_concurrency_limit"].add_metric([name], held["limit"])
+        families["shmwin_concurrency_holders"].add_metric([name, ""], float(held["total"]))
+        for key, value in held["top"]:
+            families["shmwin_concurrency_holders"].add_metric([name, snapshots.key_text(key)], float(value))
+        return
     if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values
         counters = counters_view(w, role, top_keys)
         label, field = format_ns(w.geometry.bucket_ns), g.fields[0]  # the period
@@ -255,6 +279,9 @@ def _add_role(
         if view["min_rt_ms"] is not None:
             families["shmwin_shedder_min_rt_seconds"].add_metric([name], view["min_rt_ms"] / 1000)
         families["shmwin_shedder_max_in_flight"].add_metric([name], view["max_in_flight"])
+    elif role == "decisions":
+        for outcome in ("admitted", "rejected", "near_limit"):
+            families["shmwin_limiter_decisions"].add_metric([view["of"], outcome], view[outcome])
     elif role == "adaptive":
         for label, limit in zip(labels, view["effective"], strict=True):
             families["shmwin_adaptive_limit"].add_metric([name, label], limit)

@@ -1414,3 +1414,185 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
 
     stores = every_store(strike_at)
     assert stores >= (2 if when == "same-window" else 4), f"section 'sliding_hit' made only {stores} stores"
+
+
+# ---- a limiter's decisions: counted after the key's lock is given back ----------------------
+
+
+def _decided(name: str, clock_path: Path) -> tuple[bool, tuple[int, int, int]]:
+    """A survivor's hit on the struck limiter, and its decisions after it."""
+    lim = Limiter.attach(name, clock=ManualClock(path=clock_path), lock_timeout=5)
+    allowed = promptly(lim.hit, "k")
+    decided = tuple(lim.decisions())
+    lim.close()
+    return allowed, decided  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_decision(make_name, tmp_path, sig):
+    """A hit struck at every store of its decision (the tally's "add_striped", after the row
+    lock is given back): the hit itself is counted whole, the decision in flight at most once,
+    and no lock is held: the next hit, here and in another process, goes through."""
+
+    def strike_at(n: int) -> bool:
+        name, clock_path = make_name(f"decision{n}"), tmp_path / f"clock{n}"
+        clock = ManualClock(T0, path=clock_path)
+        lim = Limiter(name, "10/minute", clock=clock, lock_timeout=LOCK_TIMEOUT)
+        try:
+
+            def before(report):
+                mine = Limiter.attach(name, clock=ManualClock(path=clock_path))
+                assert all(mine.hit("k") for _ in range(7))
+                report[PROGRESS] = 7
+                return mine
+
+            with strike("add_striped", n, sig, before, lambda mine: mine.hit("k")) as s:
+                assert s.report[PROGRESS] == 7
+                assert promptly(lim.stats, "k").used == 8, "the hit under its row lock is whole"
+                admitted, rejected, near = promptly(lim.decisions)  # the 8th leaves 2 of 10: near
+                assert rejected == 0 and admitted in (7, 8), (admitted, rejected, near)
+                assert near <= admitted - 7, (admitted, near)
+                if s.completed:
+                    assert (admitted, near) == (8, 1)
+                allowed, decided = in_child(_decided, name, clock_path)
+                assert allowed and decided == (admitted + 1, 0, near + 1)
+                assert promptly(lim.hit, "k") and not lim.hit("k")
+                assert lim.decisions() == (admitted + 2, 1, near + 2)
+            return s.fired
+        finally:
+            lim.unlink()
+            lim.close()
+
+    stores = every_store(strike_at)
+    assert stores >= 2, f"a decision made only {stores} stores"  # admitted, then near
+
+
+# ---- per-key concurrency (core/concurrency.c) --------------------------------------------
+
+
+def _conc_take(name: str, key: str, n: int) -> list[bool]:
+    """A survivor's n tries at a slot of ``key`` (held until it exits: its slots go with it)."""
+    c = shmwin.Concurrency.attach(name)
+    try:
+        return [c.acquire(key, timeout=0) for _ in range(n)]
+    finally:
+        c.close()
+
+
+def _conc_dead_holder(name: str, key: str) -> None:
+    """Leave a dead holder's entry in ``key``'s row: a survivor takes a slot and exits."""
+    assert in_child(_conc_take, name, key, 1) == [True]
+
+
+def _conc_after(mine: Any, name: str, live: int, limit: int) -> None:
+    """From other processes: ``live`` slots held, the rest free, never one more."""
+    assert promptly(mine.count, "k") == live, "a dead holder counted, or a live one lost"
+    free = limit - live
+    got = in_child(_conc_take, name, "k", limit + 1)
+    assert got == [True] * free + [False] * (limit + 1 - free), f"a survivor took {got}: {free} were free"
+    got = [promptly(mine.acquire, "k", 0) for _ in range(limit + 1)]
+    assert got == [True] * free + [False] * (limit + 1 - free), f"this process took {got}: {free} were free"
+    assert mine.count("k") == limit
+    for _ in range(free):
+        mine.release("k")
+
+
+@pytest.mark.parametrize("held", [0, 1])
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_conc_acquire(make_name, sig, held):
+    """Concurrency's acquire struck at every store, its victim holding no slot of the key
+    (a new entry) or one (its count grows), with a dead holder's entry to clear: afterwards
+    never more than the limit, no lock held up, and a dead victim's slots free at once."""
+    limit = 3
+
+    def strike_at(n: int) -> bool:
+        name = make_name(f"conc{n}")
+        mine = shmwin.Concurrency(name, limit)
+        try:
+            assert mine.acquire("other", 0)
+            _conc_dead_holder(name, "k")
+
+            def before(report):
+                theirs = shmwin.Concurrency.attach(name)
+                assert theirs.acquire("j", 0)  # its stripe, claimed before the strike
+                for _ in range(held):
+                    assert theirs.acquire("k", 0)
+                    report[PROGRESS] += 1
+                return theirs
+
+            take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
+            with strike("conc_acquire", n, sig, before, take, count) as s:
+                assert s.report[PROGRESS] == held
+                live = 0 if s.died else held + 1  # a section that completed took its slot
+                _conc_after(mine, name, live, limit)
+                assert mine.count("other") == 1, "another key moved"
+            return s.fired
+        finally:
+            mine.close()
+            shmwin.unlink(name)
+
+    stores = every_store(strike_at)
+    assert stores >= 3, f"section 'conc_acquire' made only {stores} stores"
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_conc_release(make_name, sig):
+    """Concurrency's release struck at every store: a dead victim's slots are all free, a live
+    one's release happened once; no lock held up, never more than the limit."""
+    limit = 3
+
+    def strike_at(n: int) -> bool:
+        name = make_name(f"concrel{n}")
+        mine = shmwin.Concurrency(name, limit)
+        try:
+
+            def before(report):
+                theirs = shmwin.Concurrency.attach(name)
+                assert theirs.acquire("k", 0) and theirs.acquire("k", 0)
+                report[PROGRESS] += 2
+                return theirs
+
+            give, count = (lambda t: t.release("k")), (lambda t: t.count("k"))
+            with strike("conc_release", n, sig, before, give, count) as s:
+                assert s.report[PROGRESS] == 2
+                _conc_after(mine, name, 0 if s.died else 1, limit)
+            return s.fired
+        finally:
+            mine.close()
+            shmwin.unlink(name)
+
+    stores = every_store(strike_at)
+    assert stores >= 2, f"section 'conc_release' made only {stores} stores"
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_conc_claim(make_name, sig):
+    """A process's stripe claim struck at every store (2 stripes: ours, and the victim's):
+    a dead claimer's stripe is taken by the next process at once, its entries count nothing;
+    a live one keeps its stripe (the next process finds none) and its slot."""
+    limit = 2
+
+    def strike_at(n: int) -> bool:
+        name = make_name(f"concclaim{n}")
+        mine = shmwin.Concurrency(name, limit, processes=2)
+        try:
+            assert mine.acquire("other", 0)  # stripe 1
+
+            def before(report):
+                return shmwin.Concurrency.attach(name)
+
+            take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
+            with strike("conc_claim", n, sig, before, take, count) as s:
+                if s.died:
+                    _conc_after(mine, name, 0, limit)  # the survivor claims the dead victim's stripe
+                else:
+                    assert promptly(mine.count, "k") == 1
+                    with pytest.raises(AssertionError, match="KeyTableFullError"):
+                        in_child(_conc_take, name, "k", 1)  # the live victim keeps its stripe
+            return s.fired
+        finally:
+            mine.close()
+            shmwin.unlink(name)
+
+    stores = every_store(strike_at)
+    assert stores >= 4, f"section 'conc_claim' made only {stores} stores"

@@ -1,5 +1,6 @@
 """The binary format: offsets asserted against the table in layout.py."""
 
+import dataclasses
 import struct
 import zlib
 from pathlib import Path
@@ -85,6 +86,35 @@ def test_everything_is_cache_line_aligned_but_keyed_rows_which_are_packed():
     # a keyed row: the 56-byte key header (7 words), then ring 0 (1 + 3 slots of 2 words), then ring 1
     assert Layout.plan(keyed).ring_words == (7, 7 + 2 * 4)
     assert Layout.plan(G).ring_words == (0,)  # unkeyed rows have no key header
+
+
+def test_a_concurrency_segment_is_keyed_with_a_stripe_table_of_processes():
+    """Role "concurrency": a keyed segment with ``n_stripes + 1`` stripe entries (processes)
+    between its locks and its key table, rows of a key header, a mark word and one 16-byte
+    holder entry per slot of the limit; it round-trips through the header."""
+    g = Geometry((Ring(10**9, 1, limit=5),), ("holders",), mode="locked", n_stripes=8, capacity=100,
+                 role="concurrency")  # fmt: skip
+    lay = Layout.plan(g)
+    assert lay.stripes_off == lay.locks_off + g.n_locks * layout.LOCK_BYTES
+    assert lay.keys_off >= lay.stripes_off + 9 * layout.STRIPE_ENTRY_BYTES and lay.keys_off % 64 == 0
+    assert lay.row_bytes == 192 and lay.ring_words == (7,)  # 56 + 8 + 5 x 16 = 144: whole lines, 3
+    row = layout_words.KEY_HEADER_BYTES + layout_words.CONC_STATE_BYTES + 5 * layout_words.CONC_HOLDER_BYTES
+    assert row == 144
+    two = dataclasses.replace(g, rings=(Ring(10**9, 1, limit=2),))
+    assert Layout.plan(two).row_bytes == 56 + 8 + 32  # packed
+    assert lay.first_bytes >= lay.keys_off  # the stripe table is reserved at creation
+    page = bytearray(layout.pack_header(g, lay, META))
+    page[0:8] = layout.MAGIC
+    assert layout.unpack_header(bytes(page), lay.total_bytes) == (g, lay, META)
+    for bad in (
+        dict(n_stripes=0), dict(capacity=0, n_stripes=8, mode="striped"),
+        dict(rings=(Ring(10**9, 1, limit=0),)),
+        dict(rings=(Ring(10**9, 1, limit=layout_words.MAX_CONCURRENCY + 1),)),
+    ):  # fmt: skip
+        with pytest.raises(ValueError):
+            dataclasses.replace(g, **bad)
+    with pytest.raises(ValueError, match="no stripes"):  # a plain keyed window still has none
+        Geometry((Ring(7, 3),), ("a",), mode="locked", n_stripes=4, capacity=10)
 
 
 def test_round_trip():
@@ -193,7 +223,8 @@ def _doc_tables() -> list[list[tuple[int, int | None, str]]]:
 
 def test_the_docstring_tables_are_the_description():
     """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
-    header, key_state, lock, stripe, index_entry, key_row, _slots, fixed, sliding = _doc_tables()
+    tables = _doc_tables()
+    header, key_state, lock, stripe, index_entry, key_row, _slots, fixed, sliding, conc, holder = tables
     expected = [
         (layout_words.HEADER, header + key_state),
         (layout_words.LOCK, lock),
@@ -202,6 +233,8 @@ def test_the_docstring_tables_are_the_description():
         (layout_words.KEY_ROW, key_row),
         (layout_words.FIXED_STATE, fixed),
         (layout_words.SLIDING_STATE, sliding),
+        (layout_words.CONC_STATE, conc),
+        (layout_words.CONC_HOLDER, holder),
     ]
     for fields, rows in expected:
         described = [(off, layout_words.size_of(kind), name) for name, off, kind in fields]

@@ -22,7 +22,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     40   4    u32       n_fields        value fields per bucket, 1..MAX_FIELDS
     44   4    u32       dtype           0 = int64, 1 = float64 (field values; epochs are int64)
     48   4    u32       mode            0 = striped, 1 = locked
-    52   4    u32       n_stripes       per-writer rows (striped mode), else 0
+    52   4    u32       n_stripes       per-writer rows (striped mode); a concurrency's processes; else 0
     56   4    u32       n_locks         robust mutexes in the lock table
     60   4    u32       capacity        most keys the segment may hold at once (0 = unkeyed window)
     64   4    u32       key_slots       index entries at index level 0 (INDEX_MIN_SLOTS), else 0
@@ -41,7 +41,9 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
                                         window or limiter; 1 = "fixed-starts", an older shmwin's
                                         start records of limits' fixed windows (not summed by the
                                         tools); 7 = "fixed-window", 8 = "sliding-counter": keyed
-                                        rows of per-key state, not buckets (see "Counter rows")
+                                        rows of per-key state, not buckets (see "Counter rows");
+                                        9 = "concurrency": keyed rows of holder entries and a
+                                        stripe table of processes (see "Concurrency rows")
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -74,7 +76,8 @@ lock ``2 + s % (n_locks - 2)``. Each entry::
                                  works on, -1 = none;
                                  what an EOWNERDEAD repair looks at (see core/locks.c)
 
-Stripe table (unkeyed only): ``n_stripes + 1`` x 128 bytes, entry *r* describes row *r*.
+Stripe table (unkeyed, and keyed segments of role "concurrency", whose ``n_stripes`` are
+processes, not rows): ``n_stripes + 1`` x 128 bytes, entry *r* describes row *r* (or process *r*).
 A stripe belongs to a *process*: every write is one native call under the GIL, so
 the threads of a process never interleave inside a stripe. Who owns a stripe is the
 kernel's word, not /proc's: the owner's keeper thread holds its liveness mutex, which
@@ -85,6 +88,7 @@ turns owner-dead when the owner dies (see "the keeper" in core/threads.c)::
     8    8    i64   owner_start  owner's start time in clock ticks (/proc stat field 22)
     16   8    i64   owner_pid    owner's process id, for display
     24   8    i64   claimed_ns   CLOCK_MONOTONIC when claimed
+    32   8    i64   claims       role "concurrency": claims so far (each claim adds one: its identity)
     64   <=56 mutex mutex        liveness: a robust mutex held by the owner process while it owns the row
 
 Key table (keyed only) -- an index over a heap of rows. The segment file is sized for
@@ -149,6 +153,23 @@ A sliding counter's (SLIDING_STATE)::
     0    8    i64   window    the index (now // P) of the window "current" counts
     8    8    i64   current   hits in that window
     16   8    i64   previous  hits in the window before it
+
+Concurrency rows (role "concurrency", ``shmwin.Concurrency``; ``core/concurrency.c``): a keyed
+window of one ring of 1 bucket, whose width is a key's idle time and whose limit is the
+concurrency limit L (1..MAX_CONCURRENCY); after the key header, a mark word (CONC_STATE),
+then L holder entries (CONC_HOLDER), one per process holding slots of the key. An entry
+counts while its stripe's claims word is the claim it names and the stripe's liveness mutex
+is held: a dead holder's slots stop counting when the kernel marks its mutex owner-dead.
+A key with a live holder is never idle::
+
+    off  size type  name      meaning
+    0    8    i64   mark      EMPTY_EPOCH in an emptied row; never read
+
+and each holder entry (16 bytes, entry *i* at 8 + 16 *i*)::
+
+    off  size type  name      meaning
+    0    8    i64   stripe    the holder's stripe r (1..n_stripes) | its slots << 32; 0 = free
+    8    8    i64   claim     that stripe's claims word when the holder took it
 """
 
 from __future__ import annotations
@@ -329,6 +350,11 @@ PACKED_ROW_BYTES = 128  # keyed rows smaller than this are not padded to a cache
 STATE_BYTES = {"fixed-window": _words.FIXED_STATE_BYTES, "sliding-counter": _words.SLIDING_STATE_BYTES}
 
 
+def state_words(g: Geometry) -> int:
+    """Words of a concurrency row's state: its mark word and ``limit`` holder entries."""
+    return (_words.CONC_STATE_BYTES + g.rings[0].limit * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+
+
 def _align_page(n: int) -> int:
     return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
 
@@ -369,7 +395,7 @@ class Layout:
     def plan(cls, g: Geometry) -> Layout:
         locks_off = HEADER_BYTES
         stripes_off = locks_off + g.n_locks * LOCK_BYTES
-        n_entries = 0 if g.keyed else g.n_stripes + 1
+        n_entries = g.n_stripes + 1 if not g.keyed or g.n_stripes else 0  # keyed: a concurrency's processes
         keys_off = _align64(stripes_off + n_entries * STRIPE_ENTRY_BYTES)
         # index copies of every level, then the row heap (page-aligned: reserved page by page)
         index_entries = 2 * g.key_slots * ((1 << g.index_levels) - 1)
@@ -382,6 +408,8 @@ class Layout:
             words += (head_slots + ring.n_buckets) * slot_words
         if g.keyed and g.role in STATE_BYTES:  # limits' per-key state, no ring: the row is its words
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
+        if g.keyed and g.role == "concurrency":  # a mark word, then one holder entry per slot
+            words = ring_words[0] + state_words(g)
         # rows are whole cache lines, so that two processes writing two rows never share one
         # (stripes; the keys of a limiter): measured, packed 424-byte limiter rows cut two
         # processes' hits on distinct keys to a third. Keyed rows under PACKED_ROW_BYTES are

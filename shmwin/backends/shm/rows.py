@@ -53,7 +53,7 @@ class Rows:
         self._g = g
         # a counter role's rows hold per-key state, no bucket: no ring view (its readers are
         # the role's own, which read the state words)
-        stateful = g.keyed and g.role in layout.STATE_BYTES
+        stateful = g.keyed and (g.role in layout.STATE_BYTES or g.role == "concurrency")
         self.rings = [] if stateful else [_ring_view(raw, g, lay, i) for i in range(len(g.rings))]
 
     @staticmethod

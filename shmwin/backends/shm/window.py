@@ -35,7 +35,7 @@ from ...errors import (
     WindowNotFoundError,
 )
 from ...geometry import Geometry, Meta
-from ...layout_words import COUNTER_ROLES
+from ...layout_words import COUNTER_ROLES, STATE_ROLES
 from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
 from . import layout, native
@@ -188,7 +188,7 @@ class ShmWindow:
         self._keys: KeyTable | None = None
         if g.keyed:
             self._keys = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key)
-        if g.kind == "window" and g.role not in COUNTER_ROLES:
+        if g.kind == "window" and g.role not in STATE_ROLES:
             self.add = core.add  # type: ignore[method-assign]
             self.add_and_total = core.add_and_total  # type: ignore[method-assign]
         else:
@@ -239,6 +239,8 @@ class ShmWindow:
         raise WindowClosedError(f"window {self.name!r} is closed")
 
     def _add_refused(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
+        if self._g.role == "concurrency":
+            raise ShmwinError(f"{self.name!r} holds a Concurrency's holders: use shmwin.Concurrency")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, written only through shm:// "
@@ -251,7 +253,7 @@ class ShmWindow:
 
     def add_batch(self, items: Sequence[tuple[int, int, Number]], field: str, key: Key | None) -> None:
         self._check_open()
-        if self._g.kind != "window" or self._g.role in COUNTER_ROLES:
+        if self._g.kind != "window" or self._g.role in STATE_ROLES:
             self._add_refused()
         self._core.add_batch(items, field, key)
 
@@ -326,6 +328,9 @@ class ShmWindow:
 
     def _ring(self, ring_index: int) -> RingView:
         """Ring ``ring_index``'s views; a counter role's rows hold state, no ring to read."""
+        if self._g.role == "concurrency":
+            raise ShmwinError(f"{self.name!r} holds a Concurrency's holders, not buckets: read them with "
+                              "shmwin.Concurrency.count or `shmwin show`")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, not buckets: read it through "
@@ -482,6 +487,8 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
         mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks)
+        if g.keyed and g.n_stripes:  # a concurrency's processes: one liveness mutex each
+            init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
         if not g.keyed:
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
             slots = slot_view(mm, g, lay)

@@ -112,12 +112,17 @@ typedef struct {
     PyObject *claim;    /* striped: callable() -> (pid, start ticks) of this process */
     PyObject *name;
     /* this process's stripe */
+    int64_t n_stripes;  /* keyed: a concurrency's process stripes (else 0) */
+    int64_t stripe_claim; /* keyed: this process's stripe's claims word when it took it */
     int64_t stripe_row; /* 0: the shared row under LOCK_SHARED_ROW */
     int64_t stripe_owner;
     uint64_t stripe_gen;
     int64_t retry_ns;   /* when to look for a free stripe again */
     int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
     int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copies we punched */
+    /* a limiter's decisions (methods.c, note_decision) */
+    PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
+    int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
 } Core;
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
@@ -314,6 +319,14 @@ PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
 PyObject *Core_fixed_get(Core *c, PyObject *key);
 PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *Core_sliding_get(Core *c, PyObject *key);
+
+/* ---- per-key concurrency: holders over live processes (concurrency.c) -------------------- */
+
+int conc_busy(Core *c, int64_t slot);
+PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_conc_release(Core *c, PyObject *key);
+PyObject *Core_conc_count(Core *c, PyObject *key);
+PyObject *Core_conc_mine(Core *c, PyObject *key);
 
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 

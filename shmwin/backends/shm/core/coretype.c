@@ -67,6 +67,7 @@ static int layout_fits(Core *c) {
                   (int64_t)c->slot_words * WORD_BYTES, c->row_bytes))
             return 0;
     if (!c->keyed) return fits(c->stripes_off, c->n_rows, STRIPE_ENTRY_BYTES, len);
+    if (c->n_stripes > 0 && !fits(c->stripes_off, c->n_stripes + 1, STRIPE_ENTRY_BYTES, c->keys_off)) return 0;
     return c->index_levels >= 1 && c->index_levels <= 40 && c->key_slots >= 1 && c->key_slots <= (1 << 20) &&
            (c->key_slots & (c->key_slots - 1)) == 0 && c->rings_off >= KEY_HEADER_BYTES &&
            c->n_rows <= UINT32_MAX && fits(c->keys_off, 2 * ((INT64_C(1) << c->index_levels) - 1),
@@ -131,6 +132,13 @@ static int read_header(Core *c) {
     c->state_words = !c->keyed || c->limiter ? 0
                      : c->role == ROLE_FIXED_WINDOW ? FIXED_STATE_BYTES / WORD_BYTES
                      : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES : 0;
+    c->n_stripes = c->keyed ? (int64_t)h.n_stripes : 0;  /* a keyed segment's: a concurrency's processes */
+    if (c->keyed && !c->limiter && c->role == ROLE_CONCURRENCY) {  /* a mark word, one holder entry per slot */
+        int64_t limit = h.ring_table[0].limit;
+        if (h.n_rings != 1 || limit < 1 || limit > MAX_CONCURRENCY || c->n_stripes < 1)
+            return bad_header("holds an impossible concurrency limit");
+        c->state_words = (CONC_STATE_BYTES + limit * CONC_HOLDER_BYTES) / WORD_BYTES;
+    }
     c->n_fields = (int)h.n_fields;
     c->slot_words = SLOT_VALUES + c->n_fields;
     c->head_slots = c->limiter ? LIMITER_HEAD_SLOTS : WINDOW_HEAD_SLOTS;
@@ -247,6 +255,7 @@ static int Core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(c->clock);
     Py_VISIT(c->claim);
     Py_VISIT(c->fields);
+    Py_VISIT(c->tally);
     return 0;
 }
 
@@ -254,6 +263,7 @@ static int Core_clear_refs(Core *c) {
     Py_CLEAR(c->clock);
     Py_CLEAR(c->claim);
     Py_CLEAR(c->fields);
+    Py_CLEAR(c->tally);
     return 0;
 }
 

@@ -193,7 +193,8 @@ int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
 
 /* now - last > idle_ns, without the subtraction: a junk last_ns never overflows it (now >= 0). */
 static int idle(Core *c, int64_t slot, int64_t now) {
-    return LOAD(RLAST(ROW(c, slot))) < now - c->idle_ns;
+    /* a concurrency's key holding a slot of a live process is never idle, whatever its age */
+    return LOAD(RLAST(ROW(c, slot))) < now - c->idle_ns && (c->role != ROLE_CONCURRENCY || !conc_busy(c, slot));
 }
 
 /* The row entry e points at if it holds a key whose row agrees (generation and hash), else -1. */

@@ -61,6 +61,9 @@
 #define FIXED_HEADER_END           172
 #define FIXED_STATE_BYTES          16
 #define SLIDING_STATE_BYTES        24
+#define CONC_STATE_BYTES           8
+#define CONC_HOLDER_BYTES          16
+#define MAX_CONCURRENCY            1024
 #define DTYPE_INT64                0
 #define DTYPE_FLOAT64              1
 #define MODE_STRIPED               0
@@ -78,6 +81,8 @@
 #define ROLE_HEALTH                6
 #define ROLE_FIXED_WINDOW          7
 #define ROLE_SLIDING_COUNTER       8
+#define ROLE_DECISIONS             9
+#define ROLE_CONCURRENCY           10
 #define MAGIC_OFF                  0
 #define HEADER_CRC_OFF             24
 #define FIELD_NAMES_OFF            256
@@ -102,6 +107,8 @@
 #define STRIPE_OWNER_PID           2
 #define STRIPE_CLAIMED_NS_OFF      24
 #define STRIPE_CLAIMED_NS          3
+#define STRIPE_CLAIMS_OFF          32
+#define STRIPE_CLAIMS              4
 #define STRIPE_MUTEX_OFF           64
 #define INDEX_ENTRY_GEN_OFF        0
 #define INDEX_ENTRY_GEN            0
@@ -131,6 +138,12 @@
 #define SLIDING_STATE_CURRENT      1
 #define SLIDING_STATE_PREVIOUS_OFF 16
 #define SLIDING_STATE_PREVIOUS     2
+#define CONC_STATE_MARK_OFF        0
+#define CONC_STATE_MARK            0
+#define CONC_HOLDER_STRIPE_OFF     0
+#define CONC_HOLDER_STRIPE         0
+#define CONC_HOLDER_CLAIM_OFF      8
+#define CONC_HOLDER_CLAIM          1
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -187,6 +200,9 @@
     X(FIXED_HEADER_END) \
     X(FIXED_STATE_BYTES) \
     X(SLIDING_STATE_BYTES) \
+    X(CONC_STATE_BYTES) \
+    X(CONC_HOLDER_BYTES) \
+    X(MAX_CONCURRENCY) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -204,6 +220,8 @@
     X(ROLE_HEALTH) \
     X(ROLE_FIXED_WINDOW) \
     X(ROLE_SLIDING_COUNTER) \
+    X(ROLE_DECISIONS) \
+    X(ROLE_CONCURRENCY) \
     X(MAGIC_OFF) \
     X(HEADER_CRC_OFF) \
     X(FIELD_NAMES_OFF) \
@@ -228,6 +246,8 @@
     X(STRIPE_OWNER_PID) \
     X(STRIPE_CLAIMED_NS_OFF) \
     X(STRIPE_CLAIMED_NS) \
+    X(STRIPE_CLAIMS_OFF) \
+    X(STRIPE_CLAIMS) \
     X(STRIPE_MUTEX_OFF) \
     X(INDEX_ENTRY_GEN_OFF) \
     X(INDEX_ENTRY_GEN) \
@@ -257,6 +277,12 @@
     X(SLIDING_STATE_CURRENT) \
     X(SLIDING_STATE_PREVIOUS_OFF) \
     X(SLIDING_STATE_PREVIOUS) \
+    X(CONC_STATE_MARK_OFF) \
+    X(CONC_STATE_MARK) \
+    X(CONC_HOLDER_STRIPE_OFF) \
+    X(CONC_HOLDER_STRIPE) \
+    X(CONC_HOLDER_CLAIM_OFF) \
+    X(CONC_HOLDER_CLAIM) \
     /* end */
 
 typedef struct {  /* generated: offsets asserted below */
@@ -358,7 +384,8 @@ _Static_assert(LOCK_INTENT_OFF + 8 <= LOCK_BYTES, "LOCK.intent");
 _Static_assert(STRIPE_OWNER_OFF + 8 <= STRIPE_OWNER_START_OFF, "STRIPE.owner");
 _Static_assert(STRIPE_OWNER_START_OFF + 8 <= STRIPE_OWNER_PID_OFF, "STRIPE.owner_start");
 _Static_assert(STRIPE_OWNER_PID_OFF + 8 <= STRIPE_CLAIMED_NS_OFF, "STRIPE.owner_pid");
-_Static_assert(STRIPE_CLAIMED_NS_OFF + 8 <= STRIPE_MUTEX_OFF, "STRIPE.claimed_ns");
+_Static_assert(STRIPE_CLAIMED_NS_OFF + 8 <= STRIPE_CLAIMS_OFF, "STRIPE.claimed_ns");
+_Static_assert(STRIPE_CLAIMS_OFF + 8 <= STRIPE_MUTEX_OFF, "STRIPE.claims");
 _Static_assert(STRIPE_MUTEX_OFF + sizeof(pthread_mutex_t) <= STRIPE_ENTRY_BYTES, "STRIPE.mutex");
 _Static_assert(INDEX_ENTRY_GEN_OFF + 8 <= INDEX_ENTRY_PLACE_OFF, "INDEX_ENTRY.gen");
 _Static_assert(INDEX_ENTRY_PLACE_OFF + 8 <= KEY_ENTRY_BYTES, "INDEX_ENTRY.place");
@@ -375,6 +402,9 @@ _Static_assert(FIXED_STATE_COUNT_OFF + 8 <= FIXED_STATE_BYTES, "FIXED_STATE.coun
 _Static_assert(SLIDING_STATE_WINDOW_OFF + 8 <= SLIDING_STATE_CURRENT_OFF, "SLIDING_STATE.window");
 _Static_assert(SLIDING_STATE_CURRENT_OFF + 8 <= SLIDING_STATE_PREVIOUS_OFF, "SLIDING_STATE.current");
 _Static_assert(SLIDING_STATE_PREVIOUS_OFF + 8 <= SLIDING_STATE_BYTES, "SLIDING_STATE.previous");
+_Static_assert(CONC_STATE_MARK_OFF + 8 <= CONC_STATE_BYTES, "CONC_STATE.mark");
+_Static_assert(CONC_HOLDER_STRIPE_OFF + 8 <= CONC_HOLDER_CLAIM_OFF, "CONC_HOLDER.stripe");
+_Static_assert(CONC_HOLDER_CLAIM_OFF + 8 <= CONC_HOLDER_BYTES, "CONC_HOLDER.claim");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

@@ -1,0 +1,291 @@
+/* concurrency.c -- per-key concurrency: at most `limit` holders of a key, over live processes.
+ *
+ * The segment is keyed, role "concurrency" (layout_words.py: CONC_STATE, CONC_HOLDER): its one
+ * ring gives the limit (the ring's limit) and the idle time (its span), and each key's row holds,
+ * after its key header, a mark word (EMPTY_EPOCH when emptied, never read) and `limit` holder
+ * entries: (stripe r | slots << 32, claim). Who a holder is, is the kernel's word, as for the
+ * stripes of a striped window (rings.c, "the keeper" in threads.c): the segment has a stripe
+ * table of n_stripes process entries; a process takes one for its Core at its first call -- its
+ * keeper thread holds that stripe's robust liveness mutex, and the stripe's claims word goes
+ * up by one -- and a holder entry names the stripe and the claims word it saw. The entry
+ * counts while that stripe's claims word is the same and its mutex is held (stripe_alive):
+ * the moment the holder dies (SIGKILL too) its mutex turns owner-dead, and its slots are free.
+ * A Core that closes gives its stripe back: its slots go with it.
+ *
+ * A live holder is never dropped: its stripe's claims word cannot change while its keeper holds
+ * the mutex. A dead one may be counted a moment longer (a new claimer holds the mutex before it
+ * bumps the claims word): refusals early, never a holder too many.
+ *
+ * Junk never reaches undefined behaviour: an entry naming no stripe, or slots outside 1..limit,
+ * is a CorruptSegmentError (and keeps the key from being reclaimed as idle).
+ */
+#include "core.h"
+
+#include <unistd.h>
+
+#define HOLDER(st, i) ((st) + CONC_STATE_BYTES / WORD_BYTES + (int64_t)(i) * (CONC_HOLDER_BYTES / WORD_BYTES))
+#define HOLDER_ROW(w) ((w) & 0xffffffffLL)
+#define HOLDER_SLOTS(w) ((int64_t)((uint64_t)(w) >> 32))
+#define HOLDER_WORD(r, n) ((int64_t)((uint64_t)(n) << 32 | (uint64_t)(r)))
+
+static int64_t *state_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot) + c->rings_off); }
+static int64_t limit_of(Core *c) { return c->rings[0].limit; }
+
+static int is_conc(Core *c) {
+    if (c->role == ROLE_CONCURRENCY && c->keyed && !c->limiter && c->n_rings == 1 && c->n_stripes >= 1 &&
+        limit_of(c) >= 1 && limit_of(c) <= MAX_CONCURRENCY &&
+        c->state_words == (CONC_STATE_BYTES + limit_of(c) * CONC_HOLDER_BYTES) / WORD_BYTES &&
+        c->empty_bytes >= c->state_words * WORD_BYTES)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "window %R is not a concurrency segment", c->name);
+    return -1;
+}
+
+/* ---- this process's stripe: its identity in holder entries -------------------------------- */
+
+/* Section "conc_claim": the first stripe whose liveness mutex the keeper can take (free, or
+ * its owner dead) becomes this Core's; its claims word goes up by one, the claim's identity.
+ * No lock: the mutex decides (only its holder writes the entry). Invariant between stores:
+ * the display words go first, the claims word after them -- until it is stored, the old
+ * claim's holders are counted (alive, their claims word): more holders, never fewer -- and
+ * the owner word last. Repair: none; a claimer that dies leaves the mutex owner-dead, so the
+ * next claimer takes the stripe, and every entry naming it is dead. */
+static int claim_conc_stripe(Core *c) {
+    for (int64_t r = 1; r <= c->n_stripes; r++) {
+        int rc = keeper(KEEP_TAKE, STRIPE_MUTEX(c, r));
+        if (rc == EBUSY) continue;  /* a live owner: never shared */
+        if (rc != 0) {
+            PyErr_Format(c->st->corrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
+                         c->name, (long long)r, rc);
+            return -1;
+        }
+        int64_t *e = STRIPE(c, r), claims = LOAD(e + STRIPE_CLAIMS), pid = (int64_t)getpid();
+        claims = claims >= 0 && claims < MAX_GEN - 1 ? claims + 1 : 1;  /* junk: start again */
+        SECTION("conc_claim");
+        STORE(e + STRIPE_OWNER_PID, pid);
+        STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+        STORE(e + STRIPE_CLAIMS, claims);
+        STORE(e + STRIPE_OWNER, pid);
+        END_SECTION();
+        c->stripe_row = r;
+        c->stripe_claim = claims;
+        c->stripe_gen = fork_gen;
+        return 0;
+    }
+    PyErr_Format(c->st->full, "concurrency %R: every one of its %lld process stripes is held by a live process",
+                 c->name, (long long)c->n_stripes);
+    return -1;
+}
+
+/* This Core's stripe (claimed at first use, and again in a forked child). */
+static int my_stripe(Core *c) {
+    if (c->stripe_gen == fork_gen && c->stripe_row > 0) return 0;
+    return claim_conc_stripe(c);
+}
+
+/* ---- holder entries ------------------------------------------------------------------------ */
+
+/* Holder entry h: 1 a live process's (*slots its slots), 0 free or dead, -1 junk (an error set
+ * if `raise`). Caller holds the row lock, or reads a hint (conc_busy's first look). */
+static int holder_live(Core *c, int64_t slot, int64_t *h, int64_t *slots, int raise) {
+    int64_t w = LOAD(h + CONC_HOLDER_STRIPE), claim = LOAD(h + CONC_HOLDER_CLAIM);
+    int64_t r = HOLDER_ROW(w), n = HOLDER_SLOTS(w);
+    *slots = 0;
+    if (w == 0) return 0;
+    if (r < 1 || r > c->n_stripes || n < 1 || n > limit_of(c)) {
+        if (raise)
+            PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible holder entry %#llx: "
+                         "the segment is corrupt", c->name, (long long)slot, (unsigned long long)w);
+        return -1;
+    }
+    *slots = n;
+    if (c->stripe_gen == fork_gen && c->stripe_row == r) return claim == c->stripe_claim;  /* ours, or before us */
+    return LOAD(STRIPE(c, r) + STRIPE_CLAIMS) == claim && stripe_alive(c, r);
+}
+
+/* Is this entry ours (this Core's stripe and claim)? */
+static int is_mine(Core *c, int64_t *h) {
+    return c->stripe_gen == fork_gen && c->stripe_row > 0 &&
+           HOLDER_ROW(LOAD(h + CONC_HOLDER_STRIPE)) == c->stripe_row && LOAD(h + CONC_HOLDER_CLAIM) == c->stripe_claim;
+}
+
+/* Does the key's row hold a live process's slot (or junk, kept to be looked at)? For the key
+ * table's idle(): a key with holders is never idle, whatever its age. */
+int conc_busy(Core *c, int64_t slot) {
+    if (c->state_words < 1 || limit_of(c) < 1 || limit_of(c) > MAX_CONCURRENCY) return 0;
+    int64_t *st = state_of(c, slot), n;
+    for (int64_t i = 0; i < limit_of(c); i++)
+        if (holder_live(c, slot, HOLDER(st, i), &n, 0) != 0) return 1;
+    return 0;
+}
+
+typedef struct {
+    int64_t held;       /* slots of live holders */
+    int64_t mine;       /* our entry, or -1 */
+    int64_t free_at;    /* a free entry, or -1 */
+    int64_t n_dead;
+    int64_t dead[MAX_CONCURRENCY];
+} Holders;
+
+/* The key's holders, checked. Caller holds the row lock. */
+static int read_holders(Core *c, int64_t slot, Holders *hs) {
+    int64_t *st = state_of(c, slot), n;
+    hs->held = 0, hs->mine = hs->free_at = -1, hs->n_dead = 0;
+    for (int64_t i = 0; i < limit_of(c); i++) {
+        int64_t *h = HOLDER(st, i);
+        int live = holder_live(c, slot, h, &n, 1);
+        if (live < 0) return -1;
+        if (live == 0 && LOAD(h + CONC_HOLDER_STRIPE) != 0) hs->dead[hs->n_dead++] = i;
+        else if (live == 0 && hs->free_at < 0) hs->free_at = i;
+        if (live == 0) continue;
+        hs->held = sat_add(hs->held, n);
+        if (is_mine(c, h)) hs->mine = i;
+    }
+    return 0;
+}
+
+/* Section "conc_acquire": drop the entries of dead holders, then take a slot for this process
+ * if the live holders' slots leave room under the limit. Caller holds the row lock.
+ * Invariant between stores: the live holders' slots never pass the limit -- dead entries are
+ * cleared one store each (they counted nothing), and the slot taken is the last store: our
+ * entry's count, one store, or a free entry's claim word, then its stripe word (the entry
+ * counts from that store on; a tear before it leaves a free entry). The key's last write
+ * goes after, never backwards. Repair: none (nothing derived; a dead holder's entries are the
+ * next acquire's to clear). */
+static int acquire_row(Core *c, int64_t slot, int64_t now, int *allowed, int64_t *held) {
+    int64_t *st = state_of(c, slot);
+    Holders hs;
+    if (read_holders(c, slot, &hs) < 0) return -1;
+    *allowed = hs.held < limit_of(c);
+    *held = hs.held;
+    if (!*allowed && hs.n_dead == 0) return 0;
+    SECTION("conc_acquire");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    for (int64_t k = 0; k < hs.n_dead; k++) {
+        STORE(HOLDER(st, hs.dead[k]) + CONC_HOLDER_STRIPE, 0);
+        if (hs.free_at < 0) hs.free_at = hs.dead[k];
+    }
+    if (*allowed) {
+        if (hs.mine >= 0) {
+            int64_t *h = HOLDER(st, hs.mine);
+            int64_t n = HOLDER_SLOTS(LOAD(h + CONC_HOLDER_STRIPE));
+            STORE(h + CONC_HOLDER_STRIPE, HOLDER_WORD(c->stripe_row, n + 1));
+        } else {  /* held < limit: fewer than limit live entries, so one is free (or was dead) */
+            int64_t *h = HOLDER(st, hs.free_at);
+            STORE(h + CONC_HOLDER_CLAIM, c->stripe_claim);
+            STORE(h + CONC_HOLDER_STRIPE, HOLDER_WORD(c->stripe_row, 1));
+        }
+        *held = hs.held + 1;
+        touch_last(ROW(c, slot), now);
+    }
+    END_SECTION();
+    return 0;
+}
+
+/* Section "conc_release": give back one of this process's slots of the key: one store (its
+ * entry's count, or 0: a free entry), then the key's last write (never backwards). Caller holds
+ * the row lock. 1 released, 0 nothing of ours there. Repair: none. */
+static int release_row(Core *c, int64_t slot, int64_t now) {
+    int64_t *st = state_of(c, slot);
+    Holders hs;
+    if (read_holders(c, slot, &hs) < 0) return -1;
+    if (hs.mine < 0) return 0;
+    int64_t *h = HOLDER(st, hs.mine);
+    int64_t n = HOLDER_SLOTS(LOAD(h + CONC_HOLDER_STRIPE));
+    SECTION("conc_release");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    STORE(h + CONC_HOLDER_STRIPE, n > 1 ? HOLDER_WORD(c->stripe_row, n - 1) : 0);
+    touch_last(ROW(c, slot), now);
+    END_SECTION();
+    return 1;
+}
+
+/* conc_acquire(key) -> (taken, holders after): take one slot of the key for this process if
+ * its live holders leave room under the limit; never waits (the caller's loop does). */
+PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key"};
+    PyObject *a[1], *result = NULL;
+    int64_t now = 0, slot, held = 0;
+    int allowed = 0;
+    if (parse(args, nargs, kwnames, names, 1, a, "conc_acquire") < 0) return NULL;
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "conc_acquire() needs a key");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (is_conc(c) < 0 || now_ns(c, &now) < 0 || my_stripe(c) < 0 || still_open(c) < 0) goto out;
+    if (lock_key(c, a[0], 1, now, &slot) < 0) {
+        met_full(c, 0);
+        goto out;
+    }
+    int rc = acquire_row(c, slot, now, &allowed, &held);
+    lock_give(c, row_lock(c, slot));
+    if (rc == 0) result = Py_BuildValue("(OL)", allowed ? Py_True : Py_False, (long long)held);
+out:
+    leave(c);
+    return result;
+}
+
+/* conc_release(key) -> bool: one of this process's slots of the key given back; False if it
+ * holds none (the caller raises). */
+PyObject *Core_conc_release(Core *c, PyObject *key) {
+    PyObject *result = NULL;
+    int64_t now = 0, slot;
+    if (enter(c) < 0) return NULL;
+    if (is_conc(c) < 0 || now_ns(c, &now) < 0) goto out;
+    if (c->stripe_gen != fork_gen || c->stripe_row <= 0) {  /* never acquired here: nothing to give */
+        result = Py_NewRef(Py_False);
+        goto out;
+    }
+    int got = lock_key(c, key, 0, now, &slot);
+    if (got <= 0) {
+        if (got == 0) result = Py_NewRef(Py_False);
+        goto out;
+    }
+    int rc = release_row(c, slot, now);
+    lock_give(c, row_lock(c, slot));
+    if (rc >= 0) result = Py_NewRef(rc ? Py_True : Py_False);
+out:
+    leave(c);
+    return result;
+}
+
+/* The key's holders, read under its row lock: (live holders' slots, this Core's). */
+static PyObject *holders_of(Core *c, PyObject *key) {
+    PyObject *result = NULL;
+    int64_t now = 0, slot, mine = 0;
+    Holders hs;
+    if (enter(c) < 0) return NULL;
+    if (is_conc(c) < 0 || now_ns(c, &now) < 0) goto out;
+    int got = lock_key(c, key, 0, now, &slot);
+    if (got < 0) goto out;
+    if (got == 0) {
+        result = Py_BuildValue("(ii)", 0, 0);
+        goto out;
+    }
+    int rc = read_holders(c, slot, &hs);
+    if (rc == 0 && hs.mine >= 0) mine = HOLDER_SLOTS(LOAD(HOLDER(state_of(c, slot), hs.mine) + CONC_HOLDER_STRIPE));
+    lock_give(c, row_lock(c, slot));
+    if (rc == 0) result = Py_BuildValue("(LL)", (long long)hs.held, (long long)mine);
+out:
+    leave(c);
+    return result;
+}
+
+/* conc_count(key) -> slots held now by live processes. */
+PyObject *Core_conc_count(Core *c, PyObject *key) {
+    PyObject *both = holders_of(c, key);
+    if (both == NULL) return NULL;
+    PyObject *held = Py_NewRef(PyTuple_GET_ITEM(both, 0));
+    Py_DECREF(both);
+    return held;
+}
+
+/* conc_mine(key) -> slots of the key this Core holds. */
+PyObject *Core_conc_mine(Core *c, PyObject *key) {
+    PyObject *both = holders_of(c, key);
+    if (both == NULL) return NULL;
+    PyObject *mine = Py_NewRef(PyTuple_GET_ITEM(both, 1));
+    Py_DECREF(both);
+    return mine;
+}
