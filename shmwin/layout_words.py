@@ -87,10 +87,12 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # what shmwin made a segment for, recorded in its header (the tools read it, never guess):
 # "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
-# (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made
+# (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made;
+# "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter")  # fmt: skip
-COUNTER_ROLES = ("fixed-window", "sliding-counter")  # rows of per-key state: no bucket to read or add to
+         "sliding-counter", "token-bucket")  # fmt: skip
+# rows of per-key state: no bucket to read or add to
+COUNTER_ROLES = ("fixed-window", "sliding-counter", "token-bucket")
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
 
@@ -207,6 +209,13 @@ SLIDING_STATE: tuple[Field, ...] = (  # role "sliding-counter": limits' sliding 
     ("previous", 16, "q"),  # hits in the window before it
 )
 SLIDING_STATE_BYTES = 24
+# role "token-bucket": a TokenBucket's GCRA state (core/counters.c). Its keyed window has one ring
+# of `burst` buckets of the emission interval T (ns per token): the row's room and its idle time
+# burst x T, after which the bucket is full again; the ring's limit is the rate's limit.
+TOKEN_STATE: tuple[Field, ...] = (
+    ("tat", 0, "q"),  # the theoretical arrival time (ns): the bucket is full from then on; EMPTY_EPOCH: full
+)
+TOKEN_STATE_BYTES = 8
 
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
@@ -217,6 +226,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "RING_ENTRY": (RING_ENTRY, "RING_ENTRY_BYTES"),
     "FIXED_STATE": (FIXED_STATE, "FIXED_STATE_BYTES"),
     "SLIDING_STATE": (SLIDING_STATE, "SLIDING_STATE_BYTES"),
+    "TOKEN_STATE": (TOKEN_STATE, "TOKEN_STATE_BYTES"),
 }
 
 
@@ -236,6 +246,7 @@ ROLE_BREAKER, ROLE_SHEDDER = ROLES.index("breaker"), ROLES.index("shedder")
 ROLE_IN_FLIGHT, ROLE_ADAPTIVE = ROLES.index("in-flight"), ROLES.index("adaptive")
 ROLE_HEALTH = ROLES.index("health")
 ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.index("sliding-counter")
+ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 
 MAGIC_OFF = _at(HEADER, "magic")
 HEADER_CRC_OFF = _at(HEADER, "header_crc")
@@ -297,6 +308,8 @@ SLIDING_STATE_CURRENT_OFF = _at(SLIDING_STATE, "current")
 SLIDING_STATE_CURRENT = SLIDING_STATE_CURRENT_OFF // WORD_BYTES
 SLIDING_STATE_PREVIOUS_OFF = _at(SLIDING_STATE, "previous")
 SLIDING_STATE_PREVIOUS = SLIDING_STATE_PREVIOUS_OFF // WORD_BYTES
+TOKEN_STATE_TAT_OFF = _at(TOKEN_STATE, "tat")
+TOKEN_STATE_TAT = TOKEN_STATE_TAT_OFF // WORD_BYTES
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
@@ -312,6 +325,7 @@ _SCALARS = (
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
     "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
+    "TOKEN_STATE_BYTES",
 )  # fmt: skip
 
 

@@ -130,7 +130,8 @@ static int read_header(Core *c) {
     c->role = (int)(h.role & 0xff) == (int)h.role ? (int)h.role : -1;  /* the tools' word; counters.c checks it */
     c->state_words = !c->keyed || c->limiter ? 0
                      : c->role == ROLE_FIXED_WINDOW ? FIXED_STATE_BYTES / WORD_BYTES
-                     : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES : 0;
+                     : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES
+                     : c->role == ROLE_TOKEN_BUCKET ? TOKEN_STATE_BYTES / WORD_BYTES : 0;
     c->n_fields = (int)h.n_fields;
     c->slot_words = SLOT_VALUES + c->n_fields;
     c->head_slots = c->limiter ? LIMITER_HEAD_SLOTS : WINDOW_HEAD_SLOTS;

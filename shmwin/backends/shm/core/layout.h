@@ -61,6 +61,7 @@
 #define FIXED_HEADER_END           172
 #define FIXED_STATE_BYTES          16
 #define SLIDING_STATE_BYTES        24
+#define TOKEN_STATE_BYTES          8
 #define DTYPE_INT64                0
 #define DTYPE_FLOAT64              1
 #define MODE_STRIPED               0
@@ -78,6 +79,7 @@
 #define ROLE_HEALTH                6
 #define ROLE_FIXED_WINDOW          7
 #define ROLE_SLIDING_COUNTER       8
+#define ROLE_TOKEN_BUCKET          9
 #define MAGIC_OFF                  0
 #define HEADER_CRC_OFF             24
 #define FIELD_NAMES_OFF            256
@@ -131,6 +133,8 @@
 #define SLIDING_STATE_CURRENT      1
 #define SLIDING_STATE_PREVIOUS_OFF 16
 #define SLIDING_STATE_PREVIOUS     2
+#define TOKEN_STATE_TAT_OFF        0
+#define TOKEN_STATE_TAT            0
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -187,6 +191,7 @@
     X(FIXED_HEADER_END) \
     X(FIXED_STATE_BYTES) \
     X(SLIDING_STATE_BYTES) \
+    X(TOKEN_STATE_BYTES) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -204,6 +209,7 @@
     X(ROLE_HEALTH) \
     X(ROLE_FIXED_WINDOW) \
     X(ROLE_SLIDING_COUNTER) \
+    X(ROLE_TOKEN_BUCKET) \
     X(MAGIC_OFF) \
     X(HEADER_CRC_OFF) \
     X(FIELD_NAMES_OFF) \
@@ -257,6 +263,8 @@
     X(SLIDING_STATE_CURRENT) \
     X(SLIDING_STATE_PREVIOUS_OFF) \
     X(SLIDING_STATE_PREVIOUS) \
+    X(TOKEN_STATE_TAT_OFF) \
+    X(TOKEN_STATE_TAT) \
     /* end */
 
 typedef struct {  /* generated: offsets asserted below */
@@ -375,6 +383,7 @@ _Static_assert(FIXED_STATE_COUNT_OFF + 8 <= FIXED_STATE_BYTES, "FIXED_STATE.coun
 _Static_assert(SLIDING_STATE_WINDOW_OFF + 8 <= SLIDING_STATE_CURRENT_OFF, "SLIDING_STATE.window");
 _Static_assert(SLIDING_STATE_CURRENT_OFF + 8 <= SLIDING_STATE_PREVIOUS_OFF, "SLIDING_STATE.current");
 _Static_assert(SLIDING_STATE_PREVIOUS_OFF + 8 <= SLIDING_STATE_BYTES, "SLIDING_STATE.previous");
+_Static_assert(TOKEN_STATE_TAT_OFF + 8 <= TOKEN_STATE_BYTES, "TOKEN_STATE.tat");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

@@ -641,5 +641,11 @@ PyMethodDef core_methods[] = {
      "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."},
     {"sliding_get", (PyCFunction)Core_sliding_get, METH_O,
      "sliding_get($self, key, /)\n--\n\n(previous, current, ns into the current window, period ns)."},
+    {"token_hit", FASTCALL_KW(Core_token_hit),
+     "token_hit($self, /, key, cost=1)\n--\n\n"
+     "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."},
+    {"token_check", FASTCALL_KW(Core_token_check),
+     "token_check($self, /, key, cost, commit)\n--\n\n"
+     "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
     {NULL},
 };
