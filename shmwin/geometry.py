@@ -312,8 +312,9 @@ def token_geometry(rate: Rate, burst: int, capacity: int | None) -> Geometry:
         raise ValueError(f"capacity must be a positive int or None (grow as keys come), not {capacity!r}")
     interval_ns = -(-rate.period_ns // rate.limit)
     if interval_ns * (burst + 2) > MAX_SPAN_NS:
-        raise ValueError(f"a bucket of {burst} tokens of {format_ns(interval_ns)} each spans more than 2**60 ns")
-    g = with_capacity(Geometry((Ring(interval_ns, burst, rate.limit),), ("tokens",), "int64", "locked", 0, 1), capacity)
+        raise ValueError(f"a bucket of {burst} tokens of {format_ns(interval_ns)} spans more than 2**60 ns")
+    ring = Ring(interval_ns, burst, rate.limit)
+    g = with_capacity(Geometry((ring,), ("tokens",), "int64", "locked", 0, 1), capacity)
     return Geometry(g.rings, g.fields, g.dtype, g.mode, g.n_stripes, g.capacity, g.kind, TOKEN_ROLE)
 
 

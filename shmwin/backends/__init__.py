@@ -47,10 +47,10 @@ def register(scheme: str, entry: Scheme) -> None:
     _SCHEMES[scheme] = entry
 
 
-register(
-    "shm",
-    Scheme(window=ShmWindow.open, limiter=ShmLimiter.open, options=SHM_OPTIONS, token_bucket=ShmTokenBucket.open),
+_SHM = Scheme(
+    window=ShmWindow.open, limiter=ShmLimiter.open, options=SHM_OPTIONS, token_bucket=ShmTokenBucket.open
 )
+register("shm", _SHM)
 
 
 def _redis() -> Scheme:

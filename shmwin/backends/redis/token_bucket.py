@@ -61,7 +61,9 @@ class RedisTokenBucket(RedisBase):
         """One round trip: the native core's ``token_check`` answer (``lua/token.lua``)."""
         cost = cost_of(cost, 0)
         if cost > self._burst:
-            raise ValueError(f"cost {cost} is more than the bucket of {self.name!r} holds (burst {self._burst})")
+            raise ValueError(
+                f"cost {cost} is more than the bucket of {self.name!r} holds (burst {self._burst})"
+            )
         row = self._row(_key(key))
         args = [cost, int(bool(commit)), self._interval_us, self._burst]
         allowed, tokens, wait_us, full_us = self._run(scripts.TOKEN, [row, self._clock_key], args)

@@ -14,7 +14,8 @@ from ...rate import Rate
 from ..contract import Key, Request
 from .window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
 
-TokenCheck = tuple[bool, int, int | None, int]  # allowed, whole tokens left, wait_ns (None: never), ns until full
+# allowed, whole tokens left, wait_ns (None: never), ns until full
+TokenCheck = tuple[bool, int, int | None, int]
 
 
 class ShmTokenBucket:
@@ -93,4 +94,5 @@ class ShmTokenBucket:
         return self._window.unlink()
 
     def __repr__(self) -> str:
-        return f"<shmwin.TokenBucket {self.name!r} {self.rate} burst={self.burst} capacity={self.geometry.capacity}>"
+        capacity = self.geometry.capacity
+        return f"<shmwin.TokenBucket {self.name!r} {self.rate} burst={self.burst} capacity={capacity}>"
