@@ -24,6 +24,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
     lines = [clip(head, width)]
     if role and snap.get(role):
         lines += ROLE_LINES[role](snap[role])
+        if "value" in snap and "value" in snap[role]:  # one key of a counter role: its value
+            lines.append(clip(f"  {snap[role]['value']}: {snap['value']:,}", width))
     fields = [safe(f) for f in snap["fields"]]
     field_cells = min(max(len(f) for f in fields), NUMBER_CELLS)
     for row in snap["resolutions"]:
@@ -66,6 +68,7 @@ ROLE_TITLES = {
     "fixed-starts": "fixed-window starts",
     "fixed-window": "limits' fixed windows",
     "sliding-counter": "limits' sliding window counters",
+    "token-bucket": "token bucket",
 }
 
 
@@ -125,6 +128,15 @@ def _counters(v: dict[str, Any]) -> list[str]:
     return [f"  period {_span(v['period_s'])}: {keys} counting, {v['total']:,} in all ({v['value']} per key)"]
 
 
+def _tokens(v: dict[str, Any]) -> list[str]:
+    keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
+    return [
+        f"  {v['rate']}, burst {v['burst']:,}: a token every {_span(v['interval_s'])}",
+        f"  {keys} below a full bucket, {v['total']:,} token{'' if v['total'] == 1 else 's'} taken in all"
+        f" ({v['value']} per key)",
+    ]
+
+
 def _span(seconds: float) -> str:
     return format_ns(round(seconds * NS_PER_S))
 
@@ -137,6 +149,7 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "health": lambda v: [f"  the health window of adaptive limiter {safe(v['of'])}"],
     "fixed-window": lambda v: _counters(v),
     "sliding-counter": lambda v: _counters(v),
+    "token-bucket": _tokens,
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

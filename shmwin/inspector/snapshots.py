@@ -26,6 +26,7 @@ from ..backends.shm.segment import PREFIX, SHM_DIR, names, namespace, path_of
 from ..clock import host_clock, host_monotonic_ns
 from ..duration import NS_PER_S, format_ns
 from ..errors import GeometryMismatchError, ShmwinError
+from ..geometry import token_rate_of
 from ..rate import Rate
 from . import attached as _attached
 from .roles import COUNTERS, UNSUMMED, counter_values, counters_view, role_of, role_view
@@ -157,7 +158,7 @@ def _info(name: str, w: Any) -> Info:
         role=role_of(w),
         fields=list(g.fields),
         resolutions=ring_labels(w),
-        rates=[str(r) for r in limiter_rates(w)],
+        rates=[str(r) for r in limiter_rates(w)] or token_rates(w),
         mode=g.mode,
         nbytes=w.nbytes,
         keys=len(w.keys()) if g.keyed else None,
@@ -256,6 +257,15 @@ def limiter_rates(w: Any) -> list[Rate]:
     return [Rate(r.limit, r.bucket_ns if r.log else r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
 
 
+def token_rates(w: Any) -> list[str]:
+    """A token bucket's rate and burst, as ``ls`` shows them ("10/second burst 20"); else []."""
+    g = geometry_of(w)
+    if g.role != "token-bucket":
+        return []
+    rate, burst = token_rate_of(g)
+    return [f"{rate} burst {burst}"]
+
+
 def is_limiter_front(w: Any) -> bool:
     """A Limiter (what a Redis limiter opens as: no window view), not a Window."""
     return hasattr(w, "stats_all") and not hasattr(w, "series")
@@ -306,7 +316,8 @@ def snapshot(
             out["top"] = [[key_text(k), v] for k, v in view.pop("top")]
         else:
             view.pop("top")
-            out["value"] = next((v for k, v in counter_values(w, role) if k == key), 0)
+            idle = view["burst"] if role == "token-bucket" else 0  # a key not shown: a full bucket
+            out["value"] = next((v for k, v in counter_values(w, role) if k == key), idle)
         return out
     if role is not None:
         out[role] = role_view(w, role, cpu)

@@ -9,6 +9,7 @@ a second of real time (a correctness bound: burst + rate x elapsed, within 2).
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import subprocess
@@ -289,4 +290,30 @@ def test_four_processes_admit_burst_plus_rate_times_elapsed(name):
         expected = burst + rate * elapsed_ns / S
         took = f"{admitted} admitted in {elapsed_ns / S:.3f} s, expected {expected:.1f}"
         assert abs(admitted - expected) <= 2, took
+        tb.unlink()
+
+
+# -- the tools ------------------------------------------------------------------------------------
+
+
+def test_ls_show_and_export_show_each_keys_tokens(name):
+    from cli_support import cli
+
+    with TokenBucket(name, "1/hour", burst=5) as tb:
+        assert tb.hit("a", 5) and tb.hit("b", 2)
+        listed = json.loads(cli("ls", "--json", name).stdout)["windows"]
+        assert [(row["role"], row["rates"]) for row in listed] == [("token-bucket", ["1/hour burst 5"])]
+        shown = cli("show", name, columns=120).stdout
+        assert "token bucket" in shown and "1/hour, burst 5" in shown, shown
+        assert "2 keys below a full bucket, 7 tokens taken in all" in shown, shown
+        assert "0  a" in shown and "3  b" in shown, shown
+        snap = json.loads(cli("show", "--json", name).stdout)
+        assert snap["top"] == [["a", 0], ["b", 3]]
+        assert json.loads(cli("show", "--json", name, "--key", "b").stdout)["value"] == 3
+        assert json.loads(cli("show", "--json", name, "--key", "never").stdout)["value"] == 5
+        text = cli("export", "--format", "prometheus", "--top", "1", name).stdout
+        assert f'shmwin_window_keys{{window="{name}"}} 2.0' in text, text
+        assert f'shmwin_limiter_limit{{resolution="1/hour",window="{name}"}} 5.0' in text, text
+        assert f'shmwin_window_value{{field="tokens",resolution="1/hour",window="{name}"}} 7.0' in text, text
+        assert f'shmwin_key_value{{field="tokens",key="a",resolution="1/hour",window="{name}"}} 0.0' in text
         tb.unlink()
