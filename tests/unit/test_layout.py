@@ -193,7 +193,7 @@ def _doc_tables() -> list[list[tuple[int, int | None, str]]]:
 
 def test_the_docstring_tables_are_the_description():
     """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
-    header, key_state, lock, stripe, index_entry, key_row, _slots, fixed, sliding = _doc_tables()
+    header, key_state, lock, stripe, index_entry, key_row, _slots, fixed, sliding, token = _doc_tables()
     expected = [
         (layout_words.HEADER, header + key_state),
         (layout_words.LOCK, lock),
@@ -202,6 +202,7 @@ def test_the_docstring_tables_are_the_description():
         (layout_words.KEY_ROW, key_row),
         (layout_words.FIXED_STATE, fixed),
         (layout_words.SLIDING_STATE, sliding),
+        (layout_words.TOKEN_STATE, token),
     ]
     for fields, rows in expected:
         described = [(off, layout_words.size_of(kind), name) for name, off, kind in fields]

@@ -1,6 +1,6 @@
 -- token.lua: a token bucket's take or test (GCRA), the native core's token_check on redis.
 --
--- KEYS[1]  the key's state: shmwin:{NAME}:k:KEY, a string: its theoretical arrival time (µs,
+-- KEYS[1]  the key's state: shmwin:{NAME}:k:KEY, a string: its theoretical arrival time (us,
 --          the name's clock), from which the bucket is full; no key: a full bucket
 -- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
@@ -13,8 +13,8 @@
 -- Taking cost is allowed iff max(tat, now) + cost x T - BURST x T <= now; then
 -- tat = max(tat, now) + cost x T. Integers below 2**53 throughout: exact in Lua's doubles.
 --
--- Returns: {allowed 1/0, whole tokens left, µs until cost tokens are there (0: now),
---           µs until the bucket is full}.
+-- Returns: {allowed 1/0, whole tokens left, us until cost tokens are there (0: now),
+--           us until the bucket is full}.
 -- Guarantees: atomic, one round trip, one GET and at most one SET; the key expires (PX) once
 -- its bucket is full again, when it would read as full anyway.
 
