@@ -21,7 +21,18 @@ import statistics
 import time
 import uuid
 
-from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec, targets_table, write_json
+from _harness import (
+    Contender,
+    FloorPairs,
+    Loop,
+    Target,
+    fresh_loop,
+    interleaved,
+    ns,
+    per_sec,
+    targets_table,
+    write_json,
+)
 
 from shmwin import Limiter, TokenBucket
 
@@ -89,7 +100,9 @@ def lim_loop(name: str) -> Loop:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
     parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
     args = parser.parse_args()
