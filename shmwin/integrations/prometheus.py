@@ -189,6 +189,9 @@ def _matches(name: str, patterns: list[str] | None) -> bool:
 def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, size: int | None) -> None:
     name = w.name
     families["shmwin_window_readable"].add_metric([name], 1)
+    if snapshots.is_token_front(w):  # a Redis token bucket: its burst only
+        families["shmwin_limiter_limit"].add_metric([name, str(w.rate)], w.burst)
+        return
     if snapshots.is_limiter_front(w):  # a Redis limiter: its limits only
         for label, rate in zip(snapshots.ring_labels(w), snapshots.limiter_rates(w), strict=True):
             families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)

@@ -317,3 +317,22 @@ def test_ls_show_and_export_show_each_keys_tokens(name):
         assert f'shmwin_window_value{{field="tokens",resolution="1/hour",window="{name}"}} 7.0' in text, text
         assert f'shmwin_key_value{{field="tokens",key="a",resolution="1/hour",window="{name}"}} 0.0' in text
         tb.unlink()
+
+
+def test_the_tools_show_a_redis_token_bucket(redis_server, name):
+    pytest.importorskip("redis")
+    from cli_support import cli
+
+    url = redis_server.url
+    with TokenBucket(name, "1/hour", burst=5, backend=url) as tb:
+        assert tb.hit("a", 5) and tb.hit("b", 2)
+        listed = {r["name"]: r for r in json.loads(cli("ls", "--backend", url, "--json").stdout)["windows"]}
+        assert (listed[name]["role"], listed[name]["rates"]) == ("token-bucket", ["1/hour burst 5"])
+        snap = json.loads(cli("show", name, "--backend", url, "--json").stdout)
+        assert snap["top"] == [["a", 0], ["b", 3]] and snap["token-bucket"]["total"] == 7
+        shown = cli("show", name, "--backend", url, columns=120).stdout
+        assert "2 keys below a full bucket, 7 tokens taken in all" in shown, shown
+        assert json.loads(cli("show", name, "--key", "b", "--backend", url, "--json").stdout)["value"] == 3
+        text = cli("export", "--backend", url, "--format", "prometheus", name).stdout
+        assert f'shmwin_limiter_limit{{resolution="1/hour",window="{name}"}} 5.0' in text, text
+        tb.unlink()
