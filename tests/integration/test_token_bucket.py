@@ -336,3 +336,30 @@ def test_the_tools_show_a_redis_token_bucket(redis_server, name):
         text = cli("export", "--backend", url, "--format", "prometheus", name).stdout
         assert f'shmwin_limiter_limit{{resolution="1/hour",window="{name}"}} 5.0' in text, text
         tb.unlink()
+
+
+@pytest.mark.parametrize("on_full", ["allow", "deny", "raise"])
+def test_a_full_key_table_answers_as_on_full_says(name, clock, on_full):
+    with TokenBucket(name, "10/second", burst=1, capacity=1, clock=clock, on_full=on_full) as tb:
+        assert tb.hit("a") and not tb.hit("a")  # the one row: "a", an empty bucket (not idle)
+        if on_full == "raise":
+            with pytest.raises(shmwin.KeyTableFullError):
+                tb.hit("b")
+        else:
+            assert tb.hit("b") is (on_full == "allow")
+            assert tb.test("b"), "a test makes no key: an unknown key's bucket is full (as a Limiter's test)"
+        assert tb.full_count() >= 1
+        clock.advance(ns=T + 1)  # "a" is full again, so idle: its row is reclaimed for "b"
+        assert tb.hit("b") and not tb.hit("b")
+        assert tb.stats("a").remaining == 1
+        tb.unlink()
+
+
+def test_bytes_keys_and_junk_keys(name, clock):
+    with bucket(name, clock, None) as tb:
+        assert tb.hit(b"\xff\x00k", 5) and not tb.hit(b"\xff\x00k")
+        assert tb.stats(b"\xff\x00k").remaining == 0 and tb.stats("\xff\x00k").remaining == 5
+        for junk in (None, 3, ["k"]):
+            with pytest.raises(TypeError):
+                tb.hit(junk)  # type: ignore[arg-type]
+        tb.unlink()
