@@ -363,3 +363,11 @@ def test_bytes_keys_and_junk_keys(name, clock):
             with pytest.raises(TypeError):
                 tb.hit(junk)  # type: ignore[arg-type]
         tb.unlink()
+
+
+def test_acquire_of_nothing_takes_nothing(name, clock):
+    with bucket(name, clock, None) as tb:
+        assert tb.acquire("k", cost=0) and tb.window.keys() == [], "taking nothing makes no key"
+        assert tb.hit("k", 5) and tb.acquire("k", cost=0) and clock() == T0
+        assert tb.stats("k").remaining == 0
+        tb.unlink()

@@ -389,12 +389,12 @@ PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         now_ns(c, &now) < 0)
         goto out;
     tokens = c->rings[0].n;
-    int got = cost == 0 && commit ? 0 : lock_key(c, a[0], commit, now, &slot);
+    int got = lock_key(c, a[0], commit && cost > 0, now, &slot);  /* taking nothing makes no key */
     if (got < 0) {
         if (!met_full(c, 1)) goto out;
         allowed = c->on_full == 1;
         wait_ns = -1;
-    } else if (got == 0) {  /* never seen (or nothing to take): a full bucket */
+    } else if (got == 0) {  /* never seen: a full bucket */
         allowed = 1;
     } else {
         int rc = token_take_row(c, slot, now, cost, commit, &t, &allowed);
