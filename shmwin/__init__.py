@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
+from .decisions import Decisions
 from .errors import (
     BackendUnavailableError,
     CorruptSegmentError,
@@ -41,6 +42,7 @@ __all__ = [
     "Breaker",
     "BreakerOpenError",
     "CorruptSegmentError",
+    "Decisions",
     "ForeignFileError",
     "GeometryMismatchError",
     "IncompatibleVersionError",

@@ -88,9 +88,10 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
 # (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made;
+# "decisions": a limiter's NAME.decisions (shmwin.decisions);
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "token-bucket")  # fmt: skip
+         "sliding-counter", "decisions", "token-bucket")  # fmt: skip
 # rows of per-key state: no bucket to read or add to
 COUNTER_ROLES = ("fixed-window", "sliding-counter", "token-bucket")
 
@@ -244,7 +245,7 @@ CLOCK_KIND_MONOTONIC, CLOCK_KIND_WALL = CLOCKS.index("monotonic"), CLOCKS.index(
 ROLE_PLAIN, ROLE_FIXED_STARTS = ROLES.index(""), ROLES.index("fixed-starts")
 ROLE_BREAKER, ROLE_SHEDDER = ROLES.index("breaker"), ROLES.index("shedder")
 ROLE_IN_FLIGHT, ROLE_ADAPTIVE = ROLES.index("in-flight"), ROLES.index("adaptive")
-ROLE_HEALTH = ROLES.index("health")
+ROLE_HEALTH, ROLE_DECISIONS = ROLES.index("health"), ROLES.index("decisions")
 ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.index("sliding-counter")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 

@@ -29,8 +29,10 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 
 from . import backends
+from . import decisions as _decisions
 from .backends.contract import Key
 from .clock import Clock, host_clock
+from .decisions import Decisions
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
@@ -75,6 +77,8 @@ class Limiter:
         backend: str | None = None,
         on_error: str = "raise",
         timeout: float | None = None,
+        shadow: bool = False,
+        decisions: bool = True,
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
@@ -84,6 +88,7 @@ class Limiter:
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout,
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
+        self._keep_decisions(shadow, create=decisions, perm=perm)
 
     @classmethod
     def attach(
@@ -98,8 +103,10 @@ class Limiter:
         ready_timeout: float | None = None,
         timeout: float | None = None,
         perm: int | None = None,
+        shadow: bool = False,
     ) -> Limiter:
-        """Attach to an existing limiter; its rates are read from the store (which must answer)."""
+        """Attach to an existing limiter; its rates are read from the store (which must answer).
+        Its hits are counted in its decisions window if it has one (none is made)."""
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
         opened = backends.open_limiter(
@@ -108,6 +115,7 @@ class Limiter:
         )  # fmt: skip
         self = cls.__new__(cls)
         self._bind(opened, clock, on_full, on_error)
+        self._keep_decisions(shadow, create=False)
         return self
 
     @classmethod
@@ -132,8 +140,31 @@ class Limiter:
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
         self._window: Window | None = None
+        self.shadow = False
+        self._decisions: Window | None = None
         # the hot path is the backend's own method (the native check-and-count on shared memory)
         self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
+
+    def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
+        """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
+        and answer True to every hit if ``shadow``: the shared-memory core does both natively;
+        another backend keeps no decisions, and its shadow mode is a wrapper."""
+        self.shadow = bool(shadow)
+        set_tally = getattr(self._backend, "_set_tally", None)
+        if set_tally is None:
+            if self.shadow:
+                self.hit = self._hit_shadow  # type: ignore[method-assign]
+            return
+        longest_ns = max(r.period_ns for r in self.rates)
+        try:
+            self._decisions = _decisions.open_window(self.name, longest_ns, create=create,
+                                                     clock=self._clock_arg, perm=perm)  # fmt: skip
+            set_tally(self._decisions, self.shadow)
+        except BaseException:
+            if self._decisions is not None:
+                self._decisions.close()
+            self._backend.close()
+            raise
 
     @property
     def window(self) -> Window:
@@ -154,14 +185,24 @@ class Limiter:
 
     def _hit_or_fallback(self, key: Key, cost: int = 1) -> bool:
         try:
-            return self._backend.hit(key, cost)
+            return self._backend.hit(key, cost) or self.shadow
         except BackendUnavailableError:
-            return fallback(self.on_error)
+            return fallback(self.on_error) or self.shadow
+
+    def _hit_shadow(self, key: Key, cost: int = 1) -> bool:
+        self._backend.hit(key, cost)
+        return True
+
+    def decisions(self) -> Decisions:
+        """``Decisions(admitted, rejected, near_limit)`` over the longest period, counted by
+        every process's ``hit``: what enforcement did, or in shadow mode would have done.
+        :class:`NotSupportedError` if the limiter keeps none (``decisions=False``, Redis)."""
+        return _decisions.read(self._decisions, self.name)
 
     def test(self, key: Key, cost: int = 1) -> bool:
-        """Would ``hit(key, cost)`` pass now? Counts nothing."""
+        """Would ``hit(key, cost)`` pass now? Counts nothing. (In shadow mode: True.)"""
         try:
-            return bool(self._backend.check(key, cost, False, False)[0])
+            return bool(self._backend.check(key, cost, False, False)[0]) or self.shadow
         except BackendUnavailableError:
             if self.on_error == "raise":
                 raise
@@ -191,8 +232,11 @@ class Limiter:
     def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         """Wait (sleeping, not spinning) until ``cost`` hits are allowed and count them.
 
-        False after ``timeout`` seconds, or at once if ``cost`` exceeds a limit.
+        False after ``timeout`` seconds, or at once if ``cost`` exceeds a limit. In shadow
+        mode it never waits: a ``hit``, and True.
         """
+        if self.shadow:
+            return self.hit(key, cost)
         tries = self._tries(key, timeout, cost)
         try:
             while True:
@@ -202,6 +246,8 @@ class Limiter:
 
     async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
+        if self.shadow:
+            return self.hit(key, cost)
         tries = self._tries(key, timeout, cost)
         try:
             while True:
@@ -240,8 +286,13 @@ class Limiter:
 
     def close(self) -> None:
         self._backend.close()
+        if self._decisions is not None:
+            self._decisions.close()
 
     def unlink(self) -> bool:
+        """Remove the limiter (and its decisions window) for every process: True if it was there."""
+        if self._decisions is not None:
+            self._decisions.unlink()
         return self._backend.unlink()
 
     def __enter__(self) -> Limiter:
@@ -254,4 +305,4 @@ class Limiter:
         return repr(self._backend)
 
 
-__all__ = ["DEFAULT_BUCKETS", "ON_FULL", "LimitStats", "Limiter"]
+__all__ = ["DEFAULT_BUCKETS", "ON_FULL", "Decisions", "LimitStats", "Limiter"]

@@ -147,6 +147,10 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "in-flight": lambda v: [f"  in flight {_in_flight(v)}"],
     "adaptive": _adaptive,
     "health": lambda v: [f"  the health window of adaptive limiter {safe(v['of'])}"],
+    "decisions": lambda v: [
+        f"  decisions of limiter {safe(v['of'])} over {_span(v['period_s'])}: admitted {v['admitted']:,}"
+        f" ({v['near_limit']:,} near the limit), rejected {v['rejected']:,}"
+    ],
     "fixed-window": lambda v: _counters(v),
     "sliding-counter": lambda v: _counters(v),
     "token-bucket": _tokens,

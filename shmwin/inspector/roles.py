@@ -12,6 +12,8 @@ counted over live processes without clearing the keys of dead ones, which its wo
     in-flight     an InFlight's window (a shedder's ``NAME.flying``): keyed by process
     adaptive      an AdaptiveLimiter's limiter: rates in units of its scale, beside ``NAME.health``
     health        its own ``NAME.health`` window (fields ok, error)
+    decisions     a limiter's ``NAME.decisions`` (:mod:`shmwin.decisions`): hits admitted,
+                  rejected, and admitted near the limit, over its longest period
     fixed-window  limits' fixed windows of a ``shm://`` storage (``PREFIX.fixed.P``): each key's
                   row holds its window's start and count; shown: the count while the window
                   is live (0 after), as limits would read it
@@ -42,8 +44,8 @@ from typing import Any
 from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
-ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window", "sliding-counter",
-         "token-bucket", "fixed-starts")  # fmt: skip
+ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
+         "sliding-counter", "token-bucket", "fixed-starts")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 # per-key state: values read by counter_values()
 COUNTERS = ("fixed-window", "sliding-counter", "token-bucket")
@@ -79,6 +81,11 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
         return adaptive.describe(w.name)
     if role == "health":
         return {"of": w.name[: -len(adaptive.HEALTH_SUFFIX)]}
+    if role == "decisions":
+        from ..decisions import SUFFIX, read
+
+        counts = read(w, w.name)._asdict()
+        return {"of": w.name[: -len(SUFFIX)], **counts, "period_s": w.span_ns / NS_PER_S}
     if role in COUNTERS:
         return counters_view(w, role)
     if role == "fixed-starts":

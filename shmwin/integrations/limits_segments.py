@@ -159,9 +159,9 @@ class StorageSegments:
         if found is None:
             if create:
                 extra = {} if self.capacity is None else {"capacity": self.capacity}
-                found = Limiter(
+                found = Limiter(  # decisions: none for limits, which counts its own
                     name, Rate(limit, _expiry_ns(expiry)), buckets=self.buckets, exact=self.exact,
-                    on_full=self.on_full, clock=self.clock, **extra,
+                    on_full=self.on_full, clock=self.clock, decisions=False, **extra,
                 )  # fmt: skip
             else:
                 try:

@@ -30,7 +30,9 @@ Families: ``shmwin_window_value`` (the field's sum over the ring's span) and
 adaptive limiters (:mod:`shmwin.inspector.roles`) add ``shmwin_breaker_drop_ratio``,
 ``shmwin_breaker_requests`` (``outcome``: accepted, failed, dropped), ``shmwin_shedder_in_flight``,
 ``shmwin_shedder_passes``, ``shmwin_shedder_drops``, ``shmwin_shedder_min_rt_seconds``,
-``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``.
+``shmwin_shedder_max_in_flight``, ``shmwin_adaptive_limit`` and ``shmwin_adaptive_factor``; a
+limiter's decisions window, ``shmwin_limiter_decisions`` (``outcome``: admitted, rejected,
+near_limit; labelled with the limiter's name).
 """
 
 from __future__ import annotations
@@ -112,6 +114,12 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "shmwin_adaptive_factor": (
         "Share of its configured rate an adaptive limiter allows now (1: all of it).",
         (_WINDOW,),
+    ),
+    "shmwin_limiter_decisions": (
+        "A limiter's hits over its longest period, by outcome: admitted, rejected, or near_limit "
+        "(admitted with at most a fifth of a limit left; also counted as admitted). In shadow mode "
+        "what enforcement would have done.",
+        (_WINDOW, "outcome"),
     ),
 }
 OUTCOMES = (("accepted", "accepts"), ("failed", "failures"), ("dropped", "drops"))
@@ -261,6 +269,9 @@ def _add_role(
         if view["min_rt_ms"] is not None:
             families["shmwin_shedder_min_rt_seconds"].add_metric([name], view["min_rt_ms"] / 1000)
         families["shmwin_shedder_max_in_flight"].add_metric([name], view["max_in_flight"])
+    elif role == "decisions":
+        for outcome in ("admitted", "rejected", "near_limit"):
+            families["shmwin_limiter_decisions"].add_metric([view["of"], outcome], view[outcome])
     elif role == "adaptive":
         for label, limit in zip(labels, view["effective"], strict=True):
             families["shmwin_adaptive_limit"].add_metric([name, label], limit)

@@ -260,12 +260,14 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
         "clear": lambda lim: lim.clear("gone"),
         "close": lambda lim: None,
         "closed": lambda lim: lim.closed,
+        "decisions": lambda lim: lim.decisions(),
         "full_count": lambda lim: lim.full_count(),
         "hit": lambda lim: lim.hit("k"),
         "name": lambda lim: lim.name,
         "on_error": lambda lim: lim.on_error,
         "on_full": lambda lim: lim.on_full,
         "rates": lambda lim: lim.rates,
+        "shadow": lambda lim: lim.shadow,
         "stats": lambda lim: lim.stats("k"),
         "stats_all": lambda lim: lim.stats_all("k"),
         "test": lambda lim: lim.test("k"),
@@ -278,6 +280,9 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
         for name, call in calls.items():
             if url is not None and name == "window":
                 with pytest.raises(shmwin.NotSupportedError, match="redis"):
+                    call(lim)
+            elif url is not None and name == "decisions":
+                with pytest.raises(shmwin.NotSupportedError, match="keeps no decisions"):
                     call(lim)
             else:
                 call(lim)

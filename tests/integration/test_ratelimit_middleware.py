@@ -149,3 +149,15 @@ def test_one_limit_across_real_workers(name, tmp_path, server):
     finally:
         assert srv.stop() == 0 or server == "uvicorn", srv.output()
         Limiter.attach(name).unlink()
+
+
+def test_a_shadow_limiter_never_refuses_and_its_headers_say_what_enforcement_would(name):
+    clock = ManualClock(10**12)
+    with Limiter(name, "2/minute", clock=clock, shadow=True) as lim:
+        app = RateLimitMiddleware(_ok, lim, key=_client_of)
+        answers = _asgi_get(app, "dave", 4)
+        assert [r.status_code for r in answers] == [200] * 4
+        assert [RATELIMIT.match(r.headers["ratelimit"])["r"] for r in answers] == ["1", "0", "0", "0"]
+        assert "retry-after" not in answers[3].headers and answers[3].text == "ok"
+        assert lim.decisions() == (2, 2, 1)  # what enforcement would have done
+        lim.unlink()

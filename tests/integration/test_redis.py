@@ -13,6 +13,7 @@ from helpers import ROOT
 
 import shmwin
 from shmwin import Limiter, ManualClock, Window
+from shmwin.errors import NotSupportedError
 
 redis = pytest.importorskip("redis")
 S = 1_000_000_000
@@ -209,3 +210,16 @@ def test_an_exact_limiter_is_refused_clearly(redis_server, name):
     """Redis windows keep buckets: exact=True there would silently mean something else."""
     with pytest.raises(shmwin.NotSupportedError, match="exact"):
         Limiter(name, "5/minute", exact=True, backend=redis_server.url)
+
+
+def test_shadow_mode_on_redis_never_refuses_and_keeps_no_decisions(redis_server, name):
+    lim = Limiter(name, "2/minute", backend=redis_server.url, shadow=True)
+    try:
+        assert [lim.hit("k") for _ in range(4)] == [True] * 4
+        assert lim.stats("k").used == 2  # what enforcement would count
+        assert lim.test("k")
+        with pytest.raises(NotSupportedError, match="keeps no decisions"):
+            lim.decisions()
+    finally:
+        lim.unlink()
+        lim.close()

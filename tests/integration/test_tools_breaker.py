@@ -222,12 +222,13 @@ def test_ls_tags_what_each_window_is_for(make_name):
         assert _roles(pattern) == {
             breaker: "breaker", shedder: "shedder", shedder + ".flying": "in-flight",
             adaptive: "adaptive", adaptive + ".health": "health",
-            plain: None, limiter: None, limiter + ".health": None,
+            plain: None, limiter: None, limiter + ".health": None, limiter + ".decisions": "decisions",
         }  # fmt: skip
         narrow = cli("ls", pattern, columns=80).stdout.splitlines()
         assert all(cells(line) <= 80 for line in narrow)  # names cut in the middle, kinds kept
-        assert sorted(line.split()[1] for line in narrow[1:9]) == sorted(
-            ["breaker", "shedder", "in-flight", "adaptive", "health", "window", "limiter", "window"]
+        assert sorted(line.split()[1] for line in narrow[1:10]) == sorted(
+            ["breaker", "shedder", "in-flight", "adaptive", "health", "window", "limiter", "window",
+             "decisions"]
         )
         for columns in (160, 240):
             out = cli("ls", pattern, columns=columns).stdout
@@ -237,6 +238,7 @@ def test_ls_tags_what_each_window_is_for(make_name):
                 breaker: "breaker", shedder: "shedder", shedder + ".flying": "in-flight",
                 adaptive: "adaptive", adaptive + ".health": "health",
                 plain: "window", limiter: "limiter", limiter + ".health": "window",
+                limiter + ".decisions": "decisions",
             }  # fmt: skip
         for n in (plain, limiter):
             assert _shown(n)["role"] is None

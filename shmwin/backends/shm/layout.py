@@ -40,9 +40,9 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
                                         window or limiter; 1 = "fixed-starts", an older shmwin's
                                         start records of limits' fixed windows (not summed by the
-                                        tools); 7 = "fixed-window", 8 = "sliding-counter", 9 =
+                                        tools); 7 = "fixed-window", 8 = "sliding-counter", 10 =
                                         "token-bucket": keyed rows of per-key state, not buckets
-                                        (see "Counter rows")
+                                        (see "Counter rows"); 9 = "decisions"
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")

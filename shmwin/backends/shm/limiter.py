@@ -14,6 +14,8 @@ between. Memory per key is fixed by ``buckets``, not by the limit.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...errors import GeometryMismatchError
 from ...geometry import Geometry, rates_of
 from ...rate import Rate
@@ -81,6 +83,11 @@ class ShmLimiter:
     def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
         """The instance's ``check`` is the core's own method; this is its signature."""
         return self._core.check(key, cost, commit, detail)
+
+    def _set_tally(self, tally: Any, shadow: bool) -> None:
+        """Count each hit's decision in ``tally`` (a decisions :class:`~shmwin.window.Window`,
+        or None), and answer every hit True if ``shadow``: both in the native core."""
+        self._core.set_tally(None if tally is None else tally._backend._core, shadow)
 
     def clear(self, key: Key) -> None:
         self._window.clear(key)

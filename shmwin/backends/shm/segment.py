@@ -251,8 +251,13 @@ class Segment:
 
 def unlink(name: str) -> bool:
     """Remove window ``name`` from the host; True if it existed. Processes that have it
-    mapped keep their memory."""
-    return _unlink_path(path_of(name), name)
+    mapped keep their memory. A limiter's decisions window (``NAME.decisions``, see
+    :mod:`shmwin.decisions`) goes with it."""
+    found = _unlink_path(path_of(name), name)
+    decisions = name + ".decisions"
+    if found and len(decisions) <= MAX_NAME_CHARS:
+        _unlink_path(path_of(decisions), decisions)
+    return found
 
 
 def unlink_prefix(prefix: str) -> list[str]:

@@ -118,6 +118,9 @@ typedef struct {
     int64_t retry_ns;   /* when to look for a free stripe again */
     int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
     int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copies we punched */
+    /* a limiter's decisions (methods.c, note_decision) */
+    PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
+    int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
 } Core;
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))

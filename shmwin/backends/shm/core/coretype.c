@@ -248,6 +248,7 @@ static int Core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(c->clock);
     Py_VISIT(c->claim);
     Py_VISIT(c->fields);
+    Py_VISIT(c->tally);
     return 0;
 }
 
@@ -255,6 +256,7 @@ static int Core_clear_refs(Core *c) {
     Py_CLEAR(c->clock);
     Py_CLEAR(c->claim);
     Py_CLEAR(c->fields);
+    Py_CLEAR(c->tally);
     return 0;
 }
 

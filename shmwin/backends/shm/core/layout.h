@@ -79,7 +79,8 @@
 #define ROLE_HEALTH                6
 #define ROLE_FIXED_WINDOW          7
 #define ROLE_SLIDING_COUNTER       8
-#define ROLE_TOKEN_BUCKET          9
+#define ROLE_DECISIONS             9
+#define ROLE_TOKEN_BUCKET          10
 #define MAGIC_OFF                  0
 #define HEADER_CRC_OFF             24
 #define FIELD_NAMES_OFF            256
@@ -209,6 +210,7 @@
     X(ROLE_HEALTH) \
     X(ROLE_FIXED_WINDOW) \
     X(ROLE_SLIDING_COUNTER) \
+    X(ROLE_DECISIONS) \
     X(ROLE_TOKEN_BUCKET) \
     X(MAGIC_OFF) \
     X(HEADER_CRC_OFF) \

@@ -138,10 +138,32 @@ static int ring_rows(Core *c) {
     return -1;
 }
 
+/* An unkeyed window's add: this process's stripe (lock-free), else the shared row under its
+ * lock ("add_striped", "add_locked"). 0, or -1 with the error set. */
+static int add_unkeyed(Core *c, int64_t now, int f, int64_t n, double d) {
+    int64_t row;
+    int rc;
+    if (c->striped) {
+        if (stripe_of(c, &row) < 0) return -1;
+        if (row > 0) {  /* lock-free: only this process writes its stripe (under the GIL) */
+            SECTION("add_striped");
+            rc = add_row(c, ROW(c, row), now, f, n, d);
+            END_SECTION();
+            return rc;
+        }
+    }
+    if (lock_take_ex(c, LOCK_SHARED_ROW, 1) < 0) return -1;
+    SECTION("add_locked");
+    rc = add_row(c, ROW(c, 0), now, f, n, d);
+    END_SECTION();
+    lock_give(c, LOCK_SHARED_ROW);
+    return rc;
+}
+
 static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"n", "field", "key"};
     PyObject *a[3];
-    int64_t n, now = 0, row, slot;
+    int64_t n, now = 0, slot;
     double d;
     int f, rc = -1;
     if (nargs == 0 && kwnames == NULL) {
@@ -175,20 +197,7 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         lock_give(c, row_lock(c, slot));
         goto out;
     }
-    if (c->striped) {
-        if (stripe_of(c, &row) < 0) goto out;
-        if (row > 0) {  /* lock-free: only this process writes its stripe (under the GIL) */
-            SECTION("add_striped");
-            rc = add_row(c, ROW(c, row), now, f, n, d);
-            END_SECTION();
-            goto out;
-        }
-    }
-    if (lock_take_ex(c, LOCK_SHARED_ROW, 1) < 0) goto out;
-    SECTION("add_locked");
-    rc = add_row(c, ROW(c, 0), now, f, n, d);
-    END_SECTION();
-    lock_give(c, LOCK_SHARED_ROW);
+    rc = add_unkeyed(c, now, f, n, d);
 out:
     leave(c);
     if (rc < 0) return NULL;
@@ -390,6 +399,79 @@ out:
     Py_RETURN_NONE;
 }
 
+/* ---- a limiter's decisions --------------------------------------------------------------
+ * Each hit() is counted in the limiter's decisions window (Core.tally: a striped window of
+ * TALLY_FIELDS over the longest period, shmwin/limiter.py makes it): admitted or rejected, and
+ * near the limit when admitted with at most a fifth of some rate's limit left. It is written
+ * after the row lock is given back, in this process's own stripe: no lock, no shared line.
+ * A decision that cannot be counted (the tally closed, corrupt) never fails the hit. */
+enum { TALLY_ADMITTED, TALLY_REJECTED, TALLY_NEAR_LIMIT };
+
+static int near_limit(Core *c, const Verdict *v) {
+    for (int i = 0; i < c->n_rings; i++) {
+        int64_t left = c->rings[i].limit - v->used[i], five;
+        if (!__builtin_mul_overflow(left, 5, &five) && five <= c->rings[i].limit) return 1;
+    }
+    return 0;
+}
+
+/* The common case, inline: this process holds a stripe of the tally (a window of one int64
+ * ring). Lock-free, as section "add_striped": the bucket is zeroed before it is stamped. */
+static int note_in_stripe(Core *t, int64_t now, int f, int near) {
+    if (t->closed || t->stripe_gen != fork_gen || t->stripe_row <= 0 || t->n_rings != 1 || t->floats) return 0;
+    const Ring *r = &t->rings[0];
+    int64_t e = now / r->bucket_ns, *b = BUCKET(t, RING(t, ROW(t, t->stripe_row), 0), r, e);
+    SECTION("add_striped");
+    if (LOAD(b + SLOT_EPOCH) < e) {
+        for (int k = 0; k < t->n_fields; k++) STORE(b + SLOT_VALUES + k, 0);
+        STORE(b + SLOT_EPOCH, e);
+    }
+    STORE(b + f, sat_add(LOAD(b + f), 1));
+    if (near) STORE(b + SLOT_VALUES + TALLY_NEAR_LIMIT, sat_add(LOAD(b + SLOT_VALUES + TALLY_NEAR_LIMIT), 1));
+    END_SECTION();
+    return 1;
+}
+
+static void note_decision(Core *c, int64_t now, int allowed, int near) {
+    Core *t = (Core *)c->tally;  /* called with no error set */
+    int f = SLOT_VALUES + (allowed ? TALLY_ADMITTED : TALLY_REJECTED);
+    if (t == NULL || note_in_stripe(t, now, f, near)) return;
+    if (enter(t) == 0) {
+        int ok = add_unkeyed(t, now, f, 1, 1.0) == 0;
+        if (ok && near) ok = add_unkeyed(t, now, SLOT_VALUES + TALLY_NEAR_LIMIT, 1, 1.0) == 0;
+        leave(t);
+        if (ok) return;
+    }
+    PyErr_Clear();
+}
+
+/* set_tally(tally, shadow): count decisions in `tally` (a striped window of 3 int fields, or
+ * None), and answer True to every hit() if shadow. */
+static PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_tally(tally, shadow) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *t = args[0];
+    int shadow = PyObject_IsTrue(args[1]);
+    if (shadow < 0) return NULL;
+    if (t != Py_None) {
+        Core *w = (Core *)t;
+        if (!PyObject_TypeCheck(t, c->st->core_type) || w->limiter || w->keyed || w->floats ||
+            w->n_fields < 3 || w->state_words != 0) {
+            PyErr_SetString(PyExc_TypeError, "set_tally() needs an unkeyed int window of 3 fields, or None");
+            return NULL;
+        }
+    }
+    if (!c->limiter) {
+        PyErr_Format(PyExc_TypeError, "window %R is not a limiter: it makes no decisions", c->name);
+        return NULL;
+    }
+    Py_XSETREF(c->tally, t == Py_None ? NULL : Py_NewRef(t));
+    c->shadow = shadow;
+    Py_RETURN_NONE;
+}
+
 /* hit(key, cost=1) -> bool: count cost hits if every rate allows them, else nothing. */
 static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "cost"};
@@ -411,15 +493,18 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], 1, now, &slot);
     if (got < 0) {
-        if (met_full(c, 1)) {
-            result = c->on_full == 1 ? Py_True : Py_False;
-            Py_INCREF(result);
+        if (met_full(c, 1)) {  /* on_full answers: admitted uncounted, or refused */
+            note_decision(c, now, c->on_full == 1, 0);
+            result = Py_NewRef(c->on_full == 1 || c->shadow ? Py_True : Py_False);
         }
         goto out;
     }
     int rc = hit_row(c, slot, now, cost, 1, &v);
     lock_give(c, row_lock(c, slot));
-    if (rc == 0) result = Py_NewRef(v.allowed ? Py_True : Py_False);
+    if (rc == 0) {
+        note_decision(c, now, v.allowed, v.allowed && near_limit(c, &v));
+        result = Py_NewRef(v.allowed || c->shadow ? Py_True : Py_False);
+    }
 out:
     leave(c);
     return result;
@@ -460,6 +545,8 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         if (rc == 0 && detail) timing(c, slot, now, cost, &v);
         lock_give(c, row_lock(c, slot));
         if (rc < 0) goto out;
+        /* acquire()'s tries: the one that counts is a decision; a refused try waits and tries again */
+        if (commit && v.allowed) note_decision(c, now, 1, near_limit(c, &v));
     }
     PyObject *used = PyTuple_New(c->n_rings), *reset = PyTuple_New(c->n_rings);
     if (used == NULL || reset == NULL) {
@@ -619,6 +706,8 @@ PyMethodDef core_methods[] = {
     {"check", FASTCALL_KW(Core_check),
      "check($self, /, key, cost, commit, detail=True)\n--\n\n"
      "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
+    {"set_tally", (PyCFunction)(void (*)(void))Core_set_tally, METH_FASTCALL,
+     "set_tally($self, tally, shadow, /)\n--\n\nCount decisions in tally (or None); shadow: hit() always True."},
     {"clear", (PyCFunction)Core_clear, METH_O, "clear($self, key, /)\n--\n\nForget key and its counts."},
     {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset($self, /)\n--\n\nEmpty every row, for everyone."},
     {"find", (PyCFunction)Core_find, METH_O,
