@@ -2,10 +2,11 @@
 
     scripts/bench [--quick] [--no-write] [--section NAME] [--title TEXT] [--rev REV]
 
-Runs bench_window.py, bench_limiter.py and bench_breaker.py (their own output goes to stderr
-as they run; ``--quick`` runs bench_breaker without its gunicorn load test), then prints a
-markdown section: the targets table of issues "native core" and "breaker" (every ratio
-against the floor or a peer measured in the same run), then each benchmark's other tables.
+Runs bench_window.py, bench_limiter.py, bench_breaker.py and bench_token_bucket.py (their
+own output goes to stderr as they run; ``--quick`` runs bench_breaker without its gunicorn
+load test), then prints a markdown section: the targets table of issues "native core" and
+"breaker" (every ratio against the floor or a peer measured in the same run), then each
+benchmark's other tables.
 That section replaces the block of the same NAME in benchmarks/README.md, between
 ``<!-- bench-results:NAME -->`` and ``<!-- /bench-results:NAME -->``; a new NAME is added
 above the ``<!-- bench-results:insert-above -->`` line. Nothing else in the README changes,
@@ -34,9 +35,10 @@ from _harness import Target, targets_table
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 README = HERE / "README.md"
-BENCHES = ["bench_window.py", "bench_limiter.py", "bench_breaker.py"]
+BENCHES = ["bench_window.py", "bench_limiter.py", "bench_breaker.py", "bench_token_bucket.py"]
 QUICK_ARGS = {"bench_breaker.py": ["--quick", "--no-load"]}  # the load test alone takes ~40 s
-NEEDS = {"bench_breaker.py": "shmwin/breaker.py"}  # a --rev without it has no breaker to measure
+# a --rev without it has nothing to measure
+NEEDS = {"bench_breaker.py": "shmwin/breaker.py", "bench_token_bucket.py": "shmwin/token_bucket.py"}
 INSERT_ABOVE = "<!-- bench-results:insert-above -->"
 
 

@@ -34,6 +34,7 @@ from .overload.adaptive import AdaptiveLimiter
 from .overload.breaker import Breaker, BreakerOpenError
 from .overload.shedder import OverloadedError, Shedder
 from .rate import Rate
+from .token_bucket import TokenBucket
 from .window import Window
 
 __version__ = "0.1.0"
@@ -64,6 +65,7 @@ __all__ = [
     "SegmentNotReadyError",
     "Shedder",
     "ShmwinError",
+    "TokenBucket",
     "TotalOverflowError",
     "UnknownFieldError",
     "UntrustedSegmentError",

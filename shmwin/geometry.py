@@ -303,6 +303,33 @@ def rates_of(g: Geometry) -> list[Rate]:
     return [Rate(r.limit, r.bucket_ns if r.log else r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
 
 
+TOKEN_ROLE = "token-bucket"
+
+
+def token_geometry(rate: Rate, burst: int, capacity: int | None) -> Geometry:
+    """A token bucket's segment: a keyed window of one ring of ``burst`` buckets of the emission
+    interval T = ceil(period / limit) ns (whole ns: rounded up, a token never comes back early),
+    whose rows hold the GCRA state (``layout_words.TOKEN_STATE``); the ring's span burst x T is
+    a key's idle time, its limit the rate's limit."""
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BUCKETS:
+        raise ValueError(f"burst must be a whole number of tokens 1..{MAX_BUCKETS}, not {burst!r}")
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+        raise ValueError(f"capacity must be a positive int or None (grow as keys come), not {capacity!r}")
+    interval_ns = -(-rate.period_ns // rate.limit)
+    if interval_ns * (burst + 2) > MAX_SPAN_NS:
+        raise ValueError(f"a bucket of {burst} tokens of {format_ns(interval_ns)} spans more than 2**60 ns")
+    ring = Ring(interval_ns, burst, rate.limit)
+    g = with_capacity(Geometry((ring,), ("tokens",), "int64", "locked", 0, 1), capacity)
+    return Geometry(g.rings, g.fields, g.dtype, g.mode, g.n_stripes, g.capacity, g.kind, TOKEN_ROLE)
+
+
+def token_rate_of(g: Geometry) -> tuple[Rate, int]:
+    """A token bucket's ``(rate, burst)``, read back from its geometry (the rate's period is
+    limit x T: the one given, unless T was rounded up)."""
+    ring = g.rings[0]
+    return Rate(ring.limit, ring.bucket_ns * ring.limit), ring.n_buckets
+
+
 def pick_ring(
     rings: Sequence[Ring], last: Duration | None, resolution: str | int | None = None
 ) -> tuple[int, int]:

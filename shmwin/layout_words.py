@@ -89,10 +89,12 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
 # (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made;
 # "decisions": a limiter's NAME.decisions (shmwin.decisions);
-# "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes
+# "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
+# "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "concurrency")  # fmt: skip
-COUNTER_ROLES = ("fixed-window", "sliding-counter")  # rows of per-key state: no bucket to read or add to
+         "sliding-counter", "decisions", "concurrency", "token-bucket")  # fmt: skip
+# rows of per-key state: no bucket to read or add to
+COUNTER_ROLES = ("fixed-window", "sliding-counter", "token-bucket")
 STATE_ROLES = (*COUNTER_ROLES, "concurrency")  # every role whose rows hold state, not buckets
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
@@ -221,6 +223,13 @@ CONC_HOLDER: tuple[Field, ...] = (  # one process's slots of the key
 )
 CONC_HOLDER_BYTES = 16
 MAX_CONCURRENCY = 1024  # holders per key at most (a row holds one entry per slot)
+# role "token-bucket": a TokenBucket's GCRA state (core/counters.c). Its keyed window has one ring
+# of `burst` buckets of the emission interval T (ns per token): the row's room and its idle time
+# burst x T, after which the bucket is full again; the ring's limit is the rate's limit.
+TOKEN_STATE: tuple[Field, ...] = (
+    ("tat", 0, "q"),  # the theoretical arrival time (ns): the bucket is full from then on; EMPTY_EPOCH: full
+)
+TOKEN_STATE_BYTES = 8
 
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
@@ -233,6 +242,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "SLIDING_STATE": (SLIDING_STATE, "SLIDING_STATE_BYTES"),
     "CONC_STATE": (CONC_STATE, "CONC_STATE_BYTES"),
     "CONC_HOLDER": (CONC_HOLDER, "CONC_HOLDER_BYTES"),
+    "TOKEN_STATE": (TOKEN_STATE, "TOKEN_STATE_BYTES"),
 }
 
 
@@ -253,6 +263,7 @@ ROLE_IN_FLIGHT, ROLE_ADAPTIVE = ROLES.index("in-flight"), ROLES.index("adaptive"
 ROLE_HEALTH, ROLE_DECISIONS = ROLES.index("health"), ROLES.index("decisions")
 ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.index("sliding-counter")
 ROLE_CONCURRENCY = ROLES.index("concurrency")
+ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 
 MAGIC_OFF = _at(HEADER, "magic")
 HEADER_CRC_OFF = _at(HEADER, "header_crc")
@@ -322,6 +333,8 @@ CONC_HOLDER_STRIPE_OFF = _at(CONC_HOLDER, "stripe")
 CONC_HOLDER_STRIPE = CONC_HOLDER_STRIPE_OFF // WORD_BYTES
 CONC_HOLDER_CLAIM_OFF = _at(CONC_HOLDER, "claim")
 CONC_HOLDER_CLAIM = CONC_HOLDER_CLAIM_OFF // WORD_BYTES
+TOKEN_STATE_TAT_OFF = _at(TOKEN_STATE, "tat")
+TOKEN_STATE_TAT = TOKEN_STATE_TAT_OFF // WORD_BYTES
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
@@ -337,7 +350,7 @@ _SCALARS = (
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
     "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
-    "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY",
+    "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",
 )  # fmt: skip
 
 

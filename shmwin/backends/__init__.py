@@ -26,7 +26,7 @@ from ..errors import NotSupportedError
 from ..geometry import Geometry
 from ..policy import DEFAULT_ON_FULL, WINDOW_ON_FULL
 from .contract import LimiterBackend, Request, WindowBackend
-from .shm import SHM_OPTIONS, ShmLimiter, ShmWindow
+from .shm import SHM_OPTIONS, ShmLimiter, ShmTokenBucket, ShmWindow
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Scheme:
     window: Callable[[Request], WindowBackend]
     limiter: Callable[[Request], LimiterBackend]
     options: frozenset[str]
+    token_bucket: Callable[[Request], Any] | None = None  # ShmTokenBucket / RedisTokenBucket
 
 
 _SCHEMES: dict[str, Scheme] = {}
@@ -46,13 +47,19 @@ def register(scheme: str, entry: Scheme) -> None:
     _SCHEMES[scheme] = entry
 
 
-register("shm", Scheme(window=ShmWindow.open, limiter=ShmLimiter.open, options=SHM_OPTIONS))
+_SHM = Scheme(
+    window=ShmWindow.open, limiter=ShmLimiter.open, options=SHM_OPTIONS, token_bucket=ShmTokenBucket.open
+)
+register("shm", _SHM)
 
 
 def _redis() -> Scheme:
     from . import redis  # imported only once a redis URL is used
 
-    return Scheme(window=redis.RedisWindow.open, limiter=redis.RedisLimiter.open, options=redis.OPTIONS)
+    return Scheme(
+        window=redis.RedisWindow.open, limiter=redis.RedisLimiter.open, options=redis.OPTIONS,
+        token_bucket=redis.RedisTokenBucket.open,
+    )  # fmt: skip
 
 
 _LAZY: dict[str, Callable[[], Scheme]] = {
@@ -111,6 +118,23 @@ def open_limiter(
     return entry.limiter(request)
 
 
+def open_token_bucket(
+    name: str,
+    geometry: Geometry | None,
+    *,
+    backend: str | None = None,
+    clock: Clock | None = None,
+    on_full: str = DEFAULT_ON_FULL,
+    on_error: str = "raise",
+    **options: Any,
+) -> Any:
+    """Open (create or attach; ``geometry=None`` attaches) a token bucket."""
+    entry, request = _request(name, geometry, backend, False, clock, on_full, on_error, options)
+    if entry.token_bucket is None:
+        raise NotSupportedError(f"the {scheme_of(backend)} backend has no token bucket")
+    return entry.token_bucket(request)
+
+
 def _request(
     name: str,
     geometry: Geometry | None,
@@ -137,6 +161,7 @@ __all__ = [
     "WindowBackend",
     "lookup",
     "open_limiter",
+    "open_token_bucket",
     "open_window",
     "register",
     "scheme_of",

@@ -24,6 +24,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
     lines = [clip(head, width)]
     if role and snap.get(role):
         lines += ROLE_LINES[role](snap[role])
+        if role != "concurrency" and "value" in snap and "value" in snap[role]:  # one key of a counter role
+            lines.append(clip(f"  {snap[role]['value']}: {snap['value']:,}", width))
     if role == "concurrency" and "value" in snap:  # show --key
         lines.append(clip(f"  {snap['value']:,} of its {snap[role]['limit']:,} slots held now", width))
     fields = [safe(f) for f in snap["fields"]]
@@ -69,6 +71,7 @@ ROLE_TITLES = {
     "fixed-window": "limits' fixed windows",
     "sliding-counter": "limits' sliding window counters",
     "concurrency": "per-key concurrency",
+    "token-bucket": "token bucket",
 }
 
 
@@ -132,6 +135,13 @@ def _concurrency(v: dict[str, Any]) -> list[str]:
     keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
     total = f"{v['total']:,} holders in all (live processes)"
     return [f"  limit {v['limit']:,} holders per key: {keys} held, {total}"]
+def _tokens(v: dict[str, Any]) -> list[str]:
+    keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
+    return [
+        f"  {v['rate']}, burst {v['burst']:,}: a token every {_span(v['interval_s'])}",
+        f"  {keys} below a full bucket, {v['total']:,} token{'' if v['total'] == 1 else 's'} taken in all"
+        f" ({v['value']} per key)",
+    ]
 
 
 def _span(seconds: float) -> str:
@@ -151,6 +161,7 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "fixed-window": lambda v: _counters(v),
     "sliding-counter": lambda v: _counters(v),
     "concurrency": _concurrency,
+    "token-bucket": _tokens,
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

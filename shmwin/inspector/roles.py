@@ -24,6 +24,8 @@ counted over live processes without clearing the keys of dead ones, which its wo
     concurrency   a Concurrency's holders (``shmwin.Concurrency``): each key's row holds one
                   entry per holding process; shown: the slots of each key held now by live
                   processes (read under the key's lock, as ``count()``), and the limit
+    token-bucket  a TokenBucket's keys: each key's row holds its GCRA arrival time; shown: the
+                  whole tokens its bucket holds now, for the keys whose bucket is not full
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -46,9 +48,10 @@ from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
-         "sliding-counter", "concurrency", "fixed-starts")  # fmt: skip
+         "sliding-counter", "concurrency", "token-bucket", "fixed-starts")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
-COUNTERS = ("fixed-window", "sliding-counter", "concurrency")  # per-key state: read by counter_values()
+# per-key state: values read by counter_values()
+COUNTERS = ("fixed-window", "sliding-counter", "concurrency", "token-bucket")
 TOP_KEYS = 10
 
 
@@ -95,21 +98,27 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
 
 def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     """``(key, value)`` of every live key of a counter role's segment, at the window's clock:
-    a fixed window's count while it is live, a sliding counter's weighted count."""
+    a fixed window's count while it is live, a sliding counter's weighted count, a token
+    bucket's tokens left (only the keys whose bucket is not full)."""
+    from .. import token_bucket
     from ..integrations import limits_fixed, limits_sliding
 
     if role == "concurrency":  # holders now, over live processes
         from ..concurrency import holder_counts
 
         return holder_counts(w)
-    reader = limits_fixed if role == "fixed-window" else limits_sliding
+    reader: Any = {"fixed-window": limits_fixed, "token-bucket": token_bucket}.get(role, limits_sliding)
     found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
     return found
 
 
 def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
     """A counter role's segment: its period, its live keys, the sum of their values, and the
-    ``top`` keys by value (``[key, value]``, largest first)."""
+    ``top`` keys by value (``[key, value]``, largest first). A token bucket's: its rate and
+    burst, the keys whose bucket is not full, the tokens taken from them (``total``), and
+    the ``top`` keys by tokens left, fewest first."""
+    if role == "token-bucket":
+        return tokens_view(w, top)
     found = [(key, v) for key, v in counter_values(w, role) if v > 0]
     found.sort(key=lambda kv: kv[1], reverse=True)
     if role == "concurrency":
@@ -126,6 +135,23 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
         "value": "count in the live window" if role == "fixed-window" else "weighted count",
         "keys": len(found),
         "total": sum(v for _, v in found),
+        "top": found[: max(top, 0)],
+    }
+
+
+def tokens_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:
+    """A token bucket's segment (see :func:`counters_view`)."""
+    from ..geometry import token_rate_of
+
+    rate, burst = token_rate_of(w.geometry)
+    found = sorted(counter_values(w, "token-bucket"), key=lambda kv: kv[1])
+    return {
+        "rate": str(rate),
+        "burst": burst,
+        "interval_s": w.geometry.bucket_ns / NS_PER_S,
+        "value": "tokens left",
+        "keys": len(found),
+        "total": sum(burst - v for _, v in found),
         "top": found[: max(top, 0)],
     }
 
@@ -175,4 +201,7 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
     }
 
 
-__all__ = ["COUNTERS", "ROLES", "counter_values", "counters_view", "role_of", "role_view", "shedder_view"]
+__all__ = [
+    "COUNTERS", "ROLES", "counter_values", "counters_view", "role_of", "role_view", "shedder_view",
+    "tokens_view",
+]  # fmt: skip

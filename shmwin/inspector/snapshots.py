@@ -26,6 +26,7 @@ from ..backends.shm.segment import PREFIX, SHM_DIR, names, namespace, path_of
 from ..clock import host_clock, host_monotonic_ns
 from ..duration import NS_PER_S, format_ns
 from ..errors import GeometryMismatchError, ShmwinError
+from ..geometry import token_rate_of
 from ..rate import Rate
 from . import attached as _attached
 from .roles import COUNTERS, UNSUMMED, counter_values, counters_view, role_of, role_view
@@ -96,10 +97,14 @@ def open_window(name: str, backend: str | None = None) -> Any:
         return Window.attach(name, ready_timeout=0.5, clock=time.time_ns)
     try:
         return Window.attach(name, backend=backend)
-    except GeometryMismatchError:  # the name holds a limiter
+    except GeometryMismatchError:  # the name holds a limiter, or a token bucket
         from ..limiter import Limiter
+        from ..token_bucket import TokenBucket
 
-        return Limiter.attach(name, backend=backend)
+        try:
+            return Limiter.attach(name, backend=backend)
+        except GeometryMismatchError:
+            return TokenBucket.attach(name, backend=backend)
 
 
 def clock_of(w: Any) -> Callable[[], int]:
@@ -157,7 +162,7 @@ def _info(name: str, w: Any) -> Info:
         role=role_of(w),
         fields=list(g.fields),
         resolutions=ring_labels(w),
-        rates=[str(r) for r in limiter_rates(w)],
+        rates=[str(r) for r in limiter_rates(w)] or token_rates(w),
         mode=g.mode,
         nbytes=w.nbytes,
         keys=len(w.keys()) if g.keyed else None,
@@ -256,6 +261,20 @@ def limiter_rates(w: Any) -> list[Rate]:
     return [Rate(r.limit, r.bucket_ns if r.log else r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
 
 
+def token_rates(w: Any) -> list[str]:
+    """A token bucket's rate and burst, as ``ls`` shows them ("10/second burst 20"); else []."""
+    g = geometry_of(w)
+    if g.role != "token-bucket":
+        return []
+    rate, burst = token_rate_of(g)
+    return [f"{rate} burst {burst}"]
+
+
+def is_token_front(w: Any) -> bool:
+    """A TokenBucket (what a Redis token bucket opens as: no window view)."""
+    return hasattr(w, "burst") and not hasattr(w, "series")
+
+
 def is_limiter_front(w: Any) -> bool:
     """A Limiter (what a Redis limiter opens as: no window view), not a Window."""
     return hasattr(w, "stats_all") and not hasattr(w, "series")
@@ -292,6 +311,8 @@ def snapshot(
     window its ``top`` busiest keys; for a limiter, where those keys stand against each rate.
     A breaker, shedder or adaptive limiter also gets its :func:`role_view` under its role's
     name (``cpu``: a callable giving host millicpu or None, for a shedder's)."""
+    if is_token_front(w):
+        return _redis_tokens_snapshot(w, key, top)
     if is_limiter_front(w):
         return _redis_limiter_snapshot(w, key, top)
     g = w.geometry
@@ -306,7 +327,8 @@ def snapshot(
             out["top"] = [[key_text(k), v] for k, v in view.pop("top")]
         else:
             view.pop("top")
-            out["value"] = next((v for k, v in counter_values(w, role) if k == key), 0)
+            idle = view["burst"] if role == "token-bucket" else 0  # a key not shown: a full bucket
+            out["value"] = next((v for k, v in counter_values(w, role) if k == key), idle)
         return out
     if role is not None:
         out[role] = role_view(w, role, cpu)
@@ -398,6 +420,26 @@ def _redis_limiter_snapshot(lim: Any, key: str | None, top: int) -> dict[str, An
     return out
 
 
+def _redis_tokens_snapshot(tb: Any, key: str | None, top: int) -> dict[str, Any]:
+    """A Redis token bucket: its rate and burst, and the tokens left of the ``top`` keys whose
+    bucket is not full (keys found with SCAN, at most :data:`REDIS_SCAN_KEYS`), as a shared
+    memory one shows (``roles.tokens_view``)."""
+    out: dict[str, Any] = {"name": tb.name, "kind": "window", "fields": ["tokens"], "key": key}
+    out["role"], out["resolutions"] = "token-bucket", []
+    found = sorted(((k, tb.stats(k).remaining) for k in redis_keys(tb.url, tb.name)), key=lambda kv: kv[1])
+    found = [(k, v) for k, v in found if v < tb.burst]
+    view = out["token-bucket"] = {
+        "rate": str(tb.rate), "burst": tb.burst, "interval_s": geometry_of(tb).bucket_ns / NS_PER_S,
+        "value": "tokens left", "keys": len(found), "total": sum(tb.burst - v for _, v in found),
+    }  # fmt: skip
+    if key is not None:
+        out["value"] = tb.stats(key).remaining
+        return out
+    out["keys"], out["top_field"] = view["keys"], "tokens"
+    out["top"] = [[k, v] for k, v in found[: max(top, 0)]]
+    return out
+
+
 def key_text(key: Any) -> str:
     """A key as text: bytes that are not UTF-8 are kept distinct as ``\\xNN`` escapes."""
     return key if isinstance(key, str) else bytes(key).decode("utf-8", "backslashreplace")
@@ -438,6 +480,9 @@ def redis_info(name: str, url: str) -> Info:
         return Info(name, error=f"{type(exc).__name__}: {exc}")
     try:
         labels, g = ring_labels(w), geometry_of(w)
+        if is_token_front(w):
+            role, rates = "token-bucket", token_rates(w)
+            return Info(name, kind="window", role=role, fields=["tokens"], rates=rates, mode="redis")
         if is_limiter_front(w):
             rates = [str(r) for r in limiter_rates(w)]
             return Info(name, kind="limiter", fields=["hits"], resolutions=labels, rates=rates, mode="redis")

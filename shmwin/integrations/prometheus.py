@@ -204,6 +204,9 @@ def _matches(name: str, patterns: list[str] | None) -> bool:
 def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, size: int | None) -> None:
     name = w.name
     families["shmwin_window_readable"].add_metric([name], 1)
+    if snapshots.is_token_front(w):  # a Redis token bucket: its burst only
+        families["shmwin_limiter_limit"].add_metric([name, str(w.rate)], w.burst)
+        return
     if snapshots.is_limiter_front(w):  # a Redis limiter: its limits only
         for label, rate in zip(snapshots.ring_labels(w), snapshots.limiter_rates(w), strict=True):
             families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)
@@ -229,6 +232,9 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     if role in COUNTERS:  # per-key state: the keys counting, their sum, the busiest keys' values
         counters = counters_view(w, role, top_keys)
         label, field = format_ns(w.geometry.bucket_ns), g.fields[0]  # the period
+        if role == "token-bucket":  # the keys below a full bucket, tokens taken, each key's tokens left
+            label = counters["rate"]
+            families["shmwin_limiter_limit"].add_metric([name, label], counters["burst"])
         families["shmwin_window_keys"].add_metric([name], counters["keys"])
         families["shmwin_window_full_requests"].add_metric([name], w.full_count())
         families["shmwin_window_value"].add_metric([name, label, field], float(counters["total"]))

@@ -232,3 +232,22 @@ def test_watch_a_shedder_follows_its_requests_in_flight(make_name):
         for x in (shedder, breaker):
             x.unlink()
             x.close()
+
+
+def test_watch_a_token_bucket_follows_its_keys_tokens(make_name):
+    """Live: tokens taken while watch runs show in the next frames; every frame fits 80 x 24."""
+    from shmwin import TokenBucket
+
+    name = make_name("bucket")
+    with TokenBucket(name, "1/hour", burst=5) as tb:
+        assert tb.hit("a", 2)
+        w = Watch([name, "--interval", "0.2"], 80, 24)
+        w.read_until("1 key below a full bucket, 2 tokens taken in all")
+        assert tb.hit("b", 5)
+        w.read_until("2 keys below a full bucket, 7 tokens taken in all")
+        lines = check_frame(w.frames(1)[-1], 80, 24)
+        assert lines[1].startswith(f"{name} (token bucket)")
+        os.write(w.fd, b"q")
+        assert w.finish() == 0
+        check_restored(w)
+        tb.unlink()

@@ -224,7 +224,8 @@ def _doc_tables() -> list[list[tuple[int, int | None, str]]]:
 def test_the_docstring_tables_are_the_description():
     """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
     tables = _doc_tables()
-    header, key_state, lock, stripe, index_entry, key_row, _slots, fixed, sliding, conc, holder = tables
+    header, key_state, lock, stripe, index_entry, key_row, _slots = tables[:7]
+    fixed, sliding, token, conc, holder = tables[7:]
     expected = [
         (layout_words.HEADER, header + key_state),
         (layout_words.LOCK, lock),
@@ -233,6 +234,7 @@ def test_the_docstring_tables_are_the_description():
         (layout_words.KEY_ROW, key_row),
         (layout_words.FIXED_STATE, fixed),
         (layout_words.SLIDING_STATE, sliding),
+        (layout_words.TOKEN_STATE, token),
         (layout_words.CONC_STATE, conc),
         (layout_words.CONC_HOLDER, holder),
     ]

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from .client import OPTIONS
 from .limiter import RedisLimiter
+from .token_bucket import RedisTokenBucket
 from .window import RedisWindow
 
-__all__ = ["OPTIONS", "RedisLimiter", "RedisWindow"]
+__all__ = ["OPTIONS", "RedisLimiter", "RedisTokenBucket", "RedisWindow"]

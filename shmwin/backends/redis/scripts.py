@@ -57,6 +57,7 @@ KEYS = _load("keys.lua", WINDOW_LIB, CLOCK_LIB)
 CLEAR = _load("clear.lua")
 TOP = _load("top.lua", WINDOW_LIB, CLOCK_LIB)
 HIT = _load("hit.lua", CLOCK_LIB)
+TOKEN = _load("token.lua", CLOCK_LIB)
 
 
 @functools.lru_cache(maxsize=256)
@@ -70,4 +71,4 @@ def hit_one(ttl_ms: int, bucket_us: int, n: int, limit: int) -> Script:
 
 # every file the code runs, for tests and packaging checks
 FILES = ("window_lib.lua", "clock.lua", "open.lua", "add.lua", "read.lua", "keys.lua", "clear.lua", "top.lua",
-         "hit.lua", "hit_one.lua")  # fmt: skip
+         "hit.lua", "hit_one.lua", "token.lua")  # fmt: skip

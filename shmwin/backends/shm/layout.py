@@ -40,10 +40,12 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
                                         window or limiter; 1 = "fixed-starts", an older shmwin's
                                         start records of limits' fixed windows (not summed by the
-                                        tools); 7 = "fixed-window", 8 = "sliding-counter": keyed
-                                        rows of per-key state, not buckets (see "Counter rows");
-                                        9 = "concurrency": keyed rows of holder entries and a
-                                        stripe table of processes (see "Concurrency rows")
+                                        tools); 7 = "fixed-window", 8 = "sliding-counter", 11 =
+                                        "token-bucket": keyed rows of per-key state, not buckets
+                                        (see "Counter rows"); 9 = "decisions" (a limiter's
+                                        decisions window); 10 = "concurrency": keyed rows of
+                                        holder entries and a stripe table of processes (see
+                                        "Concurrency rows")
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -153,6 +155,14 @@ A sliding counter's (SLIDING_STATE)::
     0    8    i64   window    the index (now // P) of the window "current" counts
     8    8    i64   current   hits in that window
     16   8    i64   previous  hits in the window before it
+
+A token bucket's (TOKEN_STATE, role "token-bucket", ``shmwin.TokenBucket``): a keyed window of
+one ring of ``burst`` buckets of the emission interval T = ceil(period / limit) ns, limit the
+rate's limit; the span burst x T is the key's idle time (its bucket is full again by then)::
+
+    off  size type  name      meaning
+    0    8    i64   tat       the theoretical arrival time (GCRA, ns): the bucket holds
+                              (now - tat + burst x T) // T tokens; EMPTY_EPOCH: full
 
 Concurrency rows (role "concurrency", ``shmwin.Concurrency``; ``core/concurrency.c``): a keyed
 window of one ring of 1 bucket, whose width is a key's idle time and whose limit is the
@@ -347,7 +357,11 @@ def _align64(n: int) -> int:
 PACKED_ROW_BYTES = 128  # keyed rows smaller than this are not padded to a cache line
 # the counter roles' rows: a key header, then the state (its ring, in the header, gives the
 # period and the idle time; no bucket is in the row)
-STATE_BYTES = {"fixed-window": _words.FIXED_STATE_BYTES, "sliding-counter": _words.SLIDING_STATE_BYTES}
+STATE_BYTES = {
+    "fixed-window": _words.FIXED_STATE_BYTES,
+    "sliding-counter": _words.SLIDING_STATE_BYTES,
+    "token-bucket": _words.TOKEN_STATE_BYTES,
+}
 
 
 def state_words(g: Geometry) -> int:

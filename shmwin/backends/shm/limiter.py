@@ -44,9 +44,11 @@ class ShmLimiter:
                 req.name, clock=req.clock, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
                 on_full=req.on_full, perm=perm,
             )  # fmt: skip
-            if window.geometry.kind != "limiter":
+            g = window.geometry
+            if g.kind != "limiter":
                 window.close()
-                raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind}, not a limiter")
+                what = f"a {g.kind}" + (f" of role {g.role!r}" if g.role else "")
+                raise GeometryMismatchError(f"{req.name!r} is {what}, not a limiter")
         else:
             window = ShmWindow.open_geometry(
                 req.name, req.geometry, clock=req.clock, perm=perm,

@@ -313,12 +313,14 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
 void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);
 
-/* ---- limits' fixed window and sliding window counter (counters.c) ------------------------ */
+/* ---- limits' fixed window and sliding window counter, the token bucket (counters.c) ------- */
 
 PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *Core_fixed_get(Core *c, PyObject *key);
 PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *Core_sliding_get(Core *c, PyObject *key);
+PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 /* ---- per-key concurrency: holders over live processes (concurrency.c) -------------------- */
 

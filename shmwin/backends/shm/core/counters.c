@@ -259,3 +259,157 @@ out:
     leave(c);
     return result;
 }
+
+/* ---- token bucket (GCRA) ------------------------------------------------------------------ *
+ *
+ * shmwin.TokenBucket: golang.org/x/time/rate's bucket of at most `burst` tokens, refilled one
+ * token per emission interval T, kept as one word per key: the theoretical arrival time `tat`,
+ * the time from which the bucket is full. At now the bucket holds (now + burst x T - tat) // T
+ * tokens (burst when tat <= now). Taking `cost` tokens is allowed iff
+ *     max(tat, now) + cost x T - burst x T <= now,
+ * and then tat = max(tat, now) + cost x T: all in integer ns, exactly (T and burst are the
+ * ring's bucket width and bucket count; burst x T <= MAX_SPAN_NS, so nothing overflows). An
+ * emptied row (EMPTY_EPOCH) is a full bucket, and so is a reclaimed one: the key's last write
+ * is kept at tat - burst x T at least, so the key table reclaims the row (idle: burst x T after
+ * its last write, the ring's span) only once its bucket is full again. A tat ahead of now (a
+ * clock that lags the one that wrote it) counts as it is: refusals early, never admissions. */
+
+typedef struct {
+    int64_t tat;       /* max(stored tat, now) */
+    int64_t T, tol;    /* the emission interval, and burst x T */
+} Token;
+
+/* Is this Core a token bucket's segment whose rows have room for its state? */
+static int is_token(Core *c) {
+    const Ring *r = &c->rings[0];
+    if (c->role == ROLE_TOKEN_BUCKET && c->keyed && !c->limiter && c->n_rings == 1 && !r->log &&
+        c->empty_bytes >= TOKEN_STATE_BYTES && r->n >= 1 && r->bucket_ns >= 1 &&
+        r->bucket_ns <= MAX_SPAN_NS / (r->n + 2))
+        return 0;
+    PyErr_Format(PyExc_ValueError, "window %R is not a token-bucket segment", c->name);
+    return -1;
+}
+
+/* The bucket's cost check: 0 <= cost <= burst, or a ValueError (as x/time/rate never allows
+ * more than burst at once, we refuse to ask). */
+static int token_cost(Core *c, PyObject *obj, int64_t *cost) {
+    if (cost_of(obj, cost, 0) < 0) return -1;
+    if (*cost <= c->rings[0].n) return 0;
+    PyErr_Format(PyExc_ValueError, "cost %lld is more than the bucket of %R holds (burst %lld)", (long long)*cost,
+                 c->name, (long long)c->rings[0].n);
+    return -1;
+}
+
+/* The key's state at now, checked. Caller holds the row lock. */
+static int token_read(Core *c, int64_t slot, int64_t now, Token *t) {
+    int64_t tat = LOAD(state_of(c, slot) + TOKEN_STATE_TAT);
+    t->T = c->rings[0].bucket_ns;
+    t->tol = t->T * c->rings[0].n;
+    t->tat = now;
+    if (tat == EMPTY_EPOCH) return 0;
+    if (tat < 0 || tat > MAX_NOW_NS + t->tol) return corrupt(c, slot, "arrival time", tat);
+    if (tat > now) t->tat = tat;
+    return 0;
+}
+
+/* Section "token_take": take `cost` tokens if the bucket holds them; else nothing (`commit`
+ * 0: only the verdict). Caller holds the row lock.
+ * Invariant between stores: the key's last write moves first (to the new tat - burst x T,
+ * never backwards), then tat in one store: a tear leaves either the old tat with a later last
+ * write (the row kept longer than needed), or the new state whole. Never a tat whose row the
+ * key table could reclaim before its bucket is full (which would hand out a full bucket early).
+ * Repair: none (nothing derived). */
+static int token_take_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Token *t, int *allowed) {
+    if (token_read(c, slot, now, t) < 0) return -1;
+    int64_t next = t->tat + cost * t->T;  /* < 2**62 + 2 x 2**60 */
+    *allowed = next - t->tol <= now;
+    if (!*allowed || !commit || cost == 0) return 0;
+    SECTION("token_take");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    touch_last(ROW(c, slot), next - t->tol);
+    STORE(state_of(c, slot) + TOKEN_STATE_TAT, next);
+    t->tat = next;
+    END_SECTION();
+    return 0;
+}
+
+/* token_hit(key, cost=1) -> bool: take cost tokens if the bucket holds them (TokenBucket.hit). */
+PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2], *result = NULL;
+    int64_t cost = 1, now = 0, slot;
+    int allowed = 0;
+    Token t;
+    if (nargs == 1 && kwnames == NULL) {
+        a[0] = args[0];
+        a[1] = NULL;
+    } else if (parse(args, nargs, kwnames, names, 2, a, "token_hit") < 0) {
+        return NULL;
+    }
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "token_hit() needs a key");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (is_token(c) < 0 || (a[1] != NULL && token_cost(c, a[1], &cost) < 0)) goto out;
+    if (cost == 0) {  /* x/time/rate: taking nothing is always allowed (and makes no key) */
+        result = Py_NewRef(Py_True);
+        goto out;
+    }
+    if (now_ns(c, &now) < 0) goto out;
+    if (lock_key(c, a[0], 1, now, &slot) < 0) {
+        if (met_full(c, 1)) result = Py_NewRef(c->on_full == 1 ? Py_True : Py_False);
+        goto out;
+    }
+    int rc = token_take_row(c, slot, now, cost, 1, &t, &allowed);
+    lock_give(c, row_lock(c, slot));
+    if (rc == 0) result = Py_NewRef(allowed ? Py_True : Py_False);
+out:
+    leave(c);
+    return result;
+}
+
+/* token_check(key, cost, commit) -> (allowed, tokens, wait_ns | None, full_ns): take (commit)
+ * or test; the whole tokens left after it, how long until cost tokens are there (0: now;
+ * None: never, a full table met), and how long until the bucket is full. A test of an
+ * unknown key makes no key. */
+PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost", "commit"};
+    PyObject *a[3], *result = NULL;
+    int64_t cost, now = 0, slot, tokens, wait_ns = 0, full_ns = 0;
+    int allowed = 0, commit;
+    Token t;
+    if (parse(args, nargs, kwnames, names, 3, a, "token_check") < 0) return NULL;
+    if (a[0] == NULL || a[1] == NULL || a[2] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "token_check() needs key, cost and commit");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (is_token(c) < 0 || (commit = PyObject_IsTrue(a[2])) < 0 || token_cost(c, a[1], &cost) < 0 ||
+        now_ns(c, &now) < 0)
+        goto out;
+    tokens = c->rings[0].n;
+    int got = lock_key(c, a[0], commit && cost > 0, now, &slot);  /* taking nothing makes no key */
+    if (got < 0) {
+        if (!met_full(c, 1)) goto out;
+        allowed = c->on_full == 1;
+        wait_ns = -1;
+    } else if (got == 0) {  /* never seen: a full bucket */
+        allowed = 1;
+    } else {
+        int rc = token_take_row(c, slot, now, cost, commit, &t, &allowed);
+        lock_give(c, row_lock(c, slot));
+        if (rc < 0) goto out;
+        int64_t left = now + t.tol - t.tat;  /* <= burst x T; < 0 only under a lagging clock */
+        tokens = left > 0 ? left / t.T : 0;
+        full_ns = t.tat - now;
+        wait_ns = allowed ? 0 : t.tat + cost * t.T - t.tol - now;
+    }
+    if (wait_ns < 0) result = Py_BuildValue("(OLOL)", allowed ? Py_True : Py_False, (long long)tokens, Py_None,
+                                            (long long)full_ns);
+    else result = Py_BuildValue("(OLLL)", allowed ? Py_True : Py_False, (long long)tokens, (long long)wait_ns,
+                                (long long)full_ns);
+out:
+    leave(c);
+    return result;
+}

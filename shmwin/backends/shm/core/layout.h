@@ -64,6 +64,7 @@
 #define CONC_STATE_BYTES           8
 #define CONC_HOLDER_BYTES          16
 #define MAX_CONCURRENCY            1024
+#define TOKEN_STATE_BYTES          8
 #define DTYPE_INT64                0
 #define DTYPE_FLOAT64              1
 #define MODE_STRIPED               0
@@ -83,6 +84,7 @@
 #define ROLE_SLIDING_COUNTER       8
 #define ROLE_DECISIONS             9
 #define ROLE_CONCURRENCY           10
+#define ROLE_TOKEN_BUCKET          11
 #define MAGIC_OFF                  0
 #define HEADER_CRC_OFF             24
 #define FIELD_NAMES_OFF            256
@@ -144,6 +146,8 @@
 #define CONC_HOLDER_STRIPE         0
 #define CONC_HOLDER_CLAIM_OFF      8
 #define CONC_HOLDER_CLAIM          1
+#define TOKEN_STATE_TAT_OFF        0
+#define TOKEN_STATE_TAT            0
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -203,6 +207,7 @@
     X(CONC_STATE_BYTES) \
     X(CONC_HOLDER_BYTES) \
     X(MAX_CONCURRENCY) \
+    X(TOKEN_STATE_BYTES) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -222,6 +227,7 @@
     X(ROLE_SLIDING_COUNTER) \
     X(ROLE_DECISIONS) \
     X(ROLE_CONCURRENCY) \
+    X(ROLE_TOKEN_BUCKET) \
     X(MAGIC_OFF) \
     X(HEADER_CRC_OFF) \
     X(FIELD_NAMES_OFF) \
@@ -283,6 +289,8 @@
     X(CONC_HOLDER_STRIPE) \
     X(CONC_HOLDER_CLAIM_OFF) \
     X(CONC_HOLDER_CLAIM) \
+    X(TOKEN_STATE_TAT_OFF) \
+    X(TOKEN_STATE_TAT) \
     /* end */
 
 typedef struct {  /* generated: offsets asserted below */
@@ -405,6 +413,7 @@ _Static_assert(SLIDING_STATE_PREVIOUS_OFF + 8 <= SLIDING_STATE_BYTES, "SLIDING_S
 _Static_assert(CONC_STATE_MARK_OFF + 8 <= CONC_STATE_BYTES, "CONC_STATE.mark");
 _Static_assert(CONC_HOLDER_STRIPE_OFF + 8 <= CONC_HOLDER_CLAIM_OFF, "CONC_HOLDER.stripe");
 _Static_assert(CONC_HOLDER_CLAIM_OFF + 8 <= CONC_HOLDER_BYTES, "CONC_HOLDER.claim");
+_Static_assert(TOKEN_STATE_TAT_OFF + 8 <= TOKEN_STATE_BYTES, "TOKEN_STATE.tat");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

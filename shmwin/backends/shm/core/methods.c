@@ -740,5 +740,11 @@ PyMethodDef core_methods[] = {
      "conc_count($self, key, /)\n--\n\nSlots of key held now by live processes."},
     {"conc_mine", (PyCFunction)Core_conc_mine, METH_O,
      "conc_mine($self, key, /)\n--\n\nSlots of key this process (this Core) holds."},
+    {"token_hit", FASTCALL_KW(Core_token_hit),
+     "token_hit($self, /, key, cost=1)\n--\n\n"
+     "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."},
+    {"token_check", FASTCALL_KW(Core_token_check),
+     "token_check($self, /, key, cost, commit)\n--\n\n"
+     "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
     {NULL},
 };

@@ -1,0 +1,96 @@
+"""RedisTokenBucket: ``TokenBucket`` on Redis -- the GCRA take in one atomic script.
+
+A key's state is one string, ``shmwin:{NAME}:k:KEY``: its theoretical arrival time in
+microseconds (``lua/token.lua``), which expires once the bucket is full again. The name's
+geometry is claimed as ``token-bucket;<T ns>,<burst>,<limit>``; the script counts in whole
+microseconds, T rounded up to one (a token never comes back early).
+"""
+
+from __future__ import annotations
+
+from ...errors import GeometryMismatchError
+from ...geometry import TOKEN_ROLE, Geometry, token_geometry, token_rate_of
+from ...policy import cost_of
+from ...rate import Rate
+from ..contract import Key, Request
+from . import scripts
+from .client import NS_PER_US, RedisBase, not_supported
+
+DEFAULT_CAPACITY = 10_000  # what an attach reports: redis keys have no table to fill
+TokenCheck = tuple[bool, int, int | None, int]  # allowed, whole tokens left, wait_ns, ns until full
+
+
+class RedisTokenBucket(RedisBase):
+    """``TokenBucket`` on Redis: one script per take or test, one round trip."""
+
+    def __init__(self, req: Request, g: Geometry, claim: bool):
+        self._g = g
+        ring = g.rings[0]
+        self._interval_us = -(-ring.bucket_ns // NS_PER_US)
+        self._burst = ring.n_buckets
+        super().__init__(req, _spec(g) if claim else None)
+
+    @classmethod
+    def open(cls, req: Request) -> RedisTokenBucket:
+        """Create-or-attach ``req.geometry``, or attach (``None``)."""
+        if req.geometry is None:
+            rate, burst = _parse_spec(RedisBase.read_spec(req))
+            return cls(req, token_geometry(rate, burst, DEFAULT_CAPACITY), claim=False)
+        return cls(req, req.geometry, claim=True)
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._g
+
+    @property
+    def rate(self) -> Rate:
+        return token_rate_of(self._g)[0]
+
+    @property
+    def burst(self) -> int:
+        return self._burst
+
+    @property
+    def window(self) -> None:
+        raise not_supported("window view of a token bucket")
+
+    def hit(self, key: Key, cost: int = 1) -> bool:
+        return self.check(key, cost, True)[0]
+
+    def check(self, key: Key, cost: int, commit: bool) -> TokenCheck:
+        """One round trip: the native core's ``token_check`` answer (``lua/token.lua``)."""
+        cost = cost_of(cost, 0)
+        if cost > self._burst:
+            raise ValueError(
+                f"cost {cost} is more than the bucket of {self.name!r} holds (burst {self._burst})"
+            )
+        row = self._row(_key(key))
+        args = [cost, int(bool(commit)), self._interval_us, self._burst]
+        allowed, tokens, wait_us, full_us = self._run(scripts.TOKEN, [row, self._clock_key], args)
+        return bool(allowed), int(tokens), int(wait_us) * NS_PER_US, int(full_us) * NS_PER_US
+
+    def clear(self, key: Key) -> None:
+        """A full bucket for ``key`` again."""
+        self._call(self._redis.delete, self._row(_key(key)))
+
+    def __repr__(self) -> str:
+        return f"<shmwin.TokenBucket {self.name!r} {self.rate} burst={self.burst} on {self.url}>"
+
+
+def _key(key: Key) -> Key:
+    if not isinstance(key, str | bytes):
+        raise TypeError(f"a token bucket's key is a str or bytes, not {type(key).__name__}")
+    return key
+
+
+def _spec(g: Geometry) -> str:
+    ring = g.rings[0]
+    return f"{TOKEN_ROLE};{ring.bucket_ns},{ring.n_buckets},{ring.limit}"
+
+
+def _parse_spec(spec: str) -> tuple[Rate, int]:
+    kind, _, ring = spec.partition(";")
+    if kind != TOKEN_ROLE:
+        raise GeometryMismatchError(f"this name holds a {kind} on redis, not a token bucket")
+    interval_ns, burst, limit = (int(v) for v in ring.split(","))
+    return Rate(limit, interval_ns * limit), burst

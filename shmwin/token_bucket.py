@@ -1,0 +1,260 @@
+"""TokenBucket: golang.org/x/time/rate's token bucket per key, shared by every process -- or,
+with ``backend="redis://..."``, by every host.
+
+The bucket of a key holds at most ``burst`` tokens and starts full; it gets one token back
+per 1/rate (``"10/second"``: one every 100 ms); ``hit(key, cost)`` takes ``cost`` tokens, or
+nothing if the bucket holds fewer. Hence the guarantee, across all processes:
+
+    **in any interval of length t, at most burst + rate x t tokens are taken**;
+    a key idle for burst/rate has its whole burst again, and never more.
+
+It is GCRA, kept as one word per key -- the theoretical arrival time, from which the bucket
+is full -- and taking tokens is one native section under the key's lock (``token_take`` in
+``core/counters.c``; on Redis ``lua/token.lua``). Times are whole nanoseconds: the emission
+interval is period/limit, rounded up when the limit does not divide the period (a token
+never comes back early), and on Redis rounded up to whole microseconds.
+
+``TokenBucket`` has :class:`~shmwin.limiter.Limiter`'s methods and policy (``on_full``,
+``on_error``, ``acquire``); ``stats(key).remaining`` is the whole tokens in the bucket now,
+``reset_after`` the seconds until it is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any
+
+from . import backends
+from .backends.contract import Key
+from .clock import Clock, host_clock
+from .duration import NS_PER_S
+from .errors import BackendUnavailableError, NotSupportedError
+from .geometry import token_geometry
+from .layout_words import EMPTY_EPOCH
+from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, pause_s
+from .rate import LimitStats, Rate, parse_many
+from .window import Window
+
+
+class TokenBucket:
+    """``TokenBucket("api", "10/second", burst=20)``: create the bucket, or attach if it exists
+    with the same rate and burst. ``hit(key)`` is True and takes a token if the key's bucket
+    holds one, else False and takes nothing.
+
+    ``cost`` may be 0..``burst`` (more could never be taken: a ValueError, as a ``burst``
+    below 1 is). Its key table grows as keys come; a key whose bucket is full again holds no
+    memory for long (idle keys are reclaimed). ``capacity``, ``on_full``, ``on_error``,
+    ``clock`` and the backend options are :class:`~shmwin.limiter.Limiter`'s.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        rate: str | Rate,
+        *,
+        burst: int,
+        capacity: int | None = None,
+        on_full: str = DEFAULT_ON_FULL,
+        clock: Clock | None = None,
+        perm: int | None = None,
+        lock_timeout: float | None = None,
+        ready_timeout: float | None = None,
+        backend: str | None = None,
+        on_error: str = "raise",
+        timeout: float | None = None,
+    ):
+        choice("on_full", on_full, ON_FULL)
+        choice("on_error", on_error, ON_ERROR)
+        rates = parse_many(rate)
+        if len(rates) != 1:
+            raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
+        self._rate_given: Rate | None = rates[0]
+        want = token_geometry(rates[0], burst, capacity)
+        opened = backends.open_token_bucket(
+            name, want, backend=backend, clock=clock, on_full=on_full, on_error=on_error, perm=perm,
+            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout,
+        )  # fmt: skip
+        self._bind(opened, clock, on_full, on_error)
+
+    @classmethod
+    def attach(
+        cls,
+        name: str,
+        *,
+        on_full: str = DEFAULT_ON_FULL,
+        clock: Clock | None = None,
+        backend: str | None = None,
+        on_error: str = "raise",
+        lock_timeout: float | None = None,
+        ready_timeout: float | None = None,
+        timeout: float | None = None,
+        perm: int | None = None,
+    ) -> TokenBucket:
+        """Attach to an existing token bucket; its rate and burst are read from the store."""
+        choice("on_full", on_full, ON_FULL)
+        choice("on_error", on_error, ON_ERROR)
+        opened = backends.open_token_bucket(
+            name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
+            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
+        )  # fmt: skip
+        self = cls.__new__(cls)
+        self._rate_given = None
+        self._bind(opened, clock, on_full, on_error)
+        return self
+
+    def _bind(self, opened: Any, clock: Clock | None, on_full: str, on_error: str) -> None:
+        self._backend = opened
+        self.name: str = opened.name
+        self.rate: Rate = self._rate_given or opened.rate
+        self.burst: int = opened.burst
+        self.on_full, self.on_error = on_full, on_error
+        self._clock_arg = clock
+        self._clock: Callable[[], int] = clock or host_clock()
+        self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
+        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+        self._window: Window | None = None
+        # the hot path is the backend's own method (the native take on shared memory)
+        self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
+
+    @property
+    def rates(self) -> list[Rate]:
+        """``[rate]``, as a Limiter's (the tools and middlewares read it)."""
+        return [self.rate]
+
+    @property
+    def window(self) -> Window:
+        """The bucket's rows as a read-only :class:`Window` (shared memory)."""
+        if self._window is None:
+            self._window = Window._over(self._backend.window, self._clock_arg)
+        return self._window
+
+    # -- the checks -------------------------------------------------------------------------
+
+    def hit(self, key: Key, cost: int = 1) -> bool:
+        """Take ``cost`` tokens from ``key``'s bucket if it holds them; else take nothing.
+
+        One atomic step on the backend. The instance's ``hit`` is the backend's own method
+        (on shared memory, the core's)."""
+        return bool(self._backend.hit(key, cost))
+
+    def _hit_or_fallback(self, key: Key, cost: int = 1) -> bool:
+        try:
+            return bool(self._backend.hit(key, cost))
+        except BackendUnavailableError:
+            return fallback(self.on_error)
+
+    def test(self, key: Key, cost: int = 1) -> bool:
+        """Would ``hit(key, cost)`` pass now? Takes nothing."""
+        try:
+            return bool(self._backend.check(key, cost, False)[0])
+        except BackendUnavailableError:
+            if self.on_error == "raise":
+                raise
+            return fallback(self.on_error)
+
+    def stats(self, key: Key) -> LimitStats:
+        """``key``'s bucket now: ``remaining`` whole tokens, ``used`` = burst - remaining,
+        ``reset_after`` seconds until it is full."""
+        _, tokens, _, full_ns = self._backend.check(key, 0, False)
+        return LimitStats(self.rate, self.burst, self.burst - tokens, tokens, full_ns / NS_PER_S)
+
+    def stats_all(self, key: Key) -> list[LimitStats]:
+        """``[stats(key)]``, as a Limiter's (one rate)."""
+        return [self.stats(key)]
+
+    def full_count(self) -> int:
+        """Requests that met a full key table, whatever ``on_full`` answered; 0 on Redis."""
+        try:
+            return self.window.full_count()
+        except NotSupportedError:
+            return 0
+
+    def clear(self, key: Key) -> None:
+        """Give ``key`` a full bucket again."""
+        self._backend.clear(key)
+
+    def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
+        """Wait (sleeping, not spinning) until ``cost`` tokens are there and take them.
+
+        False after ``timeout`` seconds; ``cost`` above ``burst`` is a ValueError."""
+        tries = self._tries(key, timeout, cost)
+        try:
+            while True:
+                self._sleep(next(tries))
+        except StopIteration as done:
+            return bool(done.value)
+
+    async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
+        """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
+        tries = self._tries(key, timeout, cost)
+        try:
+            while True:
+                await self._async_sleep(next(tries))
+        except StopIteration as done:
+            return bool(done.value)
+
+    def _tries(self, key: Key, timeout: float | None, cost: int) -> Generator[float, None, bool]:
+        """The acquire loop, once for both: yields each pause (seconds), returns the verdict."""
+        deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
+        while True:
+            try:
+                allowed, _, wait_ns, _ = self._backend.check(key, cost, True)
+            except BackendUnavailableError:
+                if self.on_error == "raise":
+                    raise
+                return fallback(self.on_error)
+            if allowed:
+                return True
+            pause = pause_s(wait_ns, deadline_ns, self._clock())
+            if pause is None:
+                return False
+            yield pause
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The backend's URL ("" for shared memory)."""
+        return str(self._backend.url)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._backend.closed)
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def unlink(self) -> bool:
+        return bool(self._backend.unlink())
+
+    def __enter__(self) -> TokenBucket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._backend)
+
+
+def tokens_at(tat_ns: int, now_ns: int, interval_ns: int, burst: int) -> int:
+    """The whole tokens a bucket holds at ``now_ns`` from its state word (``core/counters.c``'s
+    token_read: no state, or junk, is a full bucket here -- the tools never raise on it)."""
+    if tat_ns == EMPTY_EPOCH or tat_ns < 0:
+        return burst
+    left_ns = now_ns + burst * interval_ns - max(tat_ns, now_ns)
+    return min(max(left_ns // interval_ns, 0), burst)
+
+
+def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
+    """``(key, whole tokens left)`` of each key of a token bucket's segment whose bucket is not
+    full, lock-free (for the tools)."""
+    ring = w.geometry.rings[0]
+    states = w._backend._key_states(1)  # type: ignore[attr-defined]
+    found = [(key, tokens_at(tat, now_ns, ring.bucket_ns, ring.n_buckets)) for key, (tat,) in states]
+    return [(key, tokens) for key, tokens in found if tokens < ring.n_buckets]
+
+
+__all__ = ["TokenBucket"]
