@@ -1,6 +1,7 @@
 """A limiter's decisions: how many hits it admitted, refused, and admitted near the limit.
 
-Every :class:`~shmwin.limiter.Limiter` on shared memory keeps, beside its segment ``NAME``, a
+Every :class:`~shmwin.limiter.Limiter` and :class:`~shmwin.token_bucket.TokenBucket` on shared
+memory keeps, beside its segment ``NAME``, a
 small striped window ``NAME.decisions`` (role "decisions") of three fields over its longest
 period: ``admitted``, ``rejected`` and ``near_limit`` -- an admitted hit that left at most a
 fifth of some rate's limit (envoyproxy/ratelimit's ``near_limit``, at 80 %). The native core
@@ -19,7 +20,7 @@ Prometheus export) read it as any window of role "decisions".
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .backends.shm.segment import MAX_NAME_CHARS
 from .clock import Clock
@@ -68,6 +69,28 @@ def open_window(limiter: str, longest_period_ns: int, *, create: bool, clock: Cl
     return window
 
 
+def bind(front: Any, shadow: bool, *, create: bool, longest_ns: int, perm: int | None = None) -> None:
+    """``front``'s (a Limiter's or a TokenBucket's) shadow mode and decisions window: the
+    shared-memory core does both natively (``_set_tally``); another backend keeps no decisions,
+    and its shadow mode is the front's ``_hit_shadow``."""
+    front.shadow = bool(shadow)
+    front._decisions = None
+    set_tally = getattr(front._backend, "_set_tally", None)
+    if set_tally is None:
+        if front.shadow:
+            front.hit = front._hit_shadow
+        return
+    try:
+        front._decisions = open_window(front.name, longest_ns, create=create, clock=front._clock_arg,
+                                       perm=perm)  # fmt: skip
+        set_tally(front._decisions, front.shadow)
+    except BaseException:
+        if front._decisions is not None:
+            front._decisions.close()
+        front._backend.close()
+        raise
+
+
 def read(window: Window | None, limiter: str) -> Decisions:
     """The counts in ``window`` now (the whole span: the limiter's longest period)."""
     if window is None:
@@ -79,4 +102,4 @@ def read(window: Window | None, limiter: str) -> Decisions:
     return Decisions(*(int(totals[f]) for f in FIELDS))
 
 
-__all__ = ["FIELDS", "NEAR_LIMIT_SHARE", "SUFFIX", "Decisions", "open_window", "read", "window_name"]
+__all__ = ["FIELDS", "NEAR_LIMIT_SHARE", "SUFFIX", "Decisions", "bind", "open_window", "read", "window_name"]

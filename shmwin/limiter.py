@@ -147,24 +147,9 @@ class Limiter:
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
         """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
-        and answer True to every hit if ``shadow``: the shared-memory core does both natively;
-        another backend keeps no decisions, and its shadow mode is a wrapper."""
-        self.shadow = bool(shadow)
-        set_tally = getattr(self._backend, "_set_tally", None)
-        if set_tally is None:
-            if self.shadow:
-                self.hit = self._hit_shadow  # type: ignore[method-assign]
-            return
+        and answer True to every hit if ``shadow`` (see :func:`shmwin.decisions.bind`)."""
         longest_ns = max(r.period_ns for r in self.rates)
-        try:
-            self._decisions = _decisions.open_window(self.name, longest_ns, create=create,
-                                                     clock=self._clock_arg, perm=perm)  # fmt: skip
-            set_tally(self._decisions, self.shadow)
-        except BaseException:
-            if self._decisions is not None:
-                self._decisions.close()
-            self._backend.close()
-            raise
+        _decisions.bind(self, shadow, create=create, longest_ns=longest_ns, perm=perm)
 
     @property
     def window(self) -> Window:

@@ -27,8 +27,10 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from . import backends
+from . import decisions as _decisions
 from .backends.contract import Key
 from .clock import Clock, host_clock
+from .decisions import Decisions
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import token_geometry
@@ -64,6 +66,8 @@ class TokenBucket:
         backend: str | None = None,
         on_error: str = "raise",
         timeout: float | None = None,
+        shadow: bool = False,
+        decisions: bool = True,
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
@@ -77,6 +81,7 @@ class TokenBucket:
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout,
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
+        _decisions.bind(self, shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
 
     @classmethod
     def attach(
@@ -91,6 +96,7 @@ class TokenBucket:
         ready_timeout: float | None = None,
         timeout: float | None = None,
         perm: int | None = None,
+        shadow: bool = False,
     ) -> TokenBucket:
         """Attach to an existing token bucket; its rate and burst are read from the store."""
         choice("on_full", on_full, ON_FULL)
@@ -102,6 +108,7 @@ class TokenBucket:
         self = cls.__new__(cls)
         self._rate_given = None
         self._bind(opened, clock, on_full, on_error)
+        _decisions.bind(self, shadow, create=False, longest_ns=self.rate.period_ns)
         return self
 
     def _bind(self, opened: Any, clock: Clock | None, on_full: str, on_error: str) -> None:
@@ -115,6 +122,8 @@ class TokenBucket:
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
         self._window: Window | None = None
+        self.shadow = False
+        self._decisions: Window | None = None
         # the hot path is the backend's own method (the native take on shared memory)
         self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
 
@@ -141,14 +150,24 @@ class TokenBucket:
 
     def _hit_or_fallback(self, key: Key, cost: int = 1) -> bool:
         try:
-            return bool(self._backend.hit(key, cost))
+            return bool(self._backend.hit(key, cost)) or self.shadow
         except BackendUnavailableError:
-            return fallback(self.on_error)
+            return fallback(self.on_error) or self.shadow
+
+    def _hit_shadow(self, key: Key, cost: int = 1) -> bool:
+        self._backend.hit(key, cost)
+        return True
+
+    def decisions(self) -> Decisions:
+        """``Decisions(admitted, rejected, near_limit)`` over the rate's period, counted by every
+        process's ``hit``; near the limit: at most a fifth of ``burst`` left after the take (see
+        :meth:`Limiter.decisions <shmwin.limiter.Limiter.decisions>`)."""
+        return _decisions.read(self._decisions, self.name)
 
     def test(self, key: Key, cost: int = 1) -> bool:
-        """Would ``hit(key, cost)`` pass now? Takes nothing."""
+        """Would ``hit(key, cost)`` pass now? Takes nothing. (In shadow mode: True.)"""
         try:
-            return bool(self._backend.check(key, cost, False)[0])
+            return bool(self._backend.check(key, cost, False)[0]) or self.shadow
         except BackendUnavailableError:
             if self.on_error == "raise":
                 raise
@@ -178,7 +197,10 @@ class TokenBucket:
     def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         """Wait (sleeping, not spinning) until ``cost`` tokens are there and take them.
 
-        False after ``timeout`` seconds; ``cost`` above ``burst`` is a ValueError."""
+        False after ``timeout`` seconds; ``cost`` above ``burst`` is a ValueError. In shadow mode
+        it never waits: a ``hit``, and True."""
+        if self.shadow:
+            return self.hit(key, cost)
         tries = self._tries(key, timeout, cost)
         try:
             while True:
@@ -188,6 +210,8 @@ class TokenBucket:
 
     async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
+        if self.shadow:
+            return self.hit(key, cost)
         tries = self._tries(key, timeout, cost)
         try:
             while True:
@@ -225,8 +249,13 @@ class TokenBucket:
 
     def close(self) -> None:
         self._backend.close()
+        if self._decisions is not None:
+            self._decisions.close()
 
     def unlink(self) -> bool:
+        """Remove the bucket (and its decisions window) for every process: True if it was there."""
+        if self._decisions is not None:
+            self._decisions.unlink()
         return bool(self._backend.unlink())
 
     def __enter__(self) -> TokenBucket:

@@ -95,9 +95,19 @@ def decide(limiter: RateLimited, key: Key) -> Verdict:
     if allowed:
         return Verdict(True, headers, 0, [])
     spent = [s for s in stats if s.remaining < 1] or list(stats)
-    retry = max(1, math.ceil(max(s.reset_after for s in spent)))
+    retry = max(1, math.ceil(max(_first_room_s(limiter, s) for s in spent)))
     violated = [policy_name(s.rate) for s in spent]
     return Verdict(False, [*headers, ("Retry-After", str(retry))], retry, violated)
+
+
+def _first_room_s(limiter: RateLimited, s: LimitStats) -> float:
+    """Seconds until one more hit would fit: a limiter's oldest hit leaving (``reset_after``);
+    a token bucket's next token, ``reset_after`` being until its bucket is full."""
+    burst: int | None = getattr(limiter, "burst", None)
+    if burst is None:
+        return s.reset_after
+    interval_s = -(-s.rate.period_ns // s.rate.limit) / NS_PER_S  # a token every T (ceil, as the core)
+    return max(s.reset_after - (burst - s.remaining - 1) * interval_s, 0.0)
 
 
 def problem_body(verdict: Verdict) -> bytes:

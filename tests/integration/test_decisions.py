@@ -14,7 +14,7 @@ from cli_support import cli
 from helpers import ROOT
 from prometheus_client import CollectorRegistry, generate_latest
 
-from shmwin import Decisions, Limiter, ManualClock, Window
+from shmwin import Decisions, Limiter, ManualClock, TokenBucket, Window
 from shmwin.backends.shm.segment import SHM_DIR, check_name
 from shmwin.errors import NotSupportedError
 from shmwin.integrations.prometheus import ShmwinCollector
@@ -195,3 +195,36 @@ def test_a_decisions_window_is_a_read_only_window_of_three_fields(name, clock):
         assert w.totals() == {"admitted": 1, "rejected": 0, "near_limit": 0}
         w.close()
         lim.unlink()
+
+
+def test_a_token_bucket_counts_its_decisions(name, clock):
+    with TokenBucket(name, "10/second", burst=10, clock=clock) as bucket:
+        assert [bucket.hit("k") for _ in range(12)] == [True] * 10 + [False] * 2
+        assert bucket.decisions() == (10, 2, 3)  # near: 2, 1 and 0 tokens left after
+        clock.advance(2)  # over the rate's period: forgotten
+        assert bucket.decisions() == (0, 0, 0)
+        bucket.unlink()
+    assert not exists(name + ".decisions")
+
+
+def test_a_shadow_token_bucket_never_refuses(name, clock):
+    with TokenBucket(name, "1/second", burst=3, clock=clock, shadow=True) as bucket:
+        assert [bucket.hit("k") for _ in range(5)] == [True] * 5
+        assert bucket.decisions() == (3, 2, 1)
+        assert bucket.stats("k").remaining == 0  # what enforcement would have taken
+        assert bucket.test("k") and bucket.acquire("k", timeout=0)
+        with TokenBucket.attach(name, clock=clock) as other:  # attached: counts into the same
+            assert not other.hit("k")
+        assert bucket.decisions().rejected == 4
+        bucket.unlink()
+
+
+def test_a_shadow_token_bucket_on_redis(redis_server, name):
+    bucket = TokenBucket(name, "1/minute", burst=2, backend=redis_server.url, shadow=True)
+    try:
+        assert [bucket.hit("k") for _ in range(3)] == [True] * 3
+        with pytest.raises(NotSupportedError, match="keeps no decisions"):
+            bucket.decisions()
+    finally:
+        bucket.unlink()
+        bucket.close()

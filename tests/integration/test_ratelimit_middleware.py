@@ -17,7 +17,7 @@ import httpx
 import pytest
 from servers import Server, free_port, python_module
 
-from shmwin import Limiter, ManualClock
+from shmwin import Limiter, ManualClock, TokenBucket
 from shmwin.integrations.ratelimit import (
     PROBLEM_TYPE,
     RateLimitMiddleware,
@@ -161,3 +161,17 @@ def test_a_shadow_limiter_never_refuses_and_its_headers_say_what_enforcement_wou
         assert "retry-after" not in answers[3].headers and answers[3].text == "ok"
         assert lim.decisions() == (2, 2, 1)  # what enforcement would have done
         lim.unlink()
+
+
+def test_a_token_bucket_behind_the_middleware(name):
+    clock = ManualClock(10**12)
+    with TokenBucket(name, "1/second", burst=3, clock=clock) as bucket:
+        app = RateLimitMiddleware(_ok, bucket, key=_client_of)
+        answers = _asgi_get(app, "erin", 4)
+        assert [r.status_code for r in answers] == [200, 200, 200, 429]
+        assert [RATELIMIT.match(r.headers["ratelimit"])["r"] for r in answers[:3]] == ["2", "1", "0"]
+        assert answers[3].headers["retry-after"] == "1"  # one token back in 1 s
+        assert answers[3].headers["content-type"] == "application/problem+json"
+        clock.advance(1)
+        assert [r.status_code for r in _asgi_get(app, "erin", 2)] == [200, 429]
+        bucket.unlink()

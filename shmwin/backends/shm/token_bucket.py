@@ -8,6 +8,8 @@ are the core's own methods, called with nothing in between.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...errors import GeometryMismatchError
 from ...geometry import TOKEN_ROLE, Geometry, token_rate_of
 from ...rate import Rate
@@ -83,6 +85,11 @@ class ShmTokenBucket:
     def check(self, key: Key, cost: int, commit: bool) -> TokenCheck:
         """The instance's ``check`` is the core's own method; this is its signature."""
         return self._core.token_check(key, cost, commit)
+
+    def _set_tally(self, tally: Any, shadow: bool) -> None:
+        """Count each take's decision in ``tally`` (a decisions Window, or None), and answer
+        every hit True if ``shadow``: both in the native core."""
+        self._core.set_tally(None if tally is None else tally._backend._core, shadow)
 
     def clear(self, key: Key) -> None:
         self._window.clear(key)

@@ -241,6 +241,8 @@ int64_t sat_add(int64_t a, int64_t b);
 int64_t sat_sub(int64_t a, int64_t b);
 int64_t span_ns(const Ring *r);
 int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d);
+/* a limiter's (or token bucket's) decision, counted in its tally if it has one (methods.c) */
+void note_decision(Core *c, int64_t now, int allowed, int near);
 int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v);
 void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v);
 void repair_row(Core *c, int64_t slot);

@@ -358,12 +358,21 @@ PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObj
     }
     if (now_ns(c, &now) < 0) goto out;
     if (lock_key(c, a[0], 1, now, &slot) < 0) {
-        if (met_full(c, 1)) result = Py_NewRef(c->on_full == 1 ? Py_True : Py_False);
+        if (met_full(c, 1)) {
+            note_decision(c, now, c->on_full == 1, 0);
+            result = Py_NewRef(c->on_full == 1 || c->shadow ? Py_True : Py_False);
+        }
         goto out;
     }
     int rc = token_take_row(c, slot, now, cost, 1, &t, &allowed);
     lock_give(c, row_lock(c, slot));
-    if (rc == 0) result = Py_NewRef(allowed ? Py_True : Py_False);
+    if (rc == 0) {
+        /* near the limit: at most a fifth of the burst left after the take */
+        int64_t left = allowed ? (now - t.tat + t.tol) / t.T : 0, five;
+        int near = allowed && !__builtin_mul_overflow(left, 5, &five) && five <= t.tol / t.T;  /* burst */
+        note_decision(c, now, allowed, near);
+        result = Py_NewRef(allowed || c->shadow ? Py_True : Py_False);
+    }
 out:
     leave(c);
     return result;

@@ -432,7 +432,7 @@ static int note_in_stripe(Core *t, int64_t now, int f, int near) {
     return 1;
 }
 
-static void note_decision(Core *c, int64_t now, int allowed, int near) {
+void note_decision(Core *c, int64_t now, int allowed, int near) {
     Core *t = (Core *)c->tally;  /* called with no error set */
     int f = SLOT_VALUES + (allowed ? TALLY_ADMITTED : TALLY_REJECTED);
     if (t == NULL || note_in_stripe(t, now, f, near)) return;
@@ -463,7 +463,7 @@ static PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs
             return NULL;
         }
     }
-    if (!c->limiter) {
+    if (!c->limiter && c->role != ROLE_TOKEN_BUCKET) {
         PyErr_Format(PyExc_TypeError, "window %R is not a limiter: it makes no decisions", c->name);
         return NULL;
     }
