@@ -154,7 +154,7 @@ def _check_geometry(g: Geometry) -> None:
     for ring in g.rings:
         if not 1 <= ring.n_buckets <= MAX_BUCKETS:
             raise ValueError(f"buckets must be 1..{MAX_BUCKETS}, not {ring.n_buckets}")
-        if ring.log and (g.kind != "limiter" or ring.n_buckets > MAX_LOG_ENTRIES):
+        if ring.log and ((g.kind != "limiter" and g.role != "moving-log") or ring.n_buckets > MAX_LOG_ENTRIES):
             raise ValueError(f"a log ring belongs to a limiter and keeps 1..{MAX_LOG_ENTRIES} times")
         if ring.bucket_ns <= 0:
             raise ValueError("bucket width must be positive")
