@@ -49,8 +49,9 @@ def test_overwritten_geometry_fails_the_checksum(name):
 
 def test_other_format_version(name):
     _make(name).close()
-    _poke(name, 8, (7).to_bytes(4, "little"))
-    with pytest.raises(shmwin.IncompatibleVersionError, match="version 7"):
+    other = shmwin.layout_words.FORMAT_VERSION + 1
+    _poke(name, 8, other.to_bytes(4, "little"))
+    with pytest.raises(shmwin.IncompatibleVersionError, match=f"version {other}"):
         Window.attach(name)
     assert issubclass(shmwin.IncompatibleVersionError, shmwin.SegmentError)
     shmwin.unlink(name)
