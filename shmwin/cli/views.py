@@ -66,6 +66,7 @@ ROLE_TITLES = {
     "fixed-starts": "fixed-window starts",
     "fixed-window": "limits' fixed windows",
     "sliding-counter": "limits' sliding window counters",
+    "moving-log": "limits' moving windows",
 }
 
 
@@ -137,6 +138,7 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "health": lambda v: [f"  the health window of adaptive limiter {safe(v['of'])}"],
     "fixed-window": lambda v: _counters(v),
     "sliding-counter": lambda v: _counters(v),
+    "moving-log": lambda v: _counters(v),
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

@@ -19,6 +19,9 @@ counted over live processes without clearing the keys of dead ones, which its wo
                   holds a window index and two counts; shown: limits' weighted count now
                   (previous x the part of its window still inside the period + current,
                   floored), the number limits compares with the limit
+    moving-log    limits' moving windows (``PREFIX.moving.L.P``): each key's hit times, in its
+                  row and in chunks of the segment's chunk heap; shown: the hits of the last
+                  period (read under each key's lock by the core), what limits compares with L
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -41,9 +44,9 @@ from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window", "sliding-counter",
-         "fixed-starts")  # fmt: skip
+         "moving-log", "fixed-starts")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
-COUNTERS = ("fixed-window", "sliding-counter")  # per-key state: values read by counter_values()
+COUNTERS = ("fixed-window", "sliding-counter", "moving-log")  # per-key state: values read by counter_values()
 TOP_KEYS = 10
 
 
@@ -86,9 +89,10 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
 def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     """``(key, value)`` of every live key of a counter role's segment, at the window's clock:
     a fixed window's count while it is live, a sliding counter's weighted count."""
-    from ..integrations import limits_fixed, limits_sliding
+    from ..integrations import limits_fixed, limits_moving, limits_sliding
 
-    reader = limits_fixed if role == "fixed-window" else limits_sliding
+    readers = {"fixed-window": limits_fixed, "moving-log": limits_moving}
+    reader = readers.get(role, limits_sliding)
     found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
     return found
 
@@ -100,7 +104,9 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
     found.sort(key=lambda kv: kv[1], reverse=True)
     return {
         "period_s": w.geometry.bucket_ns / NS_PER_S,
-        "value": "count in the live window" if role == "fixed-window" else "weighted count",
+        "value": {"fixed-window": "count in the live window", "moving-log": "hits in the last period"}.get(
+            role, "weighted count"
+        ),
         "keys": len(found),
         "total": sum(v for _, v in found),
         "top": found[: max(top, 0)],
