@@ -227,7 +227,7 @@ MOVING_STATE: tuple[Field, ...] = (
     ("entries", 8, f"{MOVING_INLINE * LOG_ENTRY_BYTES}s"),  # MOVING_INLINE x (t ns, hits)
 )
 MOVING_STATE_BYTES = 8 + MOVING_INLINE * LOG_ENTRY_BYTES
-CHUNK_ENTRIES = 15
+CHUNK_ENTRIES = 7
 CHUNK: tuple[Field, ...] = (  # a chunk of the heap: in one key's chain, on the free list, or (mid-section) neither
     ("next", 0, "q"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
     ("owner", 8, "q"),  # the row whose chain holds it + 1; 0: free

@@ -165,7 +165,7 @@ is (i64 t ns, i64 hits), counted while hits > 0 and t >= now - P; a row of 96 by
     0    8    i64   chain     the key's first chunk + 1 (0: none)
     8    32   bytes entries   MOVING_INLINE (2) entries
 
-Chunk heap (role "moving-log"): ``n_chunks`` chunks of 256 bytes from ``chunks_off``, sparse
+Chunk heap (role "moving-log"): ``n_chunks`` chunks of 128 bytes from ``chunks_off``, sparse
 like the rows (reserved as handed out, ``chunks_top``); a chunk is on the free list, in one
 key's chain (newest first), or -- inside a section -- in neither; chain words change only
 under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's row lock::
@@ -173,7 +173,7 @@ under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's ro
     off  size type  name      meaning
     0    8    i64   next      the next chunk of its chain (or of the free list) + 1; 0 = last
     8    8    i64   owner     the row whose chain holds it + 1; 0 = free
-    16   240  bytes entries   CHUNK_ENTRIES (15) entries
+    16   112  bytes entries   CHUNK_ENTRIES (7) entries
 """
 
 from __future__ import annotations

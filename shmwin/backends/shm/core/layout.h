@@ -65,8 +65,8 @@
 #define MOVING_INLINE              2
 #define LOG_ENTRY_BYTES            16
 #define MOVING_STATE_BYTES         40
-#define CHUNK_ENTRIES              15
-#define CHUNK_BYTES                256
+#define CHUNK_ENTRIES              7
+#define CHUNK_BYTES                128
 #define DTYPE_INT64                0
 #define DTYPE_FLOAT64              1
 #define MODE_STRIPED               0
@@ -426,7 +426,7 @@ _Static_assert(MOVING_STATE_CHAIN_OFF + 8 <= MOVING_STATE_ENTRIES_OFF, "MOVING_S
 _Static_assert(MOVING_STATE_ENTRIES_OFF + 32 <= MOVING_STATE_BYTES, "MOVING_STATE.entries");
 _Static_assert(CHUNK_NEXT_OFF + 8 <= CHUNK_OWNER_OFF, "CHUNK.next");
 _Static_assert(CHUNK_OWNER_OFF + 8 <= CHUNK_ENTRIES_OFF, "CHUNK.owner");
-_Static_assert(CHUNK_ENTRIES_OFF + 240 <= CHUNK_BYTES, "CHUNK.entries");
+_Static_assert(CHUNK_ENTRIES_OFF + 112 <= CHUNK_BYTES, "CHUNK.entries");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");
