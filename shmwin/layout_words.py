@@ -92,7 +92,7 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # "moving-log": limits' moving window, each key's hit times (MOVING_STATE, CHUNK below)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
          "sliding-counter", "moving-log")  # fmt: skip
-COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log")  # per-key state: no bucket to read or add to
+COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log")  # per-key state: no bucket to read or add
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
 
@@ -228,7 +228,8 @@ MOVING_STATE: tuple[Field, ...] = (
 )
 MOVING_STATE_BYTES = 8 + MOVING_INLINE * LOG_ENTRY_BYTES
 CHUNK_ENTRIES = 7
-CHUNK: tuple[Field, ...] = (  # a chunk of the heap: in one key's chain, on the free list, or (mid-section) neither
+# a chunk of the heap: in one key's chain, on the free list, or (inside a section) neither
+CHUNK: tuple[Field, ...] = (
     ("next", 0, "q"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
     ("owner", 8, "q"),  # the row whose chain holds it + 1; 0: free
     ("entries", 16, f"{CHUNK_ENTRIES * LOG_ENTRY_BYTES}s"),  # CHUNK_ENTRIES x (t ns, hits)
@@ -283,7 +284,8 @@ FULL_COUNT_OFF = _at(HEADER, "full_count")
 CHUNKS_TOP_OFF = _at(HEADER, "chunks_top")
 CHUNKS_RESERVED_OFF = _at(HEADER, "chunks_reserved")
 CHUNK_FREE_OFF = _at(HEADER, "chunk_free")
-CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF)  # value | tag << 32 (layout.state_word)
+# value | tag << 32 (layout.state_word)
+CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF)
 
 LOCK_MUTEX_OFF = _at(LOCK, "mutex")
 LOCK_INTENT_OFF = _at(LOCK, "intent")

@@ -42,7 +42,8 @@ class MovingLogs:
 
     @classmethod
     def open(
-        cls, name: str, limit: int, period_ns: int, times: int, clock: Clock, capacity: int | None, create: bool
+        cls, name: str, limit: int, period_ns: int, times: int, clock: Clock, capacity: int | None,
+        create: bool,
     ) -> MovingLogs | None:
         """Create or attach (``create``), or attach only: None if the segment is not there."""
         if not create:
@@ -110,8 +111,4 @@ def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
     """``(key, hits counted)`` of each key of a moving-log segment (for the tools): read under
     each key's lock by the core, at the core's clock (``now_ns`` is the caller's reading)."""
     core = w._backend._core  # type: ignore[attr-defined]
-    out = []
-    for key in w.keys():
-        used, _ = core.moving_get(key)
-        out.append((key, int(used)))
-    return out
+    return [(key, int(core.moving_get(key)[0])) for key in w.keys()]  # noqa: SIM118 (a Window's keys)

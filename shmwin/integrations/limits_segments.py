@@ -155,12 +155,12 @@ class StorageSegments:
     def _limiter(self, kind: str, limit: int, expiry: float, create: bool) -> Moving | None:
         """The moving window of (limit, period): hit times (MovingLogs), or a bucketed
         Limiter (``?buckets=``); created if asked, else None if there is none."""
-        found = self._by_spec.get((kind, limit, expiry))
-        if found is not None:  # the hot path: no name to build
-            assert isinstance(found, Limiter | MovingLogs)
-            return found
+        hot = self._by_spec.get((kind, limit, expiry))
+        if hot is not None:  # the hot path: no name to build
+            assert isinstance(hot, Limiter | MovingLogs)
+            return hot
         name = self._name(kind, expiry, limit)
-        found = self._open.get(name)
+        found: Segments | None = self._open.get(name)
         if found is None:
             if create and self.exact:
                 found = MovingLogs.open(
@@ -179,8 +179,8 @@ class StorageSegments:
                     found = Limiter.attach(name, on_full=self.on_full, clock=self.clock)
                 except WindowNotFoundError:
                     return None
-                if found is None:
-                    return None
+            if found is None:
+                return None
             self._open[name] = found
         assert isinstance(found, Limiter | MovingLogs)
         self._by_spec[kind, limit, expiry] = found

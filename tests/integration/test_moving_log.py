@@ -36,7 +36,8 @@ T0 = 1_000 * S
 P = 10 * S
 
 
-def moving(name: str, clock: ManualClock, limit: int, times: int = 1024, capacity: int | None = 64) -> MovingLogs:
+def moving(name: str, clock: ManualClock, limit: int, times: int = 1024, capacity: int | None = 64
+           ) -> MovingLogs:  # fmt: skip
     found = MovingLogs.open(name, limit, P, times, clock, capacity, create=True)
     assert found is not None
     return found

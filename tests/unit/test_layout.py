@@ -193,7 +193,8 @@ def _doc_tables() -> list[list[tuple[int, int | None, str]]]:
 
 def test_the_docstring_tables_are_the_description():
     """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
-    header, key_state, lock, stripe, index_entry, key_row, _slots, fixed, sliding, moving, chunk = _doc_tables()
+    tables = _doc_tables()
+    header, key_state, lock, stripe, index_entry, key_row, _slots, fixed, sliding, moving, chunk = tables
     expected = [
         (layout_words.HEADER, header + key_state),
         (layout_words.LOCK, lock),

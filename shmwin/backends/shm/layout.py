@@ -590,7 +590,8 @@ def check_key_state(mm: Buffer, g: Geometry, lay: Layout, hash_key: bytes) -> No
         problems.append(f"row heap ({words})")
     if lay.n_chunks:
         top_word, reserved_word, free_head = (
-            struct.unpack_from("<q", mm, offset)[0] for offset in (CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF, CHUNK_FREE_OFF)
+            struct.unpack_from("<q", mm, offset)[0]
+            for offset in (CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF, CHUNK_FREE_OFF)
         )
         try:
             top = state_value(top_word, CHUNKS_TOP_OFF, hash_key, lay.n_chunks)
