@@ -72,8 +72,9 @@ corrupt word sends a process into the sparse file's holes (a SIGBUS on a full /d
     1112 8    i64       chunk_free      first chunk of the chunk free list, + 1 (0: empty)
 
 Lock table: ``n_locks`` x 64 bytes. Lock 0 guards the stripe table (unkeyed) or
-key insertion (keyed); lock 1 guards row 0 (unkeyed); keyed row *s* is guarded by
-lock ``2 + s % (n_locks - 2)``. Each entry::
+key insertion (keyed); lock 1 guards row 0 (unkeyed) or the chunk heap (keyed, role
+"moving-log": LOCK_CHUNKS, taken after a row lock, never before); keyed row *s* is guarded
+by lock ``2 + s % (n_locks - 2)``. Each entry::
 
     off  size type      name     meaning
     0    <=56 mutex     mutex    process-shared *robust* pthread mutex (owner-dead on death)
