@@ -102,7 +102,9 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
     ``top`` keys by value (``[key, value]``, largest first)."""
     found = [(key, v) for key, v in counter_values(w, role) if v > 0]
     found.sort(key=lambda kv: kv[1], reverse=True)
+    limit = {"limit": w.geometry.rings[0].limit} if role == "moving-log" else {}  # one segment per limit
     return {
+        **limit,
         "period_s": w.geometry.bucket_ns / NS_PER_S,
         "value": {"fixed-window": "count in the live window", "moving-log": "hits in the last period"}.get(
             role, "weighted count"

@@ -19,11 +19,22 @@ that cannot get a chunk (/dev/shm full).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..backends.contract import Key
+from ..backends.shm.layout import state_value
 from ..clock import Clock
-from ..errors import GeometryMismatchError, WindowNotFoundError
+from ..errors import CorruptSegmentError, GeometryMismatchError, WindowNotFoundError
 from ..geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring
-from ..layout_words import CHUNK_BYTES, CHUNK_ENTRIES, MOVING_INLINE
+from ..layout_words import (
+    CHUNK_BYTES,
+    CHUNK_ENTRIES,
+    CHUNK_ENTRIES_OFF,
+    CHUNK_NEXT,
+    CHUNKS_TOP_OFF,
+    MOVING_INLINE,
+    WORD_BYTES,
+)
 from ..window import Window
 
 ROLE = "moving-log"
@@ -107,8 +118,33 @@ def geometry(limit: int, period_ns: int, times: int, capacity: int | None) -> Ge
     return Geometry((ring,), ("hits",), "int64", "locked", 0, capacity, "window", ROLE)
 
 
+STATE_WORDS = 1 + 2 * MOVING_INLINE  # chain, then the inline entries (t, hits)
+
+
 def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
-    """``(key, hits counted)`` of each key of a moving-log segment (for the tools): read under
-    each key's lock by the core, at the core's clock (``now_ns`` is the caller's reading)."""
-    core = w._backend._core  # type: ignore[attr-defined]
-    return [(key, int(core.moving_get(key)[0])) for key in w.keys()]  # noqa: SIM118 (a Window's keys)
+    """``(key, hits counted at now_ns)`` of each key of a moving-log segment, read lock-free
+    (for the tools): the row's entries, then its chain's, each link bounds-checked (a chain
+    that moves or is junk meanwhile is read up to there: a tool's reading, never a crash)."""
+    backend: Any = w._backend  # shared memory's, always: its words
+    q, lay = backend._q, backend._lay
+    ring = w.geometry.rings[0]
+    since = now_ns - ring.bucket_ns
+    top_word = int(q[CHUNKS_TOP_OFF // WORD_BYTES])
+    try:
+        top = state_value(top_word, CHUNKS_TOP_OFF, backend.meta.hash_key, lay.n_chunks)
+    except CorruptSegmentError:
+        top = 0
+    longest = chunks_per_key(ring.n_buckets)
+    out = []
+    for key, (chain, *inline) in backend._key_states(STATE_WORDS):
+        entries = list(zip(inline[0::2], inline[1::2], strict=True))
+        for _ in range(longest):
+            if not 0 < chain <= top:
+                break
+            at = (lay.chunks_off + (chain - 1) * CHUNK_BYTES) // WORD_BYTES
+            words = [int(x) for x in q[at : at + CHUNK_BYTES // WORD_BYTES]]
+            chain = words[CHUNK_NEXT]
+            body = words[CHUNK_ENTRIES_OFF // WORD_BYTES :]
+            entries += zip(body[0::2], body[1::2], strict=True)
+        out.append((key, sum(hits for t, hits in entries if hits > 0 and t >= since)))
+    return out

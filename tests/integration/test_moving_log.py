@@ -178,14 +178,20 @@ def test_an_idle_keys_row_and_chunks_are_reused(name):
 
 def test_a_moving_log_is_not_written_as_a_plain_window(name):
     clock = ManualClock(T0)
-    m = moving(name, clock, 5)
+    m = moving(name, clock, 50)
+    long_key = "LIMITER/127.0.0.1//login/50/10/second/" + "x" * 40  # stored as a prefix and a digest
     try:
         m.hit("k", 1)
+        for _ in range(20):  # two chunks past its row's two entries
+            m.hit(long_key, 2)
         with Window.attach(name, clock=clock) as w:
             assert w.geometry.role == "moving-log" and w.geometry.idle_ns == P
             with pytest.raises(ShmwinError, match="moving-log"):
                 w.add(1, key="k")
-            assert limits_moving.values(w, clock()) == [("k", 1)]
+            found = dict(limits_moving.values(w, clock()))  # lock-free, the chains walked
+            assert sorted(found.values()) == [1, 40] and found["k"] == 1
+            clock.advance(ns=P + 1)
+            assert limits_moving.values(w, clock()) == []  # idle keys are not listed
         plain = Window(name + "p", span="10s", buckets=10, capacity=8)
         try:
             with pytest.raises(ValueError, match="not a moving-log"):
