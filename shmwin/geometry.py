@@ -155,7 +155,8 @@ def _check_geometry(g: Geometry) -> None:
     for ring in g.rings:
         if not 1 <= ring.n_buckets <= MAX_BUCKETS:
             raise ValueError(f"buckets must be 1..{MAX_BUCKETS}, not {ring.n_buckets}")
-        if ring.log and (g.kind != "limiter" or ring.n_buckets > MAX_LOG_ENTRIES):
+        log_ok = g.kind == "limiter" or g.role == "moving-log"  # a limiter's, or limits' moving window's
+        if ring.log and (not log_ok or ring.n_buckets > MAX_LOG_ENTRIES):
             raise ValueError(f"a log ring belongs to a limiter and keeps 1..{MAX_LOG_ENTRIES} times")
         if ring.bucket_ns <= 0:
             raise ValueError("bucket width must be positive")

@@ -32,8 +32,8 @@ import sys
 Field = tuple[str, int, str]  # (name, byte offset, type)
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 6  # 4: the role word (offset 168); 5: the key table's checked words;
-# 6: full_count, 16-byte index entries, a 64-byte key header
+FORMAT_VERSION = 7  # 4: the role word (offset 168); 5: the key table's checked words;
+# 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log")
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -77,6 +77,7 @@ KEY_FLAG_DIGEST = 2  # ... a long key: KEY_LONG_PREFIX bytes, then a 16-byte dig
 LOCK_STRIPE_TABLE = 0  # unkeyed: the stripe table
 LOCK_KEY_TABLE = 0  # keyed: key insertion, rebuilds, the key table's state words
 LOCK_SHARED_ROW = 1  # unkeyed: row 0
+LOCK_CHUNKS = 1  # keyed (role "moving-log"): the chunk heap's words and every chain word
 FIRST_KEY_LOCK = 2  # keyed row r: lock FIRST_KEY_LOCK + r % (n_locks - FIRST_KEY_LOCK)
 
 # the header's enumerations, by value; C names them KIND_WINDOW, DTYPE_FLOAT64, ...
@@ -89,12 +90,13 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
 # (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made;
 # "decisions": a limiter's NAME.decisions (shmwin.decisions);
+# "moving-log": limits' moving window, each key's hit times (MOVING_STATE, CHUNK below);
 # "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "concurrency", "token-bucket")  # fmt: skip
+         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket")  # fmt: skip
 # rows of per-key state: no bucket to read or add to
-COUNTER_ROLES = ("fixed-window", "sliding-counter", "token-bucket")
+COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log", "token-bucket")
 STATE_ROLES = (*COUNTER_ROLES, "concurrency")  # every role whose rows hold state, not buckets
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
@@ -146,6 +148,8 @@ HEADER: tuple[Field, ...] = (
     ("row_bytes", 144, "Q"),
     ("hash_key", 152, "16s"),
     ("role", 168, "I"),
+    ("chunks_off", 176, "Q"),  # role "moving-log": the chunk heap, after the rows; else 0
+    ("n_chunks", 184, "Q"),  # its chunks (the file is sparse: reserved as handed out)
     ("field_names", 256, f"{MAX_FIELDS * FIELD_NAME_BYTES}s"),
     ("ring_table", 768, f"ring[{MAX_RINGS}]"),
     ("rows_in_use", 1024, "q"),
@@ -161,12 +165,17 @@ HEADER: tuple[Field, ...] = (
     # requests that met a full table (no row for a new key: capacity or /dev/shm), whatever
     # on_full then answered; added to atomically, outside any lock
     ("full_count", 1088, "q"),
+    # the chunk heap's state (role "moving-log"), written under LOCK_CHUNKS; chunks_top and
+    # chunks_reserved are checked words, as rows_top and rows_reserved
+    ("chunks_top", 1096, "Q"),
+    ("chunks_reserved", 1104, "Q"),
+    ("chunk_free", 1112, "q"),
 )
-FIXED_HEADER_END = 172  # magic .. role: the fields packed and unpacked as one struct
+FIXED_HEADER_END = 192  # magic .. n_chunks: the fields packed and unpacked as one struct
 # the header words read or written in place (not just at attach): each gets F_OFF
 HEADER_WORDS = ("magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index",
                 "index_used", "keys", "rows_top", "rows_reserved", "free_head", "rebuilt_ns",
-                "full_count")  # fmt: skip
+                "full_count", "chunks_top", "chunks_reserved", "chunk_free")  # fmt: skip
 
 LOCK: tuple[Field, ...] = (
     ("mutex", 0, "mutex"),  # process-shared, robust
@@ -230,6 +239,25 @@ TOKEN_STATE: tuple[Field, ...] = (
     ("tat", 0, "q"),  # the theoretical arrival time (ns): the bucket is full from then on; EMPTY_EPOCH: full
 )
 TOKEN_STATE_BYTES = 8
+# role "moving-log": limits' moving window, each key's hits as entries (time ns, hits) -- LOG_TIME,
+# LOG_HITS, as a log ring's -- MOVING_INLINE of them in the row, the rest in chunks of the
+# segment's chunk heap, chained from the row (core/moving.c). A keyed window of one log ring
+# (P, at most min(limit, times) entries, the limit) gives the period, the idle time P and the limit.
+MOVING_INLINE = 2
+LOG_ENTRY_BYTES = 16
+MOVING_STATE: tuple[Field, ...] = (
+    ("chain", 0, "q"),  # the key's first chunk + 1; 0: none
+    ("entries", 8, f"{MOVING_INLINE * LOG_ENTRY_BYTES}s"),  # MOVING_INLINE x (t ns, hits)
+)
+MOVING_STATE_BYTES = 8 + MOVING_INLINE * LOG_ENTRY_BYTES
+CHUNK_ENTRIES = 7
+# a chunk of the heap: in one key's chain, on the free list, or (inside a section) neither
+CHUNK: tuple[Field, ...] = (
+    ("next", 0, "q"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
+    ("owner", 8, "q"),  # the row whose chain holds it + 1; 0: free
+    ("entries", 16, f"{CHUNK_ENTRIES * LOG_ENTRY_BYTES}s"),  # CHUNK_ENTRIES x (t ns, hits)
+)
+CHUNK_BYTES = 16 + CHUNK_ENTRIES * LOG_ENTRY_BYTES
 
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
@@ -243,6 +271,8 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "CONC_STATE": (CONC_STATE, "CONC_STATE_BYTES"),
     "CONC_HOLDER": (CONC_HOLDER, "CONC_HOLDER_BYTES"),
     "TOKEN_STATE": (TOKEN_STATE, "TOKEN_STATE_BYTES"),
+    "MOVING_STATE": (MOVING_STATE, "MOVING_STATE_BYTES"),
+    "CHUNK": (CHUNK, "CHUNK_BYTES"),
 }
 
 
@@ -264,6 +294,7 @@ ROLE_HEALTH, ROLE_DECISIONS = ROLES.index("health"), ROLES.index("decisions")
 ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.index("sliding-counter")
 ROLE_CONCURRENCY = ROLES.index("concurrency")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
+ROLE_MOVING_LOG = ROLES.index("moving-log")
 
 MAGIC_OFF = _at(HEADER, "magic")
 HEADER_CRC_OFF = _at(HEADER, "header_crc")
@@ -278,7 +309,11 @@ ROWS_RESERVED_OFF = _at(HEADER, "rows_reserved")
 FREE_HEAD_OFF = _at(HEADER, "free_head")
 REBUILT_NS_OFF = _at(HEADER, "rebuilt_ns")
 FULL_COUNT_OFF = _at(HEADER, "full_count")
-CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF)  # value | tag << 32 (layout.state_word)
+CHUNKS_TOP_OFF = _at(HEADER, "chunks_top")
+CHUNKS_RESERVED_OFF = _at(HEADER, "chunks_reserved")
+CHUNK_FREE_OFF = _at(HEADER, "chunk_free")
+# value | tag << 32 (layout.state_word)
+CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF)
 
 LOCK_MUTEX_OFF = _at(LOCK, "mutex")
 LOCK_INTENT_OFF = _at(LOCK, "intent")
@@ -335,6 +370,14 @@ CONC_HOLDER_CLAIM_OFF = _at(CONC_HOLDER, "claim")
 CONC_HOLDER_CLAIM = CONC_HOLDER_CLAIM_OFF // WORD_BYTES
 TOKEN_STATE_TAT_OFF = _at(TOKEN_STATE, "tat")
 TOKEN_STATE_TAT = TOKEN_STATE_TAT_OFF // WORD_BYTES
+MOVING_STATE_CHAIN_OFF = _at(MOVING_STATE, "chain")
+MOVING_STATE_CHAIN = MOVING_STATE_CHAIN_OFF // WORD_BYTES
+MOVING_STATE_ENTRIES_OFF = _at(MOVING_STATE, "entries")
+CHUNK_NEXT_OFF = _at(CHUNK, "next")
+CHUNK_NEXT = CHUNK_NEXT_OFF // WORD_BYTES
+CHUNK_OWNER_OFF = _at(CHUNK, "owner")
+CHUNK_OWNER = CHUNK_OWNER_OFF // WORD_BYTES
+CHUNK_ENTRIES_OFF = _at(CHUNK, "entries")
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
@@ -346,11 +389,12 @@ _SCALARS = (
     "ENTRY_ROW_MASK", "IDENT_LEN_SHIFT", "IDENT_FLAGS_SHIFT", "MAX_GEN", "MAX_NOW_NS", "MAX_SPAN_NS",
     "EMPTY_EPOCH",
     "RING_LOG", "KEY_FLAG_STR", "KEY_FLAG_DIGEST", "LOCK_STRIPE_TABLE", "LOCK_KEY_TABLE",
-    "LOCK_SHARED_ROW", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
+    "LOCK_SHARED_ROW", "LOCK_CHUNKS", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
     "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
     "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",
+    "MOVING_INLINE", "LOG_ENTRY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES",
 )  # fmt: skip
 
 

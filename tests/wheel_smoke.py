@@ -104,7 +104,9 @@ try:
     assert exe, "the shmwin console script was not installed"
     emulator = os.environ.get("SHMWIN_SMOKE_EMULATOR")
     cli = [emulator, sys.executable, exe] if emulator else [exe]
-    listed = subprocess.run([*cli, "ls"], capture_output=True, text=True, check=True).stdout
+    # wide enough that no name is elided, whatever else /dev/shm holds (kinds like "moving-log")
+    wide = dict(os.environ, COLUMNS="240")
+    listed = subprocess.run([*cli, "ls"], capture_output=True, text=True, check=True, env=wide).stdout
     assert f"{tag}-w" in listed, listed
     shown = subprocess.run([*cli, "show", f"{tag}-w"], capture_output=True, text=True, check=True).stdout
     assert f"{3 + 500 * CHILDREN:,}" in shown, shown

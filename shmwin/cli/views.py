@@ -72,6 +72,7 @@ ROLE_TITLES = {
     "sliding-counter": "limits' sliding window counters",
     "concurrency": "per-key concurrency",
     "token-bucket": "token bucket",
+    "moving-log": "limits' moving windows",
 }
 
 
@@ -162,6 +163,7 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "sliding-counter": lambda v: _counters(v),
     "concurrency": _concurrency,
     "token-bucket": _tokens,
+    "moving-log": lambda v: _counters(v),
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

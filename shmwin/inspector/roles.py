@@ -26,6 +26,9 @@ counted over live processes without clearing the keys of dead ones, which its wo
                   processes (read under the key's lock, as ``count()``), and the limit
     token-bucket  a TokenBucket's keys: each key's row holds its GCRA arrival time; shown: the
                   whole tokens its bucket holds now, for the keys whose bucket is not full
+    moving-log    limits' moving windows (``PREFIX.moving.L.P``): each key's hit times, in its
+                  row and in chunks of the segment's chunk heap; shown: the hits of the last
+                  period (read under each key's lock by the core), what limits compares with L
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -48,10 +51,10 @@ from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
-         "sliding-counter", "concurrency", "token-bucket", "fixed-starts")  # fmt: skip
+         "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 # per-key state: values read by counter_values()
-COUNTERS = ("fixed-window", "sliding-counter", "concurrency", "token-bucket")
+COUNTERS = ("fixed-window", "sliding-counter", "moving-log", "concurrency", "token-bucket")
 TOP_KEYS = 10
 
 
@@ -98,16 +101,18 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
 
 def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     """``(key, value)`` of every live key of a counter role's segment, at the window's clock:
-    a fixed window's count while it is live, a sliding counter's weighted count, a token
-    bucket's tokens left (only the keys whose bucket is not full)."""
+    a fixed window's count while it is live, a sliding counter's weighted count, a moving
+    window's hits in the last period, a token bucket's tokens left (only the keys whose bucket
+    is not full)."""
     from .. import token_bucket
-    from ..integrations import limits_fixed, limits_sliding
+    from ..integrations import limits_fixed, limits_moving, limits_sliding
 
     if role == "concurrency":  # holders now, over live processes
         from ..concurrency import holder_counts
 
         return holder_counts(w)
-    reader: Any = {"fixed-window": limits_fixed, "token-bucket": token_bucket}.get(role, limits_sliding)
+    readers = {"fixed-window": limits_fixed, "moving-log": limits_moving, "token-bucket": token_bucket}
+    reader: Any = readers.get(role, limits_sliding)
     found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
     return found
 
@@ -130,9 +135,13 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
             "total": sum(v for _, v in found),
             "top": found[: max(top, 0)],
         }
+    limit = {"limit": w.geometry.rings[0].limit} if role == "moving-log" else {}  # one segment per limit
     return {
+        **limit,
         "period_s": w.geometry.bucket_ns / NS_PER_S,
-        "value": "count in the live window" if role == "fixed-window" else "weighted count",
+        "value": {"fixed-window": "count in the live window", "moving-log": "hits in the last period"}.get(
+            role, "weighted count"
+        ),
         "keys": len(found),
         "total": sum(v for _, v in found),
         "top": found[: max(top, 0)],

@@ -19,10 +19,11 @@ Options, in the URI query or as storage options, checked when the storage is bui
 How limits' strategies map onto shmwin (the segments are named in
 :mod:`shmwin.integrations.limits_segments`):
 
-* **moving window** is served by shmwin's strict sliding window: a hit is admitted only if
-  the hits of the last period leave room, and it is counted in the same locked step. Never
-  more than the limit in any period; exact by default (hit times), or forgotten up to a
-  bucket late with ``buckets``; the reset times reported say exactly when.
+* **moving window** keeps each key's hit times (:mod:`shmwin.integrations.limits_moving`,
+  in memory that follows the hits held): a hit is admitted only if the hits of the last
+  period leave room, and it is counted in the same locked step. Never more than the limit
+  in any period; exact by default, or forgotten up to a bucket late with ``buckets`` (a
+  strict shmwin Limiter); the reset times reported say exactly when.
 * **sliding window counter** is limits' own algorithm (windows aligned on the period, the
   previous one weighted), checked and counted in one native step per hit
   (:mod:`shmwin.integrations.limits_sliding`): limits' approximation, shared exactly.

@@ -8,7 +8,7 @@ segment is found by the name it must have, and opened on first use.
 Segments, under the storage's prefix::
 
     PREFIX.fixed.PERIOD           fixed window: each key's window start and count (limits_fixed)
-    PREFIX.moving.LIMIT.PERIOD    moving window: a strict shmwin Limiter, exact (see below)
+    PREFIX.moving.LIMIT.PERIOD    moving window: each key's hit times, exactly (limits_moving)
     PREFIX.sliding.PERIOD         sliding window counter: limits' own, weighted (limits_sliding)
 
 (PERIOD spelled the shortest exact way: ``1m``, ``30s``, ``1d``.) limits' keys end in
@@ -19,11 +19,13 @@ Time is the wall clock, read through ``time.time()`` at each call exactly as lim
 memory storage does: reset times agree with the ones limits computes, and hiro, freezegun,
 time-machine or a patched ``time.time`` move shm:// exactly as they move memory://.
 
-The moving window is exact, like memory://: each key keeps its hit times
-(``Limiter(exact=...)``), up to ``?times=`` of them (default 1024; a limit at or under it is
-always exact), and a hit is forgotten exactly one period after it.
-``?buckets=N`` trades that for buckets: fixed memory and O(1) hits, a hit then forgotten
-up to P/N late.
+The moving window is exact, like memory://: each key keeps its hit times (role
+"moving-log", :mod:`limits_moving`), up to ``?times=`` of them (default 1024; a limit at or
+under it is always exact), and a hit is forgotten exactly one period after it. Memory
+follows the hits held: a key's row holds two hit times (96 bytes with its key), and further
+ones take 16 bytes each from a chunk heap shared by the segment's keys, given back once they
+have left. ``?buckets=N`` trades exactness for buckets (a strict shmwin Limiter): fixed
+memory and O(1) hits, a hit then forgotten up to P/N late.
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
 from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
 from ..clock import Clock
 from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
-from ..errors import KeyTableFullError, OutOfSpaceError, WindowNotFoundError
+from ..errors import GeometryMismatchError, KeyTableFullError, OutOfSpaceError, WindowNotFoundError
 from ..geometry import DEFAULT_LOG_ENTRIES
 from ..layout_words import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, Rate
 from .limits_fixed import FixedWindows
+from .limits_moving import MovingLogs
 from .limits_sliding import SlidingCounters
 
 OPTIONS = ("capacity", "buckets", "times", "on_full")
@@ -65,7 +68,8 @@ _NEVER = 2**62  # a count that is over any limit: what on_full="deny" answers fo
 MARGIN_NS = 1_000  # reported reset times are this much late, never early (see later_s)
 
 
-Segments = Limiter | FixedWindows | SlidingCounters  # what one segment name opens as
+Segments = Limiter | MovingLogs | FixedWindows | SlidingCounters  # what one segment name opens as
+Moving = Limiter | MovingLogs  # a moving window's segment: hit times (MovingLogs), or buckets (?buckets=)
 
 
 class StorageOptionError(ConfigurationError, ValueError):
@@ -148,28 +152,37 @@ class StorageSegments:
         period = format_ns(_expiry_ns(expiry))
         return f"{self.prefix}.{kind}.{period}" if limit is None else f"{self.prefix}.{kind}.{limit}.{period}"
 
-    def _limiter(self, kind: str, limit: int, expiry: float, create: bool) -> Limiter | None:
-        """The limiter of (kind, limit, period): created if asked, else None if there is none."""
-        found = self._by_spec.get((kind, limit, expiry))
-        if found is not None:  # the hot path: no name to build
-            assert isinstance(found, Limiter)
-            return found
+    def _limiter(self, kind: str, limit: int, expiry: float, create: bool) -> Moving | None:
+        """The moving window of (limit, period): hit times (MovingLogs), or a bucketed
+        Limiter (``?buckets=``); created if asked, else None if there is none."""
+        hot = self._by_spec.get((kind, limit, expiry))
+        if hot is not None:  # the hot path: no name to build
+            assert isinstance(hot, Limiter | MovingLogs)
+            return hot
         name = self._name(kind, expiry, limit)
-        found = self._open.get(name)
+        found: Segments | None = self._open.get(name)
         if found is None:
-            if create:
+            if create and self.exact:
+                found = MovingLogs.open(
+                    name, limit, _expiry_ns(expiry), int(self.exact), self.clock, self.capacity, create=True
+                )
+            elif create:
                 extra = {} if self.capacity is None else {"capacity": self.capacity}
                 found = Limiter(  # decisions: none for limits, which counts its own
-                    name, Rate(limit, _expiry_ns(expiry)), buckets=self.buckets, exact=self.exact,
+                    name, Rate(limit, _expiry_ns(expiry)), buckets=self.buckets, exact=False,
                     on_full=self.on_full, clock=self.clock, decisions=False, **extra,
                 )  # fmt: skip
             else:
                 try:
+                    found = MovingLogs.open(name, limit, 0, 0, self.clock, None, create=False)
+                except GeometryMismatchError:  # ?buckets=: a limiter's
                     found = Limiter.attach(name, on_full=self.on_full, clock=self.clock)
                 except WindowNotFoundError:
                     return None
+            if found is None:
+                return None
             self._open[name] = found
-        assert isinstance(found, Limiter)
+        assert isinstance(found, Limiter | MovingLogs)
         self._by_spec[kind, limit, expiry] = found
         return found
 
@@ -278,7 +291,14 @@ class StorageSegments:
                 raise
             return self.on_full == "allow"
         assert limiter is not None
-        return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
+        if isinstance(limiter, Limiter):
+            return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
+        try:
+            return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
+        except FULL:
+            if self.on_full == "raise":
+                raise
+            return self.on_full == "allow"
 
     def moving_window(self, key: str, limit: int, expiry: float) -> tuple[float, int]:
         """limits' (window start, hits): limits reports ``start + expiry`` as the reset."""
@@ -295,7 +315,7 @@ class StorageSegments:
         """(hits counted, when the oldest is forgotten, now), in ns; no hits: (0, _, now)."""
         lim = self._limiter("moving", limit, expiry, create=False) if limit >= 1 else None
         if lim is not None:
-            used, reset_in_ns = counted(lim, key)
+            used, reset_in_ns = lim.used_and_reset(key) if isinstance(lim, MovingLogs) else counted(lim, key)
             now_ns = self.clock()  # read after the core's own reading: the reset is never early
             if used:
                 return used, now_ns + reset_in_ns, now_ns
@@ -345,7 +365,7 @@ class StorageSegments:
         cleared = 0
         for name in self.names():
             segment = self._by_name(name) if _kind_of(self.prefix, name) in _KINDS[None] else None
-            if isinstance(segment, FixedWindows | SlidingCounters):
+            if isinstance(segment, FixedWindows | SlidingCounters | MovingLogs):
                 cleared += segment.reset()
             elif isinstance(segment, Limiter):
                 keys = segment.window.keys()

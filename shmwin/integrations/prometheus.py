@@ -238,6 +238,8 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
         families["shmwin_window_keys"].add_metric([name], counters["keys"])
         families["shmwin_window_full_requests"].add_metric([name], w.full_count())
         families["shmwin_window_value"].add_metric([name, label, field], float(counters["total"]))
+        if "limit" in counters:  # a moving window's segment is one limit's
+            families["shmwin_limiter_limit"].add_metric([name, label], counters["limit"])
         for key, value in counters["top"]:
             text = snapshots.key_text(key)
             families["shmwin_key_value"].add_metric([name, label, field, text], float(value))

@@ -49,8 +49,9 @@ def test_overwritten_geometry_fails_the_checksum(name):
 
 def test_other_format_version(name):
     _make(name).close()
-    _poke(name, 8, (7).to_bytes(4, "little"))
-    with pytest.raises(shmwin.IncompatibleVersionError, match="version 7"):
+    other = shmwin.layout_words.FORMAT_VERSION + 1
+    _poke(name, 8, other.to_bytes(4, "little"))
+    with pytest.raises(shmwin.IncompatibleVersionError, match=f"version {other}"):
         Window.attach(name)
     assert issubclass(shmwin.IncompatibleVersionError, shmwin.SegmentError)
     shmwin.unlink(name)
@@ -274,3 +275,34 @@ def test_junk_in_the_key_tables_state_words_is_refused_on_attach(name, offset):
         with pytest.raises(shmwin.CorruptSegmentError, match="key table is corrupt"):
             Window.attach(name)
         w.unlink()
+
+
+@pytest.mark.parametrize("field", ["chunks_off", "n_chunks"])
+@pytest.mark.parametrize("resealed", [False, True], ids=["checksum", "resealed"])
+def test_a_moving_logs_chunk_heap_in_the_header_is_checked(name, field, resealed):
+    """Role moving-log: the chunk heap's offset and size are in the checksummed header, and
+    must be what the geometry gives (a junk one resealed with a good checksum too)."""
+    import zlib
+
+    from shmwin.integrations.limits_moving import MovingLogs
+
+    m = MovingLogs.open(name, 100, 10**10, 1024, shmwin.ManualClock(10**12), 8, create=True)
+    m.hit("k", 1)
+    m.close()
+    offset = {"chunks_off": 176, "n_chunks": 184}[field]
+    assert shmwin.layout_words.HEADER[[f[0] for f in shmwin.layout_words.HEADER].index(field)][1] == offset
+    with open(path_of(name), "rb") as f:
+        page = bytearray(f.read(layout.HEADER_BYTES))
+    moved = int.from_bytes(page[offset : offset + 8], "little") + 4096
+    page[offset : offset + 8] = moved.to_bytes(8, "little")
+    if resealed:
+        page[layout.HEADER_CRC_OFF : layout.HEADER_CRC_OFF + 4] = zlib.crc32(
+            page[layout.CRC_START : layout.CRC_END]
+        ).to_bytes(4, "little")
+    _poke(name, 0, bytes(page))
+    try:
+        complaint = "offsets do not match" if resealed else "checksum"
+        with pytest.raises(shmwin.CorruptSegmentError, match=complaint):
+            Window.attach(name)
+    finally:
+        shmwin.unlink(name)

@@ -354,8 +354,9 @@ def test_segments_written_with_the_wall_clock_are_read_with_it(name):
 
 
 def test_limits_counters_are_shown_by_their_role(make_name):
-    """ls names a shm:// storage's fixed windows and sliding counters by their role; show
-    lists each key's value (a fixed window's live count, a sliding counter's weighted count)."""
+    """ls names a shm:// storage's fixed windows, sliding counters and moving windows by their
+    role; show lists each key's value (a fixed window's live count, a sliding counter's
+    weighted count, a moving window's hits of the last period)."""
     pytest.importorskip("limits")
     from limits import RateLimitItemPerMinute
     from limits.storage import storage_from_string
@@ -366,13 +367,14 @@ def test_limits_counters_are_shown_by_their_role(make_name):
     prefix = make_name("lim")
     storage, item = storage_from_string(f"shm://{prefix}"), RateLimitItemPerMinute(5)
     try:
-        for strategy in ("fixed-window", "sliding-window-counter"):
+        for strategy in ("fixed-window", "sliding-window-counter", "moving-window"):
             for who in ("a", "a", "b"):
                 STRATEGIES[strategy](storage).hit(item, who)
         listed = cli("ls", "--json", f"{prefix}.*").stdout
         roles = sorted(row["role"] for row in json.loads(listed)["windows"])
-        assert roles == ["fixed-window", "sliding-counter"]
-        titles = (("fixed", "limits' fixed windows"), ("sliding", "limits' sliding window counters"))
+        assert roles == ["fixed-window", "moving-log", "sliding-counter"]
+        titles = (("fixed", "limits' fixed windows"), ("sliding", "limits' sliding window counters"),
+                  ("moving.5", "limits' moving windows"))  # fmt: skip
         for kind, title in titles:
             shown = cli("show", f"{prefix}.{kind}.1m", columns=120).stdout
             assert title in shown and "2 keys counting, 3 in all" in shown, shown

@@ -105,11 +105,11 @@ def test_the_moving_window_is_an_exact_log_by_default(uri, clock):
     name = uri.removeprefix("shm://")
     STRATEGIES["moving-window"](storage).hit(RateLimitItemPerMinute(5), "k")
     STRATEGIES["moving-window"](storage).hit(RateLimitItemPerMinute(2), "k")
-    with shmwin.Limiter.attach(f"{name}.moving.5.1m") as lim:
-        assert lim.window.geometry.rings[0] == shmwin.geometry.Ring(60 * 10**9, 3, 5, log=True)
-        assert lim.window.meta.clock == "wall"
-    with shmwin.Limiter.attach(f"{name}.moving.2.1m") as lim:
-        assert lim.window.geometry.rings[0].n_buckets == 2  # a limit under times: exact
+    with shmwin.Window.attach(f"{name}.moving.5.1m") as w:  # role moving-log: hit times, row and chunks
+        assert w.geometry.rings[0] == shmwin.geometry.Ring(60 * 10**9, 3, 5, log=True)
+        assert w.geometry.role == "moving-log" and w.meta.clock == "wall"
+    with shmwin.Window.attach(f"{name}.moving.2.1m") as w:
+        assert w.geometry.rings[0].n_buckets == 2  # a limit under times: exact
     STRATEGIES["sliding-window-counter"](storage).hit(RateLimitItemPerMinute(5), "k")
     STRATEGIES["sliding-window-counter"](storage).hit(RateLimitItemPerMinute(2), "k")
     with shmwin.Window.attach(f"{name}.sliding.1m") as w:

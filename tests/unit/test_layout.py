@@ -20,7 +20,7 @@ META = Meta(1234, 5, 6, b"B" * 16, b"K" * 16)
 
 
 def test_fixed_header_part_matches_the_table():
-    assert layout._FIXED.size == 172
+    assert layout._FIXED.size == 192
     page = layout.pack_header(G, Layout.plan(G), META)
     assert len(page) == layout.HEADER_BYTES == 4096
     assert page[0:8] == b"\0" * 8  # magic left for the creator to write last
@@ -165,7 +165,7 @@ def test_checked_words_round_trip_and_refuse_any_flipped_bit():
             with pytest.raises(CorruptSegmentError):  # within its tag, past its bounds
                 layout.state_value(word, offset, key, value - 1)
     words = {layout.state_word(5, offset, key) for offset in layout.CHECKED_WORDS}
-    assert len(words) == 3  # a word copied to another place fails there
+    assert len(words) == len(layout.CHECKED_WORDS)  # a word copied to another place fails there
     assert layout.state_word(0, layout.INDEX_OFF, key) != 0  # a zeroed word fails
 
 
@@ -225,7 +225,7 @@ def test_the_docstring_tables_are_the_description():
     """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
     tables = _doc_tables()
     header, key_state, lock, stripe, index_entry, key_row, _slots = tables[:7]
-    fixed, sliding, token, conc, holder = tables[7:]
+    fixed, sliding, token, conc, holder, moving, chunk = tables[7:]
     expected = [
         (layout_words.HEADER, header + key_state),
         (layout_words.LOCK, lock),
@@ -237,6 +237,8 @@ def test_the_docstring_tables_are_the_description():
         (layout_words.TOKEN_STATE, token),
         (layout_words.CONC_STATE, conc),
         (layout_words.CONC_HOLDER, holder),
+        (layout_words.MOVING_STATE, moving),
+        (layout_words.CHUNK, chunk),
     ]
     for fields, rows in expected:
         described = [(off, layout_words.size_of(kind), name) for name, off, kind in fields]

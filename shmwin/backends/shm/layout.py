@@ -40,12 +40,15 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     168  4    u32       role            what shmwin made the segment for (ROLES): 0 = a plain
                                         window or limiter; 1 = "fixed-starts", an older shmwin's
                                         start records of limits' fixed windows (not summed by the
-                                        tools); 7 = "fixed-window", 8 = "sliding-counter", 11 =
-                                        "token-bucket": keyed rows of per-key state, not buckets
-                                        (see "Counter rows"); 9 = "decisions" (a limiter's
-                                        decisions window); 10 = "concurrency": keyed rows of
-                                        holder entries and a stripe table of processes (see
-                                        "Concurrency rows")
+                                        tools); 7 = "fixed-window", 8 = "sliding-counter", 10 =
+                                        "moving-log", 12 = "token-bucket": keyed rows of per-key
+                                        state, not buckets (see "Counter rows"); 9 = "decisions"
+                                        (a limiter's decisions window); 11 = "concurrency": keyed
+                                        rows of holder entries and a stripe table of processes
+                                        (see "Concurrency rows")
+    176  8    u64       chunks_off      role "moving-log": offset of the chunk heap (after the
+                                        rows, page-aligned); else 0
+    184  8    u64       n_chunks        its chunks: capacity x the longest chain a key holds; else 0
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -67,10 +70,14 @@ corrupt word sends a process into the sparse file's holes (a SIGBUS on a full /d
     1088 8    i64       full_count      requests that met a full table (no row for a new key:
                                         capacity, or no memory after reclaim), whatever on_full
                                         answered; added to atomically, under no lock
+    1096 8    C         chunks_top      role "moving-log", under lock 1 (LOCK_CHUNKS): chunks handed out
+    1104 8    C         chunks_reserved chunks whose memory is reserved; >= chunks_top
+    1112 8    i64       chunk_free      first chunk of the chunk free list, + 1 (0: empty)
 
 Lock table: ``n_locks`` x 64 bytes. Lock 0 guards the stripe table (unkeyed) or
-key insertion (keyed); lock 1 guards row 0 (unkeyed); keyed row *s* is guarded by
-lock ``2 + s % (n_locks - 2)``. Each entry::
+key insertion (keyed); lock 1 guards row 0 (unkeyed) or the chunk heap (keyed, role
+"moving-log": LOCK_CHUNKS, taken after a row lock, never before); keyed row *s* is guarded
+by lock ``2 + s % (n_locks - 2)``. Each entry::
 
     off  size type      name     meaning
     0    <=56 mutex     mutex    process-shared *robust* pthread mutex (owner-dead on death)
@@ -180,6 +187,24 @@ and each holder entry (16 bytes, entry *i* at 8 + 16 *i*)::
     off  size type  name      meaning
     0    8    i64   stripe    the holder's stripe r (1..n_stripes) | its slots << 32; 0 = free
     8    8    i64   claim     that stripe's claims word when the holder took it
+
+A moving log's (role "moving-log", limits' moving window: ``core/moving.c``; one log ring in
+the header: the period P, n = min(limit, times) entries a key at most, the limit). Each entry
+is (i64 t ns, i64 hits), counted while hits > 0 and t >= now - P; a row of 96 bytes::
+
+    off  size type  name      meaning
+    0    8    i64   chain     the key's first chunk + 1 (0: none)
+    8    32   bytes entries   MOVING_INLINE (2) entries
+
+Chunk heap (role "moving-log"): ``n_chunks`` chunks of 128 bytes from ``chunks_off``, sparse
+like the rows (reserved as handed out, ``chunks_top``); a chunk is on the free list, in one
+key's chain (newest first), or -- inside a section -- in neither; chain words change only
+under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's row lock::
+
+    off  size type  name      meaning
+    0    8    i64   next      the next chunk of its chain (or of the free list) + 1; 0 = last
+    8    8    i64   owner     the row whose chain holds it + 1; 0 = free
+    16   112  bytes entries   CHUNK_ENTRIES (7) entries
 """
 
 from __future__ import annotations
@@ -200,6 +225,9 @@ from ...geometry import Geometry, Meta, Ring
 # is generated from; these are the same names, with the same values (tests/unit/test_layout.py).
 from ...layout_words import (
     CHECKED_WORDS,
+    CHUNK_FREE_OFF,
+    CHUNKS_RESERVED_OFF,
+    CHUNKS_TOP_OFF,
     CLOCKS,
     CRC_END,
     CRC_START,
@@ -361,12 +389,23 @@ STATE_BYTES = {
     "fixed-window": _words.FIXED_STATE_BYTES,
     "sliding-counter": _words.SLIDING_STATE_BYTES,
     "token-bucket": _words.TOKEN_STATE_BYTES,
+    "moving-log": _words.MOVING_STATE_BYTES,
 }
+MAX_CHUNKS = (1 << 32) - 1  # a checked word's value holds chunks_top
 
 
 def state_words(g: Geometry) -> int:
     """Words of a concurrency row's state: its mark word and ``limit`` holder entries."""
     return (_words.CONC_STATE_BYTES + g.rings[0].limit * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+
+
+def chunks_per_key(g: Geometry) -> int:
+    """Role "moving-log": the most chunks one key's chain holds -- its entries past the inline
+    ones, min(limit, times) in all (the log ring's n_buckets), in chunks; else 0."""
+    if g.role != "moving-log" or not g.keyed:
+        return 0
+    extra = max(g.rings[0].n_buckets - _words.MOVING_INLINE, 0)
+    return -(-extra // _words.CHUNK_ENTRIES)
 
 
 def _align_page(n: int) -> int:
@@ -388,6 +427,8 @@ class Layout:
     ring_words: tuple[int, ...]  # word offset of each ring's (first) header slot within a row
     head_slots: int = 1  # header slots per ring: 2 for limiters (head + total, then tail)
     first_bytes: int = 0  # bytes reserved at creation (keyed: the file past them is sparse)
+    chunks_off: int = 0  # role "moving-log": the chunk heap, after the rows (page-aligned)
+    n_chunks: int = 0
 
     def index_copy(self, index: int, key_slots: int) -> tuple[int, int]:
         """``(offset, entries)`` of index copy ``index`` (= 2 x level + copy)."""
@@ -433,11 +474,16 @@ class Layout:
             row_bytes = _align64(row_bytes)
         n_rows = g.capacity if g.keyed else g.n_stripes + 1
         total = rows_off + n_rows * row_bytes
+        chunks_off = n_chunks = 0
+        if chunks_per_key(g):  # the chunk heap: every key's chain at its longest, sparse as the rows
+            chunks_off = _align_page(total)
+            n_chunks = min(n_rows * chunks_per_key(g), MAX_CHUNKS)
+            total = chunks_off + n_chunks * _words.CHUNK_BYTES
         # keyed: the header, locks and level 0's first copy; rows are reserved as handed out
         first = keys_off + g.key_slots * KEY_ENTRY_BYTES if g.keyed else total
         return cls(
             locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
-            tuple(ring_words), head_slots, _align_page(first) if g.keyed else total,
+            tuple(ring_words), head_slots, _align_page(first) if g.keyed else total, chunks_off, n_chunks,
         )  # fmt: skip
 
 
@@ -460,7 +506,8 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         "created_real_ns": meta.created_real_ns, "created_mono_ns": meta.created_mono_ns,
         "boot_id": meta.boot_id, "locks_off": lay.locks_off, "stripes_off": lay.stripes_off,
         "keys_off": lay.keys_off, "rows_off": lay.rows_off, "row_bytes": lay.row_bytes,
-        "hash_key": meta.hash_key, "role": ROLES.index(g.role),
+        "hash_key": meta.hash_key, "role": ROLES.index(g.role), "chunks_off": lay.chunks_off,
+        "n_chunks": lay.n_chunks,
     }  # fmt: skip
     _FIXED.pack_into(page, 0, *(fixed[name] for name in _FIXED_NAMES))
     struct.pack_into("<I", page, HEADER_CRC_OFF, zlib.crc32(page[CRC_START:CRC_END]))
@@ -500,10 +547,11 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
     lay = Layout.plan(g)
-    offsets = ("locks_off", "stripes_off", "keys_off", "rows_off", "row_bytes", "total_bytes")
+    offsets = ("locks_off", "stripes_off", "keys_off", "rows_off", "row_bytes", "total_bytes", "chunks_off",
+               "n_chunks")  # fmt: skip
     stored = (*(h[n] for n in offsets), h["n_locks"], h["key_slots"])
     if stored != (lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
-                  lay.total_bytes, g.n_locks, g.key_slots):  # fmt: skip
+                  lay.total_bytes, lay.chunks_off, lay.n_chunks, g.n_locks, g.key_slots):  # fmt: skip
         raise CorruptSegmentError("segment header offsets do not match its geometry")
     if actual_bytes != total:
         raise CorruptSegmentError(
@@ -582,5 +630,19 @@ def check_key_state(mm: Buffer, g: Geometry, lay: Layout, hash_key: bytes) -> No
     except CorruptSegmentError:
         words = f"top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head}"
         problems.append(f"row heap ({words})")
+    if lay.n_chunks:
+        top_word, reserved_word, free_head = (
+            struct.unpack_from("<q", mm, offset)[0]
+            for offset in (CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF, CHUNK_FREE_OFF)
+        )
+        try:
+            top = state_value(top_word, CHUNKS_TOP_OFF, hash_key, lay.n_chunks)
+            if top > state_value(reserved_word, CHUNKS_RESERVED_OFF, hash_key, lay.n_chunks):
+                raise CorruptSegmentError("chunks_top > chunks_reserved")
+            if not 0 <= free_head <= lay.n_chunks:
+                raise CorruptSegmentError("chunk free list")
+        except CorruptSegmentError:
+            words = f"top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head}"
+            problems.append(f"chunk heap ({words})")
     if problems:
         raise CorruptSegmentError(f"segment's key table is corrupt: {', '.join(problems)}")

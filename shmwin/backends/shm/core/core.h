@@ -123,6 +123,8 @@ typedef struct {
     /* a limiter's decisions (methods.c, note_decision) */
     PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
     int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
+    int64_t chunks_off, n_chunks;  /* role "moving-log": the chunk heap (moving.c); else 0 */
+    int chunks_held;         /* this thread holds LOCK_CHUNKS already (reset): emptying a row takes it not */
 } Core;
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
@@ -301,6 +303,11 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
 int clear_key(Core *c, PyObject *key);
 int met_full(Core *c, int apply);
+uint32_t state_tag(const Core *c, int64_t off, uint64_t v);
+int64_t load_state(Core *c, int64_t off, int64_t most, const char *what);
+int space_error(Core *c, int err, const char *what);
+#define store_state(c, off, v) \
+    STORE(KEYWORD(c, off), (int64_t)((uint64_t)state_tag((c), (off), (uint64_t)(v)) << 32 | (uint64_t)(v)))
 
 /* ---- the key cache (keycache.c) --------------------------------------------------------- */
 
@@ -331,6 +338,15 @@ PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
 PyObject *Core_conc_release(Core *c, PyObject *key);
 PyObject *Core_conc_count(Core *c, PyObject *key);
 PyObject *Core_conc_mine(Core *c, PyObject *key);
+
+/* ---- limits' moving window: hit times in the row and in chunks (moving.c) ---------------- */
+
+#define IS_MOVING(c) ((c)->role == ROLE_MOVING_LOG && (c)->n_chunks >= 0 && (c)->state_words > 0)
+void moving_empty(Core *c, char *row, int64_t slot);
+void repair_chunks(Core *c);
+PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_moving_get(Core *c, PyObject *key);
+PyObject *Core_moving_chunks(Core *c, PyObject *Py_UNUSED(ignored));
 
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 

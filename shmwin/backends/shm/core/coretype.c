@@ -68,6 +68,10 @@ static int layout_fits(Core *c) {
             return 0;
     if (!c->keyed) return fits(c->stripes_off, c->n_rows, STRIPE_ENTRY_BYTES, len);
     if (c->n_stripes > 0 && !fits(c->stripes_off, c->n_stripes + 1, STRIPE_ENTRY_BYTES, c->keys_off)) return 0;
+    if (c->n_chunks != 0 &&  /* the chunk heap: after the rows, in the mapping, its count a checked word's */
+        (c->role != ROLE_MOVING_LOG || c->n_chunks < 0 || c->n_chunks > UINT32_MAX ||
+         c->chunks_off < c->rows_off + c->n_rows * c->row_bytes || !fits(c->chunks_off, c->n_chunks, CHUNK_BYTES, len)))
+        return 0;
     return c->index_levels >= 1 && c->index_levels <= 40 && c->key_slots >= 1 && c->key_slots <= (1 << 20) &&
            (c->key_slots & (c->key_slots - 1)) == 0 && c->rings_off >= KEY_HEADER_BYTES &&
            c->n_rows <= UINT32_MAX && fits(c->keys_off, 2 * ((INT64_C(1) << c->index_levels) - 1),
@@ -96,7 +100,7 @@ static int read_rings(Core *c, const ShmwinHeader *h) {
         r->bucket_ns = e->bucket_ns;
         r->limit = e->limit;
         if ((e->flags & ~(uint32_t)RING_LOG) || r->n < 1 || r->n > MAX_BUCKETS || r->bucket_ns < 1 ||
-            r->limit < 0 || (r->log && (!c->limiter || r->n > MAX_LOG_ENTRIES)))
+            r->limit < 0 || (r->log && ((!c->limiter && c->role != ROLE_MOVING_LOG) || r->n > MAX_LOG_ENTRIES)))
             return bad_header("holds an impossible ring");
         r->hdr = words;
         words += (c->head_slots + r->n) * c->slot_words;
@@ -132,7 +136,8 @@ static int read_header(Core *c) {
     c->state_words = !c->keyed || c->limiter ? 0
                      : c->role == ROLE_FIXED_WINDOW ? FIXED_STATE_BYTES / WORD_BYTES
                      : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES
-                     : c->role == ROLE_TOKEN_BUCKET ? TOKEN_STATE_BYTES / WORD_BYTES : 0;
+                     : c->role == ROLE_TOKEN_BUCKET ? TOKEN_STATE_BYTES / WORD_BYTES
+                     : c->role == ROLE_MOVING_LOG ? MOVING_STATE_BYTES / WORD_BYTES : 0;
     c->n_stripes = c->keyed ? (int64_t)h.n_stripes : 0;  /* a keyed segment's: a concurrency's processes */
     if (c->keyed && !c->limiter && c->role == ROLE_CONCURRENCY) {  /* a mark word, one holder entry per slot */
         int64_t limit = h.ring_table[0].limit;
@@ -151,6 +156,10 @@ static int read_header(Core *c) {
     c->keys_off = offset_of(h.keys_off);
     c->rows_off = offset_of(h.rows_off);
     c->row_bytes = offset_of(h.row_bytes);
+    c->chunks_off = offset_of(h.chunks_off);
+    c->n_chunks = offset_of(h.n_chunks);
+    if (c->role != ROLE_MOVING_LOG && (h.chunks_off != 0 || h.n_chunks != 0))
+        return bad_header("holds a chunk heap outside a moving log");
     c->n_rows = c->keyed ? (int64_t)h.capacity : (int64_t)h.n_stripes + 1;
     c->key_slots = h.key_slots;
     c->index_levels = 0;
@@ -187,7 +196,8 @@ static int make_empty_row(Core *c) {
         return -1;
     }
     int64_t *w = (int64_t *)c->empty;
-    if (c->state_words > 0) n_slots = 1;  /* a counter role's state: its first word EMPTY ("none"), then 0s */
+    if (c->state_words > 0) n_slots = c->role == ROLE_MOVING_LOG ? 0 : 1;  /* a counter role's state: its
+        first word EMPTY ("none"), then 0s; a moving log's: all 0s (no chain, entries of no hits) */
     for (int64_t s = 0; s < n_slots && s * c->slot_words < words; s++) w[s * c->slot_words + SLOT_EPOCH] = EMPTY_EPOCH;
     return 0;
 }

@@ -124,7 +124,8 @@ static void prefetch_row(Core *c, int64_t s, int64_t now) {
     const Ring *r = &c->rings[0];
     __builtin_prefetch(row, 1);
     __builtin_prefetch(RING(c, row, 0) + c->slot_words, 1);  /* the ring header (packed rows: maybe the next line) */
-    __builtin_prefetch(BUCKET(c, RING(c, row, 0), r, now / r->bucket_ns), 1);
+    if (c->state_words == 0)  /* a counter role's row holds its state, no bucket (a moving log: up to 4096) */
+        __builtin_prefetch(BUCKET(c, RING(c, row, 0), r, now / r->bucket_ns), 1);
 }
 
 /* Find key and lock its row: 1 holding it (*slot), 0 absent (and not created), -1 error.

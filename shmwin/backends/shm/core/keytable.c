@@ -99,18 +99,15 @@ int encode_key(Core *c, PyObject *key, StoredKey *k) {
  * mix of the value, the word's offset and the segment's hash key (layout.state_word). Junk
  * fails it (a zeroed or flipped word, a copy of another word) and is a CorruptSegmentError.
  * The other words only count (keys, index_used) or time (rebuilt_ns): clamped where loaded. */
-static uint32_t state_tag(const Core *c, int64_t off, uint64_t v) {
+uint32_t state_tag(const Core *c, int64_t off, uint64_t v) {
     uint64_t x = (v | (uint64_t)off << 32) ^ c->hk0;
     x *= c->hk1 | 1;
     x ^= x >> 32;
     x *= 0x9e3779b97f4a7c15ULL;
     return (uint32_t)(x >> 32);
 }
-#define store_state(c, off, v) \
-    STORE(KEYWORD(c, off), (int64_t)((uint64_t)state_tag((c), (off), (uint64_t)(v)) << 32 | (uint64_t)(v)))
-
 /* A checked state word's value, in [0, most]; -1 with CorruptSegmentError set if it fails. */
-static int64_t load_state(Core *c, int64_t off, int64_t most, const char *what) {
+int64_t load_state(Core *c, int64_t off, int64_t most, const char *what) {
     uint64_t w = (uint64_t)LOAD(KEYWORD(c, off)), v = w & 0xFFFFFFFFu;
     if ((uint32_t)(w >> 32) == state_tag(c, off, v) && v <= (uint64_t)most) return (int64_t)v;
     PyErr_Format(c->st->corrupt, "window %R: its key table's %s word (%lld) fails its check: the segment "
@@ -206,7 +203,7 @@ static int64_t live_row(Core *c, int64_t *e, int64_t top) {
 }
 
 /* OutOfSpaceError(errno, message): the segment could not grow; nothing was written. */
-static int space_error(Core *c, int err, const char *what) {
+int space_error(Core *c, int err, const char *what) {
     PyObject *msg = PyUnicode_FromFormat("no room in /dev/shm for %s in window %R (%s): free some "
                                          "space, or give the window a capacity and an on_full policy",
                                          what, c->name, strerror(err));
@@ -362,6 +359,7 @@ static int rebuild(Core *c, int64_t now) {
             }
             if (idle(c, r, now) && live_row(c, e, top) == r) {
                 STORE(RGEN(ROW(c, r)), -LOAD(e + INDEX_ENTRY_GEN));  /* writers caching it stop matching */
+                if (IS_MOVING(c)) moving_empty(c, ROW(c, r), r);  /* idle: its chunks count nothing, back */
                 lock_give(c, lock);
                 fate[p] = FATE_DROP;
                 continue;
@@ -577,7 +575,7 @@ static void drop_key(Core *c, int64_t *e, int64_t r, int64_t g, int empty) {
     int64_t keys = KEYS(c), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
     STORE(intent_at(c, row_lock(c, r)), r);
     STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
-    if (empty) empty_rings(c, row);
+    if (empty || IS_MOVING(c)) empty_rings(c, row);  /* a moving log's chunks go back even when idle */
     if (e != NULL) {
         STORE(EPLACE(e), 0);  /* a tombstone: probing goes on past it */
         STORE(e + INDEX_ENTRY_GEN, g + 1);

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION             6
+#define FORMAT_VERSION             7
 #define WORD_BYTES                 8
 #define PAGE_BYTES                 4096
 #define HEADER_BYTES               4096
@@ -43,6 +43,7 @@
 #define LOCK_STRIPE_TABLE          0
 #define LOCK_KEY_TABLE             0
 #define LOCK_SHARED_ROW            1
+#define LOCK_CHUNKS                1
 #define FIRST_KEY_LOCK             2
 #define SLOT_EPOCH                 0
 #define SLOT_VALUES                1
@@ -58,13 +59,18 @@
 #define KEY_ENTRY_BYTES            16
 #define INDEX_ENTRY_WORDS          2
 #define KEY_HEADER_BYTES           56
-#define FIXED_HEADER_END           172
+#define FIXED_HEADER_END           192
 #define FIXED_STATE_BYTES          16
 #define SLIDING_STATE_BYTES        24
 #define CONC_STATE_BYTES           8
 #define CONC_HOLDER_BYTES          16
 #define MAX_CONCURRENCY            1024
 #define TOKEN_STATE_BYTES          8
+#define MOVING_INLINE              2
+#define LOG_ENTRY_BYTES            16
+#define MOVING_STATE_BYTES         40
+#define CHUNK_ENTRIES              7
+#define CHUNK_BYTES                128
 #define DTYPE_INT64                0
 #define DTYPE_FLOAT64              1
 #define MODE_STRIPED               0
@@ -83,8 +89,9 @@
 #define ROLE_FIXED_WINDOW          7
 #define ROLE_SLIDING_COUNTER       8
 #define ROLE_DECISIONS             9
-#define ROLE_CONCURRENCY           10
-#define ROLE_TOKEN_BUCKET          11
+#define ROLE_MOVING_LOG            10
+#define ROLE_CONCURRENCY           11
+#define ROLE_TOKEN_BUCKET          12
 #define MAGIC_OFF                  0
 #define HEADER_CRC_OFF             24
 #define FIELD_NAMES_OFF            256
@@ -98,6 +105,9 @@
 #define FREE_HEAD_OFF              1072
 #define REBUILT_NS_OFF             1080
 #define FULL_COUNT_OFF             1088
+#define CHUNKS_TOP_OFF             1096
+#define CHUNKS_RESERVED_OFF        1104
+#define CHUNK_FREE_OFF             1112
 #define LOCK_MUTEX_OFF             0
 #define LOCK_INTENT_OFF            56
 #define LOCK_INTENT                7
@@ -148,6 +158,14 @@
 #define CONC_HOLDER_CLAIM          1
 #define TOKEN_STATE_TAT_OFF        0
 #define TOKEN_STATE_TAT            0
+#define MOVING_STATE_CHAIN_OFF     0
+#define MOVING_STATE_CHAIN         0
+#define MOVING_STATE_ENTRIES_OFF   8
+#define CHUNK_NEXT_OFF             0
+#define CHUNK_NEXT                 0
+#define CHUNK_OWNER_OFF            8
+#define CHUNK_OWNER                1
+#define CHUNK_ENTRIES_OFF          16
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -186,6 +204,7 @@
     X(LOCK_STRIPE_TABLE) \
     X(LOCK_KEY_TABLE) \
     X(LOCK_SHARED_ROW) \
+    X(LOCK_CHUNKS) \
     X(FIRST_KEY_LOCK) \
     X(SLOT_EPOCH) \
     X(SLOT_VALUES) \
@@ -208,6 +227,11 @@
     X(CONC_HOLDER_BYTES) \
     X(MAX_CONCURRENCY) \
     X(TOKEN_STATE_BYTES) \
+    X(MOVING_INLINE) \
+    X(LOG_ENTRY_BYTES) \
+    X(MOVING_STATE_BYTES) \
+    X(CHUNK_ENTRIES) \
+    X(CHUNK_BYTES) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -226,6 +250,7 @@
     X(ROLE_FIXED_WINDOW) \
     X(ROLE_SLIDING_COUNTER) \
     X(ROLE_DECISIONS) \
+    X(ROLE_MOVING_LOG) \
     X(ROLE_CONCURRENCY) \
     X(ROLE_TOKEN_BUCKET) \
     X(MAGIC_OFF) \
@@ -241,6 +266,9 @@
     X(FREE_HEAD_OFF) \
     X(REBUILT_NS_OFF) \
     X(FULL_COUNT_OFF) \
+    X(CHUNKS_TOP_OFF) \
+    X(CHUNKS_RESERVED_OFF) \
+    X(CHUNK_FREE_OFF) \
     X(LOCK_MUTEX_OFF) \
     X(LOCK_INTENT_OFF) \
     X(LOCK_INTENT) \
@@ -291,6 +319,14 @@
     X(CONC_HOLDER_CLAIM) \
     X(TOKEN_STATE_TAT_OFF) \
     X(TOKEN_STATE_TAT) \
+    X(MOVING_STATE_CHAIN_OFF) \
+    X(MOVING_STATE_CHAIN) \
+    X(MOVING_STATE_ENTRIES_OFF) \
+    X(CHUNK_NEXT_OFF) \
+    X(CHUNK_NEXT) \
+    X(CHUNK_OWNER_OFF) \
+    X(CHUNK_OWNER) \
+    X(CHUNK_ENTRIES_OFF) \
     /* end */
 
 typedef struct {  /* generated: offsets asserted below */
@@ -333,10 +369,13 @@ typedef struct {  /* generated: offsets asserted below */
     uint64_t row_bytes;
     uint8_t hash_key[16];
     uint32_t role;
-    uint8_t pad0[84];
+    uint8_t pad0[4];
+    uint64_t chunks_off;
+    uint64_t n_chunks;
+    uint8_t pad1[64];
     uint8_t field_names[512];
     ShmwinRingEntry ring_table[8];
-    uint8_t pad1[64];
+    uint8_t pad2[64];
     int64_t rows_in_use;
     uint64_t index;
     int64_t index_used;
@@ -346,6 +385,9 @@ typedef struct {  /* generated: offsets asserted below */
     int64_t free_head;
     int64_t rebuilt_ns;
     int64_t full_count;
+    uint64_t chunks_top;
+    uint64_t chunks_reserved;
+    int64_t chunk_free;
 } ShmwinHeader;
 _Static_assert(offsetof(ShmwinHeader, magic) == 0, "ShmwinHeader.magic");
 _Static_assert(offsetof(ShmwinHeader, version) == 8, "ShmwinHeader.version");
@@ -374,6 +416,8 @@ _Static_assert(offsetof(ShmwinHeader, rows_off) == 136, "ShmwinHeader.rows_off")
 _Static_assert(offsetof(ShmwinHeader, row_bytes) == 144, "ShmwinHeader.row_bytes");
 _Static_assert(offsetof(ShmwinHeader, hash_key) == 152, "ShmwinHeader.hash_key");
 _Static_assert(offsetof(ShmwinHeader, role) == 168, "ShmwinHeader.role");
+_Static_assert(offsetof(ShmwinHeader, chunks_off) == 176, "ShmwinHeader.chunks_off");
+_Static_assert(offsetof(ShmwinHeader, n_chunks) == 184, "ShmwinHeader.n_chunks");
 _Static_assert(offsetof(ShmwinHeader, field_names) == 256, "ShmwinHeader.field_names");
 _Static_assert(offsetof(ShmwinHeader, ring_table) == 768, "ShmwinHeader.ring_table");
 _Static_assert(offsetof(ShmwinHeader, rows_in_use) == 1024, "ShmwinHeader.rows_in_use");
@@ -385,6 +429,9 @@ _Static_assert(offsetof(ShmwinHeader, rows_reserved) == 1064, "ShmwinHeader.rows
 _Static_assert(offsetof(ShmwinHeader, free_head) == 1072, "ShmwinHeader.free_head");
 _Static_assert(offsetof(ShmwinHeader, rebuilt_ns) == 1080, "ShmwinHeader.rebuilt_ns");
 _Static_assert(offsetof(ShmwinHeader, full_count) == 1088, "ShmwinHeader.full_count");
+_Static_assert(offsetof(ShmwinHeader, chunks_top) == 1096, "ShmwinHeader.chunks_top");
+_Static_assert(offsetof(ShmwinHeader, chunks_reserved) == 1104, "ShmwinHeader.chunks_reserved");
+_Static_assert(offsetof(ShmwinHeader, chunk_free) == 1112, "ShmwinHeader.chunk_free");
 
 /* Records read word by word: each field fits before the next, each mutex in its room. */
 _Static_assert(LOCK_MUTEX_OFF + sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "LOCK.mutex");
@@ -414,6 +461,11 @@ _Static_assert(CONC_STATE_MARK_OFF + 8 <= CONC_STATE_BYTES, "CONC_STATE.mark");
 _Static_assert(CONC_HOLDER_STRIPE_OFF + 8 <= CONC_HOLDER_CLAIM_OFF, "CONC_HOLDER.stripe");
 _Static_assert(CONC_HOLDER_CLAIM_OFF + 8 <= CONC_HOLDER_BYTES, "CONC_HOLDER.claim");
 _Static_assert(TOKEN_STATE_TAT_OFF + 8 <= TOKEN_STATE_BYTES, "TOKEN_STATE.tat");
+_Static_assert(MOVING_STATE_CHAIN_OFF + 8 <= MOVING_STATE_ENTRIES_OFF, "MOVING_STATE.chain");
+_Static_assert(MOVING_STATE_ENTRIES_OFF + 32 <= MOVING_STATE_BYTES, "MOVING_STATE.entries");
+_Static_assert(CHUNK_NEXT_OFF + 8 <= CHUNK_OWNER_OFF, "CHUNK.next");
+_Static_assert(CHUNK_OWNER_OFF + 8 <= CHUNK_ENTRIES_OFF, "CHUNK.owner");
+_Static_assert(CHUNK_ENTRIES_OFF + 112 <= CHUNK_BYTES, "CHUNK.entries");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

@@ -115,6 +115,8 @@ static int lock_wait(Core *c, int i, int interruptible) {
  * Called holding lock i, which the kernel says a dead holder left mid-section.
  *  - LOCK_KEY_TABLE (keyed): the intent entry may be half-published: roll it back
  *    (repair_keys, keytable.c, section "rollback").
+ *  - LOCK_CHUNKS of a moving log: rebuild the chunk free list from every row's chain
+ *    (repair_chunks, moving.c, section "chunk_repair").
  *  - a key row lock of a limiter: the intent row's running totals may be torn: recompute
  *    them from its buckets (repair_row, rings.c: buckets are primary, totals derived).
  *  - anything else: every section's stores are ordered so that a tear is harmless
@@ -125,6 +127,10 @@ static void repair(Core *c, int i) {
     if (!c->keyed) return;
     if (i == LOCK_KEY_TABLE) {
         repair_keys(c);
+        return;
+    }
+    if (i == LOCK_CHUNKS && IS_MOVING(c)) {
+        repair_chunks(c);  /* the free list, rebuilt from the chains (moving.c) */
         return;
     }
     int64_t top;

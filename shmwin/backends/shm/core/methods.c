@@ -588,17 +588,24 @@ static PyObject *Core_clear(Core *c, PyObject *key) {
  * sum, which hit_row recomputes from them once it would go negative: never more admitted than
  * a finished reset allows). */
 static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
-    int held = 0;
+    int held = 0, order[FIRST_KEY_LOCK + MAX_KEY_LOCKS];
     if (enter(c) < 0) return NULL;
+    for (int i = 0; i < c->n_locks; i++) order[i] = i;
+    if (IS_MOVING(c)) {  /* LOCK_CHUNKS after the row locks: LOCK_KEY_TABLE -> rows -> LOCK_CHUNKS */
+        for (int i = LOCK_CHUNKS; i + 1 < c->n_locks; i++) order[i] = i + 1;
+        order[c->n_locks - 1] = LOCK_CHUNKS;
+    }
     for (; held < c->n_locks; held++)
-        if (lock_take_ex(c, held, held == 0) < 0) break;
+        if (lock_take_ex(c, order[held], held == 0) < 0) break;
     int64_t rows = c->n_rows;
     if (held == c->n_locks && (!c->keyed || rows_top(c, &rows) == 0)) {
+        c->chunks_held = 1;  /* a moving log's rows give their chunks back under the lock we hold */
         SECTION("reset");
         for (int64_t r = 0; r < rows; r++) empty_rings(c, ROW(c, r));
         END_SECTION();
+        c->chunks_held = 0;
     }
-    while (held-- > 0) lock_give(c, held);
+    while (held-- > 0) lock_give(c, order[held]);
     leave(c);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
@@ -746,5 +753,13 @@ PyMethodDef core_methods[] = {
     {"token_check", FASTCALL_KW(Core_token_check),
      "token_check($self, /, key, cost, commit)\n--\n\n"
      "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
+    /* limits' moving window (moving.c) */
+    {"moving_hit", FASTCALL_KW(Core_moving_hit),
+     "moving_hit($self, /, key, cost=1)\n--\n\n"
+     "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it did."},
+    {"moving_get", (PyCFunction)Core_moving_get, METH_O,
+     "moving_get($self, key, /)\n--\n\n(hits counted, ns until the oldest of them is forgotten; 0: none)."},
+    {"moving_chunks", (PyCFunction)Core_moving_chunks, METH_NOARGS,
+     "moving_chunks($self, /)\n--\n\n(chunks handed out, on the free list, reserved, in the heap)."},
     {NULL},
 };

@@ -14,6 +14,10 @@
 /* ---- rows ------------------------------------------------------------------------------- */
 
 void empty_rings(Core *c, char *row) {
+    if (IS_MOVING(c)) {  /* its entries zeroed, its chunks given back (moving.c) */
+        moving_empty(c, row, (row - ROW(c, 0)) / c->row_bytes);
+        return;
+    }
     memcpy(row + c->rings_off, c->empty, (size_t)c->empty_bytes);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     FAILPOINT();
