@@ -200,6 +200,11 @@ from ...layout_words import (
     KEYS_OFF,
     KINDS,
     LIMITER_HEAD_SLOTS,
+    LIMITER_RING_HEAD,
+    LIMITER_RING_TAIL,
+    LIMITER_RING_TOTAL,
+    LIMITER_RING_WORDS,
+    LIMITER_RING_ZEROED,
     LOCK_BYTES,
     LOCK_INTENT_OFF,
     LOCK_KEY_TABLE,
@@ -268,6 +273,11 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "KEY_ROW_LAST_NS",
     "KINDS",
     "LIMITER_HEAD_SLOTS",
+    "LIMITER_RING_HEAD",
+    "LIMITER_RING_TAIL",
+    "LIMITER_RING_TOTAL",
+    "LIMITER_RING_WORDS",
+    "LIMITER_RING_ZEROED",
     "LOCK_BYTES",
     "LOCK_INTENT_OFF",
     "LOCK_KEY_TABLE",
@@ -302,6 +312,7 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "WORD_BYTES",
     "Layout",
     "check_key_state",
+    "empty_rings",
     "pack_header",
     "state_tag",
     "state_value",
@@ -346,8 +357,9 @@ class Layout:
     total_bytes: int
     slot_words: int
     ring_words: tuple[int, ...]  # word offset of each ring's (first) header slot within a row
-    head_slots: int = 1  # header slots per ring: 2 for limiters (head + total, then tail)
+    head_slots: int = 1  # header slots per ring: 2 for a limiter's log rings (head + total, then tail)
     first_bytes: int = 0  # bytes reserved at creation (keyed: the file past them is sparse)
+    count_bytes: tuple[int, ...] = ()  # per ring: bytes of a compact ring's count; 0 = slots
 
     def index_copy(self, index: int, key_slots: int) -> tuple[int, int]:
         """``(offset, entries)`` of index copy ``index`` (= 2 x level + copy)."""
@@ -357,8 +369,15 @@ class Layout:
 
     @property
     def bucket_words(self) -> tuple[int, ...]:
-        """Word offset of each ring's first bucket slot within a row."""
-        return tuple(w + self.head_slots * self.slot_words for w in self.ring_words)
+        """Word offset of each ring's first bucket slot (a compact ring: its first count) within a row."""
+        return tuple(
+            w + (LIMITER_RING_WORDS if self.compact(i) else self.head_slots * self.slot_words)
+            for i, w in enumerate(self.ring_words)
+        )
+
+    def compact(self, ring: int) -> bool:
+        """Is ring ``ring`` a limiter's compact ring (a header, then counts without epochs)?"""
+        return bool(self.count_bytes) and self.count_bytes[ring] > 0
 
     @property
     def rings_bytes(self) -> int:
@@ -377,9 +396,13 @@ class Layout:
         slot_words = SLOT_VALUES + len(g.fields)
         head_slots = LIMITER_HEAD_SLOTS if g.kind == "limiter" else WINDOW_HEAD_SLOTS
         ring_words, words = [], KEY_HEADER_BYTES // WORD_BYTES if g.keyed else 0
-        for ring in g.rings:
+        count_bytes = tuple(_words.ring_count_bytes(g.kind, ring.log, ring.limit) for ring in g.rings)
+        for ring, width in zip(g.rings, count_bytes, strict=True):
             ring_words.append(words)
-            words += (head_slots + ring.n_buckets) * slot_words
+            if width:  # a limiter's compact ring: its header, then its counts, padded to a word
+                words += LIMITER_RING_WORDS + -(-ring.n_buckets * width // WORD_BYTES)
+            else:
+                words += (head_slots + ring.n_buckets) * slot_words
         if g.keyed and g.role in STATE_BYTES:  # limits' per-key state, no ring: the row is its words
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
         # rows are whole cache lines, so that two processes writing two rows never share one
@@ -395,8 +418,28 @@ class Layout:
         first = keys_off + g.key_slots * KEY_ENTRY_BYTES if g.keyed else total
         return cls(
             locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
-            tuple(ring_words), head_slots, _align_page(first) if g.keyed else total,
+            tuple(ring_words), head_slots, _align_page(first) if g.keyed else total, count_bytes,
         )  # fmt: skip
+
+
+def empty_rings(g: Geometry, lay: Layout) -> bytes:
+    """A row's rings as they are when empty (``lay.rings_bytes``; what the core's empty_row
+    holds): every slot's epoch and every compact ring's head, zeroed and tail words
+    EMPTY_EPOCH, every other word 0."""
+    words = [0] * (lay.rings_bytes // WORD_BYTES)
+    first = lay.ring_words[0]
+    if g.keyed and g.role in STATE_BYTES:  # a counter role's state: its first word EMPTY ("none")
+        words[0] = EMPTY_EPOCH
+        return struct.pack(f"<{len(words)}q", *words)
+    for i, ring in enumerate(g.rings):
+        at = lay.ring_words[i] - first
+        if lay.compact(i):
+            for word in (LIMITER_RING_HEAD, LIMITER_RING_ZEROED, LIMITER_RING_TAIL):
+                words[at + word] = EMPTY_EPOCH
+            continue
+        for s in range(lay.head_slots + ring.n_buckets):
+            words[at + s * lay.slot_words + SLOT_EPOCH] = EMPTY_EPOCH
+    return struct.pack(f"<{len(words)}q", *words)
 
 
 def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
