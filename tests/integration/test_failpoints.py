@@ -248,7 +248,7 @@ def ring_rows(lim: Limiter, key: str, at_rest: bool = False) -> list[tuple[int, 
         code = "<i" if width == 4 else "<q"
         live = 0
         if head != EMPTY:
-            assert not at_rest or zeroed == head, f"ring {i} of {key!r} is not at rest: head {head}, zeroed {zeroed}"
+            assert not at_rest or zeroed == head, f"ring {i} of {key!r}: head {head}, zeroed {zeroed}"
             for e in range(max(head - n + 1, 0), min(zeroed, head) + 1 if zeroed != EMPTY else 0):
                 live += struct.unpack_from(code, w._backend._buf, row_bytes + first * 8 + e % n * width)[0]
         out.append((total, live))
