@@ -262,3 +262,26 @@ def test_a_clock_behind_the_head_counts_in_the_heads_bucket(name):
         assert _check(a, "k", 0, False)[1] == (0,)
         assert a.hit("k", 5)
     shmwin.unlink(name)
+
+
+def test_an_unkeyed_limiter_segments_rows_start_empty_as_the_core_empties_them(name):
+    """A limiter geometry without keys shares the compact format: its rows are written at
+    creation as the core's empty row (head, zeroed and tail EMPTY, counts 0), and read as 0."""
+    from shmwin.backends.shm.window import ShmWindow
+    from shmwin.geometry import Geometry, Ring
+
+    g = Geometry((Ring(S, 21, 100), Ring(60 * S, 25, 2**40)), ("hits",), "int64", "locked", 0, 0, "limiter")
+    w = ShmWindow.open_geometry(name, g)
+    try:
+        lay = w._lay
+        assert lay.count_bytes == (4, 8)
+        empty = layout.empty_rings(g, lay)
+        assert w._core.layout["empty_row"] == empty
+        for row in range(lay.n_rows):
+            at = lay.rows_off + row * lay.row_bytes
+            assert bytes(w._buf[at : at + lay.rings_bytes]) == empty
+        for ring in range(2):
+            assert w.read(None, ring, g.rings[ring].n_buckets, None, ordered=False).values.sum() == 0
+    finally:
+        w.close()
+        shmwin.unlink(name)
