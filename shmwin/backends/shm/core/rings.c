@@ -330,11 +330,12 @@ static void zero_stale(const Ring *r, int64_t *hdr, int64_t top, int64_t to) {
  * not at rest -- a torn reset, junk --, set to the sum of the clean counts that stay); each
  * stale count zeroed; zeroed = e. After each store: total >= the sum of the clean counts. */
 static void advance(const Ring *r, int64_t *hdr, int64_t head, int64_t e) {
-    int64_t top = clean_top(hdr, head), total;
+    int64_t top = clean_top(hdr, head), total, kept = e - r->n;  /* epochs > kept stay in the window */
     if (head != EMPTY_EPOCH && top == head && e - head < r->n)
-        total = sat_sub(LOAD(TOTAL(hdr)), sum_counts(r, hdr, head - r->n, e - r->n));  /* those that left */
-    else
-        total = top == EMPTY_EPOCH || top <= e - r->n ? 0 : sum_counts(r, hdr, e - r->n > head - r->n ? e - r->n : head - r->n, top);
+        total = sat_sub(LOAD(TOTAL(hdr)), sum_counts(r, hdr, head - r->n, kept));  /* those that left */
+    else  /* not at rest: the clean counts that stay (top != EMPTY: head is not EMPTY either) */
+        total = top == EMPTY_EPOCH || top <= kept ? 0
+                : sum_counts(r, hdr, kept > head - r->n ? kept : head - r->n, top);
     STORE(HEAD(hdr), e);
     STORE(TOTAL(hdr), total);
     if (total == 0 && LOAD(LTAIL(hdr)) != EMPTY_EPOCH) STORE(LTAIL(hdr), EMPTY_EPOCH);
