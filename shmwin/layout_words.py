@@ -34,6 +34,7 @@ Field = tuple[str, int, str]  # (name, byte offset, type)
 MAGIC = b"SHMWIN\x00\x00"
 FORMAT_VERSION = 7  # 4: the role word (offset 168); 5: the key table's checked words;
 # 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log")
+# and a limiter's compact rings
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -107,6 +108,11 @@ WINDOW_HEAD_SLOTS = 1  # a window's ring: one header slot
 LIMITER_HEAD_SLOTS = 2  # a limiter's ring: (head epoch, running totals), (tail epoch, -)
 RING_HEAD_SLOT = 0
 RING_TAIL_SLOT = 1
+# a limiter's bucket ring (not a log ring) is compact: a LIMITER_RING header, then n counts
+# without epochs, COUNT32_BYTES each when its limit fits COUNT32_MAX, else WORD_BYTES each,
+# padded to a whole word (see ring_count_bytes)
+COUNT32_BYTES = 4
+COUNT32_MAX = (1 << 31) - 1
 LOG_TIME = 0  # a log ring's entry: (time ns, hits), in a slot's first two words
 LOG_HITS = 1
 
@@ -208,6 +214,16 @@ KEY_ROW: tuple[Field, ...] = (  # a keyed row's key header
 )
 KEY_HEADER_BYTES = 56
 
+# A limiter's compact ring's header (see "Limiter rings" in layout.py), then its counts.
+LIMITER_RING: tuple[Field, ...] = (
+    ("head", 0, "q"),  # the newest epoch counted in; EMPTY_EPOCH: none (every count is 0)
+    ("total", 8, "q"),  # running total of the clean counts (derived)
+    ("zeroed", 16, "q"),  # the counts of epochs in (head - n, zeroed] are clean (are theirs)
+    ("tail", 24, "q"),  # a lower bound on the oldest clean epoch holding hits (derived), EMPTY: none
+)
+LIMITER_RING_BYTES = 32
+LIMITER_RING_WORDS = LIMITER_RING_BYTES // WORD_BYTES
+
 # The per-key state of the counter roles, in a keyed row right after its key header (where a
 # window's first ring starts: core/counters.c). A keyed window of one ring of 1 bucket
 # (fixed) or 2 buckets (sliding) of the period P gives the room and the idle time (P, 2P).
@@ -265,6 +281,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "STRIPE": (STRIPE, "STRIPE_ENTRY_BYTES"),
     "INDEX_ENTRY": (INDEX_ENTRY, "KEY_ENTRY_BYTES"),
     "KEY_ROW": (KEY_ROW, "KEY_HEADER_BYTES"),
+    "LIMITER_RING": (LIMITER_RING, "LIMITER_RING_BYTES"),
     "RING_ENTRY": (RING_ENTRY, "RING_ENTRY_BYTES"),
     "FIXED_STATE": (FIXED_STATE, "FIXED_STATE_BYTES"),
     "SLIDING_STATE": (SLIDING_STATE, "SLIDING_STATE_BYTES"),
@@ -274,6 +291,15 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "MOVING_STATE": (MOVING_STATE, "MOVING_STATE_BYTES"),
     "CHUNK": (CHUNK, "CHUNK_BYTES"),
 }
+
+
+def ring_count_bytes(kind: str, log: bool, limit: int) -> int:
+    """Bytes of one count of a compact ring (a limiter's bucket ring); 0: a ring of slots (a
+    window's ring, a log ring). A limiter's bucket never holds more than its ring's limit
+    (hit_row counts only what fits), so a limit <= COUNT32_MAX keeps 4-byte counts."""
+    if kind != "limiter" or log:
+        return 0
+    return COUNT32_BYTES if limit <= COUNT32_MAX else WORD_BYTES
 
 
 def _at(fields: tuple[Field, ...], name: str) -> int:
@@ -344,6 +370,15 @@ KEY_ROW_IDENT_OFF = _at(KEY_ROW, "ident")
 KEY_ROW_IDENT = KEY_ROW_IDENT_OFF // WORD_BYTES
 KEY_ROW_KEY_OFF = _at(KEY_ROW, "key")
 
+LIMITER_RING_HEAD_OFF = _at(LIMITER_RING, "head")
+LIMITER_RING_HEAD = LIMITER_RING_HEAD_OFF // WORD_BYTES
+LIMITER_RING_TOTAL_OFF = _at(LIMITER_RING, "total")
+LIMITER_RING_TOTAL = LIMITER_RING_TOTAL_OFF // WORD_BYTES
+LIMITER_RING_ZEROED_OFF = _at(LIMITER_RING, "zeroed")
+LIMITER_RING_ZEROED = LIMITER_RING_ZEROED_OFF // WORD_BYTES
+LIMITER_RING_TAIL_OFF = _at(LIMITER_RING, "tail")
+LIMITER_RING_TAIL = LIMITER_RING_TAIL_OFF // WORD_BYTES
+
 RING_ENTRY_BUCKET_NS_OFF = _at(RING_ENTRY, "bucket_ns")
 RING_ENTRY_BUCKET_NS = RING_ENTRY_BUCKET_NS_OFF // WORD_BYTES
 RING_ENTRY_N_BUCKETS_OFF = _at(RING_ENTRY, "n_buckets")
@@ -395,6 +430,7 @@ _SCALARS = (
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
     "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",
     "MOVING_INLINE", "LOG_ENTRY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES",
+    "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "COUNT32_BYTES", "COUNT32_MAX",
 )  # fmt: skip
 
 

@@ -189,6 +189,13 @@ def words(name: str) -> list[int]:
             out += [row + w for w in (0, 8, 16, 24)]  # gen, last_ns, ident, the key's first bytes
         for i, ring in enumerate(g.rings):
             head = row + lay.ring_words[i] * layout.WORD_BYTES
+            if lay.compact(i):  # head, total, zeroed, tail; the words holding the newest count and the next
+                out += [head + 8 * w for w in range(layout.LIMITER_RING_WORDS)]
+                first, width, epoch = row + lay.bucket_words[i] * 8, lay.count_bytes[i], word(head)
+                newest = epoch % ring.n_buckets if epoch >= 0 else 0
+                for slot in sorted({newest, (newest + 1) % ring.n_buckets}):
+                    out.append(first + slot * width // 8 * 8)
+                continue
             out += [head, head + 8]
             if lay.head_slots == 2:
                 out.append(head + lay.slot_words * 8)  # the tail

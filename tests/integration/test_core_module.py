@@ -122,7 +122,8 @@ def _geometries() -> list[Geometry]:
         mode = "locked" if keyed else rng.choice(layout.MODES)
         limiter = kind == "limiter"
         rings = tuple(
-            Ring(rng.choice([1, 7, 10**6, 10**9]), rng.randint(1, 400), rng.randint(0, 50) if limiter else 0,
+            Ring(rng.choice([1, 7, 10**6, 10**9]), rng.randint(1, 400),
+                 rng.choice([rng.randint(0, 50), 2**31 - 1, 2**31, 2**40]) if limiter else 0,
                  log=limiter and rng.random() < 0.3)
             for _ in range(rng.randint(1, layout.MAX_RINGS))
         )  # fmt: skip
@@ -138,14 +139,20 @@ def _geometries() -> list[Geometry]:
 def _expected(g: Geometry, lay: Layout) -> dict[str, Any]:
     """What the Core must derive: Layout.plan's figures, and a row's rings when empty."""
     empty = np.zeros(lay.rings_bytes // layout.WORD_BYTES, np.int64)
-    n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
-    empty[: n_slots * lay.slot_words : lay.slot_words] = layout.EMPTY_EPOCH
+    for i, (w, r) in enumerate(zip(lay.ring_words, g.rings, strict=True)):
+        at = w - lay.ring_words[0]
+        if lay.compact(i):  # head, total, zeroed, tail: three EMPTY, then counts of 0
+            empty[at : at + 4] = (layout.EMPTY_EPOCH, 0, layout.EMPTY_EPOCH, layout.EMPTY_EPOCH)
+        else:
+            slots = lay.head_slots + r.n_buckets
+            empty[at : at + slots * lay.slot_words : lay.slot_words] = layout.EMPTY_EPOCH
+    assert empty.tobytes() == layout.empty_rings(g, lay)
     return {
         "limiter": g.kind == "limiter", "floats": g.dtype == "float64", "striped": g.mode == "striped",
         "keyed": g.keyed, "n_fields": len(g.fields), "slot_words": lay.slot_words,
         "head_slots": lay.head_slots,
-        "rings": tuple((w, r.n_buckets, r.bucket_ns, r.limit, r.log)
-                       for w, r in zip(lay.ring_words, g.rings, strict=True)),
+        "rings": tuple((w, r.n_buckets, r.bucket_ns, r.limit, r.log, lay.count_bytes[i])
+                       for i, (w, r) in enumerate(zip(lay.ring_words, g.rings, strict=True))),
         "n_locks": g.n_locks, "n_key_locks": g.n_key_locks, "locks_off": lay.locks_off,
         "stripes_off": lay.stripes_off, "keys_off": lay.keys_off, "rows_off": lay.rows_off,
         "row_bytes": lay.row_bytes, "n_rows": lay.n_rows, "key_slots": g.key_slots,

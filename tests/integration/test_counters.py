@@ -289,6 +289,30 @@ def test_bytes_per_key_at_a_hundred_thousand_keys(name, kind, record_property):
         shmwin.unlink(name)
 
 
+def test_a_native_limiters_bytes_per_key_at_a_hundred_thousand_keys(name, record_property):
+    """The same measure for ``Limiter("100/minute")`` (20 buckets, 21 kept): its compact ring
+    (layout.py, "Limiter rings") -- a 32-byte ring header and 21 four-byte counts after the
+    key header, 172 bytes in a 192-byte row -- and the index: at most 256 bytes a key."""
+    clock = ManualClock(T0)
+    lim = shmwin.Limiter(name, "100/minute", clock=clock)
+    try:
+        keys = [f"10.{i >> 16}.{i >> 8 & 255}.{i & 255}" for i in range(100_000)]
+        random.Random(5).shuffle(keys)
+        for key in keys:
+            for _ in range(3):
+                assert lim.hit(key)
+        clock.advance(2)
+        assert lim.hit("later")
+        per_key = os.stat(path_of(name)).st_blocks * 512 / len(keys)
+        record_property("bytes_per_key", per_key)
+        assert lim.window._backend._lay.row_bytes == 192
+        assert per_key <= 256, f"{per_key:.1f} bytes per key"
+        assert lim.full_count() == 0
+    finally:
+        lim.close()
+        shmwin.unlink(name)
+
+
 def test_state_words_are_where_the_layout_says(name):
     """The words the core writes are the ones layout_words names (FIXED_STATE, SLIDING_STATE)."""
     clock = ManualClock(T0 + 3 * S)

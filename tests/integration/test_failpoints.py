@@ -36,6 +36,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -66,6 +67,8 @@ MAX_STORES = 200
 KILL, RAISE = signal.SIGKILL, signal.SIGALRM
 SIGNALS = [pytest.param(KILL, id="sigkill"), pytest.param(RAISE, id="exception")]
 EMPTY = layout.EMPTY_EPOCH
+LIMITER_RING_HEAD, LIMITER_RING_TOTAL = layout.LIMITER_RING_HEAD, layout.LIMITER_RING_TOTAL
+LIMITER_RING_ZEROED = layout.LIMITER_RING_ZEROED
 
 # the words of a victim's report (a shared array)
 PROGRESS, FIRED, RAISED, ARMED, PID = range(5)
@@ -226,30 +229,34 @@ def _flags(v: Any) -> tuple[int, ...]:
 # ---- reading the segment -----------------------------------------------------------------
 
 
-def ring_rows(lim: Limiter, key: str) -> list[tuple[int, int]]:
-    """Per ring of ``key``'s row: (running total, sum of its live buckets), read from the
-    segment by the layout's offsets -- what a repair makes equal."""
+def ring_rows(lim: Limiter, key: str, at_rest: bool = False) -> list[tuple[int, int]]:
+    """Per ring of ``key``'s row: (running total, sum of its clean counts), read from the
+    segment by the layout's offsets -- what a repair makes equal. A compact ring (layout.py,
+    "Limiter rings"): slot s holds the count of the epoch e == s (mod n) in (head - n, head],
+    clean iff e <= zeroed; ``at_rest``: assert zeroed == head (what "hit" and the repair leave)."""
     w = lim.window
     found = w._backend._core.find(key)
     assert found is not None, f"{key!r} is not in the key table"
     g, lay, q = w._backend._g, w._backend._lay, w._backend._q
-    row = (lay.rows_off + found[0] * lay.row_bytes) // 8
-    # each ring: its header slot (head epoch, running total), then its buckets
-    buckets = getattr(lay, "bucket_words", tuple(words + lay.slot_words for words in lay.ring_words))
+    row_bytes = lay.rows_off + found[0] * lay.row_bytes
+    row = row_bytes // 8
     out = []
-    for ring, header, first in zip(g.rings, lay.ring_words, buckets, strict=True):
-        head, total, live = q[row + header], q[row + header + 1], 0
+    for i, (ring, header, first) in enumerate(zip(g.rings, lay.ring_words, lay.bucket_words, strict=True)):
+        head, total, zeroed = (int(q[row + header + w]) for w in (LIMITER_RING_HEAD, LIMITER_RING_TOTAL,
+                                                                   LIMITER_RING_ZEROED))  # fmt: skip
+        width, n = lay.count_bytes[i], ring.n_buckets
+        code = "<i" if width == 4 else "<q"
+        live = 0
         if head != EMPTY:
-            for s in range(ring.n_buckets):
-                slot = row + first + s * lay.slot_words
-                if head - ring.n_buckets < q[slot] <= head:
-                    live += q[slot + 1]
+            assert not at_rest or zeroed == head, f"ring {i} of {key!r}: head {head}, zeroed {zeroed}"
+            for e in range(max(head - n + 1, 0), min(zeroed, head) + 1 if zeroed != EMPTY else 0):
+                live += struct.unpack_from(code, w._backend._buf, row_bytes + first * 8 + e % n * width)[0]
         out.append((total, live))
     return out
 
 
 def assert_repaired(lim: Limiter, key: str) -> None:
-    for i, (total, live) in enumerate(ring_rows(lim, key)):
+    for i, (total, live) in enumerate(ring_rows(lim, key, at_rest=True)):
         assert total == live, f"ring {i} of {key!r}: running total {total}, live buckets {live}: not repaired"
 
 
@@ -414,15 +421,25 @@ def _hits(name: str, rates: list[str], clock_path: Path, key: str, count: int) -
 
 
 PRE_HITS = [T0, T0, T0 + 60 * S, T0 + 60 * S]  # the victim's hits that return
+# 63 s = 21 buckets of "10/minute" (3 s each): the struck hit recycles the bucket of the first
+# hits (still holding them), and advances every head: every store is made
+STRUCK_AT = T0 + 63 * S
+# and a head moved by 4 of 21 buckets (10/minute): 4 counts leave the total and are zeroed
+SCATTERED = ([T0 + 3 * S * i for i in range(5)] + [T0 + 60 * S], T0 + 72 * S)
+PRES = [pytest.param((PRE_HITS, STRUCK_AT), id="recycled"), pytest.param(SCATTERED, id="scattered")]
 # survivors after the strike: (seconds to advance first, who hits, how many hits)
 SCHEDULE = [(0, "here", 4), (0, "child", 4), (0.5, "here", 3), (2, "child", 3), (30, "here", 6),
             (31, "child", 12), (4, "here", 12), (64, "here", 12)]  # fmt: skip
 
 
+@pytest.mark.parametrize("pre", PRES)
 @pytest.mark.parametrize("rates", [["10/minute"], ["3/second", "10/minute"]], ids=["one-rate", "two-rates"])
 @pytest.mark.parametrize("sig", SIGNALS)
-def test_hit(make_name, tmp_path, rates, sig):
-    """Limiter.hit struck at every store: the limit holds in every interval afterwards."""
+def test_hit(make_name, tmp_path, rates, sig, pre):
+    """Limiter.hit struck at every store: the limit holds in every interval afterwards. The
+    struck hit moves each compact ring's head: by a lap or more (every count zeroed), or by
+    a few buckets (the counts that leave taken out of the total, then zeroed)."""
+    pre_hits, struck_at = pre
     inflights: dict[int, tuple[int, ...]] = {}
 
     def strike_at(n: int) -> bool:
@@ -438,18 +455,16 @@ def test_hit(make_name, tmp_path, rates, sig):
             def before(report):
                 mine = Limiter(name, rates, capacity=16, clock=ManualClock(path=clock_path), lock_timeout=5)
                 clock = ManualClock(path=clock_path)
-                for at in PRE_HITS:
+                for at in pre_hits:
                     clock.set(at)
                     assert mine.hit("k")
                     report[PROGRESS] += 1
-                # 63 s = 21 buckets of either ring: the struck hit recycles the bucket of the
-                # first hits (still holding them), and advances every head: every store is made
-                clock.set(T0 + 63 * S)
+                clock.set(struck_at)
                 return mine
 
             with strike("hit", n, sig, before, lambda mine: mine.hit("k"), lambda mine: mine.test("k")) as s:
-                assert s.report[PROGRESS] == len(PRE_HITS)
-                for at in PRE_HITS:
+                assert s.report[PROGRESS] == len(pre_hits)
+                for at in pre_hits:
                     model.count(at)
                 now = clock()
                 used = [st.used for st in promptly(lim.stats_all, "k")]  # the dead holder's lock
@@ -462,7 +477,7 @@ def test_hit(make_name, tmp_path, rates, sig):
                 inflights[n] = inflight
                 model.count(now, [i for i, x in enumerate(inflight) if x])
                 assert_stats(lim, "k", model, now)
-                admitted = [*PRE_HITS, *([now] if s.completed else [])]
+                admitted = [*pre_hits, *([now] if s.completed else [])]
                 assert [st.used for st in lim.stats_all("other")] == other.used(now), "another key moved"
                 for advance, who, count in SCHEDULE:
                     now = clock.advance(advance)
@@ -485,17 +500,49 @@ def test_hit(make_name, tmp_path, rates, sig):
     assert_monotone(inflights, "the in-flight hit")
 
 
+def stale_counts(lim: Limiter, key: str) -> int:
+    """How many counts of ``key``'s row are stale and not 0: in a compact ring's slots of the
+    epochs (zeroed, head], left by a hit torn before it zeroed them (the repair must)."""
+    w = lim.window
+    found = w._backend._core.find(key)
+    assert found is not None
+    g, lay, q = w._backend._g, w._backend._lay, w._backend._q
+    row_bytes = lay.rows_off + found[0] * lay.row_bytes
+    out = 0
+    for i, ring in enumerate(g.rings):
+        header, n, width = row_bytes // 8 + lay.ring_words[i], ring.n_buckets, lay.count_bytes[i]
+        head, zeroed = int(q[header + LIMITER_RING_HEAD]), int(q[header + LIMITER_RING_ZEROED])
+        if head == EMPTY:
+            continue
+        top = head - n if zeroed == EMPTY else max(min(zeroed, head), head - n)
+        for e in range(max(top + 1, 0), head + 1):
+            at = row_bytes + lay.bucket_words[i] * 8 + e % n * width
+            out += struct.unpack_from("<i" if width == 4 else "<q", w._backend._buf, at)[0] != 0
+    return out
+
+
+# where the struck repair starts: a hit torn with every running total raised (its counts not
+# yet written), or torn with a stale count still in a ring (its head moved, the count not zeroed)
+TEARS = [pytest.param("totals", id="totals"), pytest.param("stale", id="stale")]
+
+
+@pytest.mark.parametrize("tear_kind", TEARS)
 @pytest.mark.parametrize("sig", SIGNALS)
-def test_repair(make_name, tmp_path, sig):
+def test_repair(make_name, tmp_path, sig, tear_kind):
     """The repair of a dead hit's row, itself struck at every store: a second death mid-repair
-    is repaired by the next locker; totals come back to the buckets' sums."""
+    is repaired by the next locker; totals come back to the buckets' sums, stale counts to 0."""
     rates = ["3/second", "10/minute"]
+
+    def torn_as_wanted(lim: Limiter) -> bool:
+        if tear_kind == "stale":
+            return stale_counts(lim, "k") > 0
+        return all(total > live for total, live in ring_rows(lim, "k"))
 
     def victim_limiter(clock_path: Path, name: str) -> Limiter:
         return Limiter(name, rates, capacity=16, clock=ManualClock(path=clock_path), lock_timeout=5)
 
-    def torn_hit(name: str, clock_path: Path, tear: int) -> list[tuple[int, int]]:
-        """Kill a hit at store ``tear``; the row as it left it."""
+    def torn_hit(name: str, clock_path: Path, tear: int) -> bool:
+        """Kill a hit at store ``tear``; is the row left as the test wants it?"""
 
         def before(report):
             mine = victim_limiter(clock_path, name)
@@ -505,27 +552,27 @@ def test_repair(make_name, tmp_path, sig):
 
         with Limiter.attach(name) as lim, strike("hit", tear, KILL, before, lambda m: m.hit("k")) as s:
             assert s.died
-            return ring_rows(lim, "k")
+            return torn_as_wanted(lim)
 
     # where a dead hit leaves every running total torn (raised, its bucket not yet written)
     probe_name, probe_clock = make_name("probe"), tmp_path / "probe"
     tear = 0
     for tear in range(1, MAX_STORES):
         Limiter(probe_name, rates, capacity=16, clock=ManualClock(T0, path=probe_clock)).close()
-        rows = torn_hit(probe_name, probe_clock, tear)
+        wanted = torn_hit(probe_name, probe_clock, tear)
         shmwin.unlink(probe_name)
         probe_clock.unlink()
-        if all(total > live for total, live in rows):
+        if wanted:
             break
     else:
-        raise AssertionError("no store of section 'hit' leaves every running total torn")
+        raise AssertionError(f"no store of section 'hit' leaves the row torn as {tear_kind!r} wants")
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"repair{n}"), tmp_path / f"clock{n}"
         clock = ManualClock(T0, path=clock_path)
         lim = Limiter(name, rates, capacity=16, clock=clock, lock_timeout=LOCK_TIMEOUT)
         try:
-            assert all(total > live for total, live in torn_hit(name, clock_path, tear))
+            assert torn_hit(name, clock_path, tear)
             with strike(
                 "repair", n, sig, lambda report: victim_limiter(clock_path, name), lambda m: m.test("k")
             ) as s:
@@ -534,6 +581,7 @@ def test_repair(make_name, tmp_path, sig):
                 model.count(T0)
                 model.count(T0)  # the torn hit never reached its buckets
                 assert_stats(lim, "k", model, now)
+                assert stale_counts(lim, "k") == 0, "the repair left a stale count"
                 got = [bool(promptly(lim.hit, "k")) for _ in range(12)]
                 assert got == [model.hit(now) for _ in range(12)]
                 assert_stats(lim, "k", model, now)

@@ -224,14 +224,17 @@ def _doc_tables() -> list[list[tuple[int, int | None, str]]]:
 def test_the_docstring_tables_are_the_description():
     """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
     tables = _doc_tables()
-    header, key_state, lock, stripe, index_entry, key_row, _slots = tables[:7]
-    fixed, sliding, token, conc, holder, moving, chunk = tables[7:]
+    header, key_state, lock, stripe, index_entry, key_row, _slots, limiter_ring = tables[:8]
+    fixed, sliding, token, conc, holder, moving, chunk = tables[8:]
+    counts = limiter_ring.pop()  # after the compact ring's header: its counts, n of 4 or 8 bytes
+    assert counts == (layout_words.LIMITER_RING_BYTES, None, "counts")
     expected = [
         (layout_words.HEADER, header + key_state),
         (layout_words.LOCK, lock),
         (layout_words.STRIPE, stripe),
         (layout_words.INDEX_ENTRY, index_entry),
         (layout_words.KEY_ROW, key_row),
+        (layout_words.LIMITER_RING, limiter_ring),
         (layout_words.FIXED_STATE, fixed),
         (layout_words.SLIDING_STATE, sliding),
         (layout_words.TOKEN_STATE, token),

@@ -18,7 +18,7 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
     24   4    u32       header_crc      zlib.crc32 of bytes 32..1024
     28   4    u32       -               reserved, 0
     32   4    u32       n_rings         rings per row, 1..MAX_RINGS (see the ring table)
-    36   4    u32       kind            0 = window, 1 = limiter (rows keep running totals)
+    36   4    u32       kind            0 = window, 1 = limiter (compact rings, running totals)
     40   4    u32       n_fields        value fields per bucket, 1..MAX_FIELDS
     44   4    u32       dtype           0 = int64, 1 = float64 (field values; epochs are int64)
     48   4    u32       mode            0 = striped, 1 = locked
@@ -138,14 +138,38 @@ packed (8-byte words, one after another): a small row costs what its key and sta
                                  (16 bytes, then a 16-byte keyed digest of the whole); 0 = no key
     24   32   bytes key          the key's bytes, NUL-padded
 
-After the key header (keyed) or from word 0 (unkeyed) come the rings one after another;
-ring *i* is ``head_slots + n_buckets_i`` slots of ``1 + n_fields`` 8-byte words, the
-first ``head_slots`` being the ring's header (one for windows, two for limiters)::
+After the key header (keyed) or from word 0 (unkeyed) come the rings one after another.
+A window's ring *i* (and a limiter's log ring, see "Log rings") is ``head_slots +
+n_buckets_i`` slots of ``1 + n_fields`` 8-byte words, the first ``head_slots`` being the
+ring's header (one for windows, two, unused, for a limiter's log rings)::
 
-    header slot 0      word 0: head epoch    words 1..F: running totals   (limiter rows only)
-    header slot 1      word 0: tail epoch: a lower bound on the oldest live bucket holding
-                       hits, EMPTY_EPOCH if none holds any              (limiter rows only)
+    header slot 0      word 0: head epoch    (unused by windows)
     bucket slots       word 0: bucket epoch  words 1..F: field values    (EMPTY_EPOCH = -2**63 if none)
+
+Limiter rings: a limiter's bucket ring is *compact* -- a 32-byte header (LIMITER_RING), then
+``n_buckets`` counts with no epoch, each ``ring_count_bytes`` wide: 4 (i32) when the ring's
+limit is at most COUNT32_MAX = 2**31 - 1 (a bucket never holds more than its limit: a hit is
+counted only if it fits), else 8 (i64); the counts are padded to a whole word. From the ring
+table, so immutable and under header_crc::
+
+    off  size type  name     meaning
+    0    8    i64   head     the newest epoch counted in (a clock behind it counts there);
+                             EMPTY_EPOCH: nothing counted (every count is then junk or 0)
+    8    8    i64   total    running total of the clean counts (derived)
+    16   8    i64   zeroed   the counts of epochs in (head - n, zeroed] are clean
+    24   8    i64   tail     a lower bound on the oldest clean epoch holding hits (derived),
+                             EMPTY_EPOCH if none holds any
+    32   n*w  i32/i64 counts count *s* is that of the one epoch e == s (mod n) in (head - n,
+                             head]: *clean* (the epoch's own, in the total) iff e <= zeroed;
+                             the count of an epoch in (zeroed, head] is *stale* (an epoch n
+                             or more before, already out of the total), zeroed before use
+
+At rest (no "hit" section running) zeroed == head, and total is the sum of the counts.
+Moving the head from h to e, "hit" stores head = e, lowers total by the clean counts that
+left, zeroes the stale counts, then zeroed = e: a tear leaves total >= the clean counts
+(refused early, never admitted late), and the repair zeroes the counts of (zeroed, head],
+sets zeroed = head and recomputes the total (``core/rings.c``, "the limiter's compact rings").
+A reader (lock-free) derives each count's epoch from head and zeroed, read before and after.
 
 Counter rows (roles "fixed-window" and "sliding-counter", limits' strategies on ``shm://``):
 a keyed window of one ring of 1 (fixed) or 2 (sliding) buckets of the period P, whose rows
@@ -259,6 +283,11 @@ from ...layout_words import (
     KEYS_OFF,
     KINDS,
     LIMITER_HEAD_SLOTS,
+    LIMITER_RING_HEAD,
+    LIMITER_RING_TAIL,
+    LIMITER_RING_TOTAL,
+    LIMITER_RING_WORDS,
+    LIMITER_RING_ZEROED,
     LOCK_BYTES,
     LOCK_INTENT_OFF,
     LOCK_KEY_TABLE,
@@ -327,6 +356,11 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "KEY_ROW_LAST_NS",
     "KINDS",
     "LIMITER_HEAD_SLOTS",
+    "LIMITER_RING_HEAD",
+    "LIMITER_RING_TAIL",
+    "LIMITER_RING_TOTAL",
+    "LIMITER_RING_WORDS",
+    "LIMITER_RING_ZEROED",
     "LOCK_BYTES",
     "LOCK_INTENT_OFF",
     "LOCK_KEY_TABLE",
@@ -361,6 +395,7 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "WORD_BYTES",
     "Layout",
     "check_key_state",
+    "empty_rings",
     "pack_header",
     "state_tag",
     "state_value",
@@ -425,10 +460,11 @@ class Layout:
     total_bytes: int
     slot_words: int
     ring_words: tuple[int, ...]  # word offset of each ring's (first) header slot within a row
-    head_slots: int = 1  # header slots per ring: 2 for limiters (head + total, then tail)
+    head_slots: int = 1  # header slots per slot ring: 2 (unused) for a limiter's log rings
     first_bytes: int = 0  # bytes reserved at creation (keyed: the file past them is sparse)
     chunks_off: int = 0  # role "moving-log": the chunk heap, after the rows (page-aligned)
     n_chunks: int = 0
+    count_bytes: tuple[int, ...] = ()  # per ring: bytes of a compact ring's count; 0 = slots
 
     def index_copy(self, index: int, key_slots: int) -> tuple[int, int]:
         """``(offset, entries)`` of index copy ``index`` (= 2 x level + copy)."""
@@ -438,8 +474,15 @@ class Layout:
 
     @property
     def bucket_words(self) -> tuple[int, ...]:
-        """Word offset of each ring's first bucket slot within a row."""
-        return tuple(w + self.head_slots * self.slot_words for w in self.ring_words)
+        """Word offset of each ring's first bucket slot (a compact ring: its first count) within a row."""
+        return tuple(
+            w + (LIMITER_RING_WORDS if self.compact(i) else self.head_slots * self.slot_words)
+            for i, w in enumerate(self.ring_words)
+        )
+
+    def compact(self, ring: int) -> bool:
+        """Is ring ``ring`` a limiter's compact ring (a header, then counts without epochs)?"""
+        return bool(self.count_bytes) and self.count_bytes[ring] > 0
 
     @property
     def rings_bytes(self) -> int:
@@ -458,15 +501,19 @@ class Layout:
         slot_words = SLOT_VALUES + len(g.fields)
         head_slots = LIMITER_HEAD_SLOTS if g.kind == "limiter" else WINDOW_HEAD_SLOTS
         ring_words, words = [], KEY_HEADER_BYTES // WORD_BYTES if g.keyed else 0
-        for ring in g.rings:
+        count_bytes = tuple(_words.ring_count_bytes(g.kind, ring.log, ring.limit) for ring in g.rings)
+        for ring, width in zip(g.rings, count_bytes, strict=True):
             ring_words.append(words)
-            words += (head_slots + ring.n_buckets) * slot_words
+            if width:  # a limiter's compact ring: its header, then its counts, padded to a word
+                words += LIMITER_RING_WORDS + -(-ring.n_buckets * width // WORD_BYTES)
+            else:
+                words += (head_slots + ring.n_buckets) * slot_words
         if g.keyed and g.role in STATE_BYTES:  # limits' per-key state, no ring: the row is its words
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
         if g.keyed and g.role == "concurrency":  # a mark word, then one holder entry per slot
             words = ring_words[0] + state_words(g)
         # rows are whole cache lines, so that two processes writing two rows never share one
-        # (stripes; the keys of a limiter): measured, packed 424-byte limiter rows cut two
+        # (stripes; the keys of a limiter): measured, packed 424-byte limiter rows (format 6) cut two
         # processes' hits on distinct keys to a third. Keyed rows under PACKED_ROW_BYTES are
         # packed (a key costs its words, not a line's): small per-key state, memory first
         row_bytes = words * WORD_BYTES
@@ -484,7 +531,28 @@ class Layout:
         return cls(
             locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
             tuple(ring_words), head_slots, _align_page(first) if g.keyed else total, chunks_off, n_chunks,
+            count_bytes,
         )  # fmt: skip
+
+
+def empty_rings(g: Geometry, lay: Layout) -> bytes:
+    """A row's rings as they are when empty (``lay.rings_bytes``; what the core's empty_row
+    holds): every slot's epoch and every compact ring's head, zeroed and tail words
+    EMPTY_EPOCH, every other word 0."""
+    words = [0] * (lay.rings_bytes // WORD_BYTES)
+    first = lay.ring_words[0]
+    if g.keyed and g.role in STATE_BYTES:  # a counter role's state: its first word EMPTY ("none")
+        words[0] = EMPTY_EPOCH
+        return struct.pack(f"<{len(words)}q", *words)
+    for i, ring in enumerate(g.rings):
+        at = lay.ring_words[i] - first
+        if lay.compact(i):
+            for word in (LIMITER_RING_HEAD, LIMITER_RING_ZEROED, LIMITER_RING_TAIL):
+                words[at + word] = EMPTY_EPOCH
+            continue
+        for s in range(lay.head_slots + ring.n_buckets):
+            words[at + s * lay.slot_words + SLOT_EPOCH] = EMPTY_EPOCH
+    return struct.pack(f"<{len(words)}q", *words)
 
 
 def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:

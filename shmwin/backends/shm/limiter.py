@@ -5,11 +5,13 @@ period P gets ``buckets`` buckets of P / buckets, plus one: the ring counts the 
 bucket and ``buckets`` whole ones before it, so a hit is forgotten between P and
 P + P/buckets after it happened.
 
-Each ring's header slot keeps ``(head epoch, running total)``. The running-total step --
+Each ring is compact (``layout.py``, "Limiter rings"): a header of (head epoch, running
+total, zeroed epoch, tail), then one count per bucket with no epoch of its own (a count's
+epoch follows from the head), 4 bytes wide when the limit fits an int32. The running-total step --
 advance the head, subtract the buckets that left the window (amortised O(1)), compare every
 rate, count in all of them or in none -- is the native core's (``hit_row`` in ``core/rings.c``),
 under the key's row lock; ``hit`` and ``check`` are its methods, called with nothing in
-between. Memory per key is fixed by ``buckets``, not by the limit.
+between. Memory per key is fixed by ``buckets`` (and, 4 or 8 bytes a count, the limit's size).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The read side of a segment's rows: numpy views of every ring, and live sums, lock-free.
 
 A row (see the table in ``layout``) holds one ring per resolution or rate; a ring is its
-header slot(s), then ``n_buckets`` slots of ``(epoch, value per field)``. Here each ring
+header slot(s), then ``n_buckets`` slots of ``(epoch, value per field)`` -- but a limiter's
+compact ring, its header words then ``n_buckets`` counts whose epochs follow from its head. Here each ring
 is a :class:`RingView`: strided numpy views of its epochs ``(rows, buckets)`` and values
 ``(rows, buckets, fields)`` over every row at once, so a read over all stripes or all keys
 is a handful of vector operations. Writers are the native core's; nothing here writes.
@@ -33,13 +34,32 @@ class RingView:
     first_word: int  # word offset of the ring's first bucket slot within a row
     bucket_ns: int
     n_buckets: int
-    epochs: npt.NDArray[np.int64]  # (rows, n_buckets); a log ring: each entry's time
+    epochs: npt.NDArray[np.int64]  # (rows, n_buckets); a log ring: each entry's time; compact: heads
     values: npt.NDArray[Any]  # (rows, n_buckets, fields)
     log: bool = False  # entries (time ns, hits), bucket_ns the period: see geometry.Ring
+    # a limiter's compact ring: no epoch per count; its (rows, 2) head and zeroed words, from
+    # which slot_epochs derives them (``epochs`` is then unused)
+    heads: npt.NDArray[np.int64] | None = None
 
     @property
     def span_ns(self) -> int:
         return self.bucket_ns if self.log else self.bucket_ns * self.n_buckets
+
+    def slot_epochs(self, rows: slice) -> npt.NDArray[np.int64]:
+        """The epoch each slot of ``rows`` holds, EMPTY_EPOCH if none: a slot ring's stored
+        epochs (a view: read again at each use), or a compact ring's, derived afresh from its
+        head and zeroed words -- slot s holds epoch e == s (mod n) in (head - n, head] iff
+        e <= zeroed (core/rings.c, "the limiter's compact rings")."""
+        if self.heads is None:
+            return self.epochs[rows]
+        words = np.array(self.heads[rows])  # one read of both words per row
+        head, zeroed = words[:, 0:1], words[:, 1:2]
+        empty = head == ring.EMPTY_EPOCH
+        head = np.where(empty | (head < 0), 0, head)  # junk or none: no epoch >= 0 matches below
+        slots = np.arange(self.n_buckets, dtype=np.int64)
+        derived = head - (head - slots) % self.n_buckets
+        clean = ~empty & (derived <= np.minimum(zeroed, head)) & (derived >= 0)
+        return np.where(clean, derived, ring.EMPTY_EPOCH)
 
 
 class Rows:
@@ -68,7 +88,7 @@ class Rows:
         if r.log:
             return Rows._live_log(r, now_ns, rows, value_index, per_row)
         expected = ring.expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
-        epochs = r.epochs[rows]
+        epochs = r.slot_epochs(rows)
         # (fields, rows, slots): numpy's inner loops then run along a row's slots, never over
         # a fields axis of length 1 (which cost 10x)
         values = np.moveaxis(r.values[rows], 2, 0) if value_index is None else r.values[rows, :, value_index]
@@ -80,20 +100,21 @@ class Rows:
                 summed = np.where(live, values, 0).astype(object).sum(axis=axis)
             else:
                 summed = np.add.reduce(values, axis=axis, where=live)
-            if np.array_equal(live, epochs == expected):  # no live slot recycled meanwhile
+            if np.array_equal(live, r.slot_epochs(rows) == expected):  # no live slot recycled meanwhile
                 return summed.T if value_index is None else summed  # type: ignore[no-any-return]
-        return Rows._live_torn(values, epochs, expected, axis, wraps, value_index is None)
+            epochs = r.slot_epochs(rows)
+        return Rows._live_torn(values, r, rows, expected, axis, wraps, value_index is None)
 
     @staticmethod
     def _live_torn(
-        values: npt.NDArray[Any], epochs: npt.NDArray[np.int64], expected: npt.NDArray[np.int64],
+        values: npt.NDArray[Any], r: RingView, rows: slice, expected: npt.NDArray[np.int64],
         axis: int, wraps: bool, transpose: bool,
     ) -> npt.NDArray[Any]:
         """As live(), for slots that keep being recycled while read (a writer racing every
         try): read the values once, and count only the slots live before and after."""
-        live = epochs == expected
+        live = r.slot_epochs(rows) == expected
         picked = np.where(live, values, 0)
-        picked = np.where(live & (epochs == expected), picked, 0)
+        picked = np.where(live & (r.slot_epochs(rows) == expected), picked, 0)
         summed = (exact(picked) if wraps else picked).sum(axis=axis)
         return summed.T if transpose else summed  # type: ignore[no-any-return]
 
@@ -117,16 +138,14 @@ class Rows:
 
     def newest_epoch(self, rows: slice) -> int:
         """The newest bucket epoch any of ``rows`` holds in the finest ring (-1: none)."""
-        epochs = self.rings[0].epochs[rows]
+        epochs = self.rings[0].slot_epochs(rows)
         return int(epochs.max()) if epochs.size else -1
 
 
-def slot_view(mm: Any, g: Geometry, lay: Layout) -> npt.NDArray[np.int64]:
-    """Every slot of every ring of every row as int64 words: (rows, slots, 1 + fields)."""
-    n_slots = sum(r.n_buckets + lay.head_slots for r in g.rings)
-    view: npt.NDArray[np.int64] = np.ndarray(
-        (lay.n_rows, n_slots, lay.slot_words), np.int64, mm, lay.rows_off + lay.ring_words[0] * _W,
-        (lay.row_bytes, lay.slot_words * _W, _W),
+def rings_view(mm: Any, lay: Layout) -> npt.NDArray[np.uint8]:
+    """Every row's rings (the bytes after its key header) as bytes: (rows, lay.rings_bytes)."""
+    view: npt.NDArray[np.uint8] = np.ndarray(
+        (lay.n_rows, lay.rings_bytes), np.uint8, mm, lay.rows_off + lay.ring_words[0] * _W, (lay.row_bytes, 1)
     )  # fmt: skip
     return view
 
@@ -135,6 +154,17 @@ def _ring_view(raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout, index: int)
     slot_bytes = lay.slot_words * _W
     first = lay.bucket_words[index]
     r = g.rings[index]
+    if lay.compact(index):  # a header (head, total, zeroed, tail), then the counts
+        width, header = lay.count_bytes[index], lay.rows_off + lay.ring_words[index] * _W
+        heads = np.ndarray(
+            (lay.n_rows, 2), np.int64, raw, header + layout.LIMITER_RING_HEAD * _W,
+            (lay.row_bytes, (layout.LIMITER_RING_ZEROED - layout.LIMITER_RING_HEAD) * _W),
+        )  # fmt: skip
+        counts = np.ndarray(
+            (lay.n_rows, r.n_buckets, 1), np.dtype(f"<i{width}"), raw, lay.rows_off + first * _W,
+            (lay.row_bytes, width, width),
+        )  # fmt: skip
+        return RingView(index, first, r.bucket_ns, r.n_buckets, heads[:, 0], counts, False, heads)
     start = lay.rows_off + first * _W  # a slot: its epoch word (SLOT_EPOCH), then its values
     epochs = np.ndarray(
         (lay.n_rows, r.n_buckets), np.int64, raw, start + layout.SLOT_EPOCH * _W, (lay.row_bytes, slot_bytes)

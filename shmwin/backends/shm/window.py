@@ -42,7 +42,7 @@ from . import layout, native
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
-from .rows import RingView, Rows, slot_view
+from .rows import RingView, Rows, rings_view
 from .segment import Segment, path_of
 from .segment import unlink as _unlink_name
 from .stripes import StripeTable
@@ -491,9 +491,9 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
         if not g.keyed:
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
-            slots = slot_view(mm, g, lay)
-            slots[:, :, layout.SLOT_EPOCH] = ring.EMPTY_EPOCH
-            del slots
+            rows = rings_view(mm, lay)
+            rows[:] = np.frombuffer(layout.empty_rings(g, lay), np.uint8)
+            del rows
         mm[0:_W] = layout.MAGIC
 
     return init

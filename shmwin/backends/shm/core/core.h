@@ -73,6 +73,7 @@ typedef struct {
     int64_t bucket_ns;  /* a log ring: the period */
     int64_t limit;      /* limiter rings only */
     int log;            /* a limiter ring kept as hit times (see "log rings", rings.c) */
+    int cw;             /* a limiter's compact ring: bytes per count (4 or 8); 0: a ring of slots */
 } Ring;
 
 struct CacheEntry;
@@ -133,9 +134,13 @@ typedef struct {
 /* The slot of bucket epoch e >= 0 in the ring whose first header slot is hdr. Limiter rings
  * have two header slots: (head epoch, running total), then (tail epoch, unused). */
 #define BUCKET(c, hdr, r, e) ((hdr) + ((c)->head_slots + (e) % (r)->n) * (c)->slot_words)
-#define TAIL(c, hdr) ((hdr) + RING_TAIL_SLOT * (c)->slot_words + SLOT_EPOCH)
-#define HEAD(hdr) ((hdr) + SLOT_EPOCH)          /* a limiter ring's head epoch ... */
-#define TOTAL(hdr) ((hdr) + SLOT_VALUES)        /* ... and its running total */
+/* A limiter's compact ring (rings.c, "the limiter's compact rings"): its header words, then
+ * n counts of r->cw bytes, the count of epoch e in slot e % n. */
+#define HEAD(hdr) ((hdr) + LIMITER_RING_HEAD)
+#define TOTAL(hdr) ((hdr) + LIMITER_RING_TOTAL)
+#define ZEROED(hdr) ((hdr) + LIMITER_RING_ZEROED)
+#define LTAIL(hdr) ((hdr) + LIMITER_RING_TAIL)
+#define COUNT_AT(hdr, r, e) ((char *)((hdr) + LIMITER_RING_WORDS) + ((e) % (r)->n) * (r)->cw)
 /* A keyed row's key header words. */
 #define RGEN(row) ((int64_t *)(row) + KEY_ROW_GEN)
 #define RLAST(row) ((int64_t *)(row) + KEY_ROW_LAST_NS)

@@ -45,6 +45,13 @@ int still_open(Core *c) {  /* after anything that may have run other threads */
 
 /* ---- the layout, from the header ------------------------------------------------------------ */
 
+/* The words of a ring within a row: a compact ring's header and counts (padded to a word), or
+ * its slots. r->n was checked (1..MAX_BUCKETS). */
+static int64_t ring_words(const Core *c, const Ring *r) {
+    if (r->cw) return LIMITER_RING_WORDS + (r->n * r->cw + WORD_BYTES - 1) / WORD_BYTES;
+    return (c->head_slots + r->n) * c->slot_words;
+}
+
 /* Does [off, off + count x size) lie within [0, limit)? Checked: junk never wraps around. */
 int fits(int64_t off, int64_t count, int64_t size, int64_t limit) {
     int64_t bytes, end;
@@ -63,8 +70,7 @@ static int layout_fits(Core *c) {
         return 0;
     for (int i = 0; i < c->n_rings && c->state_words == 0; i++)  /* state rows: read_rings checked */
         if (c->rings[i].hdr < 0 || c->rings[i].hdr > c->row_bytes / WORD_BYTES ||
-            !fits(c->rings[i].hdr * WORD_BYTES, c->head_slots + c->rings[i].n,
-                  (int64_t)c->slot_words * WORD_BYTES, c->row_bytes))
+            !fits(c->rings[i].hdr * WORD_BYTES, 1, ring_words(c, &c->rings[i]) * WORD_BYTES, c->row_bytes))
             return 0;
     if (!c->keyed) return fits(c->stripes_off, c->n_rows, STRIPE_ENTRY_BYTES, len);
     if (c->n_stripes > 0 && !fits(c->stripes_off, c->n_stripes + 1, STRIPE_ENTRY_BYTES, c->keys_off)) return 0;
@@ -102,8 +108,11 @@ static int read_rings(Core *c, const ShmwinHeader *h) {
         if ((e->flags & ~(uint32_t)RING_LOG) || r->n < 1 || r->n > MAX_BUCKETS || r->bucket_ns < 1 ||
             r->limit < 0 || (r->log && ((!c->limiter && c->role != ROLE_MOVING_LOG) || r->n > MAX_LOG_ENTRIES)))
             return bad_header("holds an impossible ring");
+        /* a limiter's bucket ring is compact, its counts as wide as its limit needs
+         * (layout_words.ring_count_bytes: a count never exceeds its ring's limit) */
+        r->cw = !c->limiter || r->log ? 0 : r->limit <= COUNT32_MAX ? COUNT32_BYTES : WORD_BYTES;
         r->hdr = words;
-        words += (c->head_slots + r->n) * c->slot_words;
+        words += ring_words(c, r);
         if (r->limit < c->min_limit) c->min_limit = r->limit;
         int64_t span = r->log ? r->bucket_ns : span_ns(r);  /* after this long, every bucket is stale */
         if (span > c->idle_ns) c->idle_ns = span;
@@ -186,19 +195,30 @@ static int read_header(Core *c) {
     return c->fields == NULL ? -1 : 0;
 }
 
-/* A row's rings as they are when empty: every slot's epoch EMPTY_EPOCH, every other word 0. */
+/* A row's rings as they are when empty (layout.empty_rings): every slot's epoch and every
+ * compact ring's head, zeroed and tail words EMPTY_EPOCH, every other word 0. */
 static int make_empty_row(Core *c) {
-    int64_t words = c->empty_bytes / WORD_BYTES, n_slots = 0;
-    for (int i = 0; i < c->n_rings; i++) n_slots += c->head_slots + c->rings[i].n;
+    int64_t words = c->empty_bytes / WORD_BYTES;
     c->empty = PyMem_Calloc((size_t)(c->empty_bytes > 0 ? c->empty_bytes : 1), 1);
     if (c->empty == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     int64_t *w = (int64_t *)c->empty;
-    if (c->state_words > 0) n_slots = c->role == ROLE_MOVING_LOG ? 0 : 1;  /* a counter role's state: its
-        first word EMPTY ("none"), then 0s; a moving log's: all 0s (no chain, entries of no hits) */
-    for (int64_t s = 0; s < n_slots && s * c->slot_words < words; s++) w[s * c->slot_words + SLOT_EPOCH] = EMPTY_EPOCH;
+    if (c->state_words > 0) {  /* a counter role's state: its first word EMPTY ("none"), then 0s;
+                                  a moving log's: all 0s (no chain, entries of no hits) */
+        if (words > 0 && c->role != ROLE_MOVING_LOG) w[0] = EMPTY_EPOCH;
+        return 0;
+    }
+    for (int i = 0; i < c->n_rings; i++) {  /* layout_fits: every ring lies within the row */
+        const Ring *r = &c->rings[i];
+        int64_t *at = w + (r->hdr - c->rings[0].hdr);
+        if (r->cw) {
+            at[LIMITER_RING_HEAD] = at[LIMITER_RING_ZEROED] = at[LIMITER_RING_TAIL] = EMPTY_EPOCH;
+            continue;
+        }
+        for (int64_t s = 0; s < c->head_slots + r->n; s++) at[s * c->slot_words + SLOT_EPOCH] = EMPTY_EPOCH;
+    }
     return 0;
 }
 
@@ -302,8 +322,8 @@ static PyObject *Core_get_layout(Core *c, void *Py_UNUSED(x)) {
     PyObject *rings = PyTuple_New(c->n_rings);
     for (int i = 0; rings != NULL && i < c->n_rings; i++) {
         const Ring *r = &c->rings[i];
-        PyObject *t = Py_BuildValue("(LLLLO)", (long long)r->hdr, (long long)r->n, (long long)r->bucket_ns,
-                                    (long long)r->limit, r->log ? Py_True : Py_False);
+        PyObject *t = Py_BuildValue("(LLLLOi)", (long long)r->hdr, (long long)r->n, (long long)r->bucket_ns,
+                                    (long long)r->limit, r->log ? Py_True : Py_False, r->cw);
         if (t == NULL) Py_CLEAR(rings);
         else PyTuple_SET_ITEM(rings, i, t);
     }

@@ -123,6 +123,11 @@ static void prefetch_row(Core *c, int64_t s, int64_t now) {
     char *row = ROW(c, s);
     const Ring *r = &c->rings[0];
     __builtin_prefetch(row, 1);
+    if (r->cw) {  /* a limiter's compact ring: its header, and the count of now's epoch */
+        __builtin_prefetch(RING(c, row, 0) + LIMITER_RING_WORDS - 1, 1);
+        __builtin_prefetch(COUNT_AT(RING(c, row, 0), r, now / r->bucket_ns), 1);
+        return;
+    }
     __builtin_prefetch(RING(c, row, 0) + c->slot_words, 1);  /* the ring header (packed rows: maybe the next line) */
     if (c->state_words == 0)  /* a counter role's row holds its state, no bucket (a moving log: up to 4096) */
         __builtin_prefetch(BUCKET(c, RING(c, row, 0), r, now / r->bucket_ns), 1);

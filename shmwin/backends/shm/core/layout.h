@@ -71,6 +71,10 @@
 #define MOVING_STATE_BYTES         40
 #define CHUNK_ENTRIES              7
 #define CHUNK_BYTES                128
+#define LIMITER_RING_BYTES         32
+#define LIMITER_RING_WORDS         4
+#define COUNT32_BYTES              4
+#define COUNT32_MAX                2147483647
 #define DTYPE_INT64                0
 #define DTYPE_FLOAT64              1
 #define MODE_STRIPED               0
@@ -133,6 +137,14 @@
 #define KEY_ROW_IDENT_OFF          16
 #define KEY_ROW_IDENT              2
 #define KEY_ROW_KEY_OFF            24
+#define LIMITER_RING_HEAD_OFF      0
+#define LIMITER_RING_HEAD          0
+#define LIMITER_RING_TOTAL_OFF     8
+#define LIMITER_RING_TOTAL         1
+#define LIMITER_RING_ZEROED_OFF    16
+#define LIMITER_RING_ZEROED        2
+#define LIMITER_RING_TAIL_OFF      24
+#define LIMITER_RING_TAIL          3
 #define RING_ENTRY_BUCKET_NS_OFF   0
 #define RING_ENTRY_BUCKET_NS       0
 #define RING_ENTRY_N_BUCKETS_OFF   8
@@ -232,6 +244,10 @@
     X(MOVING_STATE_BYTES) \
     X(CHUNK_ENTRIES) \
     X(CHUNK_BYTES) \
+    X(LIMITER_RING_BYTES) \
+    X(LIMITER_RING_WORDS) \
+    X(COUNT32_BYTES) \
+    X(COUNT32_MAX) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -294,6 +310,14 @@
     X(KEY_ROW_IDENT_OFF) \
     X(KEY_ROW_IDENT) \
     X(KEY_ROW_KEY_OFF) \
+    X(LIMITER_RING_HEAD_OFF) \
+    X(LIMITER_RING_HEAD) \
+    X(LIMITER_RING_TOTAL_OFF) \
+    X(LIMITER_RING_TOTAL) \
+    X(LIMITER_RING_ZEROED_OFF) \
+    X(LIMITER_RING_ZEROED) \
+    X(LIMITER_RING_TAIL_OFF) \
+    X(LIMITER_RING_TAIL) \
     X(RING_ENTRY_BUCKET_NS_OFF) \
     X(RING_ENTRY_BUCKET_NS) \
     X(RING_ENTRY_N_BUCKETS_OFF) \
@@ -448,6 +472,10 @@ _Static_assert(KEY_ROW_GEN_OFF + 8 <= KEY_ROW_LAST_NS_OFF, "KEY_ROW.gen");
 _Static_assert(KEY_ROW_LAST_NS_OFF + 8 <= KEY_ROW_IDENT_OFF, "KEY_ROW.last_ns");
 _Static_assert(KEY_ROW_IDENT_OFF + 8 <= KEY_ROW_KEY_OFF, "KEY_ROW.ident");
 _Static_assert(KEY_ROW_KEY_OFF + 32 <= KEY_HEADER_BYTES, "KEY_ROW.key");
+_Static_assert(LIMITER_RING_HEAD_OFF + 8 <= LIMITER_RING_TOTAL_OFF, "LIMITER_RING.head");
+_Static_assert(LIMITER_RING_TOTAL_OFF + 8 <= LIMITER_RING_ZEROED_OFF, "LIMITER_RING.total");
+_Static_assert(LIMITER_RING_ZEROED_OFF + 8 <= LIMITER_RING_TAIL_OFF, "LIMITER_RING.zeroed");
+_Static_assert(LIMITER_RING_TAIL_OFF + 8 <= LIMITER_RING_BYTES, "LIMITER_RING.tail");
 _Static_assert(RING_ENTRY_BUCKET_NS_OFF + 8 <= RING_ENTRY_N_BUCKETS_OFF, "RING_ENTRY.bucket_ns");
 _Static_assert(RING_ENTRY_N_BUCKETS_OFF + 4 <= RING_ENTRY_FLAGS_OFF, "RING_ENTRY.n_buckets");
 _Static_assert(RING_ENTRY_FLAGS_OFF + 4 <= RING_ENTRY_LIMIT_OFF, "RING_ENTRY.flags");

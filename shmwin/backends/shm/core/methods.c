@@ -160,6 +160,15 @@ static int add_unkeyed(Core *c, int64_t now, int f, int64_t n, double d) {
     return rc;
 }
 
+/* Rows of slots to add to? A limiter's rows are counted only by hit() and check(): its
+ * compact rings keep no epoch per count (rings.c), which add's slots need. */
+static int slot_rows(Core *c) {
+    if (ring_rows(c) < 0) return -1;
+    if (!c->limiter) return 0;
+    PyErr_Format(PyExc_ValueError, "window %R is a limiter: it counts through hit() and check() only", c->name);
+    return -1;
+}
+
 static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"n", "field", "key"};
     PyObject *a[3];
@@ -172,7 +181,7 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     if (enter(c) < 0) return NULL;
-    if (ring_rows(c) < 0 || amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
+    if (slot_rows(c) < 0 || amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
     if (a[2] != NULL && a[2] != Py_None && !c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
         goto out;
@@ -213,7 +222,7 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     double d;
     int f;
     if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || enter(c) < 0) return NULL;
-    if (ring_rows(c) < 0) goto out;
+    if (slot_rows(c) < 0) goto out;
     if (!c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
         goto out;
@@ -361,7 +370,7 @@ static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs
     int64_t row = 0, now = 0;
     int f, lock = -1, rc = -1;
     if (parse(args, nargs, kwnames, names, 3, a, "add_batch") < 0 || enter(c) < 0) return NULL;
-    if (ring_rows(c) < 0) goto out;
+    if (slot_rows(c) < 0) goto out;
     if (a[0] == NULL) {
         PyErr_SetString(PyExc_TypeError, "add_batch() needs items");
         goto out;

@@ -39,25 +39,6 @@ int64_t span_ns(const Ring *r) {
     return __builtin_mul_overflow(r->n, r->bucket_ns, &span) ? INT64_MAX : span;
 }
 
-/* A limiter ring's head epoch: EMPTY, or one a clock can reach, whose epoch maths (head - n,
- * (head + n) x bucket_ns) cannot overflow. */
-static int head_ok(const Ring *r, int64_t head) {
-    return head == EMPTY_EPOCH || (head >= 0 && head <= INT64_MAX / r->bucket_ns - 2 * r->n);
-}
-
-/* A limiter ring's running total, recomputed from its live buckets (repair, and junk totals).
- * head passed head_ok(); hits are never negative, so a negative one is junk and counts 0. */
-static int64_t ring_sum(Core *c, int64_t *hdr, const Ring *r, int64_t head) {
-    int64_t total = 0;
-    if (head == EMPTY_EPOCH) return 0;
-    for (int64_t s = 0; s < r->n; s++) {
-        int64_t *b = hdr + (c->head_slots + s) * c->slot_words;
-        int64_t e = LOAD(b + SLOT_EPOCH), hits = LOAD(b + SLOT_VALUES);
-        if (e != EMPTY_EPOCH && e > head - r->n && e <= head && hits > 0) total = sat_add(total, hits);
-    }
-    return total;
-}
-
 /* Add n (int or double bits) at `now` to field word f (SLOT_VALUES + the field's index) of
  * every ring of a row.
  * Caller is the row's only writer (its stripe's process, or the holder of its lock).
@@ -284,23 +265,109 @@ static void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_
     PyMem_Free(sorted);
 }
 
+/* ---- the limiter's compact rings ----------------------------------------------------------
+ * A limiter's bucket ring (layout.py, "Limiter rings") is a header -- head, total, zeroed,
+ * tail -- then n counts of r->cw bytes (4 when the ring's limit fits COUNT32_MAX: a count never
+ * exceeds it, hit_row counts only what fits) and no epochs: slot s holds the count of the
+ * one epoch e == s (mod n) in (head - n, head]. That count is *clean* -- the epoch's own, and
+ * in the total -- iff e <= zeroed; the slot of an epoch in (zeroed, head] is *stale*: it may
+ * still hold the count of an epoch n or more before, already taken out of the total.
+ * At rest (no section running) zeroed == head: every slot is clean, total is their sum, and
+ * tail is at most the oldest clean epoch holding hits (EMPTY: none holds any). head EMPTY:
+ * nothing counted (counts a torn reset left are zeroed before the ring is used again). */
+
+/* A limiter ring's head epoch: EMPTY, or one a clock can reach, whose epoch maths (head - n,
+ * (head + n) x bucket_ns) cannot overflow. */
+static int head_ok(const Ring *r, int64_t head) {
+    return head == EMPTY_EPOCH || (head >= 0 && head <= INT64_MAX / r->bucket_ns - 2 * r->n);
+}
+
+/* The count of epoch e >= 0 (in its slot, whichever epoch that slot is of). */
+static int64_t count_load(const Ring *r, int64_t *hdr, int64_t e) {
+    char *p = COUNT_AT(hdr, r, e);
+    return r->cw == COUNT32_BYTES ? (int64_t)LOAD((int32_t *)p) : LOAD((int64_t *)p);
+}
+
+static void count_store(const Ring *r, int64_t *hdr, int64_t e, int64_t v) {
+    char *p = COUNT_AT(hdr, r, e);
+    if (r->cw == COUNT32_BYTES) STORE((int32_t *)p, (int32_t)(v > COUNT32_MAX ? COUNT32_MAX : v < 0 ? 0 : v));
+    else STORE((int64_t *)p, v);
+}
+
+/* The newest clean epoch of a ring whose head is `head` (EMPTY: none is clean). Any zeroed
+ * word (junk too) gives an epoch in [.., head]: loops from it stay within one lap. */
+static int64_t clean_top(int64_t *hdr, int64_t head) {
+    int64_t zeroed = LOAD(ZEROED(hdr));
+    if (head == EMPTY_EPOCH || zeroed == EMPTY_EPOCH) return EMPTY_EPOCH;
+    return zeroed < head ? zeroed : head;
+}
+
+/* The counts of epochs in (from, to] that are >= 0 (to - from <= n: one lap at most); a
+ * negative count is junk and counts 0, the sum saturates. */
+static int64_t sum_counts(const Ring *r, int64_t *hdr, int64_t from, int64_t to) {
+    int64_t total = 0;
+    for (int64_t e = from < -1 ? 0 : from + 1; e <= to; e++) {
+        int64_t hits = count_load(r, hdr, e);
+        if (hits > 0) total = sat_add(total, hits);
+    }
+    return total;
+}
+
+/* A ring's running total, recomputed from its clean counts (junk totals). head passed head_ok(). */
+static int64_t ring_sum(const Ring *r, int64_t *hdr, int64_t head) {
+    int64_t top = clean_top(hdr, head);
+    return top == EMPTY_EPOCH ? 0 : sum_counts(r, hdr, head - r->n, top);
+}
+
+/* Zero the counts of epochs in (max(top, to - n), to] (top EMPTY: every slot), then say so:
+ * zeroed = to. Each count goes to 0 in one store; a count already 0 is not written. */
+static void zero_stale(const Ring *r, int64_t *hdr, int64_t top, int64_t to) {
+    int64_t from = top == EMPTY_EPOCH || top < to - r->n ? to - r->n : top;
+    for (int64_t e = from < -1 ? 0 : from + 1; e <= to; e++)
+        if (count_load(r, hdr, e) != 0) count_store(r, hdr, e, 0);
+    STORE(ZEROED(hdr), to);
+}
+
+/* Part of section "hit": move a ring's head from `head` to e (> head, or head EMPTY). Stores
+ * in order: head = e (the counts of the epochs (old head, e] are now stale, still in the
+ * total: too high); total lowered by the clean counts that left the window (or, for a ring
+ * not at rest -- a torn reset, junk --, set to the sum of the clean counts that stay); each
+ * stale count zeroed; zeroed = e. After each store: total >= the sum of the clean counts. */
+static void advance(const Ring *r, int64_t *hdr, int64_t head, int64_t e) {
+    int64_t top = clean_top(hdr, head), total, kept = e - r->n;  /* epochs > kept stay in the window */
+    if (head != EMPTY_EPOCH && top == head && e - head < r->n)
+        total = sat_sub(LOAD(TOTAL(hdr)), sum_counts(r, hdr, head - r->n, kept));  /* those that left */
+    else  /* not at rest: the clean counts that stay (top != EMPTY: head is not EMPTY either) */
+        total = top == EMPTY_EPOCH || top <= kept ? 0
+                : sum_counts(r, hdr, kept > head - r->n ? kept : head - r->n, top);
+    STORE(HEAD(hdr), e);
+    STORE(TOTAL(hdr), total);
+    if (total == 0 && LOAD(LTAIL(hdr)) != EMPTY_EPOCH) STORE(LTAIL(hdr), EMPTY_EPOCH);
+    zero_stale(r, hdr, top, e);
+}
+
 /* ---- the limiter's check-and-count ------------------------------------------------------ */
 
 /* Section "hit": advance every ring to now, compare, count in all or none. Caller holds the
- * row lock. Running totals and tails are derived data: the repair recomputes them.
- * Order: a head moves before its total is lowered, and totals rise before buckets, so a
- * tear leaves totals too high (refuse early), never too low (admit late).
- * The tail is a lower bound on the oldest live bucket holding hits, or EMPTY when no live
- * bucket holds any: set before a first hit lands, moved forward lazily by timing(). */
+ * row lock. Running totals and tails are derived data; counts are primary.
+ * Invariant between stores: for each compact ring, total >= the sum of its clean counts
+ * (see "the limiter's compact rings" above) -- a head moves before its total is lowered and
+ * its stale counts are zeroed, and totals rise before counts -- so a tear leaves totals too
+ * high (refuse early), never too low (admit late), and at worst loses the call's own hit.
+ * The tail is set before a first hit lands, moved forward lazily by timing().
+ * Repair (repair_row): zero the stale counts, zeroed = head, total = the sum of the counts. */
 int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v) {
     char *row = ROW(c, slot);
     int64_t epoch[MAX_RINGS];
     LogPlace at[MAX_RINGS];
     unsigned logs = 0;  /* bit i: ring i is a log ring (read once: the stores below are to the segment) */
     for (int i = 0; i < c->n_rings; i++) {  /* junk a clock never reaches: epoch maths would overflow */
+        if (c->rings[i].log) {
+            logs |= 1u << i;
+            continue;
+        }
         int64_t head = LOAD(HEAD(RING(c, row, i)));
-        if (c->rings[i].log) logs |= 1u << i;
-        else if (!head_ok(&c->rings[i], head)) {
+        if (!head_ok(&c->rings[i], head)) {
             PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible epoch %lld: the segment "
                          "is corrupt", c->name, (long long)slot, (long long)head);
             return -1;
@@ -311,31 +378,24 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
     v->allowed = 1;
     for (int i = 0; i < c->n_rings; i++) {
         const Ring *r = &c->rings[i];
-        int64_t *hdr = RING(c, row, i), head = LOAD(HEAD(hdr)), e = now / r->bucket_ns;
+        int64_t *hdr = RING(c, row, i), e = now / r->bucket_ns;
         if (logs & 1u << i) {
             epoch[i] = 0;  /* unused: a log ring keeps times, not buckets */
             v->used[i] = log_scan(c, hdr, r, now, &at[i]);
             if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;
             continue;
         }
+        int64_t head = LOAD(HEAD(hdr));
         if (head != EMPTY_EPOCH && e < head) e = head;  /* a clock behind the head: count later */
         epoch[i] = e;
-        if (head != e) {
-            int64_t total = 0;
-            if (head != EMPTY_EPOCH && e - head < r->n) {
-                total = LOAD(TOTAL(hdr));
-                for (int64_t gone = head - r->n + 1; gone <= e - r->n; gone++) {
-                    int64_t *b = BUCKET(c, hdr, r, gone < 0 ? 0 : gone);
-                    if (gone >= 0 && LOAD(b + SLOT_EPOCH) == gone) total = sat_sub(total, LOAD(b + SLOT_VALUES));
-                }
-            }
-            STORE(HEAD(hdr), e);
-            STORE(TOTAL(hdr), total);
-            if (total == 0 && LOAD(TAIL(c, hdr)) != EMPTY_EPOCH) STORE(TAIL(c, hdr), EMPTY_EPOCH);
+        if (head != e) advance(r, hdr, head, e);
+        else if (LOAD(ZEROED(hdr)) != e) {  /* not at rest (a torn reset, junk): bring it to rest */
+            zero_stale(r, hdr, clean_top(hdr, e), e);
+            STORE(TOTAL(hdr), ring_sum(r, hdr, e));
         }
         v->used[i] = LOAD(TOTAL(hdr));
-        if (v->used[i] < 0) {  /* junk: recompute the derived total from the buckets */
-            v->used[i] = ring_sum(c, hdr, r, e);
+        if (v->used[i] < 0) {  /* junk: recompute the derived total from the counts */
+            v->used[i] = ring_sum(r, hdr, e);
             STORE(TOTAL(hdr), v->used[i]);
         }
         if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;  /* no overflow */
@@ -343,9 +403,10 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
     if (v->allowed && commit) {
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) continue;
-            if (LOAD(TAIL(c, RING(c, row, i))) == EMPTY_EPOCH) STORE(TAIL(c, RING(c, row, i)), epoch[i]);
+            int64_t *hdr = RING(c, row, i);
+            if (LOAD(LTAIL(hdr)) == EMPTY_EPOCH) STORE(LTAIL(hdr), epoch[i]);
             v->used[i] += cost;
-            STORE(TOTAL(RING(c, row, i)), v->used[i]);
+            STORE(TOTAL(hdr), v->used[i]);
         }
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) {
@@ -353,12 +414,9 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
                 v->used[i] += cost;
                 continue;
             }
-            int64_t *b = BUCKET(c, RING(c, row, i), &c->rings[i], epoch[i]);
-            if (LOAD(b + SLOT_EPOCH) != epoch[i]) {
-                STORE(b + SLOT_VALUES, 0);
-                STORE(b + SLOT_EPOCH, epoch[i]);
-            }
-            STORE(b + SLOT_VALUES, sat_add(LOAD(b + SLOT_VALUES), cost));
+            const Ring *r = &c->rings[i];
+            int64_t *hdr = RING(c, row, i), hits = count_load(r, hdr, epoch[i]);
+            count_store(r, hdr, epoch[i], sat_add(hits < 0 ? 0 : hits, cost));
         }
         touch_last(row, now);
     }
@@ -367,15 +425,16 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
 }
 
 /* When each rate's oldest counted hit is forgotten, and when `cost` would fit. Caller holds
- * the row lock. Scans start at the ring's tail, which then moves forward to the oldest bucket
- * found holding hits (one store of derived data: any lower bound is valid), so repeated
- * calls cost O(1) and a ring's buckets are passed over at most once per lap. */
+ * the row lock, after hit_row (every ring at rest). Scans start at the ring's tail, which then
+ * moves forward to the oldest clean epoch found holding hits (one store of derived data: any
+ * lower bound is valid), so repeated calls cost O(1) and a ring's counts are passed over at
+ * most once per lap. */
 void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v) {
     char *row = ROW(c, slot);
     v->wait_ns = 0;
     for (int i = 0; i < c->n_rings; i++) {
         const Ring *r = &c->rings[i];
-        int64_t *hdr = RING(c, row, i), head = LOAD(HEAD(hdr));
+        int64_t *hdr = RING(c, row, i);
         int64_t need = cost > r->limit - v->used[i] ? sat_sub(v->used[i], r->limit - cost) : 0;
         int64_t freed = 0, blocks = !v->allowed && need > 0;
         v->reset_ns[i] = 0;
@@ -386,14 +445,16 @@ void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v) {
             if (wait > v->wait_ns && v->wait_ns >= 0) v->wait_ns = wait;
             continue;
         }
-        int64_t tail = LOAD(TAIL(c, hdr)), from = head - r->n + 1;
-        if (head == EMPTY_EPOCH || tail == EMPTY_EPOCH) continue;
-        for (int64_t e = tail > from ? tail : from, left = head - e + 1; left > 0; e++, left--) {
-            int64_t *b = BUCKET(c, hdr, r, e < 0 ? 0 : e), hits;
-            if (e < 0 || LOAD(b + SLOT_EPOCH) != e || (hits = LOAD(b + SLOT_VALUES)) <= 0) continue;  /* < 0: junk */
+        int64_t head = LOAD(HEAD(hdr)), tail = LOAD(LTAIL(hdr));
+        if (!head_ok(r, head) || head == EMPTY_EPOCH || tail == EMPTY_EPOCH) continue;
+        int64_t top = clean_top(hdr, head), from = head - r->n + 1;
+        if (top == EMPTY_EPOCH) continue;
+        for (int64_t e = tail > from ? tail : from; e <= top; e++) {
+            int64_t hits;
+            if (e < 0 || (hits = count_load(r, hdr, e)) <= 0) continue;  /* < 0: junk */
             int64_t leaves = (e + r->n) * r->bucket_ns - now;
             if (leaves < 0) leaves = 0;
-            if (freed == 0 && e != tail) STORE(TAIL(c, hdr), e);
+            if (freed == 0 && e != tail) STORE(LTAIL(hdr), e);
             if (v->reset_ns[i] == 0) v->reset_ns[i] = leaves;
             freed = sat_add(freed, hits);
             if (!blocks || v->wait_ns < 0) break;
@@ -406,19 +467,23 @@ void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v) {
 }
 
 /* Section "repair": a limiter's row whose holder died inside "hit" (its lock's intent names
- * it). Buckets are primary and were each written whole (zeroed, then stamped, then counted);
- * running totals and tails are derived: each ring's total is recomputed from its live buckets
- * and its tail set to a lower bound. Caller holds the row's lock, in lock_take's repair. */
+ * it). Counts are primary, each written in one store; a ring's stale counts (of epochs in
+ * (zeroed, head]) are zeroed and zeroed set to head, which brings it to rest; its total is
+ * then recomputed from its counts and its tail set to a lower bound. A tear here leaves the
+ * ring as a torn "hit" would (total >= the clean counts), and the next holder repairs again.
+ * Caller holds the row's lock, in lock_take's repair. */
 void repair_row(Core *c, int64_t slot) {
     char *row = ROW(c, slot);
     SECTION("repair");
-    for (int r = 0; r < c->n_rings; r++) {
-        if (c->rings[r].log) continue;  /* nothing derived: every entry says what it counts */
-        int64_t *hdr = RING(c, row, r), head = LOAD(HEAD(hdr));
-        if (!head_ok(&c->rings[r], head)) continue;  /* junk: hit_row refuses the row */
-        int64_t total = ring_sum(c, hdr, &c->rings[r], head);
-        STORE(TAIL(c, hdr), total ? head - c->rings[r].n + 1 : EMPTY_EPOCH);  /* a lower bound */
+    for (int i = 0; i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        if (r->log) continue;  /* nothing derived: every entry says what it counts */
+        int64_t *hdr = RING(c, row, i), head = LOAD(HEAD(hdr));
+        if (!head_ok(r, head) || head == EMPTY_EPOCH) continue;  /* junk: hit_row refuses the row; EMPTY: unused */
+        if (LOAD(ZEROED(hdr)) != head) zero_stale(r, hdr, clean_top(hdr, head), head);
+        int64_t total = sum_counts(r, hdr, head - r->n, head);
         STORE(TOTAL(hdr), total);
+        STORE(LTAIL(hdr), total ? head - r->n + 1 : EMPTY_EPOCH);  /* a lower bound */
     }
     END_SECTION();
 }
