@@ -82,6 +82,12 @@ class ShmLimiter:
         """The instance's ``check`` is the core's own method; this is its signature."""
         return self._core.check(key, cost, commit, detail)
 
+    def refund(self, key: Key, cost: int) -> int:
+        return int(self._core.refund(key, cost))
+
+    def charge(self, key: Key, cost: int) -> None:
+        self._core.charge(key, cost)
+
     def clear(self, key: Key) -> None:
         self._window.clear(key)
 
