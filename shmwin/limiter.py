@@ -210,6 +210,18 @@ class Limiter:
         except NotSupportedError:
             return 0
 
+    def refund(self, key: Key, cost: int = 1) -> int:
+        """Give back up to ``cost`` of what ``key`` holds, its most recent hits first, in every
+        rate; how much was given back (0 for a key with nothing counted). For a cost known only
+        after the fact: hit with an estimate, then refund what was not used."""
+        return self._backend.refund(key, cost)
+
+    def charge(self, key: Key, cost: int = 1) -> None:
+        """Count ``cost`` hits for ``key`` without a check: it may go over its limits, and
+        ``hit`` then refuses it until enough of its hits have left the window. Strict still:
+        no interval admits more than a rate through ``hit``."""
+        self._backend.charge(key, cost)
+
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key``."""
         self._backend.clear(key)

@@ -133,6 +133,12 @@ class LimiterBackend(Protocol):
         rate's oldest hit leaves, ns until cost would fit or None if it never does)``; the
         last two only with ``detail``."""
 
+    def refund(self, key: Key, cost: int) -> int:
+        """Give back up to ``cost`` of ``key``'s hits, most recent first: how much."""
+
+    def charge(self, key: Key, cost: int) -> None:
+        """Count ``cost`` hits for ``key`` without a check."""
+
     def clear(self, key: Key) -> None: ...
     def close(self) -> None: ...
     def unlink(self) -> bool: ...

@@ -257,6 +257,7 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
         "acquire": lambda lim: lim.acquire("k", timeout=0),
         "acquire_async": lambda lim: asyncio.run(lim.acquire_async("k", timeout=0)),
         "attach": lambda lim: Limiter.attach(lim.name, backend=url).close(),
+        "charge": lambda lim: lim.charge("charged", 1),
         "clear": lambda lim: lim.clear("gone"),
         "close": lambda lim: None,
         "closed": lambda lim: lim.closed,
@@ -267,6 +268,7 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
         "on_error": lambda lim: lim.on_error,
         "on_full": lambda lim: lim.on_full,
         "rates": lambda lim: lim.rates,
+        "refund": lambda lim: lim.refund("k", 1),
         "shadow": lambda lim: lim.shadow,
         "stats": lambda lim: lim.stats("k"),
         "stats_all": lambda lim: lim.stats_all("k"),
@@ -283,6 +285,9 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
                     call(lim)
             elif url is not None and name == "decisions":
                 with pytest.raises(shmwin.NotSupportedError, match="keeps no decisions"):
+                    call(lim)
+            elif url is not None and name in ("refund", "charge"):
+                with pytest.raises(shmwin.NotSupportedError, match="shared memory"):
                     call(lim)
             else:
                 call(lim)

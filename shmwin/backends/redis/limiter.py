@@ -97,6 +97,12 @@ class RedisLimiter(RedisBase):
         wait = int(out[2 + 2 * n_rates])
         return bool(out[0]), used, reset_ns, None if wait < 0 else wait * NS_PER_US
 
+    def refund(self, key: Key, cost: int) -> int:
+        raise NotSupportedError("refund() needs shared memory: the redis backend keeps no per-hit order")
+
+    def charge(self, key: Key, cost: int) -> None:
+        raise NotSupportedError("charge() needs shared memory: on redis, hit() is the only way to count")
+
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key``."""
         self._call(self._redis.delete, self._row(_limiter_key(key)))

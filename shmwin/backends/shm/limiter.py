@@ -91,6 +91,12 @@ class ShmLimiter:
         or None), and answer every hit True if ``shadow``: both in the native core."""
         self._core.set_tally(None if tally is None else tally._backend._core, shadow)
 
+    def refund(self, key: Key, cost: int) -> int:
+        return int(self._core.refund(key, cost))
+
+    def charge(self, key: Key, cost: int) -> None:
+        self._core.charge(key, cost)
+
     def clear(self, key: Key) -> None:
         self._window.clear(key)
 

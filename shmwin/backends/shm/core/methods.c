@@ -519,6 +519,65 @@ out:
     return result;
 }
 
+/* Parse (key, cost) for refund() and charge(): 0, or -1 with the error set. */
+static int key_and_cost(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *what,
+                        PyObject **key, int64_t *cost) {
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2];
+    if (parse(args, nargs, kwnames, names, 2, a, what) < 0) return -1;
+    if (a[0] == NULL || a[1] == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s() needs a key and a cost", what);
+        return -1;
+    }
+    *key = a[0];
+    return ring_rows(c) < 0 || cost_of(a[1], cost, 0) < 0 ? -1 : 0;
+}
+
+/* refund(key, cost) -> int: give back up to cost of the key's hits, most recent first (section
+ * "refund"); how much. A key never seen holds nothing: 0, and no key is made. */
+static PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *key, *result = NULL;
+    int64_t cost, now = 0, slot, given = 0;
+    Verdict v;
+    if (key_and_cost(c, args, nargs, kwnames, "refund", &key, &cost) < 0 || enter(c) < 0) return NULL;
+    if (now_ns(c, &now) < 0) goto out;
+    int got = lock_key(c, key, 0, now, &slot);
+    if (got < 0) goto out;
+    if (got > 0) {
+        int rc = hit_row(c, slot, now, 0, 0, &v);  /* every ring brought to rest at now */
+        if (rc == 0 && cost > 0) given = refund_row(c, slot, now, cost);
+        lock_give(c, row_lock(c, slot));
+        if (rc < 0) goto out;
+    }
+    result = PyLong_FromLongLong(given);
+out:
+    leave(c);
+    return result;
+}
+
+/* charge(key, cost): count cost hits in every rate without a check (section "hit" with
+ * COMMIT_FORCE): the key may go over its limits, and hit() refuses it until they leave. A
+ * key with no row for it (a full table) is answered by on_full: "raise" raises, else the
+ * charge is dropped (counted in full_count). */
+static PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *key, *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    if (key_and_cost(c, args, nargs, kwnames, "charge", &key, &cost) < 0 || enter(c) < 0) return NULL;
+    if (now_ns(c, &now) < 0) goto out;
+    int got = lock_key(c, key, 1, now, &slot);
+    if (got < 0) {
+        if (met_full(c, 1)) result = Py_NewRef(Py_None);
+        goto out;
+    }
+    int rc = hit_row(c, slot, now, cost, COMMIT_FORCE, &v);
+    lock_give(c, row_lock(c, slot));
+    if (rc == 0) result = Py_NewRef(Py_None);
+out:
+    leave(c);
+    return result;
+}
+
 /* check(key, cost, commit, detail=True) -> (allowed, used, reset_ns, wait_ns | None): hit()
  * (commit) or test() from the running totals, O(1); with detail, also when each rate's oldest
  * hit leaves and when cost would fit, for stats() and acquire(): scans from the oldest bucket
@@ -724,6 +783,10 @@ PyMethodDef core_methods[] = {
      "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
     {"set_tally", (PyCFunction)(void (*)(void))Core_set_tally, METH_FASTCALL,
      "set_tally($self, tally, shadow, /)\n--\n\nCount decisions in tally (or None); shadow: hit() always True."},
+    {"refund", FASTCALL_KW(Core_refund),
+     "refund($self, /, key, cost)\n--\n\nGive back up to cost of key's hits, most recent first: how much."},
+    {"charge", FASTCALL_KW(Core_charge),
+     "charge($self, /, key, cost)\n--\n\nCount cost hits for key without a check."},
     {"clear", (PyCFunction)Core_clear, METH_O, "clear($self, key, /)\n--\n\nForget key and its counts."},
     {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset($self, /)\n--\n\nEmpty every row, for everyone."},
     {"find", (PyCFunction)Core_find, METH_O,

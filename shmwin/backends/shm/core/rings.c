@@ -348,7 +348,8 @@ static void advance(const Ring *r, int64_t *hdr, int64_t head, int64_t e) {
 
 /* ---- the limiter's check-and-count ------------------------------------------------------ */
 
-/* Section "hit": advance every ring to now, compare, count in all or none. Caller holds the
+/* Section "hit": advance every ring to now, compare, count in all or none (commit 1), or in
+ * all whatever they hold (COMMIT_FORCE: charge()), or none (commit 0: a test). Caller holds the
  * row lock. Running totals and tails are derived data; counts are primary.
  * Invariant between stores: for each compact ring, total >= the sum of its clean counts
  * (see "the limiter's compact rings" above) -- a head moves before its total is lowered and
@@ -400,7 +401,7 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
         }
         if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;  /* no overflow */
     }
-    if (v->allowed && commit) {
+    if ((v->allowed && commit) || commit == COMMIT_FORCE) {
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) continue;
             int64_t *hdr = RING(c, row, i);
@@ -422,6 +423,60 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
     }
     END_SECTION();
     return 0;
+}
+
+/* A log ring's part of "refund": up to `cost` of its counted hits, newest entries first,
+ * each entry lowered in one store. What it gave back. */
+static int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost) {
+    int64_t left = cost;
+    while (left > 0) {
+        int64_t newest = -1, t_newest = INT64_MIN;
+        for (int64_t s = 0; s < r->n; s++) {
+            int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME);
+            if (log_counts(r, t, LOAD(e + LOG_HITS), now) && t >= t_newest) newest = s, t_newest = t;
+        }
+        if (newest < 0) break;
+        int64_t *e = LOG_ENTRY(c, hdr, newest), hits = LOAD(e + LOG_HITS), take = hits < left ? hits : left;
+        STORE(e + LOG_HITS, hits - take);
+        left -= take;
+    }
+    return cost - left;
+}
+
+/* Section "refund": give back up to `cost` of the hits a key holds, its most recent first, in
+ * every rate (each gives back what it holds, up to cost); what the rate that gave most gave.
+ * Caller holds the row lock, after hit_row (commit 0) brought every ring to rest at now.
+ * Invariant between stores: a ring's counts are lowered before its total, so its total stays
+ * >= the sum of its clean counts (refuse early, never admit late); a log entry's hits go down
+ * in one store. Repair: repair_row's (counts are primary, totals recomputed). */
+int64_t refund_row(Core *c, int64_t slot, int64_t now, int64_t cost) {
+    char *row = ROW(c, slot);
+    int64_t most = 0;
+    SECTION("refund");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    for (int i = 0; i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        int64_t *hdr = RING(c, row, i), left = cost, head;
+        if (r->log) {
+            left -= log_refund(c, hdr, r, now, cost);
+        } else if ((head = LOAD(HEAD(hdr))) != EMPTY_EPOCH) {
+            int64_t top = clean_top(hdr, head);
+            for (int64_t e = top; left > 0 && top != EMPTY_EPOCH && e > head - r->n && e >= 0; e--) {
+                int64_t hits = count_load(r, hdr, e), take;
+                if (hits <= 0) continue;  /* < 0: junk, counts 0 */
+                take = hits < left ? hits : left;
+                count_store(r, hdr, e, hits - take);
+                left -= take;
+            }
+            if (left < cost) {
+                int64_t total = sat_sub(LOAD(TOTAL(hdr)), cost - left);
+                STORE(TOTAL(hdr), total < 0 ? 0 : total);
+            }
+        }
+        if (cost - left > most) most = cost - left;
+    }
+    END_SECTION();
+    return most;
 }
 
 /* When each rate's oldest counted hit is forgotten, and when `cost` would fit. Caller holds
