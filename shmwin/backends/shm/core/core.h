@@ -250,6 +250,7 @@ int64_t span_ns(const Ring *r);
 int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d);
 /* a limiter's (or token bucket's) decision, counted in its tally if it has one (methods.c) */
 void note_decision(Core *c, int64_t now, int allowed, int near);
+int tally_ready(Core *c);
 enum { COMMIT_FORCE = 2 };  /* hit_row's commit: count whatever the rates hold (charge) */
 int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v);
 int64_t refund_row(Core *c, int64_t slot, int64_t now, int64_t cost);

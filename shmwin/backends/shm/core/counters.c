@@ -356,7 +356,7 @@ PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObj
         result = Py_NewRef(Py_True);
         goto out;
     }
-    if (now_ns(c, &now) < 0) goto out;
+    if (tally_ready(c) < 0 || now_ns(c, &now) < 0) goto out;
     if (lock_key(c, a[0], 1, now, &slot) < 0) {
         if (met_full(c, 1)) {
             note_decision(c, now, c->on_full == 1, 0);

@@ -442,16 +442,48 @@ static int note_in_stripe(Core *t, int64_t now, int f, int near) {
 }
 
 void note_decision(Core *c, int64_t now, int allowed, int near) {
-    Core *t = (Core *)c->tally;  /* called with no error set */
+    Core *t = (Core *)c->tally;  /* called with no error set; no Python runs here */
     int f = SLOT_VALUES + (allowed ? TALLY_ADMITTED : TALLY_REJECTED);
-    if (t == NULL || note_in_stripe(t, now, f, near)) return;
-    if (enter(t) == 0) {
-        int ok = add_unkeyed(t, now, f, 1, 1.0) == 0;
-        if (ok && near) ok = add_unkeyed(t, now, SLOT_VALUES + TALLY_NEAR_LIMIT, 1, 1.0) == 0;
-        leave(t);
-        if (ok) return;
+    if (t == NULL || t->closed || note_in_stripe(t, now, f, near)) return;
+    /* no stripe of the tally (every one taken): its shared row, under its lock, uninterruptible */
+    if (enter(t) < 0) {
+        PyErr_Clear();
+        return;
     }
-    PyErr_Clear();
+    if (lock_take_ex(t, LOCK_SHARED_ROW, 0) == 0) {
+        SECTION("add_locked");
+        int rc = add_row(t, ROW(t, 0), now, f, 1, 1.0);
+        if (rc == 0 && near) add_row(t, ROW(t, 0), now, SLOT_VALUES + TALLY_NEAR_LIMIT, 1, 1.0);
+        END_SECTION();
+        lock_give(t, LOCK_SHARED_ROW);
+    }
+    leave(t);
+    if (PyErr_Occurred()) PyErr_Clear();  /* our own (a lock timed out, an overflow): never the hit's */
+}
+
+/* Before a hit's section: this process's stripe of the tally, claimed if it has none (after a
+ * fork, at first use) -- the claim calls Python (claim_stripe), which must not run after the
+ * hit is counted: an exception raised there (a signal handler's) would be lost or would fail
+ * a hit already made. 0; -1 with that exception (nothing counted yet). A tally that cannot
+ * give a stripe (closed, corrupt, every stripe taken) is not an error: note_decision then
+ * counts in its shared row. */
+int tally_ready(Core *c) {
+    Core *t = (Core *)c->tally;
+    int64_t row;
+    if (t == NULL || t->closed || !t->striped || t->stripe_gen == fork_gen) return 0;
+    if (enter(t) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int rc = stripe_of(t, &row);
+    leave(t);
+    if (rc == 0) return 0;
+    if (PyErr_ExceptionMatches(c->st->corrupt) || PyErr_ExceptionMatches(c->st->closed) ||
+        PyErr_ExceptionMatches(c->st->timeout)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
 }
 
 /* set_tally(tally, shadow): count decisions in `tally` (a striped window of 3 int fields, or
@@ -498,7 +530,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     if (enter(c) < 0) return NULL;
-    if (ring_rows(c) < 0 || cost_of(a[1], &cost, 1) < 0) goto out;
+    if (ring_rows(c) < 0 || cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
     if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], 1, now, &slot);
     if (got < 0) {
@@ -599,6 +631,7 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     commit = PyObject_IsTrue(a[2]);
     detail = a[3] == NULL ? 1 : PyObject_IsTrue(a[3]);
     if (commit < 0 || detail < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
+    if (commit && tally_ready(c) < 0) goto out;
     if (now_ns(c, &now) < 0) goto out;
     int got = lock_key(c, a[0], commit, now, &slot);
     if (got < 0) {
