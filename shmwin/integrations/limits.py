@@ -71,11 +71,11 @@ class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, Time
 
     # -- fixed window -----------------------------------------------------------------------
 
-    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
-        return self.segments.incr(key, expiry, amount)
+    def incr(self, key: str, expiry: int, amount: int | float = 1) -> int:
+        return self.segments.incr(key, expiry, amount)  # type: ignore[return-value]  # a float: a fractional cost
 
     def get(self, key: str) -> int:
-        return self.segments.get(key)
+        return self.segments.get(key)  # type: ignore[return-value]  # as limits' memory storage
 
     def get_expiry(self, key: str) -> float:
         return self.segments.get_expiry(key)
@@ -92,7 +92,7 @@ class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, Time
         return self.segments.acquire_sliding(key, limit, expiry, amount)
 
     def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
-        return self.segments.sliding_window(key, expiry)
+        return self.segments.sliding_window(key, expiry)  # type: ignore[return-value]  # floats: fractional costs
 
     def clear_sliding_window(self, key: str, expiry: int) -> None:
         self.segments.clear_sliding(key, expiry)

@@ -42,11 +42,11 @@ class AsyncShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport,
     def prefix(self) -> str:
         return self.segments.prefix
 
-    async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
-        return self.segments.incr(key, expiry, amount)
+    async def incr(self, key: str, expiry: int, amount: int | float = 1) -> int:
+        return self.segments.incr(key, expiry, amount)  # type: ignore[return-value]  # a float: a fractional cost
 
     async def get(self, key: str) -> int:
-        return self.segments.get(key)
+        return self.segments.get(key)  # type: ignore[return-value]  # as limits' memory storage
 
     async def get_expiry(self, key: str) -> float:
         return self.segments.get_expiry(key)
@@ -61,7 +61,7 @@ class AsyncShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport,
         return self.segments.acquire_sliding(key, limit, expiry, amount)
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
-        return self.segments.sliding_window(key, expiry)
+        return self.segments.sliding_window(key, expiry)  # type: ignore[return-value]  # floats: fractional costs
 
     async def clear_sliding_window(self, key: str, expiry: int) -> None:
         self.segments.clear_sliding(key, expiry)

@@ -1,11 +1,18 @@
 """What limits' fixed window and sliding window counter share on shm://: one keyed segment per
 period whose rows hold per-key state (a role, ``layout_words.COUNTER_ROLES``), written by the
 native core's sections (``core/counters.c``). :mod:`limits_fixed` and :mod:`limits_sliding`
-say what the state means."""
+say what the state means.
+
+Their counts are kept in thousandths of a hit (:data:`UNIT`, as nginx keeps its excess), so a
+fractional cost -- slowapi's callable costs may return 7.5 -- is counted exactly to 1/1000
+(a finer one rounded up: strict), as limits' memory storage counts floats. What they return
+is in hits: an int when whole, else a float.
+"""
 
 from __future__ import annotations
 
-from typing import TypeVar
+import math
+from typing import Any, TypeVar
 
 from ..clock import Clock
 from ..errors import GeometryMismatchError, WindowNotFoundError
@@ -13,6 +20,26 @@ from ..geometry import Geometry
 from ..window import Window
 
 S = TypeVar("S", bound="CounterSegment")
+UNIT = 1000  # a count's units per hit
+MAX_UNITS = 2**63 - 1  # counts are int64
+
+
+def to_units(hits: Any) -> int:
+    """``hits`` (an int, or a float: slowapi's costs) in units, rounded up to a whole unit."""
+    if isinstance(hits, bool) or not isinstance(hits, int | float):
+        raise TypeError(f"a cost is a number of hits, not {hits!r} ({type(hits).__name__})")
+    if isinstance(hits, float) and not math.isfinite(hits):
+        raise ValueError(f"a cost must be finite, not {hits!r}")
+    if hits < 0:
+        raise ValueError(f"a cost cannot be negative, not {hits!r}")
+    units = hits * UNIT if isinstance(hits, int) else math.ceil(round(hits * UNIT, 6))
+    return min(units, MAX_UNITS)
+
+
+def to_hits(units: int) -> int | float:
+    """A count in units as hits: an int when whole, else a float."""
+    whole, part = divmod(units, UNIT)
+    return whole if part == 0 else units / UNIT
 
 
 class CounterSegment:

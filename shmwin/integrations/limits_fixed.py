@@ -20,7 +20,7 @@ from ..backends.contract import Key
 from ..geometry import Geometry, window_geometry
 from ..layout_words import EMPTY_EPOCH
 from ..window import Window
-from .limits_counters import CounterSegment
+from .limits_counters import CounterSegment, to_hits, to_units
 
 ROLE = "fixed-window"
 STATE_WORDS = 2  # start, count
@@ -35,13 +35,14 @@ class FixedWindows(CounterSegment):
     def created_as(period_ns: int, capacity: int | None) -> Geometry:
         return geometry(period_ns, capacity)
 
-    def incr(self, key: str, amount: int) -> int:
-        count, _ = self._core.fixed_incr(key, amount)
-        return int(count)
+    def incr(self, key: str, amount: int | float) -> int | float:
+        """Count ``amount`` hits; the key's count after it, in hits (counted in units)."""
+        count, _ = self._core.fixed_incr(key, to_units(amount))
+        return to_hits(int(count))
 
-    def get(self, key: str) -> int:
+    def get(self, key: str) -> int | float:
         live = self._core.fixed_get(key)
-        return 0 if live is None else int(live[0])
+        return 0 if live is None else to_hits(int(live[0]))
 
     def end_ns(self, key: str) -> int | None:
         """When ``key``'s live window ends, or None if it has none."""
@@ -77,8 +78,8 @@ def value(start: int, count: int, now_ns: int, period_ns: int) -> int:
     return max(count, 0) if live else 0
 
 
-def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
-    """``(key, count)`` of each key of a fixed-window segment, read lock-free (for the tools)."""
+def values(w: Window, now_ns: int) -> list[tuple[Key, int | float]]:
+    """``(key, count in hits)`` of each key of a fixed-window segment, read lock-free (for the tools)."""
     period_ns = w.geometry.bucket_ns
     states = w._backend._key_states(STATE_WORDS)  # type: ignore[attr-defined]
-    return [(key, value(start, count, now_ns, period_ns)) for key, (start, count) in states]
+    return [(key, to_hits(value(start, count, now_ns, period_ns))) for key, (start, count) in states]

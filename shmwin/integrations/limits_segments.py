@@ -48,6 +48,7 @@ from ..layout_words import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, Rate
+from .limits_counters import to_units
 from .limits_fixed import FixedWindows
 from .limits_moving import MovingLogs
 from .limits_sliding import SlidingCounters
@@ -91,7 +92,8 @@ wall_ns = WallClock()
 
 
 def whole_cost(amount: Any) -> int:
-    """limits' ``amount``: an int, or a float holding one (slowapi's callable costs)."""
+    """limits' ``amount`` for a moving window: an int, or a float holding one (the moving window
+    keeps hit times, and limits' memory storage takes whole costs there only)."""
     if isinstance(amount, bool) or not isinstance(amount, int | float):
         raise TypeError(f"a cost is a whole number, not {amount!r} ({type(amount).__name__})")
     if isinstance(amount, float) and not amount.is_integer():
@@ -99,6 +101,13 @@ def whole_cost(amount: Any) -> int:
     if amount < 0:
         raise ValueError(f"a cost cannot be negative, not {amount!r}")
     return int(amount)
+
+
+def hits_cost(amount: Any) -> int | float:
+    """limits' ``amount`` for a fixed window or a sliding counter: an int, or a float (slowapi's
+    callable costs), counted to 1/1000 of a hit (limits_counters.UNIT)."""
+    to_units(amount)  # the checks: a number, finite, not negative
+    return amount  # type: ignore[no-any-return]
 
 
 def later_s(ns: float) -> float:
@@ -255,8 +264,8 @@ class StorageSegments:
 
     # -- fixed window: starts at a key's first hit (see limits_fixed) ---------------------------
 
-    def incr(self, key: str, expiry: float, amount: Any) -> int:
-        cost = whole_cost(amount)
+    def incr(self, key: str, expiry: float, amount: Any) -> int | float:
+        cost = hits_cost(amount)
         try:
             windows = self._fixed(expiry, create=True)
             assert windows is not None
@@ -266,7 +275,7 @@ class StorageSegments:
                 raise
             return 0 if self.on_full == "allow" else _NEVER
 
-    def get(self, key: str) -> int:
+    def get(self, key: str) -> int | float:
         return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
 
     def get_expiry(self, key: str) -> float:
@@ -324,7 +333,7 @@ class StorageSegments:
     # -- sliding window counter: limits' own (limits_sliding) ------------------------------------
 
     def acquire_sliding(self, key: str, limit: int, expiry: float, amount: Any) -> bool:
-        cost = whole_cost(amount)
+        cost = hits_cost(amount)
         if cost > limit:
             return False  # as limits' storages answer
         try:
@@ -336,12 +345,14 @@ class StorageSegments:
                 raise
             return self.on_full == "allow"
 
-    def sliding_window(self, key: str, expiry: float) -> tuple[int, float, int, float]:
+    def sliding_window(self, key: str, expiry: float) -> tuple[int | float, float, int | float, float]:
         """limits' (previous count, previous ttl, current count, current ttl), as its memory
         storage computes them: windows aligned on now // expiry, the previous ttl the rest of
         the current window (0.0 with no previous count), the current ttl one period more."""
         period_ns = _expiry_ns(expiry)
         counters = self._sliding(expiry, create=False)
+        previous: int | float
+        current: int | float
         if counters is None:
             previous, current, elapsed_ns = 0, 0, self.clock() % period_ns
         else:

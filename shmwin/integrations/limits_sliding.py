@@ -22,7 +22,7 @@ from ..backends.contract import Key
 from ..geometry import Geometry, window_geometry
 from ..layout_words import EMPTY_EPOCH
 from ..window import Window
-from .limits_counters import CounterSegment
+from .limits_counters import UNIT, CounterSegment, to_hits, to_units
 
 ROLE = "sliding-counter"
 STATE_WORDS = 3  # window, current, previous
@@ -37,14 +37,15 @@ class SlidingCounters(CounterSegment):
     def created_as(period_ns: int, capacity: int | None) -> Geometry:
         return geometry(period_ns, capacity)
 
-    def hit(self, key: str, limit: int, amount: int) -> bool:
-        """Count ``amount`` if the weighted count leaves room for it under ``limit``."""
-        return bool(self._core.sliding_hit(key, limit, amount))
+    def hit(self, key: str, limit: int, amount: int | float) -> bool:
+        """Count ``amount`` hits if the weighted count, floored to whole hits as limits floors
+        it, leaves room for them under ``limit`` (counted in units)."""
+        return bool(self._core.sliding_hit(key, to_units(limit), to_units(amount), UNIT))
 
-    def window(self, key: str) -> tuple[int, int, int]:
-        """``(previous count, current count, ns into the current window)`` now."""
+    def window(self, key: str) -> tuple[int | float, int | float, int]:
+        """``(previous count, current count, ns into the current window)`` now, in hits."""
         previous, current, elapsed_ns, _ = self._core.sliding_get(key)
-        return int(previous), int(current), int(elapsed_ns)
+        return to_hits(int(previous)), to_hits(int(current)), int(elapsed_ns)
 
     def clear(self, key: str) -> None:
         self.counts.clear(key)
@@ -87,7 +88,8 @@ def value(window: int, current: int, previous: int, now_ns: int, period_ns: int)
 
 
 def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
-    """``(key, weighted count)`` of each key of a sliding-counter segment, lock-free (for the tools)."""
+    """``(key, weighted count in whole hits)`` of each key of a sliding-counter segment,
+    lock-free (for the tools)."""
     period_ns = w.geometry.bucket_ns
     states = w._backend._key_states(STATE_WORDS)  # type: ignore[attr-defined]
-    return [(key, value(index, cur, prev, now_ns, period_ns)) for key, (index, cur, prev) in states]
+    return [(key, value(index, cur, prev, now_ns, period_ns) // UNIT) for key, (index, cur, prev) in states]

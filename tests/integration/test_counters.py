@@ -21,6 +21,7 @@ from shmwin import layout_words as layout
 from shmwin.backends.shm.segment import path_of
 from shmwin.errors import CorruptSegmentError, ShmwinError
 from shmwin.integrations import limits_fixed, limits_sliding
+from shmwin.integrations.limits_counters import UNIT
 from shmwin.integrations.limits_fixed import FixedWindows
 from shmwin.integrations.limits_sliding import SlidingCounters
 
@@ -201,8 +202,8 @@ def test_counts_saturate_instead_of_wrapping(name):
     f, s = fixed(name, clock), sliding(name + "s", clock)
     try:
         f.incr("k", 1)
-        f.counts._backend._q[state_at(f.counts, "k") + 1] = 2**63 - 2
-        assert f.incr("k", 5) == 2**63 - 1
+        f.counts._backend._q[state_at(f.counts, "k") + 1] = 2**63 - 2  # units (thousandths of a hit)
+        assert f.incr("k", 5) == (2**63 - 1) / UNIT
         s.hit("k", 2**62, 1)
         s.counts._backend._q[state_at(s.counts, "k") + 2] = 2**63 - 1  # previous: weighs fully at 0 s
         assert not s.hit("k", 2**62, 1)
@@ -321,9 +322,9 @@ def test_state_words_are_where_the_layout_says(name):
         f.incr("k", 4)
         s.hit("k", 9, 2)
         raw = bytes(f.counts._backend._buf[state_at(f.counts, "k") * 8 :][: layout.FIXED_STATE_BYTES])
-        assert struct.unpack("<qq", raw) == (T0 + 3 * S, 4)  # start, count
+        assert struct.unpack("<qq", raw) == (T0 + 3 * S, 4 * UNIT)  # start, count (in units)
         raw = bytes(s.counts._backend._buf[state_at(s.counts, "k") * 8 :][: layout.SLIDING_STATE_BYTES])
-        assert struct.unpack("<qqq", raw) == ((T0 + 3 * S) // P, 2, 0)  # window, current, previous
+        assert struct.unpack("<qqq", raw) == ((T0 + 3 * S) // P, 2 * UNIT, 0)  # window, current, previous
     finally:
         f.close()
         s.close()

@@ -172,9 +172,14 @@ static int sliding_read(Core *c, int64_t slot, int64_t now, Sliding *s) {
 }
 
 /* limits' weighted count, floored: previous x (P - elapsed) / P + current, exactly, saturating. */
-static int64_t weighted(const Sliding *s, int64_t period) {
+/* limits' weighted count, floored to whole `unit`s (1: whole counts; the storage counts in
+ * thousandths of a hit and floors to whole hits, as limits floors its float count). */
+static int64_t weighted(const Sliding *s, int64_t period, int64_t unit) {
     __int128 part = (__int128)s->previous * (period - s->elapsed) / period;  /* <= previous */
-    return sat_add((int64_t)part, s->current);
+    if (unit <= 1) return sat_add((int64_t)part, s->current);
+    __int128 exact = (__int128)s->previous * (period - s->elapsed) + (__int128)s->current * period;
+    __int128 whole = exact / ((__int128)period * unit) * unit;  /* >= 0: counts are never negative */
+    return whole > INT64_MAX ? INT64_MAX : (int64_t)whole;
 }
 
 /* Section "sliding_hit": count `amount` in the key's current window if limits' weighted count
@@ -184,11 +189,12 @@ static int64_t weighted(const Sliding *s, int64_t period) {
  * weight of 1, more than their due: refusals early), never fewer hits than were counted; in
  * the same window the count is one store. The key's last write goes last, never backwards.
  * Repair: none (nothing derived). */
-static int sliding_hit_row(Core *c, int64_t slot, int64_t now, int64_t limit, int64_t amount, int *allowed) {
+static int sliding_hit_row(Core *c, int64_t slot, int64_t now, int64_t limit, int64_t amount, int64_t unit,
+                           int *allowed) {
     int64_t *st = state_of(c, slot);
     Sliding s;
     if (sliding_read(c, slot, now, &s) < 0) return -1;
-    *allowed = amount <= limit && weighted(&s, c->rings[0].bucket_ns) <= limit - amount;
+    *allowed = amount <= limit && weighted(&s, c->rings[0].bucket_ns, unit) <= limit - amount;
     if (!*allowed || amount == 0) return 0;
     SECTION("sliding_hit");
     STORE(intent_at(c, row_lock(c, slot)), slot);
@@ -204,20 +210,21 @@ static int sliding_hit_row(Core *c, int64_t slot, int64_t now, int64_t limit, in
     return 0;
 }
 
-/* sliding_hit(key, limit, amount=1) -> bool: whether amount was counted. */
+/* sliding_hit(key, limit, amount=1, unit=1) -> bool: whether amount was counted; the weighted
+ * count is floored to whole units before it is compared. */
 PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const names[] = {"key", "limit", "amount"};
-    PyObject *a[3], *result = NULL;
-    int64_t limit, amount, now = 0, slot;
+    static const char *const names[] = {"key", "limit", "amount", "unit"};
+    PyObject *a[4], *result = NULL;
+    int64_t limit, amount, now = 0, slot, unit = 1;
     int allowed = 0;
-    if (parse(args, nargs, kwnames, names, 3, a, "sliding_hit") < 0) return NULL;
+    if (parse(args, nargs, kwnames, names, 4, a, "sliding_hit") < 0) return NULL;
     if (a[0] == NULL || a[1] == NULL) {
         PyErr_SetString(PyExc_TypeError, "sliding_hit() needs a key and a limit");
         return NULL;
     }
     if (enter(c) < 0) return NULL;
     if (is_role(c, ROLE_SLIDING_COUNTER, 2, SLIDING_STATE_BYTES) < 0 || cost_of(a[1], &limit, 0) < 0 ||
-        cost_of(a[2], &amount, 0) < 0 || now_ns(c, &now) < 0)
+        cost_of(a[2], &amount, 0) < 0 || (a[3] != NULL && cost_of(a[3], &unit, 1) < 0) || now_ns(c, &now) < 0)
         goto out;
     if (amount > limit) {  /* as limits: never, and no key is made for it */
         result = Py_NewRef(Py_False);
@@ -227,7 +234,7 @@ PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
         goto out;
     }
-    int rc = sliding_hit_row(c, slot, now, limit, amount, &allowed);
+    int rc = sliding_hit_row(c, slot, now, limit, amount, unit, &allowed);
     lock_give(c, row_lock(c, slot));
     if (rc == 0) result = Py_NewRef(allowed ? Py_True : Py_False);
 out:
