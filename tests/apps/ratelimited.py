@@ -1,12 +1,17 @@
 """An ASGI app and a WSGI app behind shmwin's rate-limit middlewares: 50/hour and
-1000/day per client (the X-Client header), one limiter shared by every worker."""
+1000/day per client (the X-Client header), one limiter shared by every worker; or, with
+SHMWIN_RATELIMITER=token-bucket, a token bucket of 50/hour with a burst of 50."""
 
 import os
 
-from shmwin import Limiter
+from shmwin import Limiter, TokenBucket
 from shmwin.integrations.ratelimit import RateLimitMiddleware, WSGIRateLimitMiddleware
 
-limiter = Limiter(os.environ["SHMWIN_TEST_NAME"], "50/hour;1000/day")  # create, or attach by name
+limiter: Limiter | TokenBucket
+if os.environ.get("SHMWIN_RATELIMITER") == "token-bucket":
+    limiter = TokenBucket(os.environ["SHMWIN_TEST_NAME"], "50/hour", burst=50)  # create, or attach
+else:
+    limiter = Limiter(os.environ["SHMWIN_TEST_NAME"], "50/hour;1000/day")  # create, or attach by name
 
 
 def _pid_body() -> bytes:
