@@ -26,6 +26,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
         lines += ROLE_LINES[role](snap[role])
         if role != "concurrency" and "value" in snap and "value" in snap[role]:  # one key of a counter role
             lines.append(clip(f"  {snap[role]['value']}: {snap['value']:,}", width))
+    if snap.get("decisions"):
+        lines.append(clip(_decided(snap["decisions"]), width))
     if role == "concurrency" and "value" in snap:  # show --key
         lines.append(clip(f"  {snap['value']:,} of its {snap[role]['limit']:,} slots held now", width))
     fields = [safe(f) for f in snap["fields"]]
@@ -125,6 +127,12 @@ def _adaptive(a: dict[str, Any]) -> list[str]:
         f" (ok {a['ok']:,}, error {a['errors']:,})",
         f"  counted below in units: {a['scale']:,} per hit at the full rate, {a['cost']:,} now",
     ]
+
+
+def _decided(d: dict[str, Any]) -> str:
+    """A limiter's or token bucket's decisions, one line."""
+    return (f"  decisions over {_span(d['period_s'])}: admitted {d['admitted']:,}"
+            f" ({d['near_limit']:,} near the limit), rejected {d['rejected']:,}")  # fmt: skip
 
 
 def _counters(v: dict[str, Any]) -> list[str]:

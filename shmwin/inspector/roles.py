@@ -99,6 +99,23 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
     return None
 
 
+def decisions_of(w: Any) -> dict[str, Any] | None:
+    """What a limiter or token bucket decided (its ``NAME.decisions`` window, see
+    :mod:`shmwin.decisions`), as :func:`role_view` shows it; None if it keeps none."""
+    from ..decisions import open_window, read
+
+    try:
+        tally = open_window(w.name, 1, create=False, clock=getattr(w, "_clock_arg", None))
+    except (ShmwinError, OSError, ValueError):
+        return None
+    if tally is None:
+        return None
+    try:
+        return {**read(tally, w.name)._asdict(), "period_s": tally.span_ns / NS_PER_S}
+    finally:
+        tally.close()
+
+
 def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     """``(key, value)`` of every live key of a counter role's segment, at the window's clock:
     a fixed window's count while it is live, a sliding counter's weighted count, a moving

@@ -29,7 +29,7 @@ from ..errors import GeometryMismatchError, ShmwinError
 from ..geometry import token_rate_of
 from ..rate import Rate
 from . import attached as _attached
-from .roles import COUNTERS, UNSUMMED, counter_values, counters_view, role_of, role_view
+from .roles import COUNTERS, UNSUMMED, counter_values, counters_view, decisions_of, role_of, role_view
 
 GLOB_CHARS = "*?["
 
@@ -319,6 +319,8 @@ def snapshot(
     labels, rates = ring_labels(w), limiter_rates(w)
     out: dict[str, Any] = {"name": w.name, "kind": g.kind, "fields": list(g.fields), "key": key}
     role = out["role"] = role_of(w)
+    if g.kind == "limiter" or role == "token-bucket":  # what it decided, if it keeps that
+        out["decisions"] = decisions_of(w)
     if role in COUNTERS:  # per-key state: each key's value, no buckets to sum
         view = out[role] = counters_view(w, role, top)
         out["resolutions"] = []

@@ -180,6 +180,9 @@ def _tools_show(name: str, lim: Limiter) -> None:
     shown = cli("show", name + ".decisions", columns=200).stdout
     assert f"decisions of limiter {name}" in shown and "admitted 10 (3 near the limit), rejected 2" in shown
     assert name + ".decisions" in cli("ls", columns=200).stdout
+    # and the limiter's own show says it too
+    shown = cli("show", name, columns=200).stdout
+    assert "decisions over 1m: admitted 10 (3 near the limit), rejected 2" in shown
     registry = CollectorRegistry()
     registry.register(ShmwinCollector([name + ".decisions"]))
     text = generate_latest(registry).decode()
