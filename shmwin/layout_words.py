@@ -32,8 +32,9 @@ import sys
 Field = tuple[str, int, str]  # (name, byte offset, type)
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 7  # 4: the role word (offset 168); 5: the key table's checked words;
-# 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log")
+FORMAT_VERSION = 8  # 4: the role word (offset 168); 5: the key table's checked words;
+# 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log");
+# 8: a moving log's one-word entries, 32-byte chunks and digest keys
 # and a limiter's compact rings
 
 # -- sizes and bounds ---------------------------------------------------------------------
@@ -255,25 +256,50 @@ TOKEN_STATE: tuple[Field, ...] = (
     ("tat", 0, "q"),  # the theoretical arrival time (ns): the bucket is full from then on; EMPTY_EPOCH: full
 )
 TOKEN_STATE_BYTES = 8
-# role "moving-log": limits' moving window, each key's hits as entries (time ns, hits) -- LOG_TIME,
-# LOG_HITS, as a log ring's -- MOVING_INLINE of them in the row, the rest in chunks of the
-# segment's chunk heap, chained from the row (core/moving.c). A keyed window of one log ring
-# (P, at most min(limit, times) entries, the limit) gives the period, the idle time P and the limit.
+# role "moving-log": limits' moving window, each key's hits as entries of one word each,
+# MOVING_INLINE of them in the row, the rest in chunks of the segment's chunk heap, chained from
+# the row (core/moving.c). A keyed window of one log ring (P, at most min(limit, times) entries,
+# the limit) gives the period, the idle time P and the limit.
+#
+# An entry is stamp << MOVING_STAMP_SHIFT | hits (hits 0: an empty entry). The stamp is a time
+# rounded UP to the segment's quantum q = 2**moving_quantum_shift(P) ns (1 ns for P up to
+# 2**28 ns; P / 2**28 at most, rounded to a power of two: 224 ns for a minute, 322 us for a day),
+# kept modulo 2**32 and read back against the row's last write (KEY_ROW.last_ns), which every
+# counting entry lies within P (and a clock's skew) of: core/moving.c zeroes an entry that
+# counts nothing before the last write moves past it. Rounded up, a hit is forgotten at most
+# q - 1 ns late, never early (strict). A moving log's limit is at most MOVING_HITS_MAX.
 MOVING_INLINE = 2
-LOG_ENTRY_BYTES = 16
+MOVING_ENTRY_BYTES = 8
+MOVING_STAMP_SHIFT = 32
+MOVING_HITS_MAX = (1 << 32) - 1
+MOVING_SPAN_BITS = 28  # a period spans at most 2**28 quanta: stamps 2**31 apart stay ordered
+# a moving log's row keeps its key as an 8-byte keyed digest (its ident word's hash is another,
+# independent one: 101 bits tell keys apart), not MAX_STORED_KEY bytes: tools show the digest
+MOVING_KEY_BYTES = 8
 MOVING_STATE: tuple[Field, ...] = (
     ("chain", 0, "q"),  # the key's first chunk + 1; 0: none
-    ("entries", 8, f"{MOVING_INLINE * LOG_ENTRY_BYTES}s"),  # MOVING_INLINE x (t ns, hits)
+    ("entries", 8, f"{MOVING_INLINE * MOVING_ENTRY_BYTES}s"),  # MOVING_INLINE entries
 )
-MOVING_STATE_BYTES = 8 + MOVING_INLINE * LOG_ENTRY_BYTES
-CHUNK_ENTRIES = 7
+MOVING_STATE_BYTES = 8 + MOVING_INLINE * MOVING_ENTRY_BYTES
+CHUNK_ENTRIES = 3
 # a chunk of the heap: in one key's chain, on the free list, or (inside a section) neither
 CHUNK: tuple[Field, ...] = (
-    ("next", 0, "q"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
-    ("owner", 8, "q"),  # the row whose chain holds it + 1; 0: free
-    ("entries", 16, f"{CHUNK_ENTRIES * LOG_ENTRY_BYTES}s"),  # CHUNK_ENTRIES x (t ns, hits)
+    ("next", 0, "I"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
+    ("owner", 4, "I"),  # the row whose chain holds it + 1; 0: free
+    ("entries", 8, f"{CHUNK_ENTRIES * MOVING_ENTRY_BYTES}s"),  # CHUNK_ENTRIES entries
 )
-CHUNK_BYTES = 16 + CHUNK_ENTRIES * LOG_ENTRY_BYTES
+CHUNK_BYTES = 8 + CHUNK_ENTRIES * MOVING_ENTRY_BYTES
+HALF_WORD_RECORDS = ("CHUNK",)  # records whose 4-byte fields are loaded and stored as such
+
+
+def moving_quantum_shift(period_ns: int) -> int:
+    """log2 of a moving log's quantum (ns) for the period P: P spans at most 2**MOVING_SPAN_BITS."""
+    return max(0, (period_ns - 1).bit_length() - MOVING_SPAN_BITS)
+
+
+def key_header_bytes(role: str) -> int:
+    """A keyed row's key header: its words, then the stored key (a moving log's: a digest)."""
+    return KEY_HEADER_BYTES - MAX_STORED_KEY + (MOVING_KEY_BYTES if role == "moving-log" else MAX_STORED_KEY)
 
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
@@ -409,9 +435,7 @@ MOVING_STATE_CHAIN_OFF = _at(MOVING_STATE, "chain")
 MOVING_STATE_CHAIN = MOVING_STATE_CHAIN_OFF // WORD_BYTES
 MOVING_STATE_ENTRIES_OFF = _at(MOVING_STATE, "entries")
 CHUNK_NEXT_OFF = _at(CHUNK, "next")
-CHUNK_NEXT = CHUNK_NEXT_OFF // WORD_BYTES
 CHUNK_OWNER_OFF = _at(CHUNK, "owner")
-CHUNK_OWNER = CHUNK_OWNER_OFF // WORD_BYTES
 CHUNK_ENTRIES_OFF = _at(CHUNK, "entries")
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
@@ -429,7 +453,8 @@ _SCALARS = (
     "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
     "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",
-    "MOVING_INLINE", "LOG_ENTRY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES",
+    "MOVING_INLINE", "MOVING_ENTRY_BYTES", "MOVING_STAMP_SHIFT", "MOVING_HITS_MAX", "MOVING_SPAN_BITS",
+    "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES",
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "COUNT32_BYTES", "COUNT32_MAX",
 )  # fmt: skip
 
@@ -466,7 +491,7 @@ def constants() -> dict[str, int]:
             if name == "reserved":
                 continue
             out[f"{prefix}_{name.upper()}_OFF"] = offset
-            if _word_field(offset, kind):
+            if _word_field(offset, kind) and prefix not in HALF_WORD_RECORDS:
                 out[f"{prefix}_{name.upper()}"] = offset // WORD_BYTES
     return out
 

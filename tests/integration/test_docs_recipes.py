@@ -310,9 +310,9 @@ def test_dockers_default_dev_shm_holds_what_the_docs_say(make_name):
     first OutOfSpaceError; a known client is still counted after it."""
     text = " ".join(_page_with("<!-- memory-table -->").split())  # as if on one line
     claims = {
-        "100/hour": "holds about 500,000 live clients of `100/hour`",
-        "5/minute": "500,000 of `5/minute`",
-        "1000/day": "500,000 of `1000/day`",
+        "100/hour": "holds about 800,000 live clients of `100/hour`",
+        "5/minute": "800,000 of `5/minute`",
+        "1000/day": "800,000 of `1000/day`",
     }
     for rate, claim in claims.items():
         assert claim in text, f"the docs no longer say {claim!r}"

@@ -1756,10 +1756,13 @@ def _moving_hits(name: str, clock_path: Path, key: str, count: int) -> tuple[int
 # section -> (limit, times, the victim's hits of "k" before the struck one (at T0 + i), free
 # chunks made first (a key of 2 full chunks cleared), how far the clock moves before the strike)
 MOVING_CASES = {
-    "chunk_alloc": (40, 1024, 9, 0, 0),  # the 10th hit needs a second chunk: the heap's next
-    "chunk_alloc_free": (40, 1024, 9, 2, 0),  # ... from the free list
-    "chunk_free": (40, 1024, 16, 0, MOVING_P + 20),  # two full chunks whose hits all left
+    # the 6th hit needs a second chunk (2 entries inline, 3 a chunk): the heap's next
+    "chunk_alloc": (40, 1024, 5, 0, 0),
+    "chunk_alloc_free": (40, 1024, 5, 2, 0),  # ... from the free list
+    "chunk_free": (40, 1024, 8, 0, MOVING_P + 100),  # two full chunks whose hits all left (a 64 ns quantum)
     "moving_hit": (40, 5, 5, 0, 0),  # five entries counting, times=5: the two oldest merge
+    # two entries whose hits left: one zeroed, one restamped
+    "moving_hit_stale": (40, 1024, 2, 0, MOVING_P + 100),
 }
 
 
@@ -1773,7 +1776,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
     once every hit has left, every chunk is on the free list, and the same load again takes
     no chunk past the heap's top."""
     limit, times, before_hits, free_made, advance = MOVING_CASES[case]
-    section = "chunk_alloc" if case.startswith("chunk_alloc") else case
+    section = "chunk_alloc" if case.startswith("chunk_alloc") else case.removesuffix("_stale")
 
     def load(m: Any, clock: ManualClock, at: int) -> None:
         if free_made:

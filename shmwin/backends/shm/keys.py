@@ -25,6 +25,7 @@ from .layout import (
     KEY_ROW_GEN,
     KEY_ROW_IDENT,
     KEY_ROW_LAST_NS,
+    MAX_STORED_KEY,
 )
 
 MAX_PROBES = layout.MAX_PROBES
@@ -32,9 +33,11 @@ _W = layout.WORD_BYTES
 
 
 def decode(stored: bytes, flags: int) -> Key:
-    """The key as callers gave it (long keys: the stored prefix, then '…' and the digest)."""
+    """The key as callers gave it (long keys: the stored prefix, then '…' and the digest; a
+    moving log's keys: '…' and their digest, all it stores)."""
     if flags & KEY_FLAG_DIGEST:
-        stored = stored[:KEY_LONG_PREFIX] + b"\xe2\x80\xa6" + stored[KEY_LONG_PREFIX:].hex().encode()
+        prefix = KEY_LONG_PREFIX if len(stored) == MAX_STORED_KEY else 0
+        stored = stored[:prefix] + b"\xe2\x80\xa6" + stored[prefix:].hex().encode()
     return stored.decode(errors="replace") if flags & KEY_FLAG_STR else stored
 
 

@@ -213,22 +213,26 @@ and each holder entry (16 bytes, entry *i* at 8 + 16 *i*)::
     8    8    i64   claim     that stripe's claims word when the holder took it
 
 A moving log's (role "moving-log", limits' moving window: ``core/moving.c``; one log ring in
-the header: the period P, n = min(limit, times) entries a key at most, the limit). Each entry
-is (i64 t ns, i64 hits), counted while hits > 0 and t >= now - P; a row of 96 bytes::
+the header: the period P, n = min(limit, times) entries a key at most, the limit, at most
+MOVING_HITS_MAX). Its key header stores an 8-byte keyed digest of the key, not the key
+(MOVING_KEY_BYTES: a 32-byte key header). Each entry is one word, stamp << 32 | hits: the
+stamp is the hit's time rounded up to the quantum q = 2**moving_quantum_shift(P) ns, modulo
+2**32, read back against the row's last write (every entry holding hits lies within P of it);
+counted while hits > 0 and t >= now - P. A row of 56 bytes::
 
     off  size type  name      meaning
     0    8    i64   chain     the key's first chunk + 1 (0: none)
-    8    32   bytes entries   MOVING_INLINE (2) entries
+    8    16   u64[] entries   MOVING_INLINE (2) entries
 
-Chunk heap (role "moving-log"): ``n_chunks`` chunks of 128 bytes from ``chunks_off``, sparse
+Chunk heap (role "moving-log"): ``n_chunks`` chunks of 32 bytes from ``chunks_off``, sparse
 like the rows (reserved as handed out, ``chunks_top``); a chunk is on the free list, in one
 key's chain (newest first), or -- inside a section -- in neither; chain words change only
 under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's row lock::
 
     off  size type  name      meaning
-    0    8    i64   next      the next chunk of its chain (or of the free list) + 1; 0 = last
-    8    8    i64   owner     the row whose chain holds it + 1; 0 = free
-    16   112  bytes entries   CHUNK_ENTRIES (7) entries
+    0    4    u32   next      the next chunk of its chain (or of the free list) + 1; 0 = last
+    4    4    u32   owner     the row whose chain holds it + 1; 0 = free
+    8    24   u64[] entries   CHUNK_ENTRIES (3) entries
 """
 
 from __future__ import annotations
@@ -500,7 +504,7 @@ class Layout:
         rows_off = _align_page(keys_off + index_entries * KEY_ENTRY_BYTES) if g.keyed else keys_off
         slot_words = SLOT_VALUES + len(g.fields)
         head_slots = LIMITER_HEAD_SLOTS if g.kind == "limiter" else WINDOW_HEAD_SLOTS
-        ring_words, words = [], KEY_HEADER_BYTES // WORD_BYTES if g.keyed else 0
+        ring_words, words = [], _words.key_header_bytes(g.role) // WORD_BYTES if g.keyed else 0
         count_bytes = tuple(_words.ring_count_bytes(g.kind, ring.log, ring.limit) for ring in g.rings)
         for ring, width in zip(g.rings, count_bytes, strict=True):
             ring_words.append(words)

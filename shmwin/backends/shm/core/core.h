@@ -125,6 +125,8 @@ typedef struct {
     PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
     int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
     int64_t chunks_off, n_chunks;  /* role "moving-log": the chunk heap (moving.c); else 0 */
+    int moving_shift;   /* role "moving-log": log2 of its entries' time quantum (layout_words) */
+    int64_t key_bytes;  /* keyed: the key bytes a row stores (a moving log's: a digest) */
     int chunks_held;         /* this thread holds LOCK_CHUNKS already (reset): emptying a row takes it not */
 } Core;
 

@@ -79,7 +79,7 @@ static int layout_fits(Core *c) {
          c->chunks_off < c->rows_off + c->n_rows * c->row_bytes || !fits(c->chunks_off, c->n_chunks, CHUNK_BYTES, len)))
         return 0;
     return c->index_levels >= 1 && c->index_levels <= 40 && c->key_slots >= 1 && c->key_slots <= (1 << 20) &&
-           (c->key_slots & (c->key_slots - 1)) == 0 && c->rings_off >= KEY_HEADER_BYTES &&
+           (c->key_slots & (c->key_slots - 1)) == 0 && c->rings_off >= KEY_ROW_KEY_OFF + c->key_bytes &&
            c->n_rows <= UINT32_MAX && fits(c->keys_off, 2 * ((INT64_C(1) << c->index_levels) - 1),
                                            c->key_slots * KEY_ENTRY_BYTES, c->rows_off);
 }
@@ -95,7 +95,7 @@ static int64_t offset_of(uint64_t word) { return word > (uint64_t)INT64_MAX ? -1
 /* The rings of the header's ring table, placed one after another in a row (after the key
  * header of a keyed row), and what they decide: the idle time and the lowest limit. */
 static int read_rings(Core *c, const ShmwinHeader *h) {
-    int64_t words = c->keyed ? KEY_HEADER_BYTES / WORD_BYTES : 0;
+    int64_t words = c->keyed ? (KEY_ROW_KEY_OFF + c->key_bytes) / WORD_BYTES : 0;
     c->min_limit = INT64_MAX;
     c->idle_ns = 0;
     for (int i = 0; i < c->n_rings; i++) {
@@ -147,6 +147,7 @@ static int read_header(Core *c) {
                      : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES
                      : c->role == ROLE_TOKEN_BUCKET ? TOKEN_STATE_BYTES / WORD_BYTES
                      : c->role == ROLE_MOVING_LOG ? MOVING_STATE_BYTES / WORD_BYTES : 0;
+    c->key_bytes = c->role == ROLE_MOVING_LOG ? MOVING_KEY_BYTES : MAX_STORED_KEY;  /* layout_words.key_header_bytes */
     c->n_stripes = c->keyed ? (int64_t)h.n_stripes : 0;  /* a keyed segment's: a concurrency's processes */
     if (c->keyed && !c->limiter && c->role == ROLE_CONCURRENCY) {  /* a mark word, one holder entry per slot */
         int64_t limit = h.ring_table[0].limit;
@@ -179,6 +180,10 @@ static int read_header(Core *c) {
     memcpy(&c->hk0, h.hash_key, 8);
     memcpy(&c->hk1, h.hash_key + 8, 8);
     if (read_rings(c, &h) < 0) return -1;
+    /* a moving log's quantum (layout_words.moving_quantum_shift): P spans at most 2**MOVING_SPAN_BITS */
+    for (c->moving_shift = 0; c->role == ROLE_MOVING_LOG &&
+                              ((c->rings[0].bucket_ns - 1) >> c->moving_shift) >= (INT64_C(1) << MOVING_SPAN_BITS);)
+        c->moving_shift++;
     if (!layout_fits(c)) {
         PyErr_SetString(PyExc_ValueError, "Core: the layout does not fit the mapping");
         return -1;

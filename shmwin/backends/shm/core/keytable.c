@@ -64,6 +64,17 @@ int encode_key(Core *c, PyObject *key, StoredKey *k) {
         PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.100s", Py_TYPE(key)->tp_name);
         return -1;
     }
+    if (c->key_bytes < MAX_STORED_KEY) {  /* a moving log's row: a digest, its hash an independent one */
+        uint64_t d0 = siphash13(c->hk0, c->hk1 ^ (uint64_t)k->flags, (const unsigned char *)raw, (size_t)len);
+        uint64_t d1 = siphash13(c->hk1 ^ 0x9e3779b97f4a7c15ULL, c->hk0 ^ (uint64_t)k->flags, (const unsigned char *)raw,
+                                (size_t)len);
+        memcpy(k->bytes, &d0, 8);
+        k->len = MOVING_KEY_BYTES;
+        k->flags |= KEY_FLAG_DIGEST;
+        k->hash = d1 & KEY_HASH_MASK ? d1 & KEY_HASH_MASK : 1;
+        k->ident = (int64_t)(k->hash | (uint64_t)k->len << IDENT_LEN_SHIFT | (uint64_t)k->flags << IDENT_FLAGS_SHIFT);
+        return 0;
+    }
     if (len <= MAX_STORED_KEY) {
         memcpy(k->bytes, raw, (size_t)len);
         k->len = len;
@@ -511,7 +522,7 @@ static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int fr
     if (from_free) STORE(KEYWORD(c, FREE_HEAD_OFF), next);
     else if (place != PLACE_IDLE) store_state(c, ROWS_TOP_OFF, r + 1);
     STORE(RIDENT(row), 0);
-    memset(RKEY(row), 0, MAX_STORED_KEY);
+    memset(RKEY(row), 0, (size_t)c->key_bytes);
     memcpy(RKEY(row), k->bytes, (size_t)k->len);
     FAILPOINT();
     STORE(RIDENT(row), k->ident);

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION             7
+#define FORMAT_VERSION             8
 #define WORD_BYTES                 8
 #define PAGE_BYTES                 4096
 #define HEADER_BYTES               4096
@@ -67,10 +67,14 @@
 #define MAX_CONCURRENCY            1024
 #define TOKEN_STATE_BYTES          8
 #define MOVING_INLINE              2
-#define LOG_ENTRY_BYTES            16
-#define MOVING_STATE_BYTES         40
-#define CHUNK_ENTRIES              7
-#define CHUNK_BYTES                128
+#define MOVING_ENTRY_BYTES         8
+#define MOVING_STAMP_SHIFT         32
+#define MOVING_HITS_MAX            INT64_C(4294967295)
+#define MOVING_SPAN_BITS           28
+#define MOVING_KEY_BYTES           8
+#define MOVING_STATE_BYTES         24
+#define CHUNK_ENTRIES              3
+#define CHUNK_BYTES                32
 #define LIMITER_RING_BYTES         32
 #define LIMITER_RING_WORDS         4
 #define COUNT32_BYTES              4
@@ -174,10 +178,8 @@
 #define MOVING_STATE_CHAIN         0
 #define MOVING_STATE_ENTRIES_OFF   8
 #define CHUNK_NEXT_OFF             0
-#define CHUNK_NEXT                 0
-#define CHUNK_OWNER_OFF            8
-#define CHUNK_OWNER                1
-#define CHUNK_ENTRIES_OFF          16
+#define CHUNK_OWNER_OFF            4
+#define CHUNK_ENTRIES_OFF          8
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -240,7 +242,11 @@
     X(MAX_CONCURRENCY) \
     X(TOKEN_STATE_BYTES) \
     X(MOVING_INLINE) \
-    X(LOG_ENTRY_BYTES) \
+    X(MOVING_ENTRY_BYTES) \
+    X(MOVING_STAMP_SHIFT) \
+    X(MOVING_HITS_MAX) \
+    X(MOVING_SPAN_BITS) \
+    X(MOVING_KEY_BYTES) \
     X(MOVING_STATE_BYTES) \
     X(CHUNK_ENTRIES) \
     X(CHUNK_BYTES) \
@@ -347,9 +353,7 @@
     X(MOVING_STATE_CHAIN) \
     X(MOVING_STATE_ENTRIES_OFF) \
     X(CHUNK_NEXT_OFF) \
-    X(CHUNK_NEXT) \
     X(CHUNK_OWNER_OFF) \
-    X(CHUNK_OWNER) \
     X(CHUNK_ENTRIES_OFF) \
     /* end */
 
@@ -490,10 +494,10 @@ _Static_assert(CONC_HOLDER_STRIPE_OFF + 8 <= CONC_HOLDER_CLAIM_OFF, "CONC_HOLDER
 _Static_assert(CONC_HOLDER_CLAIM_OFF + 8 <= CONC_HOLDER_BYTES, "CONC_HOLDER.claim");
 _Static_assert(TOKEN_STATE_TAT_OFF + 8 <= TOKEN_STATE_BYTES, "TOKEN_STATE.tat");
 _Static_assert(MOVING_STATE_CHAIN_OFF + 8 <= MOVING_STATE_ENTRIES_OFF, "MOVING_STATE.chain");
-_Static_assert(MOVING_STATE_ENTRIES_OFF + 32 <= MOVING_STATE_BYTES, "MOVING_STATE.entries");
-_Static_assert(CHUNK_NEXT_OFF + 8 <= CHUNK_OWNER_OFF, "CHUNK.next");
-_Static_assert(CHUNK_OWNER_OFF + 8 <= CHUNK_ENTRIES_OFF, "CHUNK.owner");
-_Static_assert(CHUNK_ENTRIES_OFF + 112 <= CHUNK_BYTES, "CHUNK.entries");
+_Static_assert(MOVING_STATE_ENTRIES_OFF + 16 <= MOVING_STATE_BYTES, "MOVING_STATE.entries");
+_Static_assert(CHUNK_NEXT_OFF + 4 <= CHUNK_OWNER_OFF, "CHUNK.next");
+_Static_assert(CHUNK_OWNER_OFF + 4 <= CHUNK_ENTRIES_OFF, "CHUNK.owner");
+_Static_assert(CHUNK_ENTRIES_OFF + 24 <= CHUNK_BYTES, "CHUNK.entries");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

@@ -3,12 +3,18 @@
  *
  * Role "moving-log" (layout_words.py: MOVING_STATE, CHUNK): a keyed window of one log ring --
  * the period P, at most n = min(limit, times) entries a key, the limit L -- whose rows hold,
- * after the key header, `chain` (the key's first chunk + 1, 0: none) and MOVING_INLINE
- * entries (t ns, hits). More entries live in chunks of the segment's chunk heap (after the
+ * after the key header (its key a digest), `chain` (the key's first chunk + 1, 0: none) and
+ * MOVING_INLINE entries. More entries live in chunks of the segment's chunk heap (after the
  * rows; sparse, reserved as chunks are first handed out): a chunk is a header (next chunk of
- * its chain + 1, owner row + 1) and CHUNK_ENTRIES entries. An entry counts while hits > 0 and
- * t >= now - P (limits' memory storage's moving window, and a log ring's: rings.c): a hit is
- * forgotten 1 ns after P has passed.
+ * its chain + 1, owner row + 1, 4 bytes each) and CHUNK_ENTRIES entries.
+ *
+ * An entry is one word, stamp << 32 | hits (layout_words.MOVING_STATE): the stamp is its time
+ * rounded up to the quantum q = 2**moving_shift ns (1 ns for P up to 2**28 ns), modulo 2**32,
+ * read back against the row's last write -- every entry holding hits lies within P (and a
+ * clock's skew) of it, because "moving_hit" zeroes the entries that count nothing before it
+ * moves the last write on. An entry counts while hits > 0 and t >= now - P (limits' memory
+ * storage's moving window, and a log ring's: rings.c): a hit is forgotten after P has passed,
+ * at most q - 1 ns late (its time was rounded up), never early.
  *
  * Locks: LOCK_KEY_TABLE -> a row lock -> LOCK_CHUNKS, in that order only. Entries are written
  * under their key's row lock; chain words (a row's chain, a chunk's next and owner) and the
@@ -42,12 +48,39 @@
 #define POPULATE_WRITE 23  /* Linux 5.14+; older kernels answer EINVAL */
 #endif
 
-#define ENTRY_WORDS (LOG_ENTRY_BYTES / WORD_BYTES)
-#define INLINE_W (MOVING_STATE_ENTRIES_OFF / WORD_BYTES)
-#define CHUNK_W (CHUNK_ENTRIES_OFF / WORD_BYTES)
-
 static int64_t *mstate(Core *c, char *row) { return (int64_t *)(row + c->rings_off); }
-static int64_t *chunk_at(Core *c, int64_t i) { return (int64_t *)(c->base + c->chunks_off + i * CHUNK_BYTES); }
+static int64_t *inline_at(int64_t *st) { return (int64_t *)((char *)st + MOVING_STATE_ENTRIES_OFF); }
+static char *chunk_at(Core *c, int64_t i) { return c->base + c->chunks_off + i * CHUNK_BYTES; }
+static uint32_t *cnext(char *ch) { return (uint32_t *)(ch + CHUNK_NEXT_OFF); }
+static uint32_t *cowner(char *ch) { return (uint32_t *)(ch + CHUNK_OWNER_OFF); }
+static int64_t *centries(char *ch) { return (int64_t *)(ch + CHUNK_ENTRIES_OFF); }
+
+/* ---- entries: stamp << 32 | hits ----------------------------------------------------------- */
+
+/* A time's stamp: rounded up to the quantum (a junk or negative time is clamped first). */
+static int64_t stamp_of(Core *c, int64_t t) {
+    if (t < 0) t = 0;
+    if (t > MAX_NOW_NS) t = MAX_NOW_NS;
+    return (t + ((INT64_C(1) << c->moving_shift) - 1)) >> c->moving_shift;
+}
+static int64_t hits_of(int64_t w) { return (int64_t)((uint64_t)w & MOVING_HITS_MAX); }
+static int64_t entry_word(Core *c, int64_t stamp, int64_t hits) {
+    if (hits > MOVING_HITS_MAX) hits = MOVING_HITS_MAX;  /* a limit is at most that: never */
+    return (int64_t)((uint64_t)(uint32_t)stamp << MOVING_STAMP_SHIFT | (uint64_t)hits);
+}
+/* The entry's stamp, read back against `anchor` (the stamp of its row's last write): the
+ * nearest stamp with those 32 low bits. */
+static int64_t stamp_near(int64_t w, int64_t anchor) {
+    uint32_t low = (uint32_t)((uint64_t)w >> MOVING_STAMP_SHIFT);
+    return anchor + (int32_t)(low - (uint32_t)anchor);
+}
+/* Its time (ns): rounded up; before 0 (junk): -1, which counts only as long as now < P. */
+static int64_t time_of(Core *c, int64_t stamp) {
+    if (stamp < 0) return -1;
+    if (stamp > (MAX_NOW_NS >> c->moving_shift)) return MAX_NOW_NS;
+    return stamp << c->moving_shift;
+}
+static int64_t anchor_of(Core *c, char *row) { return stamp_of(c, LOAD(RLAST(row))); }
 static int64_t period(Core *c) { return c->rings[0].bucket_ns; }
 static int64_t max_entries(Core *c) { return c->rings[0].n; }  /* n = min(limit, times) */
 static int64_t inline_entries(Core *c) { return max_entries(c) < MOVING_INLINE ? max_entries(c) : MOVING_INLINE; }
@@ -62,11 +95,15 @@ static int64_t max_chain(Core *c) {
 static int counts(Core *c, int64_t t, int64_t hits, int64_t now) {
     return hits > 0 && t >= now - period(c);  /* a time ahead of now (a clock behind) counts */
 }
+static int entry_counts(Core *c, int64_t w, int64_t anchor, int64_t now) {
+    return counts(c, time_of(c, stamp_near(w, anchor)), hits_of(w), now);
+}
 
 /* Is this Core a moving log: a keyed window of one log ring whose rows hold its state? */
 static int is_moving(Core *c) {
     if (IS_MOVING(c) && c->keyed && !c->limiter && c->n_rings == 1 && c->rings[0].log &&
-        c->empty_bytes >= MOVING_STATE_BYTES && c->rings[0].bucket_ns <= MAX_SPAN_NS)
+        c->empty_bytes >= MOVING_STATE_BYTES && c->rings[0].bucket_ns <= MAX_SPAN_NS &&
+        c->rings[0].limit <= MOVING_HITS_MAX)
         return 0;
     PyErr_Format(PyExc_ValueError, "window %R is not a moving-log segment", c->name);
     return -1;
@@ -96,14 +133,16 @@ static int64_t junk_chain(Core *c, int64_t slot, int64_t v) {
 static int64_t chain_next(Core *c, int64_t slot, int64_t v, int64_t top, int64_t *steps) {
     if (v == 0) return -1;
     if (v < 0 || v > top || ++*steps > max_chain(c)) return junk_chain(c, slot, v);
-    if (LOAD(chunk_at(c, v - 1) + CHUNK_OWNER) != slot + 1) return junk_chain(c, slot, v);
+    if (LOAD(cowner(chunk_at(c, v - 1))) != (uint32_t)(slot + 1)) return junk_chain(c, slot, v);
     return v - 1;
 }
 
 /* ---- the scan: what a key's entries count at now, and where a new hit goes ------------------ */
 
 typedef struct {
+    int64_t anchor;            /* the stamp of the row's last write: entries are read against it */
     int64_t used, live;        /* hits counted (saturating), entries counting */
+    int64_t stale;             /* entries holding hits that count nothing */
     int64_t *free_e;           /* an entry counting nothing: inline first, then the chain's */
     int64_t free_chunk;        /* the chunk holding free_e; -1: inline, or none */
     int64_t *oldest, *second;  /* the two oldest counting entries */
@@ -112,8 +151,9 @@ typedef struct {
 } Scan;
 
 static int scan_entry(Core *c, int64_t *e, int64_t now, int64_t chunk, Scan *s) {
-    int64_t t = LOAD(e + LOG_TIME), hits = LOAD(e + LOG_HITS);
+    int64_t w = LOAD(e), t = time_of(c, stamp_near(w, s->anchor)), hits = hits_of(w);
     if (!counts(c, t, hits, now)) {
+        if (hits > 0) s->stale++;
         if (s->free_e == NULL) s->free_e = e, s->free_chunk = chunk;
         return 0;
     }
@@ -133,25 +173,24 @@ static int scan(Core *c, int64_t slot, int64_t now, Scan *s) {
     int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
     memset(s, 0, sizeof *s);
     s->free_chunk = -1;
-    for (int64_t j = 0; j < inline_entries(c); j++) scan_entry(c, st + INLINE_W + j * ENTRY_WORDS, now, -1, s);
+    s->anchor = anchor_of(c, ROW(c, slot));
+    for (int64_t j = 0; j < inline_entries(c); j++) scan_entry(c, inline_at(st) + j, now, -1, s);
     if (LOAD(st + MOVING_STATE_CHAIN) == 0) return 0;
     if (chunks_top(c, &top) < 0) return -1;
     for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i != -1;
-         i = chain_next(c, slot, LOAD(chunk_at(c, i) + CHUNK_NEXT), top, &steps)) {
+         i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps)) {
         if (i == -2) return -1;
-        int64_t *ch = chunk_at(c, i), any = 0;
-        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) any |= scan_entry(c, ch + CHUNK_W + j * ENTRY_WORDS, now, i, s);
+        int64_t *es = centries(chunk_at(c, i)), any = 0;
+        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) any |= scan_entry(c, es + j, now, i, s);
         s->chunks++;
         if (!any) s->dead++;
     }
     return 0;
 }
 
-static int chunk_counts(Core *c, int64_t *ch, int64_t now) {
-    for (int64_t j = 0; j < CHUNK_ENTRIES; j++) {
-        int64_t *e = ch + CHUNK_W + j * ENTRY_WORDS;
-        if (counts(c, LOAD(e + LOG_TIME), LOAD(e + LOG_HITS), now)) return 1;
-    }
+static int chunk_counts(Core *c, char *ch, int64_t anchor, int64_t now) {
+    for (int64_t j = 0; j < CHUNK_ENTRIES; j++)
+        if (entry_counts(c, LOAD(centries(ch) + j), anchor, now)) return 1;
     return 0;
 }
 
@@ -188,10 +227,10 @@ static int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
     int64_t top, head = LOAD(KEYWORD(c, CHUNK_FREE_OFF)), i, next_free = 0;
     int from_free = 0, drop_list = 0;
     if (chunks_top(c, &top) < 0) return -1;
-    if (head > 0 && head <= top && LOAD(chunk_at(c, head - 1) + CHUNK_OWNER) == 0) {
+    if (head > 0 && head <= top && LOAD(cowner(chunk_at(c, head - 1))) == 0) {
         i = head - 1;
         from_free = 1;
-        next_free = LOAD(chunk_at(c, i) + CHUNK_NEXT);
+        next_free = LOAD(cnext(chunk_at(c, i)));
         if (next_free < 0 || next_free > top) next_free = 0;  /* junk: the rest is the repair's to find */
     } else {
         drop_list = head != 0;  /* junk: a head off the heap, or naming a held chunk */
@@ -204,15 +243,16 @@ static int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
         }
         i = top;
     }
-    int64_t *st = mstate(c, ROW(c, slot)), *ch = chunk_at(c, i);
+    int64_t *st = mstate(c, ROW(c, slot));
+    char *ch = chunk_at(c, i);
     SECTION("chunk_alloc");
     STORE(intent_at(c, LOCK_CHUNKS), slot);
     if (from_free) STORE(KEYWORD(c, CHUNK_FREE_OFF), next_free);
     else store_state(c, CHUNKS_TOP_OFF, i + 1);
     if (drop_list) STORE(KEYWORD(c, CHUNK_FREE_OFF), 0);
-    STORE(ch + CHUNK_OWNER, slot + 1);
-    STORE(ch + CHUNK_NEXT, LOAD(st + MOVING_STATE_CHAIN));
-    memset(ch + CHUNK_W, 0, (size_t)CHUNK_ENTRIES * LOG_ENTRY_BYTES);  /* no hits: counts nothing */
+    STORE(cowner(ch), (uint32_t)(slot + 1));
+    STORE(cnext(ch), (uint32_t)LOAD(st + MOVING_STATE_CHAIN));
+    memset(centries(ch), 0, (size_t)CHUNK_ENTRIES * MOVING_ENTRY_BYTES);  /* no hits: counts nothing */
     __atomic_thread_fence(__ATOMIC_RELEASE);
     FAILPOINT();
     STORE(st + MOVING_STATE_CHAIN, i + 1);  /* published */
@@ -229,25 +269,28 @@ static int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
  * key's counting entries are never in a chunk so freed. Returns the chunks freed, -1 error
  * (a junk chain: the chunks before it were freed). */
 static int64_t free_chunks(Core *c, int64_t slot, int64_t now, int64_t keep, int all) {
-    int64_t *link = mstate(c, ROW(c, slot)) + MOVING_STATE_CHAIN, top, steps = 0, freed = 0;
+    int64_t *head = mstate(c, ROW(c, slot)) + MOVING_STATE_CHAIN, top, steps = 0, freed = 0;
+    int64_t anchor = anchor_of(c, ROW(c, slot));
+    uint32_t *link = NULL;  /* the link naming the chunk looked at: the row's chain word, else a chunk's */
     if (chunks_top(c, &top) < 0) return -1;
     SECTION("chunk_free");
     STORE(intent_at(c, LOCK_CHUNKS), slot);
     for (;;) {
-        int64_t i = chain_next(c, slot, LOAD(link), top, &steps);
+        int64_t i = chain_next(c, slot, link == NULL ? LOAD(head) : (int64_t)LOAD(link), top, &steps);
         if (i == -1) break;
         if (i == -2) {
             freed = -1;
             break;
         }
-        int64_t *ch = chunk_at(c, i);
-        if (i == keep || (!all && chunk_counts(c, ch, now))) {
-            link = ch + CHUNK_NEXT;
+        char *ch = chunk_at(c, i);
+        if (i == keep || (!all && chunk_counts(c, ch, anchor, now))) {
+            link = cnext(ch);
             continue;
         }
-        STORE(link, LOAD(ch + CHUNK_NEXT));  /* unlinked */
-        STORE(ch + CHUNK_OWNER, 0);
-        STORE(ch + CHUNK_NEXT, LOAD(KEYWORD(c, CHUNK_FREE_OFF)));
+        if (link == NULL) STORE(head, (int64_t)LOAD(cnext(ch)));  /* unlinked */
+        else STORE(link, LOAD(cnext(ch)));
+        STORE(cowner(ch), 0);
+        STORE(cnext(ch), (uint32_t)LOAD(KEYWORD(c, CHUNK_FREE_OFF)));
         STORE(KEYWORD(c, CHUNK_FREE_OFF), i + 1);  /* free */
         freed++;
     }
@@ -263,7 +306,7 @@ static int64_t free_chunks(Core *c, int64_t slot, int64_t now, int64_t keep, int
  * them, nothing is counted twice, nothing leaks. Errors are cleared: a junk chain is cut. */
 void moving_empty(Core *c, char *row, int64_t slot) {
     int64_t *st = mstate(c, row);
-    for (int64_t j = 0; j < MOVING_INLINE; j++) STORE(st + INLINE_W + j * ENTRY_WORDS + LOG_HITS, 0);
+    for (int64_t j = 0; j < MOVING_INLINE; j++) STORE(inline_at(st) + j, 0);
     if (LOAD(st + MOVING_STATE_CHAIN) == 0) return;
     if (c->chunks_held || lock_take(c, LOCK_CHUNKS) == 0) {
         if (free_chunks(c, slot, 0, -1, 1) < 0) {
@@ -280,8 +323,8 @@ void moving_empty(Core *c, char *row, int64_t slot) {
         return;
     }
     for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i >= 0;
-         i = chain_next(c, slot, LOAD(chunk_at(c, i) + CHUNK_NEXT), top, &steps))
-        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) STORE(chunk_at(c, i) + CHUNK_W + j * ENTRY_WORDS + LOG_HITS, 0);
+         i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
+        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) STORE(centries(chunk_at(c, i)) + j, 0);
     PyErr_Clear();
 }
 
@@ -302,22 +345,24 @@ void repair_chunks(Core *c) {
     SECTION("chunk_repair");
     STORE(intent_at(c, LOCK_CHUNKS), -1);
     for (int64_t r = 0; r < rows; r++) {
-        int64_t *link = mstate(c, ROW(c, r)) + MOVING_STATE_CHAIN, steps = 0;
-        for (int64_t v = LOAD(link); v != 0; v = LOAD(link)) {
+        int64_t *chain = mstate(c, ROW(c, r)) + MOVING_STATE_CHAIN, steps = 0;
+        uint32_t *link = NULL;  /* the link after the row's chain word: a chunk's */
+        for (int64_t v = LOAD(chain); v != 0; v = LOAD(link)) {
             if (v < 0 || v > top || held[v - 1] || ++steps > max_chain(c) ||
-                LOAD(chunk_at(c, v - 1) + CHUNK_OWNER) != r + 1) {
-                STORE(link, 0);  /* junk, a cycle, or another chain's: the chain ends here */
+                LOAD(cowner(chunk_at(c, v - 1))) != (uint32_t)(r + 1)) {
+                if (link == NULL) STORE(chain, 0);  /* junk, a cycle, or another chain's: the chain ends here */
+                else STORE(link, 0);
                 break;
             }
             held[v - 1] = 1;
-            link = chunk_at(c, v - 1) + CHUNK_NEXT;
+            link = cnext(chunk_at(c, v - 1));
         }
     }
     for (int64_t i = top - 1; i >= 0; i--) {
         if (held[i]) continue;
-        int64_t *ch = chunk_at(c, i);
-        if (LOAD(ch + CHUNK_OWNER) != 0) STORE(ch + CHUNK_OWNER, 0);
-        STORE(ch + CHUNK_NEXT, head);
+        char *ch = chunk_at(c, i);
+        if (LOAD(cowner(ch)) != 0) STORE(cowner(ch), 0);
+        STORE(cnext(ch), (uint32_t)head);
         head = i + 1;
     }
     STORE(KEYWORD(c, CHUNK_FREE_OFF), head);
@@ -327,33 +372,55 @@ void repair_chunks(Core *c) {
 
 /* ---- the hit ----------------------------------------------------------------------------------- */
 
+/* Zero every entry of the key of row `slot` that holds hits but counts nothing at now (but
+ * `keep`, which the hit restamps): inside "moving_hit", before the last write moves on, so that
+ * every entry holding hits stays within P of it (its stamp is read back against it). */
+static void zero_stale(Core *c, int64_t slot, int64_t now, int64_t anchor, const int64_t *keep) {
+    int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
+    for (int64_t j = 0; j < inline_entries(c); j++) {
+        int64_t *e = inline_at(st) + j, w = LOAD(e);
+        if (e != keep && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(e, 0);
+    }
+    if (LOAD(st + MOVING_STATE_CHAIN) == 0 || chunks_top(c, &top) < 0) {
+        PyErr_Clear();  /* the scan read the same words: not reached */
+        return;
+    }
+    for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i >= 0;
+         i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
+        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) {
+            int64_t *e = centries(chunk_at(c, i)) + j, w = LOAD(e);
+            if (e != keep && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(e, 0);
+        }
+    PyErr_Clear();
+}
+
 /* Section "moving_hit": count `cost` hits at now in the entry the scan found (as a log ring's
  * log_add, rings.c): an entry that counts nothing, or -- n entries counting, or no chunk to be
  * had -- the two oldest merged into the newer one's time (their hits forgotten later, never
  * earlier: strict), the freed entry taking the hit. Caller holds the row lock.
- * Invariant between stores: an entry is emptied (hits 0) before it is restamped, so a tear
- * loses at most the call's own hit; mid-merge, the newer entry holds both before the oldest
- * is emptied (counted twice until they leave: refusals early, never admissions late). The
- * key's last write goes last, never backwards. Repair: none (nothing derived). */
+ * Order: entries that count nothing are zeroed, then the key's last write moves on (never
+ * backwards), then the hit's entry is written, one word. Invariant between stores: every
+ * entry holding hits lies within P of the last write (its stamp reads back); a tear loses at
+ * most the call's own hit; mid-merge, the newer entry holds both before the oldest is
+ * restamped (counted twice until they leave: refusals early, never admissions late). Repair:
+ * none (nothing derived). */
 static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, int64_t *e) {
+    int64_t stamp = stamp_of(c, now);
     SECTION("moving_hit");
     STORE(intent_at(c, row_lock(c, slot)), slot);
+    if (s->stale > 0) zero_stale(c, slot, now, s->anchor, e != NULL ? e : s->oldest);
+    touch_last(ROW(c, slot), now);
     if (e == NULL && s->second == NULL) {  /* one entry, counting: the new hits join it, at now */
-        int64_t hits = LOAD(s->oldest + LOG_HITS);
-        if (LOAD(s->oldest + LOG_TIME) < now) STORE(s->oldest + LOG_TIME, now);  /* first: later, never sooner */
-        STORE(s->oldest + LOG_HITS, hits > INT64_MAX - cost ? INT64_MAX : hits + cost);
+        int64_t w = LOAD(s->oldest), was = stamp_near(w, s->anchor);
+        STORE(s->oldest, entry_word(c, was > stamp ? was : stamp, hits_of(w) + cost));  /* later, never sooner */
     } else {
         if (e == NULL) {  /* the oldest joins the second oldest */
-            int64_t ha = LOAD(s->oldest + LOG_HITS), hb = LOAD(s->second + LOG_HITS);
-            STORE(s->second + LOG_HITS, ha > INT64_MAX - hb ? INT64_MAX : ha + hb);
-            STORE(s->oldest + LOG_HITS, 0);
+            int64_t w = LOAD(s->second);
+            STORE(s->second, entry_word(c, stamp_near(w, s->anchor), hits_of(w) + hits_of(LOAD(s->oldest))));
             e = s->oldest;
         }
-        if (LOAD(e + LOG_HITS) != 0) STORE(e + LOG_HITS, 0);  /* an entry that left: emptied before restamped */
-        STORE(e + LOG_TIME, now);
-        STORE(e + LOG_HITS, cost);
+        STORE(e, entry_word(c, stamp, cost));
     }
-    touch_last(ROW(c, slot), now);
     END_SECTION();
 }
 
@@ -379,7 +446,7 @@ static int hit_key(Core *c, int64_t slot, int64_t now, int64_t cost, int *allowe
         int rc = need ? alloc_chunk(c, slot, &got) : 0;
         lock_give(c, LOCK_CHUNKS);
         if (rc < 0) return -1;
-        if (rc == 1) e = chunk_at(c, got) + CHUNK_W;
+        if (rc == 1) e = centries(chunk_at(c, got));
     }
     put_hit(c, slot, now, cost, &s, e);
     return 0;
@@ -453,7 +520,7 @@ PyObject *Core_moving_chunks(Core *c, PyObject *Py_UNUSED(ignored)) {
     if (is_moving(c) < 0 || lock_take_ex(c, LOCK_CHUNKS, 1) < 0) goto out;
     if (chunks_top(c, &top) == 0) {
         for (int64_t v = LOAD(KEYWORD(c, CHUNK_FREE_OFF)); v > 0 && v <= top && listed < top;
-             v = LOAD(chunk_at(c, v - 1) + CHUNK_NEXT))
+             v = LOAD(cnext(chunk_at(c, v - 1))))
             listed++;
         result = Py_BuildValue("(LLLL)", (long long)top, (long long)listed,
                                (long long)((uint64_t)LOAD(KEYWORD(c, CHUNKS_RESERVED_OFF)) & 0xFFFFFFFFu), (long long)c->n_chunks);
