@@ -108,6 +108,28 @@ def test_a_hit_off_the_quantum_is_forgotten_late_never_early(name, period_ns):
         shmwin.unlink(name)
 
 
+def test_an_entry_that_left_never_comes_back_when_its_stamp_wraps(name):
+    """Stamps are kept modulo 2**32 quanta (275 s for P = 10 s) and read back against the
+    row's last write. An entry that left but was not reused (the hits go to the first entry
+    that counts nothing) must not read back as a live one once the last write has moved 2**31
+    quanta past it: a hit zeroes such entries before it moves the last write on."""
+    clock = ManualClock(T0)
+    m = moving(name, clock, 2)
+    wrap_ns = (1 << 32) * Q
+    try:
+        assert m.hit("k", 1) and m.hit("k", 1)  # both inline entries at T0
+        step = P + Q + 1
+        for i in range(1, 2 * wrap_ns // step + 2):  # one hit a period, for two wraps
+            clock.set(T0 + i * step)
+            assert m.used_and_reset("k")[0] == 0 and m.test("k", 2), f"step {i}: an old entry counts"
+            assert m.hit("k", 1) and m.used_and_reset("k")[0] == 1
+        clock.set(T0 + -(-(clock() + 1 - T0) // wrap_ns) * wrap_ns)  # the first hits' very stamp, wraps on
+        assert m.used_and_reset("k")[0] == 0 and m.hit("k", 2) and not m.hit("k", 1)
+    finally:
+        m.close()
+        shmwin.unlink(name)
+
+
 def test_costs_are_counted_whole_and_refused_whole(name):
     clock = ManualClock(T0)
     m = moving(name, clock, 10)
