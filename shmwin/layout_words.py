@@ -289,7 +289,24 @@ CHUNK: tuple[Field, ...] = (
     ("entries", 8, f"{CHUNK_ENTRIES * MOVING_ENTRY_BYTES}s"),  # CHUNK_ENTRIES entries
 )
 CHUNK_BYTES = 8 + CHUNK_ENTRIES * MOVING_ENTRY_BYTES
-HALF_WORD_RECORDS = ("CHUNK",)  # records whose 4-byte fields are loaded and stored as such
+# a moving log's key names, for the tools (its rows keep digests): NAME_SLOTS entries between
+# the stripe table and the index, reserved at creation. The core names a key when it inserts
+# it (under LOCK_KEY_TABLE, after the section "insert": a display hint, in no invariant) into
+# a free or stale entry of NAME_PROBES from its hash (stale: its row holds another generation,
+# or its key is idle);
+# a reader takes a name only if the entry's generation is read the same before and after and
+# is the row's own. Keys past NAME_MAX_BYTES keep that much; a key not named shows its digest.
+NAME_SLOTS = 512
+NAME_PROBES = 4
+NAME_MAX_BYTES = 48
+NAME_ENTRY: tuple[Field, ...] = (
+    ("gen", 0, "q"),  # the named row's generation; 0: free (or being written)
+    ("row", 8, "I"),
+    ("len", 12, "I"),  # the name's bytes (at most NAME_MAX_BYTES) | key flags << 16 | cut << 24
+    ("name", 16, f"{NAME_MAX_BYTES}s"),
+)
+NAME_ENTRY_BYTES = 16 + NAME_MAX_BYTES
+HALF_WORD_RECORDS = ("CHUNK", "NAME_ENTRY")  # records whose 4-byte fields are loaded and stored as such
 
 
 def moving_quantum_shift(period_ns: int) -> int:
@@ -315,6 +332,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "CONC_HOLDER": (CONC_HOLDER, "CONC_HOLDER_BYTES"),
     "TOKEN_STATE": (TOKEN_STATE, "TOKEN_STATE_BYTES"),
     "MOVING_STATE": (MOVING_STATE, "MOVING_STATE_BYTES"),
+    "NAME_ENTRY": (NAME_ENTRY, "NAME_ENTRY_BYTES"),
     "CHUNK": (CHUNK, "CHUNK_BYTES"),
 }
 
@@ -437,6 +455,10 @@ MOVING_STATE_ENTRIES_OFF = _at(MOVING_STATE, "entries")
 CHUNK_NEXT_OFF = _at(CHUNK, "next")
 CHUNK_OWNER_OFF = _at(CHUNK, "owner")
 CHUNK_ENTRIES_OFF = _at(CHUNK, "entries")
+NAME_ENTRY_GEN_OFF = _at(NAME_ENTRY, "gen")
+NAME_ENTRY_ROW_OFF = _at(NAME_ENTRY, "row")
+NAME_ENTRY_LEN_OFF = _at(NAME_ENTRY, "len")
+NAME_ENTRY_NAME_OFF = _at(NAME_ENTRY, "name")
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
@@ -454,7 +476,8 @@ _SCALARS = (
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
     "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",
     "MOVING_INLINE", "MOVING_ENTRY_BYTES", "MOVING_STAMP_SHIFT", "MOVING_HITS_MAX", "MOVING_SPAN_BITS",
-    "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES",
+    "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES", "NAME_SLOTS", "NAME_PROBES",
+    "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "COUNT32_BYTES", "COUNT32_MAX",
 )  # fmt: skip
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import re
 import struct
 import subprocess
 import sys
@@ -391,12 +390,6 @@ def _show_limits_counters(prefix, strategies, storage_from_string, item, minute)
             snap = json.loads(cli("show", "--json", f"{prefix}.{kind}.1m").stdout)
             if time.time() // 60 != minute:
                 return False  # the sliding counter's weights moved: not this test's subject
-            if kind.startswith("moving"):  # its rows keep an 8-byte digest of each key, shown as such
-                (a, two), (b, one) = snap["top"]
-                assert (two, one) == (2, 1) and a != b
-                assert all(re.fullmatch("\u2026[0-9a-f]{16}", k) for k in (a, b))
-                assert f"2  {a}" in shown and f"1  {b}" in shown, shown
-                continue
             assert f"2  {item.key_for('a')}" in shown and f"1  {item.key_for('b')}" in shown, shown
             assert snap["top"] == [[item.key_for("a"), 2], [item.key_for("b"), 1]]
         return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -238,10 +239,9 @@ def test_a_moving_log_is_not_written_as_a_plain_window(name):
             with pytest.raises(ShmwinError, match="moving-log"):
                 w.add(1, key="k")
             found = dict(limits_moving.values(w, clock()))  # lock-free, the chains walked
-            assert sorted(found.values()) == [1, 40]
-            # the rows keep 8-byte digests, not keys: the tools show them
-            assert all(len(str(key)) == 17 and str(key).startswith("\u2026") for key in found)
-            assert len(w.keys()) == 2 and set(w.keys()) == set(found)
+            assert sorted(found.values()) == [1, 40] and found["k"] == 1
+            # the rows keep 8-byte digests; the names area keeps up to 48 bytes of each key
+            assert found[long_key[:48] + "\u2026"] == 40 and sorted(w.keys()) == sorted(found)
             clock.advance(ns=P + 1)
             assert limits_moving.values(w, clock()) == []  # idle keys are not listed
         plain = Window(name + "p", span="10s", buckets=10, capacity=8)
@@ -251,6 +251,56 @@ def test_a_moving_log_is_not_written_as_a_plain_window(name):
         finally:
             plain.close()
             shmwin.unlink(name + "p")
+    finally:
+        m.close()
+        shmwin.unlink(name)
+
+
+# -- key names: the rows keep digests, the names area what the tools show ------------------------
+
+
+def test_keys_are_named_for_the_tools_while_names_last(name):
+    """NAME_SLOTS names: past them (4 probes from a key's hash), a key shows as its digest;
+    once named keys are idle and their rows reused, their names' entries go to new keys."""
+    clock = ManualClock(T0)
+    m = moving(name, clock, 5, capacity=4 * layout.NAME_SLOTS)
+    try:
+        first = [f"client-{i}" for i in range(3 * layout.NAME_SLOTS)]
+        for key in first:
+            assert m.hit(key, 1)
+        shown = {str(k): v for k, v in limits_moving.values(m.counts, clock())}
+        named = [key for key in first if key in shown]
+        digests = [key for key in shown if key.startswith("\u2026")]
+        assert len(named) + len(digests) == len(first) and all(v == 1 for v in shown.values())
+        assert layout.NAME_SLOTS // 2 < len(named) <= layout.NAME_SLOTS and digests
+        assert all(re.fullmatch("\u2026[0-9a-f]{16}", key) for key in digests)
+        clock.advance(ns=P + 1)  # every key idle: the next keys take their rows, then their names
+        later = [f"later-{i}" for i in range(200)]
+        for key in later:
+            assert m.hit(key, 1)
+        shown = {str(k): v for k, v in limits_moving.values(m.counts, clock())}
+        assert len(shown) == 200 and sum(key in shown for key in later) >= 180, "stale names were not reused"
+    finally:
+        m.close()
+        shmwin.unlink(name)
+
+
+def test_junk_in_the_names_area_shows_digests_never_a_crash(name):
+    clock = ManualClock(T0)
+    m = moving(name, clock, 5)
+    try:
+        for key in ("a", "b", "c"):
+            assert m.hit(key, 1)
+        lay = m.counts._backend._lay
+        start = (lay.keys_off - layout.NAME_SLOTS * layout.NAME_ENTRY_BYTES) // 8
+        q = words(m)
+        rng = random.Random(3)
+        for i in range(start, lay.keys_off // 8):
+            q[i] = rng.getrandbits(64) - (1 << 63)
+        shown = dict(limits_moving.values(m.counts, clock()))
+        assert sorted(shown.values()) == [1, 1, 1] and all(str(k).startswith("\u2026") for k in shown)
+        assert m.hit("a", 1) and m.used_and_reset("a")[0] == 2  # counting never reads names
+        assert m.hit("d", 1) and "d" in dict(limits_moving.values(m.counts, clock()))  # named again
     finally:
         m.close()
         shmwin.unlink(name)

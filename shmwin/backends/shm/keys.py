@@ -60,6 +60,8 @@ class KeyTable:
         self._n_rows = lay.n_rows
         self._mm = mm
         self._q = q
+        names = layout.names_bytes(g.role)  # a moving log's key names, just before the index
+        self._names_off = lay.keys_off - names if names else -1
         self._idle_ns = g.idle_ns
         self._core = core
 
@@ -119,7 +121,30 @@ class KeyTable:
         flags = (ident >> _words.IDENT_FLAGS_SHIFT) & 0xFF
         off = self._rows_off + row * self._row_bytes + layout.KEY_ROW_KEY_OFF
         stored = bytes(self._mm[off : off + min(length, layout.MAX_STORED_KEY)])  # type: ignore[index]
-        return decode(stored, flags) if self.generation(row) == generation else None
+        if self.generation(row) != generation:
+            return None
+        named = self._name(row, generation, ident & _words.KEY_HASH_MASK) if self._names_off >= 0 else None
+        return decode(stored, flags) if named is None else named
+
+    def _name(self, row: int, generation: int, key_hash: int) -> Key | None:
+        """A digest row's key as its inserter named it (``layout_words.NAME_ENTRY``), or None:
+        an entry whose generation reads the same before and after, and is the row's own."""
+        for i in range(_words.NAME_PROBES):
+            at = self._names_off + (key_hash + i) % _words.NAME_SLOTS * _words.NAME_ENTRY_BYTES
+            before = int(self._q[at // _W])
+            head = int(self._q[at // _W + 1]) & ((1 << 64) - 1)  # row | len << 32
+            name = bytes(self._mm[at + _words.NAME_ENTRY_NAME_OFF : at + _words.NAME_ENTRY_BYTES])  # type: ignore[index]
+            if before != generation or int(self._q[at // _W]) != generation or head & 0xFFFFFFFF != row:
+                continue
+            length = head >> 32 & 0xFFFF
+            if length > _words.NAME_MAX_BYTES:
+                return None
+            flags, cut = head >> 48 & 0xFF, head >> 56 & 0xFF
+            key = decode(name[:length], flags & KEY_FLAG_STR)
+            if cut:
+                key = key + "\u2026" if isinstance(key, str) else key + b"\xe2\x80\xa6"
+            return key
+        return None
 
     def last_write_ns(self, row: int) -> int:
         return self._word(row, KEY_ROW_LAST_NS)

@@ -224,6 +224,18 @@ counted while hits > 0 and t >= now - P. A row of 56 bytes::
     0    8    i64   chain     the key's first chunk + 1 (0: none)
     8    16   u64[] entries   MOVING_INLINE (2) entries
 
+Key names (role "moving-log", whose rows keep digests): NAME_SLOTS (512) entries of 64 bytes
+just before the index (``keys_off - 512 x 64``), reserved with the header; the core names a
+key when it inserts it (after the section "insert", under LOCK_KEY_TABLE: a display hint in
+no invariant), in a free or stale entry among 4 from the key's hash; the tools take a name
+only if the entry's generation reads the same before and after and is the row's own::
+
+    off  size type  name      meaning
+    0    8    i64   gen       the named row's generation; 0 = free (or being written)
+    8    4    u32   row
+    12   4    u32   len       name bytes (<= 48) | key flags << 16 | cut << 24
+    16   48   bytes name      the key's first bytes (UTF-8 for a str)
+
 Chunk heap (role "moving-log"): ``n_chunks`` chunks of 32 bytes from ``chunks_off``, sparse
 like the rows (reserved as handed out, ``chunks_top``); a chunk is on the free list, in one
 key's chain (newest first), or -- inside a section -- in neither; chain words change only
@@ -447,6 +459,12 @@ def chunks_per_key(g: Geometry) -> int:
     return -(-extra // _words.CHUNK_ENTRIES)
 
 
+def names_bytes(role: str) -> int:
+    """A keyed segment's key names area, just before its index: a moving log's (whose rows
+    keep digests), NAME_SLOTS entries; else none."""
+    return _words.NAME_SLOTS * _words.NAME_ENTRY_BYTES if role == "moving-log" else 0
+
+
 def _align_page(n: int) -> int:
     return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
 
@@ -499,6 +517,8 @@ class Layout:
         stripes_off = locks_off + g.n_locks * LOCK_BYTES
         n_entries = g.n_stripes + 1 if not g.keyed or g.n_stripes else 0  # keyed: a concurrency's processes
         keys_off = _align64(stripes_off + n_entries * STRIPE_ENTRY_BYTES)
+        if g.keyed and g.role == "moving-log":  # its key names (the rows keep digests), reserved with the header
+            keys_off += names_bytes(g.role)
         # index copies of every level, then the row heap (page-aligned: reserved page by page)
         index_entries = 2 * g.key_slots * ((1 << g.index_levels) - 1)
         rows_off = _align_page(keys_off + index_entries * KEY_ENTRY_BYTES) if g.keyed else keys_off

@@ -127,6 +127,7 @@ typedef struct {
     int64_t chunks_off, n_chunks;  /* role "moving-log": the chunk heap (moving.c); else 0 */
     int moving_shift;   /* role "moving-log": log2 of its entries' time quantum (layout_words) */
     int64_t key_bytes;  /* keyed: the key bytes a row stores (a moving log's: a digest) */
+    int64_t names_off;  /* a moving log's key names (NAME_ENTRY x NAME_SLOTS), before the index; else -1 */
     int chunks_held;         /* this thread holds LOCK_CHUNKS already (reset): emptying a row takes it not */
 } Core;
 
@@ -279,6 +280,8 @@ int stripe_alive(Core *c, int64_t r);
 typedef struct {
     unsigned char bytes[MAX_STORED_KEY];
     int64_t len;
+    const char *raw;      /* the key as given (UTF-8 or bytes), while the call holds it */
+    Py_ssize_t raw_len;
     int flags;
     uint64_t hash;   /* KEY_HASH_BITS, never 0 */
     int64_t ident;   /* a key row's ident word for it */

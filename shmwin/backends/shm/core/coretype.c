@@ -74,6 +74,7 @@ static int layout_fits(Core *c) {
             return 0;
     if (!c->keyed) return fits(c->stripes_off, c->n_rows, STRIPE_ENTRY_BYTES, len);
     if (c->n_stripes > 0 && !fits(c->stripes_off, c->n_stripes + 1, STRIPE_ENTRY_BYTES, c->keys_off)) return 0;
+    if (c->names_off != -1 && (c->names_off < c->stripes_off || c->names_off % WORD_BYTES != 0)) return 0;
     if (c->n_chunks != 0 &&  /* the chunk heap: after the rows, in the mapping, its count a checked word's */
         (c->role != ROLE_MOVING_LOG || c->n_chunks < 0 || c->n_chunks > UINT32_MAX ||
          c->chunks_off < c->rows_off + c->n_rows * c->row_bytes || !fits(c->chunks_off, c->n_chunks, CHUNK_BYTES, len)))
@@ -164,6 +165,7 @@ static int read_header(Core *c) {
     c->locks_off = offset_of(h.locks_off);
     c->stripes_off = offset_of(h.stripes_off);
     c->keys_off = offset_of(h.keys_off);
+    c->names_off = c->keyed && c->role == ROLE_MOVING_LOG ? c->keys_off - NAME_SLOTS * NAME_ENTRY_BYTES : -1;
     c->rows_off = offset_of(h.rows_off);
     c->row_bytes = offset_of(h.row_bytes);
     c->chunks_off = offset_of(h.chunks_off);

@@ -53,6 +53,8 @@ int encode_key(Core *c, PyObject *key, StoredKey *k) {
     const char *raw;
     Py_ssize_t len;
     k->flags = 0;
+    k->raw = NULL;
+    k->raw_len = 0;
     if (PyUnicode_Check(key)) {
         raw = PyUnicode_AsUTF8AndSize(key, &len);
         if (raw == NULL) return -1;
@@ -64,6 +66,8 @@ int encode_key(Core *c, PyObject *key, StoredKey *k) {
         PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.100s", Py_TYPE(key)->tp_name);
         return -1;
     }
+    k->raw = raw;
+    k->raw_len = len;
     if (c->key_bytes < MAX_STORED_KEY) {  /* a moving log's row: a digest, its hash an independent one */
         uint64_t d0 = siphash13(c->hk0, c->hk1 ^ (uint64_t)k->flags, (const unsigned char *)raw, (size_t)len);
         uint64_t d1 = siphash13(c->hk1 ^ 0x9e3779b97f4a7c15ULL, c->hk0 ^ (uint64_t)k->flags, (const unsigned char *)raw,
@@ -500,6 +504,38 @@ static int take_row(Core *c, int64_t *r, int *from_free) {
 
 enum { PLACE_NEW, PLACE_TOMB, PLACE_IDLE };
 
+/* ---- key names: a moving log's rows keep digests; the tools read the names here --------- *
+ * (layout_words.NAME_ENTRY). Written by the inserter of a key, under LOCK_KEY_TABLE, after the
+ * section "insert": a display hint in no invariant, so plain stores and no fail point. The
+ * entry is taken among NAME_PROBES from the key's hash: a free one, or a stale one (its row
+ * holds another generation now, or its key is idle); if none, the key stays unnamed. Its generation is zeroed
+ * first and stored last: a reader that reads it the same before and after, and the row's
+ * own, has read a whole name. */
+static void name_key(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now) {
+    int64_t top;
+    if (k->raw == NULL || rows_top(c, &top) < 0) {  /* rows past top may be holes: never read */
+        PyErr_Clear();
+        return;
+    }
+    for (int64_t i = 0; i < NAME_PROBES; i++) {
+        char *e = c->base + c->names_off + (int64_t)((k->hash + (uint64_t)i) % NAME_SLOTS) * NAME_ENTRY_BYTES;
+        int64_t *eg = (int64_t *)(e + NAME_ENTRY_GEN_OFF), was = __atomic_load_n(eg, __ATOMIC_ACQUIRE);
+        uint32_t was_row = __atomic_load_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), __ATOMIC_RELAXED);
+        if (was != 0 && (int64_t)was_row < top && was_row != (uint64_t)r &&
+            LOAD(RGEN(ROW(c, was_row))) == was && !idle(c, (int64_t)was_row, now))
+            continue;  /* another key's name, and that key is live */
+        Py_ssize_t n = k->raw_len < NAME_MAX_BYTES ? k->raw_len : NAME_MAX_BYTES;
+        uint32_t len = (uint32_t)n | (uint32_t)(k->flags & KEY_FLAG_STR) << 16 | (uint32_t)(n < k->raw_len) << 24;
+        __atomic_store_n(eg, 0, __ATOMIC_RELEASE);
+        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), (uint32_t)r, __ATOMIC_RELAXED);
+        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_LEN_OFF), len, __ATOMIC_RELAXED);
+        memset(e + NAME_ENTRY_NAME_OFF, 0, NAME_MAX_BYTES);
+        memcpy(e + NAME_ENTRY_NAME_OFF, k->raw, (size_t)n);
+        __atomic_store_n(eg, gen, __ATOMIC_RELEASE);  /* named */
+        return;
+    }
+}
+
 /* Section "insert": give key k the index entry p and the row r (free, the heap's next, or
  * the idle key's that p held). Caller holds LOCK_KEY_TABLE and the row's lock. The row's
  * generation and the entry's are negative from the first stores to the last ones, so if the
@@ -534,6 +570,7 @@ static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int fr
     if (place == PLACE_NEW) STORE(KEYWORD(c, INDEX_USED_OFF), used + 1);
     if (place != PLACE_IDLE) STORE(KEYWORD(c, KEYS_OFF), keys + 1);
     END_SECTION();
+    if (c->names_off >= 0) name_key(c, k, r, gen, now);
     return gen;  /* > 0; -1: an error, nothing written */
 }
 

@@ -75,6 +75,10 @@
 #define MOVING_STATE_BYTES         24
 #define CHUNK_ENTRIES              3
 #define CHUNK_BYTES                32
+#define NAME_SLOTS                 512
+#define NAME_PROBES                4
+#define NAME_MAX_BYTES             48
+#define NAME_ENTRY_BYTES           64
 #define LIMITER_RING_BYTES         32
 #define LIMITER_RING_WORDS         4
 #define COUNT32_BYTES              4
@@ -177,6 +181,10 @@
 #define MOVING_STATE_CHAIN_OFF     0
 #define MOVING_STATE_CHAIN         0
 #define MOVING_STATE_ENTRIES_OFF   8
+#define NAME_ENTRY_GEN_OFF         0
+#define NAME_ENTRY_ROW_OFF         8
+#define NAME_ENTRY_LEN_OFF         12
+#define NAME_ENTRY_NAME_OFF        16
 #define CHUNK_NEXT_OFF             0
 #define CHUNK_OWNER_OFF            4
 #define CHUNK_ENTRIES_OFF          8
@@ -250,6 +258,10 @@
     X(MOVING_STATE_BYTES) \
     X(CHUNK_ENTRIES) \
     X(CHUNK_BYTES) \
+    X(NAME_SLOTS) \
+    X(NAME_PROBES) \
+    X(NAME_MAX_BYTES) \
+    X(NAME_ENTRY_BYTES) \
     X(LIMITER_RING_BYTES) \
     X(LIMITER_RING_WORDS) \
     X(COUNT32_BYTES) \
@@ -352,6 +364,10 @@
     X(MOVING_STATE_CHAIN_OFF) \
     X(MOVING_STATE_CHAIN) \
     X(MOVING_STATE_ENTRIES_OFF) \
+    X(NAME_ENTRY_GEN_OFF) \
+    X(NAME_ENTRY_ROW_OFF) \
+    X(NAME_ENTRY_LEN_OFF) \
+    X(NAME_ENTRY_NAME_OFF) \
     X(CHUNK_NEXT_OFF) \
     X(CHUNK_OWNER_OFF) \
     X(CHUNK_ENTRIES_OFF) \
@@ -495,6 +511,10 @@ _Static_assert(CONC_HOLDER_CLAIM_OFF + 8 <= CONC_HOLDER_BYTES, "CONC_HOLDER.clai
 _Static_assert(TOKEN_STATE_TAT_OFF + 8 <= TOKEN_STATE_BYTES, "TOKEN_STATE.tat");
 _Static_assert(MOVING_STATE_CHAIN_OFF + 8 <= MOVING_STATE_ENTRIES_OFF, "MOVING_STATE.chain");
 _Static_assert(MOVING_STATE_ENTRIES_OFF + 16 <= MOVING_STATE_BYTES, "MOVING_STATE.entries");
+_Static_assert(NAME_ENTRY_GEN_OFF + 8 <= NAME_ENTRY_ROW_OFF, "NAME_ENTRY.gen");
+_Static_assert(NAME_ENTRY_ROW_OFF + 4 <= NAME_ENTRY_LEN_OFF, "NAME_ENTRY.row");
+_Static_assert(NAME_ENTRY_LEN_OFF + 4 <= NAME_ENTRY_NAME_OFF, "NAME_ENTRY.len");
+_Static_assert(NAME_ENTRY_NAME_OFF + 48 <= NAME_ENTRY_BYTES, "NAME_ENTRY.name");
 _Static_assert(CHUNK_NEXT_OFF + 4 <= CHUNK_OWNER_OFF, "CHUNK.next");
 _Static_assert(CHUNK_OWNER_OFF + 4 <= CHUNK_ENTRIES_OFF, "CHUNK.owner");
 _Static_assert(CHUNK_ENTRIES_OFF + 24 <= CHUNK_BYTES, "CHUNK.entries");
