@@ -517,7 +517,7 @@ class Layout:
         stripes_off = locks_off + g.n_locks * LOCK_BYTES
         n_entries = g.n_stripes + 1 if not g.keyed or g.n_stripes else 0  # keyed: a concurrency's processes
         keys_off = _align64(stripes_off + n_entries * STRIPE_ENTRY_BYTES)
-        if g.keyed and g.role == "moving-log":  # its key names (the rows keep digests), reserved with the header
+        if g.keyed and g.role == "moving-log":  # its key names (its rows keep digests), reserved at once
             keys_off += names_bytes(g.role)
         # index copies of every level, then the row heap (page-aligned: reserved page by page)
         index_entries = 2 * g.key_slots * ((1 << g.index_levels) - 1)
