@@ -124,6 +124,10 @@ typedef struct {
     /* a limiter's decisions (methods.c, note_decision) */
     PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
     int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
+    /* a tally's last bucket (methods.c, note_in_stripe): epoch note_e spans [note_lo_ns,
+     * note_lo_ns + bucket) in this process's stripe row note_row, at note_b: no division per hit */
+    int64_t note_e, note_lo_ns, note_row;
+    int64_t *note_b;
     int64_t chunks_off, n_chunks;  /* role "moving-log": the chunk heap (moving.c); else 0 */
     int moving_shift;   /* role "moving-log": log2 of its entries' time quantum (layout_words) */
     int64_t key_bytes;  /* keyed: the key bytes a row stores (a moving log's: a digest) */

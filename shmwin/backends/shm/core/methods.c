@@ -429,7 +429,12 @@ static int near_limit(Core *c, const Verdict *v) {
 static int note_in_stripe(Core *t, int64_t now, int f, int near) {
     if (t->closed || t->stripe_gen != fork_gen || t->stripe_row <= 0 || t->n_rings != 1 || t->floats) return 0;
     const Ring *r = &t->rings[0];
-    int64_t e = now / r->bucket_ns, *b = BUCKET(t, RING(t, ROW(t, t->stripe_row), 0), r, e);
+    int64_t e = t->note_e, *b = t->note_b;
+    if (b == NULL || t->note_row != t->stripe_row || now < t->note_lo_ns || now - t->note_lo_ns >= r->bucket_ns) {
+        e = now / r->bucket_ns;  /* a new bucket (or stripe): where it is, kept for the next hits */
+        b = BUCKET(t, RING(t, ROW(t, t->stripe_row), 0), r, e);
+        t->note_e = e, t->note_lo_ns = e * r->bucket_ns, t->note_row = t->stripe_row, t->note_b = b;
+    }
     SECTION("add_striped");
     if (LOAD(b + SLOT_EPOCH) < e) {
         for (int k = 0; k < t->n_fields; k++) STORE(b + SLOT_VALUES + k, 0);
