@@ -262,17 +262,19 @@ TOKEN_STATE_BYTES = 8
 # the limit) gives the period, the idle time P and the limit.
 #
 # An entry is stamp << MOVING_STAMP_SHIFT | hits (hits 0: an empty entry). The stamp is a time
-# rounded UP to the segment's quantum q = 2**moving_quantum_shift(P) ns (1 ns for P up to
-# 2**28 ns; P / 2**28 at most, rounded to a power of two: 224 ns for a minute, 322 us for a day),
-# kept modulo 2**32 and read back against the row's last write (KEY_ROW.last_ns), which every
-# counting entry lies within P (and a clock's skew) of: core/moving.c zeroes an entry that
-# counts nothing before the last write moves past it. Rounded up, a hit is forgotten at most
+# rounded UP to the segment's quantum q = 2**moving_quantum_shift(P) ns (32 ns for P up to
+# 2**33 ns, 8.6 s; above, P / 2**28 rounded up to a power of two: 256 ns for a minute, 524 us
+# for a day), kept modulo 2**32 and read back against the row's last write (KEY_ROW.last_ns),
+# which every entry holding hits lies within 2**30 quanta (34 s at least, 4 P) of:
+# core/moving.c zeroes entries further behind before the last write moves on, and stamps a
+# hit from a clock further behind (a wall clock stepped back) at that bound. Rounded up, a hit is forgotten at most
 # q - 1 ns late, never early (strict). A moving log's limit is at most MOVING_HITS_MAX.
 MOVING_INLINE = 2
 MOVING_ENTRY_BYTES = 8
 MOVING_STAMP_SHIFT = 32
 MOVING_HITS_MAX = (1 << 32) - 1
 MOVING_SPAN_BITS = 28  # a period spans at most 2**28 quanta: stamps 2**31 apart stay ordered
+MOVING_MIN_SHIFT = 5  # a quantum of 32 ns at least: stamps span 2**37 ns (137 s), clocks may lag 34 s
 # a moving log's row keeps its key as an 8-byte keyed digest (its ident word's hash is another,
 # independent one: 101 bits tell keys apart), not MAX_STORED_KEY bytes: tools show the digest
 MOVING_KEY_BYTES = 8
@@ -311,7 +313,7 @@ HALF_WORD_RECORDS = ("CHUNK", "NAME_ENTRY")  # records whose 4-byte fields are l
 
 def moving_quantum_shift(period_ns: int) -> int:
     """log2 of a moving log's quantum (ns) for the period P: P spans at most 2**MOVING_SPAN_BITS."""
-    return max(0, (period_ns - 1).bit_length() - MOVING_SPAN_BITS)
+    return max(MOVING_MIN_SHIFT, (period_ns - 1).bit_length() - MOVING_SPAN_BITS)
 
 
 def key_header_bytes(role: str) -> int:
@@ -476,6 +478,7 @@ _SCALARS = (
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
     "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",
     "MOVING_INLINE", "MOVING_ENTRY_BYTES", "MOVING_STAMP_SHIFT", "MOVING_HITS_MAX", "MOVING_SPAN_BITS",
+    "MOVING_MIN_SHIFT",
     "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES", "NAME_SLOTS", "NAME_PROBES",
     "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "COUNT32_BYTES", "COUNT32_MAX",

@@ -11,7 +11,7 @@ with one or two hits costs its 56-byte row (and its index entry); further hits h
 32-byte chunk per 3 (about 11 bytes a hit).
 
 As limits' memory storage: a hit counts while ``t >= now - P`` (it is forgotten one period
-after it: at most a quantum late, 1 ns for periods up to 0.27 s, 224 ns for a minute, 322 us
+after it: at most a quantum late, 32 ns for periods up to 8.6 s, 256 ns for a minute, 524 us
 for a day -- never early), and a hit of ``cost`` is admitted when the last period's hits leave room
 for it under L, counted in the same native section, so concurrent processes never admit
 past the limit together. A key keeps at most ``min(L, times)`` entries (``?times=``, default

@@ -86,11 +86,11 @@ def test_a_hit_is_forgotten_exactly_one_period_after_it(name):
 
 @pytest.mark.parametrize("period_ns", [S // 4, P, 86_400 * S])
 def test_a_hit_off_the_quantum_is_forgotten_late_never_early(name, period_ns):
-    """A hit's time is rounded up to the quantum (1 ns up to 2**28 ns, then P / 2**28 at most,
+    """A hit's time is rounded up to the quantum (32 ns up to 2**33 ns, then P / 2**28 at most,
     a power of two): it leaves at most a quantum less 1 ns late, never a nanosecond early."""
     q = 1 << layout.moving_quantum_shift(period_ns)
-    assert q == {S // 4: 1, P: 64, 86_400 * S: 1 << 19}[period_ns]
-    assert period_ns >> 28 < q <= max(1, period_ns >> 27)
+    assert q == {S // 4: 32, P: 64, 86_400 * S: 1 << 19}[period_ns]
+    assert period_ns >> 28 < q <= max(32, period_ns >> 27)
     clock = ManualClock(T0 + 1)
     found = MovingLogs.open(name, 1, period_ns, 1024, clock, 64, create=True)
     assert found is not None

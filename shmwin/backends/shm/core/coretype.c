@@ -183,7 +183,7 @@ static int read_header(Core *c) {
     memcpy(&c->hk1, h.hash_key + 8, 8);
     if (read_rings(c, &h) < 0) return -1;
     /* a moving log's quantum (layout_words.moving_quantum_shift): P spans at most 2**MOVING_SPAN_BITS */
-    for (c->moving_shift = 0; c->role == ROLE_MOVING_LOG &&
+    for (c->moving_shift = MOVING_MIN_SHIFT; c->role == ROLE_MOVING_LOG &&
                               ((c->rings[0].bucket_ns - 1) >> c->moving_shift) >= (INT64_C(1) << MOVING_SPAN_BITS);)
         c->moving_shift++;
     if (!layout_fits(c)) {

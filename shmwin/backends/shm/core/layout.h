@@ -71,6 +71,7 @@
 #define MOVING_STAMP_SHIFT         32
 #define MOVING_HITS_MAX            INT64_C(4294967295)
 #define MOVING_SPAN_BITS           28
+#define MOVING_MIN_SHIFT           5
 #define MOVING_KEY_BYTES           8
 #define MOVING_STATE_BYTES         24
 #define CHUNK_ENTRIES              3
@@ -254,6 +255,7 @@
     X(MOVING_STAMP_SHIFT) \
     X(MOVING_HITS_MAX) \
     X(MOVING_SPAN_BITS) \
+    X(MOVING_MIN_SHIFT) \
     X(MOVING_KEY_BYTES) \
     X(MOVING_STATE_BYTES) \
     X(CHUNK_ENTRIES) \

@@ -9,10 +9,12 @@
  * its chain + 1, owner row + 1, 4 bytes each) and CHUNK_ENTRIES entries.
  *
  * An entry is one word, stamp << 32 | hits (layout_words.MOVING_STATE): the stamp is its time
- * rounded up to the quantum q = 2**moving_shift ns (1 ns for P up to 2**28 ns), modulo 2**32,
- * read back against the row's last write -- every entry holding hits lies within P (and a
- * clock's skew) of it, because "moving_hit" zeroes the entries that count nothing before it
- * moves the last write on. An entry counts while hits > 0 and t >= now - P (limits' memory
+ * rounded up to the quantum q = 2**moving_shift ns (32 ns for P up to 2**33 ns), modulo 2**32,
+ * read back against the row's last write. Every entry holding hits lies within OLD_QUANTA
+ * (2**30, at least 4 P) before the last write and a quantum after it: "moving_hit" stamps a hit
+ * from a clock further behind at that bound (held longer: strict), and zeroes the entries
+ * further behind its now before it moves the last write on. Entries merely expired are left
+ * as they are (a process whose clock lags may count them yet), as a log ring's are. An entry counts while hits > 0 and t >= now - P (limits' memory
  * storage's moving window, and a log ring's: rings.c): a hit is forgotten after P has passed,
  * at most q - 1 ns late (its time was rounded up), never early.
  *
@@ -81,6 +83,14 @@ static int64_t time_of(Core *c, int64_t stamp) {
     return stamp << c->moving_shift;
 }
 static int64_t anchor_of(Core *c, char *row) { return stamp_of(c, LOAD(RLAST(row))); }
+/* How far behind the last write (in quanta) an entry may lie: a quarter of the stamps' range,
+ * four periods at least (P spans at most 2**MOVING_SPAN_BITS quanta). */
+#define OLD_QUANTA (INT64_C(1) << (MOVING_SPAN_BITS + 2))
+/* Is the entry word w further behind now than OLD_QUANTA (it counts nothing for any clock
+ * within 3 P of now)? Such entries are zeroed before the last write moves on. */
+static int too_old(Core *c, int64_t w, int64_t anchor, int64_t now) {
+    return hits_of(w) > 0 && stamp_near(w, anchor) < stamp_of(c, now) - OLD_QUANTA;
+}
 static int64_t period(Core *c) { return c->rings[0].bucket_ns; }
 static int64_t max_entries(Core *c) { return c->rings[0].n; }  /* n = min(limit, times) */
 static int64_t inline_entries(Core *c) { return max_entries(c) < MOVING_INLINE ? max_entries(c) : MOVING_INLINE; }
@@ -142,7 +152,7 @@ static int64_t chain_next(Core *c, int64_t slot, int64_t v, int64_t top, int64_t
 typedef struct {
     int64_t anchor;            /* the stamp of the row's last write: entries are read against it */
     int64_t used, live;        /* hits counted (saturating), entries counting */
-    int64_t stale;             /* entries holding hits that count nothing */
+    int64_t stale;             /* entries holding hits further behind now than OLD_QUANTA */
     int64_t *free_e;           /* an entry counting nothing: inline first, then the chain's */
     int64_t free_chunk;        /* the chunk holding free_e; -1: inline, or none */
     int64_t *oldest, *second;  /* the two oldest counting entries */
@@ -152,8 +162,8 @@ typedef struct {
 
 static int scan_entry(Core *c, int64_t *e, int64_t now, int64_t chunk, Scan *s) {
     int64_t w = LOAD(e), t = time_of(c, stamp_near(w, s->anchor)), hits = hits_of(w);
+    if (too_old(c, w, s->anchor, now)) s->stale++;
     if (!counts(c, t, hits, now)) {
-        if (hits > 0) s->stale++;
         if (s->free_e == NULL) s->free_e = e, s->free_chunk = chunk;
         return 0;
     }
@@ -372,14 +382,14 @@ void repair_chunks(Core *c) {
 
 /* ---- the hit ----------------------------------------------------------------------------------- */
 
-/* Zero every entry of the key of row `slot` that holds hits but counts nothing at now (but
- * `keep`, which the hit restamps): inside "moving_hit", before the last write moves on, so that
- * every entry holding hits stays within P of it (its stamp is read back against it). */
+/* Zero every entry of the key of row `slot` further behind now than OLD_QUANTA (but `keep`,
+ * which the hit restamps): inside "moving_hit", before the last write moves on, so that every
+ * entry holding hits stays within OLD_QUANTA of it (its stamp is read back against it). */
 static void zero_stale(Core *c, int64_t slot, int64_t now, int64_t anchor, const int64_t *keep) {
     int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
     for (int64_t j = 0; j < inline_entries(c); j++) {
-        int64_t *e = inline_at(st) + j, w = LOAD(e);
-        if (e != keep && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(e, 0);
+        int64_t *e = inline_at(st) + j;
+        if (e != keep && too_old(c, LOAD(e), anchor, now)) STORE(e, 0);
     }
     if (LOAD(st + MOVING_STATE_CHAIN) == 0 || chunks_top(c, &top) < 0) {
         PyErr_Clear();  /* the scan read the same words: not reached */
@@ -388,8 +398,8 @@ static void zero_stale(Core *c, int64_t slot, int64_t now, int64_t anchor, const
     for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i >= 0;
          i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
         for (int64_t j = 0; j < CHUNK_ENTRIES; j++) {
-            int64_t *e = centries(chunk_at(c, i)) + j, w = LOAD(e);
-            if (e != keep && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(e, 0);
+            int64_t *e = centries(chunk_at(c, i)) + j;
+            if (e != keep && too_old(c, LOAD(e), anchor, now)) STORE(e, 0);
         }
     PyErr_Clear();
 }
@@ -398,14 +408,16 @@ static void zero_stale(Core *c, int64_t slot, int64_t now, int64_t anchor, const
  * log_add, rings.c): an entry that counts nothing, or -- n entries counting, or no chunk to be
  * had -- the two oldest merged into the newer one's time (their hits forgotten later, never
  * earlier: strict), the freed entry taking the hit. Caller holds the row lock.
- * Order: entries that count nothing are zeroed, then the key's last write moves on (never
- * backwards), then the hit's entry is written, one word. Invariant between stores: every
- * entry holding hits lies within P of the last write (its stamp reads back); a tear loses at
- * most the call's own hit; mid-merge, the newer entry holds both before the oldest is
+ * Order: entries further behind now than OLD_QUANTA are zeroed, then the key's last write
+ * moves on (never backwards), then the hit's entry is written, one word, stamped no further
+ * behind the last write than OLD_QUANTA (a clock lagging more: the hit is held longer).
+ * Invariant between stores: every entry holding hits lies within OLD_QUANTA before the last
+ * write, a quantum after it (its stamp reads back); a tear loses at most the call's own hit; mid-merge, the newer entry holds both before the oldest is
  * restamped (counted twice until they leave: refusals early, never admissions late). Repair:
  * none (nothing derived). */
 static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, int64_t *e) {
     int64_t stamp = stamp_of(c, now);
+    if (stamp < s->anchor - OLD_QUANTA) stamp = s->anchor - OLD_QUANTA;  /* a clock far behind: later, never sooner */
     SECTION("moving_hit");
     STORE(intent_at(c, row_lock(c, slot)), slot);
     if (s->stale > 0) zero_stale(c, slot, now, s->anchor, e != NULL ? e : s->oldest);
