@@ -267,8 +267,9 @@ TOKEN_STATE_BYTES = 8
 # for a day), kept modulo 2**32 and read back against the row's last write (KEY_ROW.last_ns),
 # which every entry holding hits lies within 2**30 quanta (34 s at least, 4 P) of:
 # core/moving.c zeroes entries further behind before the last write moves on, and stamps a
-# hit from a clock further behind (a wall clock stepped back) at that bound. Rounded up, a hit is forgotten at most
-# q - 1 ns late, never early (strict). A moving log's limit is at most MOVING_HITS_MAX.
+# hit from a clock further behind (a wall clock stepped back) at that bound. Rounded up, a
+# hit is forgotten at most q - 1 ns late, never early (strict). A moving log's limit is at
+# most MOVING_HITS_MAX.
 MOVING_INLINE = 2
 MOVING_ENTRY_BYTES = 8
 MOVING_STAMP_SHIFT = 32
