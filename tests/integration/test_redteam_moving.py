@@ -160,17 +160,24 @@ def _empty_by(path: str, m: MovingLogs, clock: ManualClock) -> None:
     elif path == "idle-reuse":  # capacity 1: another key takes k's idle row
         clock.set(clock() + m.period_ns + 1)
         assert m.hit("other", 1)
+    elif path == "rebuild":  # capacity 8, every key idle: new keys rebuild the table, dropping them
+        for i in range(7):
+            assert m.hit(f"old{i}", 1)
+        clock.set(clock() + m.period_ns + 1)
+        for i in range(8):
+            assert m.hit(f"new{i}", 1)
+        assert m.counts._backend._core.find("k") is None  # dropped by the rebuild
 
 
-@pytest.mark.parametrize("path", ["clear", "reset", "idle-reuse"])
+@pytest.mark.parametrize("path", ["clear", "reset", "idle-reuse", "rebuild"])
 @pytest.mark.parametrize("gap_quanta", [(1 << 31) - 1, 1 << 31, (1 << 32) - 1, 1 << 32, (1 << 32) + 3])
 def test_a_row_emptied_then_hit_after_a_wrap_counts_only_new_hits(name, path, gap_quanta):
-    """clear, reset and an idle row's reuse move the row's last write without the hit's zeroing:
-    they must leave no entry that reads back as live once stamps wrap."""
+    """clear, reset, an idle row's reuse and a rebuild's drop move the row's last write without
+    the hit's zeroing: they must leave no entry that reads back as live once stamps wrap."""
     period_ns, limit = 10 * S, 3
     q = quantum(period_ns)
     clock = ManualClock(T0)
-    m = open_log(name, clock, limit, period_ns, capacity=1 if path == "idle-reuse" else 16)
+    m = open_log(name, clock, limit, period_ns, capacity={"idle-reuse": 1, "rebuild": 8}.get(path, 16))
     try:
         for _ in range(limit):
             assert m.hit("k", 1)
@@ -524,3 +531,41 @@ def test_a_segment_truncated_after_chunks_are_held_is_refused(name):
                 Window.attach(name)
     finally:
         shmwin.unlink(name)
+
+
+# -- through limits: MovingWindowRateLimiter on shm:// ----------------------------------------------
+
+
+@pytest.mark.parametrize("per", ["second", "minute", "day"])
+def test_limits_moving_window_answers_the_rule(name, per, monkeypatch):
+    """limits' strategy over shm:// (the wall clock read through time.time, mocked): random
+    costs and gaps, each hit and each window's hits as the model counts them."""
+    pytest.importorskip("limits")
+    from limits import parse
+    from limits.storage import storage_from_string
+    from limits.strategies import MovingWindowRateLimiter
+
+    import shmwin.integrations.limits  # registers shm://
+
+    limit, period_ns = 6, {"second": S, "minute": 60 * S, "day": DAY}[per]
+    clock = ManualClock(1_800_000_000 * S)
+    monkeypatch.setattr("time.time", lambda: clock() / S)
+    storage = storage_from_string(f"shm://{name}")
+    limiter, item = MovingWindowRateLimiter(storage), parse(f"{limit}/{per}")
+    model = Model(limit, period_ns)
+    rng = random.Random(limit)
+    try:
+        for step in range(500):
+            clock.set(clock() + gaps(period_ns, limit, rng) // 1000 * 1000)
+            now = int(clock() / S * S)  # what the storage reads (WallClock: int(time.time() * 1e9))
+            key, cost = rng.choice(("a", "b")), rng.choice((1, 1, 2, 3))
+            expected = model.admits(key, now, cost)
+            assert limiter.hit(item, key, cost=cost) is expected, (step, key, cost, model.used(key, now))
+            if expected:
+                assert model.used_exactly(key, now) + cost <= limit
+                model.count(key, now, cost)
+            assert limiter.get_window_stats(item, key).remaining == limit - model.used(key, now), step
+    finally:
+        for n in shmwin.names():
+            if n.startswith(name + "."):
+                shmwin.unlink(n)
