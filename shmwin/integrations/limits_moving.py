@@ -158,7 +158,7 @@ def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
         top = 0
     longest, first = chunks_per_key(ring.n_buckets), lay.ring_words[0]
     out = []
-    for row, key, last_ns in keys.entries():
+    for row, key, last_ns, generation in keys.entries_with_generation():
         if keys.is_idle(row, now_ns):
             continue
         at = (lay.rows_off + row * lay.row_bytes) // WORD_BYTES + first
@@ -170,6 +170,8 @@ def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
             chunk = [int(x) & ((1 << 64) - 1) for x in q[at : at + CHUNK_BYTES // WORD_BYTES]]
             chain = chunk[CHUNK_NEXT_OFF // WORD_BYTES] >> (8 * (CHUNK_NEXT_OFF % WORD_BYTES)) & 0xFFFFFFFF
             words += chunk[CHUNK_ENTRIES_OFF // WORD_BYTES :]
+        if keys.generation(row) != generation:
+            continue  # the row holds another key now: its words are not this key's
         entries = _times(words, last_ns, shift)
         out.append((key, sum(hits for t, hits in entries if hits > 0 and t >= since)))
     return out

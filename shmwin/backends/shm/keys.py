@@ -158,5 +158,17 @@ class KeyTable:
                 out.append((row, key, self.last_write_ns(row)))
         return out
 
+    def entries_with_generation(self) -> list[tuple[int, Key, int, int]]:
+        """``(row, key, last_ns, generation)`` of every row that holds a key: a reader that finds
+        the row's generation unchanged after reading its words read that key's words."""
+        out = []
+        for row in range(self.rows_top()):
+            generation = self.generation(row)
+            key = self.entry(row)
+            last_ns = self.last_write_ns(row)
+            if key is not None and self.generation(row) == generation:
+                out.append((row, key, last_ns, generation))
+        return out
+
     def is_idle(self, row: int, now_ns: int) -> bool:
         return now_ns - self.last_write_ns(row) > self._idle_ns
