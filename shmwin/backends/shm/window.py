@@ -298,24 +298,21 @@ class ShmWindow:
 
     def _key_states(self, words: int) -> list[tuple[Key, tuple[int, ...]]]:
         """``(key, its first ``words`` state words)`` of every live key of a counter role's
-        segment (``layout_words.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's
-        generation checked after its words are read (a row that moved is read again, or left
-        out if it keeps moving)."""
+        segment (``layout_words.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's words
+        kept only if its generation is still the one its key was read with (a row given to
+        another key meanwhile is left out: never one key's name with another's state)."""
         keys = self._keyed()
         if not 0 < words <= self._lay.rings_bytes // layout.WORD_BYTES:
             raise ValueError(f"a row of {self.name!r} holds no {words} state words")
         now_ns, first = self._clock(), self._lay.ring_words[0]
         out: list[tuple[Key, tuple[int, ...]]] = []
-        for row, key, _ in keys.entries():
+        for row, key, _, generation in keys.entries_with_generation():
             if keys.is_idle(row, now_ns):
                 continue
             at = (self._lay.rows_off + row * self._lay.row_bytes) // layout.WORD_BYTES + first
-            for _ in range(8):
-                generation = keys.generation(row)
-                state = tuple(int(x) for x in self._q[at : at + words])
-                if generation > 0 and keys.generation(row) == generation:
-                    out.append((key, state))
-                    break
+            state = tuple(int(x) for x in self._q[at : at + words])
+            if keys.generation(row) == generation:
+                out.append((key, state))
         return out
 
     def _keyed(self) -> KeyTable:
