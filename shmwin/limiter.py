@@ -24,26 +24,22 @@ atomically; ``hit`` is the backend's own method (the native core's on shared mem
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Generator
-
 from . import backends
 from . import decisions as _decisions
 from .backends.contract import Key
-from .clock import Clock, host_clock
+from .clock import Clock
 from .decisions import Decisions
-from .duration import NS_PER_S
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
-from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, limit_stats, pause_s, tightest
+from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, limit_stats, tightest
 from .rate import LimitStats, Rate, parse_many
+from .waiting import Waiting
 from .window import Window
 
 Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 
 
-class Limiter:
+class Limiter(Waiting):
     """``Limiter("login", "5/minute")``: create the limiter, or attach if it exists with
     the same rates. ``hit(key)`` is True and counted if every rate allows it, else
     False and nothing counted.
@@ -60,6 +56,9 @@ class Limiter:
     "allow" or "deny". ``stats`` and ``clear`` always raise then. Backend options as for
     :class:`~shmwin.window.Window`.
     """
+
+    _WAIT_AT = 3  # check() answers (allowed, used, reset_ns, wait_ns)
+    _backend: backends.LimiterBackend
 
     def __init__(
         self,
@@ -135,10 +134,7 @@ class Limiter:
         self.name = opened.name
         self.rates: list[Rate] = opened.rates
         self.on_full, self.on_error = on_full, on_error
-        self._clock_arg = clock
-        self._clock: Callable[[], int] = clock or host_clock()
-        self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
-        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+        self._take_clock(clock)
         self._window: Window | None = None
         self.shadow = False
         self._decisions: Window | None = None
@@ -225,50 +221,6 @@ class Limiter:
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key``."""
         self._backend.clear(key)
-
-    def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
-        """Wait (sleeping, not spinning) until ``cost`` hits are allowed and count them.
-
-        False after ``timeout`` seconds, or at once if ``cost`` exceeds a limit. In shadow
-        mode it never waits: a ``hit``, and True.
-        """
-        if self.shadow:
-            return self.hit(key, cost)
-        tries = self._tries(key, timeout, cost)
-        try:
-            while True:
-                self._sleep(next(tries))
-        except StopIteration as done:
-            return bool(done.value)
-
-    async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
-        """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
-        if self.shadow:
-            return self.hit(key, cost)
-        tries = self._tries(key, timeout, cost)
-        try:
-            while True:
-                await self._async_sleep(next(tries))
-        except StopIteration as done:
-            return bool(done.value)
-
-    def _tries(self, key: Key, timeout: float | None, cost: int) -> Generator[float, None, bool]:
-        """The acquire loop, once for both: yields each pause (seconds), returns the verdict.
-        (The cost is checked by the backend's ``check``: policy.cost_of, or the core's copy.)"""
-        deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
-        while True:
-            try:
-                allowed, _, _, wait_ns = self._backend.check(key, cost, True)
-            except BackendUnavailableError:
-                if self.on_error == "raise":
-                    raise
-                return fallback(self.on_error)
-            if allowed:
-                return True
-            pause = pause_s(wait_ns, deadline_ns, self._clock())
-            if pause is None:
-                return False
-            yield pause
 
     # -- lifecycle ----------------------------------------------------------------------------
 

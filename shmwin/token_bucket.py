@@ -21,26 +21,24 @@ never comes back early), and on Redis rounded up to whole microseconds.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from . import backends
 from . import decisions as _decisions
 from .backends.contract import Key
-from .clock import Clock, host_clock
+from .clock import Clock
 from .decisions import Decisions
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import token_geometry
 from .layout_words import EMPTY_EPOCH
-from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, pause_s
+from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback
 from .rate import LimitStats, Rate, parse_many
+from .waiting import Waiting
 from .window import Window
 
 
-class TokenBucket:
+class TokenBucket(Waiting):
     """``TokenBucket("api", "10/second", burst=20)``: create the bucket, or attach if it exists
     with the same rate and burst. ``hit(key)`` is True and takes a token if the key's bucket
     holds one, else False and takes nothing.
@@ -50,6 +48,9 @@ class TokenBucket:
     memory for long (idle keys are reclaimed). ``capacity``, ``on_full``, ``on_error``,
     ``clock`` and the backend options are :class:`~shmwin.limiter.Limiter`'s.
     """
+
+    _WAIT_AT = 2  # check() answers (allowed, tokens, wait_ns, full_ns)
+    _backend: Any
 
     def __init__(
         self,
@@ -117,10 +118,7 @@ class TokenBucket:
         self.rate: Rate = self._rate_given or opened.rate
         self.burst: int = opened.burst
         self.on_full, self.on_error = on_full, on_error
-        self._clock_arg = clock
-        self._clock: Callable[[], int] = clock or host_clock()
-        self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
-        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+        self._take_clock(clock)
         self._window: Window | None = None
         self.shadow = False
         self._decisions: Window | None = None
@@ -193,48 +191,6 @@ class TokenBucket:
     def clear(self, key: Key) -> None:
         """Give ``key`` a full bucket again."""
         self._backend.clear(key)
-
-    def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
-        """Wait (sleeping, not spinning) until ``cost`` tokens are there and take them.
-
-        False after ``timeout`` seconds; ``cost`` above ``burst`` is a ValueError. In shadow mode
-        it never waits: a ``hit``, and True."""
-        if self.shadow:
-            return self.hit(key, cost)
-        tries = self._tries(key, timeout, cost)
-        try:
-            while True:
-                self._sleep(next(tries))
-        except StopIteration as done:
-            return bool(done.value)
-
-    async def acquire_async(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
-        """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
-        if self.shadow:
-            return self.hit(key, cost)
-        tries = self._tries(key, timeout, cost)
-        try:
-            while True:
-                await self._async_sleep(next(tries))
-        except StopIteration as done:
-            return bool(done.value)
-
-    def _tries(self, key: Key, timeout: float | None, cost: int) -> Generator[float, None, bool]:
-        """The acquire loop, once for both: yields each pause (seconds), returns the verdict."""
-        deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
-        while True:
-            try:
-                allowed, _, wait_ns, _ = self._backend.check(key, cost, True)
-            except BackendUnavailableError:
-                if self.on_error == "raise":
-                    raise
-                return fallback(self.on_error)
-            if allowed:
-                return True
-            pause = pause_s(wait_ns, deadline_ns, self._clock())
-            if pause is None:
-                return False
-            yield pause
 
     # -- lifecycle ----------------------------------------------------------------------------
 
