@@ -243,7 +243,8 @@ class TwoTierLimiter:
     def hand_back(self) -> int:
         """Seal every live lease of this host and give back its unused part: the hits given back."""
         back = 0
-        for key in self._window.keys():  # noqa: SIM118 (a method, not a dict)
+        keys = self._window.keys()
+        for key in keys:
             account = self._core.lease_seal(key)
             if account is not None and account[0] > 0:
                 back += account[1] - account[2]
@@ -261,7 +262,12 @@ class TwoTierLimiter:
             self._server.close()
 
     def unlink(self) -> bool:
-        """Remove the name from Redis (every host's leases) and this host's segment."""
+        """Remove the name from Redis (every host's leases) and this host's segment (its leases
+        sealed first: nothing is given back to a name that is gone)."""
+        if not self._window.closed:
+            keys = self._window.keys()
+            for key in keys:
+                self._core.lease_seal(key)
         there = self._server.unlink()
         return self._window.unlink() or there
 
