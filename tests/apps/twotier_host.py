@@ -60,7 +60,8 @@ def main() -> None:
         if pid == 0:
             code = 0
             try:
-                work(name, url, rate, clock_path, os.path.join(out_dir, f"{host}-{w}.txt"), int(end_ns), on_error)
+                out = os.path.join(out_dir, f"{host}-{w}.txt")
+                work(name, url, rate, clock_path, out, int(end_ns), on_error)
             except BaseException:
                 import traceback
 

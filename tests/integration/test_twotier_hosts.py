@@ -49,8 +49,8 @@ class PersistentRedis(RedisServer):
 
     def start(self) -> None:
         assert self.exe is not None
-        args = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-                "--appendfsync", "always", "--dir", self.dir]  # fmt: skip
+        args = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir]  # fmt: skip
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:
@@ -115,7 +115,8 @@ def run_hosts(server: RedisServer, name: str, tmp_path: Path, events: dict[int, 
         deadline = time.monotonic() + 60
         while len(list(out.glob("*.ready"))) < HOSTS * WORKERS:
             assert time.monotonic() < deadline, "the hosts' workers did not start"
-            assert all(h.poll() is None for h in hosts), [h.communicate() for h in hosts if h.poll() is not None]
+            exited = [h.communicate() for h in hosts if h.poll() is not None]
+            assert not exited, f"a host exited before it was ready: {exited}"
             time.sleep(0.05)
         tick = 0
         while clock() < end_ns:
