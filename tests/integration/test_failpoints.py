@@ -1980,7 +1980,10 @@ def _lease_op(section: str) -> Callable[[Any], Any]:
     return op
 
 
-@pytest.mark.parametrize("section", ["lease_spend", "lease_seal", "lease_install", "lease_deny", "lease_refund"])
+LEASE_SECTIONS = ["lease_spend", "lease_seal", "lease_install", "lease_deny", "lease_refund"]
+
+
+@pytest.mark.parametrize("section", LEASE_SECTIONS)
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_lease(make_name, tmp_path, redis_server, sig, section):
     """Each lease section struck at every store: no lock or key hangs; the hits admitted --
