@@ -7,6 +7,7 @@ second host is a second redis key space: every test here is one host, its proces
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -248,3 +249,34 @@ def test_a_server_clock_stepped_back_or_forward_never_admits_more_than_the_limit
     most = max(sum(1 for b in real if a <= b < a + 60 * S) for a in real)
     assert most <= 10
     assert len(real) >= 50  # and it still admits, at about the limit's pace (450 s)
+
+
+def test_show_and_the_prometheus_export_tell_leases_hits_served_and_round_trips(limiter, name):
+    from cli_support import cli
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shmwin.integrations.prometheus import ShmwinCollector
+
+    lim = limiter("1000/minute")  # the host's clock: show reads it too
+    for _ in range(300):
+        assert lim.hit("alice")
+    for _ in range(20):
+        assert lim.hit("bob")
+    words = lim._backend.leases()
+    trips = sum(w[9] + w[10] for w in words.values())
+    shown = cli("show", name, "--json")
+    view = json.loads(shown.stdout)["lease"]
+    assert view["served"] == 320 and view["keys"] == 2 and view["round_trips"] == trips
+    assert view["leases"] == trips and view["refusals"] == 0
+    text = cli("show", name).stdout
+    assert "320 hits served locally" in text and f"{trips} round trips to redis" in text
+    registry = CollectorRegistry()
+    registry.register(ShmwinCollector([name]))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+    }
+    assert samples[("shmwin_lease_served", (("window", name),))] == 320
+    assert samples[("shmwin_lease_round_trips", (("kind", "lease"), ("window", name)))] == trips
