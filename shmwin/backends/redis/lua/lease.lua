@@ -1,7 +1,7 @@
 -- lease.lua: a two-tier limiter's leases -- give back what hosts did not spend, then take a
 -- lease of hits for one host (or only answer), in one atomic step. See docs/several-hosts.md.
 --
--- KEYS[1]  the key's leases: shmwin:{NAME}:L:KEY, a hash, lease id -> '<t> <hits>' (µs, hits):
+-- KEYS[1]  the key's leases: shmwin:{NAME}:L:KEY, a hash, lease id -> '<t> <hits>' (us, hits):
 --          every rate's exact log of the key, one entry per lease, stamped at its deadline d
 --          (or, once given back, at the time the host stopped spending it, never later than d)
 -- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
@@ -10,12 +10,15 @@
 -- ARGV[2]  hits wanted: the lease's size k at most (0: take nothing, only give back and answer)
 -- ARGV[3]  hits needed: grant nothing below it (the caller's cost)
 -- ARGV[4]  the lease's spend time D in microseconds: its deadline is d = now + D
--- ARGV[5]  the rates R, then R x (period µs, limit)
--- then     give-backs G, then G x (lease id, hits spent, time µs the host stopped spending)
+-- ARGV[5]  the rates R, then R x (period us, limit)
+-- then     give-backs G, then G x (lease id, hits spent, time us the host stopped spending)
 --
--- Returns: {granted (0: refused), lease id, now µs (t0), d µs, wait µs (refused: until the
+-- Returns: {granted (0: refused), lease id, now us (t0), d us, wait us (refused: until the
 --          needed hits fit; -1: never, they exceed a limit), then per rate the hits counted
---          (after), then per rate µs until its oldest entry leaves (0: none)}.
+--          (after), then per rate us until its oldest entry leaves (0: none)}.
+-- Guarantees: atomic, one round trip: the give-backs, the count and the grant together, so
+-- no other lease is granted between them. Entries no rate counts any more are dropped; the
+-- key expires by itself once its newest entry has left the longest period.
 --
 -- The strictness argument: an entry counts for a rate while its time t > now - P, entries
 -- stamped in the future too. A lease is granted at t0 only if, for every rate, the hits of
