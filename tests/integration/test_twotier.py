@@ -280,3 +280,24 @@ def test_show_and_the_prometheus_export_tell_leases_hits_served_and_round_trips(
     }
     assert samples[("shmwin_lease_served", (("window", name),))] == 320
     assert samples[("shmwin_lease_round_trips", (("kind", "lease"), ("window", name)))] == trips
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [{"granted": 10**9}, {"deadline_ns": 2**61}, {"granted": -5, "spent": -9}, {"lease": -3},
+     {"start_ns": -1}, {"served": -1, "leases": 2**63 - 1}],
+    ids=["huge-grant", "far-deadline", "negative-counts", "negative-id", "negative-start", "tallies"],
+)  # fmt: skip
+def test_junk_in_a_lease_never_admits_a_hit_redis_did_not_grant(limiter, junk):
+    from shmwin import layout_words as words
+
+    clock = ManualClock(T0)
+    lim = limiter("100/minute", clock=clock)
+    admitted = sum(lim.hit("k") for _ in range(20))
+    b = lim._backend.lease_window
+    row, _ = b._core.find("k")
+    at = (b._lay.rows_off + row * b._lay.row_bytes) // 8 + b._lay.ring_words[0]
+    for word, value in junk.items():
+        b._q[at + getattr(words, f"LEASE_STATE_{word.upper()}")] = value
+    admitted += sum(lim.hit("k") for _ in range(300))
+    assert 100 - 2 * (100 // 8) <= admitted <= 100, admitted  # junk strands a lease at most

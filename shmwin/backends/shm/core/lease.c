@@ -21,9 +21,11 @@
  * between sealing one and giving its part back, strands those hits in Redis until d + P: hits
  * refused, never hits admitted.
  *
- * Junk in a row never reaches undefined behaviour: counts outside [0, 2**62), or spent above
- * granted, read as a lease with nothing left (sealed by the next spend); times are compared,
- * never used as offsets. Nothing here is derived data: the lock's repair has nothing to do.
+ * Junk in a row never reaches undefined behaviour, nor admits a hit: counts outside [0, 2**62),
+ * spent above granted, granted above the tightest limit, a deadline further than the longest
+ * period from the lease's ask, all read as a lease with nothing left (sealed by the next
+ * spend; Redis caps what a give-back says by what it granted). Times are compared, never used
+ * as offsets. Nothing here is derived data: the lock's repair has nothing to do.
  */
 #include "core.h"
 
@@ -34,7 +36,7 @@ static int64_t *lease_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot
 /* Is this Core a lease segment whose rows hold a lease? */
 static int is_lease(Core *c) {
     if (c->role == ROLE_LEASE && c->keyed && !c->limiter && c->n_rings == 1 && !c->rings[0].log &&
-        c->empty_bytes >= LEASE_STATE_BYTES)
+        c->empty_bytes >= LEASE_STATE_BYTES && c->rings[0].bucket_ns > 0 && c->rings[0].bucket_ns <= MAX_SPAN_NS)
         return 0;
     PyErr_Format(PyExc_ValueError, "window %R is not a lease segment (role \"lease\")", c->name);
     return -1;
@@ -105,9 +107,15 @@ static void spend_row(Core *c, int64_t slot, int64_t now, int64_t cost, Lease *l
     END_SECTION();
 }
 
-/* May the lease spend cost at now? */
-static int spendable(const Lease *l, int64_t now, int64_t cost) {
-    return l->lease > 0 && now <= l->deadline_ns && l->spent <= l->granted && cost <= l->granted - l->spent;
+/* May the lease spend cost at now? Words no lease can hold -- more hits than the tightest limit
+ * (the ring's), a deadline further than the longest period from its ask -- read as a lease
+ * with nothing left: junk never admits hits Redis did not grant. */
+static int spendable(Core *c, const Lease *l, int64_t now, int64_t cost) {
+    const Ring *r = &c->rings[0];
+    if (l->lease <= 0 || l->granted > r->limit || l->start_ns < 0 || l->start_ns >= MAX_NOW_NS ||
+        l->deadline_ns < l->start_ns || l->deadline_ns - l->start_ns > r->bucket_ns)
+        return 0;
+    return now <= l->deadline_ns && l->spent <= l->granted && cost <= l->granted - l->spent;
 }
 
 static int lease_key(Core *c, PyObject *key, int create, int64_t *now, int64_t *slot) {
@@ -145,7 +153,7 @@ PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         goto out;
     }
     lease_read(c, slot, &l);
-    if (spendable(&l, now, cost)) {
+    if (spendable(c, &l, now, cost)) {
         spend_row(c, slot, now, cost, &l);
         result = Py_NewRef(Py_True);
     } else if (now < l.deny_ns) {
@@ -307,7 +315,7 @@ PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     if (got < 0) goto out;
     if (got > 0) {
         lease_read(c, slot, &l);
-        if (l.lease > 0 && now <= l.deadline_ns && l.spent <= l.granted) {
+        if (spendable(c, &l, now, 0)) {
             back = cost < l.spent ? cost : l.spent;
             if (back > 0) {
                 SECTION("lease_refund");
