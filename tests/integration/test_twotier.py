@@ -1,8 +1,8 @@
-"""The two-tier backend (``shm+redis://``): leases of hits from a real redis-server, spent in
-shared memory. Time is a ManualClock (in a file where several processes share it); nothing
-sleeps to a boundary. The hosts of tests/integration/test_twotier_hosts.py are namespaces;
-here "hosts" are separate segment names would be wrong (the lease segment is the name's), so a
-second host is a second redis key space: every test here is one host, its processes real ones.
+"""The two-tier backend (``shm+redis://``): leases of hits from a real redis-server, and from a
+Redis Cluster (``shm+redis+cluster://``), spent in shared memory. Time is a ManualClock (in a
+file where several processes share it); nothing sleeps to a boundary. Every test here is one
+host (its processes real ones); tests/integration/test_twotier_hosts.py runs three, each in a
+namespace with its own /dev/shm.
 """
 
 from __future__ import annotations
@@ -31,8 +31,14 @@ def two_tier(url: str) -> str:
 
 
 @pytest.fixture
-def url(redis_server) -> str:
-    return two_tier(redis_server.url)
+def server_url(redis_url) -> str:
+    """A plain redis-server's URL, then a Redis Cluster's (``redis+cluster://``)."""
+    return redis_url
+
+
+@pytest.fixture
+def url(server_url) -> str:
+    return two_tier(server_url)
 
 
 def redis_keys(server_url: str, name: str) -> list[bytes]:
@@ -54,7 +60,7 @@ def leased(server_url: str, name: str, key: str) -> dict[int, tuple[int, int]]:
 
 
 @pytest.fixture
-def limiter(name, url, redis_server):
+def limiter(name, url, server_url):
     made: list[Limiter] = []
 
     def make(rates: str = "100/minute", clock: ManualClock | None = None, **kw) -> Limiter:
@@ -67,17 +73,17 @@ def limiter(name, url, redis_server):
         made[0].unlink()
     for lim in made:
         lim.close()
-    assert redis_keys(redis_server.url, name) == [], "the test left redis keys behind"
+    assert redis_keys(server_url, name) == [], "the test left redis keys behind"
 
 
 def test_the_url_opens_a_two_tier_limiter(limiter):
     lim = limiter(clock=ManualClock(T0))
     assert isinstance(lim._backend, twotier.TwoTierLimiter)
-    assert lim.url.startswith("shm+redis://")
+    assert lim.url.startswith(("shm+redis://", "shm+redis+cluster://"))
     assert [str(r) for r in lim.rates] == [str(r) for r in parse_many("100/minute")]
 
 
-def test_never_more_than_the_limit_and_leases_grow(limiter, redis_server, name):
+def test_never_more_than_the_limit_and_leases_grow(limiter, server_url, name):
     clock = ManualClock(T0)
     lim = limiter("100/minute", clock=clock)
     assert sum(lim.hit("k") for _ in range(150)) == 100
@@ -85,7 +91,7 @@ def test_never_more_than_the_limit_and_leases_grow(limiter, redis_server, name):
     served, leases = words[8], words[9]
     assert served == 100
     assert leases < 20, f"{leases} round trips for 100 hits: leases should grow"
-    entries = leased(redis_server.url, name, "k")
+    entries = leased(server_url, name, "k")
     assert sum(k for _, k in entries.values()) == 100
     clock.advance(59.9)
     assert not lim.hit("k")
@@ -93,7 +99,7 @@ def test_never_more_than_the_limit_and_leases_grow(limiter, redis_server, name):
     assert sum(lim.hit("k") for _ in range(150)) == 100
 
 
-def test_a_lease_is_spent_only_until_its_deadline(limiter, redis_server, name):
+def test_a_lease_is_spent_only_until_its_deadline(limiter, server_url, name):
     clock = ManualClock(T0)
     lim = limiter("1000/minute", clock=clock)
     for _ in range(4):
@@ -102,12 +108,12 @@ def test_a_lease_is_spent_only_until_its_deadline(limiter, redis_server, name):
     assert lease_id > 0 and spent < granted
     clock.set(deadline_ns + 1)  # past the deadline: sealed, given back, a new lease taken
     assert lim.hit("k")
-    entries = leased(redis_server.url, name, "k")
+    entries = leased(server_url, name, "k")
     assert entries[lease_id][1] == spent, "the expired lease's unused hits went back"
     assert lim._backend.leases()["k"][0] != lease_id
 
 
-def test_close_gives_the_unused_part_back(limiter, redis_server, name, url):
+def test_close_gives_the_unused_part_back(limiter, server_url, name, url):
     clock = ManualClock(T0)
     lim = limiter("800/minute", clock=clock)
     for _ in range(40):
@@ -115,7 +121,7 @@ def test_close_gives_the_unused_part_back(limiter, redis_server, name, url):
     _, granted, spent = lim._backend.leases()["k"][:3]
     assert granted > spent
     lim.close()
-    entries = leased(redis_server.url, name, "k")
+    entries = leased(server_url, name, "k")
     assert sum(k for _, k in entries.values()) == 40, "only what was spent still counts"
     again = limiter("800/minute", clock=clock)
     assert again.stats("k").used == 40
