@@ -6,9 +6,11 @@ spent by every worker of a host in shared memory.
 
 Two tiers (docs/several-hosts.md draws them):
 
-* **Redis** keeps, per key, every rate's exact log of *leases* (``lua/lease.lua``): a lease of
-  k hits is one entry stamped at its deadline d = t0 + D, counted while d > now - P. A lease is
-  granted only if the entries counted at t0 plus k fit every rate's limit.
+* **Redis** keeps, per key, a log of *leases* (``lua/lease.lua``) that every rate counts: a
+  lease of k hits is one entry stamped at its deadline d = t0 + D, counted at least while
+  d > now - P (forgotten as the limiter's ring forgets a hit: between P and P + a bucket after
+  d; exactly P for an exact rate). A lease is granted only if the entries counted at t0 plus k
+  fit every rate's limit.
 * **The host** keeps each key's lease in a shared-memory segment of role "lease" (same name,
   ``core/lease.c``): workers spend it under the key's row lock, natively, while the host's
   clock is at most the deadline converted to it. When it is spent or expired, the one call
@@ -37,7 +39,8 @@ from typing import Any
 
 from ..clock import Clock, host_clock
 from ..errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError
-from ..geometry import Geometry, lease_geometry, limiter_geometry, rates_of
+from ..geometry import Geometry, Ring, lease_geometry, rates_of, with_capacity
+from ..policy import cost_of
 from ..rate import Rate
 from .contract import Check, Key, Request
 from .redis import scripts
@@ -73,13 +76,18 @@ def give_back(account: Account) -> list[int]:
 
 
 class LeaseServer(RedisBase):
-    """The Redis tier: the name's claim (``lease-limiter;P,N;...``) and lease.lua."""
+    """The Redis tier: the name's claim (``lease-limiter;<bucket ns>,<n>,<limit>,<log>;...``, a
+    limiter's rings) and lease.lua, which forgets a lease's hits as the limiter's ring would."""
 
-    def __init__(self, req: Request, rates: list[Rate], claim: bool):
-        self._rate_args: list[int] = [len(rates)]
-        for r in rates:
-            self._rate_args += [max(1, r.period_ns // NS_PER_US), r.limit]
-        spec = "lease-limiter;" + ";".join(f"{r.period_ns},{r.limit}" for r in rates)
+    def __init__(self, req: Request, g: Geometry, claim: bool):
+        self._rate_args: list[int] = [len(g.rings)]
+        for r in g.rings:
+            if r.bucket_ns % NS_PER_US:
+                raise ValueError("the shm+redis backend keeps whole-microsecond buckets")
+            width_us, n = (1, r.bucket_ns // NS_PER_US) if r.log else (r.bucket_ns // NS_PER_US, r.n_buckets)
+            self._rate_args += [width_us, n, r.limit]
+        rings = (f"{r.bucket_ns},{r.n_buckets},{r.limit},{int(r.log)}" for r in g.rings)
+        spec = "lease-limiter;" + ";".join(rings)
         super().__init__(req, spec if claim else None)
 
     def lease(self, key: Key, want: int, need: int, spend_us: int, backs: list[int]) -> list[int]:
@@ -99,12 +107,14 @@ class LeaseServer(RedisBase):
 class TwoTierLimiter:
     """``Limiter`` on ``shm+redis://``: leases from Redis, spent in shared memory."""
 
-    def __init__(self, req: Request, rates: list[Rate], capacity: int | None, claim: bool):
+    def __init__(self, req: Request, g: Geometry, claim: bool):
         self.name = req.name
         self.url = req.url
-        self._rates = rates
+        self._g = g
+        self._rates = rates = rates_of(g)
+        capacity = g.capacity
         self._clock: Clock = req.clock or host_clock()
-        self._server = LeaseServer(dataclasses.replace(req, url=redis_url(req.url)), rates, claim)
+        self._server = LeaseServer(dataclasses.replace(req, url=redis_url(req.url)), g, claim)
         try:
             self._window = ShmWindow.open_geometry(
                 req.name, lease_geometry(rates, capacity), clock=req.clock, perm=req.option("perm", PERM),
@@ -127,17 +137,17 @@ class TwoTierLimiter:
         rates are read from Redis, which must answer)."""
         if req.geometry is None:
             probe = dataclasses.replace(req, url=redis_url(req.url))
-            return cls(req, _parse_spec(RedisBase.read_spec(probe)), None, claim=False)
+            return cls(req, _parse_spec(RedisBase.read_spec(probe)), claim=False)
         g = req.geometry
         if g.kind != "limiter":
             raise NotSupportedError(f"the two-tier backend keeps limiters only, not a {g.kind}")
-        return cls(req, rates_of(g), g.capacity, claim=True)
+        return cls(req, g, claim=True)
 
     # -- the contract ------------------------------------------------------------------------
 
     @property
     def geometry(self) -> Geometry:
-        return limiter_geometry(self._rates, 1, self._window.geometry.capacity)
+        return self._g
 
     @property
     def rates(self) -> list[Rate]:
@@ -179,6 +189,7 @@ class TwoTierLimiter:
         take a new lease, in one round trip; spend ``cost`` of it."""
         if time.monotonic() < self._down_until:
             raise BackendUnavailableError(f"redis for {self.url} was unavailable a moment ago")
+        cost = int(cost)  # the core checked it: a whole number >= 1 (2.0, numpy ints)
         k = min(max(2 * sealed[2], 1), self._k_max)
         start_ns = self._clock()
         try:
@@ -207,8 +218,11 @@ class TwoTierLimiter:
     def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
         """``commit``: a hit (and, refused, when the cost would fit); else an answer: the host's
         lease holds ``cost``, or Redis has room for it. Used per rate: the hits leased (Redis)."""
+        if not isinstance(key, str | bytes):
+            raise TypeError(f"a limiter's key is a str or bytes, not {type(key).__name__}")
         if commit and self.hit(key, cost):
             return True, (), (), 0
+        cost = cost_of(cost, 1 if commit else 0)
         n = len(self._rates)
         out = self._server.lease(key, 0, cost, self._spend_us, [])
         used, reset_us, wait_us = out[5 : 5 + n], out[5 + n : 5 + 2 * n], out[4]
@@ -275,9 +289,11 @@ class TwoTierLimiter:
         return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self._rates))} on {self.url}>"
 
 
-def _parse_spec(spec: str) -> list[Rate]:
-    kind, *rates = spec.split(";")
+def _parse_spec(spec: str) -> Geometry:
+    """The limiter geometry a ``lease-limiter`` spec claims (an attach; the default capacity)."""
+    kind, *rings = spec.split(";")
     if kind != "lease-limiter":
         raise GeometryMismatchError(f"this name holds a {kind} on redis, not a two-tier limiter")
-    parsed = [tuple(int(v) for v in r.split(",")) for r in rates]
-    return [Rate(limit, period_ns) for period_ns, limit in parsed]
+    fields = (r.split(",") for r in rings)
+    parsed = [Ring(int(b), int(n), int(limit), bool(int(log))) for b, n, limit, log in fields]
+    return with_capacity(Geometry(tuple(parsed), ("hits",), "int64", "locked", 0, 1, "limiter"), None)

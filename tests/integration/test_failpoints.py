@@ -2010,7 +2010,7 @@ def test_lease(make_name, tmp_path, redis_server, sig, section):
                     f"{returned} admitted before, {later} after: over the limit of {LEASE_LIMIT}"
                 )
                 assert returned + later >= LEASE_LIMIT - 2 * LEASE_MAX, (returned, later)
-                ManualClock(path=clock_path).advance(62)  # every lease, stranded or not, left the window
+                ManualClock(path=clock_path).advance(66)  # every lease, stranded or not, left the window
                 assert in_child(_lease_hits, name, url, clock_path, 2 * LEASE_LIMIT) == LEASE_LIMIT
             return s.fired
         finally:

@@ -10,7 +10,9 @@
 -- ARGV[2]  hits wanted: the lease's size k at most (0: take nothing, only give back and answer)
 -- ARGV[3]  hits needed: grant nothing below it (the caller's cost)
 -- ARGV[4]  the lease's spend time D in microseconds: its deadline is d = now + D
--- ARGV[5]  the rates R, then R x (period us, limit)
+-- ARGV[5]  the rates R, then R x (bucket width in microseconds, buckets n, limit): an entry
+--          at t counts for a rate until (floor(t / width) + n) x width, as a limiter's ring
+--          forgets a hit (between P and P + a bucket after it; an exact rate: width 1, n = P)
 -- then     give-backs G, then G x (lease id, hits spent, time us the host stopped spending)
 --
 -- Returns: {granted (0: refused), lease id, now us (t0), d us, wait us (refused: until the
@@ -20,8 +22,8 @@
 -- no other lease is granted between them. Entries no rate counts any more are dropped; the
 -- key expires by itself once its newest entry has left the longest period.
 --
--- The strictness argument: an entry counts for a rate while its time t > now - P, entries
--- stamped in the future too. A lease is granted at t0 only if, for every rate, the hits of
+-- The strictness argument: an entry counts for a rate at least while its time t > now - P,
+-- entries stamped in the future too. A lease is granted at t0 only if, for every rate, the hits of
 -- the entries counted at t0 plus k fit the limit; its host spends it only in [t0, d]. For any
 -- interval [a, a + P), take the last lease granted (at t*) among those spent in it: every
 -- other one was granted before t*, has d >= a > t* - P, and so was counted at t*. Hence the
@@ -31,13 +33,20 @@
 local now = now_us(KEYS[2])
 local want, need, spend_us = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n_rates = tonumber(ARGV[5])
-local rates, longest = {}, 0
+local rates = {}
 for r = 1, n_rates do
-  local period, limit = tonumber(ARGV[4 + 2 * r]), tonumber(ARGV[5 + 2 * r])
-  rates[r] = {period = period, limit = limit}
-  if period > longest then longest = period end
+  local at = 3 + 3 * r
+  rates[r] = {width = tonumber(ARGV[at]), n = tonumber(ARGV[at + 1]), limit = tonumber(ARGV[at + 2])}
 end
-local at = 6 + 2 * n_rates
+local at = 6 + 3 * n_rates
+
+-- when an entry stamped at t stops counting for a rate, and for every rate
+local function forget(rate, t) return (math.floor(t / rate.width) + rate.n) * rate.width end
+local function forgotten(t)
+  local last = 0
+  for _, rate in ipairs(rates) do last = math.max(last, forget(rate, t)) end
+  return last
+end
 local n_back = tonumber(ARGV[at])
 
 -- give-backs: (d, k) becomes (min(tr, d), min(spent, k)); nothing spent: the entry goes
@@ -64,7 +73,7 @@ local flat = redis.call('HGETALL', KEYS[1])
 for i = 1, #flat, 2 do
   local t, k = string.match(flat[i + 1], '^(%d+) (%d+)$')
   t, k = tonumber(t), tonumber(k)
-  if not t or t <= now - longest then
+  if not t or now >= forgotten(t) then
     redis.call('HDEL', KEYS[1], flat[i])
   else
     entries[#entries + 1] = {t = t, k = k}
@@ -77,7 +86,7 @@ local used, room = {}, nil
 for r, rate in ipairs(rates) do
   used[r] = 0
   for _, e in ipairs(entries) do
-    if e.t > now - rate.period then used[r] = used[r] + e.k end
+    if now < forget(rate, e.t) then used[r] = used[r] + e.k end
   end
   local free = math.max(rate.limit - used[r], 0)
   if room == nil or free < room then room = free end
@@ -101,10 +110,10 @@ elseif need > room then  -- when the needed hits fit: the entries that must leav
       wait = -1
     elseif excess > 0 and wait >= 0 then
       for _, e in ipairs(entries) do
-        if e.t > now - rate.period then
+        if now < forget(rate, e.t) then
           excess = excess - e.k
           if excess <= 0 then
-            wait = math.max(wait, e.t + rate.period - now)
+            wait = math.max(wait, forget(rate, e.t) - now)
             break
           end
         end
@@ -113,7 +122,7 @@ elseif need > room then  -- when the needed hits fit: the entries that must leav
   end
 end
 if newest > 0 and (granted > 0 or n_back > 0) then
-  redis.call('PEXPIRE', KEYS[1], math.floor((newest + longest - now) / 1000) + 1)
+  redis.call('PEXPIRE', KEYS[1], math.floor((forgotten(newest) - now) / 1000) + 1)
 end
 
 local out = {granted, id, now, d, wait}
@@ -121,8 +130,8 @@ for r = 1, n_rates do out[#out + 1] = used[r] end
 for r, rate in ipairs(rates) do
   local reset = 0
   for _, e in ipairs(entries) do
-    if e.t > now - rate.period then
-      reset = math.max(e.t + rate.period - now, 0)
+    if now < forget(rate, e.t) then
+      reset = forget(rate, e.t) - now
       break
     end
   end

@@ -80,13 +80,16 @@ static PyObject *account(const Lease *l) {
                          (long long)used_ns, (long long)life_ns, (long long)l->grant_us);
 }
 
-/* Section "lease_seal": no spend of the live lease from now on. Caller holds the row lock.
- * Invariant between stores: one store (lease = 0) after the intent; the account stays in the
- * row for the tools. Repair: none (a seal torn before its store leaves the lease live, whole). */
-static void seal_row(Core *c, int64_t slot) {
+/* Section "lease_seal": no spend of the live lease from now on; `forget` (lease_seal(): close,
+ * clear) also drops a cached refusal. Caller holds the row lock.
+ * Invariant between stores: lease = 0 first, after the intent; the account stays in the row
+ * for the tools; a refusal dropped or not is a cache either way. Repair: none (a seal torn
+ * before its store leaves the lease live, whole). */
+static void seal_row(Core *c, int64_t slot, int forget) {
     SECTION("lease_seal");
     STORE(intent_at(c, row_lock(c, slot)), slot);
     STORE(lease_of(c, slot) + LEASE_STATE_LEASE, 0);
+    if (forget) STORE(lease_of(c, slot) + LEASE_STATE_DENY_NS, 0);
     END_SECTION();
 }
 
@@ -143,11 +146,7 @@ PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         return NULL;
     }
     if (enter(c) < 0) return NULL;
-    if (a[1] != NULL && cost_of(a[1], &cost, 0) < 0) goto out;
-    if (cost == 0) {
-        result = Py_NewRef(Py_True);
-        goto out;
-    }
+    if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
     if (lease_key(c, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
         if (met_full(c, 1)) result = Py_NewRef(c->on_full == 1 ? Py_True : Py_False);
         goto out;
@@ -159,7 +158,7 @@ PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
     } else if (now < l.deny_ns) {
         result = Py_NewRef(Py_False);
     } else {
-        if (l.lease > 0) seal_row(c, slot);
+        if (l.lease > 0) seal_row(c, slot, 0);
         result = account(&l);
     }
     lock_give(c, row_lock(c, slot));
@@ -176,7 +175,7 @@ out:
  * a lease spent beyond what Redis granted. Repair: none. */
 static void install_row(Core *c, int64_t slot, int64_t now, const Lease *n, Lease *old) {
     int64_t *w = lease_of(c, slot);
-    if (old->lease > 0) seal_row(c, slot);
+    if (old->lease > 0) seal_row(c, slot, 0);
     SECTION("lease_install");
     STORE(intent_at(c, row_lock(c, slot)), slot);
     STORE(w + LEASE_STATE_GRANTED, n->granted);
@@ -275,7 +274,7 @@ out:
 }
 
 /* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
- * part goes back). */
+ * part goes back) and forget a cached refusal (clear()). */
 PyObject *Core_lease_seal(Core *c, PyObject *key) {
     PyObject *result = NULL;
     int64_t now = 0, slot;
@@ -288,7 +287,7 @@ PyObject *Core_lease_seal(Core *c, PyObject *key) {
         goto out;
     }
     lease_read(c, slot, &l);
-    if (l.lease > 0) seal_row(c, slot);
+    if (l.lease > 0 || l.deny_ns != 0) seal_row(c, slot, 1);
     lock_give(c, row_lock(c, slot));
     result = account(&l);
 out:
