@@ -38,8 +38,8 @@ import urllib.parse
 from typing import Any
 
 from ..clock import Clock, host_clock
-from ..errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError
-from ..geometry import Geometry, Ring, lease_geometry, rates_of, with_capacity
+from ..errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError, WindowNotFoundError
+from ..geometry import LEASE_ROLE, Geometry, Ring, lease_geometry, rates_of, with_capacity
 from ..policy import cost_of
 from ..rate import Rate
 from .contract import Check, Key, Request
@@ -116,11 +116,7 @@ class TwoTierLimiter:
         self._clock: Clock = req.clock or host_clock()
         self._server = LeaseServer(dataclasses.replace(req, url=redis_url(req.url)), g, claim)
         try:
-            self._window = ShmWindow.open_geometry(
-                req.name, lease_geometry(rates, capacity), clock=req.clock, perm=req.option("perm", PERM),
-                lock_timeout=req.option("lock_timeout", LOCK_TIMEOUT_S),
-                ready_timeout=req.option("ready_timeout", READY_TIMEOUT_S), on_full=req.on_full,
-            )  # fmt: skip
+            self._window = _host_tier(req, lease_geometry(rates, capacity), attach=not claim)
         except BaseException:
             self._server.close()
             raise
@@ -287,6 +283,25 @@ class TwoTierLimiter:
 
     def __repr__(self) -> str:
         return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self._rates))} on {self.url}>"
+
+
+def _host_tier(req: Request, want: Geometry, attach: bool) -> ShmWindow:
+    """This host's lease segment: ``want`` created or attached; for an attach (the rates read
+    from Redis, not the capacity), the segment as it is if this host has one."""
+    how = {"clock": req.clock, "perm": req.option("perm", PERM), "on_full": req.on_full,
+           "lock_timeout": req.option("lock_timeout", LOCK_TIMEOUT_S),
+           "ready_timeout": req.option("ready_timeout", READY_TIMEOUT_S)}  # fmt: skip
+    if attach:
+        try:
+            window = ShmWindow.attach(req.name, **how)
+        except WindowNotFoundError:
+            pass
+        else:
+            if window.geometry.role == LEASE_ROLE:
+                return window
+            window.close()
+            raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind} here, not a lease segment")
+    return ShmWindow.open_geometry(req.name, want, **how)
 
 
 def _parse_spec(spec: str) -> Geometry:

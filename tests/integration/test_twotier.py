@@ -151,11 +151,12 @@ def test_test_stats_and_acquire(limiter):
 
 
 def test_attach_reads_the_rates_from_redis(limiter, name, url):
-    lim = limiter("5/second;100/minute", clock=ManualClock(T0))
+    lim = limiter("5/second;100/minute", clock=ManualClock(T0), capacity=64)
     assert lim.hit("k")
-    other = Limiter.attach(name, backend=url, clock=ManualClock(T0))
+    other = Limiter.attach(name, backend=url, clock=ManualClock(T0))  # this host's segment as it is
     try:
         assert other.rates == lim.rates
+        assert other._backend.lease_window.geometry == lim._backend.lease_window.geometry
     finally:
         other.close()
 
