@@ -177,7 +177,8 @@ def expected_core() -> None:
 # what scripts/checks.d/50-sanitizers.sh runs against the sanitized cores (with the tests
 # marked ``sanitize`` themselves: the bad-words fuzz)
 _SANITIZED = ("test_native.py", "test_failpoints.py", "test_crash.py", "test_bad_segments.py", "test_keys.py",
-              "test_growth.py", "test_concurrency.py", "test_limiter_compact.py")  # fmt: skip
+              "test_growth.py", "test_concurrency.py", "test_limiter_compact.py",
+              "test_twotier.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
