@@ -187,6 +187,7 @@ class Target:
 TARGET_ORDER = [
     "striped-1p", "locked-1p", "hit-one-key", "hit-warm-keys", "hit-new-key",
     "striped-2p", "locked-2p", "hot-key-2p", "distinct-keys-2p", "tb-hit-one-key",
+    "twotier-ns", "twotier-trips", "twotier-rate",
 ]  # fmt: skip
 
 

@@ -2,9 +2,9 @@
 
     scripts/bench [--quick] [--no-write] [--section NAME] [--title TEXT] [--rev REV]
 
-Runs bench_window.py, bench_limiter.py, bench_breaker.py and bench_token_bucket.py (their
-own output goes to stderr as they run; ``--quick`` runs bench_breaker without its gunicorn
-load test), then prints a markdown section: the targets table of issues "native core" and
+Runs bench_window.py, bench_limiter.py, bench_breaker.py, bench_token_bucket.py and
+bench_twotier.py (their own output goes to stderr as they run; ``--quick`` runs bench_breaker
+without its gunicorn load test), then prints a markdown section: the targets table of issues "native core" and
 "breaker" (every ratio against the floor or a peer measured in the same run), then each
 benchmark's other tables.
 That section replaces the block of the same NAME in benchmarks/README.md, between
@@ -35,10 +35,12 @@ from _harness import Target, targets_table
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 README = HERE / "README.md"
-BENCHES = ["bench_window.py", "bench_limiter.py", "bench_breaker.py", "bench_token_bucket.py"]
+BENCHES = ["bench_window.py", "bench_limiter.py", "bench_breaker.py", "bench_token_bucket.py",
+           "bench_twotier.py"]  # fmt: skip
 QUICK_ARGS = {"bench_breaker.py": ["--quick", "--no-load"]}  # the load test alone takes ~40 s
 # a --rev without it has nothing to measure
-NEEDS = {"bench_breaker.py": "shmwin/breaker.py", "bench_token_bucket.py": "shmwin/token_bucket.py"}
+NEEDS = {"bench_breaker.py": "shmwin/breaker.py", "bench_token_bucket.py": "shmwin/token_bucket.py",
+         "bench_twotier.py": "shmwin/backends/twotier.py"}  # fmt: skip
 INSERT_ABOVE = "<!-- bench-results:insert-above -->"
 
 

@@ -331,6 +331,20 @@ def token_rate_of(g: Geometry) -> tuple[Rate, int]:
     return Rate(ring.limit, ring.bucket_ns * ring.limit), ring.n_buckets
 
 
+LEASE_ROLE = "lease"
+
+
+def lease_geometry(rates: list[Rate], capacity: int | None) -> Geometry:
+    """A two-tier limiter's host tier (``shm+redis://``): a keyed window of one ring of one
+    bucket of the longest period, whose rows hold each key's lease (``layout_words.LEASE_STATE``);
+    the ring's span is a key's idle time, its limit the tightest rate's limit."""
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+        raise ValueError(f"capacity must be a positive int or None (grow as keys come), not {capacity!r}")
+    ring = Ring(max(r.period_ns for r in rates), 1, min(r.limit for r in rates))
+    g = with_capacity(Geometry((ring,), ("hits",), "int64", "locked", 0, 1), capacity)
+    return Geometry(g.rings, g.fields, g.dtype, g.mode, g.n_stripes, g.capacity, g.kind, LEASE_ROLE)
+
+
 def pick_ring(
     rings: Sequence[Ring], last: Duration | None, resolution: str | int | None = None
 ) -> tuple[int, int]:

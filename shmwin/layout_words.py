@@ -96,9 +96,11 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket")  # fmt: skip
+         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease")  # fmt: skip
+# "lease": a two-tier (shm+redis://) limiter's host tier: each key's row holds the lease of hits
+# the host took from Redis (LEASE_STATE below), spent by every worker of the host
 # rows of per-key state: no bucket to read or add to
-COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log", "token-bucket")
+COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log", "token-bucket", "lease")
 STATE_ROLES = (*COUNTER_ROLES, "concurrency")  # every role whose rows hold state, not buckets
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
@@ -321,6 +323,26 @@ def key_header_bytes(role: str) -> int:
     """A keyed row's key header: its words, then the stored key (a moving log's: a digest)."""
     return KEY_HEADER_BYTES - MAX_STORED_KEY + (MOVING_KEY_BYTES if role == "moving-log" else MAX_STORED_KEY)
 
+
+# role "lease": the host tier of a two-tier limiter (core/lease.c). A lease is k hits taken from
+# Redis in one step, counted there at its spend deadline d; the host's workers spend it while
+# now <= deadline_ns (d on the host's clock, never later). Its keyed window has one ring of one
+# bucket of the longest period P (the key's idle time), whose limit is the tightest rate's limit.
+LEASE_STATE: tuple[Field, ...] = (
+    ("lease", 0, "q"),  # the Redis lease id (> 0) being spent; 0: none (sealed); EMPTY_EPOCH: never one
+    ("granted", 8, "q"),  # its hits, k
+    ("spent", 16, "q"),  # the hits spent of it (<= granted)
+    ("deadline_ns", 24, "q"),  # no spend after it (host clock): the lease's d, converted conservatively
+    ("start_ns", 32, "q"),  # host time the lease was asked for (before Redis granted it)
+    ("grant_us", 40, "q"),  # the grant time t0 on Redis's clock (µs): a seal time converts from it
+    ("last_ns", 48, "q"),  # host time of the lease's newest spend
+    ("deny_ns", 56, "q"),  # a refusal from Redis: until then refuse without asking (0: none)
+    ("served", 64, "q"),  # hits served by the host from its leases, all leases
+    ("leases", 72, "q"),  # leases installed for the key
+    ("refusals", 80, "q"),  # refusals Redis answered for the key (with leases: the round trips)
+)
+LEASE_STATE_BYTES = 88
+
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "LOCK": (LOCK, "LOCK_BYTES"),
@@ -337,6 +359,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "MOVING_STATE": (MOVING_STATE, "MOVING_STATE_BYTES"),
     "NAME_ENTRY": (NAME_ENTRY, "NAME_ENTRY_BYTES"),
     "CHUNK": (CHUNK, "CHUNK_BYTES"),
+    "LEASE_STATE": (LEASE_STATE, "LEASE_STATE_BYTES"),
 }
 
 
@@ -368,6 +391,7 @@ ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.ind
 ROLE_CONCURRENCY = ROLES.index("concurrency")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 ROLE_MOVING_LOG = ROLES.index("moving-log")
+ROLE_LEASE = ROLES.index("lease")
 
 MAGIC_OFF = _at(HEADER, "magic")
 HEADER_CRC_OFF = _at(HEADER, "header_crc")
@@ -462,6 +486,28 @@ NAME_ENTRY_GEN_OFF = _at(NAME_ENTRY, "gen")
 NAME_ENTRY_ROW_OFF = _at(NAME_ENTRY, "row")
 NAME_ENTRY_LEN_OFF = _at(NAME_ENTRY, "len")
 NAME_ENTRY_NAME_OFF = _at(NAME_ENTRY, "name")
+LEASE_STATE_LEASE_OFF = _at(LEASE_STATE, "lease")
+LEASE_STATE_LEASE = LEASE_STATE_LEASE_OFF // WORD_BYTES
+LEASE_STATE_GRANTED_OFF = _at(LEASE_STATE, "granted")
+LEASE_STATE_GRANTED = LEASE_STATE_GRANTED_OFF // WORD_BYTES
+LEASE_STATE_SPENT_OFF = _at(LEASE_STATE, "spent")
+LEASE_STATE_SPENT = LEASE_STATE_SPENT_OFF // WORD_BYTES
+LEASE_STATE_DEADLINE_NS_OFF = _at(LEASE_STATE, "deadline_ns")
+LEASE_STATE_DEADLINE_NS = LEASE_STATE_DEADLINE_NS_OFF // WORD_BYTES
+LEASE_STATE_START_NS_OFF = _at(LEASE_STATE, "start_ns")
+LEASE_STATE_START_NS = LEASE_STATE_START_NS_OFF // WORD_BYTES
+LEASE_STATE_GRANT_US_OFF = _at(LEASE_STATE, "grant_us")
+LEASE_STATE_GRANT_US = LEASE_STATE_GRANT_US_OFF // WORD_BYTES
+LEASE_STATE_LAST_NS_OFF = _at(LEASE_STATE, "last_ns")
+LEASE_STATE_LAST_NS = LEASE_STATE_LAST_NS_OFF // WORD_BYTES
+LEASE_STATE_DENY_NS_OFF = _at(LEASE_STATE, "deny_ns")
+LEASE_STATE_DENY_NS = LEASE_STATE_DENY_NS_OFF // WORD_BYTES
+LEASE_STATE_SERVED_OFF = _at(LEASE_STATE, "served")
+LEASE_STATE_SERVED = LEASE_STATE_SERVED_OFF // WORD_BYTES
+LEASE_STATE_LEASES_OFF = _at(LEASE_STATE, "leases")
+LEASE_STATE_LEASES = LEASE_STATE_LEASES_OFF // WORD_BYTES
+LEASE_STATE_REFUSALS_OFF = _at(LEASE_STATE, "refusals")
+LEASE_STATE_REFUSALS = LEASE_STATE_REFUSALS_OFF // WORD_BYTES
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
@@ -482,7 +528,7 @@ _SCALARS = (
     "MOVING_MIN_SHIFT",
     "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES", "NAME_SLOTS", "NAME_PROBES",
     "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
-    "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "COUNT32_BYTES", "COUNT32_MAX",
+    "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "COUNT32_BYTES", "COUNT32_MAX", "LEASE_STATE_BYTES",
 )  # fmt: skip
 
 

@@ -62,8 +62,19 @@ def _redis() -> Scheme:
     )  # fmt: skip
 
 
+def _twotier() -> Scheme:
+    from . import redis, twotier  # imported only once a shm+redis URL is used
+
+    def no_window(req: Request) -> WindowBackend:
+        raise NotSupportedError("the two-tier backend (shm+redis://) keeps limiters only: a Window is redis://'s")
+
+    return Scheme(window=no_window, limiter=twotier.TwoTierLimiter.open, options=SHM_OPTIONS | redis.OPTIONS)
+
+
 _LAZY: dict[str, Callable[[], Scheme]] = {
     "redis": _redis, "rediss": _redis, "unix": _redis, "redis+cluster": _redis, "rediss+cluster": _redis,
+    **{scheme: _twotier for scheme in ("shm+redis", "shm+rediss", "shm+redis+cluster", "shm+rediss+cluster",
+                                       "shm+unix")},
 }  # fmt: skip
 
 

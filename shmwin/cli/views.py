@@ -75,6 +75,7 @@ ROLE_TITLES = {
     "concurrency": "per-key concurrency",
     "token-bucket": "token bucket",
     "moving-log": "limits' moving windows",
+    "lease": "two-tier limiter (shm+redis://): this host's leases",
 }
 
 
@@ -153,6 +154,21 @@ def _tokens(v: dict[str, Any]) -> list[str]:
     ]
 
 
+def _leases(v: dict[str, Any]) -> list[str]:
+    keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
+    lines = [
+        f"  {v['live']:,} lease{'' if v['live'] == 1 else 's'} held now, {v['held']:,} hits unspent;"
+        f" {keys}",
+        f"  {v['served']:,} hits served locally; {v['round_trips']:,} round trips to redis"
+        f" ({v['leases']:,} leases taken, {v['refusals']:,} refusals)",
+    ]
+    mine = v.get("key")
+    if mine is not None:
+        lease = f"lease {mine['spent']:,} of {mine['granted']:,} spent, expires in {mine['expires_s']:.3f}s"
+        lines.append(f"  this key: {lease}; served {mine['served']:,}, {mine['leases']:,} leases")
+    return lines
+
+
 def _span(seconds: float) -> str:
     return format_ns(round(seconds * NS_PER_S))
 
@@ -172,6 +188,7 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "concurrency": _concurrency,
     "token-bucket": _tokens,
     "moving-log": lambda v: _counters(v),
+    "lease": _leases,
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

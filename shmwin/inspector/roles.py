@@ -29,6 +29,10 @@ counted over live processes without clearing the keys of dead ones, which its wo
     moving-log    limits' moving windows (``PREFIX.moving.L.P``): each key's hit times, in its
                   row and in chunks of the segment's chunk heap; shown: the hits of the last
                   period (read under each key's lock by the core), what limits compares with L
+    lease         a two-tier limiter's host tier (``shm+redis://``): each key's row holds the
+                  lease of hits the host took from Redis; shown: the leases live now and the
+                  hits they hold unspent, the hits served locally, and the round trips to
+                  Redis (leases taken, refusals), all keys and the keys that served most
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -51,7 +55,7 @@ from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
-         "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts")  # fmt: skip
+         "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts", "lease")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 # per-key state: values read by counter_values()
 COUNTERS = ("fixed-window", "sliding-counter", "moving-log", "concurrency", "token-bucket")
@@ -96,7 +100,44 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
         return counters_view(w, role)
     if role == "fixed-starts":
         return {"records": len(w.keys()), "counts": w.name.replace(".fixedstart.", ".fixed.", 1)}
+    if role == "lease":
+        return leases_view(w)
     return None
+
+
+def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:
+    """A two-tier limiter's host tier: per key its lease words, read under the key's lock by the
+    core (``lease_get``); ``live`` leases (unexpired, hits left) and the ``held`` hits they have
+    unspent, ``served`` hits and ``round_trips`` (``leases`` taken + ``refusals``) over the
+    segment's life, and the ``top`` keys by hits served, ``[key, {granted, spent, expires_s,
+    served, leases, refusals}]``."""
+    core, now = w._backend._core, int(w._clock())
+    rows, keys = [], w.keys()
+    for key in keys:
+        words = core.lease_get(key)
+        if words is None:
+            continue
+        lease_id, granted, spent, deadline_ns, *_, served, leases, refusals = words
+        live = lease_id > 0 and now <= deadline_ns and spent < granted
+        rows.append((key, {
+            "granted": granted if live else 0, "spent": spent if live else 0,
+            "expires_s": (deadline_ns - now) / NS_PER_S if live else 0.0,
+            "served": served, "leases": leases, "refusals": refusals,
+        }))  # fmt: skip
+    rows.sort(key=lambda kv: kv[1]["served"], reverse=True)
+    leases, refusals = sum(v["leases"] for _, v in rows), sum(v["refusals"] for _, v in rows)
+    return {
+        "limit": w.geometry.rings[0].limit,
+        "period_s": w.geometry.bucket_ns / NS_PER_S,
+        "keys": len(rows),
+        "live": sum(1 for _, v in rows if v["granted"]),
+        "held": sum(v["granted"] - v["spent"] for _, v in rows),
+        "served": sum(v["served"] for _, v in rows),
+        "leases": leases,
+        "refusals": refusals,
+        "round_trips": leases + refusals,
+        "top": rows[: max(top, 0)],
+    }
 
 
 def decisions_of(w: Any) -> dict[str, Any] | None:

@@ -29,7 +29,16 @@ from ..errors import GeometryMismatchError, ShmwinError
 from ..geometry import token_rate_of
 from ..rate import Rate
 from . import attached as _attached
-from .roles import COUNTERS, UNSUMMED, counter_values, counters_view, decisions_of, role_of, role_view
+from .roles import (
+    COUNTERS,
+    UNSUMMED,
+    counter_values,
+    counters_view,
+    decisions_of,
+    leases_view,
+    role_of,
+    role_view,
+)
 
 GLOB_CHARS = "*?["
 
@@ -321,6 +330,14 @@ def snapshot(
     role = out["role"] = role_of(w)
     if g.kind == "limiter" or role == "token-bucket":  # what it decided, if it keeps that
         out["decisions"] = decisions_of(w)
+    if role == "lease":  # a two-tier limiter's host tier: each key's lease, no buckets to sum
+        view = out[role] = leases_view(w, top)
+        out["resolutions"], out["keys"] = [], view["keys"]
+        top_keys = view.pop("top")
+        if key is not None:
+            out["lease"]["key"] = next((v for k, v in top_keys if key_text(k) == key), None)
+        out["top_field"], out["top"] = "served", [[key_text(k), v["served"]] for k, v in top_keys]
+        return out
     if role in COUNTERS:  # per-key state: each key's value, no buckets to sum
         view = out[role] = counters_view(w, role, top)
         out["resolutions"] = []

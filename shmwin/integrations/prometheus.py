@@ -34,7 +34,9 @@ adaptive limiters (:mod:`shmwin.inspector.roles`) add ``shmwin_breaker_drop_rati
 limiter's decisions window, ``shmwin_limiter_decisions`` (``outcome``: admitted, rejected,
 near_limit; labelled with the limiter's name); a Concurrency ``shmwin_concurrency_limit`` and
 ``shmwin_concurrency_holders`` (all keys, and per key for the ``top_keys`` keys with the most
-holders).
+holders); a two-tier limiter's host tier (role "lease", ``shm+redis://``)
+``shmwin_lease_round_trips`` (``kind``: lease, refusal), ``shmwin_lease_served`` (hits served
+locally) and ``shmwin_lease_held`` (``what``: leases, hits).
 """
 
 from __future__ import annotations
@@ -124,6 +126,15 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         (_WINDOW, "outcome"),
     ),
     "shmwin_concurrency_limit": ("Holders a Concurrency allows per key at once.", (_WINDOW,)),
+    "shmwin_lease_round_trips": (
+        "A two-tier limiter's round trips to Redis from this host: leases taken, refusals.",
+        (_WINDOW, "kind"),
+    ),
+    "shmwin_lease_served": ("Hits a two-tier limiter's host served from its leases.", (_WINDOW,)),
+    "shmwin_lease_held": (
+        "Leases a two-tier limiter's host holds now (live), and their unspent hits.",
+        (_WINDOW, "what"),
+    ),
     "shmwin_concurrency_holders": (
         "Slots a Concurrency's live processes hold now: all keys, or one key (the top_keys keys).",
         (_WINDOW, _KEY),
@@ -219,6 +230,16 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
     role = role_of(w)
     if role in UNSUMMED:  # bookkeeping (times, not counts): no limits or sums to show
         families["shmwin_window_keys"].add_metric([name], len(w.keys()))
+        return
+    if role == "lease":  # a two-tier limiter's host tier: leases, hits served, round trips
+        view = role_view(w, role)
+        assert view is not None
+        families["shmwin_window_keys"].add_metric([name], view["keys"])
+        families["shmwin_lease_round_trips"].add_metric([name, "lease"], view["leases"])
+        families["shmwin_lease_round_trips"].add_metric([name, "refusal"], view["refusals"])
+        families["shmwin_lease_served"].add_metric([name], view["served"])
+        families["shmwin_lease_held"].add_metric([name, "leases"], view["live"])
+        families["shmwin_lease_held"].add_metric([name, "hits"], view["held"])
         return
     if role == "concurrency":  # holders now: all keys ("" key), and the busiest keys'
         held = counters_view(w, role, top_keys)

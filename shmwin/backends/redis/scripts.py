@@ -58,6 +58,7 @@ CLEAR = _load("clear.lua")
 TOP = _load("top.lua", WINDOW_LIB, CLOCK_LIB)
 HIT = _load("hit.lua", CLOCK_LIB)
 TOKEN = _load("token.lua", CLOCK_LIB)
+LEASE = _load("lease.lua", CLOCK_LIB)  # the two-tier backend's leases (shmwin.backends.twotier)
 
 
 @functools.lru_cache(maxsize=256)
@@ -71,4 +72,4 @@ def hit_one(ttl_ms: int, bucket_us: int, n: int, limit: int) -> Script:
 
 # every file the code runs, for tests and packaging checks
 FILES = ("window_lib.lua", "clock.lua", "open.lua", "add.lua", "read.lua", "keys.lua", "clear.lua", "top.lua",
-         "hit.lua", "hit_one.lua", "token.lua")  # fmt: skip
+         "hit.lua", "hit_one.lua", "token.lua", "lease.lua")  # fmt: skip

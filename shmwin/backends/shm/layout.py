@@ -45,7 +45,8 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
                                         state, not buckets (see "Counter rows"); 9 = "decisions"
                                         (a limiter's decisions window); 11 = "concurrency": keyed
                                         rows of holder entries and a stripe table of processes
-                                        (see "Concurrency rows")
+                                        (see "Concurrency rows"); 13 = "lease": a two-tier
+                                        limiter's host tier (see "Lease rows")
     176  8    u64       chunks_off      role "moving-log": offset of the chunk heap (after the
                                         rows, page-aligned); else 0
     184  8    u64       n_chunks        its chunks: capacity x the longest chain a key holds; else 0
@@ -245,6 +246,26 @@ under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's ro
     0    4    u32   next      the next chunk of its chain (or of the free list) + 1; 0 = last
     4    4    u32   owner     the row whose chain holds it + 1; 0 = free
     8    24   u64[] entries   CHUNK_ENTRIES (3) entries
+
+Lease rows (role "lease", the host tier of ``backend="shm+redis://..."``: ``core/lease.c``,
+``shmwin.backends.twotier``): a keyed window of one ring of one bucket of the longest period P
+(the key's idle time; its limit the tightest rate's). After the key header, LEASE_STATE, the
+lease of hits the host holds from Redis and what its workers spent of it (88 bytes)::
+
+    off  size type  name         meaning
+    0    8    i64   lease        the Redis lease id being spent (> 0); 0 = none (sealed);
+                                 EMPTY_EPOCH = never one (an emptied row)
+    8    8    i64   granted      its hits, k
+    16   8    i64   spent        hits spent of it (<= granted)
+    24   8    i64   deadline_ns  host time after which it is not spent (d, converted to the host's
+                                 clock so it is never later than d)
+    32   8    i64   start_ns     host time the lease was asked for (before its grant)
+    40   8    i64   grant_us     the grant time t0 on Redis's clock, µs
+    48   8    i64   last_ns      host time of its newest spend
+    56   8    i64   deny_ns      until then, refused without a round trip (Redis refused); 0 = none
+    64   8    i64   served       hits served from the host's leases (all of them)
+    72   8    i64   leases       leases installed
+    80   8    i64   refusals     refusals Redis answered (leases + refusals: the round trips)
 """
 
 from __future__ import annotations
@@ -441,6 +462,7 @@ STATE_BYTES = {
     "sliding-counter": _words.SLIDING_STATE_BYTES,
     "token-bucket": _words.TOKEN_STATE_BYTES,
     "moving-log": _words.MOVING_STATE_BYTES,
+    "lease": _words.LEASE_STATE_BYTES,
 }
 MAX_CHUNKS = (1 << 32) - 1  # a checked word's value holds chunks_top
 

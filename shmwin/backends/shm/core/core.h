@@ -365,6 +365,15 @@ PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
 PyObject *Core_moving_get(Core *c, PyObject *key);
 PyObject *Core_moving_chunks(Core *c, PyObject *Py_UNUSED(ignored));
 
+/* ---- the host tier of a two-tier limiter: each key's lease (lease.c) ----------------------- */
+
+PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_lease_seal(Core *c, PyObject *key);
+PyObject *Core_lease_get(Core *c, PyObject *key);
+
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 
 extern PyMethodDef core_methods[];

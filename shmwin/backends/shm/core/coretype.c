@@ -147,7 +147,8 @@ static int read_header(Core *c) {
                      : c->role == ROLE_FIXED_WINDOW ? FIXED_STATE_BYTES / WORD_BYTES
                      : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES
                      : c->role == ROLE_TOKEN_BUCKET ? TOKEN_STATE_BYTES / WORD_BYTES
-                     : c->role == ROLE_MOVING_LOG ? MOVING_STATE_BYTES / WORD_BYTES : 0;
+                     : c->role == ROLE_MOVING_LOG ? MOVING_STATE_BYTES / WORD_BYTES
+                     : c->role == ROLE_LEASE ? LEASE_STATE_BYTES / WORD_BYTES : 0;
     c->key_bytes = c->role == ROLE_MOVING_LOG ? MOVING_KEY_BYTES : MAX_STORED_KEY;  /* layout_words.key_header_bytes */
     c->n_stripes = c->keyed ? (int64_t)h.n_stripes : 0;  /* a keyed segment's: a concurrency's processes */
     if (c->keyed && !c->limiter && c->role == ROLE_CONCURRENCY) {  /* a mark word, one holder entry per slot */

@@ -871,5 +871,21 @@ PyMethodDef core_methods[] = {
      "moving_get($self, key, /)\n--\n\n(hits counted, ns until the oldest of them is forgotten; 0: none)."},
     {"moving_chunks", (PyCFunction)Core_moving_chunks, METH_NOARGS,
      "moving_chunks($self, /)\n--\n\n(chunks handed out, on the free list, reserved, in the heap)."},
+    /* a two-tier limiter's host tier: each key's lease (lease.c) */
+    {"lease_spend", FASTCALL_KW(Core_lease_spend),
+     "lease_spend($self, /, key, cost=1)\n--\n\n"
+     "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: "
+     "(its account or None,)."},
+    {"lease_install", FASTCALL_KW(Core_lease_install),
+     "lease_install($self, /, key, lease, granted, cost, start_ns, deadline_ns, grant_us)\n--\n\n"
+     "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."},
+    {"lease_deny", FASTCALL_KW(Core_lease_deny),
+     "lease_deny($self, /, key, until_ns)\n--\n\nRefuse key without asking Redis until until_ns."},
+    {"lease_refund", FASTCALL_KW(Core_lease_refund),
+     "lease_refund($self, /, key, cost)\n--\n\nGive up to cost hits back to key's live lease: how many."},
+    {"lease_seal", (PyCFunction)Core_lease_seal, METH_O,
+     "lease_seal($self, key, /)\n--\n\nSeal key's live lease: its account (to give back), or None."},
+    {"lease_get", (PyCFunction)Core_lease_get, METH_O,
+     "lease_get($self, key, /)\n--\n\nkey's lease words, or None (no row)."},
     {NULL},
 };

@@ -25,6 +25,8 @@
  *   keycache.c  this process's way from a key object to its locked row
  *   threads.c   per process: the fork generation, the time namespace's offset, the keeper
  *               and the reserver threads
+ *   lease.c     a two-tier limiter's host tier (shm+redis://): each key's lease of hits from
+ *               Redis, spent, sealed, installed under the key's row lock
  *
  * Crash consistency. Locks are robust process-shared mutexes: a holder that dies hands the
  * next locker EOWNERDEAD, and that locker repairs before marking the mutex consistent. Each

@@ -1,0 +1,356 @@
+/* lease.c -- the host tier of a two-tier limiter (backend "shm+redis://"): each key's lease of
+ * hits taken from Redis, spent by every worker of the host under the key's row lock.
+ *
+ * The segment is a keyed window of role "lease" (layout_words.py: LEASE_STATE). A key's row
+ * holds one lease: k hits (granted) that Redis counted, in every rate, as one entry stamped at
+ * the lease's deadline d. The host may spend them at any time in [t0, d]; deadline_ns is d on
+ * the host's clock, converted so that it is never later than d (shmwin/backends/twotier.py).
+ * Then no interval of a period admits more than the limit across hosts (docs/several-hosts.md).
+ *
+ *   lease_spend    spend cost hits of the live lease; if it cannot (none, spent, expired), seal
+ *                  it (lease = 0: nobody spends it again) and hand its account to the caller,
+ *                  who gives the unused part back to Redis and takes a new lease
+ *   lease_install  a lease Redis granted: spend the caller's cost of it and publish it; a live
+ *                  lease it replaces is sealed and handed back the same way
+ *   lease_deny     Redis refused: refuse without a round trip until then
+ *   lease_refund   give hits back to the live lease (Limiter.refund)
+ *
+ * Sealing is what makes a give-back exact: only the one call that sealed a lease gives its
+ * unused part back, with the account read under the lock that sealed it, and no spend of it
+ * follows. A process that dies between taking a lease in Redis and publishing it here, or
+ * between sealing one and giving its part back, strands those hits in Redis until d + P: hits
+ * refused, never hits admitted.
+ *
+ * Junk in a row never reaches undefined behaviour, nor admits a hit: counts outside [0, 2**62),
+ * spent above granted, granted above the tightest limit, a deadline further than the longest
+ * period from the lease's ask, all read as a lease with nothing left (sealed by the next
+ * spend; Redis caps what a give-back says by what it granted). Times are compared, never used
+ * as offsets. Nothing here is derived data: the lock's repair has nothing to do.
+ */
+#include "core.h"
+
+#define LEASE_MAX (INT64_C(1) << 62)
+
+static int64_t *lease_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot) + c->rings_off); }
+
+/* Is this Core a lease segment whose rows hold a lease? */
+static int is_lease(Core *c) {
+    if (c->role == ROLE_LEASE && c->keyed && !c->limiter && c->n_rings == 1 && !c->rings[0].log &&
+        c->empty_bytes >= LEASE_STATE_BYTES && c->rings[0].bucket_ns > 0 && c->rings[0].bucket_ns <= MAX_SPAN_NS)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "window %R is not a lease segment (role \"lease\")", c->name);
+    return -1;
+}
+
+typedef struct {
+    int64_t lease, granted, spent, deadline_ns, start_ns, grant_us, last_ns, deny_ns, served, leases, refusals;
+} Lease;
+
+static int64_t clamp_count(int64_t v) { return v < 0 || v >= LEASE_MAX ? LEASE_MAX : v; }
+
+/* The row's lease, loaded word by word. Caller holds the row lock. */
+static void lease_read(Core *c, int64_t slot, Lease *l) {
+    const int64_t *w = lease_of(c, slot);
+    l->lease = LOAD(w + LEASE_STATE_LEASE);
+    l->granted = clamp_count(LOAD(w + LEASE_STATE_GRANTED));
+    l->spent = clamp_count(LOAD(w + LEASE_STATE_SPENT));
+    l->deadline_ns = LOAD(w + LEASE_STATE_DEADLINE_NS);
+    l->start_ns = LOAD(w + LEASE_STATE_START_NS);
+    l->grant_us = LOAD(w + LEASE_STATE_GRANT_US);
+    l->last_ns = LOAD(w + LEASE_STATE_LAST_NS);
+    l->deny_ns = LOAD(w + LEASE_STATE_DENY_NS);
+    l->served = LOAD(w + LEASE_STATE_SERVED);
+    l->leases = LOAD(w + LEASE_STATE_LEASES);
+    l->refusals = LOAD(w + LEASE_STATE_REFUSALS);
+    if (l->lease == EMPTY_EPOCH) {  /* an emptied row: no lease ever, every other word 0 */
+        l->lease = 0;
+        l->deny_ns = 0;
+    }
+    if (l->lease < 0) l->lease = 0;  /* junk: nothing to spend, nothing to give back */
+}
+
+/* The account of a lease: (lease id, granted, spent, ns from its ask to its newest spend, ns
+ * from its ask to its deadline, grant time on Redis's clock in µs). Lease id 0: nothing for the
+ * caller to give back (none was live); the rest then tells the last lease's use (its size). */
+static PyObject *account(const Lease *l) {
+    int64_t spent = l->spent > l->granted ? l->granted : l->spent;
+    int64_t used_ns = l->last_ns > l->start_ns ? l->last_ns - l->start_ns : 0;
+    int64_t life_ns = l->deadline_ns > l->start_ns ? l->deadline_ns - l->start_ns : 0;
+    return Py_BuildValue("(LLLLLL)", (long long)l->lease, (long long)l->granted, (long long)spent,
+                         (long long)used_ns, (long long)life_ns, (long long)l->grant_us);
+}
+
+/* Section "lease_seal": no spend of the live lease from now on; `forget` (lease_seal(): close,
+ * clear) also drops a cached refusal. Caller holds the row lock.
+ * Invariant between stores: lease = 0 first, after the intent; the account stays in the row
+ * for the tools; a refusal dropped or not is a cache either way. Repair: none (a seal torn
+ * before its store leaves the lease live, whole). */
+static void seal_row(Core *c, int64_t slot, int forget) {
+    SECTION("lease_seal");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    STORE(lease_of(c, slot) + LEASE_STATE_LEASE, 0);
+    if (forget) STORE(lease_of(c, slot) + LEASE_STATE_DENY_NS, 0);
+    END_SECTION();
+}
+
+/* Section "lease_spend": spend cost hits of the live lease. Caller holds the row lock and has
+ * checked that the lease is live, unexpired, and holds them.
+ * Invariant between stores: spent moves first, in one store: a tear leaves the hits counted
+ * as spent (refused to others) and the tallies behind (served, last_ns: the account's seal
+ * time is then earlier than a spend by at most this one, whose caller died before it was
+ * admitted). The key's last write goes last, never backwards. Repair: none. */
+static void spend_row(Core *c, int64_t slot, int64_t now, int64_t cost, Lease *l) {
+    int64_t *w = lease_of(c, slot);
+    SECTION("lease_spend");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    STORE(w + LEASE_STATE_SPENT, l->spent + cost);
+    if (now > l->last_ns) STORE(w + LEASE_STATE_LAST_NS, now);
+    STORE(w + LEASE_STATE_SERVED, sat_add(l->served < 0 ? 0 : l->served, cost));
+    touch_last(ROW(c, slot), now);
+    END_SECTION();
+}
+
+/* May the lease spend cost at now? Words no lease can hold -- more hits than the tightest limit
+ * (the ring's), a deadline further than the longest period from its ask -- read as a lease
+ * with nothing left: junk never admits hits Redis did not grant. */
+static int spendable(Core *c, const Lease *l, int64_t now, int64_t cost) {
+    const Ring *r = &c->rings[0];
+    if (l->lease <= 0 || l->granted > r->limit || l->start_ns < 0 || l->start_ns >= MAX_NOW_NS ||
+        l->deadline_ns < l->start_ns || l->deadline_ns - l->start_ns > r->bucket_ns)
+        return 0;
+    return now <= l->deadline_ns && l->spent <= l->granted && cost <= l->granted - l->spent;
+}
+
+static int lease_key(Core *c, PyObject *key, int create, int64_t *now, int64_t *slot) {
+    if (is_lease(c) < 0 || now_ns(c, now) < 0) return -1;
+    return lock_key(c, key, create, *now, slot);
+}
+
+/* lease_spend(key, cost=1) -> True | False | account: spend cost hits of the host's lease of key
+ * (True); refuse (False) while a refusal of Redis's holds; else the lease cannot serve them:
+ * sealed if it was live, and its account (lease id 0: none to give back) -- the caller takes a
+ * new lease. A full key table: on_full's answer. */
+PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2], *result = NULL;
+    int64_t cost = 1, now = 0, slot;
+    Lease l;
+    if (nargs == 1 && kwnames == NULL) {
+        a[0] = args[0];
+        a[1] = NULL;
+    } else if (parse(args, nargs, kwnames, names, 2, a, "lease_spend") < 0) {
+        return NULL;
+    }
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "lease_spend() needs a key");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
+    if (lease_key(c, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+        if (met_full(c, 1)) result = Py_NewRef(c->on_full == 1 ? Py_True : Py_False);
+        goto out;
+    }
+    lease_read(c, slot, &l);
+    if (spendable(c, &l, now, cost)) {
+        spend_row(c, slot, now, cost, &l);
+        result = Py_NewRef(Py_True);
+    } else if (now < l.deny_ns) {
+        result = Py_NewRef(Py_False);
+    } else {
+        if (l.lease > 0) seal_row(c, slot, 0);
+        result = account(&l);
+    }
+    lock_give(c, row_lock(c, slot));
+out:
+    leave(c);
+    return result;
+}
+
+/* Section "lease_install": publish a lease Redis granted, with the caller's cost spent of it.
+ * Caller holds the row lock; the lease holds cost and now <= its deadline.
+ * Invariant between stores: a live lease it replaces is sealed first; the new lease's words
+ * are written while the row holds no live lease (lease = 0), and its id is stored last: a tear
+ * anywhere leaves no lease to spend (the new one's hits stranded in Redis until d + P), never
+ * a lease spent beyond what Redis granted. Repair: none. */
+static void install_row(Core *c, int64_t slot, int64_t now, const Lease *n, Lease *old) {
+    int64_t *w = lease_of(c, slot);
+    if (old->lease > 0) seal_row(c, slot, 0);
+    SECTION("lease_install");
+    STORE(intent_at(c, row_lock(c, slot)), slot);
+    STORE(w + LEASE_STATE_GRANTED, n->granted);
+    STORE(w + LEASE_STATE_SPENT, n->spent);
+    STORE(w + LEASE_STATE_DEADLINE_NS, n->deadline_ns);
+    STORE(w + LEASE_STATE_START_NS, n->start_ns);
+    STORE(w + LEASE_STATE_GRANT_US, n->grant_us);
+    STORE(w + LEASE_STATE_LAST_NS, now);
+    STORE(w + LEASE_STATE_DENY_NS, 0);
+    STORE(w + LEASE_STATE_SERVED, sat_add(old->served < 0 ? 0 : old->served, n->spent));
+    STORE(w + LEASE_STATE_LEASES, sat_add(old->leases < 0 ? 0 : old->leases, 1));
+    touch_last(ROW(c, slot), n->deadline_ns > now ? n->deadline_ns : now);
+    STORE(w + LEASE_STATE_LEASE, n->lease);
+    END_SECTION();
+}
+
+static int int64_arg(PyObject *obj, const char *what, int64_t lo, int64_t *out) {
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < lo || v >= LEASE_MAX) {
+        PyErr_Format(PyExc_ValueError, "lease_install(): %s %lld is out of range", what, v);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* lease_install(key, lease, granted, cost, start_ns, deadline_ns, grant_us) -> (installed,
+ * account): publish lease `lease` of `granted` hits with `cost` of them spent now, unless it
+ * expired already or does not hold cost (installed False: nothing written; the caller gives
+ * it back whole); the account of the lease it replaced (sealed if it was live: id > 0). */
+PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "lease", "granted", "cost", "start_ns", "deadline_ns", "grant_us"};
+    static const char *const what[] = {"key", "lease id", "granted", "cost", "start_ns", "deadline_ns", "grant_us"};
+    PyObject *a[7], *result = NULL;
+    int64_t v[7] = {0}, now = 0, slot;
+    Lease n, old;
+    if (parse(args, nargs, kwnames, names, 7, a, "lease_install") < 0) return NULL;
+    for (int i = 0; i < 7; i++) {
+        if (a[i] == NULL) {
+            PyErr_SetString(PyExc_TypeError, "lease_install() needs key, lease, granted, cost, start_ns, "
+                                             "deadline_ns and grant_us");
+            return NULL;
+        }
+        if (i > 0 && int64_arg(a[i], what[i], i == 1 ? 1 : 0, &v[i]) < 0) return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (lease_key(c, a[0], 1, &now, &slot) < 0) goto out;
+    n = (Lease){.lease = v[1], .granted = v[2], .spent = v[3], .start_ns = v[4], .deadline_ns = v[5],
+                .grant_us = v[6]};
+    int ok = n.spent <= n.granted && now <= n.deadline_ns;
+    lease_read(c, slot, &old);
+    if (ok) install_row(c, slot, now, &n, &old);
+    lock_give(c, row_lock(c, slot));
+    if (!ok) old.lease = 0;  /* nothing sealed */
+    PyObject *acc = account(&old);
+    if (acc != NULL) result = Py_BuildValue("(ON)", ok ? Py_True : Py_False, acc);
+out:
+    leave(c);
+    return result;
+}
+
+/* Section "lease_deny": refuse without asking Redis until deny_ns (later than now), and count
+ * the refusal. Caller holds the row lock. Invariant between stores: deny_ns first (a tear
+ * leaves the refusal uncounted: a tally). Repair: none. */
+PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "until_ns"};
+    PyObject *a[2], *result = NULL;
+    int64_t until, now = 0, slot;
+    Lease l;
+    if (parse(args, nargs, kwnames, names, 2, a, "lease_deny") < 0) return NULL;
+    if (a[0] == NULL || a[1] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "lease_deny() needs key and until_ns");
+        return NULL;
+    }
+    if (int64_arg(a[1], "until_ns", 0, &until) < 0) return NULL;
+    if (enter(c) < 0) return NULL;
+    int got = lease_key(c, a[0], 0, &now, &slot);
+    if (got < 0) goto out;
+    if (got > 0) {
+        lease_read(c, slot, &l);
+        if (until > l.deny_ns && until > now) {
+            SECTION("lease_deny");
+            STORE(intent_at(c, row_lock(c, slot)), slot);
+            STORE(lease_of(c, slot) + LEASE_STATE_DENY_NS, until);
+            STORE(lease_of(c, slot) + LEASE_STATE_REFUSALS, sat_add(l.refusals < 0 ? 0 : l.refusals, 1));
+            touch_last(ROW(c, slot), until);
+            END_SECTION();
+        }
+        lock_give(c, row_lock(c, slot));
+    }
+    result = Py_NewRef(Py_None);
+out:
+    leave(c);
+    return result;
+}
+
+/* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
+ * part goes back) and forget a cached refusal (clear()). */
+PyObject *Core_lease_seal(Core *c, PyObject *key) {
+    PyObject *result = NULL;
+    int64_t now = 0, slot;
+    Lease l;
+    if (enter(c) < 0) return NULL;
+    int got = lease_key(c, key, 0, &now, &slot);
+    if (got < 0) goto out;
+    if (got == 0) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    lease_read(c, slot, &l);
+    if (l.lease > 0 || l.deny_ns != 0) seal_row(c, slot, 1);
+    lock_give(c, row_lock(c, slot));
+    result = account(&l);
+out:
+    leave(c);
+    return result;
+}
+
+/* Section "lease_refund": give up to cost hits back to the live lease, most recent first.
+ * Caller holds the row lock. One store after the intent (spent); the tally of served hits is
+ * not undone. Repair: none. lease_refund(key, cost) -> hits given back. */
+PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2], *result = NULL;
+    int64_t cost, now = 0, slot, back = 0;
+    Lease l;
+    if (parse(args, nargs, kwnames, names, 2, a, "lease_refund") < 0) return NULL;
+    if (a[0] == NULL || a[1] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "lease_refund() needs key and cost");
+        return NULL;
+    }
+    if (enter(c) < 0) return NULL;
+    if (cost_of(a[1], &cost, 0) < 0) goto out;
+    int got = lease_key(c, a[0], 0, &now, &slot);
+    if (got < 0) goto out;
+    if (got > 0) {
+        lease_read(c, slot, &l);
+        if (spendable(c, &l, now, 0)) {
+            back = cost < l.spent ? cost : l.spent;
+            if (back > 0) {
+                SECTION("lease_refund");
+                STORE(intent_at(c, row_lock(c, slot)), slot);
+                STORE(lease_of(c, slot) + LEASE_STATE_SPENT, l.spent - back);
+                END_SECTION();
+            }
+        }
+        lock_give(c, row_lock(c, slot));
+    }
+    result = PyLong_FromLongLong((long long)back);
+out:
+    leave(c);
+    return result;
+}
+
+/* lease_get(key) -> None (no row) or (lease, granted, spent, deadline_ns, start_ns, grant_us,
+ * last_ns, deny_ns, served, leases, refusals), as the row holds them (lease 0: none live). */
+PyObject *Core_lease_get(Core *c, PyObject *key) {
+    PyObject *result = NULL;
+    int64_t now = 0, slot;
+    Lease l;
+    if (enter(c) < 0) return NULL;
+    int got = lease_key(c, key, 0, &now, &slot);
+    if (got < 0) goto out;
+    if (got == 0) {
+        result = Py_NewRef(Py_None);
+        goto out;
+    }
+    lease_read(c, slot, &l);
+    lock_give(c, row_lock(c, slot));
+    result = Py_BuildValue("(LLLLLLLLLLL)", (long long)l.lease, (long long)l.granted, (long long)l.spent,
+                           (long long)l.deadline_ns, (long long)l.start_ns, (long long)l.grant_us,
+                           (long long)l.last_ns, (long long)l.deny_ns, (long long)l.served, (long long)l.leases,
+                           (long long)l.refusals);
+out:
+    leave(c);
+    return result;
+}

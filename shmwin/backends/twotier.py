@@ -1,0 +1,314 @@
+"""TwoTierLimiter: ``Limiter`` across hosts at shared-memory speed -- leases of hits from Redis,
+spent by every worker of a host in shared memory.
+
+    Limiter("api", "1000/minute", backend="shm+redis://10.0.0.5:6379/0")
+    Limiter("api", "1000/minute", backend="shm+redis+cluster://10.0.0.5:7000,10.0.0.6:7000/")
+
+Two tiers (docs/several-hosts.md draws them):
+
+* **Redis** keeps, per key, a log of *leases* (``lua/lease.lua``) that every rate counts: a
+  lease of k hits is one entry stamped at its deadline d = t0 + D, counted at least while
+  d > now - P (forgotten as the limiter's ring forgets a hit: between P and P + a bucket after
+  d; exactly P for an exact rate). A lease is granted only if the entries counted at t0 plus k
+  fit every rate's limit.
+* **The host** keeps each key's lease in a shared-memory segment of role "lease" (same name,
+  ``core/lease.c``): workers spend it under the key's row lock, natively, while the host's
+  clock is at most the deadline converted to it. When it is spent or expired, the one call
+  that finds it so seals it and takes a new lease in ONE round trip, which also gives back the
+  sealed lease's unused part: its entry becomes (time of its last spend, hits spent).
+
+Hence no interval of P admits more than the limit across hosts (the proof is in lua/lease.lua
+and the docs page), while most hits never leave the host. Clocks: t0 and d are Redis's time (the
+name's clock that never goes back); the host's deadline is ``start_ns + (d - t0)``, start_ns read
+before the request was sent, so it is never later than d whatever the round trip took.
+
+Sizes: a lease's spend time D = min(P / 10, 1 s) over the rates' shortest P; its size k is twice
+what the key's last lease served (at least the cost, 1 for a new key), at most N // 8 of the
+tightest limit. When Redis refuses, the host refuses without asking until Redis said the cost
+would fit. When Redis is away, the host spends what it holds, then the limiter's ``on_error``
+answers (``BackendUnavailableError`` from here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import urllib.parse
+from typing import Any
+
+from ..clock import Clock, host_clock
+from ..errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError, WindowNotFoundError
+from ..geometry import LEASE_ROLE, Geometry, Ring, lease_geometry, rates_of, with_capacity
+from ..policy import cost_of
+from ..rate import Rate
+from .contract import Check, Key, Request
+from .redis import scripts
+from .redis.client import NS_PER_US, RedisBase, key_text
+from .shm.window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
+
+MAX_SPEND_NS = 1_000_000_000  # a lease's spend time D: min(P / 10, this)
+SPEND_PART = 10
+SIZE_PART = 8  # a lease's size k: at most N // 8
+DOWN_BACKOFF_S = 0.05  # after Redis was away: this long (real time) before asking again
+SCHEMES = {"shm+redis": "redis", "shm+rediss": "rediss", "shm+redis+cluster": "redis+cluster",
+           "shm+rediss+cluster": "rediss+cluster", "shm+unix": "unix"}  # fmt: skip
+
+Account = tuple[int, int, int, int, int, int]  # lease id, granted, spent, used_ns, life_ns, grant_us
+
+
+def redis_url(url: str) -> str:
+    """The Redis URL of a two-tier URL: ``shm+redis://h:p/0`` -> ``redis://h:p/0``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ValueError(f"not a two-tier URL (shm+redis://...): {url!r}")
+    return parts._replace(scheme=SCHEMES[parts.scheme]).geturl()
+
+
+def give_back(account: Account) -> list[int]:
+    """A sealed lease's give-back for lease.lua, (id, spent, time µs it stopped being spent), or
+    nothing. The time is the grant time plus the host's time from asking to the last spend,
+    rounded up: never earlier than a spend (lease.lua caps it at the deadline)."""
+    lease_id, _granted, spent, used_ns, _life_ns, grant_us = account
+    if lease_id <= 0:
+        return []
+    return [lease_id, spent, grant_us + -(-used_ns // NS_PER_US)]
+
+
+class LeaseServer(RedisBase):
+    """The Redis tier: the name's claim (``lease-limiter;<bucket ns>,<n>,<limit>,<log>;...``, a
+    limiter's rings) and lease.lua, which forgets a lease's hits as the limiter's ring would."""
+
+    def __init__(self, req: Request, g: Geometry, claim: bool):
+        self._rate_args: list[int] = [len(g.rings)]
+        for r in g.rings:
+            if r.bucket_ns % NS_PER_US:
+                raise ValueError("the shm+redis backend keeps whole-microsecond buckets")
+            width_us, n = (1, r.bucket_ns // NS_PER_US) if r.log else (r.bucket_ns // NS_PER_US, r.n_buckets)
+            self._rate_args += [width_us, n, r.limit]
+        rings = (f"{r.bucket_ns},{r.n_buckets},{r.limit},{int(r.log)}" for r in g.rings)
+        spec = "lease-limiter;" + ";".join(rings)
+        super().__init__(req, spec if claim else None)
+
+    def lease(self, key: Key, want: int, need: int, spend_us: int, backs: list[int]) -> list[int]:
+        """One round trip: give back ``backs`` (triples), then take up to ``want`` hits (at least
+        ``need``; ``want`` 0: only answer). lease.lua's answer, as ints."""
+        args = [want, need, spend_us, *self._rate_args, len(backs) // 3, *backs]
+        out = self._run(scripts.LEASE, [self.lease_row(key), self._clock_key, self._prefix + "lid"], args)
+        return [int(v) for v in out]
+
+    def lease_row(self, key: Key) -> str:
+        return self._prefix + "L:" + key_text(key)
+
+    def drop_key(self, key: Key) -> None:
+        self._call(self._redis.delete, self.lease_row(key))
+
+
+class TwoTierLimiter:
+    """``Limiter`` on ``shm+redis://``: leases from Redis, spent in shared memory."""
+
+    def __init__(self, req: Request, g: Geometry, claim: bool):
+        self.name = req.name
+        self.url = req.url
+        self._g = g
+        self._rates = rates = rates_of(g)
+        capacity = g.capacity
+        self._clock: Clock = req.clock or host_clock()
+        self._server = LeaseServer(dataclasses.replace(req, url=redis_url(req.url)), g, claim)
+        try:
+            self._window = _host_tier(req, lease_geometry(rates, capacity), attach=not claim)
+        except BaseException:
+            self._server.close()
+            raise
+        self._core = self._window._core
+        shortest = min(r.period_ns for r in rates)
+        self._spend_us = max(1, min(shortest // SPEND_PART, MAX_SPEND_NS) // NS_PER_US)
+        self._k_max = max(1, min(r.limit for r in rates) // SIZE_PART)
+        self._spend = self._core.lease_spend
+        self._down_until = 0.0
+
+    @classmethod
+    def open(cls, req: Request) -> TwoTierLimiter:
+        """The registry's entry: create-or-attach ``req.geometry``, or attach (``None``: the
+        rates are read from Redis, which must answer)."""
+        if req.geometry is None:
+            probe = dataclasses.replace(req, url=redis_url(req.url))
+            return cls(req, _parse_spec(RedisBase.read_spec(probe)), claim=False)
+        g = req.geometry
+        if g.kind != "limiter":
+            raise NotSupportedError(f"the two-tier backend keeps limiters only, not a {g.kind}")
+        return cls(req, g, claim=True)
+
+    # -- the contract ------------------------------------------------------------------------
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._g
+
+    @property
+    def rates(self) -> list[Rate]:
+        return list(self._rates)
+
+    @property
+    def closed(self) -> bool:
+        return self._window.closed
+
+    @property
+    def window(self) -> Any:
+        raise NotSupportedError("the two-tier backend has no window view: its rows hold leases (shmwin show)")
+
+    @property
+    def lease_window(self) -> ShmWindow:
+        """The host tier's segment (role "lease")."""
+        return self._window
+
+    @property
+    def server_clock(self) -> Clock | None:
+        """Redis's time source (None: the server's TIME; the limiter's ``clock=`` if one was
+        given). Tests set it apart from the host's to step the server's clock."""
+        return self._server._clock
+
+    @server_clock.setter
+    def server_clock(self, clock: Clock | None) -> None:
+        self._server._clock = clock
+
+    def hit(self, key: Key, cost: int = 1) -> bool:
+        """Spend ``cost`` hits of the host's lease of ``key`` (natively); when it cannot, take a
+        new lease in one round trip."""
+        spent = self._spend(key, cost)
+        if spent is True or spent is False:
+            return spent
+        return self._take(key, cost, spent)
+
+    def _take(self, key: Key, cost: int, sealed: Account) -> bool:
+        """The lease of ``key`` could not serve ``cost``: give back ``sealed``'s unused part and
+        take a new lease, in one round trip; spend ``cost`` of it."""
+        if time.monotonic() < self._down_until:
+            raise BackendUnavailableError(f"redis for {self.url} was unavailable a moment ago")
+        cost = int(cost)  # the core checked it: a whole number >= 1 (2.0, numpy ints)
+        k = min(max(2 * sealed[2], 1), self._k_max)
+        start_ns = self._clock()
+        try:
+            out = self._server.lease(key, max(k, cost), cost, self._spend_us, give_back(sealed))
+        except BackendUnavailableError:
+            self._down_until = time.monotonic() + DOWN_BACKOFF_S
+            raise
+        granted, lease_id, t0_us, d_us, wait_us = out[:5]
+        if granted > 0:
+            deadline_ns = start_ns + (d_us - t0_us) * NS_PER_US
+            installed, replaced = self._core.lease_install(
+                key, lease_id, granted, cost, start_ns, deadline_ns, t0_us
+            )
+            backs = give_back(replaced) if installed else [lease_id, 0, t0_us]
+            if backs:  # two workers raced, or the lease came too late: its hits go back now
+                self._give_back(key, backs)
+            return bool(installed)
+        if wait_us > 0:
+            self._core.lease_deny(key, self._clock() + wait_us * NS_PER_US)
+        return False
+
+    def _give_back(self, key: Key, backs: list[int]) -> None:
+        with contextlib.suppress(BackendUnavailableError):  # else stranded until d + P: refusals only
+            self._server.lease(key, 0, 0, self._spend_us, backs)
+
+    def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
+        """``commit``: a hit (and, refused, when the cost would fit); else an answer: the host's
+        lease holds ``cost``, or Redis has room for it. Used per rate: the hits leased (Redis)."""
+        if not isinstance(key, str | bytes):
+            raise TypeError(f"a limiter's key is a str or bytes, not {type(key).__name__}")
+        if commit and self.hit(key, cost):
+            return True, (), (), 0
+        cost = cost_of(cost, 1 if commit else 0)
+        n = len(self._rates)
+        out = self._server.lease(key, 0, cost, self._spend_us, [])
+        used, reset_us, wait_us = out[5 : 5 + n], out[5 + n : 5 + 2 * n], out[4]
+        words, now = self._core.lease_get(key), self._clock()
+        holds, denied_ns = False, 0
+        if words is not None:
+            lease_id, granted, spent, deadline_ns, *_ = words
+            holds = lease_id > 0 and now <= deadline_ns and granted - spent >= cost
+            denied_ns = max(words[7] - now, 0)
+        allowed = not commit and (holds or (wait_us == 0 and denied_ns == 0))
+        wait = None if wait_us < 0 else (0 if allowed else max(wait_us * NS_PER_US, denied_ns, 1))
+        return allowed, tuple(used), tuple(r * NS_PER_US for r in reset_us), wait
+
+    def refund(self, key: Key, cost: int) -> int:
+        """Give up to ``cost`` hits back to the host's live lease of ``key`` (they are still
+        counted in Redis until the lease is given back)."""
+        return int(self._core.lease_refund(key, cost))
+
+    def charge(self, key: Key, cost: int) -> None:
+        raise NotSupportedError("charge() needs one store: on shm+redis, hit() is the only way to count")
+
+    def clear(self, key: Key) -> None:
+        """Forget every lease of ``key``, on this host and in Redis."""
+        self._core.lease_seal(key)
+        self._server.drop_key(key)
+
+    def leases(self) -> dict[Key, tuple[int, ...]]:
+        """Each key's lease words on this host (``core.lease_get``), for the tools."""
+        keys = self._window.keys()
+        return {k: w for k in keys if (w := self._core.lease_get(k)) is not None}
+
+    def hand_back(self) -> int:
+        """Seal every live lease of this host and give back its unused part: the hits given back."""
+        back = 0
+        keys = self._window.keys()
+        for key in keys:
+            account = self._core.lease_seal(key)
+            if account is not None and account[0] > 0:
+                back += account[1] - account[2]
+                self._give_back(key, give_back(account))
+        return back
+
+    def close(self) -> None:
+        """Give the host's leases back (their unused part), then close both tiers."""
+        if self._window.closed:
+            return
+        try:
+            self.hand_back()
+        finally:
+            self._window.close()
+            self._server.close()
+
+    def unlink(self) -> bool:
+        """Remove the name from Redis (every host's leases) and this host's segment (its leases
+        sealed first: nothing is given back to a name that is gone)."""
+        if not self._window.closed:
+            keys = self._window.keys()
+            for key in keys:
+                self._core.lease_seal(key)
+        there = self._server.unlink()
+        return self._window.unlink() or there
+
+    def __repr__(self) -> str:
+        return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self._rates))} on {self.url}>"
+
+
+def _host_tier(req: Request, want: Geometry, attach: bool) -> ShmWindow:
+    """This host's lease segment: ``want`` created or attached; for an attach (the rates read
+    from Redis, not the capacity), the segment as it is if this host has one."""
+    how = {"clock": req.clock, "perm": req.option("perm", PERM), "on_full": req.on_full,
+           "lock_timeout": req.option("lock_timeout", LOCK_TIMEOUT_S),
+           "ready_timeout": req.option("ready_timeout", READY_TIMEOUT_S)}  # fmt: skip
+    if attach:
+        try:
+            window = ShmWindow.attach(req.name, **how)
+        except WindowNotFoundError:
+            pass
+        else:
+            if window.geometry.role == LEASE_ROLE:
+                return window
+            window.close()
+            raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind} here, not a lease segment")
+    return ShmWindow.open_geometry(req.name, want, **how)
+
+
+def _parse_spec(spec: str) -> Geometry:
+    """The limiter geometry a ``lease-limiter`` spec claims (an attach; the default capacity)."""
+    kind, *rings = spec.split(";")
+    if kind != "lease-limiter":
+        raise GeometryMismatchError(f"this name holds a {kind} on redis, not a two-tier limiter")
+    fields = (r.split(",") for r in rings)
+    parsed = [Ring(int(b), int(n), int(limit), bool(int(log))) for b, n, limit, log in fields]
+    return with_capacity(Geometry(tuple(parsed), ("hits",), "int64", "locked", 0, 1, "limiter"), None)

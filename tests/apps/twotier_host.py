@@ -1,0 +1,77 @@
+"""One "host" of tests/integration/test_twotier_hosts.py: run inside its own mount namespace
+(a private /dev/shm), it forks WORKERS processes that hammer one two-tier limiter.
+
+    python twotier_host.py NAME URL RATE CLOCK_PATH OUT_DIR HOST END_NS ON_ERROR WORKERS
+
+Time is the test's ManualClock in CLOCK_PATH, shared by every host (and by the Redis scripts,
+through their injected time). Each worker makes up to HITS_PER_TICK hits per tick holding a
+shared flock on CLOCK_PATH.lock, which the driver takes exclusively to move the clock: time
+stands still while any call is in flight, so the limiter, the scripts and the record agree on
+when each hit happened, and the scripts read a time that never goes back. Each admitted hit's
+time is appended to OUT_DIR/HOST-WORKER.txt at once (a killed host's admissions are on disk),
+and "ready" files tell the driver to start the clock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+
+from shmwin import Limiter, ManualClock
+
+HITS_PER_TICK = 20
+
+
+def work(name: str, url: str, rate: str, clock_path: str, out: str, end_ns: int, on_error: str) -> None:
+    shared = ManualClock(path=clock_path)
+    lim = Limiter(name, rate, backend=url, clock=shared, on_error=on_error)
+    lock = os.open(clock_path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    with open(out, "a", buffering=1) as record:
+        open(out + ".ready", "w").close()
+        last = -1
+        while True:
+            now = shared()
+            if now >= end_ns:
+                break
+            if now == last:
+                time.sleep(0.0002)
+                continue
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            try:
+                last = now = shared()
+                for _ in range(HITS_PER_TICK):
+                    try:
+                        if lim.hit("k"):
+                            record.write(f"{now}\n")
+                    except Exception as exc:  # on_error="raise" only
+                        record.write(f"# {type(exc).__name__}\n")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    lim.close()
+
+
+def main() -> None:
+    name, url, rate, clock_path, out_dir, host, end_ns, on_error, workers = sys.argv[1:10]
+    pids = []
+    for w in range(int(workers)):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                out = os.path.join(out_dir, f"{host}-{w}.txt")
+                work(name, url, rate, clock_path, out, int(end_ns), on_error)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    codes = [os.waitpid(pid, 0)[1] for pid in pids]
+    sys.exit(0 if all(c == 0 for c in codes) else 1)
+
+
+if __name__ == "__main__":
+    main()
