@@ -16,6 +16,7 @@ means "not given"); one a backend does not honour is a
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,7 +69,16 @@ def _twotier() -> Scheme:
     def no_window(req: Request) -> WindowBackend:
         raise NotSupportedError("the two-tier backend (shm+redis://) keeps limiters only: a Window is redis://'s")
 
-    return Scheme(window=no_window, limiter=twotier.TwoTierLimiter.open, options=SHM_OPTIONS | redis.OPTIONS)
+    def token_bucket(req: Request) -> Any:
+        """A token bucket takes every token from Redis itself, with no lease: tokens leased at t0
+        and spent up to D later would let a host pass ``burst`` in an interval (strict only with
+        a burst cut by D / T tokens). Its answers are redis://'s, under the same name."""
+        options = {k: v for k, v in req.options.items() if k in redis.OPTIONS}
+        direct = dataclasses.replace(req, url=req.url.removeprefix("shm+"), options=options)
+        return redis.RedisTokenBucket.open(direct)
+
+    return Scheme(window=no_window, limiter=twotier.TwoTierLimiter.open, options=SHM_OPTIONS | redis.OPTIONS,
+                  token_bucket=token_bucket)  # fmt: skip
 
 
 _LAZY: dict[str, Callable[[], Scheme]] = {

@@ -308,3 +308,26 @@ def test_junk_in_a_lease_never_admits_a_hit_redis_did_not_grant(limiter, junk):
         b._q[at + getattr(words, f"LEASE_STATE_{word.upper()}")] = value
     admitted += sum(lim.hit("k") for _ in range(300))
     assert 100 - 2 * (100 // 8) <= admitted <= 100, admitted  # junk strands a lease at most
+
+
+def test_a_token_bucket_on_shm_redis_takes_its_tokens_from_redis(name, url, server_url):
+    """No leases for a token bucket (strict only with a burst cut by D / T tokens): every take is
+    redis://'s, so a bucket opened by redis:// under the same name sees the same tokens."""
+    from shmwin import TokenBucket
+    from shmwin.backends.redis import RedisTokenBucket
+
+    clock = ManualClock(T0)
+    bucket = TokenBucket(name, "10/second", burst=5, backend=url, clock=clock)
+    direct = TokenBucket(name, "10/second", burst=5, backend=server_url, clock=clock)
+    try:
+        assert isinstance(bucket._backend, RedisTokenBucket)
+        assert [bucket.hit("k") for _ in range(3)] == [True] * 3
+        assert [direct.hit("k") for _ in range(3)] == [True, True, False]  # one bucket: 5 in all
+        assert not bucket.hit("k") and bucket.stats("k").remaining == 0
+        clock.advance(0.1)  # a token back, for either
+        assert bucket.hit("k") and not direct.hit("k")
+    finally:
+        bucket.unlink()
+        bucket.close()
+        direct.close()
+    assert redis_keys(server_url, name) == [], "the test left redis keys behind"
