@@ -16,67 +16,29 @@ between. Memory per key is fixed by ``buckets`` (and, 4 or 8 bytes a count, the 
 
 from __future__ import annotations
 
-from typing import Any
-
-from ...errors import GeometryMismatchError
-from ...geometry import Geometry, rates_of
+from ...geometry import rates_of
 from ...rate import Rate
 from ..contract import Check, Key, Request
-from .window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
+from .decider import ShmDecider, open_window
+from .window import ShmWindow
 
 
-class ShmLimiter:
+class ShmLimiter(ShmDecider):
     """A limiter-kind :class:`ShmWindow` and its native core's check-and-count."""
 
     def __init__(self, window: ShmWindow):
-        self._window = window
-        self._core = window._core
-        self.name = window.name
+        super().__init__(window)
         self.hit = self._core.hit  # type: ignore[method-assign]  # the native check-and-count
         self.check = self._core.check  # type: ignore[method-assign]
 
     @classmethod
     def open(cls, req: Request) -> ShmLimiter:
         """The registry's entry: create-or-attach ``req.geometry``, or attach (``None``)."""
-        lock_timeout = req.option("lock_timeout", LOCK_TIMEOUT_S)
-        ready_timeout = req.option("ready_timeout", READY_TIMEOUT_S)
-        perm = req.option("perm", PERM)
-        if req.geometry is None:
-            window = ShmWindow.attach(
-                req.name, clock=req.clock, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
-                on_full=req.on_full, perm=perm,
-            )  # fmt: skip
-            g = window.geometry
-            if g.kind != "limiter":
-                window.close()
-                what = f"a {g.kind}" + (f" of role {g.role!r}" if g.role else "")
-                raise GeometryMismatchError(f"{req.name!r} is {what}, not a limiter")
-        else:
-            window = ShmWindow.open_geometry(
-                req.name, req.geometry, clock=req.clock, perm=perm,
-                lock_timeout=lock_timeout, ready_timeout=ready_timeout, on_full=req.on_full,
-            )  # fmt: skip
-        return cls(window)
-
-    @property
-    def url(self) -> str:
-        return ""  # shared memory: no URL
-
-    @property
-    def geometry(self) -> Geometry:
-        return self._window.geometry
+        return cls(open_window(req, lambda g: g.kind == "limiter", "a limiter"))
 
     @property
     def rates(self) -> list[Rate]:
         return rates_of(self._window.geometry)
-
-    @property
-    def closed(self) -> bool:
-        return self._window.closed
-
-    @property
-    def window(self) -> ShmWindow:
-        return self._window
 
     def hit(self, key: Key, cost: int = 1) -> bool:
         """The instance's ``hit`` is the core's own method; this is its signature."""
@@ -86,25 +48,11 @@ class ShmLimiter:
         """The instance's ``check`` is the core's own method; this is its signature."""
         return self._core.check(key, cost, commit, detail)
 
-    def _set_tally(self, tally: Any, shadow: bool) -> None:
-        """Count each hit's decision in ``tally`` (a decisions :class:`~shmwin.window.Window`,
-        or None), and answer every hit True if ``shadow``: both in the native core."""
-        self._core.set_tally(None if tally is None else tally._backend._core, shadow)
-
     def refund(self, key: Key, cost: int) -> int:
         return int(self._core.refund(key, cost))
 
     def charge(self, key: Key, cost: int) -> None:
         self._core.charge(key, cost)
-
-    def clear(self, key: Key) -> None:
-        self._window.clear(key)
-
-    def close(self) -> None:
-        self._window.close()
-
-    def unlink(self) -> bool:
-        return self._window.unlink()
 
     def __repr__(self) -> str:
         rates = ";".join(str(r) for r in self.rates)

@@ -8,25 +8,21 @@ are the core's own methods, called with nothing in between.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ...errors import GeometryMismatchError
-from ...geometry import TOKEN_ROLE, Geometry, token_rate_of
+from ...geometry import TOKEN_ROLE, token_rate_of
 from ...rate import Rate
 from ..contract import Key, Request
-from .window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
+from .decider import ShmDecider, open_window
+from .window import ShmWindow
 
 # allowed, whole tokens left, wait_ns (None: never), ns until full
 TokenCheck = tuple[bool, int, int | None, int]
 
 
-class ShmTokenBucket:
+class ShmTokenBucket(ShmDecider):
     """A token-bucket-role :class:`ShmWindow` and its native core's take."""
 
     def __init__(self, window: ShmWindow):
-        self._window = window
-        self._core = window._core
-        self.name = window.name
+        super().__init__(window)
         self.hit = self._core.token_hit  # type: ignore[method-assign]  # the native take
         self.check = self._core.token_check  # type: ignore[method-assign]
 
@@ -34,33 +30,8 @@ class ShmTokenBucket:
     def open(cls, req: Request) -> ShmTokenBucket:
         """Create-or-attach ``req.geometry``, or attach (``None``): a segment of another kind
         or role is a :class:`GeometryMismatchError`."""
-        lock_timeout = req.option("lock_timeout", LOCK_TIMEOUT_S)
-        ready_timeout = req.option("ready_timeout", READY_TIMEOUT_S)
-        perm = req.option("perm", PERM)
-        if req.geometry is None:
-            window = ShmWindow.attach(
-                req.name, clock=req.clock, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
-                on_full=req.on_full, perm=perm,
-            )  # fmt: skip
-        else:
-            window = ShmWindow.open_geometry(
-                req.name, req.geometry, clock=req.clock, perm=perm,
-                lock_timeout=lock_timeout, ready_timeout=ready_timeout, on_full=req.on_full,
-            )  # fmt: skip
-        g = window.geometry
-        if g.role != TOKEN_ROLE or g.kind != "window" or len(g.rings) != 1:
-            window.close()
-            what = f"a {g.kind}" + (f" of role {g.role!r}" if g.role else "")
-            raise GeometryMismatchError(f"{req.name!r} is {what}, not a token bucket")
-        return cls(window)
-
-    @property
-    def url(self) -> str:
-        return ""  # shared memory: no URL
-
-    @property
-    def geometry(self) -> Geometry:
-        return self._window.geometry
+        accepts = lambda g: g.role == TOKEN_ROLE and g.kind == "window" and len(g.rings) == 1  # noqa: E731
+        return cls(open_window(req, accepts, "a token bucket"))
 
     @property
     def rate(self) -> Rate:
@@ -70,14 +41,6 @@ class ShmTokenBucket:
     def burst(self) -> int:
         return token_rate_of(self._window.geometry)[1]
 
-    @property
-    def closed(self) -> bool:
-        return self._window.closed
-
-    @property
-    def window(self) -> ShmWindow:
-        return self._window
-
     def hit(self, key: Key, cost: int = 1) -> bool:
         """The instance's ``hit`` is the core's own method; this is its signature."""
         return bool(self._core.token_hit(key, cost))
@@ -85,20 +48,6 @@ class ShmTokenBucket:
     def check(self, key: Key, cost: int, commit: bool) -> TokenCheck:
         """The instance's ``check`` is the core's own method; this is its signature."""
         return self._core.token_check(key, cost, commit)
-
-    def _set_tally(self, tally: Any, shadow: bool) -> None:
-        """Count each take's decision in ``tally`` (a decisions Window, or None), and answer
-        every hit True if ``shadow``: both in the native core."""
-        self._core.set_tally(None if tally is None else tally._backend._core, shadow)
-
-    def clear(self, key: Key) -> None:
-        self._window.clear(key)
-
-    def close(self) -> None:
-        self._window.close()
-
-    def unlink(self) -> bool:
-        return self._window.unlink()
 
     def __repr__(self) -> str:
         capacity = self.geometry.capacity
