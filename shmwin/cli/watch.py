@@ -127,8 +127,12 @@ class Terminal:
 
     def _take_signals(self) -> None:
         """SIGTERM and SIGHUP end the view as Ctrl-C does (so the terminal is restored);
-        SIGWINCH wakes the wait through a pipe, to redraw at the new size at once."""
+        SIGWINCH wakes the wait through a pipe, to redraw at the new size at once. Ctrl-C
+        raises KeyboardInterrupt even where it was ignored when we started (Python keeps a
+        SIGINT its parent ignored -- a shell's background job -- ignored)."""
         try:
+            was = signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._undo.append(_restorer(signal.SIGINT, was))
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 self._undo.append(_restorer(signum, signal.signal(signum, _exit_on)))
             self._undo.append(_restorer(signal.SIGWINCH, signal.signal(signal.SIGWINCH, _ignore)))
