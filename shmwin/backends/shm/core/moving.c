@@ -66,7 +66,7 @@ static int64_t stamp_of(Core *c, int64_t t) {
     return (t + ((INT64_C(1) << c->moving_shift) - 1)) >> c->moving_shift;
 }
 static int64_t hits_of(int64_t w) { return (int64_t)((uint64_t)w & MOVING_HITS_MAX); }
-static int64_t entry_word(Core *c, int64_t stamp, int64_t hits) {
+static int64_t entry_word(int64_t stamp, int64_t hits) {
     if (hits > MOVING_HITS_MAX) hits = MOVING_HITS_MAX;  /* a limit is at most that: never */
     return (int64_t)((uint64_t)(uint32_t)stamp << MOVING_STAMP_SHIFT | (uint64_t)hits);
 }
@@ -424,14 +424,14 @@ static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, i
     touch_last(ROW(c, slot), now);
     if (e == NULL && s->second == NULL) {  /* one entry, counting: the new hits join it, at now */
         int64_t w = LOAD(s->oldest), was = stamp_near(w, s->anchor);
-        STORE(s->oldest, entry_word(c, was > stamp ? was : stamp, hits_of(w) + cost));  /* later, never sooner */
+        STORE(s->oldest, entry_word(was > stamp ? was : stamp, hits_of(w) + cost));  /* later, never sooner */
     } else {
         if (e == NULL) {  /* the oldest joins the second oldest */
             int64_t w = LOAD(s->second);
-            STORE(s->second, entry_word(c, stamp_near(w, s->anchor), hits_of(w) + hits_of(LOAD(s->oldest))));
+            STORE(s->second, entry_word(stamp_near(w, s->anchor), hits_of(w) + hits_of(LOAD(s->oldest))));
             e = s->oldest;
         }
-        STORE(e, entry_word(c, stamp, cost));
+        STORE(e, entry_word(stamp, cost));
     }
     END_SECTION();
 }
