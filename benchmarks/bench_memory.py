@@ -225,24 +225,62 @@ def app_table(n: int) -> None:
 # -- random-order hits over warm keys ----------------------------------------------------------------
 
 
-def random_order(pairs: FloorPairs, keys: int, rounds: int) -> Paired:
-    """ns per hit beside the floor: every key hit once per round, in a new random order."""
+def random_order(pairs: FloorPairs, keys: int, rounds: int) -> dict[str, Paired]:
+    """ns per call beside the floor, every key once per round in a new random order.
+
+    ``Limiter.hit``, and over the same keys in the same orders two references that show what
+    this machine's memory makes of such a loop: ``id(key)`` (the loop alone touching each key,
+    which every call on these keys pays) and ``dict.get`` on a dict of them (CPython's own
+    hash table: the key, then its table's entry).
+    """
     name = f"bench-rand-{uuid.uuid4().hex[:8]}"
     lim = Limiter(name, "1000000000/hour")
     try:
         labels = clients(keys)
         for label in labels:  # warm: each key's row and this process's cache entry exist
             lim.hit(label)
-        loop = fresh_loop("each")
+        table = dict.fromkeys(labels, 0)
+        calls = {"Limiter.hit": (lim.hit, fresh_loop("each")), "id(key)": (id, fresh_loop("each")),
+                 "dict.get(key)": (table.get, fresh_loop("each"))}  # fmt: skip
         rng = np.random.default_rng(3)
-        label = f"warm keys, random order ({keys:,})"
         for _ in range(rounds):
             order = [labels[i] for i in rng.permutation(keys)]
-            pairs.take(label, lambda order=order: loop(lim.hit, order, 1) / keys * 1e9)
-        return pairs.result(label)
+            for what, (fn, loop) in calls.items():
+                sample = lambda fn=fn, loop=loop, order=order: loop(fn, order, 1) / keys * 1e9  # noqa: E731
+                pairs.take(f"{what}, {keys:,} keys", sample)
+        return {what: pairs.result(f"{what}, {keys:,} keys") for what in calls}
     finally:
         lim.close()
         shmwin.unlink(name)
+
+
+def miss_ns(mib: int = 64) -> float | None:
+    """ns of one dependent miss through ``mib`` MiB (benchmarks/memlat.c), or None without cc."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "memlat")
+        source = Path(__file__).resolve().parent / "memlat.c"
+        if subprocess.run([cc, "-O2", "-o", exe, str(source)], capture_output=True).returncode != 0:
+            return None
+        out = subprocess.run([exe, str(mib)], capture_output=True, text=True, check=True).stdout
+        return float(out)
+
+
+def random_order_table(pairs: FloorPairs, sizes: tuple[int, ...], rounds: int) -> None:
+    """The random-order rows, and what one dependent miss costs here, against the floor."""
+    print("\n## Warm keys hit in random order, against the floor\n")
+    print("| keys | call | ns per call | floor ns | ratio |")
+    print("| ---: | --- | ---: | ---: | ---: |")
+    for keys in sizes:
+        for what, r in random_order(pairs, keys, rounds).items():
+            print(f"| {keys:,} | {what} | {ns(r.ns)} | {ns(r.floor_ns)} | {r.ratio:.2f}× |")
+    miss = miss_ns()
+    if miss is not None:
+        floor = pairs.all_floor_ns()
+        print(f"\nOne dependent miss (benchmarks/memlat.c, 64 MiB in random order): {ns(miss)},"
+              f" {miss / floor:.2f}× the floor ({ns(floor)}).")  # fmt: skip
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -287,12 +325,7 @@ def main() -> None:
         print(f"| anchor | {what} | {per} |")
 
     pairs = FloorPairs(200_000 if args.quick else 1_000_000)
-    print("\n## Warm keys hit in random order, against the floor\n")
-    print("| keys | ns per hit | floor ns | ratio |")
-    print("| ---: | ---: | ---: | ---: |")
-    for keys in (100_000,) if args.quick else (100_000, 1_000_000):
-        r = random_order(pairs, keys, 3 if args.quick else 5)
-        print(f"| {keys:,} | {ns(r.ns)} | {ns(r.floor_ns)} | {r.ratio:.2f}× |")
+    random_order_table(pairs, (100_000,) if args.quick else (100_000, 1_000_000), 3 if args.quick else 5)
 
     app_table(min(n, 20_000))
 

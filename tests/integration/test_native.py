@@ -371,6 +371,36 @@ def test_the_key_cache_never_keeps_big_keys_and_is_dropped_at_close(name):
     assert core.cached == 0
 
 
+def test_the_key_cache_finds_equal_keys_that_are_other_objects_and_keeps_kinds_apart(name):
+    """The cache's one open-addressed table, grown several times (3,000 keys: probes run
+    past entries of other keys): a key made again as a new object is the same key, b"k1"
+    and "k1" are two keys, and every count is the one a fresh process reads."""
+    n = 3000
+    with Limiter(name, "1000/minute", clock=ManualClock(10 * S)) as lim:
+        keys = [f"k{i}" for i in range(n)]
+        for k in keys:
+            lim.hit(k)
+        copies = ["".join(("k", str(i))) for i in range(n)]  # equal, never identical
+        assert copies[7] == keys[7] and copies[7] is not keys[7]
+        for k in copies:
+            lim.hit(k)
+        for k in reversed(keys):
+            lim.hit(k, 2)
+        for i in range(0, n, 3):
+            lim.hit(keys[i].encode())
+        core = lim._backend._core
+        assert core.cached == n + len(range(0, n, 3))  # str and bytes entries, never a copy's
+        other = Limiter.attach(name, clock=ManualClock(10 * S))
+        try:
+            str_used = [other.stats(k).used for k in keys]
+            bytes_used = [other.stats(k.encode()).used for k in keys]
+        finally:
+            other.close()
+        assert str_used == [4] * n  # 1 + 1 + 2: a copy counted on its key
+        assert bytes_used == [1 if i % 3 == 0 else 0 for i in range(n)]  # b"k0" is its own key
+        lim.unlink()
+
+
 def test_add_many_refuses_a_sum_past_int64_instead_of_wrapping(make_name):
     with Window(make_name("w"), span=60, buckets=60) as w:
         w.add(1)

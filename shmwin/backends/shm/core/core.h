@@ -108,8 +108,7 @@ typedef struct {
     PyObject *clock;    /* NULL: CLOCK_MONOTONIC natively; else called before any lock */
     PyObject *fields;   /* {name: word index within a slot} */
     struct CacheEntry *cache;  /* keys this process has seen: see keycache.c */
-    int32_t *cache_index;
-    int64_t cache_mask, cache_used, cache_room;
+    int64_t cache_mask, cache_used;
     PyObject *claim;    /* striped: callable() -> (pid, start ticks) of this process */
     PyObject *name;
     /* this process's stripe */

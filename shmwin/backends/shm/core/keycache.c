@@ -6,18 +6,19 @@
 #include <sys/mman.h>
 
 /* ---- the key cache: key object -> (slot, generation), this process only ------------------ *
- * Exact str/bytes keys (their hashes are cached in the objects), laid out as CPython's dict
- * is: a small int32 index, open-addressed by hash, into entries kept in insertion order --
- * so the index stays in cache and keys seen in a steady order are read sequentially. A hit
- * is only a hint: the generation is checked against the row under the row's lock. */
+ * Exact str/bytes keys (their hashes are cached in the objects), in one open-addressed table
+ * of 24-byte entries, probed linearly from the key's hash and kept at most half full: a warm
+ * key is then found by reading one entry, most often the first one probed -- one line, where
+ * an index in front of the entries cost two dependent misses once the keys outgrow the
+ * caches. A hit is only a hint: the generation is checked against the row under its lock. */
 
 
-/* Memory for the cache's arrays. Large ones are mapped on their own and marked for huge
- * pages: a probe at a random place then rarely misses the TLB (a page walk is dear, most of
- * all under a VM's nested paging). */
+/* Memory for the table. A large one is mapped on its own and marked for huge pages: a probe
+ * at a random place then rarely misses the TLB (a page walk is dear, most of all under a VM's
+ * nested paging). Both kinds come zeroed: every entry empty (key NULL). */
 #define HUGE_MIN (2LL << 20)
 static void *cache_alloc(size_t bytes) {
-    if ((int64_t)bytes < HUGE_MIN) return PyMem_Malloc(bytes);
+    if ((int64_t)bytes < HUGE_MIN) return PyMem_Calloc(1, bytes);
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
@@ -30,28 +31,24 @@ static void cache_free(void *p, size_t bytes) {
     if ((int64_t)bytes < HUGE_MIN) PyMem_Free(p);
     else munmap(p, bytes);
 }
-#define INDEX_BYTES(c) ((size_t)((c)->cache_mask + 1) * sizeof(int32_t))
-#define ENTRIES_BYTES(c) ((size_t)(c)->cache_room * sizeof(CacheEntry))
+#define TABLE_BYTES(c) ((size_t)((c)->cache_mask + 1) * sizeof(CacheEntry))
 
 void cache_drop(Core *c) {
-    for (int64_t i = 0; i < c->cache_used; i++) Py_DECREF(c->cache[i].key);
-    cache_free(c->cache, ENTRIES_BYTES(c));
-    cache_free(c->cache_index, INDEX_BYTES(c));
+    for (int64_t i = 0; i <= c->cache_mask; i++) Py_XDECREF(c->cache[i].key);
+    if (c->cache != NULL) cache_free(c->cache, TABLE_BYTES(c));
     c->cache = NULL;
-    c->cache_index = NULL;
     c->cache_mask = -1;
-    c->cache_used = c->cache_room = 0;
+    c->cache_used = 0;
 }
 
-/* The index position of key (found), or of the empty place where it would go. */
-static int64_t cache_probe(Core *c, PyObject *key, Py_hash_t h) {
+/* The entry of key (found), or the empty entry where it would go. */
+static CacheEntry *cache_probe(Core *c, PyObject *key, Py_hash_t h) {
     for (int64_t i = h & c->cache_mask;; i = (i + 1) & c->cache_mask) {
-        int32_t at = c->cache_index[i];
-        if (at < 0) return i;
-        CacheEntry *e = &c->cache[at];
-        if (e->key == key || (e->hash == h && Py_TYPE(e->key) == Py_TYPE(key) &&
-                              PyObject_RichCompareBool(e->key, key, Py_EQ) == 1))
-            return i;
+        CacheEntry *e = &c->cache[i];
+        if (e->key == NULL || e->key == key ||
+            (e->hash == h && Py_TYPE(e->key) == Py_TYPE(key) &&
+             PyObject_RichCompareBool(e->key, key, Py_EQ) == 1))
+            return e;
     }
 }
 
@@ -65,35 +62,25 @@ static int cacheable(PyObject *key) {
 
 CacheEntry *cache_get(Core *c, PyObject *key) {
     if (c->cache_used == 0 || !cacheable(key)) return NULL;
-    int32_t at = c->cache_index[cache_probe(c, key, PyObject_Hash(key))];
-    return at >= 0 && c->cache[at].gen > 0 ? &c->cache[at] : NULL;
+    CacheEntry *e = cache_probe(c, key, PyObject_Hash(key));
+    return e->key != NULL && e->gen > 0 ? e : NULL;
 }
 
+/* Room for one more entry: the table doubled (and every entry placed again) past half full. */
 static int cache_grow(Core *c) {
-    if (c->cache_used == c->cache_room) {
-        int64_t room = c->cache_room ? 2 * c->cache_room : 32;
-        CacheEntry *more = cache_alloc((size_t)room * sizeof(CacheEntry));
-        if (more == NULL) return -1;
-        if (c->cache_used > 0) memcpy(more, c->cache, (size_t)c->cache_used * sizeof(CacheEntry));
-        cache_free(c->cache, ENTRIES_BYTES(c));
-        c->cache = more;
-        c->cache_room = room;
+    if (2 * (c->cache_used + 1) <= c->cache_mask + 1) return 0;
+    int64_t size = c->cache_mask < 0 ? 64 : 2 * (c->cache_mask + 1);
+    CacheEntry *table = cache_alloc((size_t)size * sizeof(CacheEntry));
+    if (table == NULL) return -1;
+    for (int64_t j = 0; j <= c->cache_mask; j++) {
+        if (c->cache[j].key == NULL) continue;
+        int64_t i = c->cache[j].hash & (size - 1);
+        while (table[i].key != NULL) i = (i + 1) & (size - 1);
+        table[i] = c->cache[j];
     }
-    /* keep the index at most a quarter full: a miss (every new key) then rarely reads an entry */
-    if (4 * (c->cache_used + 1) > c->cache_mask + 1) {
-        int64_t size = c->cache_mask < 0 ? 64 : 2 * (c->cache_mask + 1);
-        int32_t *index = cache_alloc((size_t)size * sizeof(int32_t));
-        if (index == NULL) return -1;
-        memset(index, 0xff, (size_t)size * sizeof(int32_t));
-        cache_free(c->cache_index, c->cache_index ? INDEX_BYTES(c) : 0);
-        c->cache_index = index;
-        c->cache_mask = size - 1;
-        for (int64_t j = 0; j < c->cache_used; j++) {
-            int64_t i = c->cache[j].hash & c->cache_mask;
-            while (index[i] >= 0) i = (i + 1) & c->cache_mask;
-            index[i] = (int32_t)j;
-        }
-    }
+    if (c->cache != NULL) cache_free(c->cache, TABLE_BYTES(c));
+    c->cache = table;
+    c->cache_mask = size - 1;
     return 0;
 }
 
@@ -102,13 +89,13 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     if (c->cache_used >= 4 * KEYS(c) + 256) cache_drop(c);  /* churn: start over */
     if (cache_grow(c) < 0) return;  /* a cache only */
     Py_hash_t h = PyObject_Hash(key);
-    int64_t i = cache_probe(c, key, h);
-    if (c->cache_index[i] < 0) {
-        c->cache_index[i] = (int32_t)c->cache_used;
-        c->cache[c->cache_used++] = (CacheEntry){Py_NewRef(key), h, 0, 0};
+    CacheEntry *e = cache_probe(c, key, h);
+    if (e->key == NULL) {
+        *e = (CacheEntry){Py_NewRef(key), h, 0, 0};
+        c->cache_used++;
     }
-    c->cache[c->cache_index[i]].slot = (int32_t)slot;
-    c->cache[c->cache_index[i]].gen = (int32_t)gen;
+    e->slot = (int32_t)slot;
+    e->gen = (int32_t)gen;
 }
 
 void forget(Core *c, PyObject *key) {
