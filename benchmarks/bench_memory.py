@@ -231,7 +231,8 @@ def random_order(pairs: FloorPairs, keys: int, rounds: int) -> dict[str, Paired]
     ``Limiter.hit``, and over the same keys in the same orders two references that show what
     this machine's memory makes of such a loop: ``id(key)`` (the loop alone touching each key,
     which every call on these keys pays) and ``dict.get`` on a dict of them (CPython's own
-    hash table: the key, then its table's entry).
+    hash table: the key, then its table's entry). Then ``Limiter.hit`` with each key a new
+    object equal to the one cached, made just before, as a web request builds its key.
     """
     name = f"bench-rand-{uuid.uuid4().hex[:8]}"
     lim = Limiter(name, "1000000000/hour")
@@ -242,13 +243,18 @@ def random_order(pairs: FloorPairs, keys: int, rounds: int) -> dict[str, Paired]
         table = dict.fromkeys(labels, 0)
         calls = {"Limiter.hit": (lim.hit, fresh_loop("each")), "id(key)": (id, fresh_loop("each")),
                  "dict.get(key)": (table.get, fresh_loop("each"))}  # fmt: skip
+        fresh = "Limiter.hit, each key a new object"  # as a request builds its key
         rng = np.random.default_rng(3)
         for _ in range(rounds):
             order = [labels[i] for i in rng.permutation(keys)]
             for what, (fn, loop) in calls.items():
                 sample = lambda fn=fn, loop=loop, order=order: loop(fn, order, 1) / keys * 1e9  # noqa: E731
                 pairs.take(f"{what}, {keys:,} keys", sample)
-        return {what: pairs.result(f"{what}, {keys:,} keys") for what in calls}
+            copies = [key[:1] + key[1:] for key in order]  # equal, not the cached objects
+            loop = fresh_loop("each")
+            sample = lambda loop=loop, copies=copies: loop(lim.hit, copies, 1) / keys * 1e9  # noqa: E731
+            pairs.take(f"{fresh}, {keys:,} keys", sample)
+        return {what: pairs.result(f"{what}, {keys:,} keys") for what in (*calls, fresh)}
     finally:
         lim.close()
         shmwin.unlink(name)

@@ -401,6 +401,29 @@ def test_the_key_cache_finds_equal_keys_that_are_other_objects_and_keeps_kinds_a
         lim.unlink()
 
 
+def test_a_cached_key_whose_row_went_to_another_key_is_looked_up_again(name):
+    """This process caches "client-a"; another clears it and "client-b" takes its row. A hit
+    with the same object (taken on its word) or with an equal new object (checked against
+    the row) must find the row changed and count "client-a" anew, never on "client-b"."""
+    clock = ManualClock(10 * S)
+    with Limiter(name, "100/minute", capacity=4, clock=clock) as lim:
+        a = "client-a"
+        lim.hit(a, 5)
+        for key in (a, "".join(("client", "-a"))):
+            other = Limiter.attach(name, clock=clock)
+            try:
+                other.clear("client-a")
+                other.hit("client-b", 7)
+                lim.hit(key, 2)
+                assert other.stats("client-a").used == 2
+                assert other.stats("client-b").used == 7
+                other.clear("client-b")
+            finally:
+                other.close()
+            lim.clear(a)
+        lim.unlink()
+
+
 def test_add_many_refuses_a_sum_past_int64_instead_of_wrapping(make_name):
     with Window(make_name("w"), span=60, buckets=60) as w:
         w.add(1)

@@ -308,6 +308,7 @@ typedef struct {
          i++, p = (p + 1) & ((x)->slots - 1))
 
 int encode_key(Core *c, PyObject *key, StoredKey *k);
+int row_holds(char *row, const StoredKey *k);
 int64_t load_count(Core *c, int64_t off, int64_t most);
 #define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
 #define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))
@@ -328,12 +329,10 @@ int space_error(Core *c, int err, const char *what);
 /* ---- the key cache (keycache.c) --------------------------------------------------------- */
 
 typedef struct CacheEntry {
-    PyObject *key;      /* a strong reference */
-    Py_hash_t hash;
+    uint64_t key_tag;   /* the key object (a strong reference) and 16 bits of its hash: keycache.c */
     int32_t slot, gen;  /* gen 0: stale, look the key up again */
 } CacheEntry;
 
-CacheEntry *cache_get(Core *c, PyObject *key);
 void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
 void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);

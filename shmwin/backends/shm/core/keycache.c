@@ -7,15 +7,30 @@
 
 /* ---- the key cache: key object -> (slot, generation), this process only ------------------ *
  * Exact str/bytes keys (their hashes are cached in the objects), in one open-addressed table
- * of 24-byte entries, probed linearly from the key's hash and kept at most half full: a warm
- * key is then found by reading one entry, most often the first one probed -- one line, where
- * an index in front of the entries cost two dependent misses once the keys outgrow the
- * caches. A hit is only a hint: the generation is checked against the row under its lock. */
+ * of 16-byte entries, probed linearly from the key's hash and kept at most 3/4 full: a warm
+ * key is found by reading one line of the table (an index in front of the entries cost two
+ * dependent misses once the keys outgrow the caches), and 100,000 keys take 2 MiB of it.
+ * A hit is only a hint: the generation is checked against the row under its lock.
+ *
+ * A request most often brings its key as a new object, equal to the one cached. Comparing the
+ * two would read the cached object, cold by then: one more miss. So an entry found by its tag
+ * (16 bits of the key's hash) is checked against the key its row holds instead, whose lines
+ * are on their way anyway; only an entry of the very same object is taken on its word. If
+ * the row says no, the key is looked for again comparing objects (strict), then in the
+ * shared index. The hash is tagged with the key's type: b"k" and "k" (equal hashes in
+ * CPython) are two keys.
+ *
+ * An entry: | bits 0-47: the key object's address (a strong reference) | 48-63: its tag |
+ * then slot and generation (int32 each). Keys at addresses past 48 bits are never cached. */
 
+#define ADDRESS_BITS 48
+#define ADDRESS_MASK ((UINT64_C(1) << ADDRESS_BITS) - 1)
+#define ENTRY_KEY(e) ((PyObject *)(uintptr_t)((e)->key_tag & ADDRESS_MASK))
+#define TAG_OF(hash) ((uint64_t)(hash) >> ADDRESS_BITS)
 
 /* Memory for the table. A large one is mapped on its own and marked for huge pages: a probe
  * at a random place then rarely misses the TLB (a page walk is dear, most of all under a VM's
- * nested paging). Both kinds come zeroed: every entry empty (key NULL). */
+ * nested paging). Both kinds come zeroed: every entry empty (key_tag 0). */
 #define HUGE_MIN (2LL << 20)
 static void *cache_alloc(size_t bytes) {
     if ((int64_t)bytes < HUGE_MIN) return PyMem_Calloc(1, bytes);
@@ -34,48 +49,72 @@ static void cache_free(void *p, size_t bytes) {
 #define TABLE_BYTES(c) ((size_t)((c)->cache_mask + 1) * sizeof(CacheEntry))
 
 void cache_drop(Core *c) {
-    for (int64_t i = 0; i <= c->cache_mask; i++) Py_XDECREF(c->cache[i].key);
+    for (int64_t i = 0; i <= c->cache_mask; i++)
+        if (c->cache[i].key_tag != 0) Py_DECREF(ENTRY_KEY(&c->cache[i]));
     if (c->cache != NULL) cache_free(c->cache, TABLE_BYTES(c));
     c->cache = NULL;
     c->cache_mask = -1;
     c->cache_used = 0;
 }
 
-/* The entry of key (found), or the empty entry where it would go. */
-static CacheEntry *cache_probe(Core *c, PyObject *key, Py_hash_t h) {
-    for (int64_t i = h & c->cache_mask;; i = (i + 1) & c->cache_mask) {
+/* The hash an entry is placed and tagged by: Python's, bytes told apart from a str of the same text. */
+static uint64_t typed_hash(PyObject *key, Py_hash_t h) {
+    return (uint64_t)h ^ (PyBytes_CheckExact(key) ? UINT64_C(0x5bd1e9955bd1e995) : 0);
+}
+
+/* The entry of key, or the empty entry where it would go. *verified: the entry is key's for
+ * sure (the same object, or, `strict`, an equal one, which reads that object); 0: an entry of
+ * key's tag, for the caller to check against its row. */
+static CacheEntry *cache_probe(Core *c, PyObject *key, uint64_t hash, int strict, int *verified) {
+    uint64_t tag = TAG_OF(hash);
+    for (uint64_t i = hash & (uint64_t)c->cache_mask;; i = (i + 1) & (uint64_t)c->cache_mask) {
         CacheEntry *e = &c->cache[i];
-        if (e->key == NULL || e->key == key ||
-            (e->hash == h && Py_TYPE(e->key) == Py_TYPE(key) &&
-             PyObject_RichCompareBool(e->key, key, Py_EQ) == 1))
+        *verified = ENTRY_KEY(e) == key;
+        if (e->key_tag == 0 || *verified) return e;
+        if (TAG_OF(e->key_tag) != tag) continue;
+        if (!strict) return e;
+        PyObject *other = ENTRY_KEY(e);
+        if (Py_TYPE(other) == Py_TYPE(key) && PyObject_RichCompareBool(other, key, Py_EQ) == 1) {
+            *verified = 1;
             return e;
+        }
     }
 }
 
-/* Exact str/bytes of at most CACHED_KEY_CHARS characters: the cache never holds big keys alive
- * (a key longer than a row stores -- limits' keys, mostly -- is still worth its lookup saved). */
+/* Exact str/bytes of at most CACHED_KEY_CHARS characters, at an address an entry can hold:
+ * the cache never holds big keys alive (a key longer than a row stores -- limits' keys,
+ * mostly -- is still worth its lookup saved). */
 #define CACHED_KEY_CHARS 128
 static int cacheable(PyObject *key) {
-    return (PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= CACHED_KEY_CHARS) ||
-           (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) <= CACHED_KEY_CHARS);
+    return ((uintptr_t)key & ~(uintptr_t)ADDRESS_MASK) == 0 &&
+           ((PyUnicode_CheckExact(key) && PyUnicode_GET_LENGTH(key) <= CACHED_KEY_CHARS) ||
+            (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) <= CACHED_KEY_CHARS));
 }
 
-CacheEntry *cache_get(Core *c, PyObject *key) {
+/* key's live entry, or NULL. `strict` and *verified as cache_probe's. */
+static CacheEntry *cache_get(Core *c, PyObject *key, int strict, int *verified) {
+    *verified = 0;
     if (c->cache_used == 0 || !cacheable(key)) return NULL;
-    CacheEntry *e = cache_probe(c, key, PyObject_Hash(key));
-    return e->key != NULL && e->gen > 0 ? e : NULL;
+    Py_hash_t h = PyObject_Hash(key);
+    if (h == -1) {
+        PyErr_Clear();
+        return NULL;
+    }
+    CacheEntry *e = cache_probe(c, key, typed_hash(key, h), strict, verified);
+    return e->key_tag != 0 && e->gen > 0 ? e : NULL;
 }
 
-/* Room for one more entry: the table doubled (and every entry placed again) past half full. */
+/* Room for one more entry: the table doubled (and every entry placed again) past 3/4 full. */
 static int cache_grow(Core *c) {
-    if (2 * (c->cache_used + 1) <= c->cache_mask + 1) return 0;
+    if (4 * (c->cache_used + 1) <= 3 * (c->cache_mask + 1)) return 0;
     int64_t size = c->cache_mask < 0 ? 64 : 2 * (c->cache_mask + 1);
     CacheEntry *table = cache_alloc((size_t)size * sizeof(CacheEntry));
     if (table == NULL) return -1;
     for (int64_t j = 0; j <= c->cache_mask; j++) {
-        if (c->cache[j].key == NULL) continue;
-        int64_t i = c->cache[j].hash & (size - 1);
-        while (table[i].key != NULL) i = (i + 1) & (size - 1);
+        if (c->cache[j].key_tag == 0) continue;
+        PyObject *key = ENTRY_KEY(&c->cache[j]);  /* str and bytes keep their hash: no error */
+        uint64_t i = typed_hash(key, PyObject_Hash(key)) & (uint64_t)(size - 1);
+        while (table[i].key_tag != 0) i = (i + 1) & (uint64_t)(size - 1);
         table[i] = c->cache[j];
     }
     if (c->cache != NULL) cache_free(c->cache, TABLE_BYTES(c));
@@ -89,9 +128,15 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     if (c->cache_used >= 4 * KEYS(c) + 256) cache_drop(c);  /* churn: start over */
     if (cache_grow(c) < 0) return;  /* a cache only */
     Py_hash_t h = PyObject_Hash(key);
-    CacheEntry *e = cache_probe(c, key, h);
-    if (e->key == NULL) {
-        *e = (CacheEntry){Py_NewRef(key), h, 0, 0};
+    if (h == -1) {
+        PyErr_Clear();  /* a cache only */
+        return;
+    }
+    int verified;
+    uint64_t hash = typed_hash(key, h);
+    CacheEntry *e = cache_probe(c, key, hash, 1, &verified);
+    if (e->key_tag == 0) {
+        e->key_tag = (uint64_t)(uintptr_t)Py_NewRef(key) | TAG_OF(hash) << ADDRESS_BITS;
         c->cache_used++;
     }
     e->slot = (int32_t)slot;
@@ -99,7 +144,8 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
 }
 
 void forget(Core *c, PyObject *key) {
-    CacheEntry *hint = cache_get(c, key);
+    int verified;
+    CacheEntry *hint = cache_get(c, key, 1, &verified);
     if (hint != NULL) hint->gen = 0;
     PyErr_Clear();  /* a cache only */
 }
@@ -124,33 +170,41 @@ static void prefetch_row(Core *c, int64_t s, int64_t now) {
  * Bounded: two lock-free tries, then the insert path, which is definitive under LOCK_KEY_TABLE. */
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
     StoredKey k;
-    int encoded = 0;
+    int encoded = 0, strict = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         int64_t s, g;
-        CacheEntry *hint = cache_get(c, key);
+        int verified = 0;
+        CacheEntry *hint = cache_get(c, key, strict, &verified);
         if (hint != NULL) {
             s = hint->slot;
             g = hint->gen;
+            prefetch_row(c, s, now);
+            if (!verified && !encoded) {  /* an entry of key's tag: its row will say (while its lines come) */
+                if (encode_key(c, key, &k) < 0) return -1;
+                encoded = 1;
+            }
         } else {
             if (!encoded && encode_key(c, key, &k) < 0) return -1;
             encoded = 1;
             int found = find_key(c, &k, &s, &g);
             if (found < 0) return -1;
             if (!found) break;
+            prefetch_row(c, s, now);
         }
-        prefetch_row(c, s, now);
         int lock = row_lock(c, s);
         if (lock_take_ex(c, lock, 1) < 0) return -1;
-        if (LOAD(RGEN(ROW(c, s))) == g) {
+        char *row = ROW(c, s);
+        if (LOAD(RGEN(row)) == g && (verified || row_holds(row, &k))) {
             if (hint == NULL) remember(c, key, s, g);
             *slot = s;
             return 1;
         }
         lock_give(c, lock);  /* the entry was given to another key meanwhile: look again */
-        if (hint != NULL) {
-            hint = cache_get(c, key);  /* the table may have moved while we waited */
+        if (hint != NULL && verified) {
+            hint = cache_get(c, key, 1, &verified);  /* the table may have moved while we waited */
             if (hint != NULL) hint->gen = 0;
         }
+        strict = 1;  /* comparing objects now: an entry of the same tag may be another key's */
     }
     if (!create) return 0;
     if (!encoded && encode_key(c, key, &k) < 0) return -1;
