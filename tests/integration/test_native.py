@@ -401,6 +401,42 @@ def test_the_key_cache_finds_equal_keys_that_are_other_objects_and_keeps_kinds_a
         lim.unlink()
 
 
+def _same_tag_and_place(mask: int) -> tuple[str, str]:
+    """Two str keys the key cache cannot tell apart by its entry (keycache.c): the same 16-bit
+    tag (the hash's top bits) and the same first place in a table of mask + 1 entries."""
+    seen: dict[tuple[int, int], str] = {}
+    for i in range(1_000_000):
+        key = f"tag-{i}"
+        h = hash(key) & (2**64 - 1)
+        found = seen.setdefault((h >> 48, h & mask), key)
+        if found != key:
+            return found, key
+    raise AssertionError("no two keys share a tag and a place")
+
+
+def test_keys_of_one_tag_and_place_are_told_apart_by_their_rows(name):
+    """b's first probe meets a's entry (same tag, same place): the row holds a, so b is looked
+    for again comparing objects, then made; every hit after, by the same objects or by new
+    equal ones, counts on its own key."""
+    a, b = _same_tag_and_place(63)  # the cache's first table: 64 entries
+    clock = ManualClock(10 * S)
+    with Limiter(name, "100/minute", clock=clock) as lim:
+        lim.hit(a, 3)
+        lim.hit(b, 5)
+        for _ in range(2):
+            lim.hit(b[:1] + b[1:], 1)  # a new object equal to b: a's entry is probed first
+            lim.hit(a[:1] + a[1:], 2)
+            lim.hit(b, 1)
+        assert lim._backend._core.cached == 2
+        other = Limiter.attach(name, clock=clock)
+        try:
+            assert other.stats(a).used == 3 + 2 * 2
+            assert other.stats(b).used == 5 + 2 * 2
+        finally:
+            other.close()
+        lim.unlink()
+
+
 def test_a_cached_key_whose_row_went_to_another_key_is_looked_up_again(name):
     """This process caches "client-a"; another clears it and "client-b" takes its row. A hit
     with the same object (taken on its word) or with an equal new object (checked against
