@@ -12,13 +12,11 @@
  * dependent misses once the keys outgrow the caches), and 100,000 keys take 2 MiB of it.
  * A hit is only a hint: the generation is checked against the row under its lock.
  *
- * A request most often brings its key as a new object, equal to the one cached. Comparing the
- * two would read the cached object, cold by then: one more miss. So an entry found by its tag
- * (16 bits of the key's hash) is checked against the key its row holds instead, whose lines
- * are on their way anyway; only an entry of the very same object is taken on its word. If
- * the row says no, the key is looked for again comparing objects (strict), then in the
- * shared index. The hash is tagged with the key's type: b"k" and "k" (equal hashes in
- * CPython) are two keys.
+ * A request most often brings its key as a new object, equal to the one cached, which by then
+ * is cold: comparing the two would wait for one more miss, after which the row's would come.
+ * So when an entry's tag (16 bits of the key's hash) matches, the lines of its row and of its
+ * object are asked for together before the objects are compared: the two misses overlap. The
+ * hash is tagged with the key's type: b"k" and "k" (equal hashes in CPython) are two keys.
  *
  * An entry: | bits 0-47: the key object's address (a strong reference) | 48-63: its tag |
  * then slot and generation (int32 each). Keys at addresses past 48 bits are never cached. */
@@ -62,22 +60,21 @@ static uint64_t typed_hash(PyObject *key, Py_hash_t h) {
     return (uint64_t)h ^ (PyBytes_CheckExact(key) ? UINT64_C(0x5bd1e9955bd1e995) : 0);
 }
 
-/* The entry of key, or the empty entry where it would go. *verified: the entry is key's for
- * sure (the same object, or, `strict`, an equal one, which reads that object); 0: an entry of
- * key's tag, for the caller to check against its row. */
-static CacheEntry *cache_probe(Core *c, PyObject *key, uint64_t hash, int strict, int *verified) {
+static void prefetch_row(Core *c, int64_t s, int64_t now);
+
+/* The entry of key (the same object, or an equal one), or the empty entry where it would go.
+ * now >= 0: an entry of key's tag gets its row's lines fetched while its object is compared. */
+static CacheEntry *cache_probe(Core *c, PyObject *key, uint64_t hash, int64_t now) {
     uint64_t tag = TAG_OF(hash);
     for (uint64_t i = hash & (uint64_t)c->cache_mask;; i = (i + 1) & (uint64_t)c->cache_mask) {
         CacheEntry *e = &c->cache[i];
-        *verified = ENTRY_KEY(e) == key;
-        if (e->key_tag == 0 || *verified) return e;
-        if (TAG_OF(e->key_tag) != tag) continue;
-        if (!strict) return e;
         PyObject *other = ENTRY_KEY(e);
-        if (Py_TYPE(other) == Py_TYPE(key) && PyObject_RichCompareBool(other, key, Py_EQ) == 1) {
-            *verified = 1;
-            return e;
-        }
+        if (e->key_tag == 0 || other == key) return e;
+        if (TAG_OF(e->key_tag) != tag) continue;
+        if (now >= 0 && e->gen > 0 && e->slot >= 0) prefetch_row(c, e->slot, now);
+        __builtin_prefetch(other);                   /* its header, and the text a long key */
+        __builtin_prefetch((char *)other + 64);      /* has past it (a prefetch never faults) */
+        if (Py_TYPE(other) == Py_TYPE(key) && PyObject_RichCompareBool(other, key, Py_EQ) == 1) return e;
     }
 }
 
@@ -91,16 +88,15 @@ static int cacheable(PyObject *key) {
             (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) <= CACHED_KEY_CHARS));
 }
 
-/* key's live entry, or NULL. `strict` and *verified as cache_probe's. */
-static CacheEntry *cache_get(Core *c, PyObject *key, int strict, int *verified) {
-    *verified = 0;
+/* key's live entry, or NULL. now as cache_probe's. */
+static CacheEntry *cache_get(Core *c, PyObject *key, int64_t now) {
     if (c->cache_used == 0 || !cacheable(key)) return NULL;
     Py_hash_t h = PyObject_Hash(key);
     if (h == -1) {
         PyErr_Clear();
         return NULL;
     }
-    CacheEntry *e = cache_probe(c, key, typed_hash(key, h), strict, verified);
+    CacheEntry *e = cache_probe(c, key, typed_hash(key, h), now);
     return e->key_tag != 0 && e->gen > 0 ? e : NULL;
 }
 
@@ -132,9 +128,8 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
         PyErr_Clear();  /* a cache only */
         return;
     }
-    int verified;
     uint64_t hash = typed_hash(key, h);
-    CacheEntry *e = cache_probe(c, key, hash, 1, &verified);
+    CacheEntry *e = cache_probe(c, key, hash, -1);
     if (e->key_tag == 0) {
         e->key_tag = (uint64_t)(uintptr_t)Py_NewRef(key) | TAG_OF(hash) << ADDRESS_BITS;
         c->cache_used++;
@@ -144,8 +139,7 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
 }
 
 void forget(Core *c, PyObject *key) {
-    int verified;
-    CacheEntry *hint = cache_get(c, key, 1, &verified);
+    CacheEntry *hint = cache_get(c, key, -1);
     if (hint != NULL) hint->gen = 0;
     PyErr_Clear();  /* a cache only */
 }
@@ -170,41 +164,33 @@ static void prefetch_row(Core *c, int64_t s, int64_t now) {
  * Bounded: two lock-free tries, then the insert path, which is definitive under LOCK_KEY_TABLE. */
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
     StoredKey k;
-    int encoded = 0, strict = 0;
+    int encoded = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         int64_t s, g;
-        int verified = 0;
-        CacheEntry *hint = cache_get(c, key, strict, &verified);
+        CacheEntry *hint = cache_get(c, key, now);
         if (hint != NULL) {
             s = hint->slot;
             g = hint->gen;
-            prefetch_row(c, s, now);
-            if (!verified && !encoded) {  /* an entry of key's tag: its row will say (while its lines come) */
-                if (encode_key(c, key, &k) < 0) return -1;
-                encoded = 1;
-            }
         } else {
             if (!encoded && encode_key(c, key, &k) < 0) return -1;
             encoded = 1;
             int found = find_key(c, &k, &s, &g);
             if (found < 0) return -1;
             if (!found) break;
-            prefetch_row(c, s, now);
         }
+        prefetch_row(c, s, now);
         int lock = row_lock(c, s);
         if (lock_take_ex(c, lock, 1) < 0) return -1;
-        char *row = ROW(c, s);
-        if (LOAD(RGEN(row)) == g && (verified || row_holds(row, &k))) {
+        if (LOAD(RGEN(ROW(c, s))) == g) {
             if (hint == NULL) remember(c, key, s, g);
             *slot = s;
             return 1;
         }
         lock_give(c, lock);  /* the entry was given to another key meanwhile: look again */
-        if (hint != NULL && verified) {
-            hint = cache_get(c, key, 1, &verified);  /* the table may have moved while we waited */
+        if (hint != NULL) {
+            hint = cache_get(c, key, -1);  /* the table may have moved while we waited */
             if (hint != NULL) hint->gen = 0;
         }
-        strict = 1;  /* comparing objects now: an entry of the same tag may be another key's */
     }
     if (!create) return 0;
     if (!encoded && encode_key(c, key, &k) < 0) return -1;

@@ -176,8 +176,7 @@ int rows_top(Core *c, int64_t *top) {
     return 0;
 }
 
-/* The row holds key k (its ident word and stored bytes): a complete check, under its lock. */
-int row_holds(char *row, const StoredKey *k) {
+static int row_holds(char *row, const StoredKey *k) {
     return LOAD(RIDENT(row)) == k->ident && memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
 }
 
