@@ -401,12 +401,12 @@ def test_the_key_cache_finds_equal_keys_that_are_other_objects_and_keeps_kinds_a
         lim.unlink()
 
 
-def _same_tag_and_place(mask: int) -> tuple[str, str]:
+def _same_tag_and_place(mask: int, prefix: str) -> tuple[str, str]:
     """Two str keys the key cache cannot tell apart by its entry (keycache.c): the same 16-bit
     tag (the hash's top bits) and the same first place in a table of mask + 1 entries."""
     seen: dict[tuple[int, int], str] = {}
     for i in range(1_000_000):
-        key = f"tag-{i}"
+        key = f"{prefix}{i}"
         h = hash(key) & (2**64 - 1)
         found = seen.setdefault((h >> 48, h & mask), key)
         if found != key:
@@ -414,11 +414,17 @@ def _same_tag_and_place(mask: int) -> tuple[str, str]:
     raise AssertionError("no two keys share a tag and a place")
 
 
-def test_keys_of_one_tag_and_place_are_told_apart_by_their_rows(name):
-    """b's first probe meets a's entry (same tag, same place): the row holds a, so b is looked
-    for again comparing objects, then made; every hit after, by the same objects or by new
-    equal ones, counts on its own key."""
-    a, b = _same_tag_and_place(63)  # the cache's first table: 64 entries
+@pytest.mark.parametrize(
+    "prefix",
+    ["tag-", "a key longer than a row stores, so kept as digests: ", "clé-"],
+    ids=["short: its row holds its text", "long: objects compared", "not ASCII: objects compared"],
+)
+def test_keys_of_one_tag_and_place_are_told_apart(name, prefix):
+    """b's first probe meets a's entry (same tag, same place): a short key is checked against
+    the row (which holds a), a long or non-ASCII one against a's object; either way b is looked
+    for again, then made, and every hit after, by the same objects or by new equal ones,
+    counts on its own key."""
+    a, b = _same_tag_and_place(63, prefix)  # the cache's first table: 64 entries
     clock = ManualClock(10 * S)
     with Limiter(name, "100/minute", clock=clock) as lim:
         lim.hit(a, 3)

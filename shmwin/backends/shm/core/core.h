@@ -308,6 +308,8 @@ typedef struct {
          i++, p = (p + 1) & ((x)->slots - 1))
 
 int encode_key(Core *c, PyObject *key, StoredKey *k);
+int key_is_text(Core *c, PyObject *key);
+int row_holds_text(char *row, PyObject *key);
 int64_t load_count(Core *c, int64_t off, int64_t most);
 #define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
 #define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))

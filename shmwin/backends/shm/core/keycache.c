@@ -13,9 +13,11 @@
  * A hit is only a hint: the generation is checked against the row under its lock.
  *
  * A request most often brings its key as a new object, equal to the one cached, which by then
- * is cold: comparing the two would wait for one more miss, after which the row's would come.
- * So when an entry's tag (16 bits of the key's hash) matches, the lines of its row and of its
- * object are asked for together before the objects are compared: the two misses overlap. The
+ * is cold: comparing the two would wait for one more miss. So an entry found by its tag (16
+ * bits of the key's hash) for another object is checked against the row it points at, whose
+ * lines come anyway: a short key's row holds its very text, compared under the row's lock
+ * (row_holds_text). A longer key (its row keeps digests) is compared with the cached object,
+ * whose lines are asked for together with the row's, so that the two misses overlap. The
  * hash is tagged with the key's type: b"k" and "k" (equal hashes in CPython) are two keys.
  *
  * An entry: | bits 0-47: the key object's address (a strong reference) | 48-63: its tag |
@@ -62,19 +64,50 @@ static uint64_t typed_hash(PyObject *key, Py_hash_t h) {
 
 static void prefetch_row(Core *c, int64_t s, int64_t now);
 
-/* The entry of key (the same object, or an equal one), or the empty entry where it would go.
- * now >= 0: an entry of key's tag gets its row's lines fetched while its object is compared. */
-static CacheEntry *cache_probe(Core *c, PyObject *key, uint64_t hash, int64_t now) {
-    uint64_t tag = TAG_OF(hash);
-    for (uint64_t i = hash & (uint64_t)c->cache_mask;; i = (i + 1) & (uint64_t)c->cache_mask) {
+/* How cache_probe takes an entry of key's tag that holds another object. */
+enum probe_mode {
+    PROBE_EQUAL,  /* only if that object equals key (which reads it) */
+    PROBE_FETCH,  /* the same, with the entry's row asked for first: the misses overlap */
+    PROBE_HIT,    /* a key_is_text() key: on its tag, for the caller to check against the row
+                   * (*verified 0); any other key: as PROBE_FETCH */
+};
+
+/* An entry e of key's tag holding another object: e if it is to be taken (*verified as
+ * cache_probe's), NULL to probe on. Off the path of a key that finds its own object. */
+static __attribute__((noinline)) CacheEntry *take_other(Core *c, CacheEntry *e, PyObject *key, enum probe_mode mode,
+                                                        int64_t now, int *verified) {
+    PyObject *other = ENTRY_KEY(e);
+    if (mode == PROBE_HIT && key_is_text(c, key)) {
+        *verified = 0;
+        return e;
+    }
+    if (mode != PROBE_EQUAL && e->gen > 0 && e->slot >= 0) {
+        prefetch_row(c, e->slot, now);
+        __builtin_prefetch(other);               /* its header, and the text a long key */
+        __builtin_prefetch((char *)other + 64);  /* has past it (a prefetch never faults) */
+    }
+    if (Py_TYPE(other) != Py_TYPE(key) || PyObject_RichCompareBool(other, key, Py_EQ) != 1) return NULL;
+    *verified = 1;
+    return e;
+}
+
+/* The entry of key, or the empty entry where it would go. *verified: the entry is key's for
+ * sure (the same object, or an equal one). */
+static CacheEntry *cache_probe(Core *c, PyObject *key, uint64_t hash, enum probe_mode mode, int64_t now,
+                               int *verified) {
+    uint64_t tag = TAG_OF(hash), mask = (uint64_t)c->cache_mask;
+    for (uint64_t i = hash & mask;; i = (i + 1) & mask) {
         CacheEntry *e = &c->cache[i];
-        PyObject *other = ENTRY_KEY(e);
-        if (e->key_tag == 0 || other == key) return e;
-        if (TAG_OF(e->key_tag) != tag) continue;
-        if (now >= 0 && e->gen > 0 && e->slot >= 0) prefetch_row(c, e->slot, now);
-        __builtin_prefetch(other);                   /* its header, and the text a long key */
-        __builtin_prefetch((char *)other + 64);      /* has past it (a prefetch never faults) */
-        if (Py_TYPE(other) == Py_TYPE(key) && PyObject_RichCompareBool(other, key, Py_EQ) == 1) return e;
+        uint64_t word = e->key_tag;
+        if ((PyObject *)(uintptr_t)(word & ADDRESS_MASK) == key) {
+            *verified = 1;
+            return e;
+        }
+        if (word == 0) {
+            *verified = 0;
+            return e;
+        }
+        if (TAG_OF(word) == tag && take_other(c, e, key, mode, now, verified) != NULL) return e;
     }
 }
 
@@ -88,15 +121,16 @@ static int cacheable(PyObject *key) {
             (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) <= CACHED_KEY_CHARS));
 }
 
-/* key's live entry, or NULL. now as cache_probe's. */
-static CacheEntry *cache_get(Core *c, PyObject *key, int64_t now) {
+/* key's live entry, or NULL; mode, now and *verified as cache_probe's. */
+static CacheEntry *cache_get(Core *c, PyObject *key, enum probe_mode mode, int64_t now, int *verified) {
+    *verified = 0;
     if (c->cache_used == 0 || !cacheable(key)) return NULL;
     Py_hash_t h = PyObject_Hash(key);
     if (h == -1) {
         PyErr_Clear();
         return NULL;
     }
-    CacheEntry *e = cache_probe(c, key, typed_hash(key, h), now);
+    CacheEntry *e = cache_probe(c, key, typed_hash(key, h), mode, now, verified);
     return e->key_tag != 0 && e->gen > 0 ? e : NULL;
 }
 
@@ -129,7 +163,8 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
         return;
     }
     uint64_t hash = typed_hash(key, h);
-    CacheEntry *e = cache_probe(c, key, hash, -1);
+    int verified;
+    CacheEntry *e = cache_probe(c, key, hash, PROBE_EQUAL, 0, &verified);
     if (e->key_tag == 0) {
         e->key_tag = (uint64_t)(uintptr_t)Py_NewRef(key) | TAG_OF(hash) << ADDRESS_BITS;
         c->cache_used++;
@@ -139,7 +174,8 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
 }
 
 void forget(Core *c, PyObject *key) {
-    CacheEntry *hint = cache_get(c, key, -1);
+    int verified;
+    CacheEntry *hint = cache_get(c, key, PROBE_EQUAL, 0, &verified);
     if (hint != NULL) hint->gen = 0;
     PyErr_Clear();  /* a cache only */
 }
@@ -161,13 +197,18 @@ static void prefetch_row(Core *c, int64_t s, int64_t now) {
 }
 
 /* Find key and lock its row: 1 holding it (*slot), 0 absent (and not created), -1 error.
- * Bounded: two lock-free tries, then the insert path, which is definitive under LOCK_KEY_TABLE. */
+ * Bounded: three lock-free tries (the cache's entry, then the cache comparing objects or the
+ * shared index), then the insert path, which is definitive under LOCK_KEY_TABLE. */
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
     StoredKey k;
     int encoded = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    /* a short key's entry may be taken on its tag (its row holds its text, to compare); a wrong
+     * one then costs one more try, comparing objects, before the shared index's two */
+    enum probe_mode mode = PROBE_HIT;
+    for (int attempt = 0; attempt < 3; attempt++) {
         int64_t s, g;
-        CacheEntry *hint = cache_get(c, key, now);
+        int verified;
+        CacheEntry *hint = cache_get(c, key, mode, now, &verified);
         if (hint != NULL) {
             s = hint->slot;
             g = hint->gen;
@@ -181,16 +222,18 @@ int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
         prefetch_row(c, s, now);
         int lock = row_lock(c, s);
         if (lock_take_ex(c, lock, 1) < 0) return -1;
-        if (LOAD(RGEN(ROW(c, s))) == g) {
+        char *row = ROW(c, s);
+        if (LOAD(RGEN(row)) == g && (hint == NULL || verified || row_holds_text(row, key))) {
             if (hint == NULL) remember(c, key, s, g);
             *slot = s;
             return 1;
         }
         lock_give(c, lock);  /* the entry was given to another key meanwhile: look again */
-        if (hint != NULL) {
-            hint = cache_get(c, key, -1);  /* the table may have moved while we waited */
+        if (hint != NULL && verified) {
+            hint = cache_get(c, key, PROBE_EQUAL, 0, &verified);  /* the table may have moved while we waited */
             if (hint != NULL) hint->gen = 0;
         }
+        mode = PROBE_FETCH;  /* comparing objects now: an entry of key's tag may be another key's */
     }
     if (!create) return 0;
     if (!encoded && encode_key(c, key, &k) < 0) return -1;

@@ -180,6 +180,27 @@ static int row_holds(char *row, const StoredKey *k) {
     return LOAD(RIDENT(row)) == k->ident && memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
 }
 
+/* A key whose row holds its very text (encode_key): a bytes or an ASCII str of at most
+ * MAX_STORED_KEY, in a table whose rows hold text (a moving log's hold digests only). */
+int key_is_text(Core *c, PyObject *key) {
+    if (c->key_bytes < MAX_STORED_KEY) return 0;
+    if (PyBytes_CheckExact(key)) return PyBytes_GET_SIZE(key) <= MAX_STORED_KEY;
+    return PyUnicode_CheckExact(key) && PyUnicode_IS_ASCII(key) && PyUnicode_GET_LENGTH(key) <= MAX_STORED_KEY;
+}
+
+/* The row holds key, a key_is_text() one: its length, kind and text, compared without its
+ * hash (the text is the key; the hash only places it). Under the row's lock. */
+int row_holds_text(char *row, PyObject *key) {
+    int str = PyUnicode_CheckExact(key);
+    const char *text = str ? (const char *)PyUnicode_DATA(key) : PyBytes_AS_STRING(key);
+    uint64_t len = (uint64_t)(str ? PyUnicode_GET_LENGTH(key) : PyBytes_GET_SIZE(key));
+    uint64_t ident = (uint64_t)LOAD(RIDENT(row));
+    uint64_t flags = str ? KEY_FLAG_STR : 0;
+    return IDENT_HASH(ident) != 0 && ident >> IDENT_FLAGS_SHIFT == flags &&
+           (ident >> IDENT_LEN_SHIFT & ((1u << (IDENT_FLAGS_SHIFT - IDENT_LEN_SHIFT)) - 1)) == len &&
+           memcmp(RKEY(row), text, (size_t)len) == 0;
+}
+
 /* Lock-free lookup: 1 and (row, generation) if found, 0 if not, -1 error. An entry being
  * written (negative generation) or pointing at a row that no longer holds it never matches. */
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
