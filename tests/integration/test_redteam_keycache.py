@@ -1,0 +1,384 @@
+"""Red team: the per-process key cache (core/keycache.c) is only ever a hint.
+
+The cache maps a key object (exact str/bytes of at most 128 characters) to a (row, generation)
+it saw; a hit is confirmed against the row's generation under the row's lock, and a miss falls
+back to the shared index. Here it is attacked with keys equal but of other objects, keys of
+one tag and first place, tables grown and dropped (the churn rule) while other processes clear
+and reclaim the rows it names, a table reallocated while a hit waits on a row lock (another
+thread, a signal handler), fork, spawn, the GC and close(). Every count is read back by another
+Core (a fresh attach, mostly in another process): a count landing on another key, lost, or
+doubled fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+
+import pytest
+from helpers import run_python, wait_stopped
+
+import shmwin
+from shmwin import Concurrency, Limiter, ManualClock, TokenBucket, _core
+
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
+
+S = 10**9
+T0 = 10 * S
+RATE = "1000000/hour"
+
+
+class Text(str):
+    """A str subclass: never cached (not exact), the same key as the str of its text."""
+
+
+class Blob(bytes):
+    """A bytes subclass: never cached, the same key as the bytes of its content."""
+
+
+def copy_of(key: str | bytes) -> str | bytes:
+    """A new object equal to key (never the same object, except the interned empty ones)."""
+    if isinstance(key, bytes):
+        return bytes(bytearray(key))
+    return "".join(list(key))
+
+
+READ = """
+import ast, json, sys
+from shmwin import Limiter, ManualClock
+lim = Limiter.attach(sys.argv[1], clock=ManualClock(int(sys.argv[2])))
+keys = ast.literal_eval(open(sys.argv[3]).read())
+print(json.dumps([lim.stats(k).used for k in keys]))
+lim.close()
+"""
+
+
+def read_elsewhere(name: str, now_ns: int, keys: list, tmp_path) -> list[int]:
+    """Each key's count as an unrelated ``python -c`` process reads it (a cold Core)."""
+    path = tmp_path / f"keys-{os.getpid()}-{len(keys)}.txt"
+    path.write_text(repr(keys))
+    return json.loads(run_python(READ, name, str(now_ns), str(path)).stdout)
+
+
+def read_here(name: str, now_ns: int, keys: list) -> list[int]:
+    """Each key's count as a fresh Core of this process reads it (its own, empty cache)."""
+    other = Limiter.attach(name, clock=ManualClock(now_ns))
+    try:
+        return [other.stats(k).used for k in keys]
+    finally:
+        other.close()
+
+
+def cacheable(key: str | bytes) -> bool:
+    return type(key) in (str, bytes) and len(key) <= 128
+
+
+# -- keys equal but of other objects ------------------------------------------------------------
+
+ODD_KEYS: list[str | bytes] = [
+    "plain", b"plain", "", b"", "é", "é".encode(), "日本語-🎉", "\x00nul", "nul\x00", b"\xff\xfe\x00",
+    "x" * 31, "x" * 32, "x" * 33, "x" * 127, "x" * 128, "x" * 129, "x" * 128 + "z", "x" * 127 + "z",
+    b"x" * 128, b"x" * 129, "é" * 128, "é" * 129, "é" * 127 + "e", "🎉" * 128, "🎉" * 129,
+    "k" * 5000, "k" * 4999 + "j", "j" + "k" * 4999, b"k" * 5000,
+    "LIMITER/203.0.113.7/route/login/10/1/minute", "LIMITER/203.0.113.7/route/login/10/1/minutf",
+]  # fmt: skip
+
+
+def test_equal_keys_of_other_objects_and_types_count_on_their_own_key(name, tmp_path):
+    """Each key hit by its own object, a new equal object and a subclass instance: one key,
+    whose count another process reads exactly; str and bytes of one text are two keys; keys
+    of 128 characters are cached, 129 not, and one entry per key whatever the objects."""
+    assert len(set(map(repr, ODD_KEYS))) == len(ODD_KEYS)
+    clock = ManualClock(T0)
+    want = [0] * len(ODD_KEYS)
+    with Limiter(name, RATE, clock=clock) as lim:
+        for rnd in range(3):
+            for i, key in enumerate(ODD_KEYS):
+                sub = Blob(key) if isinstance(key, bytes) else Text(key)
+                for obj, cost in ((key, i + 1), (copy_of(key), 1), (sub, 2)):
+                    assert lim.hit(obj, cost)
+                    want[i] += cost
+            if rnd == 0:  # the cache now holds every cacheable key once
+                assert lim._backend._core.cached == sum(map(cacheable, ODD_KEYS))
+        assert lim._backend._core.cached == sum(map(cacheable, ODD_KEYS))
+        assert read_elsewhere(name, clock(), ODD_KEYS, tmp_path) == want
+        assert read_here(name, clock(), ODD_KEYS) == want
+        assert [lim.stats(copy_of(k)).used for k in ODD_KEYS] == want
+        lim.unlink()
+
+
+def test_a_key_that_cannot_be_encoded_is_an_error_every_time_and_counts_nothing(name):
+    clock = ManualClock(T0)
+    with Limiter(name, RATE, clock=clock) as lim:
+        assert lim.hit("ok")
+        for _ in range(3):
+            with pytest.raises(UnicodeEncodeError):
+                lim.hit("bad\ud800")
+            with pytest.raises(TypeError):
+                lim.hit(12345)  # type: ignore[arg-type]
+        assert lim._backend._core.cached == 1
+        assert lim.stats("ok").used == 1
+        lim.unlink()
+
+
+# -- the churn rule, with other processes clearing and reclaiming --------------------------------
+
+PHASE = """
+import ast, sys
+from shmwin import Limiter, ManualClock
+lim = Limiter.attach(sys.argv[1], clock=ManualClock(path=sys.argv[2]), on_full="raise")
+for op, key, cost in ast.literal_eval(open(sys.argv[3]).read()):
+    if op == "hit":
+        assert lim.hit(key, cost), key
+    else:
+        lim.clear(key)
+lim.close()
+"""
+
+
+def run_phase(name: str, clock_path, ops: list, tmp_path) -> None:
+    path = tmp_path / "ops.txt"
+    path.write_text(repr(ops))
+    run_python(PHASE, name, str(clock_path), str(path))
+
+
+def test_stale_entries_of_rows_cleared_and_reclaimed_elsewhere_never_count_on_other_keys(name, tmp_path):
+    """A table of 64 rows. Round after round this process hits 64 new keys (its cache grows,
+    and drops itself on churn: at 4 x keys + 256 entries); another process then clears half of
+    them and gives their rows to its own keys, and, past the window, reclaims the rest. This
+    process then hits its old keys again through its stale entries: each must be counted
+    anew on its own key, or refused (table full), never on the key now in its row."""
+    cap = 64
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    with Limiter(name, "1000000/minute", capacity=cap, clock=clock, on_full="raise", decisions=False) as lim:
+        core = lim._backend._core
+        sizes: list[int] = []
+        for rnd in range(12):
+            mine = [f"r{rnd}-mine-{i}" for i in range(cap)]
+            for i, key in enumerate(mine):
+                assert lim.hit(key, i + 1)
+            # another process: clear the first half, give those rows to its keys
+            theirs = [f"r{rnd}-theirs-{i}" for i in range(cap // 2)]
+            ops = [("clear", k, 0) for k in mine[: cap // 2]]
+            ops += [("hit", k, 1000 + i) for i, k in enumerate(theirs)]
+            run_phase(name, clock_path, ops, tmp_path)
+            # every row is taken: a cleared key of mine has no row to go back to
+            for key in mine[: cap // 2]:
+                with pytest.raises(shmwin.KeyTableFullError):
+                    lim.hit(copy_of(key) if key.endswith("3") else key, 7)
+            for i, key in enumerate(mine[cap // 2 :], cap // 2):
+                assert lim.hit(key, 1)  # a live entry: counted on its own row
+            got = read_here(name, clock(), theirs + mine)
+            assert got[: cap // 2] == [1000 + i for i in range(cap // 2)]
+            assert got[cap // 2 :] == [0] * (cap // 2) + [i + 2 for i in range(cap // 2, cap)]
+            # past the window every key is idle: another process reclaims all their rows
+            clock.advance(120)
+            ops = [("hit", f"r{rnd}-late-{i}", 1 + i) for i in range(cap)]
+            run_phase(name, clock_path, ops, tmp_path)
+            for key in mine[::7]:  # stale entries everywhere: full, never counted elsewhere
+                with pytest.raises(shmwin.KeyTableFullError):
+                    lim.hit(key, 5)
+            assert read_here(name, clock(), [f"r{rnd}-late-{i}" for i in range(cap)]) == [1 + i for i in range(cap)]
+            clock.advance(120)  # every key idle again: the next round reclaims them
+            sizes.append(core.cached)
+        assert any(b < a for a, b in zip(sizes, sizes[1:])), sizes  # the churn rule dropped the table
+        assert max(sizes) <= 4 * cap + 256 + cap, sizes
+        lim.unlink()
+
+
+def test_a_cache_grown_many_times_then_dropped_keeps_every_count_exact(name, tmp_path):
+    """5000 keys (the table doubles from 64 to 8192 entries), all hit again by new objects,
+    then cleared one by one from another process while this one goes on: the cache drops
+    itself (churn) with counts exact before and after."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    keys = [f"grow-{i}" for i in range(5000)]
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        core = lim._backend._core
+        for i, key in enumerate(keys):
+            assert lim.hit(key, 1 + i % 7)
+        assert core.cached == len(keys)
+        for i, key in enumerate(keys):
+            assert lim.hit(copy_of(key), 1)
+        assert core.cached == len(keys)
+        want = [2 + i % 7 for i in range(len(keys))]
+        assert read_elsewhere(name, clock(), keys, tmp_path) == want
+        run_phase(name, clock_path, [("clear", k, 0) for k in keys[:4900]], tmp_path)
+        for key in keys[:4900:10]:  # stale: made anew
+            assert lim.hit(key, 3)
+        assert core.cached <= 490  # 5000 entries, 590 live keys: the churn rule dropped the table
+        for i in range(3000):  # fresh keys, each cleared: it drops the table again
+            assert lim.hit(f"churn-{i}", 1)
+            lim.clear(f"churn-{i}")
+        assert core.cached < 4 * 590 + 256
+        assert read_elsewhere(name, clock(), keys[:4900:10], tmp_path) == [3] * 490
+        assert read_elsewhere(name, clock(), keys[4900:], tmp_path) == want[4900:]
+        assert read_here(name, clock(), keys[1:4900:10]) == [0] * 490
+        lim.unlink()
+
+
+# -- one tag, one place: long probe chains in a big table ----------------------------------------
+
+
+def typed_hash(key: str | bytes) -> int:
+    """keycache.c's typed_hash: Python's hash, bytes told apart from str."""
+    h = hash(key) & (2**64 - 1)
+    return h ^ 0x5BD1E9955BD1E995 if isinstance(key, bytes) else h
+
+
+def one_tag_and_place(mask: int, want_pairs: int) -> tuple[list[str | bytes], list[str | bytes]]:
+    """Keys of one place in a table of mask + 1 entries (a probe chain), and pairs of keys of
+    one tag and one place (bytes among them: the typed hash), found by the birthday rule."""
+    seen: dict[tuple[int, int], str | bytes] = {}
+    pairs: list[str | bytes] = []
+    by_place: dict[int, list[str | bytes]] = {}
+    i = 0
+    while len(pairs) < 2 * want_pairs:
+        i += 1
+        key: str | bytes = f"t{i}" if i % 2 else f"t{i}".encode()
+        h = typed_hash(key)
+        by_place.setdefault(h & mask, []).append(key)
+        found = seen.setdefault((h >> 48, h & mask), key)
+        if found is not key:
+            pairs += [found, key]
+    chain = max(by_place.values(), key=len)
+    return chain[:40], pairs
+
+
+def test_keys_of_one_tag_and_one_place_in_a_big_table_count_on_their_own_rows(name, tmp_path):
+    """3000 fillers grow the table to 4096 entries; then pairs of keys of one tag and one
+    place there, and a chain of keys of one place, hit by their objects and by new equal
+    ones, in orders that probe past each other: every count exact from another process."""
+    mask = 4095
+    chain, pairs = one_tag_and_place(mask, 3)
+    fillers = [f"fill-{i}" for i in range(3000)]
+    keys = list(dict.fromkeys(chain + pairs))
+    clock = ManualClock(T0)
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        core = lim._backend._core
+        for key in fillers:
+            lim.hit(key)
+        assert 3 * 2048 // 4 < core.cached <= 3 * 4096 // 4  # the table is 4096 entries now
+        want = dict.fromkeys(keys, 0)
+        for rnd in range(3):
+            order = keys if rnd % 2 == 0 else keys[::-1]
+            for i, key in enumerate(order):
+                obj = key if rnd == 0 else copy_of(key)
+                assert lim.hit(obj, 1 + i % 5)
+                want[key] += 1 + i % 5
+        assert core.cached == len(fillers) + len(keys)
+        assert read_elsewhere(name, clock(), keys, tmp_path) == [want[k] for k in keys]
+        # clear every other one elsewhere: the survivors' entries sit past stale ones
+        other = Limiter.attach(name, clock=clock)
+        for key in keys[::2]:
+            other.clear(key)
+        other.close()
+        for key in keys:
+            assert lim.hit(copy_of(key), 1)
+        expect = [1 if j % 2 == 0 else want[k] + 1 for j, k in enumerate(keys)]
+        assert read_elsewhere(name, clock(), keys, tmp_path) == expect
+        lim.unlink()
+
+
+# -- a table reallocated (or dropped) while a hit waits on a row lock ----------------------------
+
+
+def _holder(name: str, clock_path: str, key: str, ready) -> None:
+    """Child: stop (SIGSTOP) inside the hit section of ``key``, holding its row lock; on
+    SIGCONT finish that hit and exit."""
+    lim = Limiter.attach(name, clock=ManualClock(path=clock_path))
+    ready.set()
+    _core.failpoint("hit", 1, signal.SIGSTOP)
+    assert lim.hit(key)
+    os._exit(0)
+
+
+def start_holder(name: str, clock_path, key: str = "k") -> mp.Process:
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    p = ctx.Process(target=_holder, args=(name, str(clock_path), key, ready))
+    p.start()
+    assert ready.wait(30)
+    wait_stopped(p.pid)
+    return p
+
+
+def lock_of(lim: Limiter, key: str) -> int:
+    core = lim._backend._core
+    slot, _ = core.find(key)
+    return slot % core.layout["n_key_locks"]
+
+
+def keys_off_lock(lim: Limiter, avoid: str, n: int, tag: str) -> list[str]:
+    """n keys, made now by another Core (each counted once), none in a row of ``avoid``'s lock."""
+    other = Limiter.attach(lim.name, clock=ManualClock(T0))
+    try:
+        made = [f"{tag}-{i}" for i in range(n + n // 4)]
+        for key in made:
+            assert other.hit(key)
+        return [k for k in made if lock_of(other, k) != lock_of(other, avoid)][:n]
+    finally:
+        other.close()
+
+
+@pytest.mark.failpoints
+@pytest.mark.parametrize("clear_it", [False, True])
+def test_a_thread_waiting_on_a_row_lock_survives_the_table_grown_and_dropped(name, tmp_path, clear_it):
+    """A thread's hit of "k" waits on k's row lock (another process stopped holding it) with
+    the cache's entry read; meanwhile this process's main thread grows the table to 4096
+    entries, then clears those keys and drops the table (churn), and maybe another thread
+    clears "k" while both wait. The waiting hit then counts exactly once, on "k", never through
+    the old table (the sanitizer job sees any read of it)."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        core = lim._backend._core
+        assert lim.hit("k")
+        keys = keys_off_lock(lim, "k", 3000, "grow")
+        last = keys.pop()
+        holder = start_holder(name, clock_path)
+        threads: list[threading.Thread] = []
+        errors: list[BaseException] = []
+
+        def run(call) -> None:
+            try:
+                call()
+            except BaseException as e:  # noqa: BLE001  (reported by the main thread)
+                errors.append(e)
+
+        try:
+            threads.append(threading.Thread(target=run, args=(lambda: lim.hit("k"),)))
+            threads[0].start()
+            for key in keys:  # found in the index: the table grows from 64 to 4096 entries
+                assert lim.hit(key)
+            assert core.cached == len(keys) + 1
+            for key in keys:
+                lim.clear(key)
+            assert lim.hit(last)  # 3000 entries, 3 live keys: the churn rule drops the table
+            assert core.cached == 1
+            if clear_it:  # waits on k's lock too: which of the two goes first is the kernel's
+                threads.append(threading.Thread(target=run, args=(lambda: lim.clear("k"),)))
+                threads[1].start()
+            assert threads[0].is_alive()  # still waiting: the holder holds k's row lock
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.join(30)
+            assert holder.exitcode == 0
+            for t in threads:
+                t.join(30)
+                assert not t.is_alive()
+            assert not errors, errors
+        finally:
+            if holder.is_alive():
+                os.kill(holder.pid, signal.SIGKILL)
+                holder.join()
+        used = read_here(name, clock(), ["k", keys[0], keys[-1], last])
+        assert used[1:] == [0, 0, 2]
+        assert used[0] in ((0, 1) if clear_it else (3,)), used
+        lim.unlink()
