@@ -317,13 +317,17 @@ def lock_of(lim: Limiter, key: str) -> int:
 
 
 def keys_off_lock(lim: Limiter, avoid: str, n: int, tag: str) -> list[str]:
-    """n keys, made now by another Core (each counted once), none in a row of ``avoid``'s lock."""
+    """n keys, made now by another Core (each counted once), none in a row of ``avoid``'s lock
+    (the others made are cleared)."""
     other = Limiter.attach(lim.name, clock=ManualClock(T0))
     try:
         made = [f"{tag}-{i}" for i in range(n + n // 4)]
         for key in made:
             assert other.hit(key)
-        return [k for k in made if lock_of(other, k) != lock_of(other, avoid)][:n]
+        kept = [k for k in made if lock_of(other, k) != lock_of(other, avoid)][:n]
+        for key in set(made) - set(kept):
+            other.clear(key)
+        return kept
     finally:
         other.close()
 
@@ -381,4 +385,294 @@ def test_a_thread_waiting_on_a_row_lock_survives_the_table_grown_and_dropped(nam
         used = read_here(name, clock(), ["k", keys[0], keys[-1], last])
         assert used[1:] == [0, 0, 2]
         assert used[0] in ((0, 1) if clear_it else (3,)), used
+        lim.unlink()
+
+
+@pytest.mark.failpoints
+@pytest.mark.parametrize("clear_it", [False, True])
+def test_a_signal_handler_hitting_other_keys_while_a_hit_waits_on_its_row_lock(name, tmp_path, clear_it):
+    """The main thread's hit of "k" (cached) waits on k's row lock, held by a stopped process.
+    A signal handler runs inside that wait and hits 3000 other keys of this Limiter (the table
+    grows to 4096 entries), clears them and drops the table (churn), lets the holder finish,
+    and maybe clears "k". The interrupted hit then counts exactly once on "k"."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        core = lim._backend._core
+        assert lim.hit("k")
+        keys = keys_off_lock(lim, "k", 3000, "sig")
+        last = keys.pop()
+        holder = start_holder(name, clock_path)
+        state: dict[str, object] = {"in": False, "ran": False, "sizes": []}
+        handled = threading.Event()
+        errors: list[BaseException] = []
+
+        def handler(signum, frame) -> None:
+            if not state["in"] or state["ran"]:
+                return  # not inside the hit yet (the sender tries again), or ran already
+            state["ran"] = True  # a handler runs again at any bytecode of this one
+            try:
+                sizes = state["sizes"]
+                assert isinstance(sizes, list)
+                for key in keys:
+                    assert lim.hit(key)
+                sizes.append(core.cached)
+                for key in keys:
+                    lim.clear(key)
+                assert lim.hit(last)
+                sizes.append(core.cached)
+                os.kill(holder.pid, signal.SIGCONT)
+                holder.join(30)
+                if clear_it:
+                    lim.clear("k")
+            except BaseException as e:  # noqa: BLE001  (reported by the test)
+                errors.append(e)
+            handled.set()
+
+        def sender() -> None:
+            while not handled.is_set():
+                os.kill(os.getpid(), signal.SIGUSR1)
+                handled.wait(0.05)
+
+        was = signal.signal(signal.SIGUSR1, handler)
+        t = threading.Thread(target=sender)
+        try:
+            t.start()
+            state["in"] = True
+            assert lim.hit("k")
+            state["in"] = False
+        finally:
+            handled.set()
+            t.join()
+            signal.signal(signal.SIGUSR1, was)
+            if holder.is_alive():
+                os.kill(holder.pid, signal.SIGKILL)
+                holder.join()
+        assert not errors, errors
+        assert holder.exitcode == 0
+        assert state["sizes"] == [len(keys) + 1, 1]  # grown to 3001 entries, then dropped
+        used = read_here(name, clock(), ["k", keys[0], last])
+        assert used == [1 if clear_it else 3, 0, 2], used
+        lim.unlink()
+
+
+@pytest.mark.failpoints
+def test_close_while_a_hit_waits_on_a_row_lock_releases_the_cache_once(name, tmp_path):
+    """close() while another thread's hit waits: the table is kept (a call is inside), the
+    waiting hit fails closed and counts nothing, and the cache's references to the keys go
+    once the Core does."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    lim = Limiter(name, RATE, clock=clock, decisions=False)
+    kept = copy_of("kept-key")
+    base = sys.getrefcount(kept)
+    assert lim.hit(kept) and lim.hit("k")
+    assert sys.getrefcount(kept) == base + 1  # the cache's reference
+    holder = start_holder(name, clock_path)
+    outcome: list[object] = []
+
+    def waiter() -> None:
+        try:
+            outcome.append(lim.hit("k"))
+        except BaseException as e:  # noqa: BLE001  (checked below)
+            outcome.append(e)
+
+    t = threading.Thread(target=waiter)
+    try:
+        t.start()
+        assert t.is_alive()
+        lim.close()
+        assert sys.getrefcount(kept) == base + 1  # a call is inside: the table stays
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(30)
+        t.join(30)
+    finally:
+        if holder.is_alive():
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join()
+    assert len(outcome) == 1
+    if outcome[0] is not True:  # the waiter may also have got the lock before close() was seen
+        assert isinstance(outcome[0], shmwin.WindowClosedError), outcome
+    core = lim._backend._core
+    with pytest.raises(shmwin.WindowClosedError):
+        lim.hit("k")
+    del lim, core
+    gc.collect()
+    assert sys.getrefcount(kept) == base  # the Core is gone: its table with it
+    used = read_here(name, clock(), ["k", "kept-key"])
+    assert used[1] == 1 and used[0] in (2, 3)
+    assert used[0] == (3 if outcome[0] is True else 2)
+    Limiter.attach(name).unlink()
+
+
+# -- references: the cache holds keys, and lets them go ------------------------------------------
+
+
+def refs_of(*objs: object) -> list[int]:
+    """Each object's reference count, all measured alike."""
+    return [sys.getrefcount(o) for o in objs]
+
+
+def test_the_cache_holds_one_reference_per_key_and_lets_it_go(name, tmp_path):
+    """A cached key is held once (new equal objects add nothing, a cleared key is still held),
+    long keys and subclasses never; the churn rule and close() let every key go; keys whose last
+    reference was the cache, and new equal ones after the GC, count on their own keys."""
+    clock = ManualClock(T0)
+    lim = Limiter(name, RATE, clock=clock, decisions=False)
+    held, long_key, sub = copy_of("held-key"), "L" * 129, Text("sub-key")
+    refs = refs_of(held, long_key, sub)
+    for _ in range(3):
+        assert lim.hit(held) and lim.hit(copy_of(held)) and lim.hit(long_key) and lim.hit(sub)
+    assert refs_of(held, long_key, sub) == [refs[0] + 1, refs[1], refs[2]]
+    lim.clear(held)  # forgotten (generation 0), still held
+    assert refs_of(held) == [refs[0] + 1]
+    for i in range(1000):  # temporaries: their only reference left is the cache
+        assert lim.hit(f"tmp-{i}", 1 + i % 3)
+    gc.collect()
+    for i in range(1000):
+        assert lim.hit(f"tmp-{i}", 1)
+    assert read_here(name, clock(), [f"tmp-{i}" for i in range(1000)]) == [2 + i % 3 for i in range(1000)]
+    for i in range(1000):  # few live keys, many entries: the churn rule drops the table
+        lim.clear(f"tmp-{i}")
+    for i in range(300):
+        assert lim.hit(f"churn-{i}")
+        lim.clear(f"churn-{i}")
+    assert refs_of(held) == [refs[0]]
+    assert lim.hit(held)
+    assert refs_of(held) == [refs[0] + 1]
+    lim.close()
+    assert refs_of(held) == [refs[0]]  # close() with no call inside: the table goes
+    assert read_here(name, clock(), ["held-key", "L" * 129, "sub-key"]) == [1, 3, 3]
+    Limiter.attach(name).unlink()
+
+
+# -- fork and spawn -------------------------------------------------------------------------------
+
+
+def test_a_forked_child_uses_the_inherited_cache_and_the_parent_its_stale_one(name, tmp_path):
+    """The parent caches 2000 keys; another Core clears 500 of them and gives their rows to
+    other keys before the fork. The child hits every key with the inherited objects and new
+    ones, clears 500 more and makes 500 keys; the parent hits every key again with its cache,
+    stale for 1000 of them. Every count exact."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    keys = [f"fk-{i}" for i in range(2000)]
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        for key in keys:
+            assert lim.hit(key)
+        other = Limiter.attach(name, clock=clock)
+        for key in keys[1500:]:
+            other.clear(key)
+        for i in range(500):
+            assert other.hit(f"other-{i}")
+        other.close()
+
+        def child() -> None:
+            ok = lim._backend._core.cached == 2000
+            for key in keys:
+                ok &= lim.hit(key) and lim.hit(copy_of(key))
+            for key in keys[:500]:
+                lim.clear(key)
+            for i in range(500):
+                ok &= lim.hit(f"child-{i}")
+            os._exit(0 if ok else 3)
+
+        p = mp.get_context("fork").Process(target=child)
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        for key in keys:
+            assert lim.hit(key)
+        got = read_elsewhere(name, clock(), keys + ["other-0", "other-499", "child-0", "child-499"], tmp_path)
+        assert got[:500] == [1] * 500
+        assert got[500:1500] == [4] * 1000
+        assert got[1500:2000] == [3] * 500
+        assert got[2000:] == [1, 1, 1, 1]
+        lim.unlink()
+
+
+def _spawned(name: str, clock_path: str, keys: list[str], rounds: int) -> None:
+    lim = Limiter.attach(name, clock=ManualClock(path=clock_path))
+    for _ in range(rounds):
+        for key in keys:
+            assert lim.hit(copy_of(key))
+    lim.close()
+
+
+def test_spawned_processes_and_this_one_hit_the_same_keys_through_their_caches(name, tmp_path):
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    keys = [f"sp-{i}" for i in range(300)] + ["é" * 128, "x" * 129, ""]
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_spawned, args=(name, str(clock_path), keys, 5)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        for _ in range(5):
+            for key in keys:
+                assert lim.hit(key)
+        for p in procs:
+            p.join(120)
+            assert p.exitcode == 0
+        assert read_elsewhere(name, clock(), keys, tmp_path) == [15] * len(keys)
+        lim.unlink()
+
+
+# -- threads ---------------------------------------------------------------------------------------
+
+
+def _hammer(name: str, clock_path: str, keys: list[str], n: int) -> None:
+    lim = Limiter.attach(name, clock=ManualClock(path=clock_path))
+    for _ in range(n):
+        for key in keys:
+            assert lim.hit(copy_of(key))
+    os._exit(0)
+
+
+def test_threads_hitting_hot_keys_while_others_grow_and_churn_the_table(name, tmp_path):
+    """Four threads hit four hot keys while two others insert and clear thousands of keys of
+    the same Limiter (the table grows, is dropped, grows again) and another process hits the
+    same hot keys (their row locks are contended): every hot count exact."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    hot = [f"hot-{i}" for i in range(4)]
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        p = mp.get_context("fork").Process(target=_hammer, args=(name, str(clock_path), hot, 1500))
+        p.start()
+        errors: list[BaseException] = []
+
+        def hitter() -> None:
+            try:
+                for i in range(1000):
+                    for key in hot:
+                        assert lim.hit(key if i % 2 else copy_of(key))
+            except BaseException as e:  # noqa: BLE001  (reported below)
+                errors.append(e)
+
+        def churner(tag: str) -> None:
+            try:
+                for i in range(3000):
+                    assert lim.hit(f"{tag}-{i}", 2)
+                    if i % 3:
+                        lim.clear(f"{tag}-{i}")
+            except BaseException as e:  # noqa: BLE001  (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=hitter) for _ in range(4)]
+        threads += [threading.Thread(target=churner, args=(t,)) for t in ("ca", "cb")]
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(300)
+        finally:
+            sys.setswitchinterval(old)
+        p.join(300)
+        assert not errors, errors
+        assert p.exitcode == 0
+        kept = [f"ca-{i}" for i in range(0, 3000, 3)] + [f"cb-{i}" for i in range(0, 3000, 3)]
+        got = read_elsewhere(name, clock(), hot + kept + ["ca-1", "cb-2"], tmp_path)
+        assert got == [4 * 1000 + 1500] * 4 + [2] * len(kept) + [0, 0]
         lim.unlink()
