@@ -274,7 +274,7 @@ def test_keys_of_one_tag_and_one_place_in_a_big_table_count_on_their_own_rows(na
                 obj = key if rnd == 0 else copy_of(key)
                 assert lim.hit(obj, 1 + i % 5)
                 want[key] += 1 + i % 5
-        assert core.cached == len(fillers) + len(keys)
+        assert core.cached == len(fillers) + len(keys) <= 3 * 4096 // 4  # still 4096 entries
         assert read_elsewhere(name, clock(), keys, tmp_path) == [want[k] for k in keys]
         # clear every other one elsewhere: the survivors' entries sit past stale ones
         other = Limiter.attach(name, clock=clock)
@@ -887,3 +887,45 @@ def test_a_random_walk_of_two_cores_matches_a_model(name, seed, capacity):
         finally:
             b.close()
         a.unlink()
+
+
+def test_a_table_past_2_mib_is_mapped_forked_and_dropped_with_counts_exact(name, tmp_path):
+    """100,000 keys: the table (131,072 entries of 16 bytes) is mapped on its own. A forked
+    child hits through the inherited table while the parent clears most keys; the parent's
+    next new key drops the table (churn) and unmaps it; counts exact from another process."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    n = 100_000
+    keys = [f"big-{i}" for i in range(n)]
+    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+        core = lim._backend._core
+        for key in keys:
+            assert lim.hit(key)
+        assert core.cached == n
+
+        def child() -> None:
+            ok = core.cached == n
+            for key in keys[::97]:
+                ok &= lim.hit(copy_of(key), 2) and lim.hit(key, 1)
+            os._exit(0 if ok else 3)
+
+        p = mp.get_context("fork").Process(target=child)
+        p.start()
+        p.join(120)
+        assert p.exitcode == 0
+        for key in keys[: n - 1000]:
+            lim.clear(key)
+        assert core.cached == n  # cleared entries stay, forgotten
+        assert lim.hit("after")  # 100,001 entries, 1,001 live keys: dropped
+        assert core.cached == 1
+        for key in keys[::997]:
+            assert lim.hit(copy_of(key), 5)
+        model = dict.fromkeys(keys, 1)
+        for key in keys[::97]:
+            model[key] += 3
+        model.update(dict.fromkeys(keys[: n - 1000], 0))
+        for key in keys[::997]:
+            model[key] += 5
+        sample = keys[::97] + keys[::997] + keys[n - 1000 :: 7]
+        assert read_elsewhere(name, clock(), sample, tmp_path) == [model[k] for k in sample]
+        lim.unlink()
