@@ -122,6 +122,9 @@ def test_a_key_that_cannot_be_encoded_is_an_error_every_time_and_counts_nothing(
                 lim.hit("bad\ud800")
             with pytest.raises(TypeError):
                 lim.hit(12345)  # type: ignore[arg-type]
+            for bad in (bytearray(b"ok"), memoryview(b"ok")):
+                with pytest.raises(TypeError):
+                    lim.hit(bad)  # type: ignore[arg-type]
         assert lim._backend._core.cached == 1
         assert lim.stats("ok").used == 1
         lim.unlink()
