@@ -320,6 +320,34 @@ def lock_of(lim: Limiter, key: str) -> int:
     return slot % core.layout["n_key_locks"]
 
 
+class Telling:
+    """A clock (a shared manual one) that tells when a given thread reads it: inside its call."""
+
+    def __init__(self, clock: ManualClock):
+        self.clock = clock
+        self.thread: threading.Thread | None = None
+        self.read = threading.Event()
+
+    def __call__(self) -> int:
+        if threading.current_thread() is self.thread:
+            self.read.set()
+        return self.clock()
+
+
+def wait_blocked(told: Telling, body: str) -> None:
+    """Until told.thread is blocked in the native wait of its call: it read the clock (inside
+    the call, after enter()), and its newest frame is ``body`` again, not the clock's. Between
+    the clock and the lock's wait the call never gives the GIL up, so seeing that frame (we
+    hold the GIL) means it is waiting, the GIL released."""
+    import time
+
+    assert told.thread is not None and told.thread.ident is not None
+    deadline = time.monotonic() + 30
+    while not (told.read.is_set() and sys._current_frames()[told.thread.ident].f_code.co_name == body):
+        assert time.monotonic() < deadline and told.thread.is_alive()
+        time.sleep(0.001)
+
+
 def keys_off_lock(lim: Limiter, avoid: str, n: int, tag: str) -> list[str]:
     """n keys, made now by another Core (each counted once), none in a row of ``avoid``'s lock
     (the others made are cleared)."""
@@ -346,7 +374,8 @@ def test_a_thread_waiting_on_a_row_lock_survives_the_table_grown_and_dropped(nam
     the old table (the sanitizer job sees any read of it)."""
     clock_path = tmp_path / "clock"
     clock = ManualClock(T0, path=clock_path)
-    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+    told = Telling(clock)
+    with Limiter(name, RATE, clock=told, decisions=False) as lim:
         core = lim._backend._core
         assert lim.hit("k")
         keys = keys_off_lock(lim, "k", 3000, "grow")
@@ -355,15 +384,23 @@ def test_a_thread_waiting_on_a_row_lock_survives_the_table_grown_and_dropped(nam
         threads: list[threading.Thread] = []
         errors: list[BaseException] = []
 
-        def run(call) -> None:
+        def hit_k() -> None:
             try:
-                call()
+                assert lim.hit("k")
+            except BaseException as e:
+                errors.append(e)
+
+        def clear_k() -> None:
+            try:
+                lim.clear("k")
             except BaseException as e:
                 errors.append(e)
 
         try:
-            threads.append(threading.Thread(target=run, args=(lambda: lim.hit("k"),)))
+            threads.append(threading.Thread(target=hit_k))
+            told.thread = threads[0]
             threads[0].start()
+            wait_blocked(told, "hit_k")  # its entry for "k" read, waiting on k's row lock
             for key in keys:  # found in the index: the table grows from 64 to 4096 entries
                 assert lim.hit(key)
             assert core.cached == len(keys) + 1
@@ -372,7 +409,7 @@ def test_a_thread_waiting_on_a_row_lock_survives_the_table_grown_and_dropped(nam
             assert lim.hit(last)  # 3000 entries, 3 live keys: the churn rule drops the table
             assert core.cached == 1
             if clear_it:  # waits on k's lock too: which of the two goes first is the kernel's
-                threads.append(threading.Thread(target=run, args=(lambda: lim.clear("k"),)))
+                threads.append(threading.Thread(target=clear_k))
                 threads[1].start()
             assert threads[0].is_alive()  # still waiting: the holder holds k's row lock
             os.kill(holder.pid, signal.SIGCONT)
@@ -401,19 +438,22 @@ def test_a_signal_handler_hitting_other_keys_while_a_hit_waits_on_its_row_lock(n
     and maybe clears "k". The interrupted hit then counts exactly once on "k"."""
     clock_path = tmp_path / "clock"
     clock = ManualClock(T0, path=clock_path)
-    with Limiter(name, RATE, clock=clock, decisions=False) as lim:
+    told = Telling(clock)
+    with Limiter(name, RATE, clock=told, decisions=False) as lim:
         core = lim._backend._core
         assert lim.hit("k")
         keys = keys_off_lock(lim, "k", 3000, "sig")
         last = keys.pop()
         holder = start_holder(name, clock_path)
-        state: dict[str, object] = {"in": False, "ran": False, "sizes": []}
+        state: dict[str, object] = {"ran": False, "sizes": []}
         handled = threading.Event()
         errors: list[BaseException] = []
 
         def handler(signum, frame) -> None:
-            if not state["in"] or state["ran"]:
-                return  # not inside the hit yet (the sender tries again), or ran already
+            # inside the hit's wait: it read the clock, and the frame it runs in is the test's
+            # (not the clock's); else the sender tries again. And never twice.
+            if not told.read.is_set() or frame is None or frame.f_code is not this or state["ran"]:
+                return
             state["ran"] = True  # a handler runs again at any bytecode of this one
             try:
                 sizes = state["sizes"]
@@ -438,13 +478,14 @@ def test_a_signal_handler_hitting_other_keys_while_a_hit_waits_on_its_row_lock(n
                 os.kill(os.getpid(), signal.SIGUSR1)
                 handled.wait(0.05)
 
+        this = sys._getframe().f_code
+        told.thread = threading.current_thread()
         was = signal.signal(signal.SIGUSR1, handler)
         t = threading.Thread(target=sender)
         try:
             t.start()
-            state["in"] = True
             assert lim.hit("k")
-            state["in"] = False
+            told.thread = None
         finally:
             handled.set()
             t.join()
@@ -467,7 +508,8 @@ def test_close_while_a_hit_waits_on_a_row_lock_releases_the_cache_once(name, tmp
     once the Core does."""
     clock_path = tmp_path / "clock"
     clock = ManualClock(T0, path=clock_path)
-    lim = Limiter(name, RATE, clock=clock, decisions=False)
+    told = Telling(clock)
+    lim = Limiter(name, RATE, clock=told, decisions=False)
     kept = copy_of("kept-key")
     base = sys.getrefcount(kept)
     assert lim.hit(kept) and lim.hit("k")
@@ -483,9 +525,10 @@ def test_close_while_a_hit_waits_on_a_row_lock_releases_the_cache_once(name, tmp
             outcome.append(e)
 
     t = threading.Thread(target=waiter)
+    told.thread = t
     try:
         t.start()
-        assert t.is_alive()
+        wait_blocked(told, "waiter")  # inside the call: close() must keep the table
         lim.close()
         assert sys.getrefcount(kept) == base + 1  # a call is inside: the table stays
         os.kill(holder.pid, signal.SIGCONT)
@@ -496,8 +539,7 @@ def test_close_while_a_hit_waits_on_a_row_lock_releases_the_cache_once(name, tmp
             os.kill(holder.pid, signal.SIGKILL)
             holder.join()
     assert len(outcome) == 1
-    if outcome[0] is not True:  # the waiter may also have got the lock before close() was seen
-        assert isinstance(outcome[0], shmwin.WindowClosedError), outcome
+    assert isinstance(outcome[0], shmwin.WindowClosedError), outcome  # closed while it waited
     core = lim._backend._core
     with pytest.raises(shmwin.WindowClosedError):
         lim.hit("k")
@@ -506,8 +548,7 @@ def test_close_while_a_hit_waits_on_a_row_lock_releases_the_cache_once(name, tmp
     gc.collect()
     assert sys.getrefcount(kept) == base  # the Core is gone: its table with it
     used = read_here(name, clock(), ["k", "kept-key"])
-    assert used[1] == 1 and used[0] in (2, 3)
-    assert used[0] == (3 if outcome[0] is True else 2)
+    assert used == [2, 1]  # "k": its first hit and the holder's; the closed one counted nothing
     Limiter.attach(name).unlink()
 
 
