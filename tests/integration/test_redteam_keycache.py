@@ -973,3 +973,51 @@ def test_a_table_past_2_mib_is_mapped_forked_and_dropped_with_counts_exact(name,
         sample = keys[::97] + keys[::997] + keys[n - 1000 :: 7]
         assert read_elsewhere(name, clock(), sample, tmp_path) == [model[k] for k in sample]
         lim.unlink()
+
+
+# -- a clock that runs Python inside the call, before its key is looked up ------------------------
+
+
+def test_a_clock_that_churns_the_table_or_closes_inside_a_hit(name):
+    """The clock is Python, called inside hit() before the key is looked up: here it clears
+    the very key being hit and churns the table (grown, then dropped), or closes the Limiter.
+    The hit counts once on its key, or fails closed counting nothing; the table's references
+    go with the Core."""
+    manual = ManualClock(T0)
+    plan: list[str] = []
+    box: list[Limiter] = []
+
+    def clock() -> int:
+        if plan:
+            lim = box[0]
+            what = plan.pop()
+            if what == "churn":
+                lim.clear("k")
+                for i in range(600):
+                    assert lim.hit(f"c-{i}")
+                    lim.clear(f"c-{i}")
+            elif what == "close":
+                lim.close()
+        return manual()
+
+    box.append(Limiter(name, RATE, clock=clock, decisions=False))
+    core = box[0]._backend._core
+    kept = copy_of("kept")
+    base = refs_of(kept)[0]
+    assert box[0].hit(kept) and box[0].hit("k", 4)
+    plan.append("churn")
+    assert box[0].hit("k", 2)  # "k" cleared inside, then made anew by this hit
+    assert core.cached < 600 and read_here(name, manual(), ["k", "c-0", "kept"]) == [2, 0, 1]
+    assert box[0].hit(kept)  # entered again after the drop
+    plan.append("close")
+    with pytest.raises(shmwin.WindowClosedError):
+        box[0].hit("k", 3)
+    # closed with a call inside: the table was kept then (today it stays until the Core goes;
+    # dropping it once the last call has left would do as well)
+    assert refs_of(kept)[0] in (base, base + 1)
+    assert read_here(name, manual(), ["k", "kept"]) == [2, 2]
+    del core
+    box.clear()
+    gc.collect()
+    assert refs_of(kept) == [base]
+    Limiter.attach(name).unlink()
