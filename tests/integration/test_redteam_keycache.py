@@ -1021,3 +1021,76 @@ def test_a_clock_that_churns_the_table_or_closes_inside_a_hit(name):
     gc.collect()
     assert refs_of(kept) == [base]
     Limiter.attach(name).unlink()
+
+
+# -- forked workers inherit stale caches, hitting at once -----------------------------------------
+
+
+def _walker(lim: Limiter, universe: list, seed: int, ops: int, out) -> None:
+    """Child body (forked: the parent's Limiter and its cache): hit random keys by random
+    objects and send back what it counted per key."""
+    import random
+
+    rng = random.Random(seed)
+    sums = [0] * len(universe)
+    for _ in range(ops):
+        i = rng.randrange(len(universe))
+        cost = rng.randint(1, 5)
+        assert lim.hit(variants(universe[i], rng.randrange(3)), cost)
+        sums[i] += cost
+    out.send(sums)
+    os._exit(0)
+
+
+def test_forked_workers_with_stale_inherited_caches_hit_at_once_and_sum_exactly(name):
+    """Round after round this process forks 4 workers, which inherit its cache (stale for
+    every key cleared or reclaimed since) and hit 24 keys at once with it; between rounds
+    another Core clears half the keys, or time jumps past the window and other keys reclaim
+    every row (then are cleared): every inherited entry is stale.
+    Each key's count is exactly the sum of its round's hits."""
+    import random
+
+    rng = random.Random(7)
+    pairs = one_tag_and_place(63, 3)[1]
+    universe: list[str | bytes] = list(dict.fromkeys([
+        "a", b"a", "é" * 128, "é" * 129, "", b"", *pairs, "z" * 128, "z" * 129, "q" * 300,
+    ]))  # fmt: skip
+    clock = ManualClock(T0)
+    ctx = mp.get_context("fork")
+    with Limiter(name, "1000000/minute", capacity=len(universe) + 2, clock=clock, decisions=False) as lim:
+        other = Limiter.attach(name, clock=clock)
+        try:
+            model = [0] * len(universe)
+            for rnd in range(6):
+                for i, key in enumerate(universe):  # this process caches every key now
+                    assert lim.hit(key, 1)
+                    model[i] += 1
+                if rnd % 2:  # every key idle: fillers reclaim every row, then leave
+                    clock.advance(120)
+                    fillers = [f"filler-{rnd}-{i}" for i in range(len(universe) + 2)]
+                    for key in fillers:
+                        assert other.hit(key)
+                    for key in fillers:
+                        other.clear(key)
+                    assert all(lim._backend._core.find(k) is None for k in universe)
+                    model = [0] * len(universe)
+                else:
+                    for i in rng.sample(range(len(universe)), len(universe) // 2):
+                        other.clear(universe[i])
+                        model[i] = 0
+                pipes, procs = [], []
+                for w in range(4):
+                    mine, theirs = ctx.Pipe(duplex=False)
+                    p = ctx.Process(target=_walker, args=(lim, universe, rnd * 10 + w, 300, theirs))
+                    p.start()
+                    pipes.append(mine)
+                    procs.append(p)
+                for mine, p in zip(pipes, procs, strict=True):
+                    sums = mine.recv()
+                    p.join(60)
+                    assert p.exitcode == 0
+                    model = [m + s for m, s in zip(model, sums, strict=True)]
+                assert read_here(name, clock(), universe) == model, rnd
+        finally:
+            other.close()
+        lim.unlink()
