@@ -505,7 +505,7 @@ def test_a_signal_handler_hitting_other_keys_while_a_hit_waits_on_its_row_lock(n
 def test_close_while_a_hit_waits_on_a_row_lock_releases_the_cache_once(name, tmp_path):
     """close() while another thread's hit waits: the table is kept (a call is inside), the
     waiting hit fails closed and counts nothing, and the cache's references to the keys go
-    once the Core does."""
+    as that call leaves, not only once the Core does."""
     clock_path = tmp_path / "clock"
     clock = ManualClock(T0, path=clock_path)
     told = Telling(clock)
@@ -541,6 +541,7 @@ def test_close_while_a_hit_waits_on_a_row_lock_releases_the_cache_once(name, tmp
     assert len(outcome) == 1
     assert isinstance(outcome[0], shmwin.WindowClosedError), outcome  # closed while it waited
     core = lim._backend._core
+    assert core.cached == 0 and sys.getrefcount(kept) == base  # the last call out dropped it
     with pytest.raises(shmwin.WindowClosedError):
         lim.hit("k")
     del lim, core

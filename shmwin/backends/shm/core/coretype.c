@@ -19,6 +19,7 @@
  * The mapping is kept (our buffer export) until no call of any thread is inside. */
 
 void release_map(Core *c) {
+    if (c->busy == 0 && c->closed) cache_drop(c);  /* its keys go once no call can hold an entry */
     if (c->busy == 0 && c->has_buf) give_stripe(c);  /* its robust-list links are in the map */
     if (c->busy == 0 && c->fd >= 0) {
         close(c->fd);

@@ -794,8 +794,7 @@ static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
 static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
     if (!c->closed && c->busy == 0) give_stripe(c);  /* before the mapping can go */
     c->closed = 1;
-    if (c->busy == 0) cache_drop(c);  /* else a call inside may still hold an entry */
-    release_map(c);
+    release_map(c);  /* and the key cache: now, or when the last call inside leaves */
     Py_RETURN_NONE;
 }
 
