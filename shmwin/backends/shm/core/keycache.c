@@ -9,7 +9,7 @@
  * Exact str/bytes keys (their hashes are cached in the objects), in one open-addressed table
  * of 16-byte entries, probed linearly from the key's hash and kept at most 3/4 full: a warm
  * key is found by reading one line of the table (an index in front of the entries cost two
- * dependent misses once the keys outgrow the caches), and 100,000 keys take 2 MiB of it.
+ * dependent misses once the keys outgrow the caches); 100,000 keys take 4 MiB of it.
  * A hit is only a hint: the generation is checked against the row under its lock.
  *
  * A request most often brings its key as a new object, equal to the one cached, which by then
