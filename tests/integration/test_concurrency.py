@@ -226,9 +226,10 @@ def test_idle_keys_are_reclaimed_held_keys_never(name):
 # -- real processes ----------------------------------------------------------------------------
 
 
-def _worker(name: str, key: str, rounds: int, inside, most, violations) -> None:  # type: ignore[no-untyped-def]
+def _worker(name: str, key: str, rounds: int, inside, most, violations, start) -> None:  # type: ignore[no-untyped-def]
     c = Concurrency.attach(name)
     try:
+        start.wait(60)  # every worker contends from the same moment, however slow its start
         for _ in range(rounds):
             assert c.acquire(key, timeout=DEADLINE_S)
             with inside.get_lock():
@@ -251,7 +252,7 @@ def test_four_processes_never_more_than_the_limit_at_once(name, method):
     ctx = mp.get_context(method)
     inside, most, violations = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
     with Concurrency(name, 2) as c:
-        work = (name, "k", 15, inside, most, violations)
+        work = (name, "k", 15, inside, most, violations, ctx.Barrier(4))
         procs = [ctx.Process(target=_worker, args=work) for _ in range(4)]
         for p in procs:
             p.start()
