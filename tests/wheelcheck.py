@@ -1,7 +1,7 @@
 """What a shipped wheel must be, checked from its bytes (no readelf, objdump or pyelftools).
 
 - its platform tag is manylinux_2_17 (manylinux2014) for the machine its extension is built for;
-- it ships no C source (``.c``, ``.h``): those stay in the sdist;
+- it ships no C source (``.c``, ``.h``): those stay in the sdist; it ships the LICENSE text;
 - each extension carries no debug info (no ``.debug_*`` section, no ``.symtab``), asks for no
   symbol version newer than GLIBC_2.17, links only libraries every glibc system has, and no
   RPATH or RUNPATH from the machine that built it.
@@ -88,6 +88,8 @@ def wheel_problems(path: Path) -> list[str]:
         sources = [n for n in names if n.endswith((".c", ".h"))]
         if sources:
             problems.append(f"{path.name}: ships C source {sources}")
+        if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
+            problems.append(f"{path.name}: ships no LICENSE (the MIT text) in its .dist-info/licenses/")
         libraries = [n for n in names if n.endswith(".so")]
         if not libraries:
             problems.append(f"{path.name}: has no extension module")

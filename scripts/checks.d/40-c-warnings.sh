@@ -5,6 +5,7 @@
 # nothing. Any new warning fails the run. Compile-only: nothing is written but to a temporary
 # directory. Run by scripts/test from the repository root, .venv ready; also on its own:
 #   bash scripts/checks.d/40-c-warnings.sh
+# stage: beside the suite (one core at most: scripts/test runs it while pytest runs)
 set -euo pipefail
 source scripts/_core_build.sh
 out=$(mktemp -d)

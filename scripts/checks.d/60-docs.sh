@@ -3,6 +3,7 @@
 # anchor or API reference fails scripts/test. The tools, pinned in docs/requirements.txt,
 # go into .venv-docs (installed once per change of that file); the API page reads shmwin's
 # source with griffe, so nothing is compiled here.
+# stage: beside the suite (one core at most: scripts/test runs it while pytest runs)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 start=$SECONDS

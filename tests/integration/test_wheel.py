@@ -79,6 +79,7 @@ def test_a_source_install_without_a_compiler_says_what_to_install(tmp_path: Path
         members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
     sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "shmwin").rglob("*.[ch]")}
     assert sources and sources <= members, f"the sdist leaves out {sorted(sources - members)}"
+    assert "LICENSE" in members, "the sdist ships no LICENSE"
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
