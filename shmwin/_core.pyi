@@ -1,6 +1,6 @@
 """Types of the native module ``shmwin._core`` (``shmwin/backends/shm/core/``).
 
-tests/integration/test_native.py holds this file to the module: every name on both sides,
+tests/integration/core/test_native.py holds this file to the module: every name on both sides,
 and each function's parameters (names, kinds, defaults) as ``inspect.signature`` reads them.
 """
 

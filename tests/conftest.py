@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 # tests live in rings -- unit/ (pure, no shared memory), contract/ (one suite, every
-# backend), integration/ (real processes, servers, wheels) -- and share the helper modules
-# beside this file (helpers, servers, rootenv, cli_support)
+# backend), integration/<area>/ (real processes, servers, wheels) -- and share the helper
+# modules of support/ (helpers, servers, rootenv, cli_support, ...: tests/README.md)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from servers import RedisCluster
+from support.servers import RedisCluster
 
 import shmwin
 from shmwin.backends.shm.segment import PREFIX, SHM_DIR
@@ -191,8 +191,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         reason="needs fail points, which only the core's test build has: "
         "bash scripts/checks.d/10-failpoints.sh runs it (and the sanitizer job)"
     )
+    tests = os.path.dirname(os.path.abspath(__file__))
     for item in items:
-        ring = item.path.parent.name
+        ring = os.path.relpath(item.path, tests).split(os.sep)[0]  # integration/core/test_x.py: integration
         if ring in _RINGS:
             item.add_marker(getattr(pytest.mark, ring))
         if item.path.name in _SANITIZED:

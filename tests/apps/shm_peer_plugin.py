@@ -1,6 +1,6 @@
 """A pytest plugin that runs limits' and Flask-Limiter's own test suites on shm://.
 
-Loaded with ``-p shm_peer_plugin`` by tests/integration/test_peer_suites.py, inside a copy of the
+Loaded with ``-p shm_peer_plugin`` by tests/integration/limits/test_peer_suites.py, inside a copy of the
 peer's sdist tests. It changes one thing: every ``memory://`` (``async+memory://``) URI
 handed to ``limits.storage.storage_from_string`` becomes ``shm://<prefix>``
 (``async+shm://<prefix>``), with a prefix unique to each test, whose segments are

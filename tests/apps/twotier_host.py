@@ -1,4 +1,4 @@
-"""One "host" of tests/integration/test_twotier_hosts.py: run inside its own mount namespace
+"""One "host" of tests/integration/twotier/test_twotier_hosts.py: run inside its own mount namespace
 (a private /dev/shm), it forks WORKERS processes that hammer one two-tier limiter.
 
     python twotier_host.py NAME URL RATE CLOCK_PATH OUT_DIR HOST END_NS ON_ERROR WORKERS

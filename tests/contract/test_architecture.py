@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from support.helpers import ROOT
 
 import shmwin
 from shmwin import Limiter, ManualClock, Window, backends, policy

@@ -45,7 +45,7 @@
  * against rows_top, epochs against what a clock reaches, generations below MAX_GEN); counts
  * are clamped, or added saturating or with __builtin_*_overflow. A word that fails is a
  * CorruptSegmentError, or (a count) a refusal: never undefined behaviour, never a fault.
- * scripts/checks.d/50-sanitizers.sh holds the core to it (tests/integration/test_bad_words.py).
+ * scripts/checks.d/50-sanitizers.sh holds the core to it (tests/integration/core/test_bad_words.py).
  */
 #include "core.h"
 

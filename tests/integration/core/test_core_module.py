@@ -1,0 +1,217 @@
+"""The extension module itself: its names and signatures against ``_core.pyi``, the layout the
+Core derives from a header against ``layout.Layout.plan``, its module state and heap type, and
+a production build with no fail point in it (the test build has them: scripts/checks.d)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import mmap
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support.helpers import ROOT, assert_no_fail_point
+
+import shmwin
+from shmwin import _core, layout_words
+from shmwin.backends.shm import layout
+from shmwin.backends.shm.layout import Layout
+from shmwin.geometry import Geometry, Meta, Ring
+
+PYI = ROOT / "shmwin" / "_core.pyi"
+TEST_BUILD_ONLY = {"failpoint", "failpoint_fired"}
+MISSING = object()
+
+
+# -- the .pyi is the module --------------------------------------------------------------------
+
+
+def _stub() -> ast.Module:
+    return ast.parse(PYI.read_text(), str(PYI))
+
+
+def _stub_params(fn: ast.FunctionDef) -> list[tuple[str, Any, Any]]:
+    """``(name, kind, default)`` of each parameter of a stub, ``self`` left out."""
+    a = fn.args
+    positional = [(p, inspect.Parameter.POSITIONAL_ONLY) for p in a.posonlyargs]
+    positional += [(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in a.args]
+    defaults = [MISSING] * (len(positional) - len(a.defaults)) + [ast.literal_eval(d) for d in a.defaults]
+    out = [(p.arg, kind, d) for (p, kind), d in zip(positional, defaults, strict=True)]
+    out += [
+        (p.arg, inspect.Parameter.KEYWORD_ONLY, MISSING if d is None else ast.literal_eval(d))
+        for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)
+    ]
+    return [p for p in out if p[0] != "self"]
+
+
+def _real_params(obj: Any, drop_first: bool) -> list[tuple[str, Any, Any]]:
+    params = list(inspect.signature(obj).parameters.values())[1 if drop_first else 0 :]
+    return [(p.name, p.kind, MISSING if p.default is p.empty else p.default) for p in params]
+
+
+def test_every_name_of_the_module_is_in_the_stub_and_back():
+    stub = {
+        node.name if isinstance(node, ast.FunctionDef | ast.ClassDef) else node.target.id  # type: ignore[union-attr]
+        for node in _stub().body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AnnAssign)
+    }
+    real = {n for n in dir(_core) if not n.startswith("_")}
+    test_build = hasattr(_core, "failpoint")
+    assert real == (stub if test_build else stub - TEST_BUILD_ONLY)
+
+
+def test_every_signature_of_the_stub_is_the_module_s():
+    checked = 0
+    for node in _stub().body:
+        if isinstance(node, ast.FunctionDef) and hasattr(_core, node.name):
+            assert _stub_params(node) == _real_params(getattr(_core, node.name), False), node.name
+            checked += 1
+        if isinstance(node, ast.ClassDef):
+            cls = getattr(_core, node.name)
+            members = {}
+            for item in node.body:
+                assert isinstance(item, ast.FunctionDef)
+                members[item.name] = item
+                if item.name == "__init__":
+                    assert _stub_params(item) == _real_params(cls, False), "Core()"
+                elif item.decorator_list:  # a property: a getter of the type
+                    assert inspect.isgetsetdescriptor(inspect.getattr_static(cls, item.name)), item.name
+                else:
+                    assert _stub_params(item) == _real_params(getattr(cls, item.name), True), item.name
+                checked += 1
+            public = {n for n in dir(cls) if not n.startswith("_")}
+            assert public == set(members) - {"__init__"}
+    assert checked >= 20  # 4 module functions, Core(), 3 properties, 12 methods
+
+
+def test_every_method_has_a_text_signature():
+    for name in dir(_core.Core):
+        if not name.startswith("_") and callable(getattr(_core.Core, name)):
+            assert getattr(_core.Core, name).__text_signature__, name
+    assert str(inspect.signature(_core.Core.hit)) == "(self, /, key, cost=1)"
+    assert "timeout_ns" in str(inspect.signature(_core.Core))
+
+
+# -- the Core derives the layout from the header, as Layout.plan does ---------------------------
+
+
+def _geometries() -> list[Geometry]:
+    rng = random.Random(19)
+    log_limiter = Geometry(
+        (Ring(7, 3, 5), Ring(10**9, 2048, 9, log=True)), ("hits",), mode="locked", n_stripes=0, capacity=1000,
+        kind="limiter",
+    )  # fmt: skip
+    widest = Geometry(
+        tuple(Ring(10**6 * (i + 1), 10 + i) for i in range(layout.MAX_RINGS)),
+        tuple(f"f{i}" for i in range(layout.MAX_FIELDS)), dtype="float64", n_stripes=layout.MAX_STRIPES,
+    )  # fmt: skip
+    out = [
+        Geometry((Ring(10**9, 60),), ("hits",)),
+        Geometry((Ring(10**9, 60),), ("hits",), mode="locked", n_stripes=0),
+        Geometry((Ring(10**9, 60),), ("hits",), mode="locked", n_stripes=0, capacity=1),
+        log_limiter,
+        widest,
+    ]
+    for _ in range(60):
+        kind = rng.choice(layout.KINDS)
+        keyed = kind == "limiter" or rng.random() < 0.5
+        mode = "locked" if keyed else rng.choice(layout.MODES)
+        limiter = kind == "limiter"
+        rings = tuple(
+            Ring(rng.choice([1, 7, 10**6, 10**9]), rng.randint(1, 400),
+                 rng.choice([rng.randint(0, 50), 2**31 - 1, 2**31, 2**40]) if limiter else 0,
+                 log=limiter and rng.random() < 0.3)
+            for _ in range(rng.randint(1, layout.MAX_RINGS))
+        )  # fmt: skip
+        out.append(Geometry(
+            rings, tuple(f"f{i}" for i in range(1 if kind == "limiter" else rng.randint(1, 5))),
+            dtype="int64" if kind == "limiter" else rng.choice(layout.DTYPES), mode=mode,
+            n_stripes=rng.randint(1, 70) if mode == "striped" else 0,
+            capacity=rng.choice([1, 3, 64, 1000]) if keyed else 0, kind=kind,
+        ))  # fmt: skip
+    return out
+
+
+def _expected(g: Geometry, lay: Layout) -> dict[str, Any]:
+    """What the Core must derive: Layout.plan's figures, and a row's rings when empty."""
+    empty = np.zeros(lay.rings_bytes // layout.WORD_BYTES, np.int64)
+    for i, (w, r) in enumerate(zip(lay.ring_words, g.rings, strict=True)):
+        at = w - lay.ring_words[0]
+        if lay.compact(i):  # head, total, zeroed, tail: three EMPTY, then counts of 0
+            empty[at : at + 4] = (layout.EMPTY_EPOCH, 0, layout.EMPTY_EPOCH, layout.EMPTY_EPOCH)
+        else:
+            slots = lay.head_slots + r.n_buckets
+            empty[at : at + slots * lay.slot_words : lay.slot_words] = layout.EMPTY_EPOCH
+    assert empty.tobytes() == layout.empty_rings(g, lay)
+    return {
+        "limiter": g.kind == "limiter", "floats": g.dtype == "float64", "striped": g.mode == "striped",
+        "keyed": g.keyed, "n_fields": len(g.fields), "slot_words": lay.slot_words,
+        "head_slots": lay.head_slots,
+        "rings": tuple((w, r.n_buckets, r.bucket_ns, r.limit, r.log, lay.count_bytes[i])
+                       for i, (w, r) in enumerate(zip(lay.ring_words, g.rings, strict=True))),
+        "n_locks": g.n_locks, "n_key_locks": g.n_key_locks, "locks_off": lay.locks_off,
+        "stripes_off": lay.stripes_off, "keys_off": lay.keys_off, "rows_off": lay.rows_off,
+        "row_bytes": lay.row_bytes, "n_rows": lay.n_rows, "key_slots": g.key_slots,
+        "index_levels": g.index_levels, "rings_off": lay.ring_words[0] * layout.WORD_BYTES,
+        "idle_ns": g.idle_ns, "empty_row": empty.tobytes(),
+        "fields": {f: layout.SLOT_VALUES + i for i, f in enumerate(g.fields)},
+    }  # fmt: skip
+
+
+def test_the_core_derives_the_layout_python_plans_for_every_geometry():
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for g in _geometries():
+            lay = Layout.plan(g)
+            mm = mmap.mmap(-1, lay.total_bytes)
+            mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, Meta(1, 2, 3, bytes(16), os.urandom(16)))
+            core = _core.Core(mm, name="plan", timeout_ns=0, claim=lambda: (1, 1), fd=fd)
+            assert core.layout == _expected(g, lay), str(g)
+            core.close()
+            mm.close()
+    finally:
+        os.close(fd)
+
+
+def test_a_header_that_does_not_fit_its_mapping_is_refused():
+    g = Geometry((Ring(10**9, 60),), ("hits",), mode="locked", n_stripes=0)
+    lay = Layout.plan(g)
+    page = layout.pack_header(g, lay, Meta(1, 2, 3, bytes(16)))
+    with pytest.raises(ValueError, match="does not fit"):
+        _core.Core(bytearray(page), name="short", timeout_ns=0)
+    junk = bytearray(page) + bytes(lay.total_bytes - len(page))
+    junk[layout_words.RING_TABLE_OFF + layout_words.RING_ENTRY_FLAGS_OFF] = 0x80  # an unknown ring flag
+    with pytest.raises(ValueError, match="impossible ring"):
+        _core.Core(junk, name="junk", timeout_ns=0)
+    with pytest.raises(TypeError, match="name= and timeout_ns="):
+        _core.Core(bytearray(lay.total_bytes), name="x")
+
+
+# -- the module: PEP 489 / 630 -------------------------------------------------------------------
+
+
+def test_the_core_type_and_errors_live_in_module_state():
+    core_type = _core.Core
+    assert core_type.__flags__ & (1 << 9)  # Py_TPFLAGS_HEAPTYPE
+    with pytest.raises(TypeError):
+        core_type.hit = None  # immutable
+    unborn = core_type.__new__(core_type)  # never initialised: closed, never a crash
+    assert unborn.closed
+    with pytest.raises(shmwin.WindowClosedError):
+        unborn.add()
+    with pytest.raises(shmwin.WindowClosedError):
+        unborn.layout  # noqa: B018
+
+
+def test_the_production_core_holds_no_fail_point():
+    """The extension this suite runs (the in-place build of setup.py's sources): no fail-point
+    function, symbol or string, and no environment variable read. The wheel's is checked in
+    test_wheel.py; the test build (-DSHMWIN_TEST) is scripts/checks.d/10-failpoints.sh's."""
+    if os.environ.get("SHMWIN_EXPECT_CORE"):
+        pytest.skip("a run against a test build of the core (scripts/checks.d): fail points are in it")
+    assert not TEST_BUILD_ONLY & set(dir(_core))
+    assert_no_fail_point(Path(_core.__file__).read_bytes())

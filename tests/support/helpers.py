@@ -1,0 +1,85 @@
+"""Worker bodies for multiprocess tests (importable by spawned children)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from shmwin import ManualClock, Window
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_many(name: str, n: int, err_every: int = 0) -> None:
+    """Attach by name and add ``n`` to "ok" (and 1 to "err" every ``err_every`` adds)."""
+    w = Window.attach(name)
+    try:
+        for i in range(n):
+            w.add()
+            if err_every and i % err_every == 0:
+                w.add(1, "err")
+    finally:
+        w.close()
+
+
+def add_with_clock(name: str, clock_path: str, n: int, field: str) -> None:
+    w = Window.attach(name, clock=ManualClock(path=clock_path))
+    w.add(n, field)
+    w.close()
+
+
+def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in an unrelated ``python -c`` process; raise with its stderr on failure."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+def assert_no_fail_point(extension: bytes) -> None:
+    """A production build of the core (setup.py's): no fail-point symbol or string in it, and
+    no environment variable read (fail points are the test build's: -DSHMWIN_TEST)."""
+    lowered = extension.lower()
+    for word in (b"failpoint", b"fp_enter", b"fp_fire", b"getenv", b"shmwin_test"):
+        assert word not in lowered, f"{word!r} in a production build of the core"
+
+
+def state_of(pid: int) -> str:
+    """The /proc state letter of ``pid`` ("T" once it stopped itself)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0]
+
+
+def stop_inside(name: str, section: str, ready, store: int = 1, key: str = "k") -> None:
+    """Child body: attach ``name`` and stop (SIGSTOP) right after store ``store`` of the
+    native ``section``, holding its lock(s). The parent SIGKILLs it when done."""
+    import signal
+
+    from shmwin import Limiter, _core
+
+    limiter = section == "hit"
+    target = Limiter.attach(name) if limiter else Window.attach(name)
+    ready.set()
+    _core.failpoint(section, store, signal.SIGSTOP)
+    if section == "reset":
+        target.reset()  # type: ignore[union-attr]
+    elif limiter:
+        target.hit(key)  # type: ignore[union-attr]
+    else:
+        target.add(1)
+    raise AssertionError(f"section {section!r} never reached store {store}")
+
+
+def wait_stopped(pid: int, timeout: float = 30) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while state_of(pid) != "T":
+        assert time.monotonic() < deadline, f"process {pid} never stopped"
+        time.sleep(0.005)

@@ -1,0 +1,185 @@
+"""Helpers for tests that need root: another uid, a private /proc, a small /dev/shm.
+
+Each capability has a ``*_skip_reason()`` (None when the machine can) and a ready-made
+``pytest.mark.skipif`` mark, so a test says what it needs in one line::
+
+    @needs_namespace
+    def test_full_dev_shm():
+        proc = run_in_namespace(python_argv(CODE), shm_size="1m")
+        assert proc.returncode == 0, proc.stderr
+
+Three ways to run something:
+
+* :func:`run_as` -- a Python function in a forked child running as another uid/gid; its
+  return value (or exception) comes back to the caller. For "a squatter creates a segment".
+* :func:`command_as` -- argv prefixed with ``setpriv`` so it runs as another uid/gid (no
+  supplementary groups). Compose it with the next one to run several users in one namespace.
+* :func:`run_in_namespace` / :func:`namespace_argv` -- argv run by
+  ``unshare -m -p --fork`` with a fresh /proc (``hidepid=2`` by default: each uid sees only
+  its own processes) and a private tmpfs on /dev/shm (``shm_size``, ``shm_inodes``). The
+  host's /dev/shm and /proc are untouched; everything in the private tmpfs vanishes with
+  the namespace, so a test there needs no cleanup (and the leak fixture cannot see it).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOBODY = 65534  # uid of "nobody" and gid of "nogroup" on Debian
+
+
+@cache
+def root_skip_reason() -> str | None:
+    return None if os.geteuid() == 0 else "needs root (to switch uid, give files away or mount)"
+
+
+@cache
+def setpriv_skip_reason() -> str | None:
+    if root_skip_reason():
+        return root_skip_reason()
+    if not shutil.which("setpriv"):
+        return "needs setpriv (util-linux) to run a command as another uid"
+    probe = subprocess.run(command_as(NOBODY, NOBODY, ["true"]), capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"setpriv cannot switch to uid {NOBODY}: {probe.stderr.strip()}"
+
+
+@cache
+def namespace_skip_reason() -> str | None:
+    """Why :func:`run_in_namespace` cannot work here (None if it can): root, unshare with
+    mount and PID namespaces, proc with hidepid=2, tmpfs with size and nr_inodes."""
+    if root_skip_reason():
+        return root_skip_reason()
+    if not shutil.which("unshare"):
+        return "needs unshare (util-linux) for mount and PID namespaces"
+    probe = run_in_namespace(["true"], shm_size="64k", shm_inodes=16, timeout=30)
+    if probe.returncode != 0:
+        return f"cannot mount a private /proc (hidepid=2) and /dev/shm in a namespace: {probe.stderr.strip()}"
+    return None
+
+
+class ChildError(RuntimeError):
+    """The function run by :func:`run_as` raised something that could not be sent back."""
+
+
+def run_as(uid: int, gid: int, fn: Callable[..., Any], *args: Any, timeout: float = 60) -> Any:
+    """Run ``fn(*args)`` in a forked child as ``uid``/``gid`` (no supplementary groups) and
+    return its result; an exception it raises is raised here, its traceback in the message.
+    The child shares nothing with the caller but what fork copies; it ends with ``os._exit``."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        os.close(read_fd)
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            outcome: tuple[str, Any] = ("ok", fn(*args))
+        except BaseException as exc:
+            outcome = ("raised", (exc, traceback.format_exc()))
+        try:
+            data = pickle.dumps(outcome)
+        except Exception:
+            data = pickle.dumps(("raised", (None, traceback.format_exc() + f"\nunpicklable: {outcome!r}")))
+        with os.fdopen(write_fd, "wb") as out:
+            out.write(data)
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as inp:
+        data = _read_within(inp, pid, timeout)
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        raise ChildError(f"child as uid {uid} died without an answer (wait status {status})")
+    kind, value = pickle.loads(data)
+    if kind == "ok":
+        return value
+    exc, text = value
+    if isinstance(exc, BaseException):
+        if hasattr(exc, "add_note"):  # 3.11+
+            exc.add_note(f"in the child as uid {uid}:\n{text}")
+        raise exc
+    raise ChildError(f"child as uid {uid} failed:\n{text}")
+
+
+def _read_within(inp: Any, pid: int, timeout: float) -> bytes:
+    if not select.select([inp], [], [], timeout)[0]:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise ChildError(f"child {pid} gave no answer within {timeout} s; killed")
+    return bytes(inp.read())
+
+
+def command_as(uid: int, gid: int, argv: Sequence[str]) -> list[str]:
+    """``argv`` run as ``uid``/``gid`` with no supplementary groups (through ``setpriv``)."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
+
+
+def python_argv(code: str, *args: str) -> list[str]:
+    """This interpreter running ``code`` (``python -c``); put :data:`ROOT` on PYTHONPATH
+    (:func:`run_in_namespace` does) so that it imports this checkout's shmwin."""
+    return [sys.executable, "-c", code, *args]
+
+
+def namespace_argv(
+    argv: Sequence[str],
+    *,
+    hidepid: int | None = 2,
+    shm_size: str = "4m",
+    shm_inodes: int | None = None,
+) -> list[str]:
+    """``argv`` run in new mount and PID namespaces (a child of PID 1, a shell; everything
+    in the namespace is killed when ``unshare`` is, e.g. on a timeout) with a
+    fresh /proc (mounted ``hidepid=<hidepid>`` unless None) and a tmpfs on /dev/shm of
+    ``shm_size`` bytes (``"1m"``, ``"64k"``) and at most ``shm_inodes`` files (the root
+    directory counts as one), mode 1777 as the host's."""
+    proc_opts = f"-o hidepid={hidepid} " if hidepid is not None else ""
+    shm_opts = f"size={shm_size},mode=1777" + (f",nr_inodes={shm_inodes}" if shm_inodes else "")
+    script = (
+        f"mount -t proc {proc_opts}proc /proc && "
+        f"mount -t tmpfs -o {shm_opts} shmwin-test /dev/shm && "
+        '"$@"'  # not exec'd: sh stays PID 1 and reaps orphans; the namespace dies with it
+    )
+    unshare = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private"]
+    return [*unshare, "sh", "-c", script, "sh", *argv]
+
+
+def run_in_namespace(
+    argv: Sequence[str],
+    *,
+    hidepid: int | None = 2,
+    shm_size: str = "4m",
+    shm_inodes: int | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run :func:`namespace_argv` to completion; text output captured, this checkout on
+    PYTHONPATH. The caller checks ``returncode`` (a failed mount shows in ``stderr``)."""
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    command = namespace_argv(argv, hidepid=hidepid, shm_size=shm_size, shm_inodes=shm_inodes)
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def describe(proc: subprocess.CompletedProcess[str]) -> str:
+    """A failure message for ``proc``: its command, exit code and output."""
+    cmd = proc.args if isinstance(proc.args, str) else shlex.join(proc.args)
+    return f"{cmd}\nexit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+# marks last: their probes use the helpers above
+needs_root = pytest.mark.skipif(root_skip_reason() is not None, reason=str(root_skip_reason()))
+needs_setpriv = pytest.mark.skipif(setpriv_skip_reason() is not None, reason=str(setpriv_skip_reason()))
+needs_namespace = pytest.mark.skipif(namespace_skip_reason() is not None, reason=str(namespace_skip_reason()))

@@ -1,0 +1,270 @@
+"""Starting real servers on loopback for end-to-end tests, and driving requests at them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = ROOT / "tests" / "apps"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A server process started with ``args`` that serves on ``port``; stopped with SIGTERM."""
+
+    def __init__(self, args: list[str], port: int, env: dict[str, str], cwd: Path = APPS):
+        full_env = dict(os.environ, PYTHONPATH=f"{APPS}{os.pathsep}{ROOT}", **env)
+        self.port = port
+        # O_APPEND: the server's writes land at the end even after output() seeks to read
+        self.log = open(Path(env.get("SHMWIN_LOG_DIR", "/tmp")) / f"server-{port}.log", "a+")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.output()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"server not ready after {timeout}s:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def get(port: int, path: str = "/") -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def hammer(port: int, requests: int, path: str = "/", threads: int = 8) -> tuple[Counter[int], set[str]]:
+    """Send ``requests`` GETs from ``threads`` threads; status counts and response bodies."""
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda _: get(port, path), range(requests)))
+    return Counter(status for status, _ in results), {body for _, body in results}
+
+
+class RedisCluster:
+    """A real Redis Cluster on loopback: 3 masters and 3 replicas of Debian's redis-server on free
+    ports, in one temporary directory. ``url`` is the backend URI (``redis+cluster://``, seeded with
+    the three first nodes); ``kill(port)`` SIGKILLs one node, ``start(port)`` brings it back (it
+    rejoins from its nodes.conf), ``freeze(port)``/``thaw(port)`` stop and resume one, ``close()``
+    stops every node and removes the directory.
+
+    ``node_timeout_ms`` is ``cluster-node-timeout``: how long a master may be silent before its
+    replica takes over (about that plus a second on loopback). A short one makes a failover quick,
+    and also makes a loaded machine's slow node look dead: only the tests that kill nodes use one.
+    """
+
+    MASTERS = 3
+
+    def __init__(self, server: str, cli: str, node_timeout_ms: int = 5000) -> None:
+        self.server, self.cli, self.node_timeout_ms = server, cli, node_timeout_ms
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.frozen: set[int] = set()
+        self.pids: list[int] = []  # of the nodes close() stopped
+        for attempt in range(2):  # free ports are only free when picked: another process may take one
+            self.dir = tempfile.mkdtemp(prefix="shmwin-redis-cluster-")
+            try:
+                self._create()
+                break
+            except (RuntimeError, subprocess.SubprocessError):
+                self.close()
+                if attempt:
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[: self.MASTERS]) + "/"
+
+    def _create(self) -> None:
+        """Start the six nodes (each with its cluster bus on another free port), join them with
+        ``redis-cli --cluster create`` (masters first, one replica each) and wait until it is ok."""
+        picked: set[int] = set()
+        while len(picked) < 4 * self.MASTERS:
+            picked.add(free_port())
+        self.ports, buses = sorted(picked)[: 2 * self.MASTERS], sorted(picked)[2 * self.MASTERS :]
+        self.bus = dict(zip(self.ports, buses, strict=True))
+        for port in self.ports:
+            self.start(port)
+        nodes = [f"127.0.0.1:{p}" for p in self.ports]
+        create = [self.cli, "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"]
+        out = subprocess.run(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        if out.returncode:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}")
+        self.wait_ok()
+
+    def start(self, port: int) -> None:
+        """Start (or restart) the node on ``port`` and wait until it accepts connections."""
+        args = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                "--cluster-port", str(self.bus[port]), "--cluster-config-file", f"nodes-{port}.conf",
+                "--cluster-node-timeout", str(self.node_timeout_ms), "--dir", self.dir,
+                "--dbfilename", f"dump-{port}.rdb", "--save", "", "--appendonly", "no",
+                "--repl-diskless-sync-delay", "0"]  # fmt: skip
+        self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                if self.procs[port].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {port} did not start") from None
+                time.sleep(0.02)
+
+    def info(self, port: int) -> dict[str, str]:
+        """``CLUSTER INFO`` of one node as a dict ({} if it does not answer)."""
+        out = subprocess.run([self.cli, "-p", str(port), "cluster", "info"], capture_output=True, text=True,
+                             timeout=10)  # fmt: skip
+        return dict(line.strip().split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+
+    def wait_ok(self, timeout: float = 30) -> float:
+        """Wait until every live node says ``cluster_state:ok``, knows every slot, and sees every
+        slot served by a live master (after a kill: the failover is done), and every replica has
+        synced with its master (a replica that never did is not allowed to take over); the
+        seconds waited."""
+        started = time.monotonic()
+        while True:
+            live = self.live()
+            infos = {p: self.info(p) for p in live}
+            ok = all(i.get("cluster_state") == "ok" and i.get("cluster_slots_ok") == "16384"
+                     for i in infos.values())  # fmt: skip
+            if ok and all(set(self.serving(p)) <= set(live) for p in live) and self.replicas_synced():
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"the cluster is not ok after {timeout}s: {infos}")
+            time.sleep(0.05)
+
+    def replicas_synced(self) -> bool:
+        """Every live replica's link to its master is up (its first sync is done)."""
+        for port in self.live():
+            out = subprocess.run([self.cli, "-p", str(port), "info", "replication"], capture_output=True,
+                                 text=True, timeout=10).stdout  # fmt: skip
+            if "role:slave" in out and "master_link_status:up" not in out:
+                return False
+        return True
+
+    def serving(self, port: int) -> dict[int, list[tuple[int, int]]]:
+        """The masters that serve slots as node ``port`` sees them: master port -> slot ranges."""
+        out = subprocess.run([self.cli, "-p", str(port), "cluster", "nodes"], capture_output=True, text=True,
+                             timeout=10)  # fmt: skip
+        masters: dict[int, list[tuple[int, int]]] = {}
+        for line in out.stdout.splitlines():
+            _, address, flags, *rest = line.split()
+            if "master" not in flags or "fail" in flags.replace("fail?", ""):
+                continue
+            ranges = []
+            for taken in rest[5:]:
+                if not taken.startswith("["):  # [slot->-id]: a slot being migrated
+                    first, _, last = taken.partition("-")
+                    ranges.append((int(first), int(last or first)))
+            if ranges:
+                masters[int(address.split("@")[0].rpartition(":")[2])] = ranges
+        return masters
+
+    def redis_cli(self, *args: str) -> str:
+        """One command through redis-cli to a live node."""
+        out = subprocess.run([self.cli, "-p", str(self.live()[0]), *args], capture_output=True, text=True,
+                             timeout=10, check=True)  # fmt: skip
+        return out.stdout
+
+    def master_of(self, key: str) -> int:
+        """The port of the master that serves ``key``'s slot now (as a live node sees it)."""
+        slot = int(self.redis_cli("cluster", "keyslot", key))
+        for port, ranges in self.serving(self.live()[0]).items():
+            if any(first <= slot <= last for first, last in ranges):
+                return port
+        raise RuntimeError(f"no live master serves slot {slot}")
+
+    def live(self) -> list[int]:
+        """The nodes that run and answer (neither killed nor frozen)."""
+        return [p for p, proc in self.procs.items() if proc.poll() is None and p not in self.frozen]
+
+    def freeze(self, port: int) -> None:
+        """SIGSTOP one node: it keeps its sockets open and answers nothing (a hung server)."""
+        self.procs[port].send_signal(signal.SIGSTOP)
+        self.frozen.add(port)
+
+    def thaw(self, port: int) -> None:
+        self.procs[port].send_signal(signal.SIGCONT)
+        self.frozen.discard(port)
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node (no chance to hand anything over)."""
+        self.procs[port].kill()
+        self.procs[port].wait(20)
+
+    def leftovers(self) -> list[str]:
+        """After close(): the node processes still there, and the directory if it still is."""
+        left = []
+        for pid in self.pids:
+            try:
+                os.kill(pid, 0)
+                left.append(f"pid {pid}")
+            except ProcessLookupError:
+                pass
+        return left + ([self.dir] if os.path.exists(self.dir) else [])
+
+    def close(self) -> None:
+        self.pids = [proc.pid for proc in self.procs.values()]
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(20)
+        self.procs.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def redis_client(url: str) -> Any:
+    """A redis-py client for a backend URL: ``redis.Redis``, or ``RedisCluster`` for ``redis+cluster://``."""
+    import redis
+    from redis.cluster import ClusterNode
+    from redis.cluster import RedisCluster as ClusterClient
+
+    from shmwin.backends.redis.client import cluster_nodes, is_cluster
+
+    if is_cluster(url):
+        return ClusterClient(startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)])
+    return redis.Redis.from_url(url)
