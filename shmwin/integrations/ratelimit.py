@@ -20,9 +20,10 @@ limiter in shadow mode never refuses, here as anywhere; its headers say what enf
 would. ``key`` returning None lets the request through unlimited and without headers.
 
 While a remote backend is away the limiter's ``on_error`` decides the whole request:
-"allow" lets it through, "deny" answers 429 (``about:blank``, no ``Retry-After``), "raise"
-lets :class:`~shmwin.BackendUnavailableError` reach the server (a 500) -- and such a
-response carries no RateLimit fields, having no quota it could vouch for.
+"allow" lets it through, "deny" answers 429 (``about:blank``, no ``Retry-After``), and such
+a response carries no RateLimit fields, having no quota it could vouch for. "raise" lets
+:class:`~shmwin.BackendUnavailableError` out: uvicorn answers 500, gunicorn's sync worker
+takes it (a ConnectionError) for a broken socket and closes the connection.
 
 Any limiter with ``hit(key)``, ``stats_all(key)`` (one :class:`~shmwin.rate.LimitStats`
 per rate) and ``rates`` works: a :class:`~shmwin.Limiter` on any backend, or a token bucket.
