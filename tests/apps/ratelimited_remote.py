@@ -1,4 +1,4 @@
-"""The rate-limit middlewares over a remote backend (tests/integration/
+"""The rate-limit middlewares over a remote backend (tests/integration/deploy/
 test_ratelimit_middleware_backend_away.py): an ASGI app and a WSGI app limited to 3/minute per
 client (the X-Client header) by a Limiter -- or, with SHMWIN_RATELIMITER=token-bucket, a
 TokenBucket of 3/minute with a burst of 3 -- on SHMWIN_BACKEND (a redis:// URL), with

@@ -4,7 +4,7 @@ sequence.
 
 ``Limiter`` and ``TokenBucket`` make ``NAME`` then ``NAME.decisions``; ``AdaptiveLimiter`` makes
 ``NAME.health`` then ``NAME``; ``Shedder`` makes ``NAME`` then ``NAME.flying``. Each runs in a
-private tmpfs (tests/rootenv.py) filled by a file so that exactly ``free`` bytes are left, for
+private tmpfs (tests/support/rootenv.py) filled by a file so that exactly ``free`` bytes are left, for
 every ``free`` from 0 to past what the whole sequence needs, a page at a time; then with a tmpfs
 of few inodes, ``k`` of them left for every ``k`` below the number of segments. Every try either
 builds the whole object (its segments all there) or raises ``OutOfSpaceError`` and leaves
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rootenv import describe, needs_namespace, python_argv, run_in_namespace
+from support.rootenv import describe, needs_namespace, python_argv, run_in_namespace
 
 pytestmark = pytest.mark.integration
 

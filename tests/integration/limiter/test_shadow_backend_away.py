@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from servers import free_port
+from support.servers import free_port
 
 import shmwin
 from shmwin import Limiter, TokenBucket

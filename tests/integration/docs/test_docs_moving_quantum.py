@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import ROOT
+from support.helpers import ROOT
 
 from shmwin.layout_words import moving_quantum_shift
 

@@ -19,7 +19,7 @@ import urllib.request
 from email.message import Message
 
 import pytest
-from servers import Server, free_port, python_module
+from support.servers import Server, free_port, python_module
 
 pytestmark = pytest.mark.integration
 
