@@ -235,5 +235,6 @@ __all__ = [
     "decide",
     "policy_header",
     "problem_body",
+    "quotas",
     "ratelimit_header",
 ]
