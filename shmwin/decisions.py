@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from . import backends
 from .backends.shm.segment import MAX_NAME_CHARS
 from .clock import Clock
 from .duration import format_ns
@@ -84,10 +85,10 @@ def bind(front: Any, shadow: bool, *, create: bool, longest_ns: int, perm: int |
         front._decisions = open_window(front.name, longest_ns, create=create, clock=front._clock_arg,
                                        perm=perm)  # fmt: skip
         set_tally(front._decisions, front.shadow)
-    except BaseException:
+    except BaseException:  # all or none: what this constructor created goes (a full /dev/shm)
         if front._decisions is not None:
-            front._decisions.close()
-        front._backend.close()
+            front._decisions._discard()
+        backends.discard(front._backend)
         raise
 
 

@@ -24,6 +24,8 @@ atomically; ``hit`` is the backend's own method (the native core's on shared mem
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from . import backends
 from . import decisions as _decisions
 from .backends.contract import Key
@@ -31,7 +33,16 @@ from .clock import Clock
 from .decisions import Decisions
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
-from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, limit_stats, tightest
+from .policy import (
+    DEFAULT_ON_FULL,
+    ON_ERROR,
+    ON_FULL,
+    choice,
+    fallback,
+    limit_stats,
+    opening_on_error,
+    tightest,
+)
 from .rate import LimitStats, Rate, parse_many
 from .waiting import Waiting
 from .window import Window
@@ -83,8 +94,9 @@ class Limiter(Waiting):
         choice("on_error", on_error, ON_ERROR)
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
         opened = backends.open_limiter(
-            name, want, backend=backend, clock=clock, on_full=on_full, on_error=on_error, perm=perm,
-            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout,
+            name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
+            on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
+            ready_timeout=ready_timeout,
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
         self._keep_decisions(shadow, create=decisions, perm=perm)
@@ -171,7 +183,10 @@ class Limiter(Waiting):
             return fallback(self.on_error) or self.shadow
 
     def _hit_shadow(self, key: Key, cost: int = 1) -> bool:
-        self._backend.hit(key, cost)
+        """Shadow mode on a backend that keeps no decisions: count what enforcement would, and
+        answer True -- also while the backend is away, whatever ``on_error`` says."""
+        with suppress(BackendUnavailableError):
+            self._backend.hit(key, cost)
         return True
 
     def decisions(self) -> Decisions:
@@ -185,6 +200,8 @@ class Limiter(Waiting):
         try:
             return bool(self._backend.check(key, cost, False, False)[0]) or self.shadow
         except BackendUnavailableError:
+            if self.shadow:
+                return True
             if self.on_error == "raise":
                 raise
             return fallback(self.on_error)

@@ -64,6 +64,13 @@ def fallback(on_error: str) -> bool:
     return on_error == "allow"
 
 
+def opening_on_error(on_error: str, shadow: bool) -> str:
+    """The ``on_error`` a limiter's backend opens with: a shadow limiter never raises because its
+    backend is away, so a server away does not stop its open either (the name is claimed at
+    the first call that gets through, as with "allow")."""
+    return "allow" if shadow else on_error
+
+
 def pause_s(wait_ns: int | None, deadline_ns: int | None, now_ns: int) -> float | None:
     """Seconds ``acquire`` sleeps before trying again, or None to give up now.
 

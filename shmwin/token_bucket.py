@@ -21,6 +21,7 @@ never comes back early), and on Redis rounded up to whole microseconds.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 from . import backends
@@ -32,7 +33,7 @@ from .duration import NS_PER_S
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import token_geometry
 from .layout_words import EMPTY_EPOCH
-from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback
+from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, opening_on_error
 from .rate import LimitStats, Rate, parse_many
 from .waiting import Waiting
 from .window import Window
@@ -78,8 +79,9 @@ class TokenBucket(Waiting):
         self._rate_given: Rate | None = rates[0]
         want = token_geometry(rates[0], burst, capacity)
         opened = backends.open_token_bucket(
-            name, want, backend=backend, clock=clock, on_full=on_full, on_error=on_error, perm=perm,
-            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout,
+            name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
+            on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
+            ready_timeout=ready_timeout,
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
         _decisions.bind(self, shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
@@ -153,7 +155,10 @@ class TokenBucket(Waiting):
             return fallback(self.on_error) or self.shadow
 
     def _hit_shadow(self, key: Key, cost: int = 1) -> bool:
-        self._backend.hit(key, cost)
+        """Shadow mode on a backend that keeps no decisions: count what enforcement would, and
+        answer True -- also while the backend is away, whatever ``on_error`` says."""
+        with suppress(BackendUnavailableError):
+            self._backend.hit(key, cost)
         return True
 
     def decisions(self) -> Decisions:
@@ -167,6 +172,8 @@ class TokenBucket(Waiting):
         try:
             return bool(self._backend.check(key, cost, False)[0]) or self.shadow
         except BackendUnavailableError:
+            if self.shadow:
+                return True
             if self.on_error == "raise":
                 raise
             return fallback(self.on_error)

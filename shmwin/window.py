@@ -480,6 +480,11 @@ class Window:
         their mapping until they close; new attaches fail."""
         return self._backend.unlink()
 
+    def _discard(self) -> None:
+        """Close; and remove the window if this very open created it (shared memory): what a
+        constructor of several segments does with those it made when a later one fails."""
+        backends.discard(self._backend)
+
     def _check_open(self) -> None:
         if self._backend.closed:
             raise WindowClosedError(f"window {self.name!r} is closed")

@@ -156,6 +156,13 @@ def open_token_bucket(
     return entry.token_bucket(request)
 
 
+def discard(opened: Any) -> None:
+    """Close a backend just opened, and remove what that very open created if the backend can
+    (shared memory: the segment it made, if still the one under its name): a constructor that
+    fails after it leaves nothing half-built (docs/errors.md)."""
+    getattr(opened, "_discard", opened.close)()
+
+
 def _request(
     name: str,
     geometry: Geometry | None,
@@ -180,6 +187,7 @@ __all__ = [
     "Request",
     "Scheme",
     "WindowBackend",
+    "discard",
     "lookup",
     "open_limiter",
     "open_token_bucket",

@@ -13,9 +13,17 @@ carries the headers of ``draft-ietf-httpapi-ratelimit-headers`` (-10):
 ``RateLimit`` names the tightest rate now (least remaining), with ``r`` hits remaining and
 ``t`` whole seconds until its oldest counted hit is forgotten. A refused request never
 reaches the app: it gets ``429 Too Many Requests`` with ``Retry-After`` and an
-``application/problem+json`` body of the draft's problem type ``quota-exceeded``. A
+``application/problem+json`` body of the draft's problem type ``quota-exceeded``; its ``t``
+is the ``Retry-After`` (draft section 6: the same point in time). A token bucket's policy is
+its burst: ``q`` the burst, ``w`` the seconds to refill it, ``t`` until its next token. A
 limiter in shadow mode never refuses, here as anywhere; its headers say what enforcement
 would. ``key`` returning None lets the request through unlimited and without headers.
+
+While a remote backend is away the limiter's ``on_error`` decides the whole request:
+"allow" lets it through, "deny" answers 429 (``about:blank``, no ``Retry-After``), and such
+a response carries no RateLimit fields, having no quota it could vouch for. "raise" lets
+:class:`~shmwin.BackendUnavailableError` out: uvicorn answers 500, gunicorn's sync worker
+takes it (a ConnectionError) for a broken socket and closes the connection.
 
 Any limiter with ``hit(key)``, ``stats_all(key)`` (one :class:`~shmwin.rate.LimitStats`
 per rate) and ``rates`` works: a :class:`~shmwin.Limiter` on any backend, or a token bucket.
@@ -23,6 +31,7 @@ per rate) and ``rates`` works: a :class:`~shmwin.Limiter` on any backend, or a t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -31,11 +40,13 @@ from typing import Any, Protocol
 
 from ..backends.contract import Key
 from ..duration import NS_PER_S, format_ns
+from ..errors import BackendUnavailableError
 from ..policy import tightest
 from ..rate import LimitStats, Rate
 
 PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 PROBLEM_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+UNAVAILABLE_DETAIL = "The rate limiter's store is unavailable; its on_error policy refused the request."
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -59,8 +70,9 @@ class Verdict:
 
     allowed: bool
     headers: list[tuple[str, str]]
-    retry_after_s: int  # for a refusal: whole seconds until a hit could pass (>= 1)
+    retry_after_s: int  # for a refusal: whole seconds until a hit could pass (>= 1; 0: unknown)
     violated: list[str]  # names of the rates with nothing left
+    unavailable: bool = False  # the backend was away: no quota known, on_error decided
 
 
 def policy_name(rate: Rate) -> str:
@@ -80,38 +92,70 @@ def policy_header(rates: Sequence[Rate]) -> str:
     )
 
 
-def ratelimit_header(stats: Sequence[LimitStats]) -> str:
-    """``RateLimit``: the tightest rate, ``r`` remaining and ``t`` seconds until it resets."""
+def ratelimit_header(stats: Sequence[LimitStats], reset_s: int | None = None) -> str:
+    """``RateLimit``: the tightest rate, ``r`` remaining and ``t`` seconds until more quota is
+    there (``reset_s`` if given: a refusal's ``Retry-After``)."""
     tight = tightest(stats)
-    return f"{_sf_string(policy_name(tight.rate))};r={tight.remaining};t={math.ceil(tight.reset_after)}"
+    t = math.ceil(tight.reset_after) if reset_s is None else reset_s
+    return f"{_sf_string(policy_name(tight.rate))};r={tight.remaining};t={t}"
+
+
+def quotas(limiter: RateLimited) -> list[Rate]:
+    """The quota policies the headers name: a limiter's rates; a token bucket's burst, refilled
+    in ``burst`` emission intervals (so ``r`` never exceeds ``q``)."""
+    burst: int | None = getattr(limiter, "burst", None)
+    if burst is None:
+        return list(limiter.rates)
+    rate = limiter.rates[0]
+    return [Rate(burst, burst * _interval_ns(rate))]
 
 
 def decide(limiter: RateLimited, key: Key) -> Verdict:
     """Hit ``key`` once, then describe where it stands (the headers, and for a refusal the
-    wait and the rates it broke)."""
-    allowed = limiter.hit(key)
-    stats = limiter.stats_all(key)
-    headers = [("RateLimit-Policy", policy_header(limiter.rates)), ("RateLimit", ratelimit_header(stats))]
+    wait and the rates it broke). With the backend away, the hit's answer is the limiter's
+    ``on_error`` (its ``BackendUnavailableError`` if "raise") and no quota is described."""
+    allowed = limiter.hit(key)  # on_error="raise" and the backend away: raises, as asked
+    try:
+        stats = _shown(limiter, limiter.stats_all(key))
+    except BackendUnavailableError:
+        return Verdict(allowed, [], 0, [], unavailable=True)
+    policy = ("RateLimit-Policy", policy_header(quotas(limiter)))
     if allowed:
-        return Verdict(True, headers, 0, [])
+        return Verdict(True, [policy, ("RateLimit", ratelimit_header(stats))], 0, [])
     spent = [s for s in stats if s.remaining < 1] or list(stats)
-    retry = max(1, math.ceil(max(_first_room_s(limiter, s) for s in spent)))
+    retry = max(1, math.ceil(max(s.reset_after for s in spent)))
     violated = [policy_name(s.rate) for s in spent]
-    return Verdict(False, [*headers, ("Retry-After", str(retry))], retry, violated)
+    headers = [policy, ("RateLimit", ratelimit_header(stats, retry)), ("Retry-After", str(retry))]
+    return Verdict(False, headers, retry, violated)
 
 
-def _first_room_s(limiter: RateLimited, s: LimitStats) -> float:
-    """Seconds until one more hit would fit: a limiter's oldest hit leaving (``reset_after``);
-    a token bucket's next token, ``reset_after`` being until its bucket is full."""
+def _interval_ns(rate: Rate) -> int:
+    """A token bucket's emission interval: a token every T (ceil, as the core)."""
+    return -(-rate.period_ns // rate.limit)
+
+
+def _shown(limiter: RateLimited, stats: list[LimitStats]) -> list[LimitStats]:
+    """``stats`` as the headers show them. A limiter's as they are; a token bucket's against its
+    burst (:func:`quotas`), ``reset_after`` being until its next token (0 when it is full), not
+    until it is full: in whole ns, so that a whole second stays one."""
     burst: int | None = getattr(limiter, "burst", None)
     if burst is None:
-        return s.reset_after
-    interval_s = -(-s.rate.period_ns // s.rate.limit) / NS_PER_S  # a token every T (ceil, as the core)
-    return max(s.reset_after - (burst - s.remaining - 1) * interval_s, 0.0)
+        return stats
+    quota = quotas(limiter)[0]
+    shown = []
+    for s in stats:
+        full_ns = round(s.reset_after * NS_PER_S)  # the core's ns, exactly (below 2**53 ns)
+        after_next_ns = (burst - s.remaining - 1) * _interval_ns(s.rate)  # the tokens after the next one
+        next_ns = 0 if s.remaining >= burst else max(full_ns - after_next_ns, 0)
+        shown.append(dataclasses.replace(s, rate=quota, reset_after=next_ns / NS_PER_S))
+    return shown
 
 
 def problem_body(verdict: Verdict) -> bytes:
     """The ``application/problem+json`` body of a refusal."""
+    if verdict.unavailable:
+        plain = {"type": "about:blank", "title": "Too Many Requests", "status": 429}
+        return json.dumps({**plain, "detail": UNAVAILABLE_DETAIL}).encode()
     detail = f"Rate limit exceeded ({', '.join(verdict.violated)}); retry in {verdict.retry_after_s} s."
     problem = {
         "type": PROBLEM_TYPE,
@@ -191,5 +235,6 @@ __all__ = [
     "decide",
     "policy_header",
     "problem_body",
+    "quotas",
     "ratelimit_header",
 ]

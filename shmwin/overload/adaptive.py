@@ -108,8 +108,9 @@ class AdaptiveLimiter:
             self.limiter = Limiter._open_geometry(
                 name, dataclasses.replace(want, role="adaptive"), clock=clock, perm=perm
             )
-        except BaseException:
-            self._close_health()
+        except BaseException:  # all or none: the health window goes if this call made it
+            if self._own_health:
+                self.health._discard()
             raise
         self.name = self.limiter.name
 

@@ -163,8 +163,8 @@ class Shedder:
                 name + FLYING_SUFFIX, capacity=max_processes, span=flying_span, clock=clock, perm=perm,
                 rescan=counts.bucket_ns / NS_PER_S,
             )  # fmt: skip
-        except BaseException:
-            counts.close()
+        except BaseException:  # all or none: the counts go if this call made them
+            counts._discard()
             raise
         self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock)
 

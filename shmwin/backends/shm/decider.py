@@ -73,3 +73,7 @@ class ShmDecider:
 
     def unlink(self) -> bool:
         return self._window.unlink()
+
+    def _discard(self) -> None:
+        """Close; remove the segment if this open created it (see ShmWindow._discard)."""
+        self._window._discard()

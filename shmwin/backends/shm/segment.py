@@ -129,10 +129,14 @@ def on_behalf_of(uid: int | None, gid: int | None = None) -> Iterator[None]:
 class Segment:
     """A mapped shared-memory segment. ``close()`` is this process; ``unlink()`` is everyone."""
 
-    def __init__(self, name: str, mm: mmap.mmap, fd: int = -1):
+    def __init__(self, name: str, mm: mmap.mmap, fd: int = -1, *, path: str | None = None, made: int = 0):
         self.name = name
         self.mm = mm
         self.fd = fd  # a descriptor of the segment until release_fd(): keyed windows grow through it
+        # where it was opened (SHMWIN_NAMESPACE then): unlink() removes that one, whatever the
+        # namespace is at the call
+        self.path = path_of(name) if path is None else path
+        self.made = made  # the inode this call created (0: attached): see remove_made()
 
     def release_fd(self) -> None:
         if self.fd >= 0:
@@ -186,6 +190,7 @@ class Segment:
             mm = mmap.mmap(fd, size)
             init(mm)
             kept = os.dup(fd)
+            made = os.fstat(fd).st_ino
         except BaseException:
             if mm is not None:
                 mm.close()
@@ -194,7 +199,7 @@ class Segment:
             raise
         finally:
             os.close(fd)
-        return cls(name, mm, kept)
+        return cls(name, mm, kept, path=path, made=made)
 
     @classmethod
     def attach(
@@ -237,7 +242,7 @@ class Segment:
                 raise
         finally:
             os.close(fd)
-        return cls(name, mm, kept)
+        return cls(name, mm, kept, path=path)
 
     def close(self) -> None:
         self.release_fd()
@@ -245,18 +250,36 @@ class Segment:
             self.mm.close()
 
     def unlink(self) -> bool:
-        """Remove the window from the host (everyone's: see :func:`unlink`)."""
-        return unlink(self.name)
+        """Remove the window from the host (everyone's: see :func:`unlink`), in the namespace it
+        was opened in."""
+        return _unlink_at(self.path, self.name)
+
+    def remove_made(self) -> bool:
+        """Remove the segment if this call created it and its name still holds it (not one made
+        since by another process): for a constructor of several segments that failed after
+        this one. Its decisions window, if any, is not this call's to remove."""
+        if not self.made:
+            return False
+        with suppress(FileNotFoundError):
+            if os.stat(self.path, follow_symlinks=False).st_ino == self.made:
+                return _unlink_path(self.path, self.name)
+        return False
 
 
 def unlink(name: str) -> bool:
     """Remove window ``name`` from the host; True if it existed. Processes that have it
     mapped keep their memory. A limiter's decisions window (``NAME.decisions``, see
     :mod:`shmwin.decisions`) goes with it."""
-    found = _unlink_path(path_of(name), name)
+    return _unlink_at(path_of(name), name)
+
+
+def _unlink_at(path: str, name: str) -> bool:
+    """:func:`unlink` of the segment at ``path`` (window ``name``: for messages), and its
+    decisions window beside it."""
+    found = _unlink_path(path, name)
     decisions = name + ".decisions"
     if found and len(decisions) <= MAX_NAME_CHARS:
-        _unlink_path(path_of(decisions), decisions)
+        _unlink_path(path + ".decisions", decisions)
     return found
 
 

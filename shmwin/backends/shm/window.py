@@ -44,7 +44,6 @@ from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
 from .rows import RingView, Rows, rings_view
 from .segment import Segment, path_of
-from .segment import unlink as _unlink_name
 from .stripes import StripeTable
 
 _W = layout.WORD_BYTES
@@ -440,9 +439,15 @@ class ShmWindow:
                 self._seg.close()
 
     def unlink(self) -> bool:
-        """Remove the window from the host (idempotent). Attached processes keep
-        their mapping until they close; new attaches fail."""
-        return _unlink_name(self.name)
+        """Remove the window from the host (idempotent), in the namespace it was opened in.
+        Attached processes keep their mapping until they close; new attaches fail."""
+        return self._seg.unlink()
+
+    def _discard(self) -> None:
+        """Close, and remove the segment if this open created it: what a constructor of several
+        segments does with those it made when a later one fails (all or none)."""
+        self.close()
+        self._seg.remove_made()
 
     def _check_open(self) -> None:
         if self._closed:

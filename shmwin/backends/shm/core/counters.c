@@ -320,7 +320,8 @@ static int token_read(Core *c, int64_t slot, int64_t now, Token *t) {
 }
 
 /* Section "token_take": take `cost` tokens if the bucket holds them; else nothing (`commit`
- * 0: only the verdict). Caller holds the row lock.
+ * 0: only the verdict). Taking nothing (cost 0) is always allowed, as token_hit answers it,
+ * even from a clock that lags the tat's writer. Caller holds the row lock.
  * Invariant between stores: the key's last write moves first (to the new tat - burst x T,
  * never backwards), then tat in one store: a tear leaves either the old tat with a later last
  * write (the row kept longer than needed), or the new state whole. Never a tat whose row the
@@ -329,7 +330,7 @@ static int token_read(Core *c, int64_t slot, int64_t now, Token *t) {
 static int token_take_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Token *t, int *allowed) {
     if (token_read(c, slot, now, t) < 0) return -1;
     int64_t next = t->tat + cost * t->T;  /* < 2**62 + 2 x 2**60 */
-    *allowed = next - t->tol <= now;
+    *allowed = cost == 0 || next - t->tol <= now;
     if (!*allowed || !commit || cost == 0) return 0;
     SECTION("token_take");
     STORE(intent_at(c, row_lock(c, slot)), slot);
