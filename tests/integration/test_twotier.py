@@ -50,13 +50,13 @@ def redis_keys(server_url: str, name: str) -> list[bytes]:
 
 
 def leased(server_url: str, name: str, key: str) -> dict[int, tuple[int, int]]:
-    """Redis's lease log of ``key``: id -> (time µs, hits)."""
+    """Redis's lease log of ``key``: id -> (time µs, hits) (its fields are ``<id>:<grant time>``)."""
     client = redis_client(server_url)
     try:
         raw = client.hgetall(f"shmwin:{{{name}}}:L:{key}")
     finally:
         client.close()
-    return {int(k): tuple(int(v) for v in val.split()) for k, val in raw.items()}  # type: ignore[misc]
+    return {int(k.partition(b":")[0]): tuple(int(v) for v in val.split()) for k, val in raw.items()}  # type: ignore[misc]
 
 
 @pytest.fixture
