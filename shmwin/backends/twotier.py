@@ -177,8 +177,8 @@ class TwoTierLimiter:
 
     @property
     def server_clock(self) -> Clock | None:
-        """Redis's time source (None: the server's TIME; the limiter's ``clock=`` if one was
-        given). Tests set it apart from the host's to step the server's clock."""
+        """Redis's time source (None: the server's TIME; a test's ``ServerTime`` if one was
+        given). For tests only: they set it apart from the host's to step the server's clock."""
         return self._server._clock
 
     @server_clock.setter
