@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import secrets
 import time
 import urllib.parse
 from typing import Any
@@ -55,6 +56,14 @@ SCHEMES = {"shm+redis": "redis", "shm+rediss": "rediss", "shm+redis+cluster": "r
            "shm+rediss+cluster": "rediss+cluster", "shm+unix": "unix"}  # fmt: skip
 
 Account = tuple[int, int, int, int, int, int]  # lease id, granted, spent, used_ns, life_ns, grant_us
+LEASE_ID_END = 1 << 62  # lease ids are drawn in [1, this): the host tier's words hold them
+
+
+def new_lease_id() -> int:
+    """A lease's id: a random token (62 bits, from the OS, so forked workers never repeat one).
+    Never a counter kept in Redis: Redis may lose it (a restart without persistence, a rollback
+    to an RDB snapshot, a failover to a replica that lagged) and hand the same ids out again."""
+    return 1 + secrets.randbelow(LEASE_ID_END - 1)
 
 
 def redis_url(url: str) -> str:
@@ -66,13 +75,15 @@ def redis_url(url: str) -> str:
 
 
 def give_back(account: Account) -> list[int]:
-    """A sealed lease's give-back for lease.lua, (id, spent, time µs it stopped being spent), or
-    nothing. The time is the grant time plus the host's time from asking to the last spend,
-    rounded up: never earlier than a spend (lease.lua caps it at the deadline)."""
+    """A sealed lease's give-back for lease.lua, (id, grant time µs, spent, time µs it stopped
+    being spent), or nothing. lease.lua finds the lease by its id and grant time together, so a
+    give-back can only touch the lease it took. The stop time is the grant time plus the host's
+    time from asking to the last spend, rounded up: never earlier than a spend (lease.lua caps
+    it at the deadline)."""
     lease_id, _granted, spent, used_ns, _life_ns, grant_us = account
     if lease_id <= 0:
         return []
-    return [lease_id, spent, grant_us + -(-used_ns // NS_PER_US)]
+    return [lease_id, grant_us, spent, grant_us + -(-used_ns // NS_PER_US)]
 
 
 class LeaseServer(RedisBase):
@@ -91,10 +102,12 @@ class LeaseServer(RedisBase):
         super().__init__(req, spec if claim else None)
 
     def lease(self, key: Key, want: int, need: int, spend_us: int, backs: list[int]) -> list[int]:
-        """One round trip: give back ``backs`` (triples), then take up to ``want`` hits (at least
-        ``need``; ``want`` 0: only answer). lease.lua's answer, as ints."""
-        args = [want, need, spend_us, *self._rate_args, len(backs) // 3, *backs]
-        out = self._run(scripts.LEASE, [self.lease_row(key), self._clock_key, self._prefix + "lid"], args)
+        """One round trip: give back ``backs`` (quadruples, :func:`give_back`), then take up to
+        ``want`` hits (at least ``need``; ``want`` 0: only answer) as a lease with a new random
+        id. lease.lua's answer, as ints."""
+        token = new_lease_id() if want > 0 else 0
+        args = [want, need, spend_us, token, *self._rate_args, len(backs) // 4, *backs]
+        out = self._run(scripts.LEASE, [self.lease_row(key), self._clock_key], args)
         return [int(v) for v in out]
 
     def lease_row(self, key: Key) -> str:
@@ -164,8 +177,8 @@ class TwoTierLimiter:
 
     @property
     def server_clock(self) -> Clock | None:
-        """Redis's time source (None: the server's TIME; the limiter's ``clock=`` if one was
-        given). Tests set it apart from the host's to step the server's clock."""
+        """Redis's time source (None: the server's TIME; a test's ``ServerTime`` if one was
+        given). For tests only: they set it apart from the host's to step the server's clock."""
         return self._server._clock
 
     @server_clock.setter
@@ -199,7 +212,7 @@ class TwoTierLimiter:
             installed, replaced = self._core.lease_install(
                 key, lease_id, granted, cost, start_ns, deadline_ns, t0_us
             )
-            backs = give_back(replaced) if installed else [lease_id, 0, t0_us]
+            backs = give_back(replaced) if installed else [lease_id, t0_us, 0, t0_us]
             if backs:  # two workers raced, or the lease came too late: its hits go back now
                 self._give_back(key, backs)
             return bool(installed)

@@ -20,13 +20,14 @@ import sys
 import time
 
 from shmwin import Limiter, ManualClock
+from shmwin.backends.redis.testing import ServerTime
 
 HITS_PER_TICK = 20
 
 
 def work(name: str, url: str, rate: str, clock_path: str, out: str, end_ns: int, on_error: str) -> None:
     shared = ManualClock(path=clock_path)
-    lim = Limiter(name, rate, backend=url, clock=shared, on_error=on_error)
+    lim = Limiter(name, rate, backend=url, clock=ServerTime(shared), on_error=on_error)
     lock = os.open(clock_path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     with open(out, "a", buffering=1) as record:
         open(out + ".ready", "w").close()

@@ -17,6 +17,7 @@ from support.helpers import ROOT
 import shmwin
 from shmwin import Limiter, ManualClock, Window, backends, policy
 from shmwin.backends.contract import LimiterBackend, WindowBackend
+from shmwin.backends.redis.testing import ServerTime
 from shmwin.backends.shm import native
 
 S = 1_000_000_000
@@ -161,7 +162,7 @@ def _public(obj: Any) -> set[str]:
 
 
 def test_both_backends_keep_the_protocols_and_every_public_name(redis_server, make_name):
-    clock = ManualClock(10**15)
+    clock = ServerTime(ManualClock(10**15))  # redis: the server's time
     made = {
         "shm": (Window(make_name("w"), capacity=4, clock=clock), Limiter(make_name("l"), "5/minute")),
         "redis": (
@@ -230,7 +231,7 @@ REDIS_CANNOT = {"add_many", "last_write_ns", "meta", "nbytes"}  # add_many: only
 
 
 def test_every_public_name_of_window_works_or_says_it_cannot(url, make_name):
-    clock = ManualClock(10**15)
+    clock = ServerTime(ManualClock(10**15))  # redis: the server's time
     with Window(make_name("w"), span=60, buckets=60, capacity=4, clock=clock, backend=url) as w:
         assert {n for n in dir(w) if not n.startswith("_")} == set(WINDOW_CALLS)
         for name, call in WINDOW_CALLS.items():
@@ -252,7 +253,7 @@ def test_every_public_name_of_window_works_or_says_it_cannot(url, make_name):
 def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
     import asyncio
 
-    clock = ManualClock(10**15)
+    clock = ServerTime(ManualClock(10**15))  # redis: the server's time
     calls: dict[str, Callable[[Limiter], Any]] = {
         "acquire": lambda lim: lim.acquire("k", timeout=0),
         "acquire_async": lambda lim: asyncio.run(lim.acquire_async("k", timeout=0)),
@@ -344,7 +345,7 @@ LIMITER_PATHS = {
 def _run_limiter(
     rates: str, on_redis: bool, path: Callable[[Limiter, Step], bool], name: str, url: str
 ) -> Iterator[tuple[Any, ...]]:
-    clock = ManualClock(10**15)
+    clock = ServerTime(ManualClock(10**15))  # redis: the server's time
     lim = Limiter(name, rates, clock=clock, backend=url if on_redis else None)
     try:
         for i, step in enumerate(_script()):
@@ -410,7 +411,7 @@ WINDOW_PATHS = {
 
 
 def _run_window(on_redis: bool, path: Callable[..., None], name: str, url: str) -> Iterator[tuple[Any, ...]]:
-    clock = ManualClock(10**15)
+    clock = ServerTime(ManualClock(10**15))  # redis: the server's time
     w = Window(name, span=10, buckets=10, fields=("a", "b"), capacity=8, clock=clock,
                backend=url if on_redis else None)  # fmt: skip
     try:

@@ -25,8 +25,9 @@ one node; ``redis+cluster://`` URLs use redis-py's RedisCluster, see :mod:`.clie
 Lua numbers are doubles: times are integer microseconds (exact below 2**53), and
 integers leave the scripts through ``%.0f``, never ``tostring``.
 
-``clock=`` (monotonic ns, as elsewhere) replaces ``TIME``; it exists so one test
-suite can drive both backends by hand.
+``clock=`` is refused (:func:`.client.server_time`): time is ``TIME`` and nowhere else, so no
+host's clock can move a name's clock. Tests drive it by hand through the explicit hook
+:class:`.testing.ServerTime`, so one test suite can drive both backends.
 
 Both classes keep the contract of :mod:`shmwin.backends.contract`; what redis cannot do
 (several resolutions, stamped batches, a segment's size or header) raises

@@ -145,6 +145,23 @@ def unavailable_errors(url: str) -> tuple[type[Exception], ...]:
     return (*plain, e.ClusterError, e.TryAgainError, e.RedisClusterException)
 
 
+def server_time(clock: Clock | None) -> Clock | None:
+    """The time source of the scripts: None (the server's ``TIME``), or a test's
+    :class:`~.testing.ServerTime`. Any other ``clock=`` is refused: a host's clock sent as the
+    time would let that host move the name's clock for every host (one running ahead by a day
+    ages every count by a day), and readings of several processes, even of one clock, reach
+    the server out of order and push the name's time ahead of real time."""
+    from .testing import ServerTime
+
+    if clock is None or isinstance(clock, ServerTime):
+        return clock
+    raise NotSupportedError(
+        f"clock={clock!r} on a redis backend: its time is the server's TIME, the one clock every "
+        "host shares, and no host's clock may move it. Leave clock= out (tests drive the server's "
+        "time with shmwin.backends.redis.testing.ServerTime)"
+    )
+
+
 def key_text(key: Key | None) -> str:
     """A key as the scripts see it: str as is, bytes as latin-1, None as ''."""
     if key is None:
@@ -173,7 +190,7 @@ class RedisBase:
         check_name(req.name)  # the same names as shared memory: one namespace of spellings
         self.name = req.name
         self.url = req.url
-        self._clock: Clock | None = req.clock
+        self._clock: Clock | None = server_time(req.clock)
         self._redis = connect(req.url, float(req.option("timeout", TIMEOUT_S)))
         import redis
 

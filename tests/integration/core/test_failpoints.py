@@ -54,6 +54,7 @@ from support.helpers import ROOT
 
 import shmwin
 from shmwin import KeyTableFullError, Limiter, ManualClock, Window, _core
+from shmwin.backends.redis.testing import ServerTime
 from shmwin.backends.shm import layout
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -1943,8 +1944,9 @@ RESULT = 5  # the report word where the struck call's answer lands, if it return
 
 
 def _lease_limiter(name: str, url: str, clock_path: Path) -> Limiter:
-    return Limiter(name, f"{LEASE_LIMIT}/minute", backend="shm+" + url, clock=ManualClock(path=clock_path),
-                   lock_timeout=LOCK_TIMEOUT)  # fmt: skip
+    clock = ServerTime(ManualClock(path=clock_path))  # the host's and the server's time
+    rate = f"{LEASE_LIMIT}/minute"
+    return Limiter(name, rate, backend="shm+" + url, clock=clock, lock_timeout=LOCK_TIMEOUT)
 
 
 def _lease_hits(name: str, url: str, clock_path: Path, n: int) -> int:

@@ -12,6 +12,7 @@ from support.helpers import run_python
 
 import shmwin
 from shmwin import ManualClock, Window
+from shmwin.backends.redis.testing import ServerTime
 from shmwin.overload.breaker import Breaker, BreakerOpenError, drop_ratio, is_breaker
 
 S = 1_000_000_000
@@ -327,8 +328,8 @@ def test_bad_arguments_raise_and_create_nothing(name, kwargs, error):
 def test_two_hosts_share_one_breaker_on_redis(redis_server, name):
     pytest.importorskip("redis")
     clock = ManualClock(S)
-    host_a = Breaker(name, clock=clock, rng=Constant(0.0), backend=redis_server.url)
-    host_b = Breaker(name, clock=clock, rng=Constant(0.0), backend=redis_server.url)
+    host_a = Breaker(name, clock=ServerTime(clock), rng=Constant(0.0), backend=redis_server.url)
+    host_b = Breaker(name, clock=ServerTime(clock), rng=Constant(0.0), backend=redis_server.url)
     try:
         assert host_b.allow()
         for _ in range(6):

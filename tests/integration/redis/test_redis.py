@@ -14,6 +14,7 @@ from support.servers import redis_client
 
 import shmwin
 from shmwin import Limiter, ManualClock, Window
+from shmwin.backends.redis.testing import ServerTime
 from shmwin.errors import NotSupportedError
 
 redis = pytest.importorskip("redis")
@@ -155,7 +156,7 @@ def test_unknown_backends_and_redis_only_limits(redis_url, name):
         one.unlink()
     with pytest.raises(shmwin.WindowNotFoundError):
         Window.attach(name, backend=redis_url)
-    with Window(name, span=10, buckets=10, backend=redis_url, clock=ManualClock(10**15)) as w:
+    with Window(name, span=10, buckets=10, backend=redis_url, clock=ServerTime(ManualClock(10**15))) as w:
         with pytest.raises(shmwin.GeometryMismatchError, match="window"):
             Limiter.attach(name, backend=redis_url)
         w.unlink()
@@ -196,7 +197,7 @@ def test_hit_after_acquire_on_a_one_rate_limiter(redis_url, name):
     """acquire() writes with the multi-rate script (BITFIELD leaves the value short); the lean
     one-rate hit must still read it (it raised a raw ResponseError before)."""
     clock = ManualClock(10**15)
-    with Limiter(name, "5/minute", backend=redis_url, clock=clock) as lim:
+    with Limiter(name, "5/minute", backend=redis_url, clock=ServerTime(clock)) as lim:
         assert lim.acquire("k", timeout=0)
         clock.advance(3)
         assert [lim.hit("k") for _ in range(5)] == [True] * 4 + [False]

@@ -11,6 +11,7 @@ from support.servers import redis_client
 
 import shmwin
 from shmwin import Limiter, Window
+from shmwin.backends.redis.testing import ServerTime
 
 redis = pytest.importorskip("redis")
 S = 1_000_000_000
@@ -71,7 +72,7 @@ def _clock_key(name: str) -> str:
 @pytest.mark.parametrize("spec", ["10/minute", "10/minute;1000/hour"], ids=["lean", "multi"])
 def test_steps_back_never_admit_more_than_the_limit_in_real_time(redis_url, name, spec, back):
     clock = ServerClock()
-    with Limiter(name, spec, backend=redis_url, clock=clock) as lim:
+    with Limiter(name, spec, backend=redis_url, clock=ServerTime(clock)) as lim:
         real, _ = _drive(lim, clock, {9: -back, 60: -back, 130: -7})
         assert _most_in_any_minute(real) == 10
         assert len(real) >= 45  # and it still admits at the limit's pace: 300 s, 10 a minute
@@ -82,7 +83,7 @@ def test_steps_back_never_admit_more_than_the_limit_in_real_time(redis_url, name
 @pytest.mark.parametrize("spec", ["10/minute", "10/minute;1000/hour"], ids=["lean", "multi"])
 def test_a_step_back_then_forward_ages_hits_by_the_forward_step_only(redis_url, name, spec, back):
     clock = ServerClock()
-    with Limiter(name, spec, backend=redis_url, clock=clock) as lim:
+    with Limiter(name, spec, backend=redis_url, clock=ServerTime(clock)) as lim:
         real, counted = _drive(lim, clock, {20: -back, 60: +back, 100: -back, 140: +back / 2})
         assert _most_in_any_minute(counted) == 10
         before_forward = [t for t in real if t < START + 60 * 1.5 * S]
@@ -94,7 +95,7 @@ def test_a_step_back_then_forward_ages_hits_by_the_forward_step_only(redis_url, 
 def test_the_measured_case_a_step_back_21s_after_9_hits(redis_url, name):
     """9 admitted, the clock steps back 21 s: before, 19 were admitted within one minute."""
     clock = ServerClock()
-    with Limiter(name, "10/minute", backend=redis_url, clock=clock) as lim:
+    with Limiter(name, "10/minute", backend=redis_url, clock=ServerTime(clock)) as lim:
         first, _ = _drive(lim, clock, {}, tries=9)
         clock.step(-21)
         then, _ = _drive(lim, clock, {}, tries=100)
@@ -104,7 +105,7 @@ def test_the_measured_case_a_step_back_21s_after_9_hits(redis_url, name):
 
 def test_reported_times_stay_true_after_a_step_back(redis_url, name):
     clock = ServerClock()
-    with Limiter(name, "10/minute", backend=redis_url, clock=clock) as lim:
+    with Limiter(name, "10/minute", backend=redis_url, clock=ServerTime(clock)) as lim:
         for _ in range(10):
             assert lim.hit("k")
             clock.advance(1)
@@ -129,8 +130,8 @@ def test_ttls_set_after_a_step_back_outlive_the_counts(redis_url, name):
     r = redis_client(redis_url)
     clock = ServerClock()
     with (
-        Limiter(name, "10/minute", backend=redis_url, clock=clock) as lim,
-        Window(name + "w", span=60, capacity=10, backend=redis_url, clock=clock) as w,
+        Limiter(name, "10/minute", backend=redis_url, clock=ServerTime(clock)) as lim,
+        Window(name + "w", span=60, capacity=10, backend=redis_url, clock=ServerTime(clock)) as w,
     ):
         lim.hit("k"), w.add(1, key="a")
         clock.advance(50)
@@ -149,7 +150,7 @@ def test_ttls_set_after_a_step_back_outlive_the_counts(redis_url, name):
 
 def test_a_step_forward_beyond_the_period_frees_the_limit(redis_url, name):
     clock = ServerClock()
-    with Limiter(name, "10/minute", backend=redis_url, clock=clock) as lim:
+    with Limiter(name, "10/minute", backend=redis_url, clock=ServerTime(clock)) as lim:
         assert all(lim.hit("k") for _ in range(10))
         assert not lim.hit("k")
         clock.step(-21)
@@ -167,7 +168,7 @@ def test_a_step_forward_beyond_the_period_frees_the_limit(redis_url, name):
 
 def test_a_small_step_forward_ages_hits_by_the_step_only(redis_url, name):
     clock = ServerClock()
-    with Limiter(name, "10/minute", backend=redis_url, clock=clock) as lim:
+    with Limiter(name, "10/minute", backend=redis_url, clock=ServerTime(clock)) as lim:
         assert all(lim.hit("k") for _ in range(10))
         clock.step(-21)
         assert lim.stats("k").used == 10  # the step back is seen: it gives no time back
@@ -182,7 +183,7 @@ def test_a_small_step_forward_ages_hits_by_the_step_only(redis_url, name):
 @pytest.mark.parametrize("back", [21, 180], ids=["21s", "3min"])
 def test_a_windows_counts_never_go_down_because_of_a_step_back(redis_url, name, back):
     clock = ServerClock()
-    with Window(name, span=60, buckets=60, capacity=100, backend=redis_url, clock=clock) as w:
+    with Window(name, span=60, buckets=60, capacity=100, backend=redis_url, clock=ServerTime(clock)) as w:
         for i in range(30):
             w.add(1, key=f"k{i % 3}")
             clock.advance(1)
@@ -204,7 +205,7 @@ def test_a_windows_counts_never_go_down_because_of_a_step_back(redis_url, name, 
 
 def test_a_step_forward_ages_a_windows_counts_as_far(redis_url, name):
     clock = ServerClock()
-    with Window(name, span=60, buckets=60, capacity=100, backend=redis_url, clock=clock) as w:
+    with Window(name, span=60, buckets=60, capacity=100, backend=redis_url, clock=ServerTime(clock)) as w:
         w.add(7, key="a")
         clock.step(-180)
         clock.step(+30)  # net -150 s on the server, 0 s for the window
@@ -223,7 +224,7 @@ def test_an_exact_limiter_stays_refused_on_redis(redis_url, name):
 def test_the_clock_key_shares_the_hash_tag_and_goes_with_the_name(redis_url, name):
     r = redis_client(redis_url)
     clock = ServerClock()
-    with Limiter(name, "10/minute", backend=redis_url, clock=clock) as lim:
+    with Limiter(name, "10/minute", backend=redis_url, clock=ServerTime(clock)) as lim:
         lim.hit("k")
         assert r.exists(_clock_key(name))
         assert f"{{{name}}}" in _clock_key(name)
@@ -232,7 +233,7 @@ def test_the_clock_key_shares_the_hash_tag_and_goes_with_the_name(redis_url, nam
         assert r.exists(_clock_key(name))  # one key forgotten: the others still need the time
         lim.unlink()
     assert r.keys(f"shmwin:{{{name}}}:*") == []
-    with Window(name, span=60, capacity=10, backend=redis_url, clock=clock) as w:
+    with Window(name, span=60, capacity=10, backend=redis_url, clock=ServerTime(clock)) as w:
         w.add(1, key="a")
         assert r.exists(_clock_key(name))
         w.reset()

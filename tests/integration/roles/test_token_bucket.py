@@ -23,6 +23,7 @@ from support.helpers import ROOT
 import shmwin
 from shmwin import GeometryMismatchError, Limiter, ManualClock, TokenBucket
 from shmwin import layout_words as layout
+from shmwin.backends.redis.testing import ServerTime
 from shmwin.errors import CorruptSegmentError
 
 pytestmark = pytest.mark.integration
@@ -41,8 +42,9 @@ def backend(request: pytest.FixtureRequest) -> str | None:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
+def clock(backend) -> ManualClock:
+    """On redis, the server's time (ServerTime: redis refuses a host's clock)."""
+    return ManualClock(T0) if backend is None else ServerTime(ManualClock(T0))  # type: ignore[return-value]
 
 
 def bucket(

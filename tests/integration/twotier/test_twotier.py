@@ -17,6 +17,7 @@ from support.servers import redis_client
 
 from shmwin import BackendUnavailableError, Limiter, ManualClock
 from shmwin.backends import twotier
+from shmwin.backends.redis.testing import ServerTime
 from shmwin.rate import parse_many
 
 redis = pytest.importorskip("redis")
@@ -50,13 +51,13 @@ def redis_keys(server_url: str, name: str) -> list[bytes]:
 
 
 def leased(server_url: str, name: str, key: str) -> dict[int, tuple[int, int]]:
-    """Redis's lease log of ``key``: id -> (time µs, hits)."""
+    """Redis's lease log of ``key``: id -> (time µs, hits) (its fields are ``<id>:<grant time>``)."""
     client = redis_client(server_url)
     try:
         raw = client.hgetall(f"shmwin:{{{name}}}:L:{key}")
     finally:
         client.close()
-    return {int(k): tuple(int(v) for v in val.split()) for k, val in raw.items()}  # type: ignore[misc]
+    return {int(k.partition(b":")[0]): tuple(int(v) for v in val.split()) for k, val in raw.items()}  # type: ignore[misc]
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def limiter(name, url, server_url):
     made: list[Limiter] = []
 
     def make(rates: str = "100/minute", clock: ManualClock | None = None, **kw) -> Limiter:
-        lim = Limiter(name, rates, backend=url, clock=clock, **kw)
+        lim = Limiter(name, rates, backend=url, clock=None if clock is None else ServerTime(clock), **kw)
         made.append(lim)
         return lim
 
@@ -153,7 +154,7 @@ def test_test_stats_and_acquire(limiter):
 def test_attach_reads_the_rates_from_redis(limiter, name, url):
     lim = limiter("5/second;100/minute", clock=ManualClock(T0), capacity=64)
     assert lim.hit("k")
-    other = Limiter.attach(name, backend=url, clock=ManualClock(T0))  # this host's segment as it is
+    other = Limiter.attach(name, backend=url, clock=ServerTime(ManualClock(T0)))  # this host's segment
     try:
         assert other.rates == lim.rates
         assert other._backend.lease_window.geometry == lim._backend.lease_window.geometry
@@ -168,7 +169,7 @@ def test_a_cost_above_the_limit_is_refused_without_waiting(limiter):
 
 
 def _take_a_lease_and_die(name: str, url: str, clock_path: str, k: int) -> None:
-    lim = Limiter(name, "100/minute", backend=url, clock=ManualClock(path=clock_path))
+    lim = Limiter(name, "100/minute", backend=url, clock=ServerTime(ManualClock(path=clock_path)))
     lim._backend._server.lease("k", k, 1, lim._backend._spend_us, [])  # taken in Redis, not recorded
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -188,7 +189,7 @@ def test_a_kill_between_taking_a_lease_and_recording_it_strands_hits(limiter, ur
 
 
 def _hammer(name: str, url: str, clock_path: str, n: int, out) -> None:  # type: ignore[no-untyped-def]
-    lim = Limiter(name, "1000/minute", backend=url, clock=ManualClock(path=clock_path))
+    lim = Limiter(name, "1000/minute", backend=url, clock=ServerTime(ManualClock(path=clock_path)))
     out.put(sum(lim.hit("k") for _ in range(n)))
     lim.close()
 
@@ -214,7 +215,8 @@ def test_the_workers_of_a_host_share_its_leases(limiter, url, name, tmp_path):
 def test_redis_away_spends_what_is_held_then_on_error_decides(own_redis, make_name, on_error):
     name = make_name("away")
     clock = ManualClock(T0)
-    lim = Limiter(name, "800/minute", backend=two_tier(own_redis.url), clock=clock, on_error=on_error)
+    backend = two_tier(own_redis.url)
+    lim = Limiter(name, "800/minute", backend=backend, clock=ServerTime(clock), on_error=on_error)
     try:
         for _ in range(8):
             assert lim.hit("k")
@@ -317,8 +319,8 @@ def test_a_token_bucket_on_shm_redis_takes_its_tokens_from_redis(name, url, serv
     from shmwin.backends.redis import RedisTokenBucket
 
     clock = ManualClock(T0)
-    bucket = TokenBucket(name, "10/second", burst=5, backend=url, clock=clock)
-    direct = TokenBucket(name, "10/second", burst=5, backend=server_url, clock=clock)
+    bucket = TokenBucket(name, "10/second", burst=5, backend=url, clock=ServerTime(clock))
+    direct = TokenBucket(name, "10/second", burst=5, backend=server_url, clock=ServerTime(clock))
     try:
         assert isinstance(bucket._backend, RedisTokenBucket)
         assert [bucket.hit("k") for _ in range(3)] == [True] * 3

@@ -4,7 +4,11 @@
 --
 -- KEYS     none of its own: now_us() takes the name's clock key, shmwin:{NAME}:clock
 --          (under the name's hash tag: one cluster slot with its rows)
--- ARGV[1]  the clock's reading in microseconds, or '' to read the server's TIME
+-- ARGV[1]  '' to read the server's TIME -- always, but in tests: a reading in microseconds
+--          of the ONE clock a test drives the name with (shmwin.backends.redis.testing). Never a
+--          host's clock: readings from sources that disagree (hosts a day apart, or processes
+--          whose readings arrive out of order) would move the time forward by their gap at
+--          each alternation -- a step forward as far as this script can tell.
 --
 -- The clock key is a string '<now> <reading>': the newest time handed out and the clock
 -- reading it came from, both in microseconds. The time moves on by what the clock moved

@@ -1,19 +1,29 @@
 -- lease.lua: a two-tier limiter's leases -- give back what hosts did not spend, then take a
 -- lease of hits for one host (or only answer), in one atomic step. See docs/several-hosts.md.
 --
--- KEYS[1]  the key's leases: shmwin:{NAME}:L:KEY, a hash, lease id -> '<t> <hits>' (us, hits):
---          every rate's exact log of the key, one entry per lease, stamped at its deadline d
---          (or, once given back, at the time the host stopped spending it, never later than d)
+-- KEYS[1]  the key's leases: shmwin:{NAME}:L:KEY, a hash, '<lease id>:<t0>' -> '<t> <hits>'
+--          (us, hits): every rate's exact log of the key, one entry per lease, stamped at its
+--          deadline d (or, once given back, at the time the host stopped spending it, never
+--          later than d)
 -- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
--- KEYS[3]  the name's lease ids: shmwin:{NAME}:lid, a counter (no TTL: ids never repeat)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  hits wanted: the lease's size k at most (0: take nothing, only give back and answer)
 -- ARGV[3]  hits needed: grant nothing below it (the caller's cost)
 -- ARGV[4]  the lease's spend time D in microseconds: its deadline is d = now + D
--- ARGV[5]  the rates R, then R x (bucket width in microseconds, buckets n, limit): an entry
+-- ARGV[5]  the new lease's id: a random token in [1, 2**62) the host drew (decimal; kept as
+--          a string, never a Lua number, which would round it)
+-- ARGV[6]  the rates R, then R x (bucket width in microseconds, buckets n, limit): an entry
 --          at t counts for a rate until (floor(t / width) + n) x width, as a limiter's ring
 --          forgets a hit (between P and P + a bucket after it; an exact rate: width 1, n = P)
--- then     give-backs G, then G x (lease id, hits spent, time us the host stopped spending)
+-- then     give-backs G, then G x (lease id, grant time t0 us, hits spent, time us the host
+--          stopped spending)
+--
+-- A give-back touches only the entry of the lease it took: the entry is named by the host's
+-- random id AND the grant time t0. Ids are never handed out by a counter here: a counter that
+-- Redis loses (a restart without persistence, a rollback to an RDB snapshot, a failover to a
+-- replica that lagged) hands the same ids out again, and an old give-back would then shrink or
+-- delete another host's live lease -- hits admitted that no entry counts. An entry a give-back
+-- does not find (lost with the server's state) is left alone: the give-back is a no-op.
 --
 -- Returns: {granted (0: refused), lease id, now us (t0), d us, wait us (refused: until the
 --          needed hits fit; -1: never, they exceed a limit), then per rate the hits counted
@@ -28,17 +38,19 @@
 -- interval [a, a + P), take the last lease granted (at t*) among those spent in it: every
 -- other one was granted before t*, has d >= a > t* - P, and so was counted at t*. Hence the
 -- sum of their k -- at least what the interval admitted -- fits the limit. A give-back
--- replaces (d, k) with (tr, spent), tr >= every spend of the lease: the argument holds.
+-- replaces (d, k) with (tr, spent), tr >= every spend of the lease: the argument holds, as
+-- long as it replaces its own lease's entry and no other (hence the ids above).
 
 local now = now_us(KEYS[2])
 local want, need, spend_us = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local n_rates = tonumber(ARGV[5])
+local token = ARGV[5]
+local n_rates = tonumber(ARGV[6])
 local rates = {}
 for r = 1, n_rates do
-  local at = 3 + 3 * r
+  local at = 4 + 3 * r
   rates[r] = {width = tonumber(ARGV[at]), n = tonumber(ARGV[at + 1]), limit = tonumber(ARGV[at + 2])}
 end
-local at = 6 + 3 * n_rates
+local at = 7 + 3 * n_rates
 
 -- when an entry stamped at t stops counting for a rate, and for every rate
 local function forget(rate, t) return (math.floor(t / rate.width) + rate.n) * rate.width end
@@ -49,10 +61,19 @@ local function forgotten(t)
 end
 local n_back = tonumber(ARGV[at])
 
+-- the hash field of lease id (a decimal string) granted at t0 (us)
+local function entry_of(id, t0) return id .. ':' .. t0 end
+
 -- give-backs: (d, k) becomes (min(tr, d), min(spent, k)); nothing spent: the entry goes
 for g = 1, n_back do
-  local id, spent, tr = ARGV[at + 3 * g - 2], tonumber(ARGV[at + 3 * g - 1]), tonumber(ARGV[at + 3 * g])
-  local kept = redis.call('HGET', KEYS[1], id)
+  local base = at + 4 * g - 4
+  local id, t0 = ARGV[base + 1], ARGV[base + 2]
+  local spent, tr = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  local kept = nil
+  if string.match(id, '^%d+$') and string.match(t0, '^%d+$') then
+    id = entry_of(id, t0)
+    kept = redis.call('HGET', KEYS[1], id)
+  end
   if kept then
     local t, k = string.match(kept, '^(%d+) (%d+)$')
     t, k = tonumber(t), tonumber(k)
@@ -97,10 +118,20 @@ if want > 0 then
   granted = math.min(want, room)
   if granted < need then granted = 0 end
 end
+if granted > 0 and not string.match(token, '^[1-9]%d*$') then
+  return redis.error_reply('lease.lua: the lease id ' .. token .. ' is not a positive decimal')
+end
 if granted > 0 then
-  id = redis.call('INCR', KEYS[3])
   d = now + spend_us
-  redis.call('HSET', KEYS[1], id, string.format('%.0f %.0f', d, granted))
+  -- HSETNX: an id drawn twice at the same microsecond (odds 2**-62) is refused, never merged
+  if redis.call('HSETNX', KEYS[1], entry_of(token, string.format('%.0f', now)),
+                string.format('%.0f %.0f', d, granted)) == 1 then
+    id = token
+  else
+    granted, d = 0, 0
+  end
+end
+if granted > 0 then
   if d > newest then newest = d end
   for r = 1, n_rates do used[r] = used[r] + granted end
 elseif need > room then  -- when the needed hits fit: the entries that must leave, oldest first
