@@ -15,8 +15,8 @@ import sys
 import time
 
 import pytest
-from helpers import ROOT
-from servers import redis_client
+from support.helpers import ROOT
+from support.servers import redis_client
 
 import shmwin
 from shmwin import Limiter, ManualClock, NotSupportedError, TokenBucket, Window

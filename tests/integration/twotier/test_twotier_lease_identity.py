@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from servers import redis_client
+from support.servers import redis_client
 
 import shmwin
 from shmwin import BackendUnavailableError, Limiter, ManualClock
