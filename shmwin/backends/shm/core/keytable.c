@@ -311,11 +311,18 @@ static int reserve_index(Core *c, const Index *x) {
 
 /* The index's load: an insert rebuilds past GROW_AT (5/8: linear probing's paths stay well
  * under MAX_PROBES), and a rebuild writes the level whose load is at most half that. At 16
- * bytes an entry, the index costs a key 26 to 51 bytes. */
+ * bytes an entry, the index costs a key 26 to 51 bytes.
+ * Never smaller than the heap: a rebuild while most keys are idle keeps few, but their rows
+ * stay reserved (on the free list) for the keys to come, so the new level also holds every
+ * row handed out (`top`) below GROW_AT. Sized for the live keys only, it shrank, and growing
+ * it back needs new memory, which a full /dev/shm refuses while the freed rows keep theirs:
+ * new keys then fit only in the small index (16,384 of 40,000 a wave, in 8 MiB, for good). */
 #define GROW_AT(used, slots) (8 * (used) > 5 * (slots))
-static int64_t level_for(Core *c, int64_t kept) {
+static int64_t level_for(Core *c, int64_t kept, int64_t top) {
     int64_t level = 0;
-    while (level + 1 < c->index_levels && 16 * (kept + 1) > 5 * (c->key_slots << level)) level++;
+    while (level + 1 < c->index_levels &&
+           (16 * (kept + 1) > 5 * (c->key_slots << level) || GROW_AT(top, c->key_slots << level)))
+        level++;
     return level;
 }
 
@@ -405,7 +412,7 @@ static int rebuild(Core *c, int64_t now) {
         fate[p] = FATE_KEEP;
         kept++;
     }
-    next = index_copy(c, 2 * level_for(c, kept) + ((cur.index & 1) ^ 1));
+    next = index_copy(c, 2 * level_for(c, kept, top) + ((cur.index & 1) ^ 1));
     if (reserve_index(c, &next) < 0) {  /* nothing published */
         drop_marked(c, &cur, fate, cur.slots);
         END_SECTION();
