@@ -311,11 +311,18 @@ static int reserve_index(Core *c, const Index *x) {
 
 /* The index's load: an insert rebuilds past GROW_AT (5/8: linear probing's paths stay well
  * under MAX_PROBES), and a rebuild writes the level whose load is at most half that. At 16
- * bytes an entry, the index costs a key 26 to 51 bytes. */
+ * bytes an entry, the index costs a key 26 to 51 bytes.
+ * Never smaller than the heap: a rebuild while most keys are idle keeps few, but their rows
+ * stay reserved (on the free list) for the keys to come, so the new level also holds every
+ * row handed out (`top`) below GROW_AT. Sized for the live keys only, it shrank, and growing
+ * it back needs new memory, which a full /dev/shm refuses while the freed rows keep theirs:
+ * new keys then fit only in the small index (16,384 of 40,000 a wave, in 8 MiB, for good). */
 #define GROW_AT(used, slots) (8 * (used) > 5 * (slots))
-static int64_t level_for(Core *c, int64_t kept) {
+static int64_t level_for(Core *c, int64_t kept, int64_t top) {
     int64_t level = 0;
-    while (level + 1 < c->index_levels && 16 * (kept + 1) > 5 * (c->key_slots << level)) level++;
+    while (level + 1 < c->index_levels &&
+           (16 * (kept + 1) > 5 * (c->key_slots << level) || GROW_AT(top, c->key_slots << level)))
+        level++;
     return level;
 }
 
@@ -405,7 +412,7 @@ static int rebuild(Core *c, int64_t now) {
         fate[p] = FATE_KEEP;
         kept++;
     }
-    next = index_copy(c, 2 * level_for(c, kept) + ((cur.index & 1) ^ 1));
+    next = index_copy(c, 2 * level_for(c, kept, top) + ((cur.index & 1) ^ 1));
     if (reserve_index(c, &next) < 0) {  /* nothing published */
         drop_marked(c, &cur, fate, cur.slots);
         END_SECTION();
@@ -624,9 +631,12 @@ static int64_t place_of(Core *c, Index *x, int64_t top, const StoredKey *k, int6
     return -1;
 }
 
-/* May a rebuild run to make room at `now`? At most once a second (or a span, if shorter) of
- * this caller's clock: a table full of live keys must not turn every refused insert into a
- * scan, and no key can have gone idle sooner. */
+/* May a rebuild run to make room at `now`? At most once a second (or the idle time, if shorter)
+ * of this caller's clock since the last scan that finished (rebuilt_ns): a table full of live
+ * keys must not turn every refused insert into a scan. A finished scan dropped every key idle
+ * at its instant, so at that instant none is left to find; a key that turns idle after it
+ * waits at most that second for its row to be taken (tests/integration/test_reclaim_retry.py).
+ * A scan killed or failed midway stores no time: the next insert scans again at once. */
 static int may_rebuild(Core *c, int64_t now) {
     int64_t last = LOAD(KEYWORD(c, REBUILT_NS_OFF)), since;
     if (__builtin_sub_overflow(now, last, &since)) return 1;  /* junk: a long time ago */
@@ -662,13 +672,13 @@ static void drop_key(Core *c, int64_t *e, int64_t r, int64_t g, int empty) {
  * row to the free list; a live key is never touched, so no count is lost. All idle keys go,
  * not the least recently used few: none holds anything, and one scan serves many inserts.
  * Caller holds LOCK_KEY_TABLE. Invariant and repair: drop_key's, key by key. At most once
- * a second (may_rebuild, sharing rebuilt_ns): a table of live keys is not rescanned per
- * insert. Returns the keys dropped, -1 with an error (a row lock timed out). */
+ * a second (may_rebuild, sharing rebuilt_ns, stored when the scan has finished): a table of
+ * live keys is not rescanned per insert. Returns the keys dropped, -1 with an error (a row
+ * lock timed out). */
 static int64_t reclaim(Core *c, int64_t now) {
     Index x;
     int64_t top, dropped = 0;
     if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) return -1;
-    STORE(KEYWORD(c, REBUILT_NS_OFF), now);
     for (int64_t p = 0; p < x.slots; p++) {
         if (p + AHEAD < x.slots) {
             int64_t ahead = PLACE_ROW(LOAD(EPLACE(ENT(&x, p + AHEAD))));
@@ -687,6 +697,9 @@ static int64_t reclaim(Core *c, int64_t now) {
         }
         lock_give(c, lock);
     }
+    /* last, once every idle key is dropped: a reclaim killed (or failed) midway left some, and
+     * is not one that may_rebuild counts: the next insert reclaims at once */
+    STORE(KEYWORD(c, REBUILT_NS_OFF), now);
     return dropped;
 }
 
