@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from support.helpers import ROOT
 
 import shmwin
 

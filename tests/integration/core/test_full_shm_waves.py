@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rootenv import describe, needs_namespace, python_argv, run_in_namespace
+from support.rootenv import describe, needs_namespace, python_argv, run_in_namespace
 
 pytestmark = [pytest.mark.integration, needs_namespace]
 
