@@ -337,6 +337,7 @@ typedef struct CacheEntry {
 void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
 void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);
+PyObject *Core_cache_probes(Core *c, PyObject *key);
 
 /* ---- limits' fixed window and sliding window counter, the token bucket (counters.c) ------- */
 

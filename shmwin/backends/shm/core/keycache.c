@@ -239,3 +239,24 @@ int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
     if (!encoded && encode_key(c, key, &k) < 0) return -1;
     return insert_key(c, key, &k, now, slot);
 }
+
+/* cache_probes(key) -> how many entries a lookup of key reads in this process's key cache: to
+ * its entry, or to the empty one that ends its run (0: no table, or a key never cached). For
+ * the tests and the curious: a flood of keys aimed at one place shows as long probes. */
+PyObject *Core_cache_probes(Core *c, PyObject *key) {
+    long long reads = 0;
+    if (enter(c) < 0) return NULL;
+    if (c->cache_used > 0 && cacheable(key)) {
+        Py_hash_t h = PyObject_Hash(key);
+        if (h == -1) {
+            leave(c);
+            return NULL;
+        }
+        uint64_t hash = typed_hash(key, h);
+        int verified;
+        CacheEntry *e = cache_probe(c, key, hash, PROBE_EQUAL, 0, &verified);
+        reads = (long long)(((uint64_t)(e - c->cache) - hash) & (uint64_t)c->cache_mask) + 1;
+    }
+    leave(c);
+    return PyLong_FromLongLong(reads);
+}
