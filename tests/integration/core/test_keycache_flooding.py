@@ -18,7 +18,7 @@ import json
 import statistics
 
 import pytest
-from helpers import run_python
+from support.helpers import run_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
 
