@@ -17,7 +17,7 @@ from shmwin import ManualClock
 from shmwin import layout_words as layout
 from shmwin.integrations.limits_moving import MovingLogs
 
-pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
+pytestmark = [pytest.mark.integration, pytest.mark.failpoints, pytest.mark.sanitize]
 
 S = 1_000_000_000
 T0 = 1_000 * S
