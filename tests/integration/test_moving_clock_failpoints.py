@@ -22,7 +22,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.failpoints, pytest.mark.sanit
 S = 1_000_000_000
 T0 = 1_000 * S
 P = 10 * S
-LIMIT, BEFORE = 12, 8  # 8 hits: both inline entries and two chunks
+LIMIT = 12
+# hits before the struck one -> its stores: the intent, the last write, the merged entry
+# (inline), the dead entries zeroed (the second inline one takes the hit), the hit. 3 dead
+# entries are zeroed from the scan's list, 8 by a second walk of the chain (two chunks).
+BEFORE_STORES = {3: 5, 8: 10}
 
 
 class SteppingClock:
@@ -45,12 +49,13 @@ QUANTUM = 1 << layout.moving_quantum_shift(P)
 JUMPS = {"3P": 3 * P, "past-2**31-quanta": (1 << 31) * QUANTUM + P}
 
 
+@pytest.mark.parametrize("before_hits", list(BEFORE_STORES))
 @pytest.mark.parametrize("jump", list(JUMPS))
 @pytest.mark.parametrize("sig", SIGNALS)
-def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig):
-    """8 hits at T0 + i; the clock jumps forward (3 P, or past 2**31 quanta) and the struck
-    hit merges the 8 dead entries into one, zeroes the rest and writes itself. Back at
-    T0 + 5 s, the 8 still count (and the struck hit, ahead, if it was counted): what is left
+def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig, before_hits):
+    """3 or 8 hits at T0 + i; the clock jumps forward (3 P, or past 2**31 quanta) and the struck
+    hit merges the dead entries into one, zeroes the rest and writes itself. Back at
+    T0 + 5 s, they all still count (and the struck hit, ahead, if it was counted): what is left
     to admit there keeps [T0, T0 + P] within the limit, exactly so when the call completed.
     Forward again, only the struck hit can count; every chunk is back once the key is reset."""
     jump_ns = JUMPS[jump]
@@ -65,7 +70,7 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig):
             def before(report: Any) -> MovingLogs:
                 clock = ManualClock(path=Path(clock_path))
                 mine = _open(name, clock, False)
-                for i in range(BEFORE):
+                for i in range(before_hits):
                     clock.set(T0 + i)
                     assert mine.hit("k", 1)
                     report[PROGRESS] += 1
@@ -74,14 +79,14 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig):
 
             with strike("moving_hit", n, sig, before, lambda mine: mine.hit("k", 1),
                         lambda mine: mine.used_and_reset("k")) as s:  # fmt: skip
-                assert s.report[PROGRESS] == BEFORE
+                assert s.report[PROGRESS] == before_hits
                 counted = 1 if s.completed else 0
                 used = promptly(m.used_and_reset, "k")[0]
-                assert used >= BEFORE + counted, f"a clock stepped back lost dead hits: {used}"
+                assert used >= before_hits + counted, f"a clock stepped back lost dead hits: {used}"
                 admitted = sum(bool(promptly(m.hit, "k", 1)) for _ in range(LIMIT))
-                assert BEFORE + admitted + counted <= LIMIT, f"over the limit: {admitted} more"
+                assert before_hits + admitted + counted <= LIMIT, f"over the limit: {admitted} more"
                 if not s.fired or sig == RAISE:  # untorn: exact
-                    assert used == BEFORE + 1 and admitted == LIMIT - BEFORE - 1
+                    assert used == before_hits + 1 and admitted == LIMIT - before_hits - 1
                 back.now_ns = T0 + jump_ns
                 assert promptly(m.used_and_reset, "k")[0] >= counted
                 back.now_ns = T0 + jump_ns + 3 * P
@@ -93,6 +98,4 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig):
             m.close()
             shmwin.unlink(name)
 
-    # the intent, the last write, the merged entry (inline), the 6 dead entries of the two
-    # chunks zeroed (the second inline one takes the hit), the hit
-    assert every_store(strike_at) == 10
+    assert every_store(strike_at) == BEFORE_STORES[before_hits]

@@ -155,12 +155,15 @@ static int64_t chain_next(Core *c, int64_t slot, int64_t v, int64_t top, int64_t
 
 /* ---- the scan: what a key's entries count at now, and where a new hit goes ------------------ */
 
+#define SCAN_DEADS 4
 typedef struct {
     int64_t anchor;            /* the stamp of the row's last write: entries are read against it */
     int64_t used, live;        /* hits counted (saturating), entries counting */
     int64_t dead_hits;         /* hits of the entries counting nothing at now (saturating) */
     int64_t dead_stamp;        /* the newest of their stamps; -1: no such entry */
     int64_t *free1, *free2;    /* the first two entries counting nothing (dead or empty): inline first */
+    int64_t n_dead;            /* entries holding hits that count nothing at now */
+    int64_t *deads[SCAN_DEADS];  /* the first SCAN_DEADS of them: zeroed without a second walk */
     int64_t *oldest, *second;  /* the two oldest counting entries */
     int64_t t_oldest, t_second;
     int64_t chunks, dead;      /* chunks in the chain; of them, those counting nothing */
@@ -172,6 +175,8 @@ static int scan_entry(Core *c, int64_t *e, int64_t now, Scan *s) {
         if (s->free1 == NULL) s->free1 = e;
         else if (s->free2 == NULL) s->free2 = e;
         if (hits > 0) {
+            if (s->n_dead < SCAN_DEADS) s->deads[s->n_dead] = e;
+            s->n_dead++;
             s->dead_hits = hits > INT64_MAX - s->dead_hits ? INT64_MAX : s->dead_hits + hits;
             if (stamp > s->dead_stamp) s->dead_stamp = stamp;
         }
@@ -397,9 +402,15 @@ void repair_chunks(Core *c) {
 /* ---- the hit ----------------------------------------------------------------------------------- */
 
 /* Zero the key's dead entries (holding hits, counting nothing at now; read against `anchor`,
- * the last write before this hit) but m and e. Inside "moving_hit". */
-static void zero_dead(Core *c, int64_t slot, int64_t now, int64_t anchor, const int64_t *m, const int64_t *e) {
-    int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
+ * the last write before this hit) but m and e: those the scan listed, else (more of them) found
+ * by a second walk. Inside "moving_hit". */
+static void zero_dead(Core *c, int64_t slot, int64_t now, Scan *s, const int64_t *m, const int64_t *e) {
+    int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0, anchor = s->anchor;
+    if (s->n_dead <= SCAN_DEADS) {
+        for (int64_t j = 0; j < s->n_dead; j++)
+            if (s->deads[j] != m && s->deads[j] != e) STORE(s->deads[j], 0);
+        return;
+    }
     for (int64_t j = 0; j < MOVING_INLINE; j++) {
         int64_t *x = inline_at(st) + j, w = LOAD(x);
         if (x != m && x != e && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(x, 0);
@@ -446,7 +457,7 @@ static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, i
             int64_t w = entry_word(s->dead_stamp > floor ? s->dead_stamp : floor, m_hits);
             if (LOAD(m) != w) STORE(m, w);
         }
-        zero_dead(c, slot, now, s->anchor, m, e);
+        zero_dead(c, slot, now, s, m, e);
     }
     if (e == NULL && s->second == NULL) {  /* one entry, counting: the new hits join it, at now */
         int64_t w = LOAD(s->oldest), was = stamp_near(w, s->anchor);
