@@ -160,7 +160,7 @@ typedef struct {
     int64_t anchor;            /* the stamp of the row's last write: entries are read against it */
     int64_t used, live;        /* hits counted (saturating), entries counting */
     int64_t dead_hits;         /* hits of the entries counting nothing at now (saturating) */
-    int64_t dead_stamp;        /* the newest of their stamps; -1: no such entry */
+    int64_t dead_stamp;        /* the newest of their stamps (INT64_MIN: none) */
     int64_t *free1, *free2;    /* the first two entries counting nothing (dead or empty): inline first */
     int64_t n_dead;            /* entries holding hits that count nothing at now */
     int64_t *deads[SCAN_DEADS];  /* the first SCAN_DEADS of them: zeroed without a second walk */
@@ -199,7 +199,7 @@ static int scan_entry(Core *c, int64_t *e, int64_t now, Scan *s) {
 static int scan(Core *c, int64_t slot, int64_t now, Scan *s) {
     int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
     memset(s, 0, sizeof *s);
-    s->dead_stamp = -1;
+    s->dead_stamp = INT64_MIN;
     s->anchor = anchor_of(c, ROW(c, slot));
     for (int64_t j = 0; j < MOVING_INLINE; j++) scan_entry(c, inline_at(st) + j, now, s);
     if (LOAD(st + MOVING_STATE_CHAIN) == 0) return 0;
@@ -452,7 +452,7 @@ static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, i
     SECTION("moving_hit");
     STORE(intent_at(c, row_lock(c, slot)), slot);
     touch_last(ROW(c, slot), now);
-    if (s->dead_stamp >= 0) {
+    if (s->n_dead > 0) {
         if (m != NULL) {
             int64_t w = entry_word(s->dead_stamp > floor ? s->dead_stamp : floor, m_hits);
             if (LOAD(m) != w) STORE(m, w);
