@@ -51,3 +51,41 @@ def test_forward_then_back_answers_as_memory(name, monkeypatch, rate, period_s, 
         for n in shmwin.names():
             if n.startswith(name + "."):
                 shmwin.unlink(n)
+
+
+def test_a_key_idle_at_the_newest_reading_is_forgotten_as_memory_forgets_it(name, monkeypatch):
+    """The documented limit of the guarantee (docs/limits-storage.md): 5 hits at T, the
+    clock 130 s ahead (past the key's idle time) while memory://'s expiry runs, or while new
+    keys make shm://'s key table rebuild (dropping idle keys); back at T + 30 s the 5 hits
+    are gone on both, and both admit 5 again. Kept this way: a key's idle test cannot know
+    that a clock will come back, and keeping every key for any step back would keep them all."""
+    pytest.importorskip("limits")
+    from limits import parse
+    from limits.storage import MemoryStorage, storage_from_string
+    from limits.strategies import MovingWindowRateLimiter
+
+    import shmwin.integrations.limits  # registers shm://
+
+    now = [1_800_000_000.0]
+    monkeypatch.setattr("time.time", lambda: now[0])
+    item = parse("5/minute")
+    answers = {}
+    try:
+        for uri in (f"shm://{name}?buckets=20", "memory://"):
+            now[0] = 1_800_000_000.0
+            storage = storage_from_string(uri)
+            limiter = MovingWindowRateLimiter(storage)
+            assert all(limiter.hit(item, "victim") for _ in range(5))
+            now[0] += 130
+            if isinstance(storage, MemoryStorage):
+                storage._MemoryStorage__expire_events()  # type: ignore[attr-defined]  # its timer's run
+            else:
+                for i in range(300):  # new keys: the table grows, its rebuild drops idle keys
+                    limiter.hit(item, f"filler{i}")
+            now[0] -= 100
+            answers[uri.split(":")[0]] = sum(limiter.hit(item, "victim") for _ in range(5))
+        assert answers == {"shm": 5, "memory": 5}
+    finally:
+        for n in shmwin.names():
+            if n.startswith(name + "."):
+                shmwin.unlink(n)
