@@ -46,14 +46,14 @@ from ..rate import Rate
 from .contract import Check, Key, Request
 from .redis import scripts
 from .redis.client import NS_PER_US, RedisBase, key_text
+from .redis.client import SCHEMES as REDIS_SCHEMES
 from .shm.window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
 
 MAX_SPEND_NS = 1_000_000_000  # a lease's spend time D: min(P / 10, this)
 SPEND_PART = 10
 SIZE_PART = 8  # a lease's size k: at most N // 8
 DOWN_BACKOFF_S = 0.05  # after Redis was away: this long (real time) before asking again
-SCHEMES = {"shm+redis": "redis", "shm+rediss": "rediss", "shm+redis+cluster": "redis+cluster",
-           "shm+rediss+cluster": "rediss+cluster", "shm+unix": "unix"}  # fmt: skip
+SCHEMES = {"shm+" + scheme: scheme for scheme in REDIS_SCHEMES}  # shm+redis:// -> redis://, ...
 
 Account = tuple[int, int, int, int, int, int]  # lease id, granted, spent, used_ns, life_ns, grant_us
 LEASE_ID_END = 1 << 62  # lease ids are drawn in [1, this): the host tier's words hold them
