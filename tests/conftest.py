@@ -23,7 +23,7 @@ import pytest
 # modules of support/ (helpers, servers, rootenv, cli_support, ...: tests/README.md)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from support.servers import RedisCluster, server_binaries
+from support.servers import RedisCluster, SentinelGroup, server_binaries
 
 import shmwin
 from shmwin.backends.shm.segment import PREFIX, SHM_DIR
@@ -181,6 +181,17 @@ def valkey_cluster() -> Iterator[RedisCluster]:
 def own_redis_cluster(server_flavour: str) -> Iterator[RedisCluster]:
     """A cluster for one test only, which fails over quickly (for tests that kill its nodes)."""
     yield from _cluster_fixture(server_flavour, node_timeout_ms=1000)
+
+
+@pytest.fixture
+def sentinel_group() -> Iterator[SentinelGroup]:
+    """A master, a replica and 3 sentinels (Debian's redis-sentinel) for one test."""
+    server, sentinel, cli = (shutil.which(exe) for exe in ("redis-server", "redis-sentinel", "redis-cli"))
+    if server is None or sentinel is None or cli is None:
+        pytest.skip("redis-server, redis-sentinel or redis-cli is not installed (scripts/test installs them)")
+    group = SentinelGroup(server, sentinel, cli)
+    yield group
+    group.close()
 
 
 @pytest.fixture(params=["server", "cluster"])

@@ -56,7 +56,7 @@ class RedisLimiter(RedisBase):
         return cls(req, req.geometry, claim=True)
 
     def _on_claimed(self) -> None:
-        if self._lean:
+        if self._lean and not self._replicas:  # a sentinel's WAIT goes through _run: no bare EVALSHA
             self._hit1_runner = self._redis.evalsha
 
     @property
