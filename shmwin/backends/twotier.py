@@ -274,6 +274,24 @@ class TwoTierLimiter:
                 self._give_back(key, give_back(account))
         return back
 
+    def count_anyway(self, key: Key, cost: int) -> None:
+        """Carry ``cost`` hits a host admitted on its local share back (on_error="local"): as
+        much of it as fits, through ordinary hits, halving what is asked down to one hit. A
+        lease is never granted past a limit (lease.lua's proof), so what does not fit is not
+        carried; the hits that do fill the room the key has left, so the switch back makes no
+        burst over the limit (what was admitted locally beyond it stays beyond it, once)."""
+        left = cost
+        ask = cost
+        while left > 0 and ask > 0:
+            if self.hit(key, min(ask, left)):
+                left -= min(ask, left)
+            else:
+                ask //= 2
+
+    def hosts_seen(self, host: str, horizon_ns: int) -> int:
+        """The Redis tier's count of hosts seen recently (on_error="local")."""
+        return self._server.hosts_seen(host, horizon_ns)
+
     def close(self) -> None:
         """Give the host's leases back (their unused part), then close both tiers."""
         if self._window.closed:

@@ -25,6 +25,7 @@ from ...errors import (
 from ..contract import Key, Request
 from ..shm.segment import check_name
 from .scripts import OPEN, Script
+from .urls import host_ports
 
 NS_PER_US = 1000
 TIMEOUT_S = 1.0
@@ -77,19 +78,6 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     if parts.path not in ("", "/", "/0") or parts.query:
         raise ValueError(f"a Redis Cluster URL has no database or options (one database, 0): {url!r}")
     return host_ports(url, 6379, "a Redis Cluster node")
-
-
-def host_ports(url: str, default_port: int, what: str) -> list[tuple[str, int]]:
-    """The ``host:port[,host:port...]`` list of a URL's network location (after any credentials)."""
-    nodes = []
-    for seed in urllib.parse.urlsplit(url).netloc.rpartition("@")[2].split(","):
-        host, colon, port = seed.rpartition(":")
-        if not colon or "]" in port:  # no port, or a bare [v6] address
-            host, port = seed, str(default_port)
-        if not host or not port.isdigit():
-            raise ValueError(f"{what} is host:port, not {seed!r} (in {url!r})")
-        nodes.append((host.strip("[]"), int(port)))
-    return nodes
 
 
 class LazyCluster:
@@ -324,6 +312,13 @@ class RedisBase:
                 raise self._errors[0](f"{acked} of {self._replicas} replicas acknowledged the write")
             return answer
         raise AssertionError("EVAL cannot be missing its script")  # pragma: no cover
+
+    def hosts_seen(self, host: str, horizon_ns: int) -> int:
+        """Say ``host`` is alive, and count the hosts seen within ``horizon_ns`` (hosts.lua):
+        on_error="local" divides the limit by that count while the server is away."""
+        from .scripts import HOSTS
+
+        return int(self._run(HOSTS, [self._prefix + "hosts"], [host, max(1, horizon_ns // NS_PER_US)]))
 
     def _row(self, key: Key | None) -> str:
         return self._prefix + "k:" + key_text(key)

@@ -103,6 +103,13 @@ class RedisLimiter(RedisBase):
     def charge(self, key: Key, cost: int) -> None:
         raise NotSupportedError("charge() needs shared memory: on redis, hit() is the only way to count")
 
+    def count_anyway(self, key: Key, cost: int) -> None:
+        """Count ``cost`` hits whatever the rates say: what a host admitted on its local share
+        while the server was away (on_error="local"), carried back. Not the public charge():
+        only the fallback may push a key past its limit on Redis."""
+        args = [cost_of(cost, 1), 2, 0, self._ttl_ms, *self._args]
+        self._run(scripts.HIT, [self._row(_limiter_key(key)), self._clock_key], args)
+
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key``."""
         self._call(self._redis.delete, self._row(_limiter_key(key)))

@@ -23,7 +23,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from .client import host_ports
+from .urls import host_ports
 
 SENTINEL_PORT = 26379
 
