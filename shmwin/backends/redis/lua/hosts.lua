@@ -1,12 +1,12 @@
 -- hosts.lua: say this host is alive, and count the hosts seen recently (on_error="local").
 --
--- KEYS[1]  the hosts zset: shmwin:{NAME}:hosts (member: a host's id, score: when seen, µs)
+-- KEYS[1]  the hosts zset: shmwin:{NAME}:hosts (member: a host's id, score: when seen, in microseconds)
 -- ARGV[1]  now in microseconds, or '' for the server's TIME
 -- ARGV[2]  this host's id
 -- ARGV[3]  how long a host counts after it was last seen, in microseconds
 --
 -- Returns: the number of hosts seen within ARGV[3], this one included.
--- Guarantees: atomic; the zset expires when no host has been seen for ARGV[3].
+-- Guarantees: atomic, one round trip; the zset expires when no host was seen for ARGV[3].
 
 local now = ARGV[1]
 if now == '' then
