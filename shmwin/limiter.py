@@ -161,7 +161,7 @@ class Limiter(Waiting):
         self._local: LocalShare | None = None
         if on_error == "local":
             self._local = LocalShare(opened, self.rates, fallback, clock, on_full, Limiter)
-            self.hit = self._local.hit  # type: ignore[method-assign]
+            self._local.bind(self)  # sets self.hit: the asking path, or while away the local one
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
         """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
