@@ -227,6 +227,12 @@ class RedisCluster:
                              timeout=10, check=True)  # fmt: skip
         return out.stdout
 
+    def ask_node(self, port: int, *args: str) -> str:
+        """One command through redis-cli to the node on ``port``."""
+        out = subprocess.run([self.cli, "-p", str(port), *args], capture_output=True, text=True,
+                             timeout=10, check=True)  # fmt: skip
+        return out.stdout
+
     def master_of(self, key: str) -> int:
         """The port of the master that serves ``key``'s slot now (as a live node sees it)."""
         slot = int(self.redis_cli("cluster", "keyslot", key))

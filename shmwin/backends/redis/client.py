@@ -75,9 +75,27 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     """The seed nodes of ``redis+cluster://[user:password@]host:port[,host:port...]/``, as
     limits spells it; any one that answers tells the client the whole cluster."""
     parts = urllib.parse.urlsplit(url)
-    if parts.path not in ("", "/", "/0") or parts.query:
-        raise ValueError(f"a Redis Cluster URL has no database or options (one database, 0): {url!r}")
+    if parts.path not in ("", "/", "/0"):
+        raise ValueError(f"a Redis Cluster URL has no database (one database, 0): {url!r}")
+    spread_groups(url)  # its one option, checked
     return host_ports(url, 6379, "a Redis Cluster node")
+
+
+def spread_groups(url: str) -> int:
+    """A cluster URL's ``?spread=N``: a limiter's keys spread over N hash tags (0: one, the
+    name's). Only a cluster URL takes it; N is 0 to 1024."""
+    parts = urllib.parse.urlsplit(url)
+    options = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    if not is_cluster(url):
+        if "spread" in options:
+            raise ValueError(f"?spread= spreads keys over a cluster's masters: redis+cluster://, not {url!r}")
+        return 0  # a plain URL's options are redis-py's
+    if not options:
+        return 0
+    value = options.get("spread", [""])[-1]
+    if set(options) != {"spread"} or not value.isdigit() or int(value) > 1024:
+        raise ValueError(f"a Redis Cluster URL's one option is ?spread=N (0 to 1024 hash tags), not {url!r}")
+    return int(value)
 
 
 class LazyCluster:
@@ -336,10 +354,13 @@ class RedisBase:
                     raise unavailable(self.url, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _scan_and_delete(self, pattern: str) -> int:
+    def _scan_and_delete(self, pattern: str, prefix: str | None = None) -> int:
+        """Delete the keys ``prefix`` (the name's, by default) + ``pattern`` on the node of that
+        prefix's slot."""
+        prefix = self._prefix if prefix is None else prefix
         dropped, batch = 0, []
-        where = {"target_nodes": self._redis.name_node(self._prefix)} if is_cluster(self.url) else {}
-        for found in self._redis.scan_iter(match=self._prefix + pattern, count=1000, **where):
+        where = {"target_nodes": self._redis.name_node(prefix)} if is_cluster(self.url) else {}
+        for found in self._redis.scan_iter(match=prefix + pattern, count=1000, **where):
             batch.append(found)
             if len(batch) == 500:
                 dropped += self._redis.delete(*batch)
