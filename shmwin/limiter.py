@@ -224,6 +224,8 @@ class Limiter(Waiting):
 
     def stats_all(self, key: Key) -> list[LimitStats]:
         """Where ``key`` stands against each rate, shortest period first."""
+        if self._local is not None:
+            self._local.raise_if_away()  # no timeout per call while the local share answers
         _, used, reset_ns, _ = self._backend.check(key, 0, False)
         return limit_stats(self.rates, used, reset_ns)
 

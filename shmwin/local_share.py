@@ -175,6 +175,13 @@ class LocalShare:
 
     # -- the switch ---------------------------------------------------------------------------
 
+    def raise_if_away(self) -> None:
+        """BackendUnavailableError, without asking, while this process is on its local share and
+        not due to ask again: ``stats`` (and the middlewares' headers) cost no timeout then."""
+        if self._away_since_ns is not None and time.monotonic() < self._next_probe:
+            raise BackendUnavailableError(f"the backend of {self._backend.name!r} is away: on the local "
+                                          f"share since {self._away_since_ns / 1e9:.3f}")  # fmt: skip
+
     def _should_ask(self) -> bool:
         return self._away_since_ns is None or time.monotonic() >= self._next_probe
 

@@ -150,3 +150,24 @@ def test_bad_fallback_settings_are_clear_errors(redis_server, name):
         Limiter(name, "10/minute", backend=redis_server.url, on_error="local", fallback="5 a minute")
     with pytest.raises(ValueError, match="on_error must be one of"):
         Limiter(name, "10/minute", backend=redis_server.url, on_error="locally")
+
+
+def test_the_middlewares_decide_on_the_local_share_without_waiting(own_redis, name):
+    """integrations.ratelimit.decide (every middleware's verdict): while away, the local share
+    answers and no quota is described; stats raise at once, not after the timeout."""
+    from shmwin.integrations.ratelimit import decide
+
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, "redis", clock, fallback="2/minute")
+    asked = []
+    real_check = lim._backend.check
+    lim._backend.check = lambda *a: (a[1] == 0 and asked.append(a)) or real_check(*a)  # stats: cost 0
+    try:
+        with _frozen(own_redis):
+            verdicts = [decide(lim, "client") for _ in range(3)]
+        assert [v.allowed for v in verdicts] == [True, True, False]
+        assert all(v.unavailable for v in verdicts)
+        assert asked == []  # stats never asked the frozen server
+    finally:
+        lim.unlink()
+        lim.close()
