@@ -59,9 +59,7 @@ class RedisLimiter(RedisBase):
         return cls(req, req.geometry, claim=True)
 
     def _on_claimed(self) -> None:
-        # a sentinel's WAIT goes through _run, and spread keys name their group's clock: neither
-        # takes the bare EVALSHA of the name's one clock
-        if self._lean and not self._replicas and not self._groups:
+        if self._lean and not self._replicas:  # a sentinel's WAIT goes through _run: no bare EVALSHA
             self._hit1_runner = self._redis.evalsha
 
     def _keys_of(self, key: Key) -> tuple[str, str]:
@@ -106,10 +104,13 @@ class RedisLimiter(RedisBase):
         """Count ``cost`` hits for ``key`` if every rate allows them: one round trip."""
         evalsha = self._hit1_runner
         if evalsha is not None and type(key) is str and type(cost) is int and cost > 0:
-            try:  # the common case: EVALSHA of the lean script, nothing in between
-                return bool(evalsha(self._hit1.sha, 2, self._prefix + "k:" + key, self._clock_key, "", cost))
+            # the common case: EVALSHA of the lean script, nothing in between (spread: the key's
+            # group's row and clock)
+            row, clock = self._keys_of(key) if self._groups else (self._prefix + "k:" + key, self._clock_key)
+            try:
+                return bool(evalsha(self._hit1.sha, 2, row, clock, "", cost))
             except self._no_script:  # a restarted server (a cluster's new master) forgot it: EVAL caches it
-                return bool(self._run(self._hit1, [self._prefix + "k:" + key, self._clock_key], [cost]))
+                return bool(self._run(self._hit1, [row, clock], [cost]))
             except self._errors as exc:
                 raise unavailable(self.url, exc) from exc
         return self.check(key, cost_of(cost, 1), True, False)[0]
