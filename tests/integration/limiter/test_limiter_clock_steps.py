@@ -264,3 +264,64 @@ def test_an_unrelated_process_far_ahead_never_erases_this_ones_hits(name):
         clock.set(T0 + 5 * S)
         assert lim.stats("k").used == 12
         assert not lim.hit("k")
+
+
+# -- exact rates (log rings): a hit never erases the dead entries a clock behind still counts ------
+
+
+def test_an_exact_rates_dead_entries_are_kept_for_a_clock_behind(name):
+    """exact=True, 5/second: hits of cost 3 and 2 at T; one hit at T + 3 s takes a slot whose
+    entry counts nothing at its now (it erased the cost-3 entry: back at T + 0.5 s the key
+    admitted 2 more, 8 in that clock's second). The dead entries are kept as one."""
+    clock = SteppingClock(T0)
+    with exact_limiter(name, "5/second", True, clock) as lim:
+        assert lim.hit("k", 3) and lim.hit("k", 2)
+        clock.set(T0 + 3 * S)
+        assert lim.hit("k")
+        clock.set(T0 + S // 2)
+        assert lim.stats("k").used >= 5
+        assert not any(lim.hit("k") for _ in range(5))
+        clock.set(T0 + 3 * S)
+        assert sum(lim.hit("k") for _ in range(5)) == 4
+
+
+@pytest.mark.parametrize("limit, times", [(5, True), (12, True), (10, 3)])  # 1-2 entries under 9: left open
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_random_steps_never_pass_the_limit_in_the_clocks_frame(name, limit, times, seed):
+    """The random walk above on an exact rate (P = 1 s): every reading x counts at least
+    min(L, the cost admitted at times >= x - P), and no closed interval of P holds more."""
+    rng = random.Random(f"{limit}-{times}-{seed}")
+    t = latest = T0
+    clock = SteppingClock(t)
+    admitted: list[tuple[int, int]] = []
+    with exact_limiter(name, f"{limit}/second", times, clock) as lim:
+        for i in range(400):
+            t = max(0, t + step_ns(S, rng))
+            latest = max(latest, t)
+            clock.set(t)
+            cost = rng.choice((1, 1, 1, 2, limit))
+            if lim.hit("k", cost):
+                admitted.append((t, cost))
+            held = sum(c for at, c in admitted if at >= t - S)
+            assert lim.stats("k").used >= min(limit, held), (i, t, held)
+        hits, best, total, lo = sorted(admitted), 0, 0, 0
+        for at, c in hits:
+            total += c
+            while hits[lo][0] < at - S:
+                total -= hits[lo][1]
+                lo += 1
+            best = max(best, total)
+        assert best <= limit
+        assert sum(c for _, c in admitted) >= 10 * limit  # not shut
+        clock.set(latest + 3 * S)
+        assert [lim.hit("k") for _ in range(limit + 1)] == [True] * limit + [False]
+
+
+@contextmanager
+def exact_limiter(name: str, rate: str, exact: bool | int, clock: Clock) -> Iterator[Limiter]:
+    lim = Limiter(name, rate, exact=exact, clock=clock)
+    try:
+        yield lim
+    finally:
+        lim.unlink()
+        lim.close()

@@ -170,6 +170,8 @@ int stripe_alive(Core *c, int64_t r) {
 
 typedef struct {
     int64_t free_slot, oldest, second;  /* slots; -1: none */
+    int64_t dead, dead_hits;  /* the newest entry holding hits that count nothing at now (-1: none), and
+                               * all such entries' hits (saturating): kept for a clock stepped back */
 } LogPlace;
 
 static int log_counts(const Ring *r, int64_t t, int64_t hits, int64_t now) {
@@ -178,12 +180,17 @@ static int log_counts(const Ring *r, int64_t t, int64_t hits, int64_t now) {
 
 /* Hits a log ring counts at now (saturating: junk never wraps), and where a new hit goes. */
 static int64_t log_scan(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at) {
-    int64_t used = 0, t_oldest = INT64_MAX, t_second = INT64_MAX;
-    at->free_slot = at->oldest = at->second = -1;
+    int64_t used = 0, t_oldest = INT64_MAX, t_second = INT64_MAX, t_dead = INT64_MIN;
+    at->free_slot = at->oldest = at->second = at->dead = -1;
+    at->dead_hits = 0;
     for (int64_t s = 0; s < r->n; s++) {
         int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME), hits = LOAD(e + LOG_HITS);
         if (!log_counts(r, t, hits, now)) {
             if (at->free_slot < 0) at->free_slot = s;
+            if (hits > 0) {  /* dead at now, not for a clock behind it */
+                at->dead_hits = hits > INT64_MAX - at->dead_hits ? INT64_MAX : at->dead_hits + hits;
+                if (t >= t_dead) t_dead = t, at->dead = s;
+            }
             continue;
         }
         used = hits > INT64_MAX - used ? INT64_MAX : used + hits;
@@ -197,9 +204,37 @@ static int64_t log_scan(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPl
     return used;
 }
 
-/* Count `cost` hits at now in a log ring, placed by a log_scan at now under the same lock. */
-static void log_add(Core *c, int64_t *hdr, int64_t now, int64_t cost, const LogPlace *at) {
+/* A hit never erases hits that a clock stepped back still counts (issue #33 item 2, as the
+ * moving log's, moving.c): the entries dead at now are kept as ONE, the newest of them (at
+ * its time: older dead hits count longer, refused early), holding min(their hits,
+ * L - used - cost); the others are zeroed. A clock x that counted a dead entry has
+ * x <= its time + P < now, so it also counts every entry counting at now and the new hit
+ * (later times): it sees its hits or L. Stores: the kept entry first (its hits raised: a
+ * tear counts some twice), then the others zeroed. Returns the first slot left counting
+ * nothing, other than the kept one (-1: none). */
+static int64_t log_keep_dead(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t used, int64_t cost,
+                             const LogPlace *at) {
+    int64_t room = sat_sub(sat_sub(r->limit, used), cost), keep = at->dead_hits < room ? at->dead_hits : room;
+    int64_t m = keep > 0 ? at->dead : -1, free_slot = -1;
+    if (m >= 0 && LOAD(LOG_ENTRY(c, hdr, m) + LOG_HITS) != keep) STORE(LOG_ENTRY(c, hdr, m) + LOG_HITS, keep);
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), hits = LOAD(e + LOG_HITS);
+        if (s == m || log_counts(r, LOAD(e + LOG_TIME), hits, now)) continue;
+        if (hits != 0) STORE(e + LOG_HITS, 0);
+        if (free_slot < 0) free_slot = s;
+    }
+    return free_slot;
+}
+
+/* Count `cost` hits at now in a log ring, placed by a log_scan at now under the same lock;
+ * used: the hits it counted there. */
+static void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t used, int64_t cost,
+                    LogPlace *at) {
+    if (at->dead >= 0) at->free_slot = log_keep_dead(c, hdr, r, now, used, cost, at);
     int64_t slot = at->free_slot;
+    if (slot < 0 && at->oldest < 0)  /* only the kept dead entry (n = 1): it gives way (joined to the new
+                                     * hit at now, its hits would count on at every later hit: shut) */
+        slot = at->dead;
     if (slot < 0 && at->second < 0) {  /* one entry, counting: the new hits join it, at now */
         int64_t *e = LOG_ENTRY(c, hdr, at->oldest), hits = LOAD(e + LOG_HITS);
         STORE(e + LOG_TIME, now);  /* first: the old hits leave later, never sooner */
@@ -483,7 +518,7 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
         }
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) {
-                log_add(c, RING(c, row, i), now, cost, &at[i]);
+                log_add(c, RING(c, row, i), &c->rings[i], now, v->used[i], cost, &at[i]);
                 v->used[i] += cost;
                 continue;
             }
