@@ -115,3 +115,61 @@ def test_ring_clock_ghost_struck(make_name, tmp_path, sig, case):
     stores = every_store(strike_at)
     assert stores >= 8, f"section 'hit' made only {stores} stores"
     assert_monotone(inflights, "the in-flight hit")
+
+
+# an exact rate (a log ring, 6 entries): 3 entries at T0, T0 + 1 s, T0 + 2 s (1, 1 and 2 hits);
+# the struck hit at T0 + 3 P finds them dead: the newest keeps all 4, the other two are zeroed,
+# then the hit takes a slot. Back at T0 + 5 s, the 4 are in that clock's window
+EXACT_PRE = [(T0, 1), (T0 + S, 1), (T0 + 2 * S, 2)]
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_exact_dead_entries_kept_struck(make_name, tmp_path, sig):
+    """Limiter(exact=True).hit struck at every store while it keeps its dead entries as one:
+    a clock stepped back still counts them (and the struck hit, ahead, if counted), admits no
+    more than the limit in its window, exactly so untorn."""
+    inflights: dict[int, bool] = {}
+
+    def exact(name: str, clock: Any) -> Limiter:
+        return Limiter(name, RATE, exact=True, capacity=16, clock=clock, lock_timeout=LOCK_TIMEOUT)
+
+    def strike_at(n: int) -> bool:
+        name, clock_path = make_name(f"ex{n}"), tmp_path / f"clock{n}"
+        ManualClock(T0, path=clock_path)
+        back = SteppingClock(T0 + 5 * S)
+        lim = exact(name, back)
+        try:
+
+            def before(report: Any) -> Limiter:
+                clock = ManualClock(path=Path(clock_path))
+                mine = exact(name, clock)
+                for at, cost in EXACT_PRE:
+                    clock.set(at)
+                    assert mine.hit("k", cost)
+                    report[PROGRESS] += 1
+                clock.set(T0 + 3 * P)
+                return mine
+
+            with strike("hit", n, sig, before, lambda mine: mine.hit("k"), lambda mine: mine.test("k")) as s:
+                assert s.report[PROGRESS] == len(EXACT_PRE)
+                used = promptly(lim.stats, "k").used
+                back.now_ns = T0 + 3 * P
+                counted = promptly(lim.stats, "k").used
+                assert counted in (0, 1), f"the hit in flight counted {counted} times"
+                if s.completed:
+                    assert counted == 1
+                inflights[n] = bool(counted)
+                back.now_ns = T0 + 5 * S
+                assert used >= 4 + counted, f"a clock stepped back lost dead hits: {used}"
+                admitted = sum(bool(promptly(lim.hit, "k")) for _ in range(LIMIT))
+                assert 4 + counted + admitted <= LIMIT, f"over the limit: {admitted} more"
+                if not s.fired or sig == RAISE:
+                    assert (used, admitted) == (5, 1)
+            return s.fired
+        finally:
+            lim.close()
+            shmwin.unlink(name)
+
+    stores = every_store(strike_at)
+    assert stores >= 5, f"section 'hit' made only {stores} stores"
+    assert_monotone(inflights, "the in-flight hit")
