@@ -32,10 +32,10 @@ import sys
 Field = tuple[str, int, str]  # (name, byte offset, type)
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 8  # 4: the role word (offset 168); 5: the key table's checked words;
+FORMAT_VERSION = 9  # 4: the role word (offset 168); 5: the key table's checked words;
 # 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log");
 # 8: a moving log's one-word entries, 32-byte chunks and digest keys
-# and a limiter's compact rings
+# and a limiter's compact rings; 9: a compact ring's ghost word (a clock stepped back)
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -223,9 +223,14 @@ LIMITER_RING: tuple[Field, ...] = (
     ("total", 8, "q"),  # running total of the clean counts (derived)
     ("zeroed", 16, "q"),  # the counts of epochs in (head - n, zeroed] are clean (are theirs)
     ("tail", 24, "q"),  # a lower bound on the oldest clean epoch holding hits (derived), EMPTY: none
+    # the hits the head's moves dropped, kept for a clock behind the head (core/rings.c, "ghost"):
+    # newest dropped epoch mod 2**32 << GHOST_EPOCH_SHIFT | hits (GHOST_HITS_MAX: the limit or more)
+    ("ghost", 32, "q"),
 )
-LIMITER_RING_BYTES = 32
+LIMITER_RING_BYTES = 40
 LIMITER_RING_WORDS = LIMITER_RING_BYTES // WORD_BYTES
+GHOST_EPOCH_SHIFT = 32
+GHOST_HITS_MAX = (1 << 32) - 1
 
 # The per-key state of the counter roles, in a keyed row right after its key header (where a
 # window's first ring starts: core/counters.c). A keyed window of one ring of 1 bucket
@@ -449,6 +454,8 @@ LIMITER_RING_ZEROED_OFF = _at(LIMITER_RING, "zeroed")
 LIMITER_RING_ZEROED = LIMITER_RING_ZEROED_OFF // WORD_BYTES
 LIMITER_RING_TAIL_OFF = _at(LIMITER_RING, "tail")
 LIMITER_RING_TAIL = LIMITER_RING_TAIL_OFF // WORD_BYTES
+LIMITER_RING_GHOST_OFF = _at(LIMITER_RING, "ghost")
+LIMITER_RING_GHOST = LIMITER_RING_GHOST_OFF // WORD_BYTES
 
 RING_ENTRY_BUCKET_NS_OFF = _at(RING_ENTRY, "bucket_ns")
 RING_ENTRY_BUCKET_NS = RING_ENTRY_BUCKET_NS_OFF // WORD_BYTES
@@ -528,7 +535,8 @@ _SCALARS = (
     "MOVING_MIN_SHIFT",
     "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES", "NAME_SLOTS", "NAME_PROBES",
     "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
-    "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "COUNT32_BYTES", "COUNT32_MAX", "LEASE_STATE_BYTES",
+    "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "GHOST_EPOCH_SHIFT", "GHOST_HITS_MAX", "COUNT32_BYTES",
+    "COUNT32_MAX", "LEASE_STATE_BYTES",
 )  # fmt: skip
 
 

@@ -147,7 +147,7 @@ ring's header (one for windows, two, unused, for a limiter's log rings)::
     header slot 0      word 0: head epoch    (unused by windows)
     bucket slots       word 0: bucket epoch  words 1..F: field values    (EMPTY_EPOCH = -2**63 if none)
 
-Limiter rings: a limiter's bucket ring is *compact* -- a 32-byte header (LIMITER_RING), then
+Limiter rings: a limiter's bucket ring is *compact* -- a 40-byte header (LIMITER_RING), then
 ``n_buckets`` counts with no epoch, each ``ring_count_bytes`` wide: 4 (i32) when the ring's
 limit is at most COUNT32_MAX = 2**31 - 1 (a bucket never holds more than its limit: a hit is
 counted only if it fits), else 8 (i64); the counts are padded to a whole word. From the ring
@@ -160,7 +160,10 @@ table, so immutable and under header_crc::
     16   8    i64   zeroed   the counts of epochs in (head - n, zeroed] are clean
     24   8    i64   tail     a lower bound on the oldest clean epoch holding hits (derived),
                              EMPTY_EPOCH if none holds any
-    32   n*w  i32/i64 counts count *s* is that of the one epoch e == s (mod n) in (head - n,
+    32   8    u64   ghost    the hits head moves dropped, for a clock behind the head: the
+                             newest dropped epoch mod 2**32 << 32 | their hits (0: none),
+                             capped at limit - total when written
+    40   n*w  i32/i64 counts count *s* is that of the one epoch e == s (mod n) in (head - n,
                              head]: *clean* (the epoch's own, in the total) iff e <= zeroed;
                              the count of an epoch in (zeroed, head] is *stale* (an epoch n
                              or more before, already out of the total), zeroed before use
@@ -171,6 +174,10 @@ left, zeroes the stale counts, then zeroed = e: a tear leaves total >= the clean
 (refused early, never admitted late), and the repair zeroes the counts of (zeroed, head],
 sets zeroed = head and recomputes the total (``core/rings.c``, "the limiter's compact rings").
 A reader (lock-free) derives each count's epoch from head and zeroed, read before and after.
+A clock behind the head counts there, sees every count, and adds the ghost's hits while the
+ghost's epoch is in its window: "hit" writes the ghost before it moves the head, so a clock
+stepped back never sees fewer hits than it recorded in its window, up to the limit
+(``core/rings.c``, "a clock stepped back: the ring's ghost").
 
 Counter rows (roles "fixed-window" and "sliding-counter", limits' strategies on ``shm://``):
 a keyed window of one ring of 1 (fixed) or 2 (sliding) buckets of the period P, whose rows

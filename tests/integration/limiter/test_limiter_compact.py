@@ -39,13 +39,13 @@ def _check(lim: Limiter, key: str, cost: int, commit: bool):  # type: ignore[no-
 
 def test_the_default_limiters_row_is_three_cache_lines(name):
     """Limiter("100/minute"): 21 buckets of 4-byte counts after a 56-byte key header and a
-    32-byte ring header: 172 bytes, rounded to 192 (rows of 128 bytes and more are whole lines)."""
+    40-byte ring header: 180 bytes, rounded to 192 (rows of 128 bytes and more are whole lines)."""
     with Limiter(name, "100/minute", capacity=8) as lim:
         lay = _backend(lim)._lay
         assert lay.count_bytes == (4,)
         assert lay.row_bytes == 192
         assert lay.bucket_words[0] - lay.ring_words[0] == layout.LIMITER_RING_WORDS
-        assert (lay.ring_words[0] + layout.LIMITER_RING_WORDS) * 8 + 21 * 4 == 172
+        assert (lay.ring_words[0] + layout.LIMITER_RING_WORDS) * 8 + 21 * 4 == 180
     shmwin.unlink(name)
 
 
@@ -109,26 +109,52 @@ def test_counts_carry_no_epoch_a_bucket_is_zeroed_when_its_slot_comes_round(name
 @dataclass
 class RingModel:
     """One rate as the core keeps it: buckets of bucket_ns, the newest n counting, a head that
-    never moves back (a clock behind it counts in the head's bucket)."""
+    never moves back (a clock behind it counts in the head's bucket). What a head move drops
+    is kept as one ghost (its hits, capped at limit - the counts kept, at the newest dropped
+    epoch), which a clock behind the head counts while that epoch is in its window."""
 
     limit: int
     bucket_ns: int
     n: int
     head: int | None = None
     counts: dict[int, int] = field(default_factory=dict)
+    ghost_hits: int = 0
+    ghost_epoch: int = 0
 
     def epoch(self, now: int) -> int:
         e = now // self.bucket_ns
         return e if self.head is None or e > self.head else self.head
 
-    def used(self) -> int:
+    def move(self, now: int) -> None:
+        """Bring the head to ``now``'s epoch (never back), keeping what leaves as the ghost."""
+        e = self.epoch(now)
+        if self.head is not None and e > self.head:
+            edge, low = e - self.n, self.head - self.n
+            dropped = [(x, c) for x, c in self.counts.items() if low < x <= min(edge, self.head) and c > 0]
+            if dropped:
+                kept = sum(c for x, c in self.counts.items() if max(edge, low) < x <= self.head)
+                hits, newest = sum(c for _, c in dropped), max(x for x, _ in dropped)
+                if self.ghost_hits:
+                    hits, newest = hits + self.ghost_hits, max(newest, self.ghost_epoch)
+                self.ghost_hits, self.ghost_epoch = max(0, min(hits, self.limit - kept)), newest
+        self.head = e
+
+    def ghost_seen(self, now: int) -> int:
+        e_now = now // self.bucket_ns
+        behind = self.head is not None and e_now < self.head
+        return self.ghost_hits if behind and self.ghost_epoch > e_now - self.n else 0
+
+    def used(self, now: int) -> int:
         if self.head is None:
             return 0
-        return sum(c for e, c in self.counts.items() if self.head - self.n < e <= self.head)
+        ring = sum(c for e, c in self.counts.items() if self.head - self.n < e <= self.head)
+        return ring + self.ghost_seen(now)
 
-    def live(self) -> list[tuple[int, int]]:
+    def live(self, now: int) -> list[tuple[int, int]]:
         assert self.head is not None
-        return sorted((e, c) for e, c in self.counts.items() if self.head - self.n < e <= self.head and c)
+        ghost = [(self.ghost_epoch, self.ghost_seen(now))] if self.ghost_seen(now) else []
+        ring = sorted((e, c) for e, c in self.counts.items() if self.head - self.n < e <= self.head and c)
+        return ghost + ring
 
     def leaves(self, e: int, now: int) -> int:
         return max(0, (e + self.n) * self.bucket_ns - now)
@@ -156,8 +182,8 @@ class LimiterModel:
             return allowed, (0,) * len(self.rings), (0,) * len(self.rings), 0 if allowed else None
         self.known = True
         for r in self.rings:
-            r.head = r.epoch(now)
-        used = [r.used() for r in self.rings]
+            r.move(now)
+        used = [r.used(now) for r in self.rings]
         allowed = all(cost <= r.limit and u <= r.limit - cost for u, r in zip(used, self.rings, strict=True))
         if allowed and commit:
             for r in self.rings:
@@ -166,7 +192,7 @@ class LimiterModel:
             used = [u + cost for u in used]
         resets, wait = [], 0
         for u, r in zip(used, self.rings, strict=True):
-            live = r.live()
+            live = r.live(now)
             resets.append(r.leaves(live[0][0], now) if live else 0)
             need = u - (r.limit - cost) if cost > r.limit - u else 0
             if allowed or need <= 0 or wait is None:

@@ -292,8 +292,8 @@ def test_bytes_per_key_at_a_hundred_thousand_keys(name, kind, record_property):
 
 def test_a_native_limiters_bytes_per_key_at_a_hundred_thousand_keys(name, record_property):
     """The same measure for ``Limiter("100/minute")`` (20 buckets, 21 kept): its compact ring
-    (layout.py, "Limiter rings") -- a 32-byte ring header and 21 four-byte counts after the
-    key header, 172 bytes in a 192-byte row -- and the index: at most 256 bytes a key."""
+    (layout.py, "Limiter rings") -- a 40-byte ring header and 21 four-byte counts after the
+    key header, 180 bytes in a 192-byte row -- and the index: at most 256 bytes a key."""
     clock = ManualClock(T0)
     lim = shmwin.Limiter(name, "100/minute", clock=clock)
     try:

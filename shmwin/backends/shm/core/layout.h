@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION              8
+#define FORMAT_VERSION              9
 #define WORD_BYTES                  8
 #define PAGE_BYTES                  4096
 #define HEADER_BYTES                4096
@@ -80,8 +80,10 @@
 #define NAME_PROBES                 4
 #define NAME_MAX_BYTES              48
 #define NAME_ENTRY_BYTES            64
-#define LIMITER_RING_BYTES          32
-#define LIMITER_RING_WORDS          4
+#define LIMITER_RING_BYTES          40
+#define LIMITER_RING_WORDS          5
+#define GHOST_EPOCH_SHIFT           32
+#define GHOST_HITS_MAX              INT64_C(4294967295)
 #define COUNT32_BYTES               4
 #define COUNT32_MAX                 2147483647
 #define LEASE_STATE_BYTES           88
@@ -156,6 +158,8 @@
 #define LIMITER_RING_ZEROED         2
 #define LIMITER_RING_TAIL_OFF       24
 #define LIMITER_RING_TAIL           3
+#define LIMITER_RING_GHOST_OFF      32
+#define LIMITER_RING_GHOST          4
 #define RING_ENTRY_BUCKET_NS_OFF    0
 #define RING_ENTRY_BUCKET_NS        0
 #define RING_ENTRY_N_BUCKETS_OFF    8
@@ -290,6 +294,8 @@
     X(NAME_ENTRY_BYTES) \
     X(LIMITER_RING_BYTES) \
     X(LIMITER_RING_WORDS) \
+    X(GHOST_EPOCH_SHIFT) \
+    X(GHOST_HITS_MAX) \
     X(COUNT32_BYTES) \
     X(COUNT32_MAX) \
     X(LEASE_STATE_BYTES) \
@@ -364,6 +370,8 @@
     X(LIMITER_RING_ZEROED) \
     X(LIMITER_RING_TAIL_OFF) \
     X(LIMITER_RING_TAIL) \
+    X(LIMITER_RING_GHOST_OFF) \
+    X(LIMITER_RING_GHOST) \
     X(RING_ENTRY_BUCKET_NS_OFF) \
     X(RING_ENTRY_BUCKET_NS) \
     X(RING_ENTRY_N_BUCKETS_OFF) \
@@ -545,7 +553,8 @@ _Static_assert(KEY_ROW_KEY_OFF + 32 <= KEY_HEADER_BYTES, "KEY_ROW.key");
 _Static_assert(LIMITER_RING_HEAD_OFF + 8 <= LIMITER_RING_TOTAL_OFF, "LIMITER_RING.head");
 _Static_assert(LIMITER_RING_TOTAL_OFF + 8 <= LIMITER_RING_ZEROED_OFF, "LIMITER_RING.total");
 _Static_assert(LIMITER_RING_ZEROED_OFF + 8 <= LIMITER_RING_TAIL_OFF, "LIMITER_RING.zeroed");
-_Static_assert(LIMITER_RING_TAIL_OFF + 8 <= LIMITER_RING_BYTES, "LIMITER_RING.tail");
+_Static_assert(LIMITER_RING_TAIL_OFF + 8 <= LIMITER_RING_GHOST_OFF, "LIMITER_RING.tail");
+_Static_assert(LIMITER_RING_GHOST_OFF + 8 <= LIMITER_RING_BYTES, "LIMITER_RING.ghost");
 _Static_assert(RING_ENTRY_BUCKET_NS_OFF + 8 <= RING_ENTRY_N_BUCKETS_OFF, "RING_ENTRY.bucket_ns");
 _Static_assert(RING_ENTRY_N_BUCKETS_OFF + 4 <= RING_ENTRY_FLAGS_OFF, "RING_ENTRY.n_buckets");
 _Static_assert(RING_ENTRY_FLAGS_OFF + 4 <= RING_ENTRY_LIMIT_OFF, "RING_ENTRY.flags");

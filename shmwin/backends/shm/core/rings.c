@@ -179,6 +179,8 @@ int stripe_alive(Core *c, int64_t r) {
 
 typedef struct {
     int64_t free_slot, oldest, second;  /* slots; -1: none */
+    int64_t dead, dead_hits;  /* the newest entry holding hits that count nothing at now (-1: none), and
+                               * all such entries' hits (saturating): kept for a clock stepped back */
 } LogPlace;
 
 static int log_counts(const Ring *r, int64_t t, int64_t hits, int64_t now) {
@@ -187,12 +189,17 @@ static int log_counts(const Ring *r, int64_t t, int64_t hits, int64_t now) {
 
 /* Hits a log ring counts at now (saturating: junk never wraps), and where a new hit goes. */
 static int64_t log_scan(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at) {
-    int64_t used = 0, t_oldest = INT64_MAX, t_second = INT64_MAX;
-    at->free_slot = at->oldest = at->second = -1;
+    int64_t used = 0, t_oldest = INT64_MAX, t_second = INT64_MAX, t_dead = INT64_MIN;
+    at->free_slot = at->oldest = at->second = at->dead = -1;
+    at->dead_hits = 0;
     for (int64_t s = 0; s < r->n; s++) {
         int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME), hits = LOAD(e + LOG_HITS);
         if (!log_counts(r, t, hits, now)) {
             if (at->free_slot < 0) at->free_slot = s;
+            if (hits > 0) {  /* dead at now, not for a clock behind it */
+                at->dead_hits = hits > INT64_MAX - at->dead_hits ? INT64_MAX : at->dead_hits + hits;
+                if (t >= t_dead) t_dead = t, at->dead = s;
+            }
             continue;
         }
         used = hits > INT64_MAX - used ? INT64_MAX : used + hits;
@@ -206,9 +213,37 @@ static int64_t log_scan(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPl
     return used;
 }
 
-/* Count `cost` hits at now in a log ring, placed by a log_scan at now under the same lock. */
-static void log_add(Core *c, int64_t *hdr, int64_t now, int64_t cost, const LogPlace *at) {
+/* A hit never erases hits that a clock stepped back still counts (issue #33 item 2, as the
+ * moving log's, moving.c): the entries dead at now are kept as ONE, the newest of them (at
+ * its time: older dead hits count longer, refused early), holding min(their hits,
+ * L - used - cost); the others are zeroed. A clock x that counted a dead entry has
+ * x <= its time + P < now, so it also counts every entry counting at now and the new hit
+ * (later times): it sees its hits or L. Stores: the kept entry first (its hits raised: a
+ * tear counts some twice), then the others zeroed. Returns the first slot left counting
+ * nothing, other than the kept one (-1: none). */
+static int64_t log_keep_dead(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t used, int64_t cost,
+                             const LogPlace *at) {
+    int64_t room = sat_sub(sat_sub(r->limit, used), cost), keep = at->dead_hits < room ? at->dead_hits : room;
+    int64_t m = keep > 0 ? at->dead : -1, free_slot = -1;
+    if (m >= 0 && LOAD(LOG_ENTRY(c, hdr, m) + LOG_HITS) != keep) STORE(LOG_ENTRY(c, hdr, m) + LOG_HITS, keep);
+    for (int64_t s = 0; s < r->n; s++) {
+        int64_t *e = LOG_ENTRY(c, hdr, s), hits = LOAD(e + LOG_HITS);
+        if (s == m || log_counts(r, LOAD(e + LOG_TIME), hits, now)) continue;
+        if (hits != 0) STORE(e + LOG_HITS, 0);
+        if (free_slot < 0) free_slot = s;
+    }
+    return free_slot;
+}
+
+/* Count `cost` hits at now in a log ring, placed by a log_scan at now under the same lock;
+ * used: the hits it counted there. */
+static void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t used, int64_t cost,
+                    LogPlace *at) {
+    if (at->dead >= 0) at->free_slot = log_keep_dead(c, hdr, r, now, used, cost, at);
     int64_t slot = at->free_slot;
+    if (slot < 0 && at->oldest < 0)  /* only the kept dead entry (n = 1): it gives way (joined to the new
+                                     * hit at now, its hits would count on at every later hit: shut) */
+        slot = at->dead;
     if (slot < 0 && at->second < 0) {  /* one entry, counting: the new hits join it, at now */
         int64_t *e = LOG_ENTRY(c, hdr, at->oldest), hits = LOAD(e + LOG_HITS);
         STORE(e + LOG_TIME, now);  /* first: the old hits leave later, never sooner */
@@ -337,18 +372,88 @@ static void zero_stale(const Ring *r, int64_t *hdr, int64_t top, int64_t to) {
     STORE(ZEROED(hdr), to);
 }
 
+#define GHOST(hdr) ((hdr) + LIMITER_RING_GHOST)
+
+/* ---- a clock stepped back: the ring's ghost ----------------------------------------------
+ * A head move to e drops the clean counts of epochs <= e - n: out of the window of a clock at
+ * or past the head, but not of a clock behind it (a wall clock NTP stepped back, a process
+ * whose clock lags), which counts at the head and so sees every count of the ring. What a move
+ * drops is kept as one ghost word: the newest dropped epoch holding hits, g (mod 2**32: read
+ * back against the head as g or later), and their hits, merged into the ghost already kept
+ * (at the newer epoch: older hits count longer, refused early) and capped at L - total (L:
+ * the limit; total: the clean counts the move keeps). A clock x behind the head counts the
+ * ghost iff g > x - n, i.e. iff g is in its window; a clock at or past the head never does.
+ * Why that keeps the guarantee (never more than L hits in any period, in any clock's frame):
+ * if x saw total' + ghost' >= min(its hits, L) before a move, it sees after it
+ * total' - dropped + min(ghost' + dropped, L - total' + dropped) = min(total' + ghost', L)
+ * >= min(its hits, L); a hit counted at the head is in the ring, seen by every clock behind.
+ * The word is written before the head moves (the dropped counts still in the window): a tear
+ * leaves them counted twice (refused early, never admitted late); the next move merges again. */
+
+/* The ghost word's epoch (g or later: the epoch is kept mod 2**32) for a ring whose head is head. */
+static int64_t ghost_epoch(uint64_t word, int64_t head) {
+    uint32_t back = (uint32_t)((uint64_t)head - (word >> GHOST_EPOCH_SHIFT));  /* head - g, mod 2**32 */
+    return (int64_t)back > head ? 0 : head - (int64_t)back;  /* epochs are >= 0 (junk: 0) */
+}
+
+/* The ghost's hits a clock at epoch clock_e (behind head, not EMPTY) counts: 0 unless the
+ * ghost's epoch is in its window; GHOST_HITS_MAX says "at least that": the limit, if more. */
+static int64_t ghost_seen(const Ring *r, int64_t *hdr, int64_t head, int64_t clock_e) {
+    uint64_t word = (uint64_t)LOAD(GHOST(hdr));
+    int64_t hits = (int64_t)(word & GHOST_HITS_MAX);
+    if (hits == 0 || ghost_epoch(word, head) <= clock_e - r->n) return 0;
+    return hits == GHOST_HITS_MAX && r->limit > hits ? r->limit : hits;
+}
+
+/* The clean counts a head move from head to e drops (epochs in (head - n, min(e - n, top)]):
+ * their sum (saturating; a negative count is junk, 0), and *newest, the newest holding hits. */
+static int64_t dropped_counts(const Ring *r, int64_t *hdr, int64_t head, int64_t top, int64_t e,
+                              int64_t *newest) {
+    int64_t total = 0, to = e - r->n < top ? e - r->n : top;
+    *newest = EMPTY_EPOCH;
+    if (head == EMPTY_EPOCH || top == EMPTY_EPOCH) return 0;
+    for (int64_t d = to; d > head - r->n && d >= 0; d--) {
+        int64_t hits = count_load(r, hdr, d);
+        if (hits <= 0) continue;
+        if (*newest == EMPTY_EPOCH) *newest = d;
+        total = sat_add(total, hits);
+    }
+    return total;
+}
+
+/* Merge `hits` dropped at epoch `newest` into the ghost of a ring whose head is `head` (the
+ * move's old head), capped at L - kept (kept: the clean counts that stay); one store. */
+static void ghost_keep(const Ring *r, int64_t *hdr, int64_t head, int64_t hits, int64_t newest, int64_t kept) {
+    uint64_t word = (uint64_t)LOAD(GHOST(hdr));
+    int64_t held = (int64_t)(word & GHOST_HITS_MAX), cap = sat_sub(r->limit, kept);
+    if (held > 0) {
+        int64_t g = ghost_epoch(word, head);
+        if (g > newest) newest = g;
+        hits = sat_add(hits, held == GHOST_HITS_MAX && r->limit > held ? r->limit : held);
+    }
+    if (hits > cap) hits = cap;
+    if (hits < 0) hits = 0;
+    if (hits > GHOST_HITS_MAX) hits = GHOST_HITS_MAX;
+    uint64_t now_word = hits == 0 ? 0 : (uint64_t)newest << GHOST_EPOCH_SHIFT | (uint64_t)hits;
+    if (now_word != word) STORE(GHOST(hdr), (int64_t)now_word);
+}
+
 /* Part of section "hit": move a ring's head from `head` to e (> head, or head EMPTY). Stores
- * in order: head = e (the counts of the epochs (old head, e] are now stale, still in the
- * total: too high); total lowered by the clean counts that left the window (or, for a ring
- * not at rest -- a torn reset, junk --, set to the sum of the clean counts that stay); each
- * stale count zeroed; zeroed = e. After each store: total >= the sum of the clean counts. */
+ * in order: the ghost (the clean counts that leave the window, kept for a clock behind);
+ * head = e (the counts of the epochs (old head, e] are now stale, still in the total: too
+ * high); total lowered by the clean counts that left the window (or, for a ring not at rest
+ * -- a torn reset, junk --, set to the sum of the clean counts that stay); each stale count
+ * zeroed; zeroed = e. After each store: total >= the sum of the clean counts, and a clock
+ * behind the head sees no fewer hits (up to L) than before the move. */
 static void advance(const Ring *r, int64_t *hdr, int64_t head, int64_t e) {
     int64_t top = clean_top(hdr, head), total, kept = e - r->n;  /* epochs > kept stay in the window */
+    int64_t newest, left = dropped_counts(r, hdr, head, top, e, &newest);
     if (head != EMPTY_EPOCH && top == head && e - head < r->n)
-        total = sat_sub(LOAD(TOTAL(hdr)), sum_counts(r, hdr, head - r->n, kept));  /* those that left */
+        total = sat_sub(LOAD(TOTAL(hdr)), left);  /* those that left */
     else  /* not at rest: the clean counts that stay (top != EMPTY: head is not EMPTY either) */
         total = top == EMPTY_EPOCH || top <= kept ? 0
                 : sum_counts(r, hdr, kept > head - r->n ? kept : head - r->n, top);
+    if (left > 0) ghost_keep(r, hdr, head, left, newest, total < 0 ? 0 : total);
     STORE(HEAD(hdr), e);
     STORE(TOTAL(hdr), total);
     if (total == 0 && LOAD(LTAIL(hdr)) != EMPTY_EPOCH) STORE(LTAIL(hdr), EMPTY_EPOCH);
@@ -368,7 +473,7 @@ static void advance(const Ring *r, int64_t *hdr, int64_t head, int64_t e) {
  * Repair (repair_row): zero the stale counts, zeroed = head, total = the sum of the counts. */
 int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdict *v) {
     char *row = ROW(c, slot);
-    int64_t epoch[MAX_RINGS];
+    int64_t epoch[MAX_RINGS], total[MAX_RINGS];  /* total: a compact ring's, without its ghost */
     LogPlace at[MAX_RINGS];
     unsigned logs = 0;  /* bit i: ring i is a log ring (read once: the stores below are to the segment) */
     for (int i = 0; i < c->n_rings; i++) {  /* junk a clock never reaches: epoch maths would overflow */
@@ -395,7 +500,7 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
             if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;
             continue;
         }
-        int64_t head = LOAD(HEAD(hdr));
+        int64_t head = LOAD(HEAD(hdr)), clock_e = e;
         if (head != EMPTY_EPOCH && e < head) e = head;  /* a clock behind the head: count later */
         epoch[i] = e;
         if (head != e) advance(r, hdr, head, e);
@@ -403,11 +508,13 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
             zero_stale(r, hdr, clean_top(hdr, e), e);
             STORE(TOTAL(hdr), ring_sum(r, hdr, e));
         }
-        v->used[i] = LOAD(TOTAL(hdr));
-        if (v->used[i] < 0) {  /* junk: recompute the derived total from the counts */
-            v->used[i] = ring_sum(r, hdr, e);
-            STORE(TOTAL(hdr), v->used[i]);
+        total[i] = LOAD(TOTAL(hdr));
+        if (total[i] < 0) {  /* junk: recompute the derived total from the counts */
+            total[i] = ring_sum(r, hdr, e);
+            STORE(TOTAL(hdr), total[i]);
         }
+        /* a clock behind the head also counts the hits the head's moves dropped in its window */
+        v->used[i] = clock_e < e ? sat_add(total[i], ghost_seen(r, hdr, e, clock_e)) : total[i];
         if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;  /* no overflow */
     }
     if ((v->allowed && commit) || commit == COMMIT_FORCE) {
@@ -415,12 +522,12 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
             if (logs & 1u << i) continue;
             int64_t *hdr = RING(c, row, i);
             if (LOAD(LTAIL(hdr)) == EMPTY_EPOCH) STORE(LTAIL(hdr), epoch[i]);
-            v->used[i] += cost;
-            STORE(TOTAL(hdr), v->used[i]);
+            v->used[i] = sat_add(v->used[i], cost);
+            STORE(TOTAL(hdr), sat_add(total[i], cost));
         }
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) {
-                log_add(c, RING(c, row, i), now, cost, &at[i]);
+                log_add(c, RING(c, row, i), &c->rings[i], now, v->used[i], cost, &at[i]);
                 v->used[i] += cost;
                 continue;
             }
@@ -510,7 +617,18 @@ void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v) {
             continue;
         }
         int64_t head = LOAD(HEAD(hdr)), tail = LOAD(LTAIL(hdr));
-        if (!head_ok(r, head) || head == EMPTY_EPOCH || tail == EMPTY_EPOCH) continue;
+        if (!head_ok(r, head) || head == EMPTY_EPOCH) continue;
+        if (now / r->bucket_ns < head) {  /* a clock behind: the ghost it counts leaves first */
+            int64_t ghost = ghost_seen(r, hdr, head, now / r->bucket_ns);
+            if (ghost > 0) {
+                int64_t leaves = (ghost_epoch((uint64_t)LOAD(GHOST(hdr)), head) + r->n) * r->bucket_ns - now;
+                v->reset_ns[i] = leaves > 0 ? leaves : 0;
+                freed = ghost;
+                if (blocks && v->wait_ns >= 0 && freed >= need && v->reset_ns[i] > v->wait_ns)
+                    v->wait_ns = v->reset_ns[i];
+            }
+        }
+        if (tail == EMPTY_EPOCH || (freed > 0 && (!blocks || v->wait_ns < 0 || freed >= need))) continue;
         int64_t top = clean_top(hdr, head), from = head - r->n + 1;
         if (top == EMPTY_EPOCH) continue;
         for (int64_t e = tail > from ? tail : from; e <= top; e++) {
