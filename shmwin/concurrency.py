@@ -29,8 +29,16 @@ from .backends.contract import Key
 from .clock import Clock, host_clock
 from .duration import Duration, to_ns
 from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError
-from .geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring, window_geometry
-from .layout_words import CONC_HOLDER_BYTES, MAX_CONCURRENCY, MAX_STRIPES
+from .geometry import (
+    ADDRESS_BUDGET_BYTES,
+    CONC_HOLDER_BYTES,
+    DEFAULT_MAX_KEYS,
+    MAX_CONCURRENCY,
+    MAX_STRIPES,
+    Geometry,
+    Ring,
+    window_geometry,
+)
 from .window import Window
 
 ROLE = "concurrency"

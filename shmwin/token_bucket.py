@@ -32,9 +32,9 @@ from .decisions import Decisions
 from .duration import NS_PER_S
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import token_geometry
-from .layout_words import EMPTY_EPOCH
 from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, opening_on_error
 from .rate import LimitStats, Rate, parse_many
+from .ring import EMPTY_EPOCH
 from .waiting import Waiting
 from .window import Window
 

@@ -1,5 +1,5 @@
 """What limits' fixed window and sliding window counter share on shm://: one keyed segment per
-period whose rows hold per-key state (a role, ``layout_words.COUNTER_ROLES``), written by the
+period whose rows hold per-key state (a role, ``format.COUNTER_ROLES``), written by the
 native core's sections (``core/counters.c``). :mod:`limits_fixed` and :mod:`limits_sliding`
 say what the state means.
 

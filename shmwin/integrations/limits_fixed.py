@@ -4,7 +4,7 @@ limits' storages (memory, Redis, memcached) start a key's window at the first hi
 it one period later, exactly; the next hit after that starts the next window. Here the same
 holds across processes with one segment per period P, ``PREFIX.fixed.P`` (role
 "fixed-window"), and one native section per call (``core/counters.c``): each key's row
-holds its window's start and its count (``layout_words.FIXED_STATE``: 16 bytes after the key
+holds its window's start and its count (``format.FIXED_STATE``: 16 bytes after the key
 header), changed together under the row's lock, so every process agrees on both.
 
 As limits' memory storage: ``incr`` returns the count after it, starting a window at now
@@ -18,7 +18,7 @@ import dataclasses
 
 from ..backends.contract import Key
 from ..geometry import Geometry, window_geometry
-from ..layout_words import EMPTY_EPOCH
+from ..ring import EMPTY_EPOCH
 from ..window import Window
 from .limits_counters import CounterSegment, to_hits, to_units
 

@@ -6,7 +6,7 @@ window whose rows hold, after a key header that keeps an 8-byte keyed digest of 
 entries (one word each: the hit's time rounded up to the segment's quantum, and its hits)
 and the head of a chain of *chunks* of 3 more entries each, taken from the segment's chunk
 heap as a key's hits need them and given back once they have all left
-(``layout_words.MOVING_STATE``, ``CHUNK``; the native sections are ``core/moving.c``). A key
+(``format.MOVING_STATE``, ``CHUNK``; the native sections are ``core/moving.c``). A key
 with one or two hits costs its 56-byte row (and its index entry); further hits held cost a
 32-byte chunk per 3 (about 11 bytes a hit).
 
@@ -25,11 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.contract import Key
-from ..backends.shm.layout import state_value
-from ..clock import Clock
-from ..errors import CorruptSegmentError, GeometryMismatchError, WindowNotFoundError
-from ..geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring
-from ..layout_words import (
+from ..backends.shm.format import (
     CHUNK_BYTES,
     CHUNK_ENTRIES,
     CHUNK_ENTRIES_OFF,
@@ -43,6 +39,10 @@ from ..layout_words import (
     key_header_bytes,
     moving_quantum_shift,
 )
+from ..backends.shm.layout import state_value
+from ..clock import Clock
+from ..errors import CorruptSegmentError, GeometryMismatchError, WindowNotFoundError
+from ..geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring
 from ..window import Window
 
 ROLE = "moving-log"

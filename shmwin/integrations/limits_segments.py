@@ -43,8 +43,7 @@ from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
 from ..clock import Clock
 from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
 from ..errors import GeometryMismatchError, KeyTableFullError, OutOfSpaceError, WindowNotFoundError
-from ..geometry import DEFAULT_LOG_ENTRIES
-from ..layout_words import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
+from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, Rate

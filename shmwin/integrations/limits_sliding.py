@@ -1,7 +1,7 @@
 """limits' sliding window counter in shared memory, by limits' own algorithm.
 
 Windows are aligned on ``now // P``; each key keeps the count of its current window and of
-the one before (``layout_words.SLIDING_STATE``: a window index and two counts, 24 bytes after
+the one before (``format.SLIDING_STATE``: a window index and two counts, 24 bytes after
 the key header), in one segment per period P, ``PREFIX.sliding.P`` (role "sliding-counter").
 A hit is admitted when limits' weighted count -- the previous window's count weighed by the
 part of it still inside the last period, plus the current count -- leaves room for its cost,
@@ -20,7 +20,7 @@ import dataclasses
 
 from ..backends.contract import Key
 from ..geometry import Geometry, window_geometry
-from ..layout_words import EMPTY_EPOCH
+from ..ring import EMPTY_EPOCH
 from ..window import Window
 from .limits_counters import UNIT, CounterSegment, to_hits, to_units
 

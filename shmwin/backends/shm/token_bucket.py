@@ -1,7 +1,7 @@
 """ShmTokenBucket: a token bucket in a shared-memory segment, the default backend of ``TokenBucket``.
 
 One keyed segment of role "token-bucket" (``geometry.token_geometry``) holds, per key, one word:
-the GCRA's theoretical arrival time (``layout_words.TOKEN_STATE``). Taking tokens is one native
+the GCRA's theoretical arrival time (``format.TOKEN_STATE``). Taking tokens is one native
 section under the key's row lock (``token_take`` in ``core/counters.c``); ``hit`` and ``check``
 are the core's own methods, called with nothing in between.
 """

@@ -35,10 +35,10 @@ from ...errors import (
     WindowNotFoundError,
 )
 from ...geometry import Geometry, Meta
-from ...layout_words import COUNTER_ROLES, STATE_ROLES
 from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
 from . import layout, native
+from .format import COUNTER_ROLES, STATE_ROLES
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
@@ -297,7 +297,7 @@ class ShmWindow:
 
     def _key_states(self, words: int) -> list[tuple[Key, tuple[int, ...]]]:
         """``(key, its first ``words`` state words)`` of every live key of a counter role's
-        segment (``layout_words.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's words
+        segment (``format.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's words
         kept only if its generation is still the one its key was read with (a row given to
         another key meanwhile is left out: never one key's name with another's state)."""
         keys = self._keyed()

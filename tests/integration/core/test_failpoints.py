@@ -1489,7 +1489,7 @@ def _token_takes(name: str, clock_path: Path, n: int) -> list[int]:
 
 def _token_words(tb: Any, key: str) -> tuple[int, int]:
     """``key``'s (tat, last write), read from the segment by the layout's offsets."""
-    from shmwin import layout_words as words
+    from shmwin.backends.shm import format as words
 
     b = tb.window._backend
     row, _ = b._core.find(key)
@@ -1781,7 +1781,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
 
     def load(m: Any, clock: ManualClock, at: int) -> None:
         if free_made:
-            for _ in range(2 + 2 * shmwin.layout_words.CHUNK_ENTRIES):
+            for _ in range(2 + 2 * shmwin.backends.shm.format.CHUNK_ENTRIES):
                 assert m.hit("f", 1)
             m.clear("f")
         for i in range(before_hits):
@@ -1796,7 +1796,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
             for _ in range(12):
                 assert m.hit("other", 1)
             if free_made:  # the free chunks the victim's load takes from: a key's, cleared
-                for _ in range(2 + 2 * shmwin.layout_words.CHUNK_ENTRIES):
+                for _ in range(2 + 2 * shmwin.backends.shm.format.CHUNK_ENTRIES):
                     assert m.hit("f", 1)
                 m.clear("f")
 

@@ -17,7 +17,7 @@ import pytest
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin import layout_words as layout
+from shmwin.backends.shm import format as layout
 from shmwin.backends.shm.segment import path_of
 from shmwin.errors import CorruptSegmentError, ShmwinError
 from shmwin.integrations import limits_fixed, limits_sliding
