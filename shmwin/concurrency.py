@@ -26,6 +26,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from .backends.contract import Key
+from .backends.shm.roles import ConcurrencyEngine
 from .clock import Clock, host_clock
 from .duration import Duration, to_ns
 from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError
@@ -103,7 +104,7 @@ class Concurrency:
         self.window = window
         self.name = window.name
         self.limit = window.geometry.rings[0].limit
-        self._core: Any = window._backend._core  # type: ignore[attr-defined]  # shared memory's: its sections
+        self._engine = ConcurrencyEngine(window)  # shared memory's: its sections
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
@@ -112,8 +113,7 @@ class Concurrency:
 
     def try_acquire(self, key: Key) -> bool:
         """Take a slot of ``key`` if one is free now; never waits."""
-        taken, _ = self._core.conc_acquire(key)
-        return bool(taken)
+        return self._engine.acquire(key)
 
     def acquire(self, key: Key, timeout: float | None = None) -> bool:
         """Take a slot of ``key``, waiting (sleeping, not spinning) until one is free: False
@@ -156,18 +156,18 @@ class Concurrency:
 
     def release(self, key: Key) -> None:
         """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none."""
-        if not self._core.conc_release(key):
+        if not self._engine.release(key):
             raise NotHeldError(
                 f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
             )
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
-        return int(self._core.conc_count(key))
+        return self._engine.count(key)
 
     def held(self, key: Key) -> int:
         """Slots of ``key`` this handle holds."""
-        return int(self._core.conc_mine(key))
+        return self._engine.mine(key)
 
     @contextmanager
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
@@ -238,14 +238,13 @@ def is_concurrency(window: Any) -> bool:
 def all_keys(window: Any) -> list[Key]:
     """Every key of a concurrency segment's ``window`` (``Window.keys()`` leaves out keys
     unwritten for the idle time; here a key's holders keep it, whatever its age)."""
-    return [key for _, key, _ in window._backend._keyed().entries()]
+    return ConcurrencyEngine(window).all_keys()
 
 
 def holder_counts(window: Any) -> list[tuple[Key, int]]:
     """``(key, slots held now)`` of every key of a concurrency segment's ``window`` (for the
     tools: each read under the key's row lock, nothing written)."""
-    core = window._backend._core
-    return [(key, int(core.conc_count(key))) for key in all_keys(window)]
+    return ConcurrencyEngine(window).values(0)  # holders now: no clock, the processes alive
 
 
 __all__ = [

@@ -27,6 +27,8 @@ from typing import Any
 from . import backends
 from . import decisions as _decisions
 from .backends.contract import Key
+from .backends.shm.roles import TokensEngine
+from .backends.shm.roles.tokens import tokens_at as tokens_at  # the GCRA arithmetic, a reader of its own
 from .clock import Clock
 from .decisions import Decisions
 from .duration import NS_PER_S
@@ -34,7 +36,6 @@ from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import token_geometry
 from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, opening_on_error
 from .rate import LimitStats, Rate, parse_many
-from .ring import EMPTY_EPOCH
 from .waiting import Waiting
 from .window import Window
 
@@ -231,22 +232,10 @@ class TokenBucket(Waiting):
         return repr(self._backend)
 
 
-def tokens_at(tat_ns: int, now_ns: int, interval_ns: int, burst: int) -> int:
-    """The whole tokens a bucket holds at ``now_ns`` from its state word (``core/counters.c``'s
-    token_read: no state, or junk, is a full bucket here -- the tools never raise on it)."""
-    if tat_ns == EMPTY_EPOCH or tat_ns < 0:
-        return burst
-    left_ns = now_ns + burst * interval_ns - max(tat_ns, now_ns)
-    return min(max(left_ns // interval_ns, 0), burst)
-
-
 def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
     """``(key, whole tokens left)`` of each key of a token bucket's segment whose bucket is not
-    full, lock-free (for the tools)."""
-    ring = w.geometry.rings[0]
-    states = w._backend._key_states(1)  # type: ignore[attr-defined]
-    found = [(key, tokens_at(tat, now_ns, ring.bucket_ns, ring.n_buckets)) for key, (tat,) in states]
-    return [(key, tokens) for key, tokens in found if tokens < ring.n_buckets]
+    full, lock-free (for the tools): the role's reader, :meth:`TokensEngine.values`."""
+    return TokensEngine(w).values(now_ns)
 
 
 __all__ = ["TokenBucket"]

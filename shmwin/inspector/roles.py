@@ -51,6 +51,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from ..backends.shm.roles import ENGINES, LeaseEngine
 from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
@@ -111,12 +112,10 @@ def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:
     unspent, ``served`` hits and ``round_trips`` (``leases`` taken + ``refusals``) over the
     segment's life, and the ``top`` keys by hits served, ``[key, {granted, spent, expires_s,
     served, leases, refusals}]``."""
-    core, now = w._backend._core, int(w._clock())
-    rows, keys = [], w.keys()
-    for key in keys:
-        words = core.lease_get(key)
-        if words is None:
-            continue
+    engine = LeaseEngine(w)
+    now = engine.now_ns()
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    for key, words in engine.values(now):
         lease_id, granted, spent, deadline_ns, *_, served, leases, refusals = words
         live = lease_id > 0 and now <= deadline_ns and spent < granted
         rows.append((key, {
@@ -162,17 +161,8 @@ def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     a fixed window's count while it is live, a sliding counter's weighted count, a moving
     window's hits in the last period, a token bucket's tokens left (only the keys whose bucket
     is not full)."""
-    from .. import token_bucket
-    from ..integrations import limits_fixed, limits_moving, limits_sliding
-
-    if role == "concurrency":  # holders now, over live processes
-        from ..concurrency import holder_counts
-
-        return holder_counts(w)
-    readers = {"fixed-window": limits_fixed, "moving-log": limits_moving, "token-bucket": token_bucket}
-    reader: Any = readers.get(role, limits_sliding)
-    found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
-    return found
+    engine = ENGINES[role](w)  # the role's reader: concurrency's counts holders now, over live processes
+    return engine.values(engine.now_ns())
 
 
 def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
