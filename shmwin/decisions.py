@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import backends
-from .backends.shm.segment import MAX_NAME_CHARS
+from .backends.contract import MAX_NAME_CHARS
 from .clock import Clock
 from .duration import format_ns
 from .errors import NotSupportedError, WindowNotFoundError
