@@ -176,7 +176,7 @@ def expected_core() -> None:
 
 # what scripts/checks.d/50-sanitizers.sh runs against the sanitized cores (with the tests
 # marked ``sanitize`` themselves: the bad-words fuzz)
-_SANITIZED = ("test_native.py", "test_failpoints.py", "test_crash.py", "test_bad_segments.py", "test_keys.py",
+_SANITIZED = ("test_native.py", "test_crash.py", "test_bad_segments.py", "test_keys.py",
               "test_growth.py", "test_concurrency.py", "test_limiter_compact.py",
               "test_moving_log.py", "test_twotier.py")  # fmt: skip
 
@@ -196,7 +196,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         ring = os.path.relpath(item.path, tests).split(os.sep)[0]  # integration/core/test_x.py: integration
         if ring in _RINGS:
             item.add_marker(getattr(pytest.mark, ring))
-        if item.path.name in _SANITIZED:
+        if item.path.name in _SANITIZED or item.path.parent.name == "failpoints":  # core/failpoints/*
             item.add_marker(pytest.mark.sanitize)
         if item.get_closest_marker("failpoints") and not hasattr(_core, "failpoint"):
             item.add_marker(no_failpoints)

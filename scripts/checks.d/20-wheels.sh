@@ -24,7 +24,7 @@ whl.extractall(sys.argv[2], [n for n in whl.namelist() if n.endswith(".so")])' "
 assert c.__file__.startswith(os.getcwd()), f"the tests would import {c.__file__}"')
 echo "wheels: the shipped $(basename "$wheel") under the native, fail-point and crash tests"
 (cd "$copy" && "$OLDPWD/.venv/bin/python" -m pytest -n auto -q -p no:cacheprovider \
-  tests/integration/core/test_native.py tests/integration/core/test_failpoints.py tests/integration/core/test_crash.py)
+  tests/integration/core/test_native.py tests/integration/core/failpoints tests/integration/core/test_crash.py)
 # The fail-point tests skip against the shipped (production) core. The same toolchain's test build
 # (zig cc for glibc 2.17, -DSHMWIN_TEST) runs them: every section struck after every store, on the
 # lock path only that build takes (pthread_mutex_timedlock on CLOCK_REALTIME).
@@ -35,4 +35,4 @@ CC="$zigcc" source scripts/_core_build.sh
 core_copy "$zig_copy" -O2 -DSHMWIN_TEST
 echo "wheels: zig cc's glibc-2.17 test build under the fail-point and crash tests"
 core_pytest "$zig_copy" -- -n auto -q -m failpoints \
-  tests/integration/core/test_native.py tests/integration/core/test_failpoints.py tests/integration/core/test_crash.py
+  tests/integration/core/test_native.py tests/integration/core/failpoints tests/integration/core/test_crash.py

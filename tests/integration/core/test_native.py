@@ -1,6 +1,6 @@
 """The native core's promises: uninterruptible sections, close safety, bounded loops.
 
-Fail points at every store are in test_failpoints.py; here, exceptions raised at
+Fail points at every store are in core/failpoints/ (one file per section); here, exceptions raised at
 *random* instants by a signal handler, every public call after close(), corrupted
 row headers, and the constants C and layout.py must share.
 """

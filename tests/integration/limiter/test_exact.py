@@ -1,6 +1,6 @@
 """Exact limiters (``Limiter(exact=...)``): each rate keeps a key's hit times (a log ring),
 so a hit is forgotten exactly one period after it, across real processes. The fail points
-of their section are in test_failpoints.py (test_hit_exact)."""
+of their section are in core/failpoints/test_fp_hit_exact_log.py."""
 
 from __future__ import annotations
 
