@@ -93,7 +93,7 @@ class Limiter(Waiting):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
-        opened = backends.open_limiter(
+        opened = backends.open("limiter",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
             ready_timeout=ready_timeout,
@@ -120,7 +120,7 @@ class Limiter(Waiting):
         Its hits are counted in its decisions window if it has one (none is made)."""
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
-        opened = backends.open_limiter(
+        opened = backends.open("limiter",
             name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
         )  # fmt: skip
@@ -136,7 +136,7 @@ class Limiter(Waiting):
         """Create or attach a shared-memory limiter of exactly ``want`` (a limiter geometry
         with a ``role`` for the tools): what shmwin's own parts make."""
         self = cls.__new__(cls)
-        self._bind(backends.open_limiter(name, want, clock=clock, perm=perm), clock, "raise", "raise")
+        self._bind(backends.open("limiter", name, want, clock=clock, perm=perm), clock, "raise", "raise")
         return self
 
     def _bind(

@@ -79,7 +79,7 @@ class TokenBucket(Waiting):
             raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
         self._rate_given: Rate | None = rates[0]
         want = token_geometry(rates[0], burst, capacity)
-        opened = backends.open_token_bucket(
+        opened = backends.open("token-bucket",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
             ready_timeout=ready_timeout,
@@ -105,7 +105,7 @@ class TokenBucket(Waiting):
         """Attach to an existing token bucket; its rate and burst are read from the store."""
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
-        opened = backends.open_token_bucket(
+        opened = backends.open("token-bucket",
             name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
         )  # fmt: skip

@@ -15,8 +15,8 @@ import pytest
 from support.helpers import ROOT
 
 import shmwin
-from shmwin import Limiter, ManualClock, Window, backends, policy
-from shmwin.backends.contract import LimiterBackend, WindowBackend
+from shmwin import Limiter, ManualClock, TokenBucket, Window, backends, policy
+from shmwin.backends.contract import LimiterBackend, TokenBucketBackend, WindowBackend
 from shmwin.backends.redis.testing import ServerTime
 from shmwin.backends.shm import native
 
@@ -250,6 +250,14 @@ def _public(obj: Any) -> set[str]:
 
 def test_both_backends_keep_the_protocols_and_every_public_name(redis_server, make_name):
     clock = ServerTime(ManualClock(10**15))  # redis: the server's time
+    urls = (None, redis_server.url)
+    buckets = [TokenBucket(make_name("t"), "5/minute", burst=5, backend=url) for url in urls]
+    try:
+        assert all(isinstance(b._backend, TokenBucketBackend) for b in buckets)
+    finally:
+        for bucket in buckets:
+            bucket.unlink()
+            bucket.close()
     made = {
         "shm": (Window(make_name("w"), capacity=4, clock=clock), Limiter(make_name("l"), "5/minute")),
         "redis": (
@@ -538,3 +546,40 @@ def test_backends_registry_is_plain():
     assert backends.lookup(None).window.__qualname__ == "ShmWindow.open"
     with pytest.raises(ValueError, match="unknown backend 'memcached://x'"):
         backends.lookup("memcached://x")
+
+
+@pytest.mark.unit
+def test_one_opener_for_every_kind_and_a_missing_kind_says_so_before_anything_opens():
+    opened: list[str] = []
+
+    def never(req: Any) -> Any:
+        opened.append(req.name)
+        raise AssertionError("nothing should open")
+
+    backends.register("nobucket", backends.Scheme(window=never, limiter=never, options=frozenset()))
+    with pytest.raises(shmwin.NotSupportedError, match="the nobucket backend has no token bucket"):
+        backends.open("token-bucket", "b", None, backend="nobucket://x")
+    with pytest.raises(shmwin.NotSupportedError, match="cannot honour perm=384"):
+        backends.open("window", "w", None, backend="nobucket://x", perm=0o600)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        backends.open("counter", "c", None, backend="nobucket://x")
+    assert opened == []
+    assert backends.lookup(None).opener("token-bucket").__qualname__ == "ShmTokenBucket.open"
+
+
+@pytest.mark.unit
+def test_the_token_bucket_and_role_engines_keep_their_protocols():
+    from shmwin.backends.contract import ConcurrencyEngine, CounterEngine, TokenBucketBackend
+    from shmwin.backends.redis.token_bucket import RedisTokenBucket
+    from shmwin.backends.shm import roles
+    from shmwin.backends.shm.token_bucket import ShmTokenBucket
+
+    def keeps(cls: type, protocol: type, given: set[str]) -> bool:  # ``given``: set by __init__
+        return all(_has(cls, n) or n in given for n in vars(protocol) if not n.startswith("_"))
+
+    assert keeps(ShmTokenBucket, TokenBucketBackend, {"name"})
+    assert keeps(RedisTokenBucket, TokenBucketBackend, {"name", "url"})
+    assert not keeps(ShmTokenBucket, TokenBucketBackend, set())  # the check sees what is missing
+    assert all(keeps(engine, CounterEngine, set()) for engine in roles.ENGINES.values())
+    assert keeps(roles.ConcurrencyEngine, ConcurrencyEngine, set())
+    assert not keeps(roles.FixedEngine, ConcurrencyEngine, set())

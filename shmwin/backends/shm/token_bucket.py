@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from ...geometry import TOKEN_ROLE, token_rate_of
 from ...rate import Rate
-from ..contract import Key, Request
+from ..contract import Key, Request, TokenCheck
 from .decider import ShmDecider, open_window
 from .window import ShmWindow
 
 # allowed, whole tokens left, wait_ns (None: never), ns until full
-TokenCheck = tuple[bool, int, int | None, int]
 
 
 class ShmTokenBucket(ShmDecider):
