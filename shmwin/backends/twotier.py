@@ -47,7 +47,7 @@ from .contract import Check, Key, Request
 from .redis import scripts
 from .redis.client import NS_PER_US, RedisBase, key_text
 from .shm.roles import LeaseEngine
-from .shm.window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
+from .shm.window import ShmOptions, ShmWindow
 
 MAX_SPEND_NS = 1_000_000_000  # a lease's spend time D: min(P / 10, this)
 SPEND_PART = 10
@@ -300,12 +300,10 @@ class TwoTierLimiter:
 def _host_tier(req: Request, want: Geometry, attach: bool) -> ShmWindow:
     """This host's lease segment: ``want`` created or attached; for an attach (the rates read
     from Redis, not the capacity), the segment as it is if this host has one."""
-    how = {"clock": req.clock, "perm": req.option("perm", PERM), "on_full": req.on_full,
-           "lock_timeout": req.option("lock_timeout", LOCK_TIMEOUT_S),
-           "ready_timeout": req.option("ready_timeout", READY_TIMEOUT_S)}  # fmt: skip
+    opts = ShmOptions.of(req)
     if attach:
         try:
-            window = ShmWindow.attach(req.name, **how)
+            window = ShmWindow.attach(req.name, opts)
         except WindowNotFoundError:
             pass
         else:
@@ -313,7 +311,7 @@ def _host_tier(req: Request, want: Geometry, attach: bool) -> ShmWindow:
                 return window
             window.close()
             raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind} here, not a lease segment")
-    return ShmWindow.open_geometry(req.name, want, **how)
+    return ShmWindow.open_geometry(req.name, want, opts)
 
 
 def _parse_spec(spec: str) -> Geometry:
