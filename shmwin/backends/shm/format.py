@@ -268,8 +268,8 @@ TOKEN_STATE_BYTES = 8
 # 2**33 ns, 8.6 s; above, P / 2**28 rounded up to a power of two: 256 ns for a minute, 524 us
 # for a day), kept modulo 2**32 and read back against the row's last write (KEY_ROW.last_ns),
 # which every entry holding hits lies within 2**30 quanta (34 s at least, 4 P) of:
-# core/moving.c zeroes entries further behind before the last write moves on, and stamps a
-# hit from a clock further behind (a wall clock stepped back) at that bound. Rounded up, a
+# core/moving.c moves a key's dead hits (kept as one entry) up to that bound as the last write
+# moves on (later: strict), and stamps a hit from a clock further behind at that bound. Rounded up, a
 # hit is forgotten at most q - 1 ns late, never early (strict). A moving log's limit is at
 # most MOVING_HITS_MAX.
 MOVING_INLINE = 2

@@ -273,10 +273,6 @@ def _hit_elsewhere(name: str, now_ns: int, key: str, cost: int) -> list[str]:
     return run_python(SKEWED_CHILD, name, str(now_ns), key, str(cost)).stdout.split()
 
 
-@pytest.mark.xfail(strict=True, reason="a hit reuses an entry that has left by the hitter's clock (as "
-                   "format 7 did): a process whose clock runs 3 s ahead takes an entry a slower one still "
-                   "counts. The processes of one host read one clock; entries are no longer zeroed until "
-                   "2**30 quanta old, so only that one entry is taken")
 def test_a_fast_clocks_hit_never_erases_a_slow_clocks_live_hits(name):
     """B (this process) counts 2 hits at its T; A, whose clock is 3 s ahead, counts 1 at its
     T + 11 s (B's T + 8 s): 3 hits, the limit, in every frame. B's two hits count in B's frame

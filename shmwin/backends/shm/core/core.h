@@ -109,6 +109,7 @@ typedef struct {
     PyObject *fields;   /* {name: word index within a slot} */
     struct CacheEntry *cache;  /* keys this process has seen: see keycache.c */
     int64_t cache_mask, cache_used;
+    uint64_t cache_k0, cache_k1;  /* the table's secret, which places its keys: see keycache.c */
     PyObject *claim;    /* striped: callable() -> (pid, start ticks) of this process */
     PyObject *name;
     /* this process's stripe */
@@ -337,6 +338,7 @@ typedef struct CacheEntry {
 void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
 void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);
+PyObject *Core_cache_probes(Core *c, PyObject *key);
 
 /* ---- limits' fixed window and sliding window counter, the token bucket (counters.c) ------- */
 

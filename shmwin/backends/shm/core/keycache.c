@@ -3,7 +3,13 @@
  */
 #include "core.h"
 
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- the key cache: key object -> (slot, generation), this process only ------------------ *
  * Exact str/bytes keys (their hashes are cached in the objects), in one open-addressed table
@@ -20,6 +26,19 @@
  * whose lines are asked for together with the row's, so that the two misses overlap. The
  * hash is tagged with the key's type: b"k" and "k" (equal hashes in CPython) are two keys.
  *
+ * Flooding. Keys come from clients, and Python's hash of a str is known to anyone who knows
+ * the seed (PYTHONHASHSEED=0, as some deployments fix it): by trying names, an attacker finds
+ * thousands of keys with the same low 13 bits (8,192 tries a key). Placed by `hash & mask`,
+ * they all started at one place and each hit walked the whole run (4,000 such keys: a warm
+ * hit 15x a normal key's cost, growing with their number). So a key's place and tag come from
+ * its hash mixed with the table's own secret (cache_mix: 128 random bits, drawn anew each
+ * time the table is built, so this process's earlier tables tell nothing), and no lookup reads
+ * more than PROBE_LIMIT entries: a key that finds no room within them is simply not cached
+ * (its hits take the shared index, whose SipHash has the segment's secret key), or makes a
+ * table at least half full grow first. With random places, runs of 64 do not form below half
+ * full (in 20 simulated fills of 2^18 entries, the first came at 0.58 full at the earliest, at
+ * 0.64 on average): normal keys are always cached, and a table grows a little early at most.
+ *
  * An entry: | bits 0-47: the key object's address (a strong reference) | 48-63: its tag |
  * then slot and generation (int32 each). Keys at addresses past 48 bits are never cached. */
 
@@ -27,6 +46,7 @@
 #define ADDRESS_MASK ((UINT64_C(1) << ADDRESS_BITS) - 1)
 #define ENTRY_KEY(e) ((PyObject *)(uintptr_t)((e)->key_tag & ADDRESS_MASK))
 #define TAG_OF(hash) ((uint64_t)(hash) >> ADDRESS_BITS)
+#define PROBE_LIMIT 64  /* entries a lookup reads at most: 16 lines */
 
 /* Memory for the table. A large one is mapped on its own and marked for huge pages: a probe
  * at a random place then rarely misses the TLB (a page walk is dear, most of all under a VM's
@@ -57,10 +77,41 @@ void cache_drop(Core *c) {
     c->cache_used = 0;
 }
 
-/* The hash an entry is placed and tagged by: Python's, bytes told apart from a str of the same text. */
-static uint64_t typed_hash(PyObject *key, Py_hash_t h) {
-    return (uint64_t)h ^ (PyBytes_CheckExact(key) ? UINT64_C(0x5bd1e9955bd1e995) : 0);
+/* A new table's secret: 128 bits from the kernel, or (no entropy yet: early boot, a seccomp
+ * filter) from the clock, the process and the stack's place, which are not known in advance
+ * either. The test build takes it from SHMWIN_CACHE_SECRET="k0:k1" (hex) if set: "0:1" places
+ * keys by their hash alone, as before the secret, for the tests of PROBE_LIMIT. */
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
 }
+static void cache_secret(uint64_t k[2]) {
+    if (getrandom(k, 2 * sizeof *k, GRND_NONBLOCK) != (ssize_t)(2 * sizeof *k)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t x = (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+        x ^= (uint64_t)getpid() << 40 ^ (uint64_t)(uintptr_t)k;
+        k[0] = splitmix(&x);
+        k[1] = splitmix(&x);
+    }
+#ifdef SHMWIN_TEST
+    const char *fixed = getenv("SHMWIN_CACHE_SECRET");
+    if (fixed != NULL && *fixed) (void)sscanf(fixed, "%" SCNx64 ":%" SCNx64, &k[0], &k[1]);
+#endif
+    k[1] |= 1;  /* a multiplier: never 0 */
+}
+
+/* The word an entry is placed (its low bits) and tagged (TAG_OF) by: Python's hash, bytes
+ * told apart from a str of the same text, then multiplied by the secret into 128 bits whose
+ * halves are folded (every bit then depends on every bit of the hash and of the secret). */
+static inline uint64_t cache_mix(uint64_t k0, uint64_t k1, PyObject *key, Py_hash_t h) {
+    uint64_t typed = (uint64_t)h ^ (PyBytes_CheckExact(key) ? UINT64_C(0x5bd1e9955bd1e995) : 0);
+    unsigned __int128 m = (unsigned __int128)(typed ^ k0) * k1;
+    return (uint64_t)m ^ (uint64_t)(m >> 64);
+}
+#define CACHE_HASH(c, key, h) cache_mix((c)->cache_k0, (c)->cache_k1, (key), (h))
 
 static void prefetch_row(Core *c, int64_t s, int64_t now);
 
@@ -91,12 +142,13 @@ static __attribute__((noinline)) CacheEntry *take_other(Core *c, CacheEntry *e, 
     return e;
 }
 
-/* The entry of key, or the empty entry where it would go. *verified: the entry is key's for
- * sure (the same object, or an equal one). */
+/* The entry of key, or the empty entry where it would go, among the PROBE_LIMIT from its place;
+ * NULL if none of them is either. *verified: the entry is key's for sure (the same object, or
+ * an equal one). */
 static CacheEntry *cache_probe(Core *c, PyObject *key, uint64_t hash, enum probe_mode mode, int64_t now,
                                int *verified) {
-    uint64_t tag = TAG_OF(hash), mask = (uint64_t)c->cache_mask;
-    for (uint64_t i = hash & mask;; i = (i + 1) & mask) {
+    uint64_t tag = TAG_OF(hash), mask = (uint64_t)c->cache_mask, i = hash & mask;
+    for (int n = 0; n < PROBE_LIMIT; n++, i = (i + 1) & mask) {
         CacheEntry *e = &c->cache[i];
         uint64_t word = e->key_tag;
         if ((PyObject *)(uintptr_t)(word & ADDRESS_MASK) == key) {
@@ -109,6 +161,8 @@ static CacheEntry *cache_probe(Core *c, PyObject *key, uint64_t hash, enum probe
         }
         if (TAG_OF(word) == tag && take_other(c, e, key, mode, now, verified) != NULL) return e;
     }
+    *verified = 0;
+    return NULL;
 }
 
 /* Exact str/bytes of at most CACHED_KEY_CHARS characters, at an address an entry can hold:
@@ -130,41 +184,63 @@ static CacheEntry *cache_get(Core *c, PyObject *key, enum probe_mode mode, int64
         PyErr_Clear();
         return NULL;
     }
-    CacheEntry *e = cache_probe(c, key, typed_hash(key, h), mode, now, verified);
-    return e->key_tag != 0 && e->gen > 0 ? e : NULL;
+    CacheEntry *e = cache_probe(c, key, CACHE_HASH(c, key, h), mode, now, verified);
+    return e != NULL && e->key_tag != 0 && e->gen > 0 ? e : NULL;
 }
 
-/* Room for one more entry: the table doubled (and every entry placed again) past 3/4 full. */
-static int cache_grow(Core *c) {
-    if (4 * (c->cache_used + 1) <= 3 * (c->cache_mask + 1)) return 0;
+/* Room for one more entry: the table doubled past 3/4 full (or now, if `now`), with a new
+ * secret, every entry placed again by it. One with no room within PROBE_LIMIT of its new place
+ * is dropped (a cache only; its key is a str or bytes: no Python code runs as it goes). */
+static int cache_grow(Core *c, int now) {
+    if (!now && 4 * (c->cache_used + 1) <= 3 * (c->cache_mask + 1)) return 0;
     int64_t size = c->cache_mask < 0 ? 64 : 2 * (c->cache_mask + 1);
     CacheEntry *table = cache_alloc((size_t)size * sizeof(CacheEntry));
     if (table == NULL) return -1;
+    uint64_t k[2], mask = (uint64_t)(size - 1);
+    cache_secret(k);
+    int64_t kept = 0;
     for (int64_t j = 0; j <= c->cache_mask; j++) {
-        if (c->cache[j].key_tag == 0) continue;
+        uint64_t word = c->cache[j].key_tag;
+        if (word == 0) continue;
         PyObject *key = ENTRY_KEY(&c->cache[j]);  /* str and bytes keep their hash: no error */
-        uint64_t i = typed_hash(key, PyObject_Hash(key)) & (uint64_t)(size - 1);
-        while (table[i].key_tag != 0) i = (i + 1) & (uint64_t)(size - 1);
+        uint64_t hash = cache_mix(k[0], k[1], key, PyObject_Hash(key)), i = hash & mask;
+        int n = 0;
+        for (; n < PROBE_LIMIT && table[i].key_tag != 0; n++) i = (i + 1) & mask;
+        if (n == PROBE_LIMIT) {
+            Py_DECREF(key);
+            continue;
+        }
         table[i] = c->cache[j];
+        table[i].key_tag = (word & ADDRESS_MASK) | TAG_OF(hash) << ADDRESS_BITS;
+        kept++;
     }
     if (c->cache != NULL) cache_free(c->cache, TABLE_BYTES(c));
     c->cache = table;
     c->cache_mask = size - 1;
+    c->cache_used = kept;
+    c->cache_k0 = k[0];
+    c->cache_k1 = k[1];
     return 0;
 }
 
 void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     if (!cacheable(key) || gen >= INT32_MAX || slot >= INT32_MAX) return;
     if (c->cache_used >= 4 * KEYS(c) + 256) cache_drop(c);  /* churn: start over */
-    if (cache_grow(c) < 0) return;  /* a cache only */
+    if (cache_grow(c, 0) < 0) return;  /* a cache only */
     Py_hash_t h = PyObject_Hash(key);
     if (h == -1) {
         PyErr_Clear();  /* a cache only */
         return;
     }
-    uint64_t hash = typed_hash(key, h);
     int verified;
+    uint64_t hash = CACHE_HASH(c, key, h);
     CacheEntry *e = cache_probe(c, key, hash, PROBE_EQUAL, 0, &verified);
+    if (e == NULL && 2 * c->cache_used >= c->cache_mask + 1) {  /* a long run in a table half full */
+        if (cache_grow(c, 1) < 0) return;
+        hash = CACHE_HASH(c, key, h);  /* the new table's secret */
+        e = cache_probe(c, key, hash, PROBE_EQUAL, 0, &verified);
+    }
+    if (e == NULL) return;  /* no room within PROBE_LIMIT of its place: not cached */
     if (e->key_tag == 0) {
         e->key_tag = (uint64_t)(uintptr_t)Py_NewRef(key) | TAG_OF(hash) << ADDRESS_BITS;
         c->cache_used++;
@@ -238,4 +314,26 @@ int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
     if (!create) return 0;
     if (!encoded && encode_key(c, key, &k) < 0) return -1;
     return insert_key(c, key, &k, now, slot);
+}
+
+/* cache_probes(key) -> how many entries a lookup of key reads in this process's key cache: to
+ * its entry, or to the empty one that ends its run, at most PROBE_LIMIT (0: no table, or a key
+ * never cached). For the tests and the curious: a flood of keys at one place shows as long probes. */
+PyObject *Core_cache_probes(Core *c, PyObject *key) {
+    long long reads = 0;
+    if (enter(c) < 0) return NULL;
+    if (c->cache_used > 0 && cacheable(key)) {
+        Py_hash_t h = PyObject_Hash(key);
+        if (h == -1) {
+            leave(c);
+            return NULL;
+        }
+        uint64_t hash = CACHE_HASH(c, key, h);
+        int verified;
+        CacheEntry *e = cache_probe(c, key, hash, PROBE_EQUAL, 0, &verified);
+        reads = PROBE_LIMIT;
+        if (e != NULL) reads = (long long)(((uint64_t)(e - c->cache) - hash) & (uint64_t)c->cache_mask) + 1;
+    }
+    leave(c);
+    return PyLong_FromLongLong(reads);
 }

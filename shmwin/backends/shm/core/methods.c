@@ -828,6 +828,8 @@ PyMethodDef core_methods[] = {
     {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset($self, /)\n--\n\nEmpty every row, for everyone."},
     {"find", (PyCFunction)Core_find, METH_O,
      "find($self, key, /)\n--\n\n(row, generation) of key, or None: lock-free."},
+    {"cache_probes", (PyCFunction)Core_cache_probes, METH_O,
+     "cache_probes($self, key, /)\n--\n\nHow many entries of this process's key cache a lookup of key reads."},
     {"free_stripes", (PyCFunction)Core_free_stripes, METH_NOARGS,
      "free_stripes($self, /)\n--\n\nFree the stripes of dead owners: how many."},
     {"stripe_owners", (PyCFunction)Core_stripe_owners, METH_NOARGS,

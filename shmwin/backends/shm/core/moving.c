@@ -11,12 +11,26 @@
  * An entry is one word, stamp << 32 | hits (layout_words.MOVING_STATE): the stamp is its time
  * rounded up to the quantum q = 2**moving_shift ns (32 ns for P up to 2**33 ns), modulo 2**32,
  * read back against the row's last write. Every entry holding hits lies within OLD_QUANTA
- * (2**30, at least 4 P) before the last write and a quantum after it: "moving_hit" stamps a hit
- * from a clock further behind at that bound (held longer: strict), and zeroes the entries
- * further behind its now before it moves the last write on. Entries merely expired are left
- * as they are (a process whose clock lags may count them yet), as a log ring's are. An entry counts while hits > 0 and t >= now - P (limits' memory
+ * (2**30, at least 4 P) before the last write and a quantum after it. An entry counts while
+ * hits > 0 and t >= now - P, a time ahead of now (a clock behind) included (limits' memory
  * storage's moving window, and a log ring's: rings.c): a hit is forgotten after P has passed,
  * at most q - 1 ns late (its time was rounded up), never early.
+ *
+ * Clocks that step. limits reads the wall clock, which NTP steps back, and processes' clocks
+ * may disagree; so an entry that counts nothing at one hit's now may count again at a later
+ * call's. A hit never erases hits: the entries counting nothing at its now ("dead") are kept
+ * as ONE entry, at the newest of their times, holding min(their hits, L - used - cost) (used:
+ * the hits counting at now). Why that is strict, for any clock x the entry counted at before:
+ * x <= that time + P < now, so at x every entry counting at now and the new hit count too
+ * (their times are later); the kept entry adds its hits, so x sees either every hit it saw
+ * before and the new one, or L: in both cases no fewer than the exact log's count, up to L.
+ * (Held at the newest dead time, older dead hits count longer for a clock stepped back:
+ * refusals early, never admissions late.) Merges only move hits later; a time that falls
+ * OLD_QUANTA behind the last write is moved up to that bound, later too. So a clock stepped
+ * back, by any amount, never sees fewer hits than it recorded inside its window, up to L;
+ * in the exact regime (n = L) the kept entry always finds room (it is kept only when
+ * used + cost < L, so at most L - 2 entries count), and a clock that only moves forward
+ * sees exactly what it did before.
  *
  * Locks: LOCK_KEY_TABLE -> a row lock -> LOCK_CHUNKS, in that order only. Entries are written
  * under their key's row lock; chain words (a row's chain, a chunk's next and owner) and the
@@ -26,8 +40,9 @@
  * Invariant of the heap, between any two stores: every chunk below chunks_top is on the free
  * list, in exactly one row's chain (its owner that row), or -- inside "chunk_alloc" and
  * "chunk_free" -- in neither; never in both, never in two chains. A chunk in a chain may count
- * nothing (its hits expired): it goes back lazily, at the key's next counted hit, or when the
- * key's row is emptied (clear, reclaim, a rebuild's idle drops, the row's reuse).
+ * nothing (its hits expired): at the key's next counted hit its entries merge into the key's
+ * one dead entry and it goes back, holding no hits; or when the key's row is emptied (clear,
+ * reclaim, a rebuild's idle drops, the row's reuse).
  * Repair (LOCK_CHUNKS found owner-dead; "chunk_repair"): the free list is rebuilt from scratch:
  * every chunk reachable from a row's chain (rows below rows_top; at most the longest chain a
  * key can hold, and below chunks_top: a cycle, a junk index or a chunk of another owner cuts
@@ -86,14 +101,8 @@ static int64_t anchor_of(Core *c, char *row) { return stamp_of(c, LOAD(RLAST(row
 /* How far behind the last write (in quanta) an entry may lie: a quarter of the stamps' range,
  * four periods at least (P spans at most 2**MOVING_SPAN_BITS quanta). */
 #define OLD_QUANTA (INT64_C(1) << (MOVING_SPAN_BITS + 2))
-/* Is the entry word w further behind now than OLD_QUANTA (it counts nothing for any clock
- * within 3 P of now)? Such entries are zeroed before the last write moves on. */
-static int too_old(Core *c, int64_t w, int64_t anchor, int64_t now) {
-    return hits_of(w) > 0 && stamp_near(w, anchor) < stamp_of(c, now) - OLD_QUANTA;
-}
 static int64_t period(Core *c) { return c->rings[0].bucket_ns; }
 static int64_t max_entries(Core *c) { return c->rings[0].n; }  /* n = min(limit, times) */
-static int64_t inline_entries(Core *c) { return max_entries(c) < MOVING_INLINE ? max_entries(c) : MOVING_INLINE; }
 
 /* The longest chain a key can hold: a chunk is taken only when every entry counts and fewer
  * than n do, so a key holds at most ceil((n - MOVING_INLINE) / CHUNK_ENTRIES) chunks. */
@@ -104,9 +113,6 @@ static int64_t max_chain(Core *c) {
 
 static int counts(Core *c, int64_t t, int64_t hits, int64_t now) {
     return hits > 0 && t >= now - period(c);  /* a time ahead of now (a clock behind) counts */
-}
-static int entry_counts(Core *c, int64_t w, int64_t anchor, int64_t now) {
-    return counts(c, time_of(c, stamp_near(w, anchor)), hits_of(w), now);
 }
 
 /* Is this Core a moving log: a keyed window of one log ring whose rows hold its state? */
@@ -149,22 +155,31 @@ static int64_t chain_next(Core *c, int64_t slot, int64_t v, int64_t top, int64_t
 
 /* ---- the scan: what a key's entries count at now, and where a new hit goes ------------------ */
 
+#define SCAN_DEADS 4
 typedef struct {
     int64_t anchor;            /* the stamp of the row's last write: entries are read against it */
     int64_t used, live;        /* hits counted (saturating), entries counting */
-    int64_t stale;             /* entries holding hits further behind now than OLD_QUANTA */
-    int64_t *free_e;           /* an entry counting nothing: inline first, then the chain's */
-    int64_t free_chunk;        /* the chunk holding free_e; -1: inline, or none */
+    int64_t dead_hits;         /* hits of the entries counting nothing at now (saturating) */
+    int64_t dead_stamp;        /* the newest of their stamps (INT64_MIN: none) */
+    int64_t *free1, *free2;    /* the first two entries counting nothing (dead or empty): inline first */
+    int64_t n_dead;            /* entries holding hits that count nothing at now */
+    int64_t *deads[SCAN_DEADS];  /* the first SCAN_DEADS of them: zeroed without a second walk */
     int64_t *oldest, *second;  /* the two oldest counting entries */
     int64_t t_oldest, t_second;
     int64_t chunks, dead;      /* chunks in the chain; of them, those counting nothing */
 } Scan;
 
-static int scan_entry(Core *c, int64_t *e, int64_t now, int64_t chunk, Scan *s) {
-    int64_t w = LOAD(e), t = time_of(c, stamp_near(w, s->anchor)), hits = hits_of(w);
-    if (too_old(c, w, s->anchor, now)) s->stale++;
+static int scan_entry(Core *c, int64_t *e, int64_t now, Scan *s) {
+    int64_t w = LOAD(e), stamp = stamp_near(w, s->anchor), t = time_of(c, stamp), hits = hits_of(w);
     if (!counts(c, t, hits, now)) {
-        if (s->free_e == NULL) s->free_e = e, s->free_chunk = chunk;
+        if (s->free1 == NULL) s->free1 = e;
+        else if (s->free2 == NULL) s->free2 = e;
+        if (hits > 0) {
+            if (s->n_dead < SCAN_DEADS) s->deads[s->n_dead] = e;
+            s->n_dead++;
+            s->dead_hits = hits > INT64_MAX - s->dead_hits ? INT64_MAX : s->dead_hits + hits;
+            if (stamp > s->dead_stamp) s->dead_stamp = stamp;
+        }
         return 0;
     }
     s->live++;
@@ -178,32 +193,37 @@ static int scan_entry(Core *c, int64_t *e, int64_t now, int64_t chunk, Scan *s) 
     return 1;
 }
 
-/* Scan the key of row `slot` at now. Caller holds the row lock. 0, or -1 with an error. */
+/* Scan the key of row `slot` at now. Caller holds the row lock. 0, or -1 with an error. Every
+ * row has MOVING_INLINE entries (emptied with it), whatever n: a key of n = 1 keeps its dead
+ * hits in the second. */
 static int scan(Core *c, int64_t slot, int64_t now, Scan *s) {
     int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
     memset(s, 0, sizeof *s);
-    s->free_chunk = -1;
+    s->dead_stamp = INT64_MIN;
     s->anchor = anchor_of(c, ROW(c, slot));
-    for (int64_t j = 0; j < inline_entries(c); j++) scan_entry(c, inline_at(st) + j, now, -1, s);
+    for (int64_t j = 0; j < MOVING_INLINE; j++) scan_entry(c, inline_at(st) + j, now, s);
     if (LOAD(st + MOVING_STATE_CHAIN) == 0) return 0;
     if (chunks_top(c, &top) < 0) return -1;
     for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i != -1;
          i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps)) {
         if (i == -2) return -1;
         int64_t *es = centries(chunk_at(c, i)), any = 0;
-        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) any |= scan_entry(c, es + j, now, i, s);
+        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) any |= scan_entry(c, es + j, now, s);
         s->chunks++;
         if (!any) s->dead++;
     }
     return 0;
 }
 
-static int chunk_counts(Core *c, char *ch, int64_t anchor, int64_t now) {
-    for (int64_t j = 0; j < CHUNK_ENTRIES; j++)
-        if (entry_counts(c, LOAD(centries(ch) + j), anchor, now)) return 1;
-    return 0;
+static int entry_counts(Core *c, int64_t w, int64_t anchor, int64_t now) {
+    return counts(c, time_of(c, stamp_near(w, anchor)), hits_of(w), now);
 }
 
+static int chunk_holds(char *ch) {
+    for (int64_t j = 0; j < CHUNK_ENTRIES; j++)
+        if (hits_of(LOAD(centries(ch) + j)) > 0) return 1;
+    return 0;
+}
 /* ---- the chunk heap ---------------------------------------------------------------------------- */
 
 /* Reserve chunks up to at least `need` (posix_fallocate: a full /dev/shm is an answer now,
@@ -271,16 +291,15 @@ static int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
     return 1;
 }
 
-/* Section "chunk_free": unlink from the chain of row `slot` every chunk counting nothing at
- * now (`all`: every chunk) but `keep`, and push each on the free list. Caller holds the row
- * lock and LOCK_CHUNKS. Order, chunk by chunk: the link before it skips it (it is then in no
- * chain and on no list), its owner is cleared, its next set to the free head, and the free
- * head names it last. A tear leaves one chunk in neither place: the repair frees it. The
- * key's counting entries are never in a chunk so freed. Returns the chunks freed, -1 error
- * (a junk chain: the chunks before it were freed). */
-static int64_t free_chunks(Core *c, int64_t slot, int64_t now, int64_t keep, int all) {
+/* Section "chunk_free": unlink from the chain of row `slot` every chunk holding no hits (`all`:
+ * every chunk), and push each on the free list. Caller holds the row lock and LOCK_CHUNKS.
+ * Order, chunk by chunk: the link before it skips it (it is then in no chain and on no list),
+ * its owner is cleared, its next set to the free head, and the free head names it last. A
+ * tear leaves one chunk in neither place: the repair frees it. Unless `all`, no chunk so
+ * freed holds a hit, counting or not (a hit's dead entries were merged first: "moving_hit").
+ * Returns the chunks freed, -1 error (a junk chain: the chunks before it were freed). */
+static int64_t free_chunks(Core *c, int64_t slot, int all) {
     int64_t *head = mstate(c, ROW(c, slot)) + MOVING_STATE_CHAIN, top, steps = 0, freed = 0;
-    int64_t anchor = anchor_of(c, ROW(c, slot));
     uint32_t *link = NULL;  /* the link naming the chunk looked at: the row's chain word, else a chunk's */
     if (chunks_top(c, &top) < 0) return -1;
     SECTION("chunk_free");
@@ -293,7 +312,7 @@ static int64_t free_chunks(Core *c, int64_t slot, int64_t now, int64_t keep, int
             break;
         }
         char *ch = chunk_at(c, i);
-        if (i == keep || (!all && chunk_counts(c, ch, anchor, now))) {
+        if (!all && chunk_holds(ch)) {
             link = cnext(ch);
             continue;
         }
@@ -319,7 +338,7 @@ void moving_empty(Core *c, char *row, int64_t slot) {
     for (int64_t j = 0; j < MOVING_INLINE; j++) STORE(inline_at(st) + j, 0);
     if (LOAD(st + MOVING_STATE_CHAIN) == 0) return;
     if (c->chunks_held || lock_take(c, LOCK_CHUNKS) == 0) {
-        if (free_chunks(c, slot, 0, -1, 1) < 0) {
+        if (free_chunks(c, slot, 1) < 0) {
             PyErr_Clear();
             STORE(st + MOVING_STATE_CHAIN, 0);  /* junk: cut; what it named is the repair's to find */
         }
@@ -382,14 +401,19 @@ void repair_chunks(Core *c) {
 
 /* ---- the hit ----------------------------------------------------------------------------------- */
 
-/* Zero every entry of the key of row `slot` further behind now than OLD_QUANTA (but `keep`,
- * which the hit restamps): inside "moving_hit", before the last write moves on, so that every
- * entry holding hits stays within OLD_QUANTA of it (its stamp is read back against it). */
-static void zero_stale(Core *c, int64_t slot, int64_t now, int64_t anchor, const int64_t *keep) {
-    int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
-    for (int64_t j = 0; j < inline_entries(c); j++) {
-        int64_t *e = inline_at(st) + j;
-        if (e != keep && too_old(c, LOAD(e), anchor, now)) STORE(e, 0);
+/* Zero the key's dead entries (holding hits, counting nothing at now; read against `anchor`,
+ * the last write before this hit) but m and e: those the scan listed, else (more of them) found
+ * by a second walk. Inside "moving_hit". */
+static void zero_dead(Core *c, int64_t slot, int64_t now, Scan *s, const int64_t *m, const int64_t *e) {
+    int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0, anchor = s->anchor;
+    if (s->n_dead <= SCAN_DEADS) {
+        for (int64_t j = 0; j < s->n_dead; j++)
+            if (s->deads[j] != m && s->deads[j] != e) STORE(s->deads[j], 0);
+        return;
+    }
+    for (int64_t j = 0; j < MOVING_INLINE; j++) {
+        int64_t *x = inline_at(st) + j, w = LOAD(x);
+        if (x != m && x != e && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(x, 0);
     }
     if (LOAD(st + MOVING_STATE_CHAIN) == 0 || chunks_top(c, &top) < 0) {
         PyErr_Clear();  /* the scan read the same words: not reached */
@@ -398,30 +422,43 @@ static void zero_stale(Core *c, int64_t slot, int64_t now, int64_t anchor, const
     for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i >= 0;
          i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
         for (int64_t j = 0; j < CHUNK_ENTRIES; j++) {
-            int64_t *e = centries(chunk_at(c, i)) + j;
-            if (e != keep && too_old(c, LOAD(e), anchor, now)) STORE(e, 0);
+            int64_t *x = centries(chunk_at(c, i)) + j, w = LOAD(x);
+            if (x != m && x != e && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(x, 0);
         }
     PyErr_Clear();
 }
 
-/* Section "moving_hit": count `cost` hits at now in the entry the scan found (as a log ring's
- * log_add, rings.c): an entry that counts nothing, or -- n entries counting, or no chunk to be
- * had -- the two oldest merged into the newer one's time (their hits forgotten later, never
- * earlier: strict), the freed entry taking the hit. Caller holds the row lock.
- * Order: entries further behind now than OLD_QUANTA are zeroed, then the key's last write
- * moves on (never backwards), then the hit's entry is written, one word, stamped no further
- * behind the last write than OLD_QUANTA (a clock lagging more: the hit is held longer).
- * Invariant between stores: every entry holding hits lies within OLD_QUANTA before the last
- * write, a quantum after it (its stamp reads back); a tear loses at most the call's own hit; mid-merge, the newer entry holds both before the oldest is
- * restamped (counted twice until they leave: refusals early, never admissions late). Repair:
- * none (nothing derived). */
-static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, int64_t *e) {
-    int64_t stamp = stamp_of(c, now);
+/* Section "moving_hit": count `cost` hits at now (as a log ring's log_add, rings.c). Caller
+ * holds the row lock. The last write moves on first (never backwards). Then, if the key has
+ * dead entries (holding hits, counting nothing at now), `m` (the first entry counting nothing,
+ * in scan order) takes `m_hits` of them at the newest dead stamp -- or at OLD_QUANTA before the
+ * last write, if that is later -- and every other dead entry is zeroed (m_hits 0: all are).
+ * Last the hit's entry is written, one word: `e` (an entry counting nothing, not m), or -- n
+ * entries counting, or no room -- the two oldest counting entries merged into the newer one's
+ * time (their hits forgotten later, never earlier), the freed entry taking the hit; one
+ * counting entry and no room: the hit joins it, at now. The hit is stamped no further behind
+ * the last write than OLD_QUANTA (a clock lagging more: held longer, strict).
+ * Invariant between stores: no clock sees fewer hits than before the section (m holds the dead
+ * hits, up to what matters, before any other is zeroed; mid-merge the newer entry holds both
+ * before the oldest is restamped: counted twice until they leave); every entry holding hits
+ * reads back at its time or later: m and the hit are written within OLD_QUANTA of the last
+ * write, and an entry the last write has just passed by more than 2**31 quanta (a clock that
+ * jumped) reads back 2**32 quanta later, until m replaces it -- refusals early, never
+ * admissions late. A tear loses at most the call's own hit. Repair: none (nothing derived). */
+static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, int64_t *m, int64_t m_hits,
+                    int64_t *e) {
+    int64_t stamp = stamp_of(c, now), floor = (s->anchor > stamp ? s->anchor : stamp) - OLD_QUANTA;
     if (stamp < s->anchor - OLD_QUANTA) stamp = s->anchor - OLD_QUANTA;  /* a clock far behind: later, never sooner */
     SECTION("moving_hit");
     STORE(intent_at(c, row_lock(c, slot)), slot);
-    if (s->stale > 0) zero_stale(c, slot, now, s->anchor, e != NULL ? e : s->oldest);
     touch_last(ROW(c, slot), now);
+    if (s->n_dead > 0) {
+        if (m != NULL) {
+            int64_t w = entry_word(s->dead_stamp > floor ? s->dead_stamp : floor, m_hits);
+            if (LOAD(m) != w) STORE(m, w);
+        }
+        zero_dead(c, slot, now, s, m, e);
+    }
     if (e == NULL && s->second == NULL) {  /* one entry, counting: the new hits join it, at now */
         int64_t w = LOAD(s->oldest), was = stamp_near(w, s->anchor);
         STORE(s->oldest, entry_word(was > stamp ? was : stamp, hits_of(w) + cost));  /* later, never sooner */
@@ -436,31 +473,48 @@ static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, i
     END_SECTION();
 }
 
+/* Give back the chunks of row `slot` left holding no hits (after "moving_hit" merged their dead
+ * entries). Caller holds the row lock. Housekeeping after the hit counted: a chunk lock that
+ * cannot be had (a timeout) leaves them in the chain, empty, for the key's next hits. */
+static void give_back(Core *c, int64_t slot) {
+    if (lock_take(c, LOCK_CHUNKS) < 0) {
+        PyErr_Clear();
+        return;
+    }
+    if (free_chunks(c, slot, 0) < 0) PyErr_Clear();  /* the scan walked the same chain: not reached */
+    lock_give(c, LOCK_CHUNKS);
+}
+
 /* Check and count `cost` at now for the key of row `slot`, whose lock the caller holds:
- * *allowed, and 0, or -1 with an error (nothing counted). Chunks counting nothing go back
- * first (all but the one the hit may go to); a chunk is taken when every entry counts and
- * fewer than n do. */
+ * *allowed, and 0, or -1 with an error (nothing counted). The dead entries are kept as one
+ * holding min(their hits, L - used - cost) (dropped when that is 0; see "Clocks that step" at
+ * the top); a chunk is taken when no entry is left for the hit and fewer than n count; chunks
+ * left holding no hits go back after the hit. */
 static int hit_key(Core *c, int64_t slot, int64_t now, int64_t cost, int *allowed) {
     int64_t limit = c->rings[0].limit;
     Scan s;
     if (scan(c, slot, now, &s) < 0) return -1;
     *allowed = cost <= limit && s.used <= limit - cost;
     if (!*allowed || cost == 0) return 0;
-    int64_t *e = s.live < max_entries(c) ? s.free_e : NULL;
-    int need = s.live < max_entries(c) && e == NULL && c->n_chunks > 0;
-    if (s.dead > 0 || need) {
+    int64_t room = limit - cost - s.used;  /* >= 0: allowed */
+    int64_t m_hits = s.dead_hits < room ? s.dead_hits : room;
+    int64_t *m = m_hits > 0 ? s.free1 : NULL;
+    int64_t *e = s.live < max_entries(c) ? (m != NULL ? s.free2 : s.free1) : NULL;
+    if (e == NULL && s.live < max_entries(c) && s.chunks < max_chain(c) && c->n_chunks > 0) {
         if (lock_take(c, LOCK_CHUNKS) < 0) return -1;
         int64_t got;
-        if (s.dead > 0 && free_chunks(c, slot, now, e != NULL ? s.free_chunk : -1, 0) < 0) {
-            lock_give(c, LOCK_CHUNKS);
-            return -1;
-        }
-        int rc = need ? alloc_chunk(c, slot, &got) : 0;
+        int rc = alloc_chunk(c, slot, &got);
         lock_give(c, LOCK_CHUNKS);
         if (rc < 0) return -1;
         if (rc == 1) e = centries(chunk_at(c, got));
     }
-    put_hit(c, slot, now, cost, &s, e);
+    if (e == NULL && s.oldest == NULL) {  /* no entry counts and none is free (junk): all join, at now */
+        e = m != NULL ? m : s.free1;
+        m = NULL;
+        cost = cost + m_hits;
+    }
+    put_hit(c, slot, now, cost, &s, m, m_hits, e);
+    if (s.dead > 0) give_back(c, slot);
     return 0;
 }
 
