@@ -105,6 +105,7 @@ class Concurrency:
         self.name = window.name
         self.limit = window.geometry.rings[0].limit
         self._engine = ConcurrencyEngine(window)  # shared memory's: its sections
+        self._take, self._give = self._engine.take, self._engine.give  # the core's own, for speed
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
@@ -113,7 +114,8 @@ class Concurrency:
 
     def try_acquire(self, key: Key) -> bool:
         """Take a slot of ``key`` if one is free now; never waits."""
-        return self._engine.acquire(key)
+        taken, _ = self._take(key)
+        return bool(taken)
 
     def acquire(self, key: Key, timeout: float | None = None) -> bool:
         """Take a slot of ``key``, waiting (sleeping, not spinning) until one is free: False
@@ -156,7 +158,7 @@ class Concurrency:
 
     def release(self, key: Key) -> None:
         """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none."""
-        if not self._engine.release(key):
+        if not self._give(key):
             raise NotHeldError(
                 f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
             )

@@ -3,12 +3,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ...contract import Key
 from .base import RoleEngine
 
 
 class ConcurrencyEngine(RoleEngine):
     role = "concurrency"
+
+    def __init__(self, window: Any):
+        super().__init__(window)
+        # the hot pair, the core's own methods (no Python frame between): ``take(key)`` answers
+        # (taken, holders), ``give(key)`` whether this process held a slot to give back
+        self.take: Callable[[Key], tuple[bool, int]] = self._core.conc_acquire
+        self.give: Callable[[Key], bool] = self._core.conc_release
 
     def acquire(self, key: Key) -> bool:
         """Take a slot of ``key`` for this process if one is free."""
