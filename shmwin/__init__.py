@@ -5,7 +5,6 @@ from __future__ import annotations
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
 from .concurrency import Concurrency
-from .decisions import Decisions
 from .errors import (
     BackendUnavailableError,
     ConcurrencyLimitError,
@@ -29,6 +28,7 @@ from .errors import (
     WindowNotFoundError,
     WindowPermissionError,
 )
+from .front import Decisions
 from .limiter import Limiter, LimitStats
 from .overload.adaptive import AdaptiveLimiter
 from .overload.breaker import Breaker, BreakerOpenError

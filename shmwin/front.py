@@ -10,6 +10,25 @@ how long until it could be (None: never); :class:`Front` turns that into ``acqui
 (sleeping, never spinning, cut at a timeout) and ``acquire_async`` (``asyncio.sleep``: the loop
 is never blocked), both driven by one generator of pauses, with the clock's own sleeps when it
 has them (a :class:`~shmwin.ManualClock` in tests).
+
+Decisions. A limiter's decisions: how many hits it admitted, refused, and admitted near the limit.
+
+Every :class:`~shmwin.limiter.Limiter` and :class:`~shmwin.token_bucket.TokenBucket` on shared
+memory keeps, beside its segment ``NAME``, a
+small striped window ``NAME.decisions`` (role "decisions") of three fields over its longest
+period: ``admitted``, ``rejected`` and ``near_limit`` -- an admitted hit that left at most a
+fifth of some rate's limit (envoyproxy/ratelimit's ``near_limit``, at 80 %). The native core
+counts each ``hit()`` there after the key's lock is given back, in the calling process's own
+row of that window (no lock, no shared cache line), so the counts are every process's and
+cost a few ns. ``acquire()`` counts its admission; a try that must wait is not a decision.
+
+In shadow mode (``Limiter(..., shadow=True)``, nginx's ``limit_req_dry_run``) ``hit()``
+always answers True, while what it counts is what enforcement would do: a hit over the limit
+is a rejection and is not counted against the key.
+
+The window is made with the limiter (``decisions=False``: not at all), and a process that
+attaches the limiter counts into it if it exists; the tools (``shmwin ls/show``, the
+Prometheus export) read it as any window of role "decisions".
 """
 
 from __future__ import annotations
@@ -18,16 +37,69 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import suppress
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from . import decisions as _decisions
-from .backends.contract import Key
+from . import backends
+from .backends.contract import MAX_NAME_CHARS, Key
 from .clock import Clock, host_clock
-from .decisions import Decisions
-from .duration import NS_PER_S
-from .errors import BackendUnavailableError, NotSupportedError
+from .duration import NS_PER_S, format_ns
+from .errors import BackendUnavailableError, NotSupportedError, WindowNotFoundError
 from .policy import fallback, pause_s
 from .window import Window
+
+# -- decisions: the window every front on shared memory counts its hits in ---------------------
+
+SUFFIX = ".decisions"  # the window's name, after the limiter's
+FIELDS = ("admitted", "rejected", "near_limit")  # the core's TALLY_* order (methods.c)
+BUCKETS = 20  # counts forgotten between P and P + P/20 after they happened
+NEAR_LIMIT_SHARE = 0.2  # admitted with at most this share of a limit left
+
+
+class Decisions(NamedTuple):
+    """Hits over the limiter's longest period, every process's: ``admitted`` (``near_limit``
+    of them with at most a fifth of some limit left after) and ``rejected``."""
+
+    admitted: int
+    rejected: int
+    near_limit: int
+
+
+def decisions_name(limiter: str) -> str | None:
+    """The decisions window's name, or None if the limiter's name leaves no room for it."""
+    name = limiter + SUFFIX
+    return name if len(name) <= MAX_NAME_CHARS else None
+
+
+def open_decisions(limiter: str, longest_period_ns: int, *, create: bool, clock: Clock | None = None,
+                   perm: int | None = None) -> Window | None:  # fmt: skip
+    """The limiter's decisions window: created (``create``) or attached; None if it has none."""
+    name = decisions_name(limiter)
+    if name is None:
+        return None
+    if create:
+        buckets = BUCKETS if longest_period_ns % BUCKETS == 0 else 1
+        span = format_ns(longest_period_ns)  # the shortest exact spelling
+        return Window._for_role("decisions", name, span, buckets, FIELDS, clock=clock, perm=perm)
+    try:
+        window = Window.attach(name, clock=clock)
+    except WindowNotFoundError:
+        return None
+    if window.geometry.role != "decisions":
+        window.close()
+        return None
+    return window
+
+
+def read_decisions(window: Window | None, limiter: str) -> Decisions:
+    """The counts in ``window`` now (the whole span: the limiter's longest period)."""
+    if window is None:
+        raise NotSupportedError(
+            f"limiter {limiter!r} keeps no decisions (made with decisions=False, on a backend "
+            "that has none, or a name too long for its decisions window)"
+        )
+    totals = window.totals()
+    return Decisions(*(int(totals[f]) for f in FIELDS))
+
 
 
 class Checks(Protocol):
@@ -66,6 +138,29 @@ class Front:
         self._decisions: Window | None = None
         self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
 
+    def _bind_decisions(
+        self, shadow: bool, *, create: bool, longest_ns: int, perm: int | None = None
+    ) -> None:
+        """This front's shadow mode and decisions window: the
+        shared-memory core does both natively (``_set_tally``); another backend keeps no decisions,
+        and its shadow mode is the front's ``_hit_shadow``."""
+        self.shadow = bool(shadow)
+        self._decisions = None
+        set_tally = getattr(self._backend, "_set_tally", None)
+        if set_tally is None:
+            if self.shadow:
+                self.hit = self._hit_shadow  # type: ignore[method-assign]
+            return
+        try:
+            self._decisions = open_decisions(self.name, longest_ns, create=create, clock=self._clock_arg,
+                                           perm=perm)  # fmt: skip
+            set_tally(self._decisions, self.shadow)
+        except BaseException:  # all or none: what this constructor created goes (a full /dev/shm)
+            if self._decisions is not None:
+                self._decisions._discard()
+            backends.discard(self._backend)
+            raise
+
     def _hit_or_fallback(self, key: Key, cost: int = 1) -> bool:
         try:
             return bool(self._backend.hit(key, cost)) or self.shadow
@@ -98,7 +193,7 @@ class Front:
         """``Decisions(admitted, rejected, near_limit)`` over the longest period, counted by
         every process's ``hit``: what enforcement did, or in shadow mode would have done.
         :class:`NotSupportedError` if it keeps none (``decisions=False``, Redis)."""
-        return _decisions.read(self._decisions, self.name)
+        return read_decisions(self._decisions, self.name)
 
     @property
     def window(self) -> Window:

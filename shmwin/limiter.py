@@ -25,11 +25,9 @@ atomically; ``hit`` is the backend's own method (the native core's on shared mem
 from __future__ import annotations
 
 from . import backends
-from . import decisions as _decisions
 from .backends.contract import Key
 from .clock import Clock
-from .decisions import Decisions
-from .front import Front
+from .front import Decisions, Front
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
 from .policy import (
     DEFAULT_ON_FULL,
@@ -142,9 +140,9 @@ class Limiter(Front):
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
         """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
-        and answer True to every hit if ``shadow`` (see :func:`shmwin.decisions.bind`)."""
+        and answer True to every hit if ``shadow`` (see :meth:`shmwin.front.Front._bind_decisions`)."""
         longest_ns = max(r.period_ns for r in self.rates)
-        _decisions.bind(self, shadow, create=create, longest_ns=longest_ns, perm=perm)
+        self._bind_decisions(shadow, create=create, longest_ns=longest_ns, perm=perm)
 
     # -- the checks -------------------------------------------------------------------------
 

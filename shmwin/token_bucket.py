@@ -24,14 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 from . import backends
-from . import decisions as _decisions
 from .backends.contract import Key
 from .backends.shm.roles import TokensEngine
 from .backends.shm.roles.tokens import tokens_at as tokens_at  # the GCRA arithmetic, a reader of its own
 from .clock import Clock
-from .decisions import Decisions
 from .duration import NS_PER_S
-from .front import Front
+from .front import Decisions, Front, read_decisions
 from .geometry import token_geometry
 from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, opening_on_error
 from .rate import LimitStats, Rate, parse_many
@@ -83,7 +81,7 @@ class TokenBucket(Front):
             ready_timeout=ready_timeout,
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
-        _decisions.bind(self, shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
+        self._bind_decisions(shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
 
     @classmethod
     def attach(
@@ -110,7 +108,7 @@ class TokenBucket(Front):
         self = cls.__new__(cls)
         self._rate_given = None
         self._bind(opened, clock, on_full, on_error)
-        _decisions.bind(self, shadow, create=False, longest_ns=self.rate.period_ns)
+        self._bind_decisions(shadow, create=False, longest_ns=self.rate.period_ns)
         return self
 
     def _bind(self, opened: Any, clock: Clock | None, on_full: str, on_error: str) -> None:
@@ -136,7 +134,7 @@ class TokenBucket(Front):
         """``Decisions(admitted, rejected, near_limit)`` over the rate's period, counted by every
         process's ``hit``; near the limit: at most a fifth of ``burst`` left after the take (see
         :meth:`Limiter.decisions <shmwin.limiter.Limiter.decisions>`)."""
-        return _decisions.read(self._decisions, self.name)
+        return read_decisions(self._decisions, self.name)
 
     def _verdict(self, key: Key, cost: int) -> bool:
         return bool(self._backend.check(key, cost, False)[0])

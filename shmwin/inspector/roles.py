@@ -12,7 +12,7 @@ counted over live processes without clearing the keys of dead ones, which its wo
     in-flight     an InFlight's window (a shedder's ``NAME.flying``): keyed by process
     adaptive      an AdaptiveLimiter's limiter: rates in units of its scale, beside ``NAME.health``
     health        its own ``NAME.health`` window (fields ok, error)
-    decisions     a limiter's ``NAME.decisions`` (:mod:`shmwin.decisions`): hits admitted,
+    decisions     a limiter's ``NAME.decisions`` (:mod:`shmwin.front`): hits admitted,
                   rejected, and admitted near the limit, over its longest period
     fixed-window  limits' fixed windows of a ``shm://`` storage (``PREFIX.fixed.P``): each key's
                   row holds its window's start and count; shown: the count while the window
@@ -93,7 +93,8 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
     if role == "health":
         return {"of": w.name[: -len(adaptive.HEALTH_SUFFIX)]}
     if role == "decisions":
-        from ..decisions import SUFFIX, read
+        from ..front import SUFFIX
+        from ..front import read_decisions as read
 
         counts = read(w, w.name)._asdict()
         return {"of": w.name[: -len(SUFFIX)], **counts, "period_s": w.span_ns / NS_PER_S}
@@ -141,8 +142,9 @@ def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:
 
 def decisions_of(w: Any) -> dict[str, Any] | None:
     """What a limiter or token bucket decided (its ``NAME.decisions`` window, see
-    :mod:`shmwin.decisions`), as :func:`role_view` shows it; None if it keeps none."""
-    from ..decisions import open_window, read
+    :mod:`shmwin.front`), as :func:`role_view` shows it; None if it keeps none."""
+    from ..front import open_decisions as open_window
+    from ..front import read_decisions as read
 
     try:
         tally = open_window(w.name, 1, create=False, clock=getattr(w, "_clock_arg", None))

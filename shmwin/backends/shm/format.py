@@ -91,7 +91,7 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
 # (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made;
-# "decisions": a limiter's NAME.decisions (shmwin.decisions);
+# "decisions": a limiter's NAME.decisions (shmwin.front);
 # "moving-log": limits' moving window, each key's hit times (MOVING_STATE, CHUNK below);
 # "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)

@@ -252,7 +252,7 @@ class Segment:
 def unlink(name: str) -> bool:
     """Remove window ``name`` from the host; True if it existed. Processes that have it
     mapped keep their memory. A limiter's decisions window (``NAME.decisions``, see
-    :mod:`shmwin.decisions`) goes with it."""
+    :mod:`shmwin.front`) goes with it."""
     return _unlink_at(path_of(name), name)
 
 
