@@ -137,6 +137,7 @@ class Front:
         self.shadow = False
         self._decisions: Window | None = None
         self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
+        self._local: Any = None  # on_error="local": the host's share that answers while the backend is away
 
     def _bind_decisions(
         self, shadow: bool, *, create: bool, longest_ns: int, perm: int | None = None
@@ -180,6 +181,8 @@ class Front:
 
     def test(self, key: Key, cost: int = 1) -> bool:
         """Would ``hit(key, cost)`` pass now? Counts nothing. (In shadow mode: True.)"""
+        if self._local is not None:
+            return bool(self._local.test(key, cost)) or self.shadow
         try:
             return self._verdict(key, cost) or self.shadow
         except BackendUnavailableError:
@@ -229,11 +232,16 @@ class Front:
         self._backend.close()
         if self._decisions is not None:
             self._decisions.close()
+        if self._local is not None:
+            self._local.close()
 
     def unlink(self) -> bool:
-        """Remove it (and its decisions window) for every process: True if it was there."""
+        """Remove it (and its decisions window, and this host's local share) for every process:
+        True if it was there."""
         if self._decisions is not None:
             self._decisions.unlink()
+        if self._local is not None:
+            self._local.unlink()
         return bool(self._backend.unlink())
 
     def __enter__(self: F) -> F:

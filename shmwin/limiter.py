@@ -29,9 +29,10 @@ from .backends.contract import Key
 from .clock import Clock
 from .front import Decisions, Front
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
+from .local_share import LocalShare, check_local
 from .policy import (
     DEFAULT_ON_FULL,
-    ON_ERROR,
+    LIMITER_ON_ERROR,
     ON_FULL,
     choice,
     limit_stats,
@@ -82,16 +83,18 @@ class Limiter(Front):
         timeout: float | None = None,
         shadow: bool = False,
         decisions: bool = True,
+        fallback: Rates | None = None,
     ):
         choice("on_full", on_full, ON_FULL)
-        choice("on_error", on_error, ON_ERROR)
+        choice("on_error", on_error, LIMITER_ON_ERROR)
+        check_local(on_error, fallback, backend)
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
         opened = backends.open("limiter",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
             ready_timeout=ready_timeout,
         )  # fmt: skip
-        self._bind(opened, clock, on_full, on_error)
+        self._bind(opened, clock, on_full, on_error, fallback)
         self._keep_decisions(shadow, create=decisions, perm=perm)
 
     @classmethod
@@ -108,17 +111,19 @@ class Limiter(Front):
         timeout: float | None = None,
         perm: int | None = None,
         shadow: bool = False,
+        fallback: Rates | None = None,
     ) -> Limiter:
         """Attach to an existing limiter; its rates are read from the store (which must answer).
         Its hits are counted in its decisions window if it has one (none is made)."""
         choice("on_full", on_full, ON_FULL)
-        choice("on_error", on_error, ON_ERROR)
+        choice("on_error", on_error, LIMITER_ON_ERROR)
+        check_local(on_error, fallback, backend)
         opened = backends.open("limiter",
             name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
         )  # fmt: skip
         self = cls.__new__(cls)
-        self._bind(opened, clock, on_full, on_error)
+        self._bind(opened, clock, on_full, on_error, fallback)
         self._keep_decisions(shadow, create=False)
         return self
 
@@ -133,10 +138,14 @@ class Limiter(Front):
         return self
 
     def _bind(
-        self, opened: backends.LimiterBackend, clock: Clock | None, on_full: str, on_error: str
+        self, opened: backends.LimiterBackend, clock: Clock | None, on_full: str, on_error: str,
+        fallback: Rates | None = None,
     ) -> None:
         self._bind_front(opened, clock, on_full, on_error)
         self.rates: list[Rate] = opened.rates
+        if on_error == "local":
+            self._local = LocalShare(opened, self.rates, fallback, clock, on_full, Limiter)
+            self._local.bind(self)  # sets self.hit: the asking path, or while away the local one
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
         """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
@@ -160,6 +169,8 @@ class Limiter(Front):
 
     def stats_all(self, key: Key) -> list[LimitStats]:
         """Where ``key`` stands against each rate, shortest period first."""
+        if self._local is not None:
+            self._local.raise_if_away()  # no timeout per call while the local share answers
         _, used, reset_ns, _ = self._backend.check(key, 0, False)
         return limit_stats(self.rates, used, reset_ns)
 
