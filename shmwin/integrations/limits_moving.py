@@ -42,6 +42,7 @@ class MovingLogs:
         ring = counts.geometry.rings[0]
         self.limit, self.period_ns, self.times = ring.limit, ring.bucket_ns, ring.n_buckets
         self._engine = MovingEngine(counts)  # shared memory's, always
+        self._native_hit = self._engine.native_hit  # the core's own: no Python frame between
 
     @classmethod
     def open(
@@ -63,7 +64,7 @@ class MovingLogs:
 
     def hit(self, key: str, cost: int) -> bool:
         """Count ``cost`` hits now if the last period's hits leave room for them under the limit."""
-        return self._engine.hit(key, cost)
+        return bool(self._native_hit(key, cost))
 
     def test(self, key: str, cost: int) -> bool:
         """Would ``cost`` hits fit now? Nothing is counted."""

@@ -25,7 +25,7 @@ from ..backends.shm.roles.sliding import value as value
 from ..backends.shm.roles.sliding import weighted as weighted
 from ..geometry import Geometry, window_geometry
 from ..window import Window
-from .limits_counters import CounterSegment, to_hits, to_units
+from .limits_counters import UNIT, CounterSegment, to_hits, to_units
 
 ROLE = SlidingEngine.role
 
@@ -36,6 +36,10 @@ class SlidingCounters(CounterSegment):
     role, engine = ROLE, SlidingEngine
     _engine: SlidingEngine
 
+    def __init__(self, counts: Window, period_ns: int):
+        super().__init__(counts, period_ns)
+        self._native_hit = self._engine.native_hit  # the core's own: no Python frame between
+
     @staticmethod
     def created_as(period_ns: int, capacity: int | None) -> Geometry:
         return geometry(period_ns, capacity)
@@ -43,7 +47,7 @@ class SlidingCounters(CounterSegment):
     def hit(self, key: str, limit: int, amount: int | float) -> bool:
         """Count ``amount`` hits if the weighted count, floored to whole hits as limits floors
         it, leaves room for them under ``limit`` (counted in units)."""
-        return self._engine.hit(key, to_units(limit), to_units(amount))
+        return bool(self._native_hit(key, to_units(limit), to_units(amount), UNIT))
 
     def window(self, key: str) -> tuple[int | float, int | float, int]:
         """``(previous count, current count, ns into the current window)`` now, in hits."""

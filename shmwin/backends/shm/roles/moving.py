@@ -3,6 +3,9 @@ of the segment's chunk heap (``CHUNK``), written by ``core/moving.c``; read back
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ....errors import CorruptSegmentError
 from ....geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring
 from ...contract import Key
@@ -29,6 +32,11 @@ ROW_BYTES = key_header_bytes(ROLE) + MOVING_STATE_BYTES  # a key's row: its head
 
 class MovingEngine(RoleEngine):
     role = ROLE
+
+    def __init__(self, window: Any):
+        super().__init__(window)
+        # limits' hot path: the core's own method, ``native_hit(key, cost)``
+        self.native_hit: Callable[[Key, int], bool] = self._core.moving_hit
 
     def hit(self, key: Key, cost: int) -> bool:
         """Count ``cost`` hits now if the last period's hits leave room for them under the limit."""

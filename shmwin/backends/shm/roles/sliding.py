@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ....ring import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
@@ -13,6 +16,11 @@ STATE_WORDS = 3  # window, current, previous
 
 class SlidingEngine(RoleEngine):
     role = "sliding-counter"
+
+    def __init__(self, window: Any):
+        super().__init__(window)
+        # limits' hot path: the core's own method, ``native_hit(key, limit_units, units, UNIT)``
+        self.native_hit: Callable[..., bool] = self._core.sliding_hit
 
     def hit(self, key: str, limit_units: int, units: int) -> bool:
         """Count ``units`` if the weighted count, floored to whole hits, leaves room under the limit."""
