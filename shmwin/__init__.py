@@ -16,7 +16,6 @@ else:  # on a free-threaded CPython: say that _core turned the GIL on, or refuse
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
 from .concurrency import Concurrency
-from .decisions import Decisions
 from .errors import (
     BackendUnavailableError,
     ConcurrencyLimitError,
@@ -40,6 +39,7 @@ from .errors import (
     WindowNotFoundError,
     WindowPermissionError,
 )
+from .front import Decisions
 from .limiter import Limiter, LimitStats
 from .overload.adaptive import AdaptiveLimiter
 from .overload.breaker import Breaker, BreakerOpenError

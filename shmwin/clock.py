@@ -18,7 +18,6 @@ import struct
 import time
 from collections.abc import Callable
 
-from . import layout_words
 from .duration import NS_PER_S
 
 Clock = Callable[[], int]
@@ -55,7 +54,7 @@ os.register_at_fork(after_in_child=_after_fork)
 # year 2116). Above it a window's epoch maths (a reading plus whole periods) could pass
 # int64, and a key stamped with it would read as corrupt ever after; the native core
 # refuses such a reading the same way, before anything is written.
-MAX_NOW_NS = layout_words.MAX_NOW_NS  # 1 << 62
+MAX_NOW_NS = 1 << 62  # the latest reading taken (146 years of uptime); every format must hold it
 
 
 def checked_clock(clock: Clock) -> Clock:

@@ -26,11 +26,20 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from .backends.contract import Key
+from .backends.shm.roles import ConcurrencyEngine
 from .clock import Clock, host_clock
 from .duration import Duration, to_ns
 from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError
-from .geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring, window_geometry
-from .layout_words import CONC_HOLDER_BYTES, MAX_CONCURRENCY, MAX_STRIPES
+from .geometry import (
+    ADDRESS_BUDGET_BYTES,
+    CONC_HOLDER_BYTES,
+    DEFAULT_MAX_KEYS,
+    MAX_CONCURRENCY,
+    MAX_STRIPES,
+    Geometry,
+    Ring,
+    window_geometry,
+)
 from .window import Window
 
 ROLE = "concurrency"
@@ -95,7 +104,8 @@ class Concurrency:
         self.window = window
         self.name = window.name
         self.limit = window.geometry.rings[0].limit
-        self._core: Any = window._backend._core  # type: ignore[attr-defined]  # shared memory's: its sections
+        self._engine = ConcurrencyEngine(window)  # shared memory's: its sections
+        self._take, self._give = self._engine.take, self._engine.give  # the core's own, for speed
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
@@ -104,7 +114,7 @@ class Concurrency:
 
     def try_acquire(self, key: Key) -> bool:
         """Take a slot of ``key`` if one is free now; never waits."""
-        taken, _ = self._core.conc_acquire(key)
+        taken, _ = self._take(key)
         return bool(taken)
 
     def acquire(self, key: Key, timeout: float | None = None) -> bool:
@@ -148,18 +158,18 @@ class Concurrency:
 
     def release(self, key: Key) -> None:
         """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none."""
-        if not self._core.conc_release(key):
+        if not self._give(key):
             raise NotHeldError(
                 f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
             )
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
-        return int(self._core.conc_count(key))
+        return self._engine.count(key)
 
     def held(self, key: Key) -> int:
         """Slots of ``key`` this handle holds."""
-        return int(self._core.conc_mine(key))
+        return self._engine.mine(key)
 
     @contextmanager
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
@@ -230,14 +240,13 @@ def is_concurrency(window: Any) -> bool:
 def all_keys(window: Any) -> list[Key]:
     """Every key of a concurrency segment's ``window`` (``Window.keys()`` leaves out keys
     unwritten for the idle time; here a key's holders keep it, whatever its age)."""
-    return [key for _, key, _ in window._backend._keyed().entries()]
+    return ConcurrencyEngine(window).all_keys()
 
 
 def holder_counts(window: Any) -> list[tuple[Key, int]]:
     """``(key, slots held now)`` of every key of a concurrency segment's ``window`` (for the
     tools: each read under the key's row lock, nothing written)."""
-    core = window._backend._core
-    return [(key, int(core.conc_count(key))) for key in all_keys(window)]
+    return ConcurrencyEngine(window).values(0)  # holders now: no clock, the processes alive
 
 
 __all__ = [

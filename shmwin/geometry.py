@@ -16,26 +16,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .duration import Duration, format_ns, to_ns
-from .layout_words import (  # the format's limits and enumerations: one description
-    DTYPES,
-    FIELD_NAME_BYTES,
-    FIRST_KEY_LOCK,
-    INDEX_MIN_SLOTS,
-    KINDS,
-    MAX_BUCKETS,
-    MAX_CAPACITY,
-    MAX_CONCURRENCY,
-    MAX_FIELDS,
-    MAX_KEY_LOCKS,
-    MAX_LOG_ENTRIES,
-    MAX_RINGS,
-    MAX_SPAN_NS,
-    MAX_STRIPES,
-    MODES,
-    ROLES,
-)
 from .rate import Rate
 from .ring import buckets_for
+
+# -- the limits and enumerations every backend shares ----------------------------------------
+# Geometry's own: the layers above the backends never import a byte format. Shared memory's format
+# (backends/shm/format.py) checks that it holds each of them as this value (its check()).
+MAX_FIELDS = 16
+FIELD_NAME_BYTES = 32
+MAX_RINGS = 8
+MAX_BUCKETS = 1_000_000
+MAX_LOG_ENTRIES = 4096  # entries of a log ring
+MAX_STRIPES = 1024
+MAX_CAPACITY = 50_000_000
+MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): readings stop at clock.MAX_NOW_NS
+MAX_CONCURRENCY = 1024  # holders per key at most
+CONC_HOLDER_BYTES = 16  # a holder's room in a concurrency row: sizes a Concurrency's defaults
+# a keyed segment's index and locks, which a geometry's sizes are computed from
+MAX_KEY_LOCKS = 64
+INDEX_MIN_SLOTS = 64  # index entries at level 0 (a power of two)
+FIRST_KEY_LOCK = 2  # keyed row r: lock FIRST_KEY_LOCK + r % (n_locks - FIRST_KEY_LOCK)
+DTYPES = ("int64", "float64")
+MODES = ("striped", "locked")
+KINDS = ("window", "limiter")
+# what shmwin made a segment for ("" = a plain window or limiter); see shmwin.inspector.roles
+ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
+         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease")  # fmt: skip
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
 DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)
@@ -310,7 +316,7 @@ TOKEN_ROLE = "token-bucket"
 def token_geometry(rate: Rate, burst: int, capacity: int | None) -> Geometry:
     """A token bucket's segment: a keyed window of one ring of ``burst`` buckets of the emission
     interval T = ceil(period / limit) ns (whole ns: rounded up, a token never comes back early),
-    whose rows hold the GCRA state (``layout_words.TOKEN_STATE``); the ring's span burst x T is
+    whose rows hold the GCRA state (``format.TOKEN_STATE``); the ring's span burst x T is
     a key's idle time, its limit the rate's limit."""
     if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BUCKETS:
         raise ValueError(f"burst must be a whole number of tokens 1..{MAX_BUCKETS}, not {burst!r}")
@@ -336,7 +342,7 @@ LEASE_ROLE = "lease"
 
 def lease_geometry(rates: list[Rate], capacity: int | None) -> Geometry:
     """A two-tier limiter's host tier (``shm+redis://``): a keyed window of one ring of one
-    bucket of the longest period, whose rows hold each key's lease (``layout_words.LEASE_STATE``);
+    bucket of the longest period, whose rows hold each key's lease (``format.LEASE_STATE``);
     the ring's span is a key's idle time, its limit the tightest rate's limit."""
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
         raise ValueError(f"capacity must be a positive int or None (grow as keys come), not {capacity!r}")

@@ -39,7 +39,7 @@ from typing import Any
 
 from .backends.shm.owners import pid_alive
 from .backends.shm.segment import check_name, on_behalf_of, unlink, unlink_prefix
-from .decisions import window_name
+from .front import decisions_name as window_name
 from .limiter import Limiter
 from .window import Window
 
@@ -89,7 +89,7 @@ class Hooks:
                 return  # a USR2 successor (or predecessor) still serves from these segments
         for name in self.names:
             unlink(name)
-        for name in self.limiters:  # and each limiter's decisions window (shmwin.decisions)
+        for name in self.limiters:  # and each limiter's decisions window (shmwin.front)
             decisions = window_name(name)
             if decisions is not None:
                 unlink(decisions)

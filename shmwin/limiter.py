@@ -24,14 +24,10 @@ atomically; ``hit`` is the backend's own method (the native core's on shared mem
 
 from __future__ import annotations
 
-from contextlib import suppress
-
 from . import backends
-from . import decisions as _decisions
 from .backends.contract import Key
 from .clock import Clock
-from .decisions import Decisions
-from .errors import BackendUnavailableError, NotSupportedError
+from .front import Decisions, Front
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
 from .local_share import LocalShare, check_local
 from .policy import (
@@ -39,19 +35,16 @@ from .policy import (
     LIMITER_ON_ERROR,
     ON_FULL,
     choice,
-    fallback,
     limit_stats,
     opening_on_error,
     tightest,
 )
 from .rate import LimitStats, Rate, parse_many
-from .waiting import Waiting
-from .window import Window
 
 Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 
 
-class Limiter(Waiting):
+class Limiter(Front):
     """``Limiter("login", "5/minute")``: create the limiter, or attach if it exists with
     the same rates. ``hit(key)`` is True and counted if every rate allows it, else
     False and nothing counted.
@@ -96,7 +89,7 @@ class Limiter(Waiting):
         choice("on_error", on_error, LIMITER_ON_ERROR)
         check_local(on_error, fallback, backend)
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
-        opened = backends.open_limiter(
+        opened = backends.open("limiter",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
             ready_timeout=ready_timeout,
@@ -125,7 +118,7 @@ class Limiter(Waiting):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, LIMITER_ON_ERROR)
         check_local(on_error, fallback, backend)
-        opened = backends.open_limiter(
+        opened = backends.open("limiter",
             name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
         )  # fmt: skip
@@ -141,40 +134,24 @@ class Limiter(Waiting):
         """Create or attach a shared-memory limiter of exactly ``want`` (a limiter geometry
         with a ``role`` for the tools): what shmwin's own parts make."""
         self = cls.__new__(cls)
-        self._bind(backends.open_limiter(name, want, clock=clock, perm=perm), clock, "raise", "raise")
+        self._bind(backends.open("limiter", name, want, clock=clock, perm=perm), clock, "raise", "raise")
         return self
 
     def _bind(
         self, opened: backends.LimiterBackend, clock: Clock | None, on_full: str, on_error: str,
         fallback: Rates | None = None,
     ) -> None:
-        self._backend = opened
-        self.name = opened.name
+        self._bind_front(opened, clock, on_full, on_error)
         self.rates: list[Rate] = opened.rates
-        self.on_full, self.on_error = on_full, on_error
-        self._take_clock(clock)
-        self._window: Window | None = None
-        self.shadow = False
-        self._decisions: Window | None = None
-        # the hot path is the backend's own method (the native check-and-count on shared memory)
-        self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
-        self._local: LocalShare | None = None
         if on_error == "local":
             self._local = LocalShare(opened, self.rates, fallback, clock, on_full, Limiter)
             self._local.bind(self)  # sets self.hit: the asking path, or while away the local one
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
         """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
-        and answer True to every hit if ``shadow`` (see :func:`shmwin.decisions.bind`)."""
+        and answer True to every hit if ``shadow`` (see :meth:`shmwin.front.Front._bind_decisions`)."""
         longest_ns = max(r.period_ns for r in self.rates)
-        _decisions.bind(self, shadow, create=create, longest_ns=longest_ns, perm=perm)
-
-    @property
-    def window(self) -> Window:
-        """The limiter's rows as a read-only :class:`Window` (shared memory)."""
-        if self._window is None:
-            self._window = Window._over(self._backend.window, self._clock_arg)
-        return self._window
+        self._bind_decisions(shadow, create=create, longest_ns=longest_ns, perm=perm)
 
     # -- the checks -------------------------------------------------------------------------
 
@@ -186,38 +163,6 @@ class Limiter(Waiting):
         """
         return self._backend.hit(key, cost)
 
-    def _hit_or_fallback(self, key: Key, cost: int = 1) -> bool:
-        try:
-            return self._backend.hit(key, cost) or self.shadow
-        except BackendUnavailableError:
-            return fallback(self.on_error) or self.shadow
-
-    def _hit_shadow(self, key: Key, cost: int = 1) -> bool:
-        """Shadow mode on a backend that keeps no decisions: count what enforcement would, and
-        answer True -- also while the backend is away, whatever ``on_error`` says."""
-        with suppress(BackendUnavailableError):
-            self._backend.hit(key, cost)
-        return True
-
-    def decisions(self) -> Decisions:
-        """``Decisions(admitted, rejected, near_limit)`` over the longest period, counted by
-        every process's ``hit``: what enforcement did, or in shadow mode would have done.
-        :class:`NotSupportedError` if the limiter keeps none (``decisions=False``, Redis)."""
-        return _decisions.read(self._decisions, self.name)
-
-    def test(self, key: Key, cost: int = 1) -> bool:
-        """Would ``hit(key, cost)`` pass now? Counts nothing. (In shadow mode: True.)"""
-        if self._local is not None:
-            return self._local.test(key, cost) or self.shadow
-        try:
-            return bool(self._backend.check(key, cost, False, False)[0]) or self.shadow
-        except BackendUnavailableError:
-            if self.shadow:
-                return True
-            if self.on_error == "raise":
-                raise
-            return fallback(self.on_error)
-
     def stats(self, key: Key) -> LimitStats:
         """Where ``key`` stands against its tightest rate (least remaining)."""
         return tightest(self.stats_all(key))
@@ -228,14 +173,6 @@ class Limiter(Waiting):
             self._local.raise_if_away()  # no timeout per call while the local share answers
         _, used, reset_ns, _ = self._backend.check(key, 0, False)
         return limit_stats(self.rates, used, reset_ns)
-
-    def full_count(self) -> int:
-        """Requests that met a full key table, whatever ``on_full`` answered (see
-        :meth:`Window.full_count`); 0 on Redis, which has no key table to fill."""
-        try:
-            return self.window.full_count()
-        except NotSupportedError:
-            return 0
 
     def refund(self, key: Key, cost: int = 1) -> int:
         """Give back up to ``cost`` of what ``key`` holds, its most recent hits first, in every
@@ -249,45 +186,8 @@ class Limiter(Waiting):
         no interval admits more than a rate through ``hit``."""
         self._backend.charge(key, cost)
 
-    def clear(self, key: Key) -> None:
-        """Forget every hit of ``key``."""
-        self._backend.clear(key)
-
-    # -- lifecycle ----------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The backend's URL ("" for shared memory)."""
-        return self._backend.url
-
-    @property
-    def closed(self) -> bool:
-        return self._backend.closed
-
-    def close(self) -> None:
-        self._backend.close()
-        if self._decisions is not None:
-            self._decisions.close()
-        if self._local is not None:
-            self._local.close()
-
-    def unlink(self) -> bool:
-        """Remove the limiter (and its decisions window, and this host's local share) for every
-        process: True if it was there."""
-        if self._decisions is not None:
-            self._decisions.unlink()
-        if self._local is not None:
-            self._local.unlink()
-        return self._backend.unlink()
-
-    def __enter__(self) -> Limiter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return repr(self._backend)
+    def _verdict(self, key: Key, cost: int) -> bool:
+        return bool(self._backend.check(key, cost, False, False)[0])
 
 
 __all__ = ["DEFAULT_BUCKETS", "ON_FULL", "Decisions", "LimitStats", "Limiter"]

@@ -31,7 +31,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .layout_words import EMPTY_EPOCH as EMPTY_EPOCH  # stamped at creation and by reset(): never live
+# a slot never written (or emptied): below every window; stamped at creation and by reset()
+EMPTY_EPOCH = -(1 << 63)
 
 
 def epoch_of(now_ns: int, bucket_ns: int) -> int:

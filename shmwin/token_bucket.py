@@ -21,25 +21,22 @@ never comes back early), and on Redis rounded up to whole microseconds.
 
 from __future__ import annotations
 
-from contextlib import suppress
 from typing import Any
 
 from . import backends
-from . import decisions as _decisions
 from .backends.contract import Key
+from .backends.shm.roles import TokensEngine
+from .backends.shm.roles.tokens import tokens_at as tokens_at  # the GCRA arithmetic, a reader of its own
 from .clock import Clock
-from .decisions import Decisions
 from .duration import NS_PER_S
-from .errors import BackendUnavailableError, NotSupportedError
+from .front import Decisions, Front, read_decisions
 from .geometry import token_geometry
-from .layout_words import EMPTY_EPOCH
-from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, fallback, opening_on_error
+from .policy import DEFAULT_ON_FULL, ON_ERROR, ON_FULL, choice, opening_on_error
 from .rate import LimitStats, Rate, parse_many
-from .waiting import Waiting
 from .window import Window
 
 
-class TokenBucket(Waiting):
+class TokenBucket(Front):
     """``TokenBucket("api", "10/second", burst=20)``: create the bucket, or attach if it exists
     with the same rate and burst. ``hit(key)`` is True and takes a token if the key's bucket
     holds one, else False and takes nothing.
@@ -78,13 +75,13 @@ class TokenBucket(Waiting):
             raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
         self._rate_given: Rate | None = rates[0]
         want = token_geometry(rates[0], burst, capacity)
-        opened = backends.open_token_bucket(
+        opened = backends.open("token-bucket",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
             ready_timeout=ready_timeout,
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
-        _decisions.bind(self, shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
+        self._bind_decisions(shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
 
     @classmethod
     def attach(
@@ -104,40 +101,25 @@ class TokenBucket(Waiting):
         """Attach to an existing token bucket; its rate and burst are read from the store."""
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
-        opened = backends.open_token_bucket(
+        opened = backends.open("token-bucket",
             name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
         )  # fmt: skip
         self = cls.__new__(cls)
         self._rate_given = None
         self._bind(opened, clock, on_full, on_error)
-        _decisions.bind(self, shadow, create=False, longest_ns=self.rate.period_ns)
+        self._bind_decisions(shadow, create=False, longest_ns=self.rate.period_ns)
         return self
 
     def _bind(self, opened: Any, clock: Clock | None, on_full: str, on_error: str) -> None:
-        self._backend = opened
-        self.name: str = opened.name
+        self._bind_front(opened, clock, on_full, on_error)
         self.rate: Rate = self._rate_given or opened.rate
         self.burst: int = opened.burst
-        self.on_full, self.on_error = on_full, on_error
-        self._take_clock(clock)
-        self._window: Window | None = None
-        self.shadow = False
-        self._decisions: Window | None = None
-        # the hot path is the backend's own method (the native take on shared memory)
-        self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
 
     @property
     def rates(self) -> list[Rate]:
         """``[rate]``, as a Limiter's (the tools and middlewares read it)."""
         return [self.rate]
-
-    @property
-    def window(self) -> Window:
-        """The bucket's rows as a read-only :class:`Window` (shared memory)."""
-        if self._window is None:
-            self._window = Window._over(self._backend.window, self._clock_arg)
-        return self._window
 
     # -- the checks -------------------------------------------------------------------------
 
@@ -148,35 +130,14 @@ class TokenBucket(Waiting):
         (on shared memory, the core's)."""
         return bool(self._backend.hit(key, cost))
 
-    def _hit_or_fallback(self, key: Key, cost: int = 1) -> bool:
-        try:
-            return bool(self._backend.hit(key, cost)) or self.shadow
-        except BackendUnavailableError:
-            return fallback(self.on_error) or self.shadow
-
-    def _hit_shadow(self, key: Key, cost: int = 1) -> bool:
-        """Shadow mode on a backend that keeps no decisions: count what enforcement would, and
-        answer True -- also while the backend is away, whatever ``on_error`` says."""
-        with suppress(BackendUnavailableError):
-            self._backend.hit(key, cost)
-        return True
-
     def decisions(self) -> Decisions:
         """``Decisions(admitted, rejected, near_limit)`` over the rate's period, counted by every
         process's ``hit``; near the limit: at most a fifth of ``burst`` left after the take (see
         :meth:`Limiter.decisions <shmwin.limiter.Limiter.decisions>`)."""
-        return _decisions.read(self._decisions, self.name)
+        return read_decisions(self._decisions, self.name)
 
-    def test(self, key: Key, cost: int = 1) -> bool:
-        """Would ``hit(key, cost)`` pass now? Takes nothing. (In shadow mode: True.)"""
-        try:
-            return bool(self._backend.check(key, cost, False)[0]) or self.shadow
-        except BackendUnavailableError:
-            if self.shadow:
-                return True
-            if self.on_error == "raise":
-                raise
-            return fallback(self.on_error)
+    def _verdict(self, key: Key, cost: int) -> bool:
+        return bool(self._backend.check(key, cost, False)[0])
 
     def stats(self, key: Key) -> LimitStats:
         """``key``'s bucket now: ``remaining`` whole tokens, ``used`` = burst - remaining,
@@ -188,65 +149,11 @@ class TokenBucket(Waiting):
         """``[stats(key)]``, as a Limiter's (one rate)."""
         return [self.stats(key)]
 
-    def full_count(self) -> int:
-        """Requests that met a full key table, whatever ``on_full`` answered; 0 on Redis."""
-        try:
-            return self.window.full_count()
-        except NotSupportedError:
-            return 0
-
-    def clear(self, key: Key) -> None:
-        """Give ``key`` a full bucket again."""
-        self._backend.clear(key)
-
-    # -- lifecycle ----------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The backend's URL ("" for shared memory)."""
-        return str(self._backend.url)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._backend.closed)
-
-    def close(self) -> None:
-        self._backend.close()
-        if self._decisions is not None:
-            self._decisions.close()
-
-    def unlink(self) -> bool:
-        """Remove the bucket (and its decisions window) for every process: True if it was there."""
-        if self._decisions is not None:
-            self._decisions.unlink()
-        return bool(self._backend.unlink())
-
-    def __enter__(self) -> TokenBucket:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return repr(self._backend)
-
-
-def tokens_at(tat_ns: int, now_ns: int, interval_ns: int, burst: int) -> int:
-    """The whole tokens a bucket holds at ``now_ns`` from its state word (``core/counters.c``'s
-    token_read: no state, or junk, is a full bucket here -- the tools never raise on it)."""
-    if tat_ns == EMPTY_EPOCH or tat_ns < 0:
-        return burst
-    left_ns = now_ns + burst * interval_ns - max(tat_ns, now_ns)
-    return min(max(left_ns // interval_ns, 0), burst)
-
 
 def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
     """``(key, whole tokens left)`` of each key of a token bucket's segment whose bucket is not
-    full, lock-free (for the tools)."""
-    ring = w.geometry.rings[0]
-    states = w._backend._key_states(1)  # type: ignore[attr-defined]
-    found = [(key, tokens_at(tat, now_ns, ring.bucket_ns, ring.n_buckets)) for key, (tat,) in states]
-    return [(key, tokens) for key, tokens in found if tokens < ring.n_buckets]
+    full, lock-free (for the tools): the role's reader, :meth:`TokensEngine.values`."""
+    return TokensEngine(w).values(now_ns)
 
 
 __all__ = ["TokenBucket"]

@@ -81,7 +81,7 @@ class Window:
         choice("on_error", on_error, WINDOW_ON_ERROR)
         choice("on_full", on_full, ON_FULL)
         want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
-        opened = backends.open_window(
+        opened = backends.open("window",
             name, want, backend=backend, clock=clock, on_error=on_error, on_full=on_full, perm=perm,
             lock_timeout=lock_timeout,
             ready_timeout=ready_timeout, timeout=timeout, mode=mode, stripes=stripes,
@@ -110,7 +110,7 @@ class Window:
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
         want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
-        opened = backends.open_window(
+        opened = backends.open("window",
             name, want, backend=backend, exclusive=True, clock=clock, perm=perm, lock_timeout=lock_timeout,
             timeout=timeout, mode=mode, stripes=stripes,
         )  # fmt: skip
@@ -132,7 +132,7 @@ class Window:
         """Attach to an existing window, geometry read from the store (the server must answer).
         ``perm`` (shared memory) trusts a segment group or others may write, as far as it goes."""
         choice("on_error", on_error, WINDOW_ON_ERROR)
-        opened = backends.open_window(
+        opened = backends.open("window",
             name, None, backend=backend, clock=clock, on_error=on_error, lock_timeout=lock_timeout,
             ready_timeout=ready_timeout, timeout=timeout, perm=perm,
         )  # fmt: skip
@@ -152,7 +152,7 @@ class Window:
         backend: str | None = None,
     ) -> Window:
         """Create or attach a window of exactly ``want`` (a Geometry built by ``geometry.py``)."""
-        opened = backends.open_window(
+        opened = backends.open("window",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, lock_timeout=lock_timeout,
             ready_timeout=ready_timeout,
         )  # fmt: skip

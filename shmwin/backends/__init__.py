@@ -5,8 +5,8 @@ which options it honours). ``shm`` is an ordinary entry; ``redis``, ``rediss`` a
 ``unix`` are registered the first time such a URL is opened, so ``import shmwin`` never
 loads the Redis backend. The contract is :mod:`shmwin.backends.contract`.
 
-    open_window("api", geometry, backend="redis://10.0.0.5:6379/0", timeout=0.2)
-    open_limiter("login", geometry, backend=None, lock_timeout=5)
+    open("window", "api", geometry, backend="redis://10.0.0.5:6379/0", timeout=0.2)
+    open("limiter", "login", geometry, backend=None, lock_timeout=5)
 
 Options only some backends honour (``perm``, ``lock_timeout``, ``ready_timeout``, ``mode``,
 ``stripes`` for shared memory; ``timeout`` for Redis) are passed only when given (None
@@ -26,7 +26,7 @@ from ..clock import Clock
 from ..errors import NotSupportedError
 from ..geometry import Geometry
 from ..policy import DEFAULT_ON_FULL, WINDOW_ON_FULL
-from .contract import LimiterBackend, Request, WindowBackend
+from .contract import LimiterBackend, Request, TokenBucketBackend, WindowBackend
 from .shm import SHM_OPTIONS, ShmLimiter, ShmTokenBucket, ShmWindow
 
 
@@ -37,7 +37,11 @@ class Scheme:
     window: Callable[[Request], WindowBackend]
     limiter: Callable[[Request], LimiterBackend]
     options: frozenset[str]
-    token_bucket: Callable[[Request], Any] | None = None  # ShmTokenBucket / RedisTokenBucket
+    token_bucket: Callable[[Request], TokenBucketBackend] | None = None  # None: this backend has none
+
+    def opener(self, kind: str) -> Callable[[Request], Any] | None:
+        """What opens a ``kind`` (backends.KINDS) here; None if this backend has no such kind."""
+        return {"window": self.window, "limiter": self.limiter, "token-bucket": self.token_bucket}[kind]
 
 
 _SCHEMES: dict[str, Scheme] = {}
@@ -112,52 +116,34 @@ def lookup(url: str | None) -> Scheme:
     return _SCHEMES[scheme]
 
 
-def open_window(
+KINDS = ("window", "limiter", "token-bucket")  # what open() opens: a Scheme's entry for each
+
+
+def open(
+    kind: str,
     name: str,
     geometry: Geometry | None,
     *,
     backend: str | None = None,
     exclusive: bool = False,
     clock: Clock | None = None,
-    on_full: str = WINDOW_ON_FULL,
-    on_error: str = "raise",
-    **options: Any,
-) -> WindowBackend:
-    """Open (create or attach; ``geometry=None`` attaches, ``exclusive`` only creates) a window."""
-    entry, request = _request(name, geometry, backend, exclusive, clock, on_full, on_error, options)
-    return entry.window(request)
-
-
-def open_limiter(
-    name: str,
-    geometry: Geometry | None,
-    *,
-    backend: str | None = None,
-    clock: Clock | None = None,
-    on_full: str = DEFAULT_ON_FULL,
-    on_error: str = "raise",
-    **options: Any,
-) -> LimiterBackend:
-    """Open (create or attach; ``geometry=None`` attaches) a limiter."""
-    entry, request = _request(name, geometry, backend, False, clock, on_full, on_error, options)
-    return entry.limiter(request)
-
-
-def open_token_bucket(
-    name: str,
-    geometry: Geometry | None,
-    *,
-    backend: str | None = None,
-    clock: Clock | None = None,
-    on_full: str = DEFAULT_ON_FULL,
+    on_full: str | None = None,
     on_error: str = "raise",
     **options: Any,
 ) -> Any:
-    """Open (create or attach; ``geometry=None`` attaches) a token bucket."""
-    entry, request = _request(name, geometry, backend, False, clock, on_full, on_error, options)
-    if entry.token_bucket is None:
-        raise NotSupportedError(f"the {scheme_of(backend)} backend has no token bucket")
-    return entry.token_bucket(request)
+    """Open a ``kind`` (one of :data:`KINDS`) on ``backend``: create or attach (``geometry=None``
+    attaches, ``exclusive`` only creates). ``on_full`` defaults to the kind's own (a window
+    drops a write, a limiter refuses). A backend without that kind, or an option it does not
+    honour, is a NotSupportedError before anything is opened."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    entry = lookup(backend)
+    on_full = on_full or (WINDOW_ON_FULL if kind == "window" else DEFAULT_ON_FULL)
+    request = _request(entry, name, geometry, backend, exclusive, clock, on_full, on_error, options)
+    opener = entry.opener(kind)
+    if opener is None:
+        raise NotSupportedError(f"the {scheme_of(backend)} backend has no {kind.replace('-', ' ')}")
+    return opener(request)
 
 
 def discard(opened: Any) -> None:
@@ -168,6 +154,7 @@ def discard(opened: Any) -> None:
 
 
 def _request(
+    entry: Scheme,
     name: str,
     geometry: Geometry | None,
     url: str | None,
@@ -176,26 +163,25 @@ def _request(
     on_full: str,
     on_error: str,
     options: dict[str, Any],
-) -> tuple[Scheme, Request]:
-    entry = lookup(url)
+) -> Request:
     given = {k: v for k, v in options.items() if v is not None}
     refused = sorted(set(given) - entry.options)
     if refused:
         args = ", ".join(f"{k}={given[k]!r}" for k in refused)
         raise NotSupportedError(f"the {scheme_of(url)} backend cannot honour {args}")
-    return entry, Request(name, geometry, url or "", exclusive, clock, on_full, on_error, given)
+    return Request(name, geometry, url or "", exclusive, clock, on_full, on_error, given)
 
 
 __all__ = [
+    "KINDS",
     "LimiterBackend",
     "Request",
     "Scheme",
+    "TokenBucketBackend",
     "WindowBackend",
     "discard",
     "lookup",
-    "open_limiter",
-    "open_token_bucket",
-    "open_window",
+    "open",
     "register",
     "scheme_of",
 ]

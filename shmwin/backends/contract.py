@@ -17,6 +17,8 @@ checked against these Protocols by mypy, through the registry's typed factories.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -29,6 +31,36 @@ from ..policy import WINDOW_ON_FULL
 from ..rate import Rate
 
 Key = str | bytes  # what a keyed window or limiter is keyed by, on every backend
+
+# -- names: one spelling on every backend ---------------------------------------------------
+MAX_NAME_CHARS = 200
+NAME_SPELLING = re.compile(r"[A-Za-z0-9_.:@+=-]+")  # always fullmatch: "$" would accept a trailing "\n"
+NAME_ALLOWED = "letters, digits and _ . : @ + = -"
+
+
+def namespace() -> str:
+    """``SHMWIN_NAMESPACE`` (default empty): hosts simulated on one machine, or tenants,
+    each see only their own windows. Stored as ``shmwin.<namespace>~<name>``."""
+    ns = os.environ.get("SHMWIN_NAMESPACE", "")
+    if ns and not NAME_SPELLING.fullmatch(ns):
+        raise ValueError(f"SHMWIN_NAMESPACE={ns!r} may only use {NAME_ALLOWED}")
+    return f"{ns}~" if ns else ""
+
+
+def check_spelling(name: str) -> str:
+    """Validate a window name (every backend spells names alike) and the namespace it lives
+    in; ``name`` itself back."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"window name must be a non-empty string, not {name!r}")
+    if len(name) > MAX_NAME_CHARS:
+        raise ValueError(f"window name is {len(name)} characters; the limit is {MAX_NAME_CHARS}")
+    if not NAME_SPELLING.fullmatch(name):
+        raise ValueError(
+            f"window name {name!r} may only use {NAME_ALLOWED} "
+            "(no '/', '#', spaces, newlines or other control characters)"
+        )
+    namespace()
+    return name
 
 Number = int | float
 Check = tuple[bool, Sequence[int], Sequence[int], int | None]  # allowed, used, reset_ns, wait_ns
@@ -142,3 +174,50 @@ class LimiterBackend(Protocol):
     def clear(self, key: Key) -> None: ...
     def close(self) -> None: ...
     def unlink(self) -> bool: ...
+
+
+TokenCheck = tuple[bool, int, int | None, int]  # allowed, whole tokens left, wait_ns, ns until full
+
+
+@runtime_checkable
+class TokenBucketBackend(Protocol):
+    """A token bucket (GCRA) in some store: one rate, a burst, ``hit`` and ``check``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def geometry(self) -> Geometry: ...
+    @property
+    def rate(self) -> Rate: ...
+    @property
+    def burst(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def hit(self, key: Key, cost: int = 1) -> bool: ...
+    def check(self, key: Key, cost: int, commit: bool) -> TokenCheck: ...
+    def clear(self, key: Key) -> None: ...
+    def close(self) -> None: ...
+    def unlink(self) -> bool: ...
+
+
+@runtime_checkable
+class ConcurrencyEngine(Protocol):
+    """Per-key slots held by live processes (role "concurrency"; shared memory only: a holder
+    is a process of this host, released when it dies)."""
+
+    def acquire(self, key: Key) -> bool: ...
+    def release(self, key: Key) -> bool: ...
+    def count(self, key: Key) -> int: ...
+    def mine(self, key: Key) -> int: ...
+
+
+@runtime_checkable
+class CounterEngine(Protocol):
+    """A counter role's per-key state (fixed window, sliding counter, moving log, token
+    bucket, lease), read for the tools: ``(key, value)`` of every key at ``now_ns``."""
+
+    role: str
+
+    def values(self, now_ns: int) -> list[tuple[Key, Any]]: ...

@@ -47,7 +47,8 @@ from .contract import Check, Key, Request
 from .redis import scripts
 from .redis.client import NS_PER_US, RedisBase, key_text
 from .redis.client import SCHEMES as REDIS_SCHEMES
-from .shm.window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
+from .shm.roles import LeaseEngine
+from .shm.window import ShmOptions, ShmWindow
 
 MAX_SPEND_NS = 1_000_000_000  # a lease's spend time D: min(P / 10, this)
 SPEND_PART = 10
@@ -133,11 +134,11 @@ class TwoTierLimiter:
         except BaseException:
             self._server.close()
             raise
-        self._core = self._window._core
+        self._lease = LeaseEngine(self._window)
         shortest = min(r.period_ns for r in rates)
         self._spend_us = max(1, min(shortest // SPEND_PART, MAX_SPEND_NS) // NS_PER_US)
         self._k_max = max(1, min(r.limit for r in rates) // SIZE_PART)
-        self._spend = self._core.lease_spend
+        self._spend = self._lease.spend
         self._down_until = 0.0
 
     @classmethod
@@ -209,15 +210,14 @@ class TwoTierLimiter:
         granted, lease_id, t0_us, d_us, wait_us = out[:5]
         if granted > 0:
             deadline_ns = start_ns + (d_us - t0_us) * NS_PER_US
-            installed, replaced = self._core.lease_install(
-                key, lease_id, granted, cost, start_ns, deadline_ns, t0_us
-            )
+            lease = (lease_id, granted, cost, start_ns, deadline_ns, t0_us)
+            installed, replaced = self._lease.install(key, *lease)
             backs = give_back(replaced) if installed else [lease_id, t0_us, 0, t0_us]
             if backs:  # two workers raced, or the lease came too late: its hits go back now
                 self._give_back(key, backs)
             return bool(installed)
         if wait_us > 0:
-            self._core.lease_deny(key, self._clock() + wait_us * NS_PER_US)
+            self._lease.deny(key, self._clock() + wait_us * NS_PER_US)
         return False
 
     def _give_back(self, key: Key, backs: list[int]) -> None:
@@ -235,7 +235,7 @@ class TwoTierLimiter:
         n = len(self._rates)
         out = self._server.lease(key, 0, cost, self._spend_us, [])
         used, reset_us, wait_us = out[5 : 5 + n], out[5 + n : 5 + 2 * n], out[4]
-        words, now = self._core.lease_get(key), self._clock()
+        words, now = self._lease.get(key), self._clock()
         holds, denied_ns = False, 0
         if words is not None:
             lease_id, granted, spent, deadline_ns, *_ = words
@@ -248,27 +248,26 @@ class TwoTierLimiter:
     def refund(self, key: Key, cost: int) -> int:
         """Give up to ``cost`` hits back to the host's live lease of ``key`` (they are still
         counted in Redis until the lease is given back)."""
-        return int(self._core.lease_refund(key, cost))
+        return self._lease.refund(key, cost)
 
     def charge(self, key: Key, cost: int) -> None:
         raise NotSupportedError("charge() needs one store: on shm+redis, hit() is the only way to count")
 
     def clear(self, key: Key) -> None:
         """Forget every lease of ``key``, on this host and in Redis."""
-        self._core.lease_seal(key)
+        self._lease.seal(key)
         self._server.drop_key(key)
 
     def leases(self) -> dict[Key, tuple[int, ...]]:
         """Each key's lease words on this host (``core.lease_get``), for the tools."""
-        keys = self._window.keys()
-        return {k: w for k in keys if (w := self._core.lease_get(k)) is not None}
+        return dict(self._lease.values(self._clock()))
 
     def hand_back(self) -> int:
         """Seal every live lease of this host and give back its unused part: the hits given back."""
         back = 0
         keys = self._window.keys()
         for key in keys:
-            account = self._core.lease_seal(key)
+            account = self._lease.seal(key)
             if account is not None and account[0] > 0:
                 back += account[1] - account[2]
                 self._give_back(key, give_back(account))
@@ -308,7 +307,7 @@ class TwoTierLimiter:
         if not self._window.closed:
             keys = self._window.keys()
             for key in keys:
-                self._core.lease_seal(key)
+                self._lease.seal(key)
         there = self._server.unlink()
         return self._window.unlink() or there
 
@@ -319,12 +318,10 @@ class TwoTierLimiter:
 def _host_tier(req: Request, want: Geometry, attach: bool) -> ShmWindow:
     """This host's lease segment: ``want`` created or attached; for an attach (the rates read
     from Redis, not the capacity), the segment as it is if this host has one."""
-    how = {"clock": req.clock, "perm": req.option("perm", PERM), "on_full": req.on_full,
-           "lock_timeout": req.option("lock_timeout", LOCK_TIMEOUT_S),
-           "ready_timeout": req.option("ready_timeout", READY_TIMEOUT_S)}  # fmt: skip
+    opts = ShmOptions.of(req)
     if attach:
         try:
-            window = ShmWindow.attach(req.name, **how)
+            window = ShmWindow.attach(req.name, opts)
         except WindowNotFoundError:
             pass
         else:
@@ -332,7 +329,7 @@ def _host_tier(req: Request, want: Geometry, attach: bool) -> ShmWindow:
                 return window
             window.close()
             raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind} here, not a lease segment")
-    return ShmWindow.open_geometry(req.name, want, **how)
+    return ShmWindow.open_geometry(req.name, want, opts)
 
 
 def _parse_spec(spec: str) -> Geometry:

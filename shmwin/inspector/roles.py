@@ -12,7 +12,7 @@ counted over live processes without clearing the keys of dead ones, which its wo
     in-flight     an InFlight's window (a shedder's ``NAME.flying``): keyed by process
     adaptive      an AdaptiveLimiter's limiter: rates in units of its scale, beside ``NAME.health``
     health        its own ``NAME.health`` window (fields ok, error)
-    decisions     a limiter's ``NAME.decisions`` (:mod:`shmwin.decisions`): hits admitted,
+    decisions     a limiter's ``NAME.decisions`` (:mod:`shmwin.front`): hits admitted,
                   rejected, and admitted near the limit, over its longest period
     fixed-window  limits' fixed windows of a ``shm://`` storage (``PREFIX.fixed.P``): each key's
                   row holds its window's start and count; shown: the count while the window
@@ -51,6 +51,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from ..backends.shm.roles import ENGINES, LeaseEngine
 from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
@@ -92,7 +93,8 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
     if role == "health":
         return {"of": w.name[: -len(adaptive.HEALTH_SUFFIX)]}
     if role == "decisions":
-        from ..decisions import SUFFIX, read
+        from ..front import SUFFIX
+        from ..front import read_decisions as read
 
         counts = read(w, w.name)._asdict()
         return {"of": w.name[: -len(SUFFIX)], **counts, "period_s": w.span_ns / NS_PER_S}
@@ -111,12 +113,10 @@ def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:
     unspent, ``served`` hits and ``round_trips`` (``leases`` taken + ``refusals``) over the
     segment's life, and the ``top`` keys by hits served, ``[key, {granted, spent, expires_s,
     served, leases, refusals}]``."""
-    core, now = w._backend._core, int(w._clock())
-    rows, keys = [], w.keys()
-    for key in keys:
-        words = core.lease_get(key)
-        if words is None:
-            continue
+    engine = LeaseEngine(w)
+    now = engine.now_ns()
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    for key, words in engine.values(now):
         lease_id, granted, spent, deadline_ns, *_, served, leases, refusals = words
         live = lease_id > 0 and now <= deadline_ns and spent < granted
         rows.append((key, {
@@ -142,8 +142,9 @@ def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:
 
 def decisions_of(w: Any) -> dict[str, Any] | None:
     """What a limiter or token bucket decided (its ``NAME.decisions`` window, see
-    :mod:`shmwin.decisions`), as :func:`role_view` shows it; None if it keeps none."""
-    from ..decisions import open_window, read
+    :mod:`shmwin.front`), as :func:`role_view` shows it; None if it keeps none."""
+    from ..front import open_decisions as open_window
+    from ..front import read_decisions as read
 
     try:
         tally = open_window(w.name, 1, create=False, clock=getattr(w, "_clock_arg", None))
@@ -162,17 +163,8 @@ def counter_values(w: Any, role: str) -> list[tuple[Any, int]]:
     a fixed window's count while it is live, a sliding counter's weighted count, a moving
     window's hits in the last period, a token bucket's tokens left (only the keys whose bucket
     is not full)."""
-    from .. import token_bucket
-    from ..integrations import limits_fixed, limits_moving, limits_sliding
-
-    if role == "concurrency":  # holders now, over live processes
-        from ..concurrency import holder_counts
-
-        return holder_counts(w)
-    readers = {"fixed-window": limits_fixed, "moving-log": limits_moving, "token-bucket": token_bucket}
-    reader: Any = readers.get(role, limits_sliding)
-    found: list[tuple[Any, int]] = reader.values(w, int(w._clock()))
-    return found
+    engine = ENGINES[role](w)  # the role's reader: concurrency's counts holders now, over live processes
+    return engine.values(engine.now_ns())
 
 
 def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """What limits' fixed window and sliding window counter share on shm://: one keyed segment per
-period whose rows hold per-key state (a role, ``layout_words.COUNTER_ROLES``), written by the
+period whose rows hold per-key state (a role, ``format.COUNTER_ROLES``), written by the
 native core's sections (``core/counters.c``). :mod:`limits_fixed` and :mod:`limits_sliding`
 say what the state means.
 
@@ -14,13 +14,15 @@ from __future__ import annotations
 import math
 from typing import Any, TypeVar
 
+from ..backends.shm.roles import RoleEngine
+from ..backends.shm.roles.counters import UNIT as UNIT  # the core's units, for the tests
+from ..backends.shm.roles.counters import to_hits as to_hits
 from ..clock import Clock
 from ..errors import GeometryMismatchError, WindowNotFoundError
 from ..geometry import Geometry
 from ..window import Window
 
 S = TypeVar("S", bound="CounterSegment")
-UNIT = 1000  # a count's units per hit
 MAX_UNITS = 2**63 - 1  # counts are int64
 
 
@@ -36,16 +38,11 @@ def to_units(hits: Any) -> int:
     return min(units, MAX_UNITS)
 
 
-def to_hits(units: int) -> int | float:
-    """A count in units as hits: an int when whole, else a float."""
-    whole, part = divmod(units, UNIT)
-    return whole if part == 0 else units / UNIT
-
-
 class CounterSegment:
-    """One period's segment of a counter role: its window, its period and its native core."""
+    """One period's segment of a counter role: its window, its period and its role's engine."""
 
     role: str  # the segment's role (ROLES)
+    engine: type[RoleEngine]  # the role's native sections, in the shared-memory backend
 
     @staticmethod
     def created_as(period_ns: int, capacity: int | None) -> Geometry:
@@ -54,7 +51,7 @@ class CounterSegment:
 
     def __init__(self, counts: Window, period_ns: int):
         self.counts, self.period_ns = counts, period_ns
-        self._core = counts._backend._core  # type: ignore[attr-defined]  # shared memory's, always: its sections
+        self._engine = self.engine(counts)  # shared memory's, always
 
     @classmethod
     def open(

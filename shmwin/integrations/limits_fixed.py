@@ -4,7 +4,7 @@ limits' storages (memory, Redis, memcached) start a key's window at the first hi
 it one period later, exactly; the next hit after that starts the next window. Here the same
 holds across processes with one segment per period P, ``PREFIX.fixed.P`` (role
 "fixed-window"), and one native section per call (``core/counters.c``): each key's row
-holds its window's start and its count (``layout_words.FIXED_STATE``: 16 bytes after the key
+holds its window's start and its count (``format.FIXED_STATE``: 16 bytes after the key
 header), changed together under the row's lock, so every process agrees on both.
 
 As limits' memory storage: ``incr`` returns the count after it, starting a window at now
@@ -17,19 +17,21 @@ from __future__ import annotations
 import dataclasses
 
 from ..backends.contract import Key
+from ..backends.shm.roles import FixedEngine
+from ..backends.shm.roles.fixed import STATE_WORDS as STATE_WORDS
+from ..backends.shm.roles.fixed import value as value
 from ..geometry import Geometry, window_geometry
-from ..layout_words import EMPTY_EPOCH
 from ..window import Window
 from .limits_counters import CounterSegment, to_hits, to_units
 
-ROLE = "fixed-window"
-STATE_WORDS = 2  # start, count
+ROLE = FixedEngine.role
 
 
 class FixedWindows(CounterSegment):
     """The fixed windows of one period, for one storage (see the module docstring)."""
 
-    role = ROLE
+    role, engine = ROLE, FixedEngine
+    _engine: FixedEngine
 
     @staticmethod
     def created_as(period_ns: int, capacity: int | None) -> Geometry:
@@ -37,17 +39,16 @@ class FixedWindows(CounterSegment):
 
     def incr(self, key: str, amount: int | float) -> int | float:
         """Count ``amount`` hits; the key's count after it, in hits (counted in units)."""
-        count, _ = self._core.fixed_incr(key, to_units(amount))
-        return to_hits(int(count))
+        return to_hits(self._engine.incr(key, to_units(amount)))
 
     def get(self, key: str) -> int | float:
-        live = self._core.fixed_get(key)
-        return 0 if live is None else to_hits(int(live[0]))
+        live = self._engine.get(key)
+        return 0 if live is None else to_hits(live[0])
 
     def end_ns(self, key: str) -> int | None:
         """When ``key``'s live window ends, or None if it has none."""
-        live = self._core.fixed_get(key)
-        return None if live is None else int(live[1])
+        live = self._engine.get(key)
+        return None if live is None else live[1]
 
     def clear(self, key: str) -> None:
         """Forget the key's window: its next hit starts a new one."""
@@ -72,14 +73,6 @@ def geometry(period_ns: int, capacity: int | None) -> Geometry:
     return dataclasses.replace(g, role=ROLE)
 
 
-def value(start: int, count: int, now_ns: int, period_ns: int) -> int:
-    """A key's count at ``now_ns``: its window's while live, else 0 (junk counts 0)."""
-    live = start != EMPTY_EPOCH and start >= 0 and now_ns < start + period_ns
-    return max(count, 0) if live else 0
-
-
 def values(w: Window, now_ns: int) -> list[tuple[Key, int | float]]:
     """``(key, count in hits)`` of each key of a fixed-window segment, read lock-free (for the tools)."""
-    period_ns = w.geometry.bucket_ns
-    states = w._backend._key_states(STATE_WORDS)  # type: ignore[attr-defined]
-    return [(key, to_hits(value(start, count, now_ns, period_ns))) for key, (start, count) in states]
+    return FixedEngine(w).values(now_ns)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 import urllib.parse
-from typing import Any
+from typing import Any, TypeVar
 
 from limits.errors import ConfigurationError
 
@@ -43,8 +43,7 @@ from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
 from ..clock import Clock
 from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
 from ..errors import GeometryMismatchError, KeyTableFullError, OutOfSpaceError, WindowNotFoundError
-from ..geometry import DEFAULT_LOG_ENTRIES
-from ..layout_words import MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
+from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, Rate
@@ -65,6 +64,7 @@ _GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "month"
 # no row for a new key (capacity, or a full /dev/shm after idle keys were reclaimed), or no room
 # for a new segment: on_full answers ("raise" lets it through)
 FULL = (KeyTableFullError, OutOfSpaceError)
+T = TypeVar("T")
 _NEVER = 2**62  # a count that is over any limit: what on_full="deny" answers for a fixed window
 MARGIN_NS = 1_000  # reported reset times are this much late, never early (see later_s)
 
@@ -262,6 +262,24 @@ class StorageSegments:
         """This storage's segments on the host."""
         return [n for n in names() if _kind_of(self.prefix, n) is not None]
 
+    # -- on_full: the one Python answer, and the seam where the core takes it over -------------
+
+    def _full_answer(self, allowed: T, denied: T) -> T:
+        """What ``on_full`` answers for a key (or a segment) that found no room: called only from
+        an ``except FULL``, so "raise" re-raises what was caught.
+
+        The seam. The native core answers ``on_full`` for a plain limiter's keys already; for the
+        counter roles (fixed_incr, sliding_hit, moving_hit) it raises KeyTableFullError /
+        OutOfSpaceError and this answers. Once the core answers for every role (its ON_FULL enum
+        generated into layout.h), each role's segment is opened with this storage's ``on_full``
+        and the engines' calls answer themselves -- fixed_incr a count of 0 ("allow") or one over
+        any limit ("deny"), sliding_hit and moving_hit True or False -- and raise only for
+        "raise": the three ``except FULL`` blocks calling this go, and with them this method
+        but for the segment-creation case (OutOfSpaceError before any core exists)."""
+        if self.on_full == "raise":
+            raise
+        return allowed if self.on_full == "allow" else denied
+
     # -- fixed window: starts at a key's first hit (see limits_fixed) ---------------------------
 
     def incr(self, key: str, expiry: float, amount: Any) -> int | float:
@@ -271,9 +289,7 @@ class StorageSegments:
             assert windows is not None
             return windows.incr(key, cost)
         except FULL:
-            if self.on_full == "raise":
-                raise
-            return 0 if self.on_full == "allow" else _NEVER
+            return self._full_answer(allowed=0, denied=_NEVER)
 
     def get(self, key: str) -> int | float:
         return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
@@ -296,18 +312,14 @@ class StorageSegments:
         try:
             limiter = self._limiter("moving", limit, expiry, create=True)
         except OutOfSpaceError:  # no room for the limit's segment itself (its keys: the core's on_full)
-            if self.on_full == "raise":
-                raise
-            return self.on_full == "allow"
+            return self._full_answer(allowed=True, denied=False)
         assert limiter is not None
         if isinstance(limiter, Limiter):
             return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
         try:
             return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
         except FULL:
-            if self.on_full == "raise":
-                raise
-            return self.on_full == "allow"
+            return self._full_answer(allowed=True, denied=False)
 
     def moving_window(self, key: str, limit: int, expiry: float) -> tuple[float, int]:
         """limits' (window start, hits): limits reports ``start + expiry`` as the reset."""
@@ -341,9 +353,7 @@ class StorageSegments:
             assert counters is not None
             return counters.hit(key, limit, cost)
         except FULL:
-            if self.on_full == "raise":
-                raise
-            return self.on_full == "allow"
+            return self._full_answer(allowed=True, denied=False)
 
     def sliding_window(self, key: str, expiry: float) -> tuple[int | float, float, int | float, float]:
         """limits' (previous count, previous ttl, current count, current ttl), as its memory

@@ -1,7 +1,7 @@
 """limits' sliding window counter in shared memory, by limits' own algorithm.
 
 Windows are aligned on ``now // P``; each key keeps the count of its current window and of
-the one before (``layout_words.SLIDING_STATE``: a window index and two counts, 24 bytes after
+the one before (``format.SLIDING_STATE``: a window index and two counts, 24 bytes after
 the key header), in one segment per period P, ``PREFIX.sliding.P`` (role "sliding-counter").
 A hit is admitted when limits' weighted count -- the previous window's count weighed by the
 part of it still inside the last period, plus the current count -- leaves room for its cost,
@@ -19,19 +19,26 @@ from __future__ import annotations
 import dataclasses
 
 from ..backends.contract import Key
+from ..backends.shm.roles import SlidingEngine
+from ..backends.shm.roles.sliding import STATE_WORDS as STATE_WORDS
+from ..backends.shm.roles.sliding import value as value
+from ..backends.shm.roles.sliding import weighted as weighted
 from ..geometry import Geometry, window_geometry
-from ..layout_words import EMPTY_EPOCH
 from ..window import Window
 from .limits_counters import UNIT, CounterSegment, to_hits, to_units
 
-ROLE = "sliding-counter"
-STATE_WORDS = 3  # window, current, previous
+ROLE = SlidingEngine.role
 
 
 class SlidingCounters(CounterSegment):
     """The sliding window counters of one period, for one storage (see the module docstring)."""
 
-    role = ROLE
+    role, engine = ROLE, SlidingEngine
+    _engine: SlidingEngine
+
+    def __init__(self, counts: Window, period_ns: int):
+        super().__init__(counts, period_ns)
+        self._native_hit = self._engine.native_hit  # the core's own: no Python frame between
 
     @staticmethod
     def created_as(period_ns: int, capacity: int | None) -> Geometry:
@@ -40,12 +47,12 @@ class SlidingCounters(CounterSegment):
     def hit(self, key: str, limit: int, amount: int | float) -> bool:
         """Count ``amount`` hits if the weighted count, floored to whole hits as limits floors
         it, leaves room for them under ``limit`` (counted in units)."""
-        return bool(self._core.sliding_hit(key, to_units(limit), to_units(amount), UNIT))
+        return bool(self._native_hit(key, to_units(limit), to_units(amount), UNIT))
 
     def window(self, key: str) -> tuple[int | float, int | float, int]:
         """``(previous count, current count, ns into the current window)`` now, in hits."""
-        previous, current, elapsed_ns, _ = self._core.sliding_get(key)
-        return to_hits(int(previous)), to_hits(int(current)), int(elapsed_ns)
+        previous, current, elapsed_ns = self._engine.get(key)
+        return to_hits(previous), to_hits(current), elapsed_ns
 
     def clear(self, key: str) -> None:
         self.counts.clear(key)
@@ -69,27 +76,7 @@ def geometry(period_ns: int, capacity: int | None) -> Geometry:
     return dataclasses.replace(g, role=ROLE)
 
 
-def weighted(previous: int, current: int, elapsed_ns: int, period_ns: int) -> int:
-    """limits' weighted count, floored, in integers as the core computes it."""
-    return previous * (period_ns - elapsed_ns) // period_ns + current
-
-
-def value(window: int, current: int, previous: int, now_ns: int, period_ns: int) -> int:
-    """A key's weighted count at ``now_ns`` from its state words (``core/counters.c``'s
-    sliding_read: a state one window ahead counts at its start; junk counts 0)."""
-    w, elapsed = divmod(now_ns, period_ns)
-    if window == EMPTY_EPOCH or window < 0 or current < 0 or previous < 0:
-        return 0
-    if window == w + 1:
-        w, elapsed = window, 0
-    if window == w:
-        return weighted(previous, current, elapsed, period_ns)
-    return weighted(current, 0, elapsed, period_ns) if window == w - 1 else 0
-
-
 def values(w: Window, now_ns: int) -> list[tuple[Key, int]]:
     """``(key, weighted count in whole hits)`` of each key of a sliding-counter segment,
     lock-free (for the tools)."""
-    period_ns = w.geometry.bucket_ns
-    states = w._backend._key_states(STATE_WORDS)  # type: ignore[attr-defined]
-    return [(key, value(index, cur, prev, now_ns, period_ns) // UNIT) for key, (index, cur, prev) in states]
+    return SlidingEngine(w).values(now_ns)

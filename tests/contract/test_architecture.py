@@ -15,8 +15,8 @@ import pytest
 from support.helpers import ROOT
 
 import shmwin
-from shmwin import Limiter, ManualClock, Window, backends, policy
-from shmwin.backends.contract import LimiterBackend, WindowBackend
+from shmwin import Limiter, ManualClock, TokenBucket, Window, backends, policy
+from shmwin.backends.contract import LimiterBackend, TokenBucketBackend, WindowBackend
 from shmwin.backends.redis.testing import ServerTime
 from shmwin.backends.shm import native
 
@@ -27,11 +27,12 @@ PACKAGE = ROOT / "shmwin"
 # -- no import cycle ---------------------------------------------------------------------------
 
 
-def _module_names() -> dict[str, str]:
-    """``{dotted module name: path}`` for every module of the package (native ones too)."""
+def _module_names(root: Path = ROOT) -> dict[str, str]:
+    """``{dotted module name: path}`` for every module of the package under ``root`` (native ones too)."""
     found = {}
-    for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.so")]:
-        parts = list(path.relative_to(ROOT).parts)
+    package = root / "shmwin"
+    for path in [*package.rglob("*.py"), *package.rglob("*.so")]:
+        parts = list(path.relative_to(root).parts)
         parts[-1] = parts[-1].split(".")[0]  # _core.cpython-311-x86_64-linux-gnu.so -> _core
         if parts[-1] == "__init__":
             parts.pop()
@@ -126,6 +127,94 @@ def test_the_backends_import_no_front_and_the_policy_no_backend():
             assert "shmwin.backends.shm.native" not in imported, module
 
 
+# -- the layers: what lives in the shared-memory backend stays there ----------------------------
+
+SHM = "shmwin.backends.shm"
+ENGINE_ATTRS = {"_core", "_lay"}  # the native type and the byte layout of a shared-memory window
+BACKEND_INTERNALS = {f"{SHM}.format", f"{SHM}.layout", f"{SHM}.native", "shmwin._core"}
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _private_reaches(path: str) -> Iterator[tuple[int, str]]:
+    """``(line, what)`` of each reach into an engine: ``x._core``, ``x._lay``, or a private
+    attribute of a front's backend (``x._backend._keyed``)."""
+    for node in ast.walk(ast.parse(Path(path).read_text(), path)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if node.attr in ENGINE_ATTRS:
+            yield node.lineno, f".{node.attr}"
+        elif (
+            node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "_backend"
+        ):
+            yield node.lineno, f"._backend.{node.attr}"
+
+
+def _layer_breaks(root: Path) -> list[str]:
+    """Every break of the layers' "never" rules in the package under ``root``:
+    outside ``backends/shm/``, no reach into an engine's private attributes and no import of
+    its byte format, layout, native type or core; ``backends.redis`` imports nothing of
+    ``backends.shm``; the inspector imports no adapter of ``integrations``."""
+    modules = _module_names(root)
+    breaks = []
+    for module, path in sorted(modules.items()):
+        if not path.endswith(".py") or _inside(module, SHM):
+            continue
+        breaks += [f"{module}:{line} reaches {what}" for line, what in _private_reaches(path)]
+        imported = _imports(module, path, modules)
+        internals = BACKEND_INTERNALS - ({"shmwin._core"} if module == "shmwin" else set())
+        # (the package's __init__ imports _core only to say, at once, when it is not built)
+        breaks += [f"{module} imports {m}" for m in sorted(imported & internals)]
+        if _inside(module, "shmwin.backends.redis"):
+            breaks += [f"{module} imports {m}" for m in sorted(imported) if _inside(m, SHM)]
+        if _inside(module, "shmwin.inspector"):
+            breaks += [f"{module} imports {m}" for m in sorted(imported) if _inside(m, "shmwin.integrations")]
+    return breaks
+
+
+@pytest.mark.unit
+def test_nothing_outside_the_shm_backend_reaches_into_it():
+    assert f"{SHM}.format" in _module_names()  # the byte format lives in the backend it describes
+    assert _layer_breaks(ROOT) == []
+
+
+@pytest.mark.unit
+def test_the_layer_checker_finds_each_kind_of_break(tmp_path):
+    files = {
+        "shmwin/__init__.py": "",
+        "shmwin/_core.py": "",
+        "shmwin/concurrency.py": "def f(w):\n    return w._backend._core.conc_count('k')\n",
+        "shmwin/token_bucket.py": "def f(w):\n    return w._backend._key_states(1)\n",
+        "shmwin/ring.py": "from .backends.shm.format import EMPTY_EPOCH\n",
+        "shmwin/backends/__init__.py": "",
+        "shmwin/backends/shm/__init__.py": "",
+        "shmwin/backends/shm/format.py": "",
+        "shmwin/backends/shm/window.py": "from . import format\nx = object()._core\n",  # inside: fine
+        "shmwin/backends/shm/segment.py": "",
+        "shmwin/backends/redis/__init__.py": "",
+        "shmwin/backends/redis/client.py": "from ..shm.segment import check_name\n",
+        "shmwin/inspector/__init__.py": "",
+        "shmwin/inspector/roles.py": "def f():\n    from ..integrations import limits_fixed\n",
+        "shmwin/integrations/__init__.py": "",
+        "shmwin/integrations/limits_fixed.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _layer_breaks(tmp_path) == [
+        "shmwin.backends.redis.client imports shmwin.backends.shm.segment",
+        "shmwin.concurrency:2 reaches ._core",
+        "shmwin.inspector.roles imports shmwin.integrations.limits_fixed",
+        "shmwin.ring imports shmwin.backends.shm.format",
+        "shmwin.token_bucket:2 reaches ._backend._key_states",
+    ]
+
+
 @pytest.mark.unit
 def test_the_policy_and_the_core_agree_on_on_full():
     assert policy.ON_FULL == native.ON_FULL
@@ -163,6 +252,14 @@ def _public(obj: Any) -> set[str]:
 
 def test_both_backends_keep_the_protocols_and_every_public_name(redis_server, make_name):
     clock = ServerTime(ManualClock(10**15))  # redis: the server's time
+    urls = (None, redis_server.url)
+    buckets = [TokenBucket(make_name("t"), "5/minute", burst=5, backend=url) for url in urls]
+    try:
+        assert all(isinstance(b._backend, TokenBucketBackend) for b in buckets)
+    finally:
+        for bucket in buckets:
+            bucket.unlink()
+            bucket.close()
     made = {
         "shm": (Window(make_name("w"), capacity=4, clock=clock), Limiter(make_name("l"), "5/minute")),
         "redis": (
@@ -451,3 +548,40 @@ def test_backends_registry_is_plain():
     assert backends.lookup(None).window.__qualname__ == "ShmWindow.open"
     with pytest.raises(ValueError, match="unknown backend 'memcached://x'"):
         backends.lookup("memcached://x")
+
+
+@pytest.mark.unit
+def test_one_opener_for_every_kind_and_a_missing_kind_says_so_before_anything_opens():
+    opened: list[str] = []
+
+    def never(req: Any) -> Any:
+        opened.append(req.name)
+        raise AssertionError("nothing should open")
+
+    backends.register("nobucket", backends.Scheme(window=never, limiter=never, options=frozenset()))
+    with pytest.raises(shmwin.NotSupportedError, match="the nobucket backend has no token bucket"):
+        backends.open("token-bucket", "b", None, backend="nobucket://x")
+    with pytest.raises(shmwin.NotSupportedError, match="cannot honour perm=384"):
+        backends.open("window", "w", None, backend="nobucket://x", perm=0o600)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        backends.open("counter", "c", None, backend="nobucket://x")
+    assert opened == []
+    assert backends.lookup(None).opener("token-bucket").__qualname__ == "ShmTokenBucket.open"
+
+
+@pytest.mark.unit
+def test_the_token_bucket_and_role_engines_keep_their_protocols():
+    from shmwin.backends.contract import ConcurrencyEngine, CounterEngine, TokenBucketBackend
+    from shmwin.backends.redis.token_bucket import RedisTokenBucket
+    from shmwin.backends.shm import roles
+    from shmwin.backends.shm.token_bucket import ShmTokenBucket
+
+    def keeps(cls: type, protocol: type, given: set[str]) -> bool:  # ``given``: set by __init__
+        return all(_has(cls, n) or n in given for n in vars(protocol) if not n.startswith("_"))
+
+    assert keeps(ShmTokenBucket, TokenBucketBackend, {"name"})
+    assert keeps(RedisTokenBucket, TokenBucketBackend, {"name", "url"})
+    assert not keeps(ShmTokenBucket, TokenBucketBackend, set())  # the check sees what is missing
+    assert all(keeps(engine, CounterEngine, set()) for engine in roles.ENGINES.values())
+    assert keeps(roles.ConcurrencyEngine, ConcurrencyEngine, set())
+    assert not keeps(roles.FixedEngine, ConcurrencyEngine, set())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shmwin import layout_words
+from shmwin.backends.shm import format as layout_words
 from shmwin.backends.shm import layout
 from shmwin.backends.shm.layout import Layout
 from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
@@ -189,7 +189,7 @@ def test_the_description_is_consistent():
 def test_the_c_header_is_generated_from_the_description_and_fresh():
     assert LAYOUT_H.read_text() == layout_words.c_header(), (
         "shmwin/backends/shm/core/layout.h is stale: write it anew with\n"
-        "    python shmwin/layout_words.py shmwin/backends/shm/core/layout.h"
+        "    python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h"
     )
 
 

@@ -22,8 +22,7 @@ from ...errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
-from ..contract import Key, Request
-from ..shm.segment import check_name
+from ..contract import Key, Request, check_spelling
 from .scripts import OPEN, Script
 from .urls import host_ports
 
@@ -221,7 +220,7 @@ class RedisBase:
     """
 
     def __init__(self, req: Request, spec: str | None):
-        check_name(req.name)  # the same names as shared memory: one namespace of spellings
+        check_spelling(req.name)  # the same names as shared memory: one namespace of spellings
         self.name = req.name
         self.url = req.url
         self._clock: Clock | None = server_time(req.clock)

@@ -12,12 +12,11 @@ from ...errors import GeometryMismatchError
 from ...geometry import TOKEN_ROLE, Geometry, token_geometry, token_rate_of
 from ...policy import cost_of
 from ...rate import Rate
-from ..contract import Key, Request
+from ..contract import Key, Request, TokenCheck
 from . import scripts
 from .client import NS_PER_US, RedisBase, not_supported
 
 DEFAULT_CAPACITY = 10_000  # what an attach reports: redis keys have no table to fill
-TokenCheck = tuple[bool, int, int | None, int]  # allowed, whole tokens left, wait_ns, ns until full
 
 
 class RedisTokenBucket(RedisBase):

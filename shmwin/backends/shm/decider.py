@@ -12,22 +12,17 @@ from typing import Any
 from ...errors import GeometryMismatchError
 from ...geometry import Geometry
 from ..contract import Key, Request
-from .window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
+from .window import ShmOptions, ShmWindow
 
 
 def open_window(req: Request, accepts: Callable[[Geometry], bool], what: str) -> ShmWindow:
     """Create-or-attach ``req.geometry``, or attach (``None``); a segment whose geometry
     ``accepts`` refuses is a :class:`GeometryMismatchError` naming ``what`` it is not."""
-    options = {
-        "lock_timeout": req.option("lock_timeout", LOCK_TIMEOUT_S),
-        "ready_timeout": req.option("ready_timeout", READY_TIMEOUT_S),
-        "perm": req.option("perm", PERM),
-        "on_full": req.on_full,
-    }
+    opts = ShmOptions.of(req)
     if req.geometry is None:
-        window = ShmWindow.attach(req.name, clock=req.clock, **options)
+        window = ShmWindow.attach(req.name, opts)
     else:
-        window = ShmWindow.open_geometry(req.name, req.geometry, clock=req.clock, **options)
+        window = ShmWindow.open_geometry(req.name, req.geometry, opts)
     g = window.geometry
     if not accepts(g):
         window.close()

@@ -14,9 +14,9 @@ after its key bytes, and a changed or non-positive generation means "not a key n
 from __future__ import annotations
 
 from ... import _core, geometry
-from ... import layout_words as _words
 from ...errors import CorruptSegmentError
 from ..contract import Key
+from . import format as _words
 from . import layout
 from .layout import (
     KEY_FLAG_DIGEST,
@@ -127,7 +127,7 @@ class KeyTable:
         return decode(stored, flags) if named is None else named
 
     def _name(self, row: int, generation: int, key_hash: int) -> Key | None:
-        """A digest row's key as its inserter named it (``layout_words.NAME_ENTRY``), or None:
+        """A digest row's key as its inserter named it (``format.NAME_ENTRY``), or None:
         an entry whose generation reads the same before and after, and is the row's own."""
         for i in range(_words.NAME_PROBES):
             at = self._names_off + (key_hash + i) % _words.NAME_SLOTS * _words.NAME_ENTRY_BYTES

@@ -3,7 +3,7 @@
 Segment = header page | lock table | stripe table | key table | rows. Little-endian,
 every offset a multiple of 64 so no two writers share a cache line.
 
-The tables below are also data, in ``layout_words.py`` (the one description: the native core's
+The tables below are also data, in ``format.py`` (the one description: the native core's
 ``layout.h`` is generated from it, and its names are the ones used here and in C); the tests
 hold each table's offsets, sizes and names to it.
 
@@ -285,13 +285,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-from ... import layout_words as _words
 from ...errors import CorruptSegmentError, IncompatibleVersionError
 from ...geometry import Geometry, Meta, Ring
+from . import format as _words
 
-# The format's constants: one description, layout_words.py, which the native core's layout.h
+# The format's constants: one description, format.py, which the native core's layout.h
 # is generated from; these are the same names, with the same values (tests/unit/test_layout.py).
-from ...layout_words import (
+from .format import (
     CHECKED_WORDS,
     CHUNK_FREE_OFF,
     CHUNKS_RESERVED_OFF,

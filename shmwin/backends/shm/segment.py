@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -48,15 +47,16 @@ from ...errors import (
     WindowNotFoundError,
     WindowPermissionError,
 )
+from ..contract import MAX_NAME_CHARS as MAX_NAME_CHARS
+from ..contract import NAME_SPELLING as _NAME
+from ..contract import check_spelling
+from ..contract import namespace as namespace
 
 T = TypeVar("T")
 
 PREFIX = "shmwin."
 SHM_DIR = "/dev/shm"
-MAX_NAME_CHARS = 200
 DEFAULT_PERM = 0o600
-_NAME = re.compile(r"[A-Za-z0-9_.:@+=-]+")  # always fullmatch: "$" would accept a trailing "\n"
-_ALLOWED = "letters, digits and _ . : @ + = -"
 _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO never blocks us
 _CREATE = _OPEN | os.O_CREAT | os.O_EXCL
 
@@ -64,27 +64,10 @@ _CREATE = _OPEN | os.O_CREAT | os.O_EXCL
 _acting_for: ContextVar[tuple[int | None, int | None]] = ContextVar("shmwin_acting_for", default=(None, None))
 
 
-def namespace() -> str:
-    """``SHMWIN_NAMESPACE`` (default empty): hosts simulated on one machine, or tenants,
-    each see only their own windows. Stored as ``shmwin.<namespace>~<name>``."""
-    ns = os.environ.get("SHMWIN_NAMESPACE", "")
-    if ns and not _NAME.fullmatch(ns):
-        raise ValueError(f"SHMWIN_NAMESPACE={ns!r} may only use {_ALLOWED}")
-    return f"{ns}~" if ns else ""
-
-
 def check_name(name: str) -> str:
     """Validate a window name and return its shm object name (``/shmwin.[<namespace>~]<name>``)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"window name must be a non-empty string, not {name!r}")
-    if len(name) > MAX_NAME_CHARS:
-        raise ValueError(f"window name is {len(name)} characters; the limit is {MAX_NAME_CHARS}")
-    if not _NAME.fullmatch(name):
-        raise ValueError(
-            f"window name {name!r} may only use {_ALLOWED} "
-            "(no '/', '#', spaces, newlines or other control characters)"
-        )
-    return "/" + PREFIX + namespace() + name
+    spelled = check_spelling(name)  # the name's errors first, then the namespace's
+    return "/" + PREFIX + namespace() + spelled
 
 
 def path_of(name: str) -> str:
@@ -269,7 +252,7 @@ class Segment:
 def unlink(name: str) -> bool:
     """Remove window ``name`` from the host; True if it existed. Processes that have it
     mapped keep their memory. A limiter's decisions window (``NAME.decisions``, see
-    :mod:`shmwin.decisions`) goes with it."""
+    :mod:`shmwin.front`) goes with it."""
     return _unlink_at(path_of(name), name)
 
 

@@ -1,7 +1,7 @@
 """ShmTokenBucket: a token bucket in a shared-memory segment, the default backend of ``TokenBucket``.
 
 One keyed segment of role "token-bucket" (``geometry.token_geometry``) holds, per key, one word:
-the GCRA's theoretical arrival time (``layout_words.TOKEN_STATE``). Taking tokens is one native
+the GCRA's theoretical arrival time (``format.TOKEN_STATE``). Taking tokens is one native
 section under the key's row lock (``token_take`` in ``core/counters.c``); ``hit`` and ``check``
 are the core's own methods, called with nothing in between.
 """
@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from ...geometry import TOKEN_ROLE, token_rate_of
 from ...rate import Rate
-from ..contract import Key, Request
+from ..contract import Key, Request, TokenCheck
 from .decider import ShmDecider, open_window
 from .window import ShmWindow
 
 # allowed, whole tokens left, wait_ns (None: never), ns until full
-TokenCheck = tuple[bool, int, int | None, int]
 
 
 class ShmTokenBucket(ShmDecider):

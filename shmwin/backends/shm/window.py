@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,10 +36,10 @@ from ...errors import (
     WindowNotFoundError,
 )
 from ...geometry import Geometry, Meta
-from ...layout_words import COUNTER_ROLES, STATE_ROLES
 from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
 from . import layout, native
+from .format import COUNTER_ROLES, STATE_ROLES
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
@@ -50,6 +51,26 @@ _W = layout.WORD_BYTES
 LOCK_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 5.0
 PERM = 0o600
+
+
+@dataclass(frozen=True)
+class ShmOptions:
+    """How this process opens a segment, built once from the request (:meth:`of`) and handed
+    down the open/create/attach chain whole. The values are passed on as given: the segment
+    and the core check them (a non-int perm is an error there)."""
+
+    clock: Clock | None = None
+    perm: int = PERM  # the modes a segment is created with, and trusted with on attach
+    lock_timeout: float = LOCK_TIMEOUT_S  # seconds a writer waits for a lock before repair
+    ready_timeout: float = READY_TIMEOUT_S  # seconds an attach waits for a creator to finish
+    on_full: str = WINDOW_ON_FULL  # what the core answers when the key table is full
+
+    @classmethod
+    def of(cls, req: Request) -> ShmOptions:
+        return cls(
+            req.clock, req.option("perm", PERM), req.option("lock_timeout", LOCK_TIMEOUT_S),
+            req.option("ready_timeout", READY_TIMEOUT_S), req.on_full,
+        )  # fmt: skip
 
 
 class ShmWindow:
@@ -65,48 +86,29 @@ class ShmWindow:
     @classmethod
     def open(cls, req: Request) -> ShmWindow:
         """The registry's entry: create-or-attach, create, or attach, as ``req`` asks."""
-        # passed on as given: the segment and the core check them (a non-int perm is an error there)
-        lock_timeout = req.option("lock_timeout", LOCK_TIMEOUT_S)
-        ready_timeout = req.option("ready_timeout", READY_TIMEOUT_S)
-        perm = req.option("perm", PERM)
+        opts = ShmOptions.of(req)
         if req.geometry is None:
-            return cls.attach(
-                req.name, clock=req.clock, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
-                on_full=req.on_full, perm=perm,
-            )  # fmt: skip
+            return cls.attach(req.name, opts)
         if req.exclusive:
-            return cls.create(req.name, req.geometry, clock=req.clock, perm=perm, lock_timeout=lock_timeout)
-        return cls.open_geometry(
-            req.name, req.geometry, clock=req.clock, perm=perm, lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, on_full=req.on_full,
-        )  # fmt: skip
+            return cls.create(req.name, req.geometry, opts)
+        return cls.open_geometry(req.name, req.geometry, opts)
 
     @classmethod
-    def open_geometry(
-        cls,
-        name: str,
-        want: Geometry,
-        *,
-        clock: Clock | None = None,
-        perm: int = PERM,
-        lock_timeout: float = LOCK_TIMEOUT_S,
-        ready_timeout: float = READY_TIMEOUT_S,
-        on_full: str = WINDOW_ON_FULL,
-    ) -> ShmWindow:
+    def open_geometry(cls, name: str, want: Geometry, opts: ShmOptions = ShmOptions()) -> ShmWindow:
         """Create the segment, or attach to it and insist on exactly ``want``."""
         self = cls.__new__(cls)
         for _ in range(10):  # a racing unlink sends us round again
             try:
-                seg = _create(name, want, perm, clock)
-                self._bind(seg, clock, lock_timeout, on_full)
+                seg = _create(name, want, opts.perm, opts.clock)
+                self._bind(seg, opts)
                 return self
             except WindowExistsError:
                 pass
             try:
-                seg = Segment.attach(name, ready_timeout, _ready, perm=perm)
+                seg = Segment.attach(name, opts.ready_timeout, _ready, perm=opts.perm)
             except WindowNotFoundError:
                 continue
-            self._bind(seg, clock, lock_timeout, on_full)
+            self._bind(seg, opts)
             if self._g != want:
                 have = self._g
                 self.close()
@@ -117,44 +119,26 @@ class ShmWindow:
         raise ShmwinError(f"window {name!r} kept appearing and disappearing; gave up")
 
     @classmethod
-    def create(
-        cls,
-        name: str,
-        want: Geometry,
-        *,
-        clock: Clock | None = None,
-        perm: int = PERM,
-        lock_timeout: float = LOCK_TIMEOUT_S,
-    ) -> ShmWindow:
-        """Create a new segment; :class:`WindowExistsError` if the name is taken."""
-        seg = _create(name, want, perm, clock)
+    def create(cls, name: str, want: Geometry, opts: ShmOptions = ShmOptions()) -> ShmWindow:
+        """Create a new segment; :class:`WindowExistsError` if the name is taken. (Only windows
+        are created exclusively: their on_full, the window's, is what the request holds.)"""
+        seg = _create(name, want, opts.perm, opts.clock)
         self = cls.__new__(cls)
-        self._bind(seg, clock, lock_timeout)
+        self._bind(seg, opts)
         return self
 
     @classmethod
-    def attach(
-        cls,
-        name: str,
-        *,
-        clock: Clock | None = None,
-        lock_timeout: float = LOCK_TIMEOUT_S,
-        ready_timeout: float = READY_TIMEOUT_S,
-        on_full: str = WINDOW_ON_FULL,
-        perm: int = PERM,
-    ) -> ShmWindow:
-        """Attach to an existing segment, geometry read from its header; ``perm`` widens the
-        modes trusted (group- or other-writable segments) as far as it goes."""
-        seg = Segment.attach(name, ready_timeout, _ready, perm=perm)
+    def attach(cls, name: str, opts: ShmOptions = ShmOptions()) -> ShmWindow:
+        """Attach to an existing segment, geometry read from its header; ``opts.perm`` widens
+        the modes trusted (group- or other-writable segments) as far as it goes."""
+        seg = Segment.attach(name, opts.ready_timeout, _ready, perm=opts.perm)
         self = cls.__new__(cls)
-        self._bind(seg, clock, lock_timeout, on_full)
+        self._bind(seg, opts)
         return self
 
     # -- setup ------------------------------------------------------------------
 
-    def _bind(
-        self, seg: Segment, clock: Clock | None, lock_timeout: float, on_full: str = WINDOW_ON_FULL
-    ) -> None:
+    def _bind(self, seg: Segment, opts: ShmOptions) -> None:
         """Validate the mapped segment and build this process's views of it and its core."""
         self._seg = seg
         self._closed = True  # until fully bound, close() must not touch views
@@ -165,7 +149,7 @@ class ShmWindow:
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
-                seg.mm, seg.name, clock=clock, lock_timeout=lock_timeout, on_full=on_full,
+                seg.mm, seg.name, clock=opts.clock, lock_timeout=opts.lock_timeout, on_full=opts.on_full,
                 claim=self._claim_stripe, fd=seg.fd,
             )  # fmt: skip
         except BaseException:
@@ -175,7 +159,7 @@ class ShmWindow:
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name
         self._core = core
-        self._clock: Callable[[], int] = checked_clock(clock) if clock else host_clock()
+        self._clock: Callable[[], int] = checked_clock(opts.clock) if opts.clock else host_clock()
         # every view below holds an export of the mmap (numpy arrays through ``_raw``; a plain
         # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
         # the mapping alive, and close() then leaves the unmapping to the GC
@@ -297,7 +281,7 @@ class ShmWindow:
 
     def _key_states(self, words: int) -> list[tuple[Key, tuple[int, ...]]]:
         """``(key, its first ``words`` state words)`` of every live key of a counter role's
-        segment (``layout_words.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's words
+        segment (``format.FIXED_STATE``, ``SLIDING_STATE``): lock-free, each row's words
         kept only if its generation is still the one its key was read with (a row given to
         another key meanwhile is left out: never one key's name with another's state)."""
         keys = self._keyed()

@@ -289,7 +289,8 @@ def test_a_moving_logs_chunk_heap_in_the_header_is_checked(name, field, resealed
     m.hit("k", 1)
     m.close()
     offset = {"chunks_off": 176, "n_chunks": 184}[field]
-    assert shmwin.layout_words.HEADER[[f[0] for f in shmwin.layout_words.HEADER].index(field)][1] == offset
+    header = shmwin.backends.shm.format.HEADER
+    assert header[[f[0] for f in header].index(field)][1] == offset
     with open(path_of(name), "rb") as f:
         page = bytearray(f.read(layout.HEADER_BYTES))
     moved = int.from_bytes(page[offset : offset + 8], "little") + 4096

@@ -17,7 +17,8 @@ import pytest
 from support.helpers import ROOT, assert_no_fail_point
 
 import shmwin
-from shmwin import _core, layout_words
+from shmwin import _core
+from shmwin.backends.shm import format as layout_words
 from shmwin.backends.shm import layout
 from shmwin.backends.shm.layout import Layout
 from shmwin.geometry import Geometry, Meta, Ring

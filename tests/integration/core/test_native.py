@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import shmwin
-from shmwin import Limiter, ManualClock, Window, _core, layout_words
+from shmwin import Limiter, ManualClock, Window, _core
+from shmwin.backends.shm import format as layout_words
 from shmwin.backends.shm import layout
 
 S = 1_000_000_000

@@ -2,7 +2,7 @@
 limits-storage.md said 1 ns for periods up to 8.6 s while ``moving_quantum_shift`` gives 32 ns).
 
 Every "<q> <unit> for <period>" figure the pages give next to the word "quantum" is checked
-against ``layout_words.moving_quantum_shift`` (the core reads the same table)."""
+against ``format.moving_quantum_shift`` (the core reads the same table)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 import pytest
 from support.helpers import ROOT
 
-from shmwin.layout_words import moving_quantum_shift
+from shmwin.backends.shm.format import moving_quantum_shift
 
 PAGES = ("docs/limits-storage.md", "docs/deploying.md", "shmwin/integrations/limits_moving.py")
 UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000}

@@ -22,8 +22,8 @@ from support.helpers import ROOT
 
 import shmwin
 from shmwin import Concurrency, ConcurrencyLimitError, ManualClock, NotHeldError, Window
+from shmwin.backends.shm.format import MAX_CONCURRENCY
 from shmwin.errors import GeometryMismatchError, KeyTableFullError, ShmwinError
-from shmwin.layout_words import MAX_CONCURRENCY
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import pytest
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin import layout_words as layout
+from shmwin.backends.shm import format as layout
 from shmwin.backends.shm.segment import path_of
 from shmwin.errors import CorruptSegmentError, ShmwinError
 from shmwin.integrations import limits_fixed, limits_sliding
@@ -315,7 +315,7 @@ def test_a_native_limiters_bytes_per_key_at_a_hundred_thousand_keys(name, record
 
 
 def test_state_words_are_where_the_layout_says(name):
-    """The words the core writes are the ones layout_words names (FIXED_STATE, SLIDING_STATE)."""
+    """The words the core writes are the ones format.py names (FIXED_STATE, SLIDING_STATE)."""
     clock = ManualClock(T0 + 3 * S)
     f, s = fixed(name, clock), sliding(name + "s", clock)
     try:

@@ -24,7 +24,7 @@ from support.helpers import ROOT
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin import layout_words as layout
+from shmwin.backends.shm import format as layout
 from shmwin.backends.shm.segment import path_of
 from shmwin.errors import CorruptSegmentError, ShmwinError
 from shmwin.integrations import limits_moving

@@ -23,7 +23,7 @@ from support.helpers import ROOT, run_python
 
 import shmwin
 from shmwin import ManualClock, Window
-from shmwin import layout_words as layout
+from shmwin.backends.shm import format as layout
 from shmwin.integrations import limits_moving
 from shmwin.integrations.limits_moving import MovingLogs
 

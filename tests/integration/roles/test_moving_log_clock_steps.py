@@ -16,7 +16,7 @@ from support.helpers import run_python
 
 import shmwin
 from shmwin import ManualClock
-from shmwin import layout_words as layout
+from shmwin.backends.shm import format as layout
 from shmwin.integrations.limits_moving import MovingLogs
 
 pytestmark = [pytest.mark.integration, pytest.mark.sanitize]

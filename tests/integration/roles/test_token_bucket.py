@@ -22,8 +22,8 @@ from support.helpers import ROOT
 
 import shmwin
 from shmwin import GeometryMismatchError, Limiter, ManualClock, TokenBucket
-from shmwin import layout_words as layout
 from shmwin.backends.redis.testing import ServerTime
+from shmwin.backends.shm import format as layout
 from shmwin.errors import CorruptSegmentError
 
 pytestmark = pytest.mark.integration

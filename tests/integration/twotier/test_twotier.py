@@ -298,7 +298,7 @@ def test_show_and_the_prometheus_export_tell_leases_hits_served_and_round_trips(
     ids=["huge-grant", "far-deadline", "negative-counts", "negative-id", "negative-start", "tallies"],
 )  # fmt: skip
 def test_junk_in_a_lease_never_admits_a_hit_redis_did_not_grant(limiter, junk):
-    from shmwin import layout_words as words
+    from shmwin.backends.shm import format as words
 
     clock = ManualClock(T0)
     lim = limiter("100/minute", clock=clock)

@@ -1,5 +1,5 @@
-/* GENERATED from shmwin/layout_words.py by c_header(): do not edit. To write it anew:
- *     python shmwin/layout_words.py shmwin/backends/shm/core/layout.h
+/* GENERATED from shmwin/backends/shm/format.py by c_header(): do not edit. To write it anew:
+ *     python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h
  * tests/unit/test_layout.py holds it fresh; _core.LAYOUT hands these values back. */
 #ifndef SHMWIN_LAYOUT_H
 #define SHMWIN_LAYOUT_H

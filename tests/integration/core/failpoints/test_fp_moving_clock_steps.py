@@ -14,7 +14,7 @@ from support.failpoints import PROGRESS, RAISE, SIGNALS, every_store, promptly, 
 
 import shmwin
 from shmwin import ManualClock
-from shmwin import layout_words as layout
+from shmwin.backends.shm import format as layout
 from shmwin.integrations.limits_moving import MovingLogs
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints, pytest.mark.sanitize]

@@ -76,7 +76,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
 
     def load(m: Any, clock: ManualClock, at: int) -> None:
         if free_made:
-            for _ in range(2 + 2 * shmwin.layout_words.CHUNK_ENTRIES):
+            for _ in range(2 + 2 * shmwin.backends.shm.format.CHUNK_ENTRIES):
                 assert m.hit("f", 1)
             m.clear("f")
         for i in range(before_hits):
@@ -91,7 +91,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
             for _ in range(12):
                 assert m.hit("other", 1)
             if free_made:  # the free chunks the victim's load takes from: a key's, cleared
-                for _ in range(2 + 2 * shmwin.layout_words.CHUNK_ENTRIES):
+                for _ in range(2 + 2 * shmwin.backends.shm.format.CHUNK_ENTRIES):
                     assert m.hit("f", 1)
                 m.clear("f")
 

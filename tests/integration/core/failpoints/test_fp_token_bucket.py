@@ -48,7 +48,7 @@ def _token_takes(name: str, clock_path: Path, n: int) -> list[int]:
 
 def _token_words(tb: Any, key: str) -> tuple[int, int]:
     """``key``'s (tat, last write), read from the segment by the layout's offsets."""
-    from shmwin import layout_words as words
+    from shmwin.backends.shm import format as words
 
     b = tb.window._backend
     row, _ = b._core.find(key)

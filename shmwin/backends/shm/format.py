@@ -7,7 +7,7 @@ sides name each word by the same name (``KEY_ROW_GEN``, ``INDEX_ENTRY_HASH``,
 compiled with, for the tests to compare. The header is committed, and a test holds it fresh;
 after a change here, write it anew::
 
-    python shmwin/layout_words.py shmwin/backends/shm/core/layout.h
+    python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h
 
 Stdlib only and no relative import: a build step or a test may run this file by path,
 with no package imported. What each word *means* is the table at the top of ``layout.py``.
@@ -91,7 +91,7 @@ CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
 # (FIXED_STATE, SLIDING_STATE below) instead of buckets; "fixed-starts" is read, no longer made;
-# "decisions": a limiter's NAME.decisions (shmwin.decisions);
+# "decisions": a limiter's NAME.decisions (shmwin.front);
 # "moving-log": limits' moving window, each key's hit times (MOVING_STATE, CHUNK below);
 # "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
@@ -625,8 +625,39 @@ def check() -> list[str]:
         problems.append("a key row's key bytes do not end its header")
     if MAX_CAPACITY > ENTRY_ROW_MASK + 1 or KEY_HASH_BITS + ENTRY_ROW_BITS > 63:
         problems.append("an index entry's place word does not hold a row and a hash")
+    problems += _neutral_misfits()
     if KEY_HASH_BITS > IDENT_LEN_SHIFT or MAX_STORED_KEY >= 1 << (IDENT_FLAGS_SHIFT - IDENT_LEN_SHIFT):
         problems.append("a key row's ident word does not hold a hash, a length and flags")
+    return problems
+
+
+# Limits every backend shares are geometry's own (and the clock's, the ring's): the backend-neutral
+# layers never import this module. This format must hold them all, word for word.
+_NEUTRAL = {
+    "shmwin.clock": ("MAX_NOW_NS",),
+    "shmwin.ring": ("EMPTY_EPOCH",),
+    "shmwin.geometry": ("DTYPES", "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
+                        "MAX_BUCKETS", "MAX_CAPACITY", "MAX_CONCURRENCY", "MAX_FIELDS", "MAX_KEY_LOCKS",
+                        "MAX_LOG_ENTRIES", "MAX_RINGS", "MAX_SPAN_NS", "MAX_STRIPES", "MODES", "ROLES",
+                        "CONC_HOLDER_BYTES"),
+}  # fmt: skip
+
+
+def _neutral_misfits() -> list[str]:
+    """Each limit the neutral layers hold that this format does not hold as the same value (run
+    by path with no package importable: nothing to compare, and the build still writes its header)."""
+    import importlib
+
+    problems = []
+    for module_name, names in _NEUTRAL.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return []
+        for name in names:
+            if getattr(module, name, None) != globals()[name]:
+                mine = globals()[name]
+                problems.append(f"{module_name}.{name} does not fit the format's {name} ({mine!r})")
     return problems
 
 
@@ -673,8 +704,8 @@ def c_header() -> str:
     ring table entry as structs, and ``_Static_assert`` s on every offset and size."""
     values = constants()
     out = [
-        "/* GENERATED from shmwin/layout_words.py by c_header(): do not edit. To write it anew:",
-        " *     python shmwin/layout_words.py shmwin/backends/shm/core/layout.h",
+        "/* GENERATED from shmwin/backends/shm/format.py by c_header(): do not edit. To write it anew:",
+        " *     python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h",
         " * tests/unit/test_layout.py holds it fresh; _core.LAYOUT hands these values back. */",
         "#ifndef SHMWIN_LAYOUT_H",
         "#define SHMWIN_LAYOUT_H",
@@ -716,7 +747,7 @@ def c_header() -> str:
 if __name__ == "__main__":
     problems = check()
     if problems:
-        sys.exit("layout_words: " + "; ".join(problems))
+        sys.exit("format: " + "; ".join(problems))
     text = c_header()
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:

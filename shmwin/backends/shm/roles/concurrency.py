@@ -1,0 +1,41 @@
+"""Role "concurrency": each key's row holds one entry per holding process
+(``format.CONC_STATE``, ``CONC_HOLDER``), taken and given back by ``core/concurrency.c``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...contract import Key
+from .base import RoleEngine
+
+
+class ConcurrencyEngine(RoleEngine):
+    role = "concurrency"
+
+    def __init__(self, window: Any):
+        super().__init__(window)
+        # the hot pair, the core's own methods (no Python frame between): ``take(key)`` answers
+        # (taken, holders), ``give(key)`` whether this process held a slot to give back
+        self.take: Callable[[Key], tuple[bool, int]] = self._core.conc_acquire
+        self.give: Callable[[Key], bool] = self._core.conc_release
+
+    def acquire(self, key: Key) -> bool:
+        """Take a slot of ``key`` for this process if one is free."""
+        taken, _ = self._core.conc_acquire(key)
+        return bool(taken)
+
+    def release(self, key: Key) -> bool:
+        """Give back one of this process's slots of ``key``; False if it held none."""
+        return bool(self._core.conc_release(key))
+
+    def count(self, key: Key) -> int:
+        """Slots of ``key`` held now by live processes (read under the key's lock)."""
+        return int(self._core.conc_count(key))
+
+    def mine(self, key: Key) -> int:
+        return int(self._core.conc_mine(key))
+
+    def values(self, now_ns: int) -> list[tuple[Key, int]]:
+        """``(key, slots held now)`` of every key, idle or not (nothing written)."""
+        return [(key, int(self._core.conc_count(key))) for key in self.all_keys()]

@@ -1,0 +1,46 @@
+"""Role "lease": a two-tier (``shm+redis://``) limiter's host tier. Each key's row holds the lease
+of hits the host took from Redis (``format.LEASE_STATE``), spent by every worker of the host
+in one native section (``core/lease.c``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...contract import Key
+from .base import RoleEngine
+
+
+class LeaseEngine(RoleEngine):
+    role = "lease"
+
+    def __init__(self, window: Any):
+        super().__init__(window)
+        # the hot path: the core's method itself, one call per hit with no Python frame between
+        self.spend: Callable[..., Any] = self._core.lease_spend
+
+    def install(self, key: Key, *lease: int) -> tuple[bool, Any]:
+        """Install a lease from Redis: (installed, the account of the lease it replaced)."""
+        installed, replaced = self._core.lease_install(key, *lease)
+        return bool(installed), replaced
+
+    def deny(self, key: Key, until_ns: int) -> None:
+        """Refuse ``key`` on this host until ``until_ns`` (Redis said wait)."""
+        self._core.lease_deny(key, until_ns)
+
+    def get(self, key: Key) -> tuple[int, ...] | None:
+        """The key's lease words, read under its lock, or None if it has no row."""
+        words = self._core.lease_get(key)
+        return None if words is None else tuple(words)
+
+    def refund(self, key: Key, cost: int) -> int:
+        return int(self._core.lease_refund(key, cost))
+
+    def seal(self, key: Key) -> Any:
+        """End the key's lease here: its account (None if it had none)."""
+        return self._core.lease_seal(key)
+
+    def values(self, now_ns: int) -> list[tuple[Key, tuple[int, ...]]]:
+        """``(key, lease words)`` of every live key."""
+        keys = self.window.keys()
+        return [(key, words) for key in keys if (words := self.get(key)) is not None]
