@@ -279,7 +279,7 @@ int stripe_alive(Core *c, int64_t r);
 #define STRIPE(c, r) W((c), (c)->stripes_off + (int64_t)(r) * STRIPE_ENTRY_BYTES)
 #define STRIPE_MUTEX(c, r) ((pthread_mutex_t *)((char *)STRIPE((c), (r)) + STRIPE_MUTEX_OFF))
 
-/* ---- the key table (keytable.c) --------------------------------------------------------- */
+/* ---- the key table: keys (keys.c), index (index.c), space (space.c) ---------------------- */
 
 typedef struct {
     unsigned char bytes[MAX_STORED_KEY];
@@ -308,14 +308,21 @@ typedef struct {
     for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
          i++, p = (p + 1) & ((x)->slots - 1))
 
+/* keys.c: a key's stored form and hash, rows compared against it, a moving log's key names */
 int encode_key(Core *c, PyObject *key, StoredKey *k);
 int key_is_text(Core *c, PyObject *key);
+int row_holds(char *row, const StoredKey *k);
 int row_holds_text(char *row, PyObject *key);
+void name_key(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now);
+
+/* index.c: the checked state words, the index; find, insert, rebuild, reclaim, clear, repair */
 int64_t load_count(Core *c, int64_t off, int64_t most);
 #define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
 #define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))
+Index index_copy(Core *c, int64_t index);
 int current_index(Core *c, Index *x);
 int rows_top(Core *c, int64_t *top);
+int row_idle(Core *c, int64_t slot, int64_t now);
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen);
 void repair_keys(Core *c);
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot);
@@ -324,9 +331,14 @@ int clear_key(Core *c, PyObject *key);
 int met_full(Core *c, int apply);
 uint32_t state_tag(const Core *c, int64_t off, uint64_t v);
 int64_t load_state(Core *c, int64_t off, int64_t most, const char *what);
-int space_error(Core *c, int err, const char *what);
 #define store_state(c, off, v) \
     STORE(KEYWORD(c, off), (int64_t)((uint64_t)state_tag((c), (off), (uint64_t)(v)) << 32 | (uint64_t)(v)))
+
+/* space.c: memory for the heap's rows and the index's copies, reserved before it is written */
+int space_error(Core *c, int err, const char *what);
+int take_row(Core *c, int64_t *r, int *from_free);
+int reserve_index(Core *c, const Index *x);
+void punch_replaced(Core *c, int64_t now);
 
 /* ---- the key cache (keycache.c) --------------------------------------------------------- */
 

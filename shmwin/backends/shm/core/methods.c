@@ -671,7 +671,7 @@ out:
     return result;
 }
 
-/* clear(key): forget key and every count of it (clear_key, keytable.c: section "clear"). */
+/* clear(key): forget key and every count of it (clear_key, index.c: section "clear"). */
 static PyObject *Core_clear(Core *c, PyObject *key) {
     int got = -1;
     if (enter(c) < 0) return NULL;

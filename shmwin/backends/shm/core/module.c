@@ -20,8 +20,10 @@
  *               repairs
  *   rings.c     rows: the window's add, stripes, log rings, the limiter's check-and-count and
  *               its repair
- *   keytable.c  keyed segments: stored keys, checked state words, the index; insert, rebuild,
- *               clear and their rollback repair
+ *   keys.c      a key's stored form and hash (SipHash-1-3), rows compared with it, key names
+ *   index.c     keyed segments' table: checked state words, the index; find, insert, rebuild,
+ *               reclaim, clear and their rollback repair
+ *   space.c     the memory the table grows into: rows and index copies reserved, holes punched
  *   keycache.c  this process's way from a key object to its locked row
  *   threads.c   per process: the fork generation, the time namespace's offset, the keeper
  *               and the reserver threads
