@@ -352,6 +352,44 @@ void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);
 PyObject *Core_cache_probes(Core *c, PyObject *key);
 
+/* ---- a keyed method's prologue and epilogue (inline: the hot path pays no call) --------- *
+ * Every keyed method runs: parse its arguments -> key_enter -> its own checks -> key_lock (now,
+ * then the key's row lock) -> its section -> key_unlock -> build its answer -> key_leave.
+ * key_leave gives back whatever is still held, so no error path leaves a row locked or the
+ * Core entered; the answer is built after key_unlock, never under a segment lock. */
+typedef struct {
+    int entered;  /* enter() succeeded: leave() is owed */
+    int lock;     /* the row lock this call holds, or -1 */
+} KeyCall;
+#define KEY_CALL {0, -1}
+
+static inline int key_enter(Core *c, KeyCall *kc) {
+    if (enter(c) < 0) return -1;
+    kc->entered = 1;
+    return 0;
+}
+/* The key's row locked, now (read by the caller) its time: 1 held, 0 no such key (create 0:
+ * nothing made), -1 error (a full table: met_full says whether on_full answers it). */
+static inline int key_lock_at(Core *c, KeyCall *kc, PyObject *key, int create, int64_t now, int64_t *slot) {
+    int got = lock_key(c, key, create, now, slot);
+    if (got > 0) kc->lock = row_lock(c, *slot);
+    return got;
+}
+/* Now read once, before any lock (an injected clock is Python code), then the row locked. */
+static inline int key_lock(Core *c, KeyCall *kc, PyObject *key, int create, int64_t *now, int64_t *slot) {
+    if (now_ns(c, now) < 0) return -1;
+    return key_lock_at(c, kc, key, create, *now, slot);
+}
+static inline void key_unlock(Core *c, KeyCall *kc) {
+    if (kc->lock >= 0) lock_give(c, kc->lock);
+    kc->lock = -1;
+}
+static inline PyObject *key_leave(Core *c, KeyCall *kc, PyObject *result) {
+    key_unlock(c, kc);
+    if (kc->entered) leave(c);
+    return result;
+}
+
 /* ---- limits' fixed window and sliding window counter, the token bucket (counters.c) ------- */
 
 PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

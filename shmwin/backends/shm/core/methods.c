@@ -171,6 +171,7 @@ static int slot_rows(Core *c) {
 
 static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"n", "field", "key"};
+    KeyCall kc = KEY_CALL;
     PyObject *a[3];
     int64_t n, now = 0, slot;
     double d;
@@ -180,7 +181,7 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     } else if (parse(args, nargs, kwnames, names, 3, a, "add") < 0) {
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (slot_rows(c) < 0 || amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
     if (a[2] != NULL && a[2] != Py_None && !c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
@@ -192,7 +193,7 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     }
     if (now_ns(c, &now) < 0) goto out;
     if (c->keyed) {
-        int got = lock_key(c, a[2], 1, now, &slot);
+        int got = key_lock_at(c, &kc, a[2], 1, now, &slot);
         if (got < 0) {
             if (met_full(c, 1)) rc = 0;  /* on_full: the add is dropped, counted in full_count */
             goto out;
@@ -203,12 +204,12 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         rc = add_row(c, r, now, f, n, d);
         if (rc == 0) touch_last(r, now);
         END_SECTION();
-        lock_give(c, row_lock(c, slot));
+        key_unlock(c, &kc);
         goto out;
     }
     rc = add_unkeyed(c, now, f, n, d);
 out:
-    leave(c);
+    key_leave(c, &kc, NULL);
     if (rc < 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -216,12 +217,13 @@ out:
 /* add_and_total(n=1, field=None, key=None) -> the key's total over its longest ring,
  * this add included, with no other add to the key in between (keyed windows). */
 static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"n", "field", "key"};
     PyObject *a[3], *result = NULL;
     int64_t n, now = 0, slot;
     double d;
     int f;
-    if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || enter(c) < 0) return NULL;
+    if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || key_enter(c, &kc) < 0) return NULL;
     if (slot_rows(c) < 0) goto out;
     if (!c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
@@ -233,7 +235,7 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     }
     if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
     if (now_ns(c, &now) < 0) goto out;
-    if (lock_key(c, a[2], 1, now, &slot) < 0) {
+    if (key_lock_at(c, &kc, a[2], 1, now, &slot) < 0) {
         met_full(c, 0);  /* counted; its callers (in-flight, shedder) decide */
         goto out;
     }
@@ -265,10 +267,9 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
                          "counted)", a[2], c->name);
         else result = c->floats ? PyFloat_FromDouble(td) : PyLong_FromLongLong(ti);
     }
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* add_batch(items, field=None, key=None): add (ring, epoch, value) triples, computed by
@@ -520,6 +521,7 @@ static PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs
 
 /* hit(key, cost=1) -> bool: count cost hits if every rate allows them, else nothing. */
 static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot;
@@ -534,10 +536,9 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         PyErr_SetString(PyExc_TypeError, "hit() needs a key");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (ring_rows(c) < 0 || cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
-    if (now_ns(c, &now) < 0) goto out;
-    int got = lock_key(c, a[0], 1, now, &slot);
+    int got = key_lock(c, &kc, a[0], 1, &now, &slot);
     if (got < 0) {
         if (met_full(c, 1)) {  /* on_full answers: admitted uncounted, or refused */
             note_decision(c, now, c->on_full == 1, 0);
@@ -546,14 +547,13 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         goto out;
     }
     int rc = hit_row(c, slot, now, cost, 1, &v);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) {
         note_decision(c, now, v.allowed, v.allowed && near_limit(c, &v));
         result = Py_NewRef(v.allowed || c->shadow ? Py_True : Py_False);
     }
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* Parse (key, cost) for refund() and charge(): 0, or -1 with the error set. */
@@ -573,23 +573,22 @@ static int key_and_cost(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObje
 /* refund(key, cost) -> int: give back up to cost of the key's hits, most recent first (section
  * "refund"); how much. A key never seen holds nothing: 0, and no key is made. */
 static PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     PyObject *key, *result = NULL;
     int64_t cost, now = 0, slot, given = 0;
     Verdict v;
-    if (key_and_cost(c, args, nargs, kwnames, "refund", &key, &cost) < 0 || enter(c) < 0) return NULL;
-    if (now_ns(c, &now) < 0) goto out;
-    int got = lock_key(c, key, 0, now, &slot);
+    if (key_and_cost(c, args, nargs, kwnames, "refund", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
+    int got = key_lock(c, &kc, key, 0, &now, &slot);
     if (got < 0) goto out;
     if (got > 0) {
         int rc = hit_row(c, slot, now, 0, 0, &v);  /* every ring brought to rest at now */
         if (rc == 0 && cost > 0) given = refund_row(c, slot, now, cost);
-        lock_give(c, row_lock(c, slot));
+        key_unlock(c, &kc);
         if (rc < 0) goto out;
     }
     result = PyLong_FromLongLong(given);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* charge(key, cost): count cost hits in every rate without a check (section "hit" with
@@ -597,22 +596,21 @@ out:
  * key with no row for it (a full table) is answered by on_full: "raise" raises, else the
  * charge is dropped (counted in full_count). */
 static PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     PyObject *key, *result = NULL;
     int64_t cost, now = 0, slot;
     Verdict v;
-    if (key_and_cost(c, args, nargs, kwnames, "charge", &key, &cost) < 0 || enter(c) < 0) return NULL;
-    if (now_ns(c, &now) < 0) goto out;
-    int got = lock_key(c, key, 1, now, &slot);
+    if (key_and_cost(c, args, nargs, kwnames, "charge", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
+    int got = key_lock(c, &kc, key, 1, &now, &slot);
     if (got < 0) {
         if (met_full(c, 1)) result = Py_NewRef(Py_None);
         goto out;
     }
     int rc = hit_row(c, slot, now, cost, COMMIT_FORCE, &v);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) result = Py_NewRef(Py_None);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* check(key, cost, commit, detail=True) -> (allowed, used, reset_ns, wait_ns | None): hit()
@@ -620,6 +618,7 @@ out:
  * hit leaves and when cost would fit, for stats() and acquire(): scans from the oldest bucket
  * that stop at the first one answering. */
 static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost", "commit", "detail"};
     PyObject *a[4], *result = NULL;
     int64_t cost, now = 0, slot;
@@ -631,14 +630,13 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         PyErr_SetString(PyExc_TypeError, "check() needs key, cost and commit");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (ring_rows(c) < 0) goto out;
     commit = PyObject_IsTrue(a[2]);
     detail = a[3] == NULL ? 1 : PyObject_IsTrue(a[3]);
     if (commit < 0 || detail < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
     if (commit && tally_ready(c) < 0) goto out;
-    if (now_ns(c, &now) < 0) goto out;
-    int got = lock_key(c, a[0], commit, now, &slot);
+    int got = key_lock(c, &kc, a[0], commit, &now, &slot);
     if (got < 0) {
         if (!met_full(c, 1)) goto out;
         v.allowed = c->on_full == 1;
@@ -649,7 +647,7 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     } else {
         int rc = hit_row(c, slot, now, cost, commit, &v);
         if (rc == 0 && detail) timing(c, slot, now, cost, &v);
-        lock_give(c, row_lock(c, slot));
+        key_unlock(c, &kc);
         if (rc < 0) goto out;
         /* acquire()'s tries: the one that counts is a decision; a refused try waits and tries again */
         if (commit && v.allowed) note_decision(c, now, 1, near_limit(c, &v));
@@ -667,8 +665,7 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     if (v.wait_ns < 0) result = Py_BuildValue("(ONNO)", v.allowed ? Py_True : Py_False, used, reset, Py_None);
     else result = Py_BuildValue("(ONNL)", v.allowed ? Py_True : Py_False, used, reset, (long long)v.wait_ns);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* clear(key): forget key and every count of it (clear_key, index.c: section "clear"). */
