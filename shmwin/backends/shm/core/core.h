@@ -121,10 +121,10 @@ typedef struct {
     int64_t retry_ns;   /* when to look for a free stripe again */
     int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
     int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copies we punched */
-    /* a limiter's decisions (methods.c, note_decision) */
+    /* a limiter's decisions (limiter.c, note_decision) */
     PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
     int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
-    /* a tally's last bucket (methods.c, note_in_stripe): epoch note_e spans [note_lo_ns,
+    /* a tally's last bucket (limiter.c, note_in_stripe): epoch note_e spans [note_lo_ns,
      * note_lo_ns + bucket) in this process's stripe row note_row, at note_b: no division per hit */
     int64_t note_e, note_lo_ns, note_row;
     int64_t *note_b;
@@ -255,7 +255,7 @@ int64_t sat_add(int64_t a, int64_t b);
 int64_t sat_sub(int64_t a, int64_t b);
 int64_t span_ns(const Ring *r);
 int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d);
-/* a limiter's (or token bucket's) decision, counted in its tally if it has one (methods.c) */
+/* a limiter's (or token bucket's) decision, counted in its tally if it has one (limiter.c) */
 void note_decision(Core *c, int64_t now, int allowed, int near);
 int tally_ready(Core *c);
 enum { COMMIT_FORCE = 2 };  /* hit_row's commit: count whatever the rates hold (charge) */
@@ -425,12 +425,27 @@ PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
 PyObject *Core_lease_seal(Core *c, PyObject *key);
 PyObject *Core_lease_get(Core *c, PyObject *key);
 
+/* ---- a window's adds (window.c) ------------------------------------------------------------ */
+
+PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- a limiter's methods and decisions (limiter.c) ---------------------------------------- */
+
+PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
+PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 
 extern PyMethodDef core_methods[];
 int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
           PyObject **out, const char *fname);
 int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);
+int ring_rows(Core *c);
 
 #pragma GCC visibility pop
 

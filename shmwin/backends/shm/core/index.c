@@ -453,7 +453,7 @@ static int out_of_space(Core *c) { return PyErr_ExceptionMatches(c->st->space); 
  * a rebuild (the index half full, or `capacity` keys held) that drops idle keys; when
  * /dev/shm refuses memory for rows or a larger index, "reclaim" drops idle keys in place
  * and the insert goes on in the current index, up to its probe bound. Only then an error:
- * KeyTableFullError or OutOfSpaceError, for on_full to answer (met_full, methods.c). */
+ * KeyTableFullError or OutOfSpaceError, for on_full to answer (met_full, index.c). */
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
     if (lock_take_ex(c, LOCK_KEY_TABLE, 1) < 0) return -1;
     /* tight: no memory for a larger index (this process saw a rebuild fail for it within the
