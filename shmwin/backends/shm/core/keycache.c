@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,8 +87,20 @@ static uint64_t splitmix(uint64_t *x) {
     z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
     return z ^ (z >> 31);
 }
+/* getrandom(2) by its system call: the wheels are built for glibc 2.17, whose libc has no
+ * getrandom() (2.25+); the kernel has had the call since 3.17. Flags 1: GRND_NONBLOCK. */
+static int kernel_random(uint64_t k[2]) {
+#ifdef SYS_getrandom
+    long got = syscall(SYS_getrandom, k, 2 * sizeof *k, 1);
+    return got == (long)(2 * sizeof *k) ? 0 : -1;
+#else
+    (void)k;
+    return -1;
+#endif
+}
+
 static void cache_secret(uint64_t k[2]) {
-    if (getrandom(k, 2 * sizeof *k, GRND_NONBLOCK) != (ssize_t)(2 * sizeof *k)) {
+    if (kernel_random(k) < 0) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t x = (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;

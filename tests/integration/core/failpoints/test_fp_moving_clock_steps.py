@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_failpoints import PROGRESS, RAISE, SIGNALS, every_store, promptly, strike
+from support.failpoints import PROGRESS, RAISE, SIGNALS, every_store, promptly, strike
 
 import shmwin
 from shmwin import ManualClock
