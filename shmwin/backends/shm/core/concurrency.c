@@ -216,6 +216,9 @@ PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     if (key_enter(c, &kc) < 0) return NULL;
     if (is_conc(c) < 0 || now_ns(c, &now) < 0 || my_stripe(c) < 0 || still_open(c) < 0) goto out;
     if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
+        /* counted in full_count, and raised whatever on_full says: a slot admitted without a
+         * holder entry could never be given back (release finds none), and a refusal reads as
+         * a slot that is busy, which the caller would wait on until its timeout */
         met_full(c, 0);
         goto out;
     }

@@ -103,7 +103,7 @@ typedef struct {
     int64_t empty_bytes;
     /* policy */
     int64_t timeout_ns;
-    int on_full;        /* 0 raise KeyTableFullError, 1 allow, 2 deny */
+    int on_full;        /* ON_FULL_RAISE, _ALLOW or _DENY (layout.h): met_full, full_allows */
     int64_t min_limit;
     PyObject *clock;    /* NULL: CLOCK_MONOTONIC natively; else called before any lock */
     PyObject *fields;   /* {name: word index within a slot} */
@@ -329,6 +329,9 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
 int clear_key(Core *c, PyObject *key);
 int met_full(Core *c, int apply);
+/* on_full's answer once met_full(c, 1) said it answers: admit (uncounted) or refuse. The one
+ * place every role's full table is answered from (concurrency's excepted: it always raises). */
+static inline int full_allows(const Core *c) { return c->on_full == ON_FULL_ALLOW; }
 uint32_t state_tag(const Core *c, int64_t off, uint64_t v);
 int64_t load_state(Core *c, int64_t off, int64_t most, const char *what);
 #define store_state(c, off, v) \

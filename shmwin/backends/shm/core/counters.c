@@ -107,8 +107,10 @@ PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (is_role(c, ROLE_FIXED_WINDOW, 1, FIXED_STATE_BYTES) < 0 || cost_of(a[1], &amount, 0) < 0 ||
         now_ns(c, &now) < 0)
         goto out;
-    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
-        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+        if (met_full(c, 1))  /* admitted: counted nowhere; refused: a count over any limit */
+            result = Py_BuildValue("(LL)", (long long)(full_allows(c) ? 0 : FULL_DENY_COUNT),
+                                   (long long)(now + c->rings[0].bucket_ns));
         goto out;
     }
     int rc = fixed_incr_row(c, slot, now, amount, &f);
@@ -231,8 +233,8 @@ PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         result = Py_NewRef(Py_False);
         goto out;
     }
-    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
-        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+        if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);
         goto out;
     }
     int rc = sliding_hit_row(c, slot, now, limit, amount, unit, &allowed);
@@ -368,8 +370,8 @@ PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (tally_ready(c) < 0 || now_ns(c, &now) < 0) goto out;
     if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
         if (met_full(c, 1)) {
-            note_decision(c, now, c->on_full == 1, 0);
-            result = Py_NewRef(c->on_full == 1 || c->shadow ? Py_True : Py_False);
+            note_decision(c, now, full_allows(c), 0);
+            result = Py_NewRef(full_allows(c) || c->shadow ? Py_True : Py_False);
         }
         goto out;
     }
@@ -410,7 +412,7 @@ PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
     int got = key_lock_at(c, &kc, a[0], commit && cost > 0, now, &slot);  /* taking nothing makes no key */
     if (got < 0) {
         if (!met_full(c, 1)) goto out;
-        allowed = c->on_full == 1;
+        allowed = full_allows(c);
         wait_ns = -1;
     } else if (got == 0) {  /* never seen: a full bucket */
         allowed = 1;

@@ -554,7 +554,7 @@ fail:
 int met_full(Core *c, int apply) {
     if (!PyErr_ExceptionMatches(c->st->full) && !PyErr_ExceptionMatches(c->st->space)) return 0;
     __atomic_fetch_add(KEYWORD(c, FULL_COUNT_OFF), 1, __ATOMIC_RELAXED);
-    if (!apply || c->on_full == 0) return 0;
+    if (!apply || c->on_full == ON_FULL_RAISE) return 0;
     PyErr_Clear();
     return 1;
 }

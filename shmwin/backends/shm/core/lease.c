@@ -149,7 +149,7 @@ PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
     if (key_enter(c, &kc) < 0) return NULL;
     if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
     if (lease_key(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
-        if (met_full(c, 1)) result = Py_NewRef(c->on_full == 1 ? Py_True : Py_False);
+        if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);
         goto out;
     }
     lease_read(c, slot, &l);

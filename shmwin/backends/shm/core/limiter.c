@@ -139,8 +139,8 @@ PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     int got = key_lock(c, &kc, a[0], 1, &now, &slot);
     if (got < 0) {
         if (met_full(c, 1)) {  /* on_full answers: admitted uncounted, or refused */
-            note_decision(c, now, c->on_full == 1, 0);
-            result = Py_NewRef(c->on_full == 1 || c->shadow ? Py_True : Py_False);
+            note_decision(c, now, full_allows(c), 0);
+            result = Py_NewRef(full_allows(c) || c->shadow ? Py_True : Py_False);
         }
         goto out;
     }
@@ -237,7 +237,7 @@ PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject 
     int got = key_lock(c, &kc, a[0], commit, &now, &slot);
     if (got < 0) {
         if (!met_full(c, 1)) goto out;
-        v.allowed = c->on_full == 1;
+        v.allowed = full_allows(c);
         v.wait_ns = -1;
     } else if (got == 0) {  /* never seen: nothing counted */
         v.allowed = cost <= c->min_limit;

@@ -537,7 +537,7 @@ PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         goto out;
     }
     if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
-        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+        if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);  /* on_full answers */
         goto out;
     }
     int rc = hit_key(c, slot, now, cost, &allowed);
