@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -37,12 +38,29 @@ A source build needs a C compiler and Python's headers. Install both, then retry
 Or install a prebuilt wheel, which needs no compiler (manylinux: glibc 2.17 or newer,
 CPython 3.10-3.13): pip install --only-binary shmwin shmwin"""
 
+NOT_LINUX = """\
+shmwin: cannot be built on {platform}: it needs Linux. Its windows live in /dev/shm and are
+guarded by robust process-shared mutexes (pthread_mutex_consistent), which a process that dies
+holding one hands to the next; {platform} has neither, so no build of shmwin can run there.
+Across hosts, shmwin's Redis backend (backend="redis://...", docs/redis.md) serves the same API
+from Linux clients; from {platform}, run shmwin in a Linux container or VM (Docker Desktop's
+default), or use limits' own redis:// storage, which needs no native module."""
+
+
+def check_platform() -> None:
+    """Stop at once, before any compiler runs, on a platform shmwin cannot work on."""
+    platform = sys.platform
+    if not platform.startswith("linux"):
+        named = {"darwin": "macOS", "win32": "Windows", "cygwin": "Windows (Cygwin)"}.get(platform, platform)
+        raise PlatformError(NOT_LINUX.format(platform=named))
+
 
 class BuildExt(build_ext):
     """build_ext that says what to install when the toolchain is missing, and strips wheels."""
 
     def run(self) -> None:
         if self.extensions:
+            check_platform()  # before the toolchain: no compiler advice where none would help
             self._check_toolchain()
         super().run()
 

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+try:  # first: every write is a call into it, and without it the next import's error misleads
+    from . import _core  # noqa: F401
+except ImportError as _missing:  # a checkout never built, or a build for another Python
+    from ._missing_core import missing_core_error
+
+    raise missing_core_error(_missing) from _missing
+else:  # on a free-threaded CPython: say that _core turned the GIL on, or refuse it forced off
+    from ._gil import GILRequiredWarning, check_gil
+
+    check_gil()
+
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
 from .concurrency import Concurrency
@@ -49,6 +60,7 @@ __all__ = [
     "CorruptSegmentError",
     "Decisions",
     "ForeignFileError",
+    "GILRequiredWarning",
     "GeometryMismatchError",
     "IncompatibleVersionError",
     "KeyTableFullError",

@@ -33,9 +33,10 @@ from .clock import Clock
 from .decisions import Decisions
 from .errors import BackendUnavailableError, NotSupportedError
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry
+from .local_share import LocalShare, check_local
 from .policy import (
     DEFAULT_ON_FULL,
-    ON_ERROR,
+    LIMITER_ON_ERROR,
     ON_FULL,
     choice,
     fallback,
@@ -89,16 +90,18 @@ class Limiter(Waiting):
         timeout: float | None = None,
         shadow: bool = False,
         decisions: bool = True,
+        fallback: Rates | None = None,
     ):
         choice("on_full", on_full, ON_FULL)
-        choice("on_error", on_error, ON_ERROR)
+        choice("on_error", on_error, LIMITER_ON_ERROR)
+        check_local(on_error, fallback, backend)
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
         opened = backends.open_limiter(
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
             ready_timeout=ready_timeout,
         )  # fmt: skip
-        self._bind(opened, clock, on_full, on_error)
+        self._bind(opened, clock, on_full, on_error, fallback)
         self._keep_decisions(shadow, create=decisions, perm=perm)
 
     @classmethod
@@ -115,17 +118,19 @@ class Limiter(Waiting):
         timeout: float | None = None,
         perm: int | None = None,
         shadow: bool = False,
+        fallback: Rates | None = None,
     ) -> Limiter:
         """Attach to an existing limiter; its rates are read from the store (which must answer).
         Its hits are counted in its decisions window if it has one (none is made)."""
         choice("on_full", on_full, ON_FULL)
-        choice("on_error", on_error, ON_ERROR)
+        choice("on_error", on_error, LIMITER_ON_ERROR)
+        check_local(on_error, fallback, backend)
         opened = backends.open_limiter(
             name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
             lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
         )  # fmt: skip
         self = cls.__new__(cls)
-        self._bind(opened, clock, on_full, on_error)
+        self._bind(opened, clock, on_full, on_error, fallback)
         self._keep_decisions(shadow, create=False)
         return self
 
@@ -140,7 +145,8 @@ class Limiter(Waiting):
         return self
 
     def _bind(
-        self, opened: backends.LimiterBackend, clock: Clock | None, on_full: str, on_error: str
+        self, opened: backends.LimiterBackend, clock: Clock | None, on_full: str, on_error: str,
+        fallback: Rates | None = None,
     ) -> None:
         self._backend = opened
         self.name = opened.name
@@ -152,6 +158,10 @@ class Limiter(Waiting):
         self._decisions: Window | None = None
         # the hot path is the backend's own method (the native check-and-count on shared memory)
         self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
+        self._local: LocalShare | None = None
+        if on_error == "local":
+            self._local = LocalShare(opened, self.rates, fallback, clock, on_full, Limiter)
+            self._local.bind(self)  # sets self.hit: the asking path, or while away the local one
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
         """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
@@ -197,6 +207,8 @@ class Limiter(Waiting):
 
     def test(self, key: Key, cost: int = 1) -> bool:
         """Would ``hit(key, cost)`` pass now? Counts nothing. (In shadow mode: True.)"""
+        if self._local is not None:
+            return self._local.test(key, cost) or self.shadow
         try:
             return bool(self._backend.check(key, cost, False, False)[0]) or self.shadow
         except BackendUnavailableError:
@@ -212,6 +224,8 @@ class Limiter(Waiting):
 
     def stats_all(self, key: Key) -> list[LimitStats]:
         """Where ``key`` stands against each rate, shortest period first."""
+        if self._local is not None:
+            self._local.raise_if_away()  # no timeout per call while the local share answers
         _, used, reset_ns, _ = self._backend.check(key, 0, False)
         return limit_stats(self.rates, used, reset_ns)
 
@@ -254,11 +268,16 @@ class Limiter(Waiting):
         self._backend.close()
         if self._decisions is not None:
             self._decisions.close()
+        if self._local is not None:
+            self._local.close()
 
     def unlink(self) -> bool:
-        """Remove the limiter (and its decisions window) for every process: True if it was there."""
+        """Remove the limiter (and its decisions window, and this host's local share) for every
+        process: True if it was there."""
         if self._decisions is not None:
             self._decisions.unlink()
+        if self._local is not None:
+            self._local.unlink()
         return self._backend.unlink()
 
     def __enter__(self) -> Limiter:

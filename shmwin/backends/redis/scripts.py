@@ -59,6 +59,7 @@ TOP = _load("top.lua", WINDOW_LIB, CLOCK_LIB)
 HIT = _load("hit.lua", CLOCK_LIB)
 TOKEN = _load("token.lua", CLOCK_LIB)
 LEASE = _load("lease.lua", CLOCK_LIB)  # the two-tier backend's leases (shmwin.backends.twotier)
+HOSTS = _load("hosts.lua")  # the hosts seen recently: on_error="local" divides the limit by them
 
 
 @functools.lru_cache(maxsize=256)
@@ -72,4 +73,4 @@ def hit_one(ttl_ms: int, bucket_us: int, n: int, limit: int) -> Script:
 
 # every file the code runs, for tests and packaging checks
 FILES = ("window_lib.lua", "clock.lua", "open.lua", "add.lua", "read.lua", "keys.lua", "clear.lua", "top.lua",
-         "hit.lua", "hit_one.lua", "token.lua", "lease.lua")  # fmt: skip
+         "hit.lua", "hit_one.lua", "token.lua", "lease.lua", "hosts.lua")  # fmt: skip

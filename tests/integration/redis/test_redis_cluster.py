@@ -216,37 +216,45 @@ def _wait_for(what, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def test_a_killed_master_fails_over_without_a_hang_or_over_admission(own_redis_cluster, name):
+@pytest.mark.parametrize("spread", ["", "?spread=16"])
+def test_a_killed_master_fails_over_without_a_hang_or_over_admission(own_redis_cluster, name, spread):
     """Workers hit one limit through the cluster; the master of its slot is SIGKILLed halfway.
     Until the replica takes over, the calls follow on_error (raise, allow, deny: probed here),
     each within a bounded time; afterwards the limit fills up to LIMIT, never more. The replica
     has the counts but not the scripts (Redis 7 does not replicate its script cache): the first
-    calls there answer NOSCRIPT and go again as EVAL."""
+    calls there answer NOSCRIPT and go again as EVAL. The same with the name's keys spread over
+    16 hash tags (the key's group: its row and its clock on the master killed)."""
     cluster, workers = own_redis_cluster, 3
+    url = cluster.url + spread
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     admitted, slowest_ms, denied_ms = (ctx.Array("q", workers, lock=False) for _ in range(3))
-    Limiter(name, f"{LIMIT}/hour", backend=cluster.url).close()  # claims the name
-    procs = [ctx.Process(target=_worker, args=(name, cluster.url, stop, admitted, slowest_ms, denied_ms, i))
+    Limiter(name, f"{LIMIT}/hour", backend=url).close()  # claims the name
+    procs = [ctx.Process(target=_worker, args=(name, url, stop, admitted, slowest_ms, denied_ms, i))
              for i in range(workers)]  # fmt: skip
     for p in procs:
         p.start()
     probes = {
-        policy: Limiter(name, f"{LIMIT}/hour", backend=cluster.url, timeout=0.5, on_error=policy)
+        policy: Limiter(name, f"{LIMIT}/hour", backend=url, timeout=0.5, on_error=policy)
         for policy in ("raise", "allow", "deny")
     }
+    ring, clock_key = probes["raise"]._backend._keys_of("k")
+    assert spread or ring == _ring(name)
+    # the probes' key: "probe", or spread, the first probe<i> in the group of "k" (its master)
+    probe = next(p for p in ["probe", *(f"probe{i}" for i in range(10_000))]
+                 if probes["raise"]._backend._keys_of(p)[1] == clock_key)  # fmt: skip
     try:
         _wait_for(lambda: sum(admitted) >= LIMIT // 3, 60)
-        master = cluster.master_of(_ring(name))
+        master = cluster.master_of(ring)
         cluster.kill(master)
         killed_at, at_kill = time.monotonic(), sum(admitted)
         with pytest.raises(shmwin.BackendUnavailableError):
-            probes["raise"].hit("probe")
-        assert probes["allow"].hit("probe") is True and probes["deny"].hit("probe") is False
+            probes["raise"].hit(probe)
+        assert probes["allow"].hit(probe) is True and probes["deny"].hit(probe) is False
         assert time.monotonic() - killed_at < 10  # no hang: each failed call is bounded
         cluster.wait_ok(60)
         failover_s = time.monotonic() - killed_at
-        assert cluster.master_of(_ring(name)) != master  # the replica took the slot over
+        assert cluster.master_of(ring) != master  # the replica took the slot over
         _wait_for(lambda: probes["raise"].stats("k").used >= LIMIT, 60)  # recovered: the limit fills
         time.sleep(0.2)  # the workers keep trying against a full limit
         stop.set()
@@ -262,7 +270,7 @@ def test_a_killed_master_fails_over_without_a_hang_or_over_admission(own_redis_c
         assert max(slowest_ms) < 10_000 and 0 < max(denied_ms) < 60_000
         cluster.start(master)  # the dead master comes back empty: it rejoins as the new one's replica
         cluster.wait_ok(60)
-        assert cluster.master_of(_ring(name)) != master
+        assert cluster.master_of(ring) != master
         assert probes["deny"].stats("k").used == LIMIT and not probes["raise"].hit("k")
     finally:
         stop.set()

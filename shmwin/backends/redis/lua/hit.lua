@@ -7,7 +7,8 @@
 -- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count (0 with ARGV[3] = '0' only reads)
--- ARGV[3]  '1' to count the cost if every rate allows it, '0' to only check
+-- ARGV[3]  '1' to count the cost if every rate allows it, '0' to only check, '2' to count it
+--          whatever the rates say (on_error="local" carrying a host's hits back: local_share.py)
 -- ARGV[4]  '1' to also return when each rate's oldest hit leaves and when the cost would fit,
 --          '0' not to (both then 0)
 -- ARGV[5]  the key's time to live in milliseconds (the longest span + 2 buckets)
@@ -25,7 +26,8 @@
 -- key then outlives every later write in that bucket by at least a span.
 
 local now = now_us(KEYS[2])
-local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4] == '1'
+local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[4] == '1'
+local force = ARGV[3] == '2'
 local ttl_ms = ARGV[5]
 local rates = {}  -- rates[r] = {bucket_us, n, limit, word}
 for r = 1, (#ARGV - 5) / 4 do
@@ -84,7 +86,7 @@ for r, rate in ipairs(rates) do
   if total + cost > rate.limit then allowed = false end
 end
 
-if allowed and commit then
+if (allowed or force) and commit then
   local set, new_bucket = {}, false
   for r, rate in ipairs(rates) do
     local v = cost

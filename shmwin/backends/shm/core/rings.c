@@ -90,6 +90,15 @@ static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
     int got = 0;
     if (n < 1) return 0;
     if (lock_take_ex(c, LOCK_STRIPE_TABLE, 1) < 0) return -1;
+    if (c->stripe_gen == fork_gen && c->stripe_row > 0) {
+        /* another thread of this process claimed while this one ran the Python callback or waited
+         * for the table lock: share its row (the GIL serialises their adds). A second claim would
+         * keep a row locked by the keeper that close() never gives back: unmapped, it is a robust
+         * list entry in freed memory, and the keeper's next unlock faults. */
+        *row = c->stripe_row;
+        lock_give(c, LOCK_STRIPE_TABLE);
+        return 1;
+    }
     for (int64_t j = 0; j < n && !got; j++) {
         int64_t r = 1 + j;
         int rc = keeper(KEEP_TAKE, STRIPE_MUTEX(c, r));

@@ -1,0 +1,80 @@
+"""``redis+sentinel://`` URLs, as limits spells them: the sentinels to ask, and the name of the
+service whose master they elect.
+
+    redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE[/DB][?replicas=N]
+
+The hosts are sentinels (26379 when a port is left out); the password, if any, is the master's
+(the sentinels themselves are asked without one). The client asks a sentinel for the master on
+each new connection, and drops a connection that finds its server demoted (READONLY), so a
+failover reaches every host at its next call; the calls in between fail as the server being away,
+and the limiter's ``on_error`` answers them.
+
+Replication is asynchronous: a master that dies can take its last writes with it, and the counts
+with them. So each script that writes waits, in the same round trip, until ``replicas`` (default
+1) replicas hold it (``WAIT``): a hit is admitted only once a replica that the sentinels may
+promote has counted it, and an old master that went on taking writes after its demotion gets no
+acknowledgement, so what it counted is never admitted (the call fails: ``on_error``).
+``?replicas=0`` turns the wait off (one less hop; counts may then be lost in a failover).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from .urls import host_ports
+
+SENTINEL_PORT = 26379
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a sentinel URL names."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    ssl: bool
+    replicas: int
+
+
+def parse(url: str) -> SentinelTarget:
+    """A sentinel URL's parts; a ValueError that shows the spelling when one is wrong."""
+    parts = urllib.parse.urlsplit(url)
+    spelling = "redis+sentinel://[:password@]host:port[,host:port...]/SERVICE[/DB][?replicas=N]"
+    service, _, db = parts.path.strip("/").partition("/")
+    if not service or (db and not db.isdigit()):
+        raise ValueError(f"a sentinel URL names its service (and a database number): {spelling}, not {url!r}")
+    options = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(options) - {"replicas"})
+    replicas = options.get("replicas", ["1"])[-1]
+    if unknown or not replicas.isdigit():
+        raise ValueError(f"a sentinel URL's only option is replicas=N (a count): {spelling}, not {url!r}")
+    return SentinelTarget(
+        sentinels=host_ports(url, SENTINEL_PORT, "a sentinel"),
+        service=service,
+        db=int(db or 0),
+        username=urllib.parse.unquote(parts.username) if parts.username else None,
+        password=urllib.parse.unquote(parts.password) if parts.password else None,
+        ssl=parts.scheme.startswith("rediss"),
+        replicas=int(replicas),
+    )
+
+
+def master_client(url: str, timeout: float) -> Any:
+    """A ``redis.Redis`` whose connections go to the service's current master."""
+    from redis.sentinel import Sentinel
+
+    target = parse(url)
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    sentinel = Sentinel(target.sentinels, sentinel_kwargs=dict(timeouts), **timeouts)  # type: ignore[no-untyped-call]
+    return sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service, db=target.db, username=target.username, password=target.password, ssl=target.ssl,
+    )  # fmt: skip
+
+
+def replicas_to_wait(url: str) -> int:
+    return parse(url).replicas

@@ -1,0 +1,255 @@
+"""``on_error="local"``: while a remote backend is away, each host enforces a share of the limit,
+exactly, in its own shared memory; when the backend answers again, what the host admitted
+meanwhile is counted against the global keys first.
+
+    Limiter("api", "600/minute", backend="shm+redis://10.0.0.5:6379/0", on_error="local")
+    Limiter("api", "600/minute", backend="redis://...", on_error="local", fallback="50/minute")
+
+* **The share.** ``fallback=`` when given; else each rate's limit divided by the hosts seen
+  within :data:`HOSTS_HORIZON_NS` (each process says its host is alive and reads the count at
+  most every :data:`BEAT_S`, one round trip, ``lua/hosts.lua``), rounded down: the hosts'
+  shares never add up to more than the limit. A share below 1 refuses every hit. A process that
+  never reached the backend counts one host. A host is its hostname and its ``/dev/shm``.
+* **Local counts.** A limiter ``NAME.local`` in this host's shared memory, with the share's
+  rates: every process of the host counts there, so the share holds per host, not per process.
+  The first process to make it fixes its rates until it is removed (``Limiter.unlink``).
+* **No Redis round trip per hit while away.** A process asks the backend again at most every
+  :data:`PROBE_S` (real time), looking at the time every :data:`CLOCK_EVERY` hits; the hits
+  between go to shared memory only. So a process goes back to the backend at one of its first
+  CLOCK_EVERY hits after PROBE_S has passed (strict meanwhile: the local share counts them).
+* **The switch back.** Each process remembers what it admitted locally, per key; the first call
+  that reaches the backend again counts those hits on the global keys before its own hit is
+  decided, so the global limit sees them: no burst over it at the switch. On ``redis://`` they
+  are counted whatever the limit says; on ``shm+redis://`` as much of them as the limit has
+  room for (a lease is never granted past it). Hits carried at the switch count from then on,
+  later than they happened: conservative.
+* **What it does not cover.** Into the outage, a host's share is not reduced by what the host
+  had used of the global limit just before: in the period that spans the start of an outage,
+  the hosts together may admit up to the global limit plus their shares.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import urllib.parse
+from time import monotonic
+from typing import Any
+
+from .backends.shm.segment import unlink
+from .errors import BackendUnavailableError, GeometryMismatchError, WindowNotFoundError
+from .rate import Rate, Rates, parse_many
+
+PROBE_S = 0.5  # while away: ask the backend again at most this often (per process)
+# while away: read the clock (to know whether PROBE_S passed) at every CLOCK_EVERY-th hit only: a
+# clock read costs as much as the native hit itself here (a VM's clock source, 120-400 ns)
+CLOCK_EVERY = 8
+BEAT_S = 10.0  # while it answers: say this host is alive, and count the hosts, at most this often
+HOSTS_HORIZON_NS = 5 * 60 * 1_000_000_000  # a host counts this long after it was last seen
+SUFFIX = ".local"
+
+
+def fallback_since(limiter: Any) -> float | None:
+    """Since when (Unix time, s) ``limiter``'s process has been enforcing its host's share
+    because the backend is away; None while it answers, or without on_error="local"."""
+    share = getattr(limiter, "_local", None)
+    since = share.away_since_ns if share is not None else None
+    return None if since is None else since / 1e9
+
+
+def check_local(on_error: str, fallback: Rates | None, backend: str | None) -> None:
+    """``fallback=`` goes with ``on_error="local"``, and both with a remote backend: a clear
+    ValueError before anything is opened."""
+    if fallback is not None and on_error != "local":
+        raise ValueError(f"fallback={fallback!r} is the local share of on_error='local', not of {on_error!r}")
+    if on_error == "local" and urllib.parse.urlsplit(backend or "").scheme in ("", "shm"):
+        raise ValueError("on_error='local' is for a remote backend (redis://, shm+redis://): "
+                         "shared memory is never away")  # fmt: skip
+    if fallback is not None:
+        parse_many(fallback)  # a bad spelling fails here, not at the first outage
+
+
+def host_id() -> str:
+    """This host as the hosts zset knows it: hostname and the device of /dev/shm (two hosts in
+    containers may share a hostname, never a tmpfs)."""
+    try:
+        device = os.stat("/dev/shm").st_dev
+    except OSError:  # pragma: no cover - no /dev/shm: shared memory would not work either
+        device = 0
+    return f"{socket.gethostname()}:{device}"
+
+
+def shares(rates: list[Rate], hosts: int) -> list[Rate] | None:
+    """Each rate's limit divided by ``hosts``, rounded down; None if a share is below one hit."""
+    out = [Rate(r.limit // hosts, r.period_ns) for r in rates if r.limit >= hosts]
+    return out if len(out) == len(rates) else None
+
+
+class LocalShare:
+    """A limiter's hits while its backend is away (see the module's text)."""
+
+    def __init__(
+        self, backend: Any, rates: list[Rate], fallback: Rates | None, clock: Any, on_full: str, limiter: Any
+    ):
+        self._limiter = limiter  # the Limiter class, for the local tier (no import cycle)
+        self._backend = backend
+        self._rates = rates
+        self._fixed = parse_many(fallback) if fallback is not None else None
+        self._clock = getattr(clock, "clock", clock)  # a test's ServerTime: its clock drives the host too
+        self._on_full = on_full
+        self._hosts = 1
+        self._next_beat = 0.0  # monotonic s: when to count the hosts again
+        self._away_since_ns: int | None = None  # wall clock, for people and exporters
+        self._next_probe = 0.0
+        self._owed: dict[Any, int] = {}  # key -> hits admitted locally, not yet carried back
+        self._local: Any = None  # a shared-memory Limiter, NAME.local
+        self._local_hit_fn: Any = None  # its hit (the native core's), once opened
+        self._front: Any = None  # the Limiter whose hit this share sets (bind)
+        self._host = host_id()
+
+    @property
+    def away_since_ns(self) -> int | None:
+        """Since when (time.time_ns) this process has been enforcing the local share, or None."""
+        return self._away_since_ns
+
+    def bind(self, front: Any) -> None:
+        """Make ``front.hit`` this share's: while away, a closure over the local share's native
+        hit (no attribute look-ups: the hot path of benchmarks/bench_fallback.py), swapped back
+        to the asking path once it is time to ask the backend again."""
+        self._front = front
+        front.hit = self.hit
+
+    def hit(self, key: Any, cost: int = 1) -> bool:
+        return self._hit_asking(key, cost)
+
+    def _away_hit(self) -> Any:
+        local_hit, owed, probe_at, asking = self._local_hit_fn, self._owed, self._next_probe, self._hit_asking
+        get = owed.get
+
+        countdown = CLOCK_EVERY
+
+        def hit(key: Any, cost: int = 1) -> bool:
+            nonlocal probe_at, countdown
+            countdown -= 1
+            if countdown <= 0:
+                countdown = CLOCK_EVERY
+                if monotonic() >= probe_at:  # time to ask (a caller may hold this closure: keep it true)
+                    ok = asking(key, cost)
+                    probe_at = self._next_probe if self._away_since_ns is not None else 0.0
+                    return ok
+            if local_hit(key, cost):
+                owed[key] = get(key, 0) + cost
+                return True
+            return False
+
+        return hit
+
+    def _hit_asking(self, key: Any, cost: int) -> bool:
+        if self._should_ask():
+            try:
+                self._settle()
+                ok = bool(self._backend.hit(key, cost))
+            except BackendUnavailableError:
+                self._went_away()
+            else:
+                self._answered()
+                return ok
+        ok = self._local_hit(key, cost)
+        if self._front is not None and self._local_hit_fn is not None and self._away_since_ns is not None:
+            self._front.hit = self._away_hit()  # until the next probe: the lean path
+        return ok
+
+    def test(self, key: Any, cost: int = 1) -> bool:
+        if self._should_ask():
+            try:
+                self._settle()
+                ok = bool(self._backend.check(key, cost, False, False)[0])
+            except BackendUnavailableError:
+                self._went_away()
+            else:
+                self._answered()
+                return ok
+        local = self._local_limiter()
+        return local is not None and local.test(key, cost)
+
+    # -- the switch ---------------------------------------------------------------------------
+
+    def raise_if_away(self) -> None:
+        """BackendUnavailableError, without asking, while this process is on its local share and
+        not due to ask again: ``stats`` (and the middlewares' headers) cost no timeout then."""
+        if self._away_since_ns is not None and time.monotonic() < self._next_probe:
+            raise BackendUnavailableError(f"the backend of {self._backend.name!r} is away: on the local "
+                                          f"share since {self._away_since_ns / 1e9:.3f}")  # fmt: skip
+
+    def _should_ask(self) -> bool:
+        return self._away_since_ns is None or time.monotonic() >= self._next_probe
+
+    def _went_away(self) -> None:
+        if self._away_since_ns is None:
+            self._away_since_ns = time.time_ns()
+        self._next_probe = time.monotonic() + PROBE_S
+
+    def _answered(self) -> None:
+        self._away_since_ns = None
+        if self._front is not None:
+            self._front.hit = self.hit
+        now = time.monotonic()
+        if self._fixed is None and now >= self._next_beat:
+            self._next_beat = now + BEAT_S
+            try:
+                self._hosts = max(1, int(self._backend.hosts_seen(self._host, HOSTS_HORIZON_NS)))
+            except BackendUnavailableError:
+                self._went_away()
+
+    def _settle(self) -> None:
+        """Charge the hits admitted locally to the global keys, before anything else is decided
+        there; a key is forgotten only once its charge went through."""
+        for key, owed in list(self._owed.items()):
+            self._backend.count_anyway(key, owed)
+            del self._owed[key]
+
+    # -- the local tier -----------------------------------------------------------------------
+
+    def _local_hit(self, key: Any, cost: int) -> bool:
+        local = self._local_limiter()
+        if local is None or not local.hit(key, cost):
+            return False
+        self._owed[key] = self._owed.get(key, 0) + cost
+        return True
+
+    def _local_limiter(self) -> Any:
+        """``NAME.local`` on this host: attached if another process made it, else made with the
+        share (None: the share is below one hit, so every hit is refused)."""
+        if self._local is not None:
+            return self._local
+        name = self._backend.name + SUFFIX
+        want = self._fixed or shares(self._rates, self._hosts)
+        if want is None:
+            return None
+        for _ in range(3):  # made and removed by others meanwhile: try again
+            try:
+                self._local = self._limiter.attach(name, clock=self._clock, on_full=self._on_full)
+                self._local_hit_fn = self._local.hit
+                return self._local
+            except WindowNotFoundError:
+                pass
+            try:
+                self._local = self._limiter(name, tuple(want), clock=self._clock, on_full=self._on_full,
+                                      decisions=False)  # fmt: skip
+                self._local_hit_fn = self._local.hit
+                return self._local
+            except GeometryMismatchError:  # another process made it with its share first
+                continue
+        raise BackendUnavailableError(f"could not open the local share {name!r}")
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
+        self._local_hit_fn = None
+
+    def unlink(self) -> bool:
+        """Remove this host's local share (a limiter's unlink removes it with the rest)."""
+        self.close()
+        self._local = None
+        return bool(unlink(self._backend.name + SUFFIX))

@@ -1,0 +1,173 @@
+"""on_error="local": while the server is away (SIGSTOPped: it keeps its data and answers
+nothing), each host enforces a share of the limit in its shared memory, exactly, across its
+processes; when the server answers again, the hits admitted locally are counted on the global
+key before anything else, so the switch back makes no burst over the global limit."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from shmwin import Limiter, ManualClock
+from shmwin import local_share as local_share_module
+from shmwin.backends.redis.testing import ServerTime
+from shmwin.local_share import HOSTS_HORIZON_NS, fallback_since
+
+S = 1_000_000_000
+BACKENDS = ["redis", "twotier"]
+
+
+def _url(server, kind: str) -> str:
+    return ("shm+" if kind == "twotier" else "") + server.url
+
+
+@contextmanager
+def _frozen(server):
+    """The server SIGSTOPped (a hung server: its socket open, no answer), then resumed."""
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
+def probe_every_call(monkeypatch):
+    """Ask the server again at every call while it is away (normally every PROBE_S of real time),
+    so that a test sees the switch back at its next call, with no waiting."""
+    monkeypatch.setattr(local_share_module, "PROBE_S", 0.0)
+
+
+def _open(name, server, kind, clock, **kw):
+    return Limiter(name, "10/minute", backend=_url(server, kind), on_error="local", clock=ServerTime(clock),
+                   timeout=0.2, **kw)  # fmt: skip
+
+
+def _hits_in_child(name, server, kind, clock_ns, n, out) -> None:  # type: ignore[no-untyped-def]
+    lim = _open(name, server, kind, ManualClock(clock_ns), fallback="3/minute")
+    out.put(sum(lim.hit("k") for _ in range(n)))
+    lim.close()
+
+
+def _until_back(lim: Limiter, timeout_s: float = 30) -> None:
+    """Look (test(), which counts nothing) until the limiter is on the server again: the
+    two-tier backend waits DOWN_BACKOFF_S of real time after an outage before it asks again."""
+    deadline = time.monotonic() + timeout_s
+    lim.test("k")
+    while fallback_since(lim) is not None:
+        assert time.monotonic() < deadline, "the limiter never went back to the server"
+        time.sleep(0.01)
+        lim.test("k")
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_while_away_the_host_enforces_its_fallback_across_processes(own_redis, name, kind):
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, fallback="3/minute")
+    try:
+        assert lim.hit("other")  # the server answers: the global limit
+        assert fallback_since(lim) is None
+        with _frozen(own_redis):
+            ctx = mp.get_context("fork")
+            out = ctx.Queue()
+            child = ctx.Process(target=_hits_in_child, args=(name, own_redis, kind, clock(), 4, out))
+            child.start()
+            child_admitted = out.get(timeout=60)
+            child.join(30)
+            mine = sum(lim.hit("k") for _ in range(4))
+            assert child_admitted + mine == 3  # one share for the host, not one per process
+            assert fallback_since(lim) is not None
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_switch_back_counts_the_local_hits_first(own_redis, name, kind, probe_every_call):
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, fallback="5/minute")
+    try:
+        before = sum(lim.hit("k") for _ in range(4))
+        with _frozen(own_redis):
+            during = sum(lim.hit("k") for _ in range(8))
+        _until_back(lim)
+        after = sum(lim.hit("k") for _ in range(20))
+        assert before == 4
+        assert during >= 5  # the local share (and, on shm+redis, what its lease still held)
+        assert after <= max(0, 10 - before - during)  # no burst over the limit at the switch
+        if kind == "redis":  # every local hit counted on the global key (at least: the calls that
+            # timed out against the frozen server ran when it resumed, and count too)
+            assert during == 5 and lim.stats("k").used >= before + during
+        assert fallback_since(lim) is None
+        clock.advance(70)  # a period and its last bucket
+        assert lim.hit("k")  # and forgotten with the period, as any hit
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_default_share_is_the_limit_over_the_hosts_seen(own_redis, name, kind):
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock)
+    try:
+        for other in ("host-b:1", "host-c:1"):  # two other hosts said they were alive
+            lim._backend.hosts_seen(other, HOSTS_HORIZON_NS)
+        assert lim.hit("other")  # this host counts the hosts: 3
+        with _frozen(own_redis):
+            assert sum(lim.hit("k") for _ in range(6)) == 10 // 3
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+def test_while_away_a_hit_makes_no_round_trip(own_redis, name):
+    """Only one call in PROBE_S asks the server: the others are shared memory's."""
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, "redis", clock, fallback="100/minute")
+    asked = []
+    real_hit = lim._backend.hit
+    lim._backend.hit = lambda key, cost=1: asked.append(key) or real_hit(key, cost)
+    try:
+        with _frozen(own_redis):
+            assert sum(lim.hit("k") for _ in range(50)) == 50
+        assert len(asked) == 1
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+def test_bad_fallback_settings_are_clear_errors(redis_server, name):
+    with pytest.raises(ValueError, match="fallback="):
+        Limiter(name, "10/minute", backend=redis_server.url, on_error="deny", fallback="5/minute")
+    with pytest.raises(ValueError, match="remote backend"):
+        Limiter(name, "10/minute", on_error="local")
+    with pytest.raises(ValueError, match=r"expected e\.g\."):
+        Limiter(name, "10/minute", backend=redis_server.url, on_error="local", fallback="5 a minute")
+    with pytest.raises(ValueError, match="on_error must be one of"):
+        Limiter(name, "10/minute", backend=redis_server.url, on_error="locally")
+
+
+def test_the_middlewares_decide_on_the_local_share_without_waiting(own_redis, name):
+    """integrations.ratelimit.decide (every middleware's verdict): while away, the local share
+    answers and no quota is described; stats raise at once, not after the timeout."""
+    from shmwin.integrations.ratelimit import decide
+
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, "redis", clock, fallback="2/minute")
+    asked = []
+    real_check = lim._backend.check
+    lim._backend.check = lambda *a: (a[1] == 0 and asked.append(a)) or real_check(*a)  # stats: cost 0
+    try:
+        with _frozen(own_redis):
+            verdicts = [decide(lim, "client") for _ in range(3)]
+        assert [v.allowed for v in verdicts] == [True, True, False]
+        assert all(v.unavailable for v in verdicts)
+        assert asked == []  # stats never asked the frozen server
+    finally:
+        lim.unlink()
+        lim.close()
