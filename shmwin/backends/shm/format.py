@@ -87,6 +87,11 @@ DTYPES = ("int64", "float64")
 MODES = ("striped", "locked")
 KINDS = ("window", "limiter")
 CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
+# what the core answers when a new key meets a full key table (a Core's on_full, by index; the
+# same tuple as shmwin.policy.ON_FULL, which tests/unit/test_layout.py holds to it): "raise"
+# KeyTableFullError / OutOfSpaceError, "allow" admitted uncounted, "deny" refused. C: ON_FULL_*
+ON_FULL = ("raise", "allow", "deny")
+FULL_DENY_COUNT = 1 << 62  # on_full="deny"'s count for a fixed window's new key: over any limit
 # what shmwin made a segment for, recorded in its header (the tools read it, never guess):
 # "" = a plain window or limiter (C: ROLE_PLAIN); see shmwin.inspector.roles
 # "fixed-window" and "sliding-counter": keyed windows whose rows hold limits' per-key state
@@ -397,6 +402,8 @@ ROLE_CONCURRENCY = ROLES.index("concurrency")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 ROLE_MOVING_LOG = ROLES.index("moving-log")
 ROLE_LEASE = ROLES.index("lease")
+ON_FULL_RAISE, ON_FULL_ALLOW = ON_FULL.index("raise"), ON_FULL.index("allow")
+ON_FULL_DENY = ON_FULL.index("deny")
 
 MAGIC_OFF = _at(HEADER, "magic")
 HEADER_CRC_OFF = _at(HEADER, "header_crc")
@@ -517,14 +524,15 @@ LEASE_STATE_REFUSALS_OFF = _at(LEASE_STATE, "refusals")
 LEASE_STATE_REFUSALS = LEASE_STATE_REFUSALS_OFF // WORD_BYTES
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
-_ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES}
+_ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES,
+          "ON_FULL": ON_FULL}  # fmt: skip
 _SCALARS = (
     "FORMAT_VERSION", "WORD_BYTES", "PAGE_BYTES", "HEADER_BYTES", "CRC_START", "CRC_END",
     "MAX_FIELDS", "FIELD_NAME_BYTES", "MAX_RINGS", "MAX_BUCKETS", "MAX_LOG_ENTRIES", "MAX_STRIPES",
     "MAX_CAPACITY", "MAX_KEY_LOCKS", "INDEX_MIN_SLOTS", "MAX_PROBES", "MAX_STORED_KEY",
     "KEY_DIGEST_BYTES", "KEY_LONG_PREFIX", "KEY_HASH_BITS", "ENTRY_ROW_BITS", "KEY_HASH_MASK",
     "ENTRY_ROW_MASK", "IDENT_LEN_SHIFT", "IDENT_FLAGS_SHIFT", "MAX_GEN", "MAX_NOW_NS", "MAX_SPAN_NS",
-    "EMPTY_EPOCH",
+    "EMPTY_EPOCH", "FULL_DENY_COUNT",
     "RING_LOG", "KEY_FLAG_STR", "KEY_FLAG_DIGEST", "LOCK_STRIPE_TABLE", "LOCK_KEY_TABLE",
     "LOCK_SHARED_ROW", "LOCK_CHUNKS", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",

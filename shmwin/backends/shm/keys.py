@@ -2,7 +2,7 @@
 
 The table (see ``layout``, "Key table") is an index over a heap of rows; a row's key
 header names its key. Finding, inserting, rebuilding and repairing are the native core's
-(``core/keytable.c``): linear probing over a power-of-two index of SipHash-1-3 hashes under the
+(``core/index.c``): linear probing over a power-of-two index of SipHash-1-3 hashes under the
 segment's random key, at most ``MAX_PROBES`` probes, an idle key's row reused once every
 ring's span has passed since its newest write, and a rebuild (to grow the index, or to
 drop idle keys) into the index copy nobody reads.

@@ -702,7 +702,7 @@ def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
 
 
 def state_tag(value: int, offset: int, hash_key: bytes) -> int:
-    """The tag of a checked word (``core/keytable.c``'s state_tag: both must agree)."""
+    """The tag of a checked word (``core/index.c``'s state_tag: both must agree)."""
     k0, k1 = struct.unpack("<QQ", hash_key)
     x: int = ((value | offset << 32) ^ k0) * (k1 | 1) & _U64
     x ^= x >> 32

@@ -14,7 +14,25 @@ from collections.abc import Callable
 from ... import _core
 from ...clock import Clock
 
-ON_FULL = ("raise", "allow", "deny")
+
+def _core_enum(prefix: str) -> tuple[str, ...]:
+    """The words of one of layout.h's enums (``_core.LAYOUT``'s ``PREFIX*``), in value order."""
+    named = sorted((value, name.removeprefix(prefix).lower()) for name, value in _core.LAYOUT.items()
+                   if name.startswith(prefix))  # fmt: skip
+    return tuple(word for _, word in named)
+
+
+# What the core answers a full key table with, for every role (layout.h's ON_FULL_*, generated
+# from layout_words.ON_FULL): the Core is given its value, and answers by it itself.
+ON_FULL = _core_enum("ON_FULL_")
+
+
+def on_full_word(on_full: str) -> int:
+    """The core's value of an ``on_full`` choice ("raise", "allow", "deny"): its enum, generated
+    into layout.h from ``layout_words.ON_FULL`` and handed back in ``_core.LAYOUT``."""
+    if on_full not in ON_FULL:
+        raise ValueError(f"on_full is one of {list(ON_FULL)}, not {on_full!r}")
+    return ON_FULL.index(on_full)
 
 
 def open_core(
@@ -32,7 +50,7 @@ def open_core(
     injected one. A keyed segment's core keeps its own duplicate of ``fd``: it reserves memory
     as keys come. ``claim`` (striped windows) names this process when it takes a stripe."""
     return _core.Core(
-        mm, name=name, timeout_ns=round(lock_timeout * 1e9), clock=clock, on_full=ON_FULL.index(on_full),
+        mm, name=name, timeout_ns=round(lock_timeout * 1e9), clock=clock, on_full=on_full_word(on_full),
         claim=claim, fd=fd,
     )  # fmt: skip
 

@@ -216,3 +216,88 @@ def test_the_production_core_holds_no_fail_point():
         pytest.skip("a run against a test build of the core (scripts/checks.d): fail points are in it")
     assert not TEST_BUILD_ONLY & set(dir(_core))
     assert_no_fail_point(Path(_core.__file__).read_bytes())
+
+
+# -- on_full: one enum, answered by the core for every role -------------------------------------
+
+
+def test_on_full_is_one_enum_from_layout_words_to_the_core():
+    # the policy's words, the format's enum, layout.h's ON_FULL_* and the value a Core is given
+    from shmwin import policy
+    from shmwin.backends.shm import native
+
+    assert layout_words.ON_FULL == policy.ON_FULL == native.ON_FULL
+    for value, word in enumerate(layout_words.ON_FULL):
+        assert _core.LAYOUT[f"ON_FULL_{word.upper()}"] == value == native.on_full_word(word)
+    with pytest.raises(ValueError, match="on_full is one of"):
+        native.on_full_word("ignore")
+
+
+def _full_counter(name: str, role: str, on_full: str) -> tuple[shmwin.Window, Any]:
+    """A limits counter segment of room for 2 keys under a clock that never moves (no key goes
+    idle): a third key finds the table full."""
+    from shmwin.integrations import limits_fixed, limits_moving, limits_sliding
+
+    period_ns = 60 * 10**9
+    want = {
+        "fixed": limits_fixed.geometry(period_ns, 2),
+        "sliding": limits_sliding.geometry(period_ns, 2),
+        "moving": limits_moving.geometry(5, period_ns, 5, 2),
+    }[role]
+    w = shmwin.Window.open_geometry(name, want, clock=shmwin.ManualClock(), on_full=on_full)
+    return w, w._backend._core  # type: ignore[attr-defined]
+
+
+def _counter_hit(core: Any, role: str, key: str) -> Any:
+    if role == "fixed":
+        return core.fixed_incr(key, 1000)
+    if role == "sliding":
+        return core.sliding_hit(key, 5000, 1000)
+    return core.moving_hit(key, 1)
+
+
+@pytest.mark.parametrize("role", ["fixed", "sliding", "moving"])
+def test_the_core_answers_on_full_for_limits_counters(name, role):
+    # limits' fixed window, sliding counter and moving window: "allow" admits a new key of a
+    # full table uncounted, "deny" refuses it, "raise" raises; keys in the table stay exact
+    answers = {}
+    for on_full in layout_words.ON_FULL:
+        w, core = _full_counter(f"{name}-{on_full}", role, on_full)
+        try:
+            for key in ("a", "b"):
+                _counter_hit(core, role, key)
+            if on_full == "raise":
+                with pytest.raises(shmwin.KeyTableFullError):
+                    _counter_hit(core, role, "c")
+            else:
+                answers[on_full] = _counter_hit(core, role, "c")
+            if role == "fixed":  # a key the table holds still counts, exactly
+                assert _counter_hit(core, role, "a")[0] == 2000
+        finally:
+            w.close()
+            w.unlink()
+    if role == "fixed":  # (count after the incr, end ns): nothing counted, or over any limit
+        assert answers["allow"][0] == 0
+        assert answers["deny"][0] == layout_words.FULL_DENY_COUNT == _core.LAYOUT["FULL_DENY_COUNT"]
+        assert answers["allow"][1] == answers["deny"][1] == 60 * 10**9  # a window that would start now
+    else:
+        assert answers == {"allow": True, "deny": False}
+
+
+def test_a_concurrency_full_table_raises_whatever_on_full_says(name):
+    # a slot admitted with no holder entry could never be released, and a refusal would read
+    # as a busy key the caller waits on: the core raises for every on_full
+    from shmwin import concurrency
+
+    for on_full in layout_words.ON_FULL:
+        want = concurrency.geometry(1, 4, 10**9, 2)
+        clock = shmwin.ManualClock()
+        w = shmwin.Window.open_geometry(f"{name}-{on_full}", want, clock=clock, on_full=on_full)
+        core: Any = w._backend._core  # type: ignore[attr-defined]
+        try:
+            assert core.conc_acquire("a")[0] and core.conc_acquire("b")[0]
+            with pytest.raises(shmwin.KeyTableFullError):
+                core.conc_acquire("c")
+        finally:
+            w.close()
+            w.unlink()

@@ -203,6 +203,7 @@ static int release_row(Core *c, int64_t slot, int64_t now) {
 /* conc_acquire(key) -> (taken, holders after): take one slot of the key for this process if
  * its live holders leave room under the limit; never waits (the caller's loop does). */
 PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key"};
     PyObject *a[1], *result = NULL;
     int64_t now = 0, slot, held = 0;
@@ -212,52 +213,55 @@ PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         PyErr_SetString(PyExc_TypeError, "conc_acquire() needs a key");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_conc(c) < 0 || now_ns(c, &now) < 0 || my_stripe(c) < 0 || still_open(c) < 0) goto out;
-    if (lock_key(c, a[0], 1, now, &slot) < 0) {
+    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
+        /* counted in full_count, and raised whatever on_full says: a slot admitted without a
+         * holder entry could never be given back (release finds none), and a refusal reads as
+         * a slot that is busy, which the caller would wait on until its timeout */
         met_full(c, 0);
         goto out;
     }
     int rc = acquire_row(c, slot, now, &allowed, &held);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) result = Py_BuildValue("(OL)", allowed ? Py_True : Py_False, (long long)held);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* conc_release(key) -> bool: one of this process's slots of the key given back; False if it
  * holds none (the caller raises). */
 PyObject *Core_conc_release(Core *c, PyObject *key) {
+    KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_conc(c) < 0 || now_ns(c, &now) < 0) goto out;
     if (c->stripe_gen != fork_gen || c->stripe_row <= 0) {  /* never acquired here: nothing to give */
         result = Py_NewRef(Py_False);
         goto out;
     }
-    int got = lock_key(c, key, 0, now, &slot);
+    int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got <= 0) {
         if (got == 0) result = Py_NewRef(Py_False);
         goto out;
     }
     int rc = release_row(c, slot, now);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc >= 0) result = Py_NewRef(rc ? Py_True : Py_False);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* The key's holders, read under its row lock: (live holders' slots, this Core's). */
 static PyObject *holders_of(Core *c, PyObject *key) {
+    KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot, mine = 0;
     Holders hs;
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_conc(c) < 0 || now_ns(c, &now) < 0) goto out;
-    int got = lock_key(c, key, 0, now, &slot);
+    int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_BuildValue("(ii)", 0, 0);
@@ -265,11 +269,10 @@ static PyObject *holders_of(Core *c, PyObject *key) {
     }
     int rc = read_holders(c, slot, &hs);
     if (rc == 0 && hs.mine >= 0) mine = HOLDER_SLOTS(LOAD(HOLDER(state_of(c, slot), hs.mine) + CONC_HOLDER_STRIPE));
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) result = Py_BuildValue("(LL)", (long long)hs.held, (long long)mine);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* conc_count(key) -> slots held now by live processes. */

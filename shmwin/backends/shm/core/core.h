@@ -103,7 +103,7 @@ typedef struct {
     int64_t empty_bytes;
     /* policy */
     int64_t timeout_ns;
-    int on_full;        /* 0 raise KeyTableFullError, 1 allow, 2 deny */
+    int on_full;        /* ON_FULL_RAISE, _ALLOW or _DENY (layout.h): met_full, full_allows */
     int64_t min_limit;
     PyObject *clock;    /* NULL: CLOCK_MONOTONIC natively; else called before any lock */
     PyObject *fields;   /* {name: word index within a slot} */
@@ -121,10 +121,10 @@ typedef struct {
     int64_t retry_ns;   /* when to look for a free stripe again */
     int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
     int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copies we punched */
-    /* a limiter's decisions (methods.c, note_decision) */
+    /* a limiter's decisions (limiter.c, note_decision) */
     PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
     int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
-    /* a tally's last bucket (methods.c, note_in_stripe): epoch note_e spans [note_lo_ns,
+    /* a tally's last bucket (limiter.c, note_in_stripe): epoch note_e spans [note_lo_ns,
      * note_lo_ns + bucket) in this process's stripe row note_row, at note_b: no division per hit */
     int64_t note_e, note_lo_ns, note_row;
     int64_t *note_b;
@@ -255,7 +255,7 @@ int64_t sat_add(int64_t a, int64_t b);
 int64_t sat_sub(int64_t a, int64_t b);
 int64_t span_ns(const Ring *r);
 int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d);
-/* a limiter's (or token bucket's) decision, counted in its tally if it has one (methods.c) */
+/* a limiter's (or token bucket's) decision, counted in its tally if it has one (limiter.c) */
 void note_decision(Core *c, int64_t now, int allowed, int near);
 int tally_ready(Core *c);
 enum { COMMIT_FORCE = 2 };  /* hit_row's commit: count whatever the rates hold (charge) */
@@ -279,7 +279,7 @@ int stripe_alive(Core *c, int64_t r);
 #define STRIPE(c, r) W((c), (c)->stripes_off + (int64_t)(r) * STRIPE_ENTRY_BYTES)
 #define STRIPE_MUTEX(c, r) ((pthread_mutex_t *)((char *)STRIPE((c), (r)) + STRIPE_MUTEX_OFF))
 
-/* ---- the key table (keytable.c) --------------------------------------------------------- */
+/* ---- the key table: keys (keys.c), index (index.c), space (space.c) ---------------------- */
 
 typedef struct {
     unsigned char bytes[MAX_STORED_KEY];
@@ -308,25 +308,40 @@ typedef struct {
     for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
          i++, p = (p + 1) & ((x)->slots - 1))
 
+/* keys.c: a key's stored form and hash, rows compared against it, a moving log's key names */
 int encode_key(Core *c, PyObject *key, StoredKey *k);
 int key_is_text(Core *c, PyObject *key);
+int row_holds(char *row, const StoredKey *k);
 int row_holds_text(char *row, PyObject *key);
+void name_key(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now);
+
+/* index.c: the checked state words, the index; find, insert, rebuild, reclaim, clear, repair */
 int64_t load_count(Core *c, int64_t off, int64_t most);
 #define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
 #define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))
+Index index_copy(Core *c, int64_t index);
 int current_index(Core *c, Index *x);
 int rows_top(Core *c, int64_t *top);
+int row_idle(Core *c, int64_t slot, int64_t now);
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen);
 void repair_keys(Core *c);
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot);
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
 int clear_key(Core *c, PyObject *key);
 int met_full(Core *c, int apply);
+/* on_full's answer once met_full(c, 1) said it answers: admit (uncounted) or refuse. The one
+ * place every role's full table is answered from (concurrency's excepted: it always raises). */
+static inline int full_allows(const Core *c) { return c->on_full == ON_FULL_ALLOW; }
 uint32_t state_tag(const Core *c, int64_t off, uint64_t v);
 int64_t load_state(Core *c, int64_t off, int64_t most, const char *what);
-int space_error(Core *c, int err, const char *what);
 #define store_state(c, off, v) \
     STORE(KEYWORD(c, off), (int64_t)((uint64_t)state_tag((c), (off), (uint64_t)(v)) << 32 | (uint64_t)(v)))
+
+/* space.c: memory for the heap's rows and the index's copies, reserved before it is written */
+int space_error(Core *c, int err, const char *what);
+int take_row(Core *c, int64_t *r, int *from_free);
+int reserve_index(Core *c, const Index *x);
+void punch_replaced(Core *c, int64_t now);
 
 /* ---- the key cache (keycache.c) --------------------------------------------------------- */
 
@@ -339,6 +354,44 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
 void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);
 PyObject *Core_cache_probes(Core *c, PyObject *key);
+
+/* ---- a keyed method's prologue and epilogue (inline: the hot path pays no call) --------- *
+ * Every keyed method runs: parse its arguments -> key_enter -> its own checks -> key_lock (now,
+ * then the key's row lock) -> its section -> key_unlock -> build its answer -> key_leave.
+ * key_leave gives back whatever is still held, so no error path leaves a row locked or the
+ * Core entered; the answer is built after key_unlock, never under a segment lock. */
+typedef struct {
+    int entered;  /* enter() succeeded: leave() is owed */
+    int lock;     /* the row lock this call holds, or -1 */
+} KeyCall;
+#define KEY_CALL {0, -1}
+
+static inline int key_enter(Core *c, KeyCall *kc) {
+    if (enter(c) < 0) return -1;
+    kc->entered = 1;
+    return 0;
+}
+/* The key's row locked, now (read by the caller) its time: 1 held, 0 no such key (create 0:
+ * nothing made), -1 error (a full table: met_full says whether on_full answers it). */
+static inline int key_lock_at(Core *c, KeyCall *kc, PyObject *key, int create, int64_t now, int64_t *slot) {
+    int got = lock_key(c, key, create, now, slot);
+    if (got > 0) kc->lock = row_lock(c, *slot);
+    return got;
+}
+/* Now read once, before any lock (an injected clock is Python code), then the row locked. */
+static inline int key_lock(Core *c, KeyCall *kc, PyObject *key, int create, int64_t *now, int64_t *slot) {
+    if (now_ns(c, now) < 0) return -1;
+    return key_lock_at(c, kc, key, create, *now, slot);
+}
+static inline void key_unlock(Core *c, KeyCall *kc) {
+    if (kc->lock >= 0) lock_give(c, kc->lock);
+    kc->lock = -1;
+}
+static inline PyObject *key_leave(Core *c, KeyCall *kc, PyObject *result) {
+    key_unlock(c, kc);
+    if (kc->entered) leave(c);
+    return result;
+}
 
 /* ---- limits' fixed window and sliding window counter, the token bucket (counters.c) ------- */
 
@@ -375,12 +428,27 @@ PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
 PyObject *Core_lease_seal(Core *c, PyObject *key);
 PyObject *Core_lease_get(Core *c, PyObject *key);
 
+/* ---- a window's adds (window.c) ------------------------------------------------------------ */
+
+PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- a limiter's methods and decisions (limiter.c) ---------------------------------------- */
+
+PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
+PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 
 extern PyMethodDef core_methods[];
 int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
           PyObject **out, const char *fname);
 int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);
+int ring_rows(Core *c);
 
 #pragma GCC visibility pop
 

@@ -261,7 +261,7 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "Core() needs name= and timeout_ns= (a lock timeout, >= 0)");
         return -1;
     }
-    if (on_full < 0 || on_full > 2) {
+    if (on_full < ON_FULL_RAISE || on_full > ON_FULL_DENY) {
         PyErr_SetString(PyExc_ValueError, "Core: on_full is 0 (raise), 1 (allow) or 2 (deny)");
         return -1;
     }

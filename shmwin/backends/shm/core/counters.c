@@ -93,6 +93,7 @@ static int fixed_incr_row(Core *c, int64_t slot, int64_t now, int64_t amount, Fi
 /* fixed_incr(key, amount=1) -> (count, end ns): the key's count after this incr, and when its
  * window ends. */
 PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "amount"};
     PyObject *a[2], *result = NULL;
     int64_t amount, now = 0, slot;
@@ -102,43 +103,44 @@ PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         PyErr_SetString(PyExc_TypeError, "fixed_incr() needs a key");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_role(c, ROLE_FIXED_WINDOW, 1, FIXED_STATE_BYTES) < 0 || cost_of(a[1], &amount, 0) < 0 ||
         now_ns(c, &now) < 0)
         goto out;
-    if (lock_key(c, a[0], 1, now, &slot) < 0) {
-        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+        if (met_full(c, 1))  /* admitted: counted nowhere; refused: a count over any limit */
+            result = Py_BuildValue("(LL)", (long long)(full_allows(c) ? 0 : FULL_DENY_COUNT),
+                                   (long long)(now + c->rings[0].bucket_ns));
         goto out;
     }
     int rc = fixed_incr_row(c, slot, now, amount, &f);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) result = Py_BuildValue("(LL)", (long long)f.count, (long long)(f.start + c->rings[0].bucket_ns));
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* fixed_get(key) -> (count, end ns) of the key's live window, or None: read under the row lock. */
 PyObject *Core_fixed_get(Core *c, PyObject *key) {
+    KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Fixed f;
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_role(c, ROLE_FIXED_WINDOW, 1, FIXED_STATE_BYTES) < 0 || now_ns(c, &now) < 0) goto out;
-    int got = lock_key(c, key, 0, now, &slot);
+    int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_NewRef(Py_None);
         goto out;
     }
     int rc = fixed_read(c, slot, now, &f);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc < 0) goto out;
     if (f.live) result = Py_BuildValue("(LL)", (long long)f.count, (long long)(f.start + c->rings[0].bucket_ns));
     else result = Py_NewRef(Py_None);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* ---- sliding window counter ------------------------------------------------------------- */
@@ -213,6 +215,7 @@ static int sliding_hit_row(Core *c, int64_t slot, int64_t now, int64_t limit, in
 /* sliding_hit(key, limit, amount=1, unit=1) -> bool: whether amount was counted; the weighted
  * count is floored to whole units before it is compared. */
 PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "limit", "amount", "unit"};
     PyObject *a[4], *result = NULL;
     int64_t limit, amount, now = 0, slot, unit = 1;
@@ -222,7 +225,7 @@ PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         PyErr_SetString(PyExc_TypeError, "sliding_hit() needs a key and a limit");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_role(c, ROLE_SLIDING_COUNTER, 2, SLIDING_STATE_BYTES) < 0 || cost_of(a[1], &limit, 0) < 0 ||
         cost_of(a[2], &amount, 0) < 0 || (a[3] != NULL && cost_of(a[3], &unit, 1) < 0) || now_ns(c, &now) < 0)
         goto out;
@@ -230,41 +233,40 @@ PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         result = Py_NewRef(Py_False);
         goto out;
     }
-    if (lock_key(c, a[0], 1, now, &slot) < 0) {
-        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+        if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);
         goto out;
     }
     int rc = sliding_hit_row(c, slot, now, limit, amount, unit, &allowed);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) result = Py_NewRef(allowed ? Py_True : Py_False);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* sliding_get(key) -> (previous, current, ns into the current window, period ns), as seen
  * now: read under the row lock (a key never counted: zeros). */
 PyObject *Core_sliding_get(Core *c, PyObject *key) {
+    KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Sliding s;
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_role(c, ROLE_SLIDING_COUNTER, 2, SLIDING_STATE_BYTES) < 0 || now_ns(c, &now) < 0) goto out;
     int64_t period = c->rings[0].bucket_ns;
-    int got = lock_key(c, key, 0, now, &slot);
+    int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_BuildValue("(iiLL)", 0, 0, (long long)(now % period), (long long)period);
         goto out;
     }
     int rc = sliding_read(c, slot, now, &s);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0)
         result = Py_BuildValue("(LLLL)", (long long)s.previous, (long long)s.current, (long long)s.elapsed,
                                (long long)period);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* ---- token bucket (GCRA) ------------------------------------------------------------------ *
@@ -343,6 +345,7 @@ static int token_take_row(Core *c, int64_t slot, int64_t now, int64_t cost, int 
 
 /* token_hit(key, cost=1) -> bool: take cost tokens if the bucket holds them (TokenBucket.hit). */
 PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
     int64_t cost = 1, now = 0, slot;
@@ -358,22 +361,22 @@ PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObj
         PyErr_SetString(PyExc_TypeError, "token_hit() needs a key");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_token(c) < 0 || (a[1] != NULL && token_cost(c, a[1], &cost) < 0)) goto out;
     if (cost == 0) {  /* x/time/rate: taking nothing is always allowed (and makes no key) */
         result = Py_NewRef(Py_True);
         goto out;
     }
     if (tally_ready(c) < 0 || now_ns(c, &now) < 0) goto out;
-    if (lock_key(c, a[0], 1, now, &slot) < 0) {
+    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
         if (met_full(c, 1)) {
-            note_decision(c, now, c->on_full == 1, 0);
-            result = Py_NewRef(c->on_full == 1 || c->shadow ? Py_True : Py_False);
+            note_decision(c, now, full_allows(c), 0);
+            result = Py_NewRef(full_allows(c) || c->shadow ? Py_True : Py_False);
         }
         goto out;
     }
     int rc = token_take_row(c, slot, now, cost, 1, &t, &allowed);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) {
         /* near the limit: at most a fifth of the burst left after the take */
         int64_t left = allowed ? (now - t.tat + t.tol) / t.T : 0, five;
@@ -382,8 +385,7 @@ PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObj
         result = Py_NewRef(allowed || c->shadow ? Py_True : Py_False);
     }
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* token_check(key, cost, commit) -> (allowed, tokens, wait_ns | None, full_ns): take (commit)
@@ -391,6 +393,7 @@ out:
  * None: never, a full table met), and how long until the bucket is full. A test of an
  * unknown key makes no key. */
 PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost", "commit"};
     PyObject *a[3], *result = NULL;
     int64_t cost, now = 0, slot, tokens, wait_ns = 0, full_ns = 0;
@@ -401,21 +404,21 @@ PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         PyErr_SetString(PyExc_TypeError, "token_check() needs key, cost and commit");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_token(c) < 0 || (commit = PyObject_IsTrue(a[2])) < 0 || token_cost(c, a[1], &cost) < 0 ||
         now_ns(c, &now) < 0)
         goto out;
     tokens = c->rings[0].n;
-    int got = lock_key(c, a[0], commit && cost > 0, now, &slot);  /* taking nothing makes no key */
+    int got = key_lock_at(c, &kc, a[0], commit && cost > 0, now, &slot);  /* taking nothing makes no key */
     if (got < 0) {
         if (!met_full(c, 1)) goto out;
-        allowed = c->on_full == 1;
+        allowed = full_allows(c);
         wait_ns = -1;
     } else if (got == 0) {  /* never seen: a full bucket */
         allowed = 1;
     } else {
         int rc = token_take_row(c, slot, now, cost, commit, &t, &allowed);
-        lock_give(c, row_lock(c, slot));
+        key_unlock(c, &kc);
         if (rc < 0) goto out;
         int64_t left = now + t.tol - t.tat;  /* <= burst x T; < 0 only under a lagging clock */
         tokens = left > 0 ? left / t.T : 0;
@@ -427,6 +430,5 @@ PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
     else result = Py_BuildValue("(OLLL)", allowed ? Py_True : Py_False, (long long)tokens, (long long)wait_ns,
                                 (long long)full_ns);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }

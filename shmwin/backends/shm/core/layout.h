@@ -37,6 +37,7 @@
 #define MAX_NOW_NS                  INT64_C(4611686018427387904)
 #define MAX_SPAN_NS                 INT64_C(1152921504606846976)
 #define EMPTY_EPOCH                 (-INT64_C(9223372036854775807) - 1)
+#define FULL_DENY_COUNT             INT64_C(4611686018427387904)
 #define RING_LOG                    1
 #define KEY_FLAG_STR                1
 #define KEY_FLAG_DIGEST             2
@@ -109,6 +110,9 @@
 #define ROLE_CONCURRENCY            11
 #define ROLE_TOKEN_BUCKET           12
 #define ROLE_LEASE                  13
+#define ON_FULL_RAISE               0
+#define ON_FULL_ALLOW               1
+#define ON_FULL_DENY                2
 #define MAGIC_OFF                   0
 #define HEADER_CRC_OFF              24
 #define FIELD_NAMES_OFF             256
@@ -249,6 +253,7 @@
     X(MAX_NOW_NS) \
     X(MAX_SPAN_NS) \
     X(EMPTY_EPOCH) \
+    X(FULL_DENY_COUNT) \
     X(RING_LOG) \
     X(KEY_FLAG_STR) \
     X(KEY_FLAG_DIGEST) \
@@ -321,6 +326,9 @@
     X(ROLE_CONCURRENCY) \
     X(ROLE_TOKEN_BUCKET) \
     X(ROLE_LEASE) \
+    X(ON_FULL_RAISE) \
+    X(ON_FULL_ALLOW) \
+    X(ON_FULL_DENY) \
     X(MAGIC_OFF) \
     X(HEADER_CRC_OFF) \
     X(FIELD_NAMES_OFF) \

@@ -121,9 +121,9 @@ static int spendable(Core *c, const Lease *l, int64_t now, int64_t cost) {
     return now <= l->deadline_ns && l->spent <= l->granted && cost <= l->granted - l->spent;
 }
 
-static int lease_key(Core *c, PyObject *key, int create, int64_t *now, int64_t *slot) {
-    if (is_lease(c) < 0 || now_ns(c, now) < 0) return -1;
-    return lock_key(c, key, create, *now, slot);
+static int lease_key(Core *c, KeyCall *kc, PyObject *key, int create, int64_t *now, int64_t *slot) {
+    if (is_lease(c) < 0) return -1;
+    return key_lock(c, kc, key, create, now, slot);
 }
 
 /* lease_spend(key, cost=1) -> True | False | account: spend cost hits of the host's lease of key
@@ -131,6 +131,7 @@ static int lease_key(Core *c, PyObject *key, int create, int64_t *now, int64_t *
  * sealed if it was live, and its account (lease id 0: none to give back) -- the caller takes a
  * new lease. A full key table: on_full's answer. */
 PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
     int64_t cost = 1, now = 0, slot;
@@ -145,10 +146,10 @@ PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         PyErr_SetString(PyExc_TypeError, "lease_spend() needs a key");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
-    if (lease_key(c, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
-        if (met_full(c, 1)) result = Py_NewRef(c->on_full == 1 ? Py_True : Py_False);
+    if (lease_key(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+        if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);
         goto out;
     }
     lease_read(c, slot, &l);
@@ -161,10 +162,9 @@ PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         if (l.lease > 0) seal_row(c, slot, 0);
         result = account(&l);
     }
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* Section "lease_install": publish a lease Redis granted, with the caller's cost spent of it.
@@ -208,6 +208,7 @@ static int int64_arg(PyObject *obj, const char *what, int64_t lo, int64_t *out) 
  * expired already or does not hold cost (installed False: nothing written; the caller gives
  * it back whole); the account of the lease it replaced (sealed if it was live: id > 0). */
 PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "lease", "granted", "cost", "start_ns", "deadline_ns", "grant_us"};
     static const char *const what[] = {"key", "lease id", "granted", "cost", "start_ns", "deadline_ns", "grant_us"};
     PyObject *a[7], *result = NULL;
@@ -222,26 +223,26 @@ PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, P
         }
         if (i > 0 && int64_arg(a[i], what[i], i == 1 ? 1 : 0, &v[i]) < 0) return NULL;
     }
-    if (enter(c) < 0) return NULL;
-    if (lease_key(c, a[0], 1, &now, &slot) < 0) goto out;
+    if (key_enter(c, &kc) < 0) return NULL;
+    if (lease_key(c, &kc, a[0], 1, &now, &slot) < 0) goto out;
     n = (Lease){.lease = v[1], .granted = v[2], .spent = v[3], .start_ns = v[4], .deadline_ns = v[5],
                 .grant_us = v[6]};
     int ok = n.spent <= n.granted && now <= n.deadline_ns;
     lease_read(c, slot, &old);
     if (ok) install_row(c, slot, now, &n, &old);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (!ok) old.lease = 0;  /* nothing sealed */
     PyObject *acc = account(&old);
     if (acc != NULL) result = Py_BuildValue("(ON)", ok ? Py_True : Py_False, acc);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* Section "lease_deny": refuse without asking Redis until deny_ns (later than now), and count
  * the refusal. Caller holds the row lock. Invariant between stores: deny_ns first (a tear
  * leaves the refusal uncounted: a tally). Repair: none. */
 PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "until_ns"};
     PyObject *a[2], *result = NULL;
     int64_t until, now = 0, slot;
@@ -252,8 +253,8 @@ PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     if (int64_arg(a[1], "until_ns", 0, &until) < 0) return NULL;
-    if (enter(c) < 0) return NULL;
-    int got = lease_key(c, a[0], 0, &now, &slot);
+    if (key_enter(c, &kc) < 0) return NULL;
+    int got = lease_key(c, &kc, a[0], 0, &now, &slot);
     if (got < 0) goto out;
     if (got > 0) {
         lease_read(c, slot, &l);
@@ -265,22 +266,22 @@ PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
             touch_last(ROW(c, slot), until);
             END_SECTION();
         }
-        lock_give(c, row_lock(c, slot));
+        key_unlock(c, &kc);
     }
     result = Py_NewRef(Py_None);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
  * part goes back) and forget a cached refusal (clear()). */
 PyObject *Core_lease_seal(Core *c, PyObject *key) {
+    KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Lease l;
-    if (enter(c) < 0) return NULL;
-    int got = lease_key(c, key, 0, &now, &slot);
+    if (key_enter(c, &kc) < 0) return NULL;
+    int got = lease_key(c, &kc, key, 0, &now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_NewRef(Py_None);
@@ -288,17 +289,17 @@ PyObject *Core_lease_seal(Core *c, PyObject *key) {
     }
     lease_read(c, slot, &l);
     if (l.lease > 0 || l.deny_ns != 0) seal_row(c, slot, 1);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     result = account(&l);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* Section "lease_refund": give up to cost hits back to the live lease, most recent first.
  * Caller holds the row lock. One store after the intent (spent); the tally of served hits is
  * not undone. Repair: none. lease_refund(key, cost) -> hits given back. */
 PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot, back = 0;
@@ -308,9 +309,9 @@ PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         PyErr_SetString(PyExc_TypeError, "lease_refund() needs key and cost");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 0) < 0) goto out;
-    int got = lease_key(c, a[0], 0, &now, &slot);
+    int got = lease_key(c, &kc, a[0], 0, &now, &slot);
     if (got < 0) goto out;
     if (got > 0) {
         lease_read(c, slot, &l);
@@ -323,34 +324,33 @@ PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
                 END_SECTION();
             }
         }
-        lock_give(c, row_lock(c, slot));
+        key_unlock(c, &kc);
     }
     result = PyLong_FromLongLong((long long)back);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* lease_get(key) -> None (no row) or (lease, granted, spent, deadline_ns, start_ns, grant_us,
  * last_ns, deny_ns, served, leases, refusals), as the row holds them (lease 0: none live). */
 PyObject *Core_lease_get(Core *c, PyObject *key) {
+    KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Lease l;
-    if (enter(c) < 0) return NULL;
-    int got = lease_key(c, key, 0, &now, &slot);
+    if (key_enter(c, &kc) < 0) return NULL;
+    int got = lease_key(c, &kc, key, 0, &now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_NewRef(Py_None);
         goto out;
     }
     lease_read(c, slot, &l);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     result = Py_BuildValue("(LLLLLLLLLLL)", (long long)l.lease, (long long)l.granted, (long long)l.spent,
                            (long long)l.deadline_ns, (long long)l.start_ns, (long long)l.grant_us,
                            (long long)l.last_ns, (long long)l.deny_ns, (long long)l.served, (long long)l.leases,
                            (long long)l.refusals);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }

@@ -114,7 +114,7 @@ static int lock_wait(Core *c, int i, int interruptible) {
 /* ---- repair: what EOWNERDEAD means for each lock ---------------------------------------- *
  * Called holding lock i, which the kernel says a dead holder left mid-section.
  *  - LOCK_KEY_TABLE (keyed): the intent entry may be half-published: roll it back
- *    (repair_keys, keytable.c, section "rollback").
+ *    (repair_keys, index.c, section "rollback").
  *  - LOCK_CHUNKS of a moving log: rebuild the chunk free list from every row's chain
  *    (repair_chunks, moving.c, section "chunk_repair").
  *  - a key row lock of a limiter: the intent row's running totals may be torn: recompute

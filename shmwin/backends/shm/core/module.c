@@ -6,27 +6,63 @@
  * and the GIL is released only while a call waits for a contended mutex. Readers (sums over
  * buckets) stay numpy, in Python.
  *
- * The divisions, one concern a file (the internal header, core.h, declares what they share):
+ * The files, one concern each (core.h, the internal header, declares what they share; the
+ * inline prologue and epilogue of every keyed method, key_enter ... key_leave, are there):
  *
- *   module.c    this map; the module (PEP 489 multi-phase init, PEP 630 module state: the
- *               exception classes and the Core type); init_locks, init_stripes, LAYOUT;
- *               the test build's fail points
- *   layout.h    GENERATED from shmwin/layout_words.py: every offset, word index, flag and
- *               lock number of the binary format, with _Static_asserts on each
- *   coretype.c  the Core type: the geometry read from the segment's header and derived,
- *               close safety (enter/leave), the type's slots
- *   methods.c   the Core's methods: argument checks, then one section each
- *   locks.c     time, the robust mutexes and bounded waits, and the dispatch of EOWNERDEAD
- *               repairs
- *   rings.c     rows: the window's add, stripes, log rings, the limiter's check-and-count and
- *               its repair
- *   keytable.c  keyed segments: stored keys, checked state words, the index; insert, rebuild,
- *               clear and their rollback repair
- *   keycache.c  this process's way from a key object to its locked row
- *   threads.c   per process: the fork generation, the time namespace's offset, the keeper
- *               and the reserver threads
- *   lease.c     a two-tier limiter's host tier (shm+redis://): each key's lease of hits from
- *               Redis, spent, sealed, installed under the key's row lock
+ *   module.c       this map; the module (PEP 489 multi-phase init, PEP 630 module state: the
+ *                  exception classes and the Core type); init_locks, init_stripes, LAYOUT;
+ *                  the test build's fail points
+ *   core.h         what the files share: the Core's fields, STORE/SECTION, the inline hot paths
+ *   layout.h       GENERATED from shmwin/layout_words.py: every offset, word index, flag and
+ *                  lock number of the binary format, with _Static_asserts on each
+ *   coretype.c     the Core type: the geometry read from the segment's header and derived,
+ *                  close safety (enter/leave), the type's slots
+ *   methods.c      argument helpers; the methods every segment has (clear, reset, find, the
+ *                  stripes', close); the method table
+ *   window.c       a window's adds: add, add_and_total, add_batch
+ *   limiter.c      a limiter's hit, check, refund, charge; its decisions' tally
+ *   counters.c     limits' fixed window and sliding window counter; the token bucket
+ *   concurrency.c  per-key concurrency: holders over live processes
+ *   moving.c       limits' moving window: each key's hit times, in its row and in chunks
+ *   lease.c        a two-tier limiter's host tier (shm+redis://): each key's lease of hits from
+ *                  Redis, spent, sealed, installed under the key's row lock
+ *   rings.c        rows: the window's add, stripes, log rings, the limiter's check-and-count and
+ *                  its repair
+ *   keys.c         a key's stored form and hash (SipHash-1-3), rows compared with it, key names
+ *   index.c        keyed segments' table: checked state words, the index; find, insert,
+ *                  rebuild, reclaim, clear and their rollback repair
+ *   space.c        the memory the table grows into: rows and index copies reserved, holes
+ *                  punched
+ *   keycache.c     this process's way from a key object to its locked row
+ *   locks.c        time, the robust mutexes and bounded waits, and the dispatch of EOWNERDEAD
+ *                  repairs
+ *   threads.c      per process: the fork generation, the time namespace's offset, the keeper
+ *                  and the reserver threads
+ *
+ * Who calls whom (a -> b: a file calls a function that b defines; calls through core.h's
+ * inline helpers not drawn). tests/unit/test_core_file_map.py holds this map, and the one in
+ * docs/internals.md, to the files and their calls. The circles left (index.c <-> keys.c,
+ * keycache.c, space.c, concurrency.c, moving.c; rings.c <-> coretype.c) are mostly run-time
+ * role checks (a row emptied, a key's idleness), which per-role types would turn into hooks:
+ *
+ * CALLS-BEGIN
+ *   concurrency.c -> coretype.c index.c methods.c rings.c threads.c
+ *   coretype.c -> keycache.c rings.c threads.c
+ *   counters.c -> index.c limiter.c methods.c rings.c
+ *   index.c -> concurrency.c keycache.c keys.c moving.c rings.c space.c
+ *   keycache.c -> index.c keys.c
+ *   keys.c -> index.c
+ *   lease.c -> index.c methods.c rings.c
+ *   limiter.c -> index.c methods.c rings.c
+ *   locks.c -> coretype.c index.c moving.c rings.c
+ *   methods.c -> coretype.c index.c keys.c rings.c
+ *   module.c -> locks.c threads.c
+ *   moving.c -> index.c methods.c space.c
+ *   rings.c -> coretype.c moving.c threads.c
+ *   space.c -> index.c threads.c
+ *   threads.c ->
+ *   window.c -> index.c keycache.c methods.c rings.c
+ * CALLS-END
  *
  * Crash consistency. Locks are robust process-shared mutexes: a holder that dies hands the
  * next locker EOWNERDEAD, and that locker repairs before marking the mutex consistent. Each

@@ -520,6 +520,7 @@ static int hit_key(Core *c, int64_t slot, int64_t now, int64_t cost, int *allowe
 
 /* moving_hit(key, cost=1) -> bool: whether cost was counted (at most limit hits in any period). */
 PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot;
@@ -529,22 +530,21 @@ PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         PyErr_SetString(PyExc_TypeError, "moving_hit() needs a key");
         return NULL;
     }
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_moving(c) < 0 || cost_of(a[1], &cost, 0) < 0 || now_ns(c, &now) < 0) goto out;
     if (cost > c->rings[0].limit) {  /* as limits: never, and no key is made for it */
         result = Py_NewRef(Py_False);
         goto out;
     }
-    if (lock_key(c, a[0], 1, now, &slot) < 0) {
-        met_full(c, 0);  /* counted in full_count; the storage's on_full answers (limits_segments) */
+    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
+        if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);  /* on_full answers */
         goto out;
     }
     int rc = hit_key(c, slot, now, cost, &allowed);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0) result = Py_NewRef(allowed ? Py_True : Py_False);
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* How long until an entry stamped t leaves, from now (never negative, never wrapped). */
@@ -557,24 +557,24 @@ static int64_t leaves_in(Core *c, int64_t t, int64_t now) {
 /* moving_get(key) -> (hits counted, ns until the oldest of them is forgotten; 0: none), now,
  * read under the row lock (a key never counted: (0, 0)). */
 PyObject *Core_moving_get(Core *c, PyObject *key) {
+    KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Scan s;
-    if (enter(c) < 0) return NULL;
+    if (key_enter(c, &kc) < 0) return NULL;
     if (is_moving(c) < 0 || now_ns(c, &now) < 0) goto out;
-    int got = lock_key(c, key, 0, now, &slot);
+    int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_BuildValue("(ii)", 0, 0);
         goto out;
     }
     int rc = scan(c, slot, now, &s);
-    lock_give(c, row_lock(c, slot));
+    key_unlock(c, &kc);
     if (rc == 0)
         result = Py_BuildValue("(LL)", (long long)s.used, (long long)(s.live ? leaves_in(c, s.t_oldest, now) : 0));
 out:
-    leave(c);
-    return result;
+    return key_leave(c, &kc, result);
 }
 
 /* moving_chunks() -> (chunks handed out, of them on the free list, reserved, the heap's size),

@@ -1,4 +1,4 @@
-"""When a full /dev/shm makes room from idle keys ("reclaim", core/keytable.c), and when it may
+"""When a full /dev/shm makes room from idle keys ("reclaim", core/index.c), and when it may
 not run again (issue #33, item 1, "Also").
 
 A scan of the key table drops every key idle at its instant, so a second scan at the same

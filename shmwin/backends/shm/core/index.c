@@ -1,109 +1,13 @@
-/* keytable.c -- the key table of a keyed segment: the stored form of a key, the checked
- * state words, the index, lookups, inserts, rebuilds, clears and the rollback repair.
- *
- * layout.py ("Key table") draws it: an index (open addressing over SipHash-1-3 hashes
- * under the segment's secret key) over a heap of rows, each row starting with its key's
- * header. keycache.c keeps this process's shortcut from a key object to its row.
+/* index.c -- the key table of a keyed segment: the checked state words and the index over
+ * the heap of rows (layout.py, "Key table"); lookups, inserts, rebuilds, reclaims, clears and
+ * the rollback repair. The index maps a key's hash (keys.c) to the heap row that holds the
+ * key's identity (its header) and its counts. Everything here runs under LOCK_KEY_TABLE except
+ * find_key, which is lock-free: what it finds is a hint, confirmed by the row's generation under
+ * the row's lock. Row generations only change under LOCK_KEY_TABLE and only go up (in absolute
+ * value), so a cached (row, generation) can never name another key. space.c reserves the memory
+ * the table grows into; keycache.c keeps this process's shortcut from a key object to its row.
  */
 #include "core.h"
-
-#include <fcntl.h>
-#include <linux/falloc.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#ifdef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE_OR_NONE MADV_POPULATE_WRITE
-#else
-#define MADV_POPULATE_WRITE_OR_NONE 23  /* Linux 5.14+; older kernels answer EINVAL */
-#endif
-
-/* ---- SipHash-1-3 with the segment's secret key: key hashes callers cannot aim ------ */
-
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                     \
-    do {                                                             \
-        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);    \
-        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                       \
-        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                       \
-        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);    \
-    } while (0)
-
-static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *m, size_t len) {
-    uint64_t v0 = 0x736f6d6570736575ULL ^ k0, v1 = 0x646f72616e646f6dULL ^ k1;
-    uint64_t v2 = 0x6c7967656e657261ULL ^ k0, v3 = 0x7465646279746573ULL ^ k1;
-    uint64_t last = (uint64_t)len << 56, w;
-    const unsigned char *end = m + (len & ~(size_t)7);
-    for (; m != end; m += 8) {
-        memcpy(&w, m, 8);
-        v3 ^= w; SIPROUND; v0 ^= w;
-    }
-    for (size_t i = 0; i < (len & 7); i++) last |= (uint64_t)m[i] << (8 * i);
-    v3 ^= last; SIPROUND; v0 ^= last;
-    v2 ^= 0xff; SIPROUND; SIPROUND; SIPROUND;
-    return v0 ^ v1 ^ v2 ^ v3;
-}
-
-/* ---- keys ------------------------------------------------------------------------------ */
-
-/* The bytes a key is stored as, and its hash: str -> UTF-8, bytes as is (exactly those two
- * types, as documented: a bytearray or memoryview could change under the key cache); long
- * keys keep a prefix and a 128-bit keyed digest of the whole. */
-int encode_key(Core *c, PyObject *key, StoredKey *k) {
-    const char *raw;
-    Py_ssize_t len;
-    k->flags = 0;
-    k->raw = NULL;
-    k->raw_len = 0;
-    if (PyUnicode_Check(key)) {
-        raw = PyUnicode_AsUTF8AndSize(key, &len);
-        if (raw == NULL) return -1;
-        k->flags = KEY_FLAG_STR;
-    } else if (PyBytes_Check(key)) {
-        raw = PyBytes_AS_STRING(key);
-        len = PyBytes_GET_SIZE(key);
-    } else {
-        PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.100s", Py_TYPE(key)->tp_name);
-        return -1;
-    }
-    k->raw = raw;
-    k->raw_len = len;
-    if (c->key_bytes < MAX_STORED_KEY) {  /* a moving log's row: a digest, its hash an independent one */
-        uint64_t d0 = siphash13(c->hk0, c->hk1 ^ (uint64_t)k->flags, (const unsigned char *)raw, (size_t)len);
-        uint64_t d1 = siphash13(c->hk1 ^ 0x9e3779b97f4a7c15ULL, c->hk0 ^ (uint64_t)k->flags, (const unsigned char *)raw,
-                                (size_t)len);
-        memcpy(k->bytes, &d0, 8);
-        k->len = MOVING_KEY_BYTES;
-        k->flags |= KEY_FLAG_DIGEST;
-        k->hash = d1 & KEY_HASH_MASK ? d1 & KEY_HASH_MASK : 1;
-        k->ident = (int64_t)(k->hash | (uint64_t)k->len << IDENT_LEN_SHIFT | (uint64_t)k->flags << IDENT_FLAGS_SHIFT);
-        return 0;
-    }
-    if (len <= MAX_STORED_KEY) {
-        memcpy(k->bytes, raw, (size_t)len);
-        k->len = len;
-    } else {
-        uint64_t d0 = siphash13(c->hk0, c->hk1, (const unsigned char *)raw, (size_t)len);
-        uint64_t d1 = siphash13(c->hk1, c->hk0 ^ 0x9e3779b97f4a7c15ULL, (const unsigned char *)raw,
-                                (size_t)len);
-        memcpy(k->bytes, raw, KEY_LONG_PREFIX);
-        memcpy(k->bytes + KEY_LONG_PREFIX, &d0, 8);
-        memcpy(k->bytes + KEY_LONG_PREFIX + 8, &d1, 8);
-        k->len = MAX_STORED_KEY;
-        k->flags |= KEY_FLAG_DIGEST;
-    }
-    uint64_t h = siphash13(c->hk0 ^ (uint64_t)k->flags, c->hk1, k->bytes, (size_t)k->len) & KEY_HASH_MASK;
-    k->hash = h ? h : 1;  /* never 0: 0 marks an entry with no key */
-    k->ident = (int64_t)(k->hash | (uint64_t)k->len << IDENT_LEN_SHIFT | (uint64_t)k->flags << IDENT_FLAGS_SHIFT);
-    return 0;
-}
-
-/* ---- the key table: an index over a heap of rows (layout.py, "Key table") ------------ *
- * The index maps a key's hash to the heap row that holds the key's identity (its header)
- * and its counts. Everything here runs under LOCK_KEY_TABLE except find_key, which is lock-free:
- * what it finds is a hint, confirmed by the row's generation under the row's lock. Row
- * generations only change under LOCK_KEY_TABLE and only go up (in absolute value), so a cached
- * (row, generation) can never name another key. */
 
 /* ---- the key table's state words: checked where they are loaded ------------------------ *
  * They lie outside the header's checksum and change under LOCK_KEY_TABLE while others read them
@@ -146,7 +50,7 @@ static int counts_ok(Core *c, int64_t slots) {
     return -1;
 }
 
-static Index index_copy(Core *c, int64_t index) {
+Index index_copy(Core *c, int64_t index) {
     int64_t level = index >> 1, copy = index & 1;
     Index x = {W(c, c->keys_off + KEY_ENTRY_BYTES * c->key_slots *
                         (2 * ((1LL << level) - 1) + copy * (1LL << level))),
@@ -176,33 +80,6 @@ int rows_top(Core *c, int64_t *top) {
     return 0;
 }
 
-static int row_holds(char *row, const StoredKey *k) {
-    return LOAD(RIDENT(row)) == k->ident && memcmp(RKEY(row), k->bytes, (size_t)k->len) == 0;
-}
-
-/* A key whose row holds its very text (encode_key): a bytes or an ASCII str of at most
- * MAX_STORED_KEY, in a table whose rows hold text (a moving log's hold digests only). */
-int key_is_text(Core *c, PyObject *key) {
-    if (c->key_bytes < MAX_STORED_KEY) return 0;
-    if (PyBytes_CheckExact(key)) return PyBytes_GET_SIZE(key) <= MAX_STORED_KEY;
-    return PyUnicode_CheckExact(key) && PyUnicode_IS_ASCII(key) && PyUnicode_GET_LENGTH(key) <= MAX_STORED_KEY;
-}
-
-/* The row holds key, a key_is_text() one: its length, kind and text, compared without its
- * hash (the text is the key; the hash only places it). Under the row's lock. */
-int row_holds_text(char *row, PyObject *key) {
-    int str = PyUnicode_CheckExact(key);
-    const char *text = str ? (const char *)PyUnicode_DATA(key) : PyBytes_AS_STRING(key);
-    uint64_t len = (uint64_t)(str ? PyUnicode_GET_LENGTH(key) : PyBytes_GET_SIZE(key));
-    uint64_t ident = (uint64_t)LOAD(RIDENT(row));
-    uint64_t flags = str ? KEY_FLAG_STR : 0;
-    return IDENT_HASH(ident) != 0 && ident >> IDENT_FLAGS_SHIFT == flags &&
-           (ident >> IDENT_LEN_SHIFT & ((1u << (IDENT_FLAGS_SHIFT - IDENT_LEN_SHIFT)) - 1)) == len &&
-           memcmp(RKEY(row), text, (size_t)len) == 0;
-}
-
-/* Lock-free lookup: 1 and (row, generation) if found, 0 if not, -1 error. An entry being
- * written (negative generation) or pointing at a row that no longer holds it never matches. */
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
     Index x;
     int64_t top;
@@ -225,7 +102,7 @@ int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
 }
 
 /* now - last > idle_ns, without the subtraction: a junk last_ns never overflows it (now >= 0). */
-static int idle(Core *c, int64_t slot, int64_t now) {
+int row_idle(Core *c, int64_t slot, int64_t now) {
     /* a concurrency's key holding a slot of a live process is never idle, whatever its age */
     return LOAD(RLAST(ROW(c, slot))) < now - c->idle_ns && (c->role != ROLE_CONCURRENCY || !conc_busy(c, slot));
 }
@@ -239,76 +116,6 @@ static int64_t live_row(Core *c, int64_t *e, int64_t top) {
 }
 
 /* OutOfSpaceError(errno, message): the segment could not grow; nothing was written. */
-int space_error(Core *c, int err, const char *what) {
-    PyObject *msg = PyUnicode_FromFormat("no room in /dev/shm for %s in window %R (%s): free some "
-                                         "space, or give the window a capacity and an on_full policy",
-                                         what, c->name, strerror(err));
-    PyObject *args = msg ? Py_BuildValue("(iN)", err, msg) : NULL;
-    if (args != NULL) {
-        PyErr_SetObject(c->st->space, args);
-        Py_DECREF(args);
-    }
-    return -1;
-}
-
-/* The heap's next size after `have` rows: half again (at least 8) while small, then a
- * 32nd, with the next 32nd prefetched by the reserver. */
-static int64_t grown(Core *c, int64_t have) {
-    /* large tables grow by a 32nd (and the next is prefetched): at most a 16th of the
-     * rows held is reserved ahead of the keys */
-    int64_t want = have + (have >= AHEAD_MIN_ROWS ? have / 32 : have / 2 > 8 ? have / 2 : 8);
-    return want > c->n_rows ? c->n_rows : want;
-}
-
-/* Rows [from, to) as page-aligned byte offsets in the segment; 0 <= from <= to <= n_rows
- * (from checked words only), so no product passes the mapping's size. */
-static void row_pages(Core *c, int64_t from, int64_t to, int64_t *lo, int64_t *hi) {
-    *lo = c->rows_off + from * c->row_bytes;
-    *hi = c->rows_off + to * c->row_bytes;
-    *lo -= *lo % PAGE_BYTES;
-    *hi = (*hi + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
-    if (*hi > c->map_bytes) *hi = c->map_bytes;
-}
-
-/* Reserve heap rows up to at least `need` (posix_fallocate: a full /dev/shm is an error now,
- * never a SIGBUS later), unless the reserver already did. */
-static int reserve_rows(Core *c, int64_t have, int64_t need) {
-    int64_t want = grown(c, have), from, to;
-    if (want < need) want = need > c->n_rows ? c->n_rows : need;
-    row_pages(c, have, want, &from, &to);
-    if (NOSPACE_FOR_TEST()) return space_error(c, ENOSPC, "more keys");
-    if (!reserved_ahead(c, from, to)) {
-        int err = posix_fallocate(c->fd, from, to - from);
-        if (err != 0) return space_error(c, err, "more keys");
-        /* Map the new rows into this process in one call rather than one fault per page
-         * (Linux 5.14+; elsewhere, or if it fails, the pages simply fault in as touched). */
-        (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);
-    }
-    store_state(c, ROWS_RESERVED_OFF, want);
-    if (want >= AHEAD_MIN_ROWS && want < c->n_rows) {
-        row_pages(c, want, grown(c, want), &from, &to);
-        reserve_ahead(c, from, to);
-    }
-    return 0;
-}
-
-/* An index copy's bytes in the segment, page-aligned. */
-static void index_pages(Core *c, const Index *x, int64_t *lo, int64_t *hi) {
-    *lo = (char *)x->base - c->base;
-    *hi = *lo + x->slots * KEY_ENTRY_BYTES;
-    *lo -= *lo % PAGE_BYTES;
-}
-
-/* Reserve the memory of an index copy before writing it. */
-static int reserve_index(Core *c, const Index *x) {
-    int64_t from, to;
-    index_pages(c, x, &from, &to);
-    int err = NOSPACE_FOR_TEST() ? ENOSPC : posix_fallocate(c->fd, from, to - from);
-    if (err != 0) return space_error(c, err, "a larger key index");
-    (void)madvise(c->base + from, (size_t)(to - from), MADV_POPULATE_WRITE_OR_NONE);  /* as rows */
-    return 0;
-}
-
 /* The index's load: an insert rebuilds past GROW_AT (5/8: linear probing's paths stay well
  * under MAX_PROBES), and a rebuild writes the level whose load is at most half that. At 16
  * bytes an entry, the index costs a key 26 to 51 bytes.
@@ -324,20 +131,6 @@ static int64_t level_for(Core *c, int64_t kept, int64_t top) {
            (16 * (kept + 1) > 5 * (c->key_slots << level) || GROW_AT(top, c->key_slots << level)))
         level++;
     return level;
-}
-
-/* Give back the memory of every index copy but `keep` (the published one): only whole pages
- * inside a copy, so no neighbour is touched. A copy is reserved again (reserve_index) before
- * it is next written. Called under LOCK_KEY_TABLE (punch_replaced). */
-static void punch_stale(Core *c, int64_t keep) {
-    for (int64_t id = 0; id < 2 * c->index_levels; id++) {
-        if (id == keep) continue;
-        Index x = index_copy(c, id);
-        int64_t lo = (char *)x.base - c->base, hi = lo + x.slots * KEY_ENTRY_BYTES;
-        lo = (lo + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
-        hi -= hi % PAGE_BYTES;
-        if (hi > lo) (void)fallocate(c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, lo, hi - lo);
-    }
 }
 
 /* Section "rebuild": a new index holding every key whose row is not idle, in the copy
@@ -392,7 +185,7 @@ static int rebuild(Core *c, int64_t now) {
         }
         int64_t *e = ENT(&cur, p), r = live_row(c, e, top);
         if (r < 0) continue;
-        if (idle(c, r, now)) {
+        if (row_idle(c, r, now)) {
             int lock = row_lock(c, r);
             if (lock_take(c, lock) < 0) {
                 drop_marked(c, &cur, fate, p);
@@ -400,7 +193,7 @@ static int rebuild(Core *c, int64_t now) {
                 PyMem_Free(fate);
                 return -1;
             }
-            if (idle(c, r, now) && live_row(c, e, top) == r) {
+            if (row_idle(c, r, now) && live_row(c, e, top) == r) {
                 STORE(RGEN(ROW(c, r)), -LOAD(e + INDEX_ENTRY_GEN));  /* writers caching it stop matching */
                 if (IS_MOVING(c)) moving_empty(c, ROW(c, r), r);  /* idle: its chunks count nothing, back */
                 lock_give(c, lock);
@@ -510,59 +303,7 @@ void repair_keys(Core *c) {
 
 /* A row for a new key: the free list's first, else the next on the heap (reserved now).
  * Nothing is stored: assign() takes it, in its section. */
-static int take_row(Core *c, int64_t *r, int *from_free) {
-    int64_t head = LOAD(KEYWORD(c, FREE_HEAD_OFF)), top;
-    if (rows_top(c, &top) < 0) return -1;
-    if (head > 0 && head <= top) {  /* a junk head abandons the free list, never strays */
-        *r = head - 1;
-        *from_free = 1;
-        return 0;
-    }
-    if (top >= c->n_rows) {
-        PyErr_Format(c->st->full, "window %R has handed out all %lld rows", c->name, (long long)c->n_rows);
-        return -1;
-    }
-    /* top <= reserved (rows_top checked it): the heap grows one step past what it holds */
-    int64_t reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved");
-    if (reserved < 0 || (top >= reserved && reserve_rows(c, reserved, top + 1) < 0)) return -1;
-    *r = top;
-    *from_free = 0;
-    return 0;
-}
-
 enum { PLACE_NEW, PLACE_TOMB, PLACE_IDLE };
-
-/* ---- key names: a moving log's rows keep digests; the tools read the names here --------- *
- * (layout_words.NAME_ENTRY). Written by the inserter of a key, under LOCK_KEY_TABLE, after the
- * section "insert": a display hint in no invariant, so plain stores and no fail point. The
- * entry is taken among NAME_PROBES from the key's hash: a free one, or a stale one (its row
- * holds another generation now, or its key is idle); if none, the key stays unnamed. Its generation is zeroed
- * first and stored last: a reader that reads it the same before and after, and the row's
- * own, has read a whole name. */
-static void name_key(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now) {
-    int64_t top;
-    if (k->raw == NULL || rows_top(c, &top) < 0) {  /* rows past top may be holes: never read */
-        PyErr_Clear();
-        return;
-    }
-    for (int64_t i = 0; i < NAME_PROBES; i++) {
-        char *e = c->base + c->names_off + (int64_t)((k->hash + (uint64_t)i) % NAME_SLOTS) * NAME_ENTRY_BYTES;
-        int64_t *eg = (int64_t *)(e + NAME_ENTRY_GEN_OFF), was = __atomic_load_n(eg, __ATOMIC_ACQUIRE);
-        uint32_t was_row = __atomic_load_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), __ATOMIC_RELAXED);
-        if (was != 0 && (int64_t)was_row < top && was_row != (uint64_t)r &&
-            LOAD(RGEN(ROW(c, was_row))) == was && !idle(c, (int64_t)was_row, now))
-            continue;  /* another key's name, and that key is live */
-        Py_ssize_t n = k->raw_len < NAME_MAX_BYTES ? k->raw_len : NAME_MAX_BYTES;
-        uint32_t len = (uint32_t)n | (uint32_t)(k->flags & KEY_FLAG_STR) << 16 | (uint32_t)(n < k->raw_len) << 24;
-        __atomic_store_n(eg, 0, __ATOMIC_RELEASE);
-        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), (uint32_t)r, __ATOMIC_RELAXED);
-        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_LEN_OFF), len, __ATOMIC_RELAXED);
-        memset(e + NAME_ENTRY_NAME_OFF, 0, NAME_MAX_BYTES);
-        memcpy(e + NAME_ENTRY_NAME_OFF, k->raw, (size_t)n);
-        __atomic_store_n(eg, gen, __ATOMIC_RELEASE);  /* named */
-        return;
-    }
-}
 
 /* Section "insert": give key k the index entry p and the row r (free, the heap's next, or
  * the idle key's that p held). Caller holds LOCK_KEY_TABLE and the row's lock. The row's
@@ -615,7 +356,7 @@ static int64_t place_of(Core *c, Index *x, int64_t top, const StoredKey *k, int6
             return p;
         }
         int64_t r = idle_ok ? live_row(c, e, top) : -1;
-        if (r >= 0 && idle(c, r, now)) {
+        if (r >= 0 && row_idle(c, r, now)) {
             *place = PLACE_IDLE;
             return p;
         }
@@ -685,11 +426,11 @@ static int64_t reclaim(Core *c, int64_t now) {
             if (ahead < top) __builtin_prefetch(ROW(c, ahead), 0);
         }
         int64_t *e = ENT(&x, p), r = live_row(c, e, top);
-        if (r < 0 || !idle(c, r, now)) continue;
+        if (r < 0 || !row_idle(c, r, now)) continue;
         int lock = row_lock(c, r);
         if (lock_take(c, lock) < 0) return -1;
         int64_t g = LOAD(e + INDEX_ENTRY_GEN);
-        if (live_row(c, e, top) == r && idle(c, r, now)) {
+        if (live_row(c, e, top) == r && row_idle(c, r, now)) {
             SECTION("reclaim");
             drop_key(c, e, r, g, 0);
             END_SECTION();
@@ -703,25 +444,6 @@ static int64_t reclaim(Core *c, int64_t now) {
     return dropped;
 }
 
-/* The copies a rebuild replaced give their pages back once the new one has been published
- * for a second of the inserter's clock (the caller's now: a test's manual clock, the wall
- * clock of shm://, else the host's monotonic clock): at the next insert, once per rebuild and
- * process. A lookup that loaded the old descriptor has long finished with it. One that has
- * not -- stalled a second mid-probe, or a wall clock stepped forward meanwhile -- reads zeros,
- * "never used", and a hit then looks again under LOCK_KEY_TABLE; on a /dev/shm full at that
- * moment its read of the hole would be a SIGBUS: the price of not keeping two or three idle
- * copies of the index (42 bytes a key at 100,000 keys). Caller holds LOCK_KEY_TABLE. */
-static void punch_replaced(Core *c, int64_t now) {
-    int64_t at = LOAD(KEYWORD(c, REBUILT_NS_OFF)), since;
-    Index x;
-    if (at == c->punched_ns || __builtin_sub_overflow(now, at, &since) || since < NS) return;
-    if (current_index(c, &x) < 0) {
-        PyErr_Clear();  /* reported by the lookups that follow */
-        return;
-    }
-    punch_stale(c, x.index);
-    c->punched_ns = at;
-}
 
 /* Is the error set a full /dev/shm (OutOfSpaceError)? Then reclaim may make room. */
 static int out_of_space(Core *c) { return PyErr_ExceptionMatches(c->st->space); }
@@ -731,7 +453,7 @@ static int out_of_space(Core *c) { return PyErr_ExceptionMatches(c->st->space); 
  * a rebuild (the index half full, or `capacity` keys held) that drops idle keys; when
  * /dev/shm refuses memory for rows or a larger index, "reclaim" drops idle keys in place
  * and the insert goes on in the current index, up to its probe bound. Only then an error:
- * KeyTableFullError or OutOfSpaceError, for on_full to answer (met_full, methods.c). */
+ * KeyTableFullError or OutOfSpaceError, for on_full to answer (met_full, index.c). */
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
     if (lock_take_ex(c, LOCK_KEY_TABLE, 1) < 0) return -1;
     /* tight: no memory for a larger index (this process saw a rebuild fail for it within the
@@ -804,7 +526,7 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
         }
         int lock = row_lock(c, r);
         if (lock_take(c, lock) < 0) goto fail;
-        if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), top) != r || !idle(c, r, now))) {
+        if (place == PLACE_IDLE && (live_row(c, ENT(&x, p), top) != r || !row_idle(c, r, now))) {
             lock_give(c, lock);  /* written while we waited for its lock: look again */
             continue;
         }
@@ -832,7 +554,7 @@ fail:
 int met_full(Core *c, int apply) {
     if (!PyErr_ExceptionMatches(c->st->full) && !PyErr_ExceptionMatches(c->st->space)) return 0;
     __atomic_fetch_add(KEYWORD(c, FULL_COUNT_OFF), 1, __ATOMIC_RELAXED);
-    if (!apply || c->on_full == 0) return 0;
+    if (!apply || c->on_full == ON_FULL_RAISE) return 0;
     PyErr_Clear();
     return 1;
 }
@@ -873,4 +595,3 @@ int clear_key(Core *c, PyObject *key) {
     forget(c, key);
     return 1;
 }
-

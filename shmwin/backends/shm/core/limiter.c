@@ -1,0 +1,267 @@
+/* limiter.c -- a limiter's methods: hit, check (hit or test, with the timing stats() and
+ * acquire() need), refund and charge, over the rows of rings that rings.c keeps; and its
+ * decisions, tallied in a striped window (set_tally).
+ *
+ * Each keyed method runs core.h's prologue and epilogue (key_enter ... key_leave); the
+ * sections themselves ("hit", "refund") are rings.c's.
+ */
+#include "core.h"
+
+/* ---- a limiter's decisions --------------------------------------------------------------
+ * Each hit() is counted in the limiter's decisions window (Core.tally: a striped window of
+ * TALLY_FIELDS over the longest period, shmwin/limiter.py makes it): admitted or rejected, and
+ * near the limit when admitted with at most a fifth of some rate's limit left. It is written
+ * after the row lock is given back, in this process's own stripe: no lock, no shared line.
+ * A decision that cannot be counted (the tally closed, corrupt) never fails the hit. */
+enum { TALLY_ADMITTED, TALLY_REJECTED, TALLY_NEAR_LIMIT };
+
+static int near_limit(Core *c, const Verdict *v) {
+    for (int i = 0; i < c->n_rings; i++) {
+        int64_t left = c->rings[i].limit - v->used[i], five;
+        if (!__builtin_mul_overflow(left, 5, &five) && five <= c->rings[i].limit) return 1;
+    }
+    return 0;
+}
+
+/* The common case, inline: this process holds a stripe of the tally (a window of one int64
+ * ring). Lock-free, as section "add_striped": the bucket is zeroed before it is stamped. */
+static int note_in_stripe(Core *t, int64_t now, int f, int near) {
+    if (t->closed || t->stripe_gen != fork_gen || t->stripe_row <= 0 || t->n_rings != 1 || t->floats) return 0;
+    const Ring *r = &t->rings[0];
+    int64_t e = t->note_e, *b = t->note_b;
+    if (b == NULL || t->note_row != t->stripe_row || now < t->note_lo_ns || now - t->note_lo_ns >= r->bucket_ns) {
+        e = now / r->bucket_ns;  /* a new bucket (or stripe): where it is, kept for the next hits */
+        b = BUCKET(t, RING(t, ROW(t, t->stripe_row), 0), r, e);
+        t->note_e = e, t->note_lo_ns = e * r->bucket_ns, t->note_row = t->stripe_row, t->note_b = b;
+    }
+    SECTION("add_striped");
+    if (LOAD(b + SLOT_EPOCH) < e) {
+        for (int k = 0; k < t->n_fields; k++) STORE(b + SLOT_VALUES + k, 0);
+        STORE(b + SLOT_EPOCH, e);
+    }
+    STORE(b + f, sat_add(LOAD(b + f), 1));
+    if (near) STORE(b + SLOT_VALUES + TALLY_NEAR_LIMIT, sat_add(LOAD(b + SLOT_VALUES + TALLY_NEAR_LIMIT), 1));
+    END_SECTION();
+    return 1;
+}
+
+void note_decision(Core *c, int64_t now, int allowed, int near) {
+    Core *t = (Core *)c->tally;  /* called with no error set; no Python runs here */
+    int f = SLOT_VALUES + (allowed ? TALLY_ADMITTED : TALLY_REJECTED);
+    if (t == NULL || t->closed || note_in_stripe(t, now, f, near)) return;
+    /* no stripe of the tally (every one taken): its shared row, under its lock, uninterruptible */
+    if (enter(t) < 0) {
+        PyErr_Clear();
+        return;
+    }
+    if (lock_take_ex(t, LOCK_SHARED_ROW, 0) == 0) {
+        SECTION("add_locked");
+        int rc = add_row(t, ROW(t, 0), now, f, 1, 1.0);
+        if (rc == 0 && near) add_row(t, ROW(t, 0), now, SLOT_VALUES + TALLY_NEAR_LIMIT, 1, 1.0);
+        END_SECTION();
+        lock_give(t, LOCK_SHARED_ROW);
+    }
+    leave(t);
+    if (PyErr_Occurred()) PyErr_Clear();  /* our own (a lock timed out, an overflow): never the hit's */
+}
+
+/* Before a hit's section: this process's stripe of the tally, claimed if it has none (after a
+ * fork, at first use) -- the claim calls Python (claim_stripe), which must not run after the
+ * hit is counted: an exception raised there (a signal handler's) would be lost or would fail
+ * a hit already made. 0; -1 with that exception (nothing counted yet). A tally that cannot
+ * give a stripe (closed, corrupt, every stripe taken) is not an error: note_decision then
+ * counts in its shared row. */
+int tally_ready(Core *c) {
+    Core *t = (Core *)c->tally;
+    int64_t row;
+    if (t == NULL || t->closed || !t->striped || t->stripe_gen == fork_gen) return 0;
+    if (enter(t) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int rc = stripe_of(t, &row);
+    leave(t);
+    if (rc == 0) return 0;
+    if (PyErr_ExceptionMatches(c->st->corrupt) || PyErr_ExceptionMatches(c->st->closed) ||
+        PyErr_ExceptionMatches(c->st->timeout)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
+
+/* set_tally(tally, shadow): count decisions in `tally` (a striped window of 3 int fields, or
+ * None), and answer True to every hit() if shadow. */
+PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_tally(tally, shadow) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *t = args[0];
+    int shadow = PyObject_IsTrue(args[1]);
+    if (shadow < 0) return NULL;
+    if (t != Py_None) {
+        Core *w = (Core *)t;
+        if (!PyObject_TypeCheck(t, c->st->core_type) || w->limiter || w->keyed || w->floats ||
+            w->n_fields < 3 || w->state_words != 0) {
+            PyErr_SetString(PyExc_TypeError, "set_tally() needs an unkeyed int window of 3 fields, or None");
+            return NULL;
+        }
+    }
+    if (!c->limiter && c->role != ROLE_TOKEN_BUCKET) {
+        PyErr_Format(PyExc_TypeError, "window %R is not a limiter: it makes no decisions", c->name);
+        return NULL;
+    }
+    Py_XSETREF(c->tally, t == Py_None ? NULL : Py_NewRef(t));
+    c->shadow = shadow;
+    Py_RETURN_NONE;
+}
+
+/* hit(key, cost=1) -> bool: count cost hits if every rate allows them, else nothing. */
+PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2], *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    if (nargs == 1 && kwnames == NULL) {
+        a[0] = args[0];
+        a[1] = NULL;
+    } else if (parse(args, nargs, kwnames, names, 2, a, "hit") < 0) {
+        return NULL;
+    }
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "hit() needs a key");
+        return NULL;
+    }
+    if (key_enter(c, &kc) < 0) return NULL;
+    if (ring_rows(c) < 0 || cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
+    int got = key_lock(c, &kc, a[0], 1, &now, &slot);
+    if (got < 0) {
+        if (met_full(c, 1)) {  /* on_full answers: admitted uncounted, or refused */
+            note_decision(c, now, full_allows(c), 0);
+            result = Py_NewRef(full_allows(c) || c->shadow ? Py_True : Py_False);
+        }
+        goto out;
+    }
+    int rc = hit_row(c, slot, now, cost, 1, &v);
+    key_unlock(c, &kc);
+    if (rc == 0) {
+        note_decision(c, now, v.allowed, v.allowed && near_limit(c, &v));
+        result = Py_NewRef(v.allowed || c->shadow ? Py_True : Py_False);
+    }
+out:
+    return key_leave(c, &kc, result);
+}
+
+/* Parse (key, cost) for refund() and charge(): 0, or -1 with the error set. */
+static int key_and_cost(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *what,
+                        PyObject **key, int64_t *cost) {
+    static const char *const names[] = {"key", "cost"};
+    PyObject *a[2];
+    if (parse(args, nargs, kwnames, names, 2, a, what) < 0) return -1;
+    if (a[0] == NULL || a[1] == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s() needs a key and a cost", what);
+        return -1;
+    }
+    *key = a[0];
+    return ring_rows(c) < 0 || cost_of(a[1], cost, 0) < 0 ? -1 : 0;
+}
+
+/* refund(key, cost) -> int: give back up to cost of the key's hits, most recent first (section
+ * "refund"); how much. A key never seen holds nothing: 0, and no key is made. */
+PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
+    PyObject *key, *result = NULL;
+    int64_t cost, now = 0, slot, given = 0;
+    Verdict v;
+    if (key_and_cost(c, args, nargs, kwnames, "refund", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
+    int got = key_lock(c, &kc, key, 0, &now, &slot);
+    if (got < 0) goto out;
+    if (got > 0) {
+        int rc = hit_row(c, slot, now, 0, 0, &v);  /* every ring brought to rest at now */
+        if (rc == 0 && cost > 0) given = refund_row(c, slot, now, cost);
+        key_unlock(c, &kc);
+        if (rc < 0) goto out;
+    }
+    result = PyLong_FromLongLong(given);
+out:
+    return key_leave(c, &kc, result);
+}
+
+/* charge(key, cost): count cost hits in every rate without a check (section "hit" with
+ * COMMIT_FORCE): the key may go over its limits, and hit() refuses it until they leave. A
+ * key with no row for it (a full table) is answered by on_full: "raise" raises, else the
+ * charge is dropped (counted in full_count). */
+PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
+    PyObject *key, *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    if (key_and_cost(c, args, nargs, kwnames, "charge", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
+    int got = key_lock(c, &kc, key, 1, &now, &slot);
+    if (got < 0) {
+        if (met_full(c, 1)) result = Py_NewRef(Py_None);
+        goto out;
+    }
+    int rc = hit_row(c, slot, now, cost, COMMIT_FORCE, &v);
+    key_unlock(c, &kc);
+    if (rc == 0) result = Py_NewRef(Py_None);
+out:
+    return key_leave(c, &kc, result);
+}
+
+/* check(key, cost, commit, detail=True) -> (allowed, used, reset_ns, wait_ns | None): hit()
+ * (commit) or test() from the running totals, O(1); with detail, also when each rate's oldest
+ * hit leaves and when cost would fit, for stats() and acquire(): scans from the oldest bucket
+ * that stop at the first one answering. */
+PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    KeyCall kc = KEY_CALL;
+    static const char *const names[] = {"key", "cost", "commit", "detail"};
+    PyObject *a[4], *result = NULL;
+    int64_t cost, now = 0, slot;
+    Verdict v;
+    int commit, detail;
+    memset(&v, 0, sizeof v);
+    if (parse(args, nargs, kwnames, names, 4, a, "check") < 0) return NULL;
+    if (a[0] == NULL || a[1] == NULL || a[2] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "check() needs key, cost and commit");
+        return NULL;
+    }
+    if (key_enter(c, &kc) < 0) return NULL;
+    if (ring_rows(c) < 0) goto out;
+    commit = PyObject_IsTrue(a[2]);
+    detail = a[3] == NULL ? 1 : PyObject_IsTrue(a[3]);
+    if (commit < 0 || detail < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
+    if (commit && tally_ready(c) < 0) goto out;
+    int got = key_lock(c, &kc, a[0], commit, &now, &slot);
+    if (got < 0) {
+        if (!met_full(c, 1)) goto out;
+        v.allowed = full_allows(c);
+        v.wait_ns = -1;
+    } else if (got == 0) {  /* never seen: nothing counted */
+        v.allowed = cost <= c->min_limit;
+        v.wait_ns = v.allowed ? 0 : -1;
+    } else {
+        int rc = hit_row(c, slot, now, cost, commit, &v);
+        if (rc == 0 && detail) timing(c, slot, now, cost, &v);
+        key_unlock(c, &kc);
+        if (rc < 0) goto out;
+        /* acquire()'s tries: the one that counts is a decision; a refused try waits and tries again */
+        if (commit && v.allowed) note_decision(c, now, 1, near_limit(c, &v));
+    }
+    PyObject *used = PyTuple_New(c->n_rings), *reset = PyTuple_New(c->n_rings);
+    if (used == NULL || reset == NULL) {
+        Py_XDECREF(used);
+        Py_XDECREF(reset);
+        goto out;
+    }
+    for (int i = 0; i < c->n_rings; i++) {
+        PyTuple_SET_ITEM(used, i, PyLong_FromLongLong(v.used[i]));
+        PyTuple_SET_ITEM(reset, i, PyLong_FromLongLong(v.reset_ns[i]));
+    }
+    if (v.wait_ns < 0) result = Py_BuildValue("(ONNO)", v.allowed ? Py_True : Py_False, used, reset, Py_None);
+    else result = Py_BuildValue("(ONNL)", v.allowed ? Py_True : Py_False, used, reset, (long long)v.wait_ns);
+out:
+    return key_leave(c, &kc, result);
+}

@@ -1,0 +1,94 @@
+"""The native core's maps -- the one at the top of core/module.c and the one in docs/internals.md --
+held to the tree: every file on disk is named in both, none that is gone, and the calls drawn
+between files are the calls the files make. A file added, split or renamed without its map
+fails here. Also the size target of issue 28: no hand-written C file over 600 lines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "shmwin" / "backends" / "shm" / "core"
+MODULE_C = CORE / "module.c"
+INTERNALS = ROOT / "docs" / "internals.md"
+GENERATED = {"layout.h"}  # written by shmwin's layout generator, not by hand
+MAX_LINES = 600
+
+# A function definition at column 0 that is not static: its name, the brace after its (possibly
+# multi-line) parameter list. Static functions cannot be called from another file.
+DEFINITION = re.compile(r"^(?!static\b)(?!#)[A-Za-z_][\w \*]*?\b(\w+)\([^;{}]*\)\s*\{", re.M)
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+CALL_LINE = re.compile(r"^(\w+\.c) ->((?: \w+\.c)*)$")
+
+
+def source_files() -> set[str]:
+    return {p.name for p in CORE.iterdir() if p.suffix in (".c", ".h")}
+
+
+def calls_in_code() -> dict[str, list[str]]:
+    """a.c -> the other files whose functions a.c calls (by name, comments stripped)."""
+    texts = {p.name: COMMENT.sub("", p.read_text()) for p in sorted(CORE.glob("*.c"))}
+    defined_in = {name: f for f, text in texts.items() for name in DEFINITION.findall(text)}
+    graph = {}
+    for f, text in texts.items():
+        called = {g for name, g in defined_in.items() if g != f and re.search(rf"\b{name}\(", text)}
+        graph[f] = sorted(called)
+    return graph
+
+
+def drawn_calls(lines: list[str]) -> dict[str, list[str]]:
+    graph = {}
+    for line in lines:
+        m = CALL_LINE.match(line.strip())
+        if m:
+            graph[m.group(1)] = m.group(2).split()
+    return graph
+
+
+def module_map() -> tuple[set[str], dict[str, list[str]]]:
+    head = MODULE_C.read_text().split("*/", 1)[0]
+    files = set(re.findall(r"^ \*   (\w+\.[ch])  ", head, re.M))
+    block = head.split("CALLS-BEGIN", 1)[1].split("CALLS-END", 1)[0]
+    return files, drawn_calls([line.lstrip(" *") for line in block.splitlines()])
+
+
+def docs_map() -> tuple[set[str], dict[str, list[str]]]:
+    text = INTERNALS.read_text()
+    section = text.split("## The native core", 1)[1].split("\n## ", 1)[0]
+    files = set(re.findall(r"`(\w+\.[ch])`", section))
+    block = section.split("<!-- calls-begin -->", 1)[1].split("<!-- calls-end -->", 1)[0]
+    return files, drawn_calls(block.splitlines())
+
+
+def test_module_c_names_every_file_of_the_core_and_no_other() -> None:
+    files, _ = module_map()
+    assert files == source_files()
+
+
+def test_docs_internals_names_every_file_of_the_core_and_no_other() -> None:
+    files, _ = docs_map()
+    assert files == source_files()
+
+
+def test_the_calls_drawn_in_module_c_are_the_calls_the_files_make() -> None:
+    _, drawn = module_map()
+    assert drawn == calls_in_code()
+
+
+def test_the_calls_drawn_in_docs_internals_are_the_calls_the_files_make() -> None:
+    _, drawn = docs_map()
+    assert drawn == calls_in_code()
+
+
+def test_the_graph_finds_calls_across_files() -> None:
+    # the parser itself: a keyed limiter method reaches the index and the rows
+    graph = calls_in_code()
+    assert {"index.c", "rings.c"} <= set(graph["limiter.c"])
+    assert "keys.c" in graph["keycache.c"]
+
+
+def test_no_hand_written_file_of_the_core_is_over_600_lines() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in CORE.iterdir() if p.suffix in (".c", ".h")}
+    over = {name: n for name, n in sizes.items() if n > MAX_LINES and name not in GENERATED}
+    assert over == {}
