@@ -26,8 +26,9 @@
  *   moving.c       limits' moving window: each key's hit times, in its row and in chunks
  *   lease.c        a two-tier limiter's host tier (shm+redis://): each key's lease of hits from
  *                  Redis, spent, sealed, installed under the key's row lock
- *   rings.c        rows: the window's add, stripes, log rings, the limiter's check-and-count and
- *                  its repair
+ *   rings.c        rows: the window's add, log rings, the limiter's check-and-count and its
+ *                  repair
+ *   stripes.c      the unkeyed striped window's per-process rows: claimed, given back, alive
  *   keys.c         a key's stored form and hash (SipHash-1-3), rows compared with it, key names
  *   index.c        keyed segments' table: checked state words, the index; find, insert,
  *                  rebuild, reclaim, clear and their rollback repair
@@ -42,12 +43,12 @@
  * Who calls whom (a -> b: a file calls a function that b defines; calls through core.h's
  * inline helpers not drawn). tests/unit/test_core_file_map.py holds this map, and the one in
  * docs/internals.md, to the files and their calls. The circles left (index.c <-> keys.c,
- * keycache.c, space.c, concurrency.c, moving.c; rings.c <-> coretype.c) are mostly run-time
- * role checks (a row emptied, a key's idleness), which per-role types would turn into hooks:
+ * keycache.c, space.c, concurrency.c, moving.c) are mostly run-time role checks (a row
+ * emptied, a key's idleness), which per-role types would turn into hooks:
  *
  * CALLS-BEGIN
- *   concurrency.c -> coretype.c index.c methods.c rings.c threads.c
- *   coretype.c -> keycache.c rings.c threads.c
+ *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
+ *   coretype.c -> keycache.c rings.c stripes.c threads.c
  *   counters.c -> index.c limiter.c methods.c rings.c
  *   index.c -> concurrency.c keycache.c keys.c moving.c rings.c space.c
  *   keycache.c -> index.c keys.c
@@ -55,11 +56,12 @@
  *   lease.c -> index.c methods.c rings.c
  *   limiter.c -> index.c methods.c rings.c
  *   locks.c -> coretype.c index.c moving.c rings.c
- *   methods.c -> coretype.c index.c keys.c rings.c
+ *   methods.c -> coretype.c index.c keys.c rings.c stripes.c
  *   module.c -> locks.c threads.c
  *   moving.c -> index.c methods.c space.c
- *   rings.c -> coretype.c moving.c threads.c
+ *   rings.c -> moving.c
  *   space.c -> index.c threads.c
+ *   stripes.c -> coretype.c threads.c
  *   threads.c ->
  *   window.c -> index.c keycache.c methods.c rings.c
  * CALLS-END
