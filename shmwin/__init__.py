@@ -5,11 +5,11 @@ from __future__ import annotations
 try:  # first: every write is a call into it, and without it the next import's error misleads
     from . import _core  # noqa: F401
 except ImportError as _missing:  # a checkout never built, or a build for another Python
-    from ._missing_core import missing_core_error
+    from ._platform import missing_core_error
 
     raise missing_core_error(_missing) from _missing
 else:  # on a free-threaded CPython: say that _core turned the GIL on, or refuse it forced off
-    from ._gil import GILRequiredWarning, check_gil
+    from ._platform import GILRequiredWarning, check_gil
 
     check_gil()
 

@@ -1,6 +1,10 @@
-"""shmwin's free-threading stance: it needs the GIL, and says so on import.
+"""What this install and this interpreter must give shmwin before it runs, said in its own words
+at ``import shmwin``: its native module, built for this Python, and the GIL.
 
-A striped window gives each *process* a stripe of its own, and a stripe's writes are plain
+The native module. Without it, ``import shmwin`` says what is missing, for which Python, and how
+to build it, instead of a bare "cannot import name '_core' from partially initialized module".
+
+The GIL. A striped window gives each *process* a stripe of its own, and a stripe's writes are plain
 adds, serialised by the GIL among that process's threads (module.c declares
 ``Py_MOD_GIL_USED``). On a free-threaded CPython (3.13t, 3.14t) importing shmwin therefore
 turns the GIL back on for the whole process -- CPython's own RuntimeWarning says only that --
@@ -10,10 +14,34 @@ lose adds. Both cases get shmwin's own words here: the first a warning, the seco
 
 from __future__ import annotations
 
+import os
 import sys
 import sysconfig
 import warnings
 
+# -- the native module ----------------------------------------------------------------------
+MISSING_CORE = """\
+shmwin's native module (shmwin._core) is not built for this Python ({python}, looked for \
+_core{suffix} in {where}).
+In a checkout, build it in place (it needs a C compiler and Python's headers, \
+for example apt-get install gcc python3-dev):
+  pip install -e .                          # or: python setup.py build_ext --inplace
+  scripts/demo, scripts/test                # each builds it into .venv for you
+Or install a built wheel, which needs no compiler: pip install dist/shmwin-*.whl \
+(scripts/wheels builds one). The import said: {cause}"""
+
+
+def missing_core_error(cause: ImportError) -> ImportError:
+    """The ImportError that replaces a bare one (such as "cannot import name '_core' from
+    partially initialized module"): what is missing, for which Python, and how to build it."""
+    python = f"{sys.implementation.name} {sys.version.split()[0]}"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    where = os.path.dirname(os.path.abspath(__file__))
+    text = MISSING_CORE.format(python=python, suffix=suffix, where=where, cause=cause)
+    return ImportError(text, name="shmwin._core")
+
+
+# -- the GIL --------------------------------------------------------------------------------
 WHY = ("shmwin needs the GIL: a process's threads share its stripe of each window, and the GIL "
        "is what keeps their adds from being lost (docs/limitations.md)")  # fmt: skip
 
