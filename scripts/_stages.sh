@@ -26,7 +26,10 @@ stage_bg() {
   local name=$1
   shift
   echo "== stage (in the background): $name"
-  ("$@") >"$stage_logs_dir/${#stage_pids[@]}.log" 2>&1 &
+  local i=${#stage_pids[@]}
+  # the job writes its own seconds when it ends, so the table shows them, not its collection's
+  (started=$SECONDS code=0; "$@" || code=$?; echo $((SECONDS - started)) >"$stage_logs_dir/$i.secs"
+   exit "$code") >"$stage_logs_dir/$i.log" 2>&1 &
   stage_pids+=($!) stage_bg_names+=("$name") stage_bg_starts+=("$SECONDS")
 }
 
@@ -38,10 +41,10 @@ stage_wait() {
     echo "== stage (from the background): ${stage_bg_names[$i]}"
     cat "$stage_logs_dir/$i.log"
     stage_names+=("${stage_bg_names[$i]} (bg)") stage_codes+=("$code")
-    stage_secs+=($((SECONDS - stage_bg_starts[i])))  # to its collection: an upper bound
+    stage_secs+=("$(cat "$stage_logs_dir/$i.secs" 2>/dev/null || echo $((SECONDS - stage_bg_starts[i])))")
   done
   stage_pids=() stage_bg_names=() stage_bg_starts=()
-  rm -f "$stage_logs_dir"/*.log
+  rm -f "$stage_logs_dir"/*.log "$stage_logs_dir"/*.secs
 }
 
 stage_table() {
