@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol
 
 import numpy as np
 import pytest
@@ -22,6 +22,12 @@ from shmwin.backends.shm import native
 
 S = 1_000_000_000
 PACKAGE = ROOT / "shmwin"
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The public names a Protocol asks for, its bases' included (StoreBackend's lifecycle)."""
+    return {n for base in protocol.__mro__ if base not in (object, Protocol, Generic)
+            for n in vars(base) if not n.startswith("_")}  # fmt: skip
 
 
 # -- no import cycle ---------------------------------------------------------------------------
@@ -231,7 +237,7 @@ def url(request) -> str | None:
 def _keeps(obj: Any, protocol: type) -> bool:
     """Has ``obj`` every member ``protocol`` names? (Looked up statically: a property that
     raises NotSupportedError is still there.)"""
-    members = {n for n in vars(protocol) if not n.startswith("_")}
+    members = protocol_members(protocol)
     assert members >= {"close", "unlink"}
     return all(_has(obj, n) for n in members)
 
@@ -577,7 +583,7 @@ def test_the_token_bucket_and_role_engines_keep_their_protocols():
     from shmwin.backends.shm.token_bucket import ShmTokenBucket
 
     def keeps(cls: type, protocol: type, given: set[str]) -> bool:  # ``given``: set by __init__
-        return all(_has(cls, n) or n in given for n in vars(protocol) if not n.startswith("_"))
+        return all(_has(cls, n) or n in given for n in protocol_members(protocol))
 
     assert keeps(ShmTokenBucket, TokenBucketBackend, {"name"})
     assert keeps(RedisTokenBucket, TokenBucketBackend, {"name", "url"})
