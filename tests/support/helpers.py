@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from shmwin import ManualClock, Window
 
@@ -83,3 +84,18 @@ def wait_stopped(pid: int, timeout: float = 30) -> None:
     while state_of(pid) != "T":
         assert time.monotonic() < deadline, f"process {pid} never stopped"
         time.sleep(0.005)
+
+
+def open_core_as(front: Any, core_type: type) -> Any:
+    """A core of ``core_type`` built over the mapping of ``front`` (a Window, Limiter, ... or its
+    backend), whatever its role: how a test asks a role's type about another role's segment
+    (``_core.open`` itself never builds one over it). Its init refuses, as the old per-call
+    role checks did; a core it does build is closed here at once."""
+    backend = getattr(front, "_backend", front)
+    fd = os.open(os.devnull, os.O_RDONLY)  # a keyed core dups it; the refusal comes before
+    try:
+        core = core_type(backend._seg.mm, name=backend.name, timeout_ns=0, fd=fd)
+    finally:
+        os.close(fd)
+    core.close()
+    return core

@@ -92,3 +92,55 @@ def test_no_hand_written_file_of_the_core_is_over_600_lines() -> None:
     sizes = {p.name: len(p.read_text().splitlines()) for p in CORE.iterdir() if p.suffix in (".c", ".h")}
     over = {name: n for name, n in sizes.items() if n > MAX_LINES and name not in GENERATED}
     assert over == {}
+
+
+def test_no_file_of_the_core_reaches_itself_through_its_calls() -> None:
+    """Issue 28: no circle of calls for a newcomer to hold in their head. A role's needs of the
+    shared code go through its hooks (core.h, RoleHooks), which are not calls by name."""
+    graph = calls_in_code()
+
+    def reached(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            f = todo.pop()
+            if f not in seen:
+                seen.add(f)
+                todo.extend(graph.get(f, []))
+        return seen
+
+    assert [f for f in graph if f in reached(f)] == []
+
+
+FUNCTION = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w \*]*?\b(\w+)\(([^;{}]*)\)\s*\{", re.M)
+HOOKS = re.compile(r"RoleHooks \w+ = \{(.*?)\};", re.S)
+ROLE_TEST = re.compile(r"->role\b|\bROLE_[A-Z_]+\b|\bIS_MOVING\b|->limiter\s*&&\s*c->role")
+
+
+def _functions(text: str) -> dict[str, str]:
+    """Each function's name and body (comments stripped: braces in strings are balanced here)."""
+    bodies = {}
+    for m in FUNCTION.finditer(text):
+        depth, at = 1, m.end()
+        while depth and at < len(text):  # to the brace that closes the signature's
+            depth += {"{": 1, "}": -1}.get(text[at], 0)
+            at += 1
+        bodies[m.group(1)] = text[m.end() : at]
+    return bodies
+
+
+def test_a_role_word_is_read_at_open_only_never_in_a_method() -> None:
+    """Issue 28: per-role types, no run-time role checks. A role word is compared only where a
+    segment is opened: module.c's table and open(), the header's read, and the hooks a role's
+    type runs at open (its header and check hooks, and what they call)."""
+    at_open = {"read_header", "role_row", "role_has_type", "open_segment"}
+    texts = {p.name: COMMENT.sub("", p.read_text()) for p in sorted(CORE.glob("*.c"))}
+    for text in texts.values():
+        for init in HOOKS.findall(text):
+            at_open |= set(re.findall(r"\.(?:header|check) = (\w+)", init))
+    bodies = {name: body for text in texts.values() for name, body in _functions(text).items()}
+    called_at_open = {name for name in bodies for caller in at_open
+                      if caller in bodies and re.search(rf"\b{name}\(", bodies[caller])}  # fmt: skip
+    testing = {name for name, body in bodies.items() if ROLE_TEST.search(body)}
+    assert testing, "the scan found no role test at all: its patterns are stale"
+    assert testing <= at_open | called_at_open, testing - at_open - called_at_open

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..._core import LimiterCore, TokenBucketCore
 from ...errors import GeometryMismatchError
 from ...geometry import Geometry
 from ..contract import Key, Request
+from . import native
 from .window import ShmOptions, ShmWindow
 
 
@@ -34,9 +36,12 @@ def open_window(req: Request, accepts: Callable[[Geometry], bool], what: str) ->
 class ShmDecider:
     """A keyed :class:`ShmWindow` whose native core decides hits: its lifecycle and tally."""
 
+    _core_type: type[LimiterCore] | type[TokenBucketCore]  # its core's type (_core.open built it)
+    _core: LimiterCore | TokenBucketCore
+
     def __init__(self, window: ShmWindow):
         self._window = window
-        self._core = window._core
+        self._core = native.core_as(window._core, self._core_type)
         self.name = window.name
 
     @property

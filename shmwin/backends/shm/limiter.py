@@ -16,6 +16,7 @@ between. Memory per key is fixed by ``buckets`` (and, 4 or 8 bytes a count, the 
 
 from __future__ import annotations
 
+from ..._core import LimiterCore
 from ...geometry import rates_of
 from ...rate import Rate
 from ..contract import Check, Key, Request
@@ -25,6 +26,9 @@ from .window import ShmWindow
 
 class ShmLimiter(ShmDecider):
     """A limiter-kind :class:`ShmWindow` and its native core's check-and-count."""
+
+    _core_type = LimiterCore
+    _core: LimiterCore
 
     def __init__(self, window: ShmWindow):
         super().__init__(window)

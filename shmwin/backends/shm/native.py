@@ -1,7 +1,9 @@
-"""The bridge to the native core: one ``_core.Core`` per mapped segment.
+"""The bridge to the native core: one core per mapped segment, of its role's type.
 
-Every write to a segment is a method of the Core built here (see
-``shmwin/backends/shm/core/``). The Core reads the segment's geometry from its header --
+Every write to a segment is a method of the core built here (see
+``shmwin/backends/shm/core/``): ``_core.open`` picks its type from the header's kind and role
+words -- a subtype of ``_core.Core`` with the role's methods (``WindowCore``, ``LimiterCore``,
+``MovingLogCore``, ...) -- and the core reads the segment's geometry from its header --
 validated here first, by :func:`shmwin.backends.shm.layout.unpack_header` -- and derives every offset
 itself from the same description (``layout_words.py``, which its ``layout.h`` is made from).
 """
@@ -10,9 +12,13 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
+from typing import TypeVar
 
 from ... import _core
 from ...clock import Clock
+from ...errors import GeometryMismatchError
+
+C = TypeVar("C", bound=_core.Core)
 
 
 def _core_enum(prefix: str) -> tuple[str, ...]:
@@ -45,12 +51,21 @@ def open_core(
     claim: Callable[[], tuple[int, int]] | None,
     fd: int = -1,
 ) -> _core.Core:
-    """The native writer of a mapped segment whose header was validated. Each call reads the
+    """The native writer of a mapped segment whose header was validated, of the type its role
+    has (``_core.open``: a role's methods exist on its segments' cores only). Each call reads the
     clock once, before taking any lock: CLOCK_MONOTONIC natively (``clock=None``), or the
     injected one. A keyed segment's core keeps its own duplicate of ``fd``: it reserves memory
     as keys come. ``claim`` (striped windows) names this process when it takes a stripe."""
-    return _core.Core(
+    return _core.open(
         mm, name=name, timeout_ns=round(lock_timeout * 1e9), clock=clock, on_full=on_full_word(on_full),
         claim=claim, fd=fd,
     )  # fmt: skip
 
+
+def core_as(core: _core.Core, kind: type[C]) -> C:
+    """``core`` as its role's type (the one ``_core.open`` built for its header), for a caller
+    that holds a segment of that role: a segment of another role is refused here, before any
+    of the role's methods is looked for."""
+    if not isinstance(core, kind):
+        raise GeometryMismatchError(f"this segment's core is a {type(core).__name__}, not a {kind.__name__}")
+    return core

@@ -8,6 +8,7 @@ are the core's own methods, called with nothing in between.
 
 from __future__ import annotations
 
+from ..._core import TokenBucketCore
 from ...geometry import TOKEN_ROLE, token_rate_of
 from ...rate import Rate
 from ..contract import Key, Request, TokenCheck
@@ -19,6 +20,9 @@ from .window import ShmWindow
 
 class ShmTokenBucket(ShmDecider):
     """A token-bucket-role :class:`ShmWindow` and its native core's take."""
+
+    _core_type = TokenBucketCore
+    _core: TokenBucketCore
 
     def __init__(self, window: ShmWindow):
         super().__init__(window)

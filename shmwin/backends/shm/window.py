@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import ring
+from ... import _core, ring
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
@@ -39,7 +39,7 @@ from ...geometry import Geometry, Meta
 from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
 from . import layout, native
-from .format import COUNTER_ROLES, STATE_ROLES
+from .format import COUNTER_ROLES
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
@@ -171,7 +171,7 @@ class ShmWindow:
         self._keys: KeyTable | None = None
         if g.keyed:
             self._keys = KeyTable(self._buf, self._q, g, lay, core, meta.hash_key)
-        if g.kind == "window" and g.role not in STATE_ROLES:
+        if isinstance(core, _core.WindowCore):  # a window of buckets (the role types have no add)
             self.add = core.add  # type: ignore[method-assign]
             self.add_and_total = core.add_and_total  # type: ignore[method-assign]
         else:
@@ -236,8 +236,9 @@ class ShmWindow:
 
     def add_batch(self, items: Sequence[tuple[int, int, Number]], field: str, key: Key | None) -> None:
         self._check_open()
-        if self._g.kind != "window" or self._g.role in STATE_ROLES:
-            self._add_refused()
+        if not isinstance(self._core, _core.WindowCore):
+            self._add_refused()  # raises: a limiter's or a role's segment
+            return
         self._core.add_batch(items, field, key)
 
     # -- stripes ------------------------------------------------------------------

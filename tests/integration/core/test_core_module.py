@@ -67,6 +67,7 @@ def test_every_name_of_the_module_is_in_the_stub_and_back():
 
 def test_every_signature_of_the_stub_is_the_module_s():
     checked = 0
+    stubbed: dict[str, set[str]] = {}  # each class's public names in the stub, its bases' included
     for node in _stub().body:
         if isinstance(node, ast.FunctionDef) and hasattr(_core, node.name):
             assert _stub_params(node) == _real_params(getattr(_core, node.name), False), node.name
@@ -84,17 +85,28 @@ def test_every_signature_of_the_stub_is_the_module_s():
                 else:
                     assert _stub_params(item) == _real_params(getattr(cls, item.name), True), item.name
                 checked += 1
+            inherited = set().union(*(stubbed[base.id] for base in node.bases))  # type: ignore[attr-defined]
+            stubbed[node.name] = inherited | set(members) - {"__init__"}
             public = {n for n in dir(cls) if not n.startswith("_")}
-            assert public == set(members) - {"__init__"}
+            assert public == stubbed[node.name], node.name
     assert checked >= 20  # 4 module functions, Core(), 3 properties, 12 methods
 
 
+def _core_types() -> list[type]:
+    """The base type and every role's (its subtypes): each a class of the module."""
+    return [t for t in vars(_core).values() if isinstance(t, type) and issubclass(t, _core.Core)]
+
+
 def test_every_method_has_a_text_signature():
-    for name in dir(_core.Core):
-        if not name.startswith("_") and callable(getattr(_core.Core, name)):
-            assert getattr(_core.Core, name).__text_signature__, name
-    assert str(inspect.signature(_core.Core.hit)) == "(self, /, key, cost=1)"
+    assert len(_core_types()) >= 9  # Core, and the window's, the limiter's and six roles' types
+    for core_type in _core_types():
+        for name in dir(core_type):
+            if not name.startswith("_") and callable(getattr(core_type, name)):
+                assert getattr(core_type, name).__text_signature__, (core_type, name)
+        assert "timeout_ns" in str(inspect.signature(core_type))
+    assert str(inspect.signature(_core.LimiterCore.hit)) == "(self, /, key, cost=1)"
     assert "timeout_ns" in str(inspect.signature(_core.Core))
+    assert str(inspect.signature(_core.open)) == str(inspect.signature(_core.Core))
 
 
 # -- the Core derives the layout from the header, as Layout.plan does ---------------------------
@@ -198,14 +210,21 @@ def test_a_header_that_does_not_fit_its_mapping_is_refused():
 def test_the_core_type_and_errors_live_in_module_state():
     core_type = _core.Core
     assert core_type.__flags__ & (1 << 9)  # Py_TPFLAGS_HEAPTYPE
+    assert core_type.__flags__ & (1 << 10)  # Py_TPFLAGS_BASETYPE: the roles' types are its subtypes
+    for role_type in _core_types():  # heap types, immutable, each of the module
+        assert role_type.__flags__ & (1 << 9) and role_type.__module__ == "shmwin._core", role_type
+        with pytest.raises(TypeError):
+            role_type.reset = None
     with pytest.raises(TypeError):
-        core_type.hit = None  # immutable
-    unborn = core_type.__new__(core_type)  # never initialised: closed, never a crash
+        _core.LimiterCore.hit = None  # immutable
+    unborn = _core.WindowCore.__new__(_core.WindowCore)  # never initialised: closed, never a crash
     assert unborn.closed
     with pytest.raises(shmwin.WindowClosedError):
         unborn.add()
     with pytest.raises(shmwin.WindowClosedError):
         unborn.layout  # noqa: B018
+    with pytest.raises(shmwin.WindowClosedError):
+        core_type.__new__(core_type).reset()
 
 
 def test_the_production_core_holds_no_fail_point():

@@ -18,10 +18,10 @@ import textwrap
 import time
 
 import pytest
-from support.helpers import ROOT
+from support.helpers import ROOT, open_core_as
 
 import shmwin
-from shmwin import Concurrency, ConcurrencyLimitError, ManualClock, NotHeldError, Window
+from shmwin import Concurrency, ConcurrencyLimitError, ManualClock, NotHeldError, Window, _core
 from shmwin.backends.shm.format import MAX_CONCURRENCY
 from shmwin.errors import GeometryMismatchError, KeyTableFullError, ShmwinError
 
@@ -184,8 +184,11 @@ def test_attach_reads_the_limit_and_refuses_other_segments(name, make_name):
     try:
         with pytest.raises(GeometryMismatchError, match="not a concurrency"):
             Concurrency.attach(plain)
+        # the window's core (_core.open's: a WindowCore) has no concurrency method, and the
+        # concurrency type built over the window's segment refuses it
+        assert not hasattr(w._backend._core, "conc_acquire")
         with pytest.raises(ValueError, match="not a concurrency segment"):
-            w._backend._core.conc_acquire("k")  # type: ignore[attr-defined]
+            open_core_as(w, _core.ConcurrencyCore)
     finally:
         w.close()
         shmwin.unlink(plain)

@@ -20,10 +20,10 @@ import sys
 import textwrap
 
 import pytest
-from support.helpers import ROOT
+from support.helpers import ROOT, open_core_as
 
 import shmwin
-from shmwin import ManualClock, Window
+from shmwin import ManualClock, Window, _core
 from shmwin.backends.shm import format as layout
 from shmwin.backends.shm.segment import path_of
 from shmwin.errors import CorruptSegmentError, ShmwinError
@@ -246,8 +246,9 @@ def test_a_moving_log_is_not_written_as_a_plain_window(name):
             assert limits_moving.values(w, clock()) == []  # idle keys are not listed
         plain = Window(name + "p", span="10s", buckets=10, capacity=8)
         try:
+            assert not hasattr(plain._backend._core, "moving_hit")  # a WindowCore: no moving method
             with pytest.raises(ValueError, match="not a moving-log"):
-                plain._backend._core.moving_hit("k", 1)  # type: ignore[attr-defined]
+                open_core_as(plain, _core.MovingLogCore)
         finally:
             plain.close()
             shmwin.unlink(name + "p")

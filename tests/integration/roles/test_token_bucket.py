@@ -18,10 +18,10 @@ import textwrap
 import time
 
 import pytest
-from support.helpers import ROOT
+from support.helpers import ROOT, open_core_as
 
 import shmwin
-from shmwin import GeometryMismatchError, Limiter, ManualClock, TokenBucket
+from shmwin import GeometryMismatchError, Limiter, ManualClock, TokenBucket, _core
 from shmwin.backends.redis.testing import ServerTime
 from shmwin.backends.shm import format as layout
 from shmwin.errors import CorruptSegmentError
@@ -211,12 +211,17 @@ def test_a_token_bucket_refuses_window_writes(name, clock):
     with bucket(name, clock, None) as tb:
         with pytest.raises(shmwin.ShmwinError):
             tb.window.add(1, key="k")
+        # its core (a TokenBucketCore) has no ring call; a window's or a limiter's type refuses it
+        assert not hasattr(tb.window._backend._core, "hit") and not hasattr(tb.window._backend._core, "add")
         with pytest.raises(ValueError, match="state"):
-            tb.window._backend._core.hit("k")
+            open_core_as(tb.window, _core.WindowCore)
+        with pytest.raises(ValueError, match="not a limiter segment"):
+            open_core_as(tb.window, _core.LimiterCore)
         tb.unlink()
     with Limiter(name, "5/minute", clock=clock) as lim:
+        assert not hasattr(lim.window._backend._core, "token_hit")
         with pytest.raises(ValueError, match="not a token-bucket segment"):
-            lim.window._backend._core.token_hit("k")
+            open_core_as(lim.window, _core.TokenBucketCore)
         lim.unlink()
 
 

@@ -1,4 +1,5 @@
-/* concurrency.c -- per-key concurrency: at most `limit` holders of a key, over live processes.
+/* concurrency.c -- the concurrency type (ConcurrencyCore): at most `limit` holders of a key,
+ * over live processes.
  *
  * The segment is keyed, role "concurrency" (layout_words.py: CONC_STATE, CONC_HOLDER): its one
  * ring gives the limit (the ring's limit) and the idle time (its span), and each key's row holds,
@@ -31,14 +32,25 @@
 static int64_t *state_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot) + c->rings_off); }
 static int64_t limit_of(Core *c) { return c->rings[0].limit; }
 
+/* At open (the type's check hook): a concurrency segment whose rows hold its holders? */
 static int is_conc(Core *c) {
     if (c->role == ROLE_CONCURRENCY && c->keyed && !c->limiter && c->n_rings == 1 && c->n_stripes >= 1 &&
         limit_of(c) >= 1 && limit_of(c) <= MAX_CONCURRENCY &&
         c->state_words == (CONC_STATE_BYTES + limit_of(c) * CONC_HOLDER_BYTES) / WORD_BYTES &&
         c->empty_bytes >= c->state_words * WORD_BYTES)
         return 0;
-    PyErr_Format(PyExc_ValueError, "window %R is not a concurrency segment", c->name);
-    return -1;
+    return not_role(c);
+}
+
+/* The header hook: a row's state is a mark word and one holder entry per slot of the limit. */
+static int conc_header(Core *c, const ShmwinHeader *h) {
+    int64_t limit = h->ring_table[0].limit;
+    if (h->n_rings != 1 || limit < 1 || limit > MAX_CONCURRENCY || c->n_stripes < 1) {
+        PyErr_SetString(PyExc_ValueError, "Core: the segment's header holds an impossible concurrency limit");
+        return -1;
+    }
+    c->state_words = (CONC_STATE_BYTES + limit * CONC_HOLDER_BYTES) / WORD_BYTES;
+    return 0;
 }
 
 /* ---- this process's stripe: its identity in holder entries -------------------------------- */
@@ -109,9 +121,9 @@ static int is_mine(Core *c, int64_t *h) {
            HOLDER_ROW(LOAD(h + CONC_HOLDER_STRIPE)) == c->stripe_row && LOAD(h + CONC_HOLDER_CLAIM) == c->stripe_claim;
 }
 
-/* Does the key's row hold a live process's slot (or junk, kept to be looked at)? For the key
- * table's idle(): a key with holders is never idle, whatever its age. */
-int conc_busy(Core *c, int64_t slot) {
+/* Does the key's row hold a live process's slot (or junk, kept to be looked at)? The busy hook
+ * of the key table's idle(): a key with holders is never idle, whatever its age. */
+static int conc_busy(Core *c, int64_t slot) {
     if (c->state_words < 1 || limit_of(c) < 1 || limit_of(c) > MAX_CONCURRENCY) return 0;
     int64_t *st = state_of(c, slot), n;
     for (int64_t i = 0; i < limit_of(c); i++)
@@ -202,7 +214,7 @@ static int release_row(Core *c, int64_t slot, int64_t now) {
 
 /* conc_acquire(key) -> (taken, holders after): take one slot of the key for this process if
  * its live holders leave room under the limit; never waits (the caller's loop does). */
-PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key"};
     PyObject *a[1], *result = NULL;
@@ -214,7 +226,7 @@ PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_conc(c) < 0 || now_ns(c, &now) < 0 || my_stripe(c) < 0 || still_open(c) < 0) goto out;
+    if (now_ns(c, &now) < 0 || my_stripe(c) < 0 || still_open(c) < 0) goto out;
     if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
         /* counted in full_count, and raised whatever on_full says: a slot admitted without a
          * holder entry could never be given back (release finds none), and a refusal reads as
@@ -231,12 +243,12 @@ out:
 
 /* conc_release(key) -> bool: one of this process's slots of the key given back; False if it
  * holds none (the caller raises). */
-PyObject *Core_conc_release(Core *c, PyObject *key) {
+static PyObject *Core_conc_release(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_conc(c) < 0 || now_ns(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     if (c->stripe_gen != fork_gen || c->stripe_row <= 0) {  /* never acquired here: nothing to give */
         result = Py_NewRef(Py_False);
         goto out;
@@ -260,7 +272,7 @@ static PyObject *holders_of(Core *c, PyObject *key) {
     int64_t now = 0, slot, mine = 0;
     Holders hs;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_conc(c) < 0 || now_ns(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
@@ -276,7 +288,7 @@ out:
 }
 
 /* conc_count(key) -> slots held now by live processes. */
-PyObject *Core_conc_count(Core *c, PyObject *key) {
+static PyObject *Core_conc_count(Core *c, PyObject *key) {
     PyObject *both = holders_of(c, key);
     if (both == NULL) return NULL;
     PyObject *held = Py_NewRef(PyTuple_GET_ITEM(both, 0));
@@ -285,10 +297,44 @@ PyObject *Core_conc_count(Core *c, PyObject *key) {
 }
 
 /* conc_mine(key) -> slots of the key this Core holds. */
-PyObject *Core_conc_mine(Core *c, PyObject *key) {
+static PyObject *Core_conc_mine(Core *c, PyObject *key) {
     PyObject *both = holders_of(c, key);
     if (both == NULL) return NULL;
     PyObject *mine = Py_NewRef(PyTuple_GET_ITEM(both, 1));
     Py_DECREF(both);
     return mine;
 }
+
+/* ---- the type ----------------------------------------------------------------------------- */
+
+static const RoleHooks conc_hooks = {
+    .role = "concurrency", .keyed_role = ROLE_CONCURRENCY, .header = conc_header, .check = is_conc, .busy = conc_busy};
+
+static int conc_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &conc_hooks); }
+
+static PyMethodDef conc_methods[] = {
+    {"conc_acquire", FASTCALL_KW(Core_conc_acquire),
+     "conc_acquire($self, /, key)\n--\n\n"
+     "Take one of key's slots for this process if its live holders leave room: (taken, holders after)."},
+    {"conc_release", (PyCFunction)Core_conc_release, METH_O,
+     "conc_release($self, key, /)\n--\n\nGive back one of this process's slots of key: False if it holds none."},
+    {"conc_count", (PyCFunction)Core_conc_count, METH_O,
+     "conc_count($self, key, /)\n--\n\nSlots of key held now by live processes."},
+    {"conc_mine", (PyCFunction)Core_conc_mine, METH_O,
+     "conc_mine($self, key, /)\n--\n\nSlots of key this process (this Core) holds."},
+    {NULL},
+};
+
+static PyType_Slot conc_slots[] = {
+    {Py_tp_doc, "A segment of role concurrency: each key's holders, and what every segment has (Core)."},
+    {Py_tp_init, conc_init},
+    {Py_tp_methods, conc_methods},
+    {0, NULL},
+};
+
+PyType_Spec concurrency_spec = {
+    .name = "shmwin._core.ConcurrencyCore",
+    .basicsize = sizeof(Core),
+    .flags = ROLE_TYPE_FLAGS,
+    .slots = conc_slots,
+};

@@ -58,10 +58,14 @@ extern int fp_nospace;  /* nospace(True): every reservation fails as on a full /
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) do { __atomic_store_n((p), (v), __ATOMIC_RELEASE); FAILPOINT(); } while (0)
 
-/* ---- module state: the exception classes (shmwin.errors) and the Core type ---------------- */
+/* ---- module state: the exception classes (shmwin.errors) and the types ------------------- */
+
+#define MAX_ROLE_TYPES 16  /* module.c's role -> type table, at most */
 
 typedef struct {
-    PyTypeObject *core_type;
+    PyTypeObject *core_type;     /* the base: what every segment has */
+    PyTypeObject *window_type;   /* a window's (a limiter's tally must be one) */
+    PyTypeObject *role_types[MAX_ROLE_TYPES];  /* module.c's table's, in its order */
     PyObject *closed, *timeout, *corrupt, *full, *field, *space;  /* WindowClosedError ... */
 } ModState;
 
@@ -77,9 +81,12 @@ typedef struct {
 } Ring;
 
 struct CacheEntry;
+typedef struct RoleHooks RoleHooks;
+typedef struct StoredKey StoredKey;
 
 typedef struct {
     PyObject_HEAD
+    const RoleHooks *hooks;  /* its role's, set by its type at open: what the shared code asks of it */
     ModState *st;       /* the module's state: the type holds the module, we hold the type */
     Py_buffer buf;      /* an export of the mmap: it stays mapped while we hold it */
     char *base;
@@ -88,7 +95,7 @@ typedef struct {
     int has_buf;
     /* geometry: read from the segment's header at init, the rest derived (coretype.c) */
     int limiter, floats, striped, keyed;
-    int role;           /* ROLES: the counter roles' rows hold state, not buckets (counters.c) */
+    int role;           /* the header's role word, as read (the type was picked by it: module.c) */
     int64_t state_words; /* a counter role's: its rows are the key header and these words, no ring */
     int n_fields, slot_words, head_slots, n_rings, n_locks, n_key_locks;
     Ring rings[MAX_RINGS];
@@ -132,8 +139,61 @@ typedef struct {
     int moving_shift;   /* role "moving-log": log2 of its entries' time quantum (layout_words) */
     int64_t key_bytes;  /* keyed: the key bytes a row stores (a moving log's: a digest) */
     int64_t names_off;  /* a moving log's key names (NAME_ENTRY x NAME_SLOTS), before the index; else -1 */
-    int chunks_held;         /* this thread holds LOCK_CHUNKS already (reset): emptying a row takes it not */
+    int all_held;       /* this thread holds every lock (reset): emptying a row takes none (a moving log's chunks) */
 } Core;
+
+/* ---- a role: its type, and the hooks the shared code calls it through ------------------- *
+ * Every segment is one object of the base type Core (coretype.c: mapping, header, key table,
+ * key cache, locks, stripes, close safety; the methods every segment has, methods.c) or of a
+ * role's heap type, a subtype of Core with the role's methods. _core.open() reads the header's
+ * kind and role words and builds the type module.c's table names for them; each type hands
+ * its RoleHooks to core_init, so the shared code (index.c, locks.c, rings.c, coretype.c) asks
+ * the role what it needs instead of testing role words in methods.
+ *
+ * How a role adds its type (a role word of layout_words.ROLES, say ROLE_SERIES, in x.c):
+ *   1. its hooks, every member optional (NULL / 0: what a plain window of rings does):
+ *        static const RoleHooks series_hooks = {.role = "series", .keyed_role = ROLE_SERIES, ...};
+ *   2. its init, which hands them over, and its methods (METH_FASTCALL | METH_KEYWORDS
+ *      for hot ones; each keyed one runs key_enter ... key_leave, below):
+ *        static int series_init(Core *c, PyObject *a, PyObject *kw) { return core_init(c, a, kw, &series_hooks); }
+ *   3. its spec, Core's size (or a larger struct whose first member is the Core), and the
+ *      flags every type here has:
+ *        PyType_Spec series_spec = {.name = "shmwin._core.SeriesCore", .basicsize = sizeof(Core),
+ *            .flags = ROLE_TYPE_FLAGS, .slots = (PyType_Slot[]){{Py_tp_init, series_init},
+ *            {Py_tp_methods, series_methods}, {Py_tp_doc, "..."}, {0, NULL}}};
+ *   4. one row of module.c's role_types table, {KIND_WINDOW, ROLE_SERIES, &series_spec}, and
+ *      `extern PyType_Spec series_spec;` with the others below; the type's name in
+ *      shmwin/_core.pyi (class SeriesCore(Core)), and its file in module.c's map.
+ * Core is Py_TPFLAGS_BASETYPE; module.c creates each type with Core as its base. */
+
+struct RoleHooks {
+    const char *role;      /* its word in errors: "window %R is not a <role> segment" */
+    int keyed_role;        /* the role word of the keyed windows it serves, checked first (0: its header hook checks) */
+    int64_t state_bytes;   /* a keyed row's state after its key header, instead of rings; 0: rings */
+    int state_zeroed;      /* an empty state is all zeros (else its first word is EMPTY_EPOCH) */
+    int log_rings;         /* a window role whose rings may be logs (a limiter's may, whatever its role) */
+    int chunk_heap;        /* its segment may hold a chunk heap after its rows (a moving log) */
+    /* the role's own words of the header, read before the rows are placed (state size, key
+     * bytes, a chunk heap; the window's and limiter's: is it theirs?): 0, or -1 with a ValueError set */
+    int (*header)(Core *c, const ShmwinHeader *h);
+    /* once the layout is derived and fits the mapping: is the segment the role's? 0, or -1
+     * with a ValueError set (not_role(c) says the usual) */
+    int (*check)(Core *c);
+    /* a row emptied (inserted, cleared, reset, reclaimed): what it gives back beyond its
+     * words (a moving log's chunks). Set: rows are emptied so even when dropped idle. */
+    void (*empty)(Core *c, char *row, int64_t slot);
+    /* a key just inserted in row r, under LOCK_KEY_TABLE (a moving log names it: key names) */
+    void (*inserted)(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now);
+    /* a key never idle while this says so, whatever its age (a concurrency's live holders) */
+    int (*busy)(Core *c, int64_t slot);
+    /* a holder of lock i died inside its section: the role's repair (slot: the intent row of
+     * a key row lock, checked to be one of i's rows; -1 for a lock of no row) */
+    void (*repair)(Core *c, int i, int64_t slot);
+    int late_lock;         /* a lock taken after the row locks (reset's order), or 0: none */
+};
+
+/* a role type's flags: its GC support (traverse, clear) is Core's, inherited with the flag */
+#define ROLE_TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE)
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
 #define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
@@ -226,7 +286,12 @@ int init_mutexes(Py_buffer *b, Py_ssize_t off, Py_ssize_t count, Py_ssize_t stri
 
 int closed_error(Core *c);
 void release_map(Core *c);
-int still_open(Core *c);
+/* After anything that may have run other threads (a claim callback, a wait): still open? */
+static inline int still_open(Core *c) {
+    if (!c->closed) return 0;
+    PyErr_Format(c->st->closed, "window %R was closed during the call", c->name);
+    return -1;
+}
 
 /* Entry and exit of every method: no memory is touched after close(). */
 static inline int enter(Core *c) {
@@ -239,7 +304,14 @@ static inline void leave(Core *c) {
     if (c->closed) release_map(c);
 }
 int fits(int64_t off, int64_t count, int64_t size, int64_t limit);
+int core_init(Core *c, PyObject *args, PyObject *kw, const RoleHooks *hooks);
+int not_role(Core *c);
+extern const RoleHooks plain_hooks;
 extern PyType_Spec core_spec;
+/* the role types (module.c's table): one per file that defines it */
+extern PyType_Spec window_spec, limiter_spec, fixed_window_spec, sliding_counter_spec, token_bucket_spec,
+    concurrency_spec, moving_log_spec, lease_spec;
+int role_has_type(int kind, int role);
 
 /* ---- rows, stripes, log rings, the limiter (rings.c) ------------------------------------- */
 
@@ -281,7 +353,7 @@ int stripe_alive(Core *c, int64_t r);
 
 /* ---- the key table: keys (keys.c), index (index.c), space (space.c) ---------------------- */
 
-typedef struct {
+struct StoredKey {
     unsigned char bytes[MAX_STORED_KEY];
     int64_t len;
     const char *raw;      /* the key as given (UTF-8 or bytes), while the call holds it */
@@ -289,7 +361,7 @@ typedef struct {
     int flags;
     uint64_t hash;   /* KEY_HASH_BITS, never 0 */
     int64_t ident;   /* a key row's ident word for it */
-} StoredKey;
+};
 
 typedef struct {
     int64_t *base;   /* entry 0 */
@@ -308,32 +380,33 @@ typedef struct {
     for (int64_t i = 0, p = (int64_t)((h) & (uint64_t)((x)->slots - 1)); i < MAX_PROBES && i < (x)->slots; \
          i++, p = (p + 1) & ((x)->slots - 1))
 
-/* keys.c: a key's stored form and hash, rows compared against it, a moving log's key names */
+/* keys.c: a key's stored form and hash, rows compared against it */
 int encode_key(Core *c, PyObject *key, StoredKey *k);
 int key_is_text(Core *c, PyObject *key);
 int row_holds(char *row, const StoredKey *k);
 int row_holds_text(char *row, PyObject *key);
-void name_key(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now);
 
-/* index.c: the checked state words, the index; find, insert, rebuild, reclaim, clear, repair */
+/* words.c: the key table's checked state words, the index's copies */
 int64_t load_count(Core *c, int64_t off, int64_t most);
 #define KEYS(c) load_count((c), KEYS_OFF, (c)->n_rows)
 #define INDEX_USED(c) load_count((c), INDEX_USED_OFF, (c)->key_slots << ((c)->index_levels - 1))
 Index index_copy(Core *c, int64_t index);
 int current_index(Core *c, Index *x);
 int rows_top(Core *c, int64_t *top);
+
+/* index.c: the index; find, insert, rebuild, reclaim, clear, and their repair */
 int row_idle(Core *c, int64_t slot, int64_t now);
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen);
 void repair_keys(Core *c);
-int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot);
+int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot, int64_t *gen);
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
 int clear_key(Core *c, PyObject *key);
 int met_full(Core *c, int apply);
 /* on_full's answer once met_full(c, 1) said it answers: admit (uncounted) or refuse. The one
  * place every role's full table is answered from (concurrency's excepted: it always raises). */
 static inline int full_allows(const Core *c) { return c->on_full == ON_FULL_ALLOW; }
-uint32_t state_tag(const Core *c, int64_t off, uint64_t v);
-int64_t load_state(Core *c, int64_t off, int64_t most, const char *what);
+uint32_t state_tag(const Core *c, int64_t off, uint64_t v);  /* words.c */
+int64_t load_state(Core *c, int64_t off, int64_t most, const char *what);  /* words.c */
 #define store_state(c, off, v) \
     STORE(KEYWORD(c, off), (int64_t)((uint64_t)state_tag((c), (off), (uint64_t)(v)) << 32 | (uint64_t)(v)))
 
@@ -393,62 +466,44 @@ static inline PyObject *key_leave(Core *c, KeyCall *kc, PyObject *result) {
     return result;
 }
 
-/* ---- limits' fixed window and sliding window counter, the token bucket (counters.c) ------- */
+/* ---- limits' moving window: its rows (moving.c), its chunk heap (chunks.c) --------------- */
 
-PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_fixed_get(Core *c, PyObject *key);
-PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_sliding_get(Core *c, PyObject *key);
-PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-
-/* ---- per-key concurrency: holders over live processes (concurrency.c) -------------------- */
-
-int conc_busy(Core *c, int64_t slot);
-PyObject *Core_conc_acquire(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_conc_release(Core *c, PyObject *key);
-PyObject *Core_conc_count(Core *c, PyObject *key);
-PyObject *Core_conc_mine(Core *c, PyObject *key);
-
-/* ---- limits' moving window: hit times in the row and in chunks (moving.c) ---------------- */
-
-#define IS_MOVING(c) ((c)->role == ROLE_MOVING_LOG && (c)->n_chunks >= 0 && (c)->state_words > 0)
+static inline int64_t *mstate(Core *c, char *row) { return (int64_t *)(row + c->rings_off); }
+static inline int64_t *inline_at(int64_t *st) { return (int64_t *)((char *)st + MOVING_STATE_ENTRIES_OFF); }
+static inline char *chunk_at(Core *c, int64_t i) { return c->base + c->chunks_off + i * CHUNK_BYTES; }
+static inline uint32_t *cnext(char *ch) { return (uint32_t *)(ch + CHUNK_NEXT_OFF); }
+static inline uint32_t *cowner(char *ch) { return (uint32_t *)(ch + CHUNK_OWNER_OFF); }
+static inline int64_t *centries(char *ch) { return (int64_t *)(ch + CHUNK_ENTRIES_OFF); }
+static inline int64_t hits_of(int64_t w) { return (int64_t)((uint64_t)w & MOVING_HITS_MAX); }
+/* The longest chain a key can hold: a chunk is taken only when every entry counts and fewer
+ * than n (the ring's entries: min(limit, times)) do, so a key holds at most
+ * ceil((n - MOVING_INLINE) / CHUNK_ENTRIES) chunks. */
+static inline int64_t max_chain(Core *c) {
+    int64_t extra = c->rings[0].n - MOVING_INLINE;
+    return extra > 0 ? (extra + CHUNK_ENTRIES - 1) / CHUNK_ENTRIES : 0;
+}
+int chunks_top(Core *c, int64_t *top);
+int64_t chain_next(Core *c, int64_t slot, int64_t v, int64_t top, int64_t *steps);
+int alloc_chunk(Core *c, int64_t slot, int64_t *got);
+int64_t free_chunks(Core *c, int64_t slot, int all);
 void moving_empty(Core *c, char *row, int64_t slot);
 void repair_chunks(Core *c);
-PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_moving_get(Core *c, PyObject *key);
 PyObject *Core_moving_chunks(Core *c, PyObject *Py_UNUSED(ignored));
 
-/* ---- the host tier of a two-tier limiter: each key's lease (lease.c) ----------------------- */
-
-PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_lease_seal(Core *c, PyObject *key);
-PyObject *Core_lease_get(Core *c, PyObject *key);
-
-/* ---- a window's adds (window.c) ------------------------------------------------------------ */
-
-PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-
-/* ---- a limiter's methods and decisions (limiter.c) ---------------------------------------- */
+/* ---- a limiter's decisions (limiter.c): its tally, which a token bucket keeps too ---------- */
 
 PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
-PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+#define SET_TALLY_METHOD                                                                          \
+    {"set_tally", (PyCFunction)(void (*)(void))Core_set_tally, METH_FASTCALL,                     \
+     "set_tally($self, tally, shadow, /)\n--\n\nCount decisions in tally (or None); shadow: hit() always True."}
 
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 
 extern PyMethodDef core_methods[];
+#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
 int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
           PyObject **out, const char *fname);
 int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);
-int ring_rows(Core *c);
 
 #pragma GCC visibility pop
 

@@ -38,12 +38,6 @@ int closed_error(Core *c) {
     return -1;
 }
 
-int still_open(Core *c) {  /* after anything that may have run other threads */
-    if (!c->closed) return 0;
-    PyErr_Format(c->st->closed, "window %R was closed during the call", c->name);
-    return -1;
-}
-
 /* ---- the layout, from the header ------------------------------------------------------------ */
 
 /* The words of a ring within a row: a compact ring's header and counts (padded to a word), or
@@ -77,7 +71,7 @@ static int layout_fits(Core *c) {
     if (c->n_stripes > 0 && !fits(c->stripes_off, c->n_stripes + 1, STRIPE_ENTRY_BYTES, c->keys_off)) return 0;
     if (c->names_off != -1 && (c->names_off < c->stripes_off || c->names_off % WORD_BYTES != 0)) return 0;
     if (c->n_chunks != 0 &&  /* the chunk heap: after the rows, in the mapping, its count a checked word's */
-        (c->role != ROLE_MOVING_LOG || c->n_chunks < 0 || c->n_chunks > UINT32_MAX ||
+        (c->n_chunks < 0 || c->n_chunks > UINT32_MAX ||
          c->chunks_off < c->rows_off + c->n_rows * c->row_bytes || !fits(c->chunks_off, c->n_chunks, CHUNK_BYTES, len)))
         return 0;
     return c->index_levels >= 1 && c->index_levels <= 40 && c->key_slots >= 1 && c->key_slots <= (1 << 20) &&
@@ -108,7 +102,7 @@ static int read_rings(Core *c, const ShmwinHeader *h) {
         r->bucket_ns = e->bucket_ns;
         r->limit = e->limit;
         if ((e->flags & ~(uint32_t)RING_LOG) || r->n < 1 || r->n > MAX_BUCKETS || r->bucket_ns < 1 ||
-            r->limit < 0 || (r->log && ((!c->limiter && c->role != ROLE_MOVING_LOG) || r->n > MAX_LOG_ENTRIES)))
+            r->limit < 0 || (r->log && ((!c->limiter && !c->hooks->log_rings) || r->n > MAX_LOG_ENTRIES)))
             return bad_header("holds an impossible ring");
         /* a limiter's bucket ring is compact, its counts as wide as its limit needs
          * (layout_words.ring_count_bytes: a count never exceeds its ring's limit) */
@@ -143,21 +137,13 @@ static int read_header(Core *c) {
     c->floats = h.dtype == DTYPE_FLOAT64;
     c->striped = h.mode == MODE_STRIPED;
     c->keyed = h.capacity > 0;
-    c->role = (int)(h.role & 0xff) == (int)h.role ? (int)h.role : -1;  /* the tools' word; counters.c checks it */
-    c->state_words = !c->keyed || c->limiter ? 0
-                     : c->role == ROLE_FIXED_WINDOW ? FIXED_STATE_BYTES / WORD_BYTES
-                     : c->role == ROLE_SLIDING_COUNTER ? SLIDING_STATE_BYTES / WORD_BYTES
-                     : c->role == ROLE_TOKEN_BUCKET ? TOKEN_STATE_BYTES / WORD_BYTES
-                     : c->role == ROLE_MOVING_LOG ? MOVING_STATE_BYTES / WORD_BYTES
-                     : c->role == ROLE_LEASE ? LEASE_STATE_BYTES / WORD_BYTES : 0;
-    c->key_bytes = c->role == ROLE_MOVING_LOG ? MOVING_KEY_BYTES : MAX_STORED_KEY;  /* layout_words.key_header_bytes */
+    c->role = (int)(h.role & 0xff) == (int)h.role ? (int)h.role : -1;  /* the tools' word (module.c picked the type by it) */
+    if (c->hooks->keyed_role != 0 && (c->role != c->hooks->keyed_role || !c->keyed || c->limiter))
+        return not_role(c);  /* before its geometry is read: another role's segment is refused as that */
+    /* a keyed window's rows may hold its role's state instead of rings (its hooks say how much) */
+    c->state_words = c->keyed && !c->limiter ? c->hooks->state_bytes / WORD_BYTES : 0;
+    c->key_bytes = MAX_STORED_KEY;  /* layout_words.key_header_bytes (a moving log's header hook: a digest's) */
     c->n_stripes = c->keyed ? (int64_t)h.n_stripes : 0;  /* a keyed segment's: a concurrency's processes */
-    if (c->keyed && !c->limiter && c->role == ROLE_CONCURRENCY) {  /* a mark word, one holder entry per slot */
-        int64_t limit = h.ring_table[0].limit;
-        if (h.n_rings != 1 || limit < 1 || limit > MAX_CONCURRENCY || c->n_stripes < 1)
-            return bad_header("holds an impossible concurrency limit");
-        c->state_words = (CONC_STATE_BYTES + limit * CONC_HOLDER_BYTES) / WORD_BYTES;
-    }
     c->n_fields = (int)h.n_fields;
     c->slot_words = SLOT_VALUES + c->n_fields;
     c->head_slots = c->limiter ? LIMITER_HEAD_SLOTS : WINDOW_HEAD_SLOTS;
@@ -167,12 +153,12 @@ static int read_header(Core *c) {
     c->locks_off = offset_of(h.locks_off);
     c->stripes_off = offset_of(h.stripes_off);
     c->keys_off = offset_of(h.keys_off);
-    c->names_off = c->keyed && c->role == ROLE_MOVING_LOG ? c->keys_off - NAME_SLOTS * NAME_ENTRY_BYTES : -1;
+    c->names_off = -1;  /* a moving log's header hook places its key names */
     c->rows_off = offset_of(h.rows_off);
     c->row_bytes = offset_of(h.row_bytes);
     c->chunks_off = offset_of(h.chunks_off);
     c->n_chunks = offset_of(h.n_chunks);
-    if (c->role != ROLE_MOVING_LOG && (h.chunks_off != 0 || h.n_chunks != 0))
+    if (!c->hooks->chunk_heap && (h.chunks_off != 0 || h.n_chunks != 0))
         return bad_header("holds a chunk heap outside a moving log");
     c->n_rows = c->keyed ? (int64_t)h.capacity : (int64_t)h.n_stripes + 1;
     c->key_slots = h.key_slots;
@@ -183,11 +169,7 @@ static int read_header(Core *c) {
         for (c->index_levels = 1; (c->key_slots << (c->index_levels - 1)) < 4 * c->n_rows;) c->index_levels++;
     memcpy(&c->hk0, h.hash_key, 8);
     memcpy(&c->hk1, h.hash_key + 8, 8);
-    if (read_rings(c, &h) < 0) return -1;
-    /* a moving log's quantum (layout_words.moving_quantum_shift): P spans at most 2**MOVING_SPAN_BITS */
-    for (c->moving_shift = MOVING_MIN_SHIFT; c->role == ROLE_MOVING_LOG &&
-                              ((c->rings[0].bucket_ns - 1) >> c->moving_shift) >= (INT64_C(1) << MOVING_SPAN_BITS);)
-        c->moving_shift++;
+    if ((c->hooks->header != NULL && c->hooks->header(c, &h) < 0) || read_rings(c, &h) < 0) return -1;
     if (!layout_fits(c)) {
         PyErr_SetString(PyExc_ValueError, "Core: the layout does not fit the mapping");
         return -1;
@@ -216,7 +198,7 @@ static int make_empty_row(Core *c) {
     int64_t *w = (int64_t *)c->empty;
     if (c->state_words > 0) {  /* a counter role's state: its first word EMPTY ("none"), then 0s;
                                   a moving log's: all 0s (no chain, entries of no hits) */
-        if (words > 0 && c->role != ROLE_MOVING_LOG) w[0] = EMPTY_EPOCH;
+        if (words > 0 && !c->hooks->state_zeroed) w[0] = EMPTY_EPOCH;
         return 0;
     }
     for (int i = 0; i < c->n_rings; i++) {  /* layout_fits: every ring lies within the row */
@@ -241,11 +223,13 @@ static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     c->closed = 1;
     c->fd = -1;
     c->cache_mask = -1;
+    c->hooks = &plain_hooks;
     if (c->st == NULL) Py_CLEAR(c);
     return (PyObject *)c;
 }
 
-static int Core_init(Core *c, PyObject *args, PyObject *kw) {
+/* Every type's init: the base's (plain rows of rings) and each role's, with its hooks. */
+int core_init(Core *c, PyObject *args, PyObject *kw, const RoleHooks *hooks) {
     static char *kwlist[] = {"", "name", "timeout_ns", "clock", "on_full", "claim", "fd", NULL};
     PyObject *buffer, *name = NULL, *clock = Py_None, *claim = Py_None;
     long long timeout_ns = -1;
@@ -265,11 +249,14 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, "Core: on_full is 0 (raise), 1 (allow) or 2 (deny)");
         return -1;
     }
+    c->name = Py_NewRef(name);
+    c->hooks = hooks;
     if (PyObject_GetBuffer(buffer, &c->buf, PyBUF_WRITABLE) < 0) return -1;
     c->has_buf = 1;
     c->base = c->buf.buf;
     c->map_bytes = c->buf.len;
     if (read_header(c) < 0 || make_empty_row(c) < 0) return -1;
+    if (hooks->check != NULL && hooks->check(c) < 0) return -1;  /* the role's: is it one? */
     if (c->striped && claim == Py_None) {
         PyErr_SetString(PyExc_ValueError, "Core: a striped window needs claim=, its stripe callback");
         return -1;
@@ -285,10 +272,20 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     c->on_full = on_full;
     c->clock = clock == Py_None ? NULL : Py_NewRef(clock);
     c->claim = Py_NewRef(claim);
-    c->name = Py_NewRef(name);
     c->closed = 0;
     return 0;
 }
+
+/* The role's check found the segment is not one of its. */
+int not_role(Core *c) {
+    PyErr_Format(PyExc_ValueError, "window %R is not a %s segment", c->name, c->hooks->role);
+    return -1;
+}
+
+/* The base type's own segments: rows of rings, nothing asked of a role. */
+const RoleHooks plain_hooks = {.role = "plain"};
+
+static int Core_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &plain_hooks); }
 
 static int Core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(c));
@@ -374,6 +371,6 @@ static PyType_Slot core_slots[] = {
 PyType_Spec core_spec = {
     .name = "shmwin._core.Core",
     .basicsize = sizeof(Core),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,  /* each role's type is a subtype (core.h's recipe) */
     .slots = core_slots,
 };

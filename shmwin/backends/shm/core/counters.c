@@ -1,5 +1,6 @@
-/* counters.c -- limits' fixed window and sliding window counter: a few words of state per key,
- * each changed in one section under the key's row lock.
+/* counters.c -- limits' fixed window and sliding window counter, and the token bucket: a few
+ * words of state per key, each changed in one section under the key's row lock. Three types
+ * (FixedWindowCore, SlidingCounterCore, TokenBucketCore, at the end), one role each.
  *
  * The segments are keyed windows with a role (layout_words.py: ROLES, FIXED_STATE,
  * SLIDING_STATE): the words right after a row's key header -- where a window's first ring
@@ -27,14 +28,12 @@
 
 static int64_t *state_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot) + c->rings_off); }
 
-/* Is this Core a segment of `role` whose rows have room for its state? */
+/* At open (the types' check hooks, below): is the segment of `role`, its rows with room for its state? */
 static int is_role(Core *c, int role, int64_t buckets, int64_t bytes) {
     if (c->role == role && c->keyed && !c->limiter && c->n_rings == 1 && c->rings[0].n == buckets &&
         !c->rings[0].log && c->empty_bytes >= bytes && c->rings[0].bucket_ns <= MAX_SPAN_NS)
         return 0;
-    PyErr_Format(PyExc_ValueError, "window %R is not a %s segment", c->name,
-                 role == ROLE_FIXED_WINDOW ? "fixed-window" : "sliding-counter");
-    return -1;
+    return not_role(c);
 }
 
 static int corrupt(Core *c, int64_t slot, const char *what, int64_t value) {
@@ -92,7 +91,7 @@ static int fixed_incr_row(Core *c, int64_t slot, int64_t now, int64_t amount, Fi
 
 /* fixed_incr(key, amount=1) -> (count, end ns): the key's count after this incr, and when its
  * window ends. */
-PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "amount"};
     PyObject *a[2], *result = NULL;
@@ -104,7 +103,7 @@ PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_role(c, ROLE_FIXED_WINDOW, 1, FIXED_STATE_BYTES) < 0 || cost_of(a[1], &amount, 0) < 0 ||
+    if (cost_of(a[1], &amount, 0) < 0 ||
         now_ns(c, &now) < 0)
         goto out;
     if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
@@ -121,13 +120,13 @@ out:
 }
 
 /* fixed_get(key) -> (count, end ns) of the key's live window, or None: read under the row lock. */
-PyObject *Core_fixed_get(Core *c, PyObject *key) {
+static PyObject *Core_fixed_get(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Fixed f;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_role(c, ROLE_FIXED_WINDOW, 1, FIXED_STATE_BYTES) < 0 || now_ns(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
@@ -214,7 +213,7 @@ static int sliding_hit_row(Core *c, int64_t slot, int64_t now, int64_t limit, in
 
 /* sliding_hit(key, limit, amount=1, unit=1) -> bool: whether amount was counted; the weighted
  * count is floored to whole units before it is compared. */
-PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "limit", "amount", "unit"};
     PyObject *a[4], *result = NULL;
@@ -226,7 +225,7 @@ PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_role(c, ROLE_SLIDING_COUNTER, 2, SLIDING_STATE_BYTES) < 0 || cost_of(a[1], &limit, 0) < 0 ||
+    if (cost_of(a[1], &limit, 0) < 0 ||
         cost_of(a[2], &amount, 0) < 0 || (a[3] != NULL && cost_of(a[3], &unit, 1) < 0) || now_ns(c, &now) < 0)
         goto out;
     if (amount > limit) {  /* as limits: never, and no key is made for it */
@@ -246,13 +245,13 @@ out:
 
 /* sliding_get(key) -> (previous, current, ns into the current window, period ns), as seen
  * now: read under the row lock (a key never counted: zeros). */
-PyObject *Core_sliding_get(Core *c, PyObject *key) {
+static PyObject *Core_sliding_get(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Sliding s;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_role(c, ROLE_SLIDING_COUNTER, 2, SLIDING_STATE_BYTES) < 0 || now_ns(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     int64_t period = c->rings[0].bucket_ns;
     int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
@@ -288,15 +287,14 @@ typedef struct {
     int64_t T, tol;    /* the emission interval, and burst x T */
 } Token;
 
-/* Is this Core a token bucket's segment whose rows have room for its state? */
+/* At open: is the segment a token bucket's, its rows with room for its state? */
 static int is_token(Core *c) {
     const Ring *r = &c->rings[0];
     if (c->role == ROLE_TOKEN_BUCKET && c->keyed && !c->limiter && c->n_rings == 1 && !r->log &&
         c->empty_bytes >= TOKEN_STATE_BYTES && r->n >= 1 && r->bucket_ns >= 1 &&
         r->bucket_ns <= MAX_SPAN_NS / (r->n + 2))
         return 0;
-    PyErr_Format(PyExc_ValueError, "window %R is not a token-bucket segment", c->name);
-    return -1;
+    return not_role(c);
 }
 
 /* The bucket's cost check: 0 <= cost <= burst, or a ValueError (as x/time/rate never allows
@@ -344,7 +342,7 @@ static int token_take_row(Core *c, int64_t slot, int64_t now, int64_t cost, int 
 }
 
 /* token_hit(key, cost=1) -> bool: take cost tokens if the bucket holds them (TokenBucket.hit). */
-PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
@@ -362,7 +360,7 @@ PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObj
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_token(c) < 0 || (a[1] != NULL && token_cost(c, a[1], &cost) < 0)) goto out;
+    if ((a[1] != NULL && token_cost(c, a[1], &cost) < 0)) goto out;
     if (cost == 0) {  /* x/time/rate: taking nothing is always allowed (and makes no key) */
         result = Py_NewRef(Py_True);
         goto out;
@@ -392,7 +390,7 @@ out:
  * or test; the whole tokens left after it, how long until cost tokens are there (0: now;
  * None: never, a full table met), and how long until the bucket is full. A test of an
  * unknown key makes no key. */
-PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost", "commit"};
     PyObject *a[3], *result = NULL;
@@ -405,7 +403,7 @@ PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_token(c) < 0 || (commit = PyObject_IsTrue(a[2])) < 0 || token_cost(c, a[1], &cost) < 0 ||
+    if ((commit = PyObject_IsTrue(a[2])) < 0 || token_cost(c, a[1], &cost) < 0 ||
         now_ns(c, &now) < 0)
         goto out;
     tokens = c->rings[0].n;
@@ -432,3 +430,63 @@ PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
 out:
     return key_leave(c, &kc, result);
 }
+
+/* ---- the types: one per role ---------------------------------------------------------------- */
+
+static int fixed_check(Core *c) { return is_role(c, ROLE_FIXED_WINDOW, 1, FIXED_STATE_BYTES); }
+static int sliding_check(Core *c) { return is_role(c, ROLE_SLIDING_COUNTER, 2, SLIDING_STATE_BYTES); }
+
+static const RoleHooks fixed_hooks = {
+    .role = "fixed-window", .keyed_role = ROLE_FIXED_WINDOW, .state_bytes = FIXED_STATE_BYTES, .check = fixed_check};
+static const RoleHooks sliding_hooks = {
+    .role = "sliding-counter", .keyed_role = ROLE_SLIDING_COUNTER, .state_bytes = SLIDING_STATE_BYTES, .check = sliding_check};
+static const RoleHooks token_hooks = {
+    .role = "token-bucket", .keyed_role = ROLE_TOKEN_BUCKET, .state_bytes = TOKEN_STATE_BYTES, .check = is_token};
+
+static int fixed_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &fixed_hooks); }
+static int sliding_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &sliding_hooks); }
+static int token_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &token_hooks); }
+
+static PyMethodDef fixed_methods[] = {
+    {"fixed_incr", FASTCALL_KW(Core_fixed_incr),
+     "fixed_incr($self, /, key, amount=1)\n--\n\n"
+     "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."},
+    {"fixed_get", (PyCFunction)Core_fixed_get, METH_O,
+     "fixed_get($self, key, /)\n--\n\n(count, end ns) of key's live fixed window, or None."},
+    {NULL},
+};
+
+static PyMethodDef sliding_methods[] = {
+    {"sliding_hit", FASTCALL_KW(Core_sliding_hit),
+     "sliding_hit($self, /, key, limit, amount=1)\n--\n\n"
+     "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."},
+    {"sliding_get", (PyCFunction)Core_sliding_get, METH_O,
+     "sliding_get($self, key, /)\n--\n\n(previous, current, ns into the current window, period ns)."},
+    {NULL},
+};
+
+static PyMethodDef token_methods[] = {
+    {"token_hit", FASTCALL_KW(Core_token_hit),
+     "token_hit($self, /, key, cost=1)\n--\n\n"
+     "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."},
+    {"token_check", FASTCALL_KW(Core_token_check),
+     "token_check($self, /, key, cost, commit)\n--\n\n"
+     "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
+    SET_TALLY_METHOD,
+    {NULL},
+};
+
+#define COUNTER_SPEC(spec, type_name, init, methods, doc)                                           \
+    PyType_Spec spec = {                                                                            \
+        .name = "shmwin._core." type_name,                                                          \
+        .basicsize = sizeof(Core),                                                                  \
+        .flags = ROLE_TYPE_FLAGS,                                                                   \
+        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods}, {0, NULL}}, \
+    }
+
+COUNTER_SPEC(fixed_window_spec, "FixedWindowCore", fixed_init, fixed_methods,
+             "A segment of role fixed-window: limits' fixed windows, and what every segment has (Core).");
+COUNTER_SPEC(sliding_counter_spec, "SlidingCounterCore", sliding_init, sliding_methods,
+             "A segment of role sliding-counter: limits' sliding window counters, and what every segment has.");
+COUNTER_SPEC(token_bucket_spec, "TokenBucketCore", token_init, token_methods,
+             "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has.");

@@ -9,36 +9,8 @@
  */
 #include "core.h"
 
-/* ---- the key table's state words: checked where they are loaded ------------------------ *
- * They lie outside the header's checksum and change under LOCK_KEY_TABLE while others read them
- * lock-free. Three decide where memory is touched -- the index descriptor, rows_top and
- * rows_reserved -- and the file is sparse: a value within bounds but past what was reserved
- * would send a reader into a hole, where a fault on a full /dev/shm is a SIGBUS. So each of
- * the three carries its own check, written in the same store: value | tag << 32, the tag a
- * mix of the value, the word's offset and the segment's hash key (layout.state_word). Junk
- * fails it (a zeroed or flipped word, a copy of another word) and is a CorruptSegmentError.
- * The other words only count (keys, index_used) or time (rebuilt_ns): clamped where loaded. */
-uint32_t state_tag(const Core *c, int64_t off, uint64_t v) {
-    uint64_t x = (v | (uint64_t)off << 32) ^ c->hk0;
-    x *= c->hk1 | 1;
-    x ^= x >> 32;
-    x *= 0x9e3779b97f4a7c15ULL;
-    return (uint32_t)(x >> 32);
-}
-/* A checked state word's value, in [0, most]; -1 with CorruptSegmentError set if it fails. */
-int64_t load_state(Core *c, int64_t off, int64_t most, const char *what) {
-    uint64_t w = (uint64_t)LOAD(KEYWORD(c, off)), v = w & 0xFFFFFFFFu;
-    if ((uint32_t)(w >> 32) == state_tag(c, off, v) && v <= (uint64_t)most) return (int64_t)v;
-    PyErr_Format(c->st->corrupt, "window %R: its key table's %s word (%lld) fails its check: the segment "
-                 "is corrupt", c->name, what, (long long)w);
-    return -1;
-}
-
-/* A counting state word, clamped to [0, most]: junk there miscounts, never overflows. */
-int64_t load_count(Core *c, int64_t off, int64_t most) {
-    int64_t v = LOAD(KEYWORD(c, off));
-    return v < 0 ? 0 : v > most ? most : v;
-}
+/* The key table's state words (state_tag, load_state, load_count, rows_top) and the index's
+ * copies (index_copy, current_index) are words.c's: space.c and chunks.c read them too. */
 
 /* Under LOCK_KEY_TABLE, before an insert counts on them: the counting words within their bounds
  * (at most a key per row; at most every entry of the index used), as attach checks them. */
@@ -48,36 +20,6 @@ static int counts_ok(Core *c, int64_t slots) {
     PyErr_Format(c->st->corrupt, "window %R: its key table counts %lld keys in %lld index entries, out of "
                  "range: the segment is corrupt", c->name, (long long)keys, (long long)used);
     return -1;
-}
-
-Index index_copy(Core *c, int64_t index) {
-    int64_t level = index >> 1, copy = index & 1;
-    Index x = {W(c, c->keys_off + KEY_ENTRY_BYTES * c->key_slots *
-                        (2 * ((1LL << level) - 1) + copy * (1LL << level))),
-               c->key_slots << level, index};
-    return x;
-}
-
-/* The published index; a junk descriptor is an error, never a wild read. */
-int current_index(Core *c, Index *x) {
-    int64_t d = load_state(c, INDEX_OFF, 2 * c->index_levels - 1, "index descriptor");
-    if (d < 0) return -1;
-    *x = index_copy(c, d);
-    return 0;
-}
-
-/* Rows that may be followed: those handed out, every one reserved. 0, or -1 with an error.
- * rows_top is loaded first: a writer stores rows_reserved before it, so top <= reserved. */
-int rows_top(Core *c, int64_t *top) {
-    int64_t t = load_state(c, ROWS_TOP_OFF, c->n_rows, "rows_top"), reserved;
-    if (t < 0 || (reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved")) < 0) return -1;
-    if (t > reserved) {
-        PyErr_Format(c->st->corrupt, "window %R: its key table hands out %lld rows but reserved only %lld: "
-                     "the segment is corrupt", c->name, (long long)t, (long long)reserved);
-        return -1;
-    }
-    *top = t;
-    return 0;
 }
 
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
@@ -103,8 +45,8 @@ int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen) {
 
 /* now - last > idle_ns, without the subtraction: a junk last_ns never overflows it (now >= 0). */
 int row_idle(Core *c, int64_t slot, int64_t now) {
-    /* a concurrency's key holding a slot of a live process is never idle, whatever its age */
-    return LOAD(RLAST(ROW(c, slot))) < now - c->idle_ns && (c->role != ROLE_CONCURRENCY || !conc_busy(c, slot));
+    /* a role's busy key (a concurrency's, holding a slot of a live process) is never idle, whatever its age */
+    return LOAD(RLAST(ROW(c, slot))) < now - c->idle_ns && (c->hooks->busy == NULL || !c->hooks->busy(c, slot));
 }
 
 /* The row entry e points at if it holds a key whose row agrees (generation and hash), else -1. */
@@ -195,7 +137,7 @@ static int rebuild(Core *c, int64_t now) {
             }
             if (row_idle(c, r, now) && live_row(c, e, top) == r) {
                 STORE(RGEN(ROW(c, r)), -LOAD(e + INDEX_ENTRY_GEN));  /* writers caching it stop matching */
-                if (IS_MOVING(c)) moving_empty(c, ROW(c, r), r);  /* idle: its chunks count nothing, back */
+                if (c->hooks->empty != NULL) empty_rings(c, ROW(c, r));  /* idle: what it holds goes back (chunks) */
                 lock_give(c, lock);
                 fate[p] = FATE_DROP;
                 continue;
@@ -339,7 +281,7 @@ static int64_t assign(Core *c, Index *x, int64_t p, int place, int64_t r, int fr
     if (place == PLACE_NEW) STORE(KEYWORD(c, INDEX_USED_OFF), used + 1);
     if (place != PLACE_IDLE) STORE(KEYWORD(c, KEYS_OFF), keys + 1);
     END_SECTION();
-    if (c->names_off >= 0) name_key(c, k, r, gen, now);
+    if (c->hooks->inserted != NULL) c->hooks->inserted(c, k, r, gen, now);  /* a moving log names it */
     return gen;  /* > 0; -1: an error, nothing written */
 }
 
@@ -395,7 +337,7 @@ static void drop_key(Core *c, int64_t *e, int64_t r, int64_t g, int empty) {
     int64_t keys = KEYS(c), head = LOAD(KEYWORD(c, FREE_HEAD_OFF));
     STORE(intent_at(c, row_lock(c, r)), r);
     STORE(RGEN(row), -(g + 1));  /* first: no writer counts into it from now on */
-    if (empty || IS_MOVING(c)) empty_rings(c, row);  /* a moving log's chunks go back even when idle */
+    if (empty || c->hooks->empty != NULL) empty_rings(c, row);  /* a role's (a moving log's chunks) go back even when idle */
     if (e != NULL) {
         STORE(EPLACE(e), 0);  /* a tombstone: probing goes on past it */
         STORE(e + INDEX_ENTRY_GEN, g + 1);
@@ -454,7 +396,7 @@ static int out_of_space(Core *c) { return PyErr_ExceptionMatches(c->st->space); 
  * /dev/shm refuses memory for rows or a larger index, "reclaim" drops idle keys in place
  * and the insert goes on in the current index, up to its probe bound. Only then an error:
  * KeyTableFullError or OutOfSpaceError, for on_full to answer (met_full, index.c). */
-int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot) {
+int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot, int64_t *gen) {
     if (lock_take_ex(c, LOCK_KEY_TABLE, 1) < 0) return -1;
     /* tight: no memory for a larger index (this process saw a rebuild fail for it within the
      * last second): go on in the current one rather than scan the index at every insert */
@@ -469,8 +411,8 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
             if (lock_take(c, lock) < 0) goto fail;
             if (LOAD(RGEN(ROW(c, r))) == g) {
                 lock_give(c, LOCK_KEY_TABLE);
-                remember(c, key, r, g);
                 *slot = r;
+                *gen = g;
                 return 1;
             }
             lock_give(c, lock);
@@ -536,8 +478,8 @@ int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t 
             goto fail;
         }
         lock_give(c, LOCK_KEY_TABLE);
-        remember(c, key, r, g);
         *slot = r;
+        *gen = g;
         return 1;
     }
     PyErr_Format(c->st->full, "no room for key %R in window %R: every place for it kept being taken",
@@ -592,6 +534,5 @@ int clear_key(Core *c, PyObject *key) {
     END_SECTION();
     lock_give(c, lock);
     lock_give(c, LOCK_KEY_TABLE);
-    forget(c, key);
-    return 1;
+    return 1;  /* the caller forgets it in this process's key cache */
 }

@@ -325,7 +325,10 @@ int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot) {
     }
     if (!create) return 0;
     if (!encoded && encode_key(c, key, &k) < 0) return -1;
-    return insert_key(c, key, &k, now, slot);
+    int64_t g;
+    int got = insert_key(c, key, &k, now, slot, &g);
+    if (got > 0) remember(c, key, *slot, g);  /* the key cache is this file's: index.c knows it not */
+    return got;
 }
 
 /* cache_probes(key) -> how many entries a lookup of key reads in this process's key cache: to

@@ -1,6 +1,6 @@
 /* keys.c -- a key's stored form: the bytes a row holds for it (its text, or a prefix and a
  * digest), its SipHash-1-3 hash under the segment's secret key, the comparisons of a row
- * against a key, and a moving log's key names (what the tools show for its digests).
+ * against a key (a moving log's key names, what the tools show for its digests, are moving.c's).
  *
  * layout.py ("Key table") draws a key row's header. index.c finds and inserts keys under
  * LOCK_KEY_TABLE; keycache.c keeps this process's shortcut from a key object to its row.
@@ -111,38 +111,4 @@ int row_holds_text(char *row, PyObject *key) {
     return IDENT_HASH(ident) != 0 && ident >> IDENT_FLAGS_SHIFT == flags &&
            (ident >> IDENT_LEN_SHIFT & ((1u << (IDENT_FLAGS_SHIFT - IDENT_LEN_SHIFT)) - 1)) == len &&
            memcmp(RKEY(row), text, (size_t)len) == 0;
-}
-
-/* Lock-free lookup: 1 and (row, generation) if found, 0 if not, -1 error. An entry being
- * written (negative generation) or pointing at a row that no longer holds it never matches. */
-/* ---- key names: a moving log's rows keep digests; the tools read the names here --------- *
- * (layout_words.NAME_ENTRY). Written by the inserter of a key, under LOCK_KEY_TABLE, after the
- * section "insert": a display hint in no invariant, so plain stores and no fail point. The
- * entry is taken among NAME_PROBES from the key's hash: a free one, or a stale one (its row
- * holds another generation now, or its key is idle); if none, the key stays unnamed. Its generation is zeroed
- * first and stored last: a reader that reads it the same before and after, and the row's
- * own, has read a whole name. */
-void name_key(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now) {
-    int64_t top;
-    if (k->raw == NULL || rows_top(c, &top) < 0) {  /* rows past top may be holes: never read */
-        PyErr_Clear();
-        return;
-    }
-    for (int64_t i = 0; i < NAME_PROBES; i++) {
-        char *e = c->base + c->names_off + (int64_t)((k->hash + (uint64_t)i) % NAME_SLOTS) * NAME_ENTRY_BYTES;
-        int64_t *eg = (int64_t *)(e + NAME_ENTRY_GEN_OFF), was = __atomic_load_n(eg, __ATOMIC_ACQUIRE);
-        uint32_t was_row = __atomic_load_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), __ATOMIC_RELAXED);
-        if (was != 0 && (int64_t)was_row < top && was_row != (uint64_t)r &&
-            LOAD(RGEN(ROW(c, was_row))) == was && !row_idle(c, (int64_t)was_row, now))
-            continue;  /* another key's name, and that key is live */
-        Py_ssize_t n = k->raw_len < NAME_MAX_BYTES ? k->raw_len : NAME_MAX_BYTES;
-        uint32_t len = (uint32_t)n | (uint32_t)(k->flags & KEY_FLAG_STR) << 16 | (uint32_t)(n < k->raw_len) << 24;
-        __atomic_store_n(eg, 0, __ATOMIC_RELEASE);
-        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), (uint32_t)r, __ATOMIC_RELAXED);
-        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_LEN_OFF), len, __ATOMIC_RELAXED);
-        memset(e + NAME_ENTRY_NAME_OFF, 0, NAME_MAX_BYTES);
-        memcpy(e + NAME_ENTRY_NAME_OFF, k->raw, (size_t)n);
-        __atomic_store_n(eg, gen, __ATOMIC_RELEASE);  /* named */
-        return;
-    }
 }

@@ -1,5 +1,6 @@
-/* lease.c -- the host tier of a two-tier limiter (backend "shm+redis://"): each key's lease of
- * hits taken from Redis, spent by every worker of the host under the key's row lock.
+/* lease.c -- the lease type (LeaseCore): the host tier of a two-tier limiter (backend
+ * "shm+redis://"): each key's lease of hits taken from Redis, spent by every worker of the host
+ * under the key's row lock.
  *
  * The segment is a keyed window of role "lease" (layout_words.py: LEASE_STATE). A key's row
  * holds one lease: k hits (granted) that Redis counted, in every rate, as one entry stamped at
@@ -33,13 +34,12 @@
 
 static int64_t *lease_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot) + c->rings_off); }
 
-/* Is this Core a lease segment whose rows hold a lease? */
+/* At open (the type's check hook): a lease segment whose rows hold a lease? */
 static int is_lease(Core *c) {
     if (c->role == ROLE_LEASE && c->keyed && !c->limiter && c->n_rings == 1 && !c->rings[0].log &&
         c->empty_bytes >= LEASE_STATE_BYTES && c->rings[0].bucket_ns > 0 && c->rings[0].bucket_ns <= MAX_SPAN_NS)
         return 0;
-    PyErr_Format(PyExc_ValueError, "window %R is not a lease segment (role \"lease\")", c->name);
-    return -1;
+    return not_role(c);
 }
 
 typedef struct {
@@ -121,16 +121,11 @@ static int spendable(Core *c, const Lease *l, int64_t now, int64_t cost) {
     return now <= l->deadline_ns && l->spent <= l->granted && cost <= l->granted - l->spent;
 }
 
-static int lease_key(Core *c, KeyCall *kc, PyObject *key, int create, int64_t *now, int64_t *slot) {
-    if (is_lease(c) < 0) return -1;
-    return key_lock(c, kc, key, create, now, slot);
-}
-
 /* lease_spend(key, cost=1) -> True | False | account: spend cost hits of the host's lease of key
  * (True); refuse (False) while a refusal of Redis's holds; else the lease cannot serve them:
  * sealed if it was live, and its account (lease id 0: none to give back) -- the caller takes a
  * new lease. A full key table: on_full's answer. */
-PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
@@ -148,7 +143,7 @@ PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyO
     }
     if (key_enter(c, &kc) < 0) return NULL;
     if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
-    if (lease_key(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+    if (key_lock(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
         if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);
         goto out;
     }
@@ -207,7 +202,7 @@ static int int64_arg(PyObject *obj, const char *what, int64_t lo, int64_t *out) 
  * account): publish lease `lease` of `granted` hits with `cost` of them spent now, unless it
  * expired already or does not hold cost (installed False: nothing written; the caller gives
  * it back whole); the account of the lease it replaced (sealed if it was live: id > 0). */
-PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "lease", "granted", "cost", "start_ns", "deadline_ns", "grant_us"};
     static const char *const what[] = {"key", "lease id", "granted", "cost", "start_ns", "deadline_ns", "grant_us"};
@@ -224,7 +219,7 @@ PyObject *Core_lease_install(Core *c, PyObject *const *args, Py_ssize_t nargs, P
         if (i > 0 && int64_arg(a[i], what[i], i == 1 ? 1 : 0, &v[i]) < 0) return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (lease_key(c, &kc, a[0], 1, &now, &slot) < 0) goto out;
+    if (key_lock(c, &kc, a[0], 1, &now, &slot) < 0) goto out;
     n = (Lease){.lease = v[1], .granted = v[2], .spent = v[3], .start_ns = v[4], .deadline_ns = v[5],
                 .grant_us = v[6]};
     int ok = n.spent <= n.granted && now <= n.deadline_ns;
@@ -241,7 +236,7 @@ out:
 /* Section "lease_deny": refuse without asking Redis until deny_ns (later than now), and count
  * the refusal. Caller holds the row lock. Invariant between stores: deny_ns first (a tear
  * leaves the refusal uncounted: a tally). Repair: none. */
-PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "until_ns"};
     PyObject *a[2], *result = NULL;
@@ -254,7 +249,7 @@ PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     }
     if (int64_arg(a[1], "until_ns", 0, &until) < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
-    int got = lease_key(c, &kc, a[0], 0, &now, &slot);
+    int got = key_lock(c, &kc, a[0], 0, &now, &slot);
     if (got < 0) goto out;
     if (got > 0) {
         lease_read(c, slot, &l);
@@ -275,13 +270,13 @@ out:
 
 /* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
  * part goes back) and forget a cached refusal (clear()). */
-PyObject *Core_lease_seal(Core *c, PyObject *key) {
+static PyObject *Core_lease_seal(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Lease l;
     if (key_enter(c, &kc) < 0) return NULL;
-    int got = lease_key(c, &kc, key, 0, &now, &slot);
+    int got = key_lock(c, &kc, key, 0, &now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_NewRef(Py_None);
@@ -298,7 +293,7 @@ out:
 /* Section "lease_refund": give up to cost hits back to the live lease, most recent first.
  * Caller holds the row lock. One store after the intent (spent); the tally of served hits is
  * not undone. Repair: none. lease_refund(key, cost) -> hits given back. */
-PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
@@ -311,7 +306,7 @@ PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     }
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 0) < 0) goto out;
-    int got = lease_key(c, &kc, a[0], 0, &now, &slot);
+    int got = key_lock(c, &kc, a[0], 0, &now, &slot);
     if (got < 0) goto out;
     if (got > 0) {
         lease_read(c, slot, &l);
@@ -333,13 +328,13 @@ out:
 
 /* lease_get(key) -> None (no row) or (lease, granted, spent, deadline_ns, start_ns, grant_us,
  * last_ns, deny_ns, served, leases, refusals), as the row holds them (lease 0: none live). */
-PyObject *Core_lease_get(Core *c, PyObject *key) {
+static PyObject *Core_lease_get(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Lease l;
     if (key_enter(c, &kc) < 0) return NULL;
-    int got = lease_key(c, &kc, key, 0, &now, &slot);
+    int got = key_lock(c, &kc, key, 0, &now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_NewRef(Py_None);
@@ -354,3 +349,42 @@ PyObject *Core_lease_get(Core *c, PyObject *key) {
 out:
     return key_leave(c, &kc, result);
 }
+
+/* ---- the type ----------------------------------------------------------------------------- */
+
+static const RoleHooks lease_hooks = {.role = "lease", .keyed_role = ROLE_LEASE, .state_bytes = LEASE_STATE_BYTES, .check = is_lease};
+
+static int lease_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &lease_hooks); }
+
+static PyMethodDef lease_methods[] = {
+    {"lease_spend", FASTCALL_KW(Core_lease_spend),
+     "lease_spend($self, /, key, cost=1)\n--\n\n"
+     "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: "
+     "(its account or None,)."},
+    {"lease_install", FASTCALL_KW(Core_lease_install),
+     "lease_install($self, /, key, lease, granted, cost, start_ns, deadline_ns, grant_us)\n--\n\n"
+     "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."},
+    {"lease_deny", FASTCALL_KW(Core_lease_deny),
+     "lease_deny($self, /, key, until_ns)\n--\n\nRefuse key without asking Redis until until_ns."},
+    {"lease_refund", FASTCALL_KW(Core_lease_refund),
+     "lease_refund($self, /, key, cost)\n--\n\nGive up to cost hits back to key's live lease: how many."},
+    {"lease_seal", (PyCFunction)Core_lease_seal, METH_O,
+     "lease_seal($self, key, /)\n--\n\nSeal key's live lease: its account (to give back), or None."},
+    {"lease_get", (PyCFunction)Core_lease_get, METH_O,
+     "lease_get($self, key, /)\n--\n\nkey's lease words, or None (no row)."},
+    {NULL},
+};
+
+static PyType_Slot lease_slots[] = {
+    {Py_tp_doc, "A segment of role lease: each key's lease of hits, and what every segment has (Core)."},
+    {Py_tp_init, lease_init},
+    {Py_tp_methods, lease_methods},
+    {0, NULL},
+};
+
+PyType_Spec lease_spec = {
+    .name = "shmwin._core.LeaseCore",
+    .basicsize = sizeof(Core),
+    .flags = ROLE_TYPE_FLAGS,
+    .slots = lease_slots,
+};

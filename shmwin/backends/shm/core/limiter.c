@@ -1,6 +1,7 @@
-/* limiter.c -- a limiter's methods: hit, check (hit or test, with the timing stats() and
- * acquire() need), refund and charge, over the rows of rings that rings.c keeps; and its
- * decisions, tallied in a striped window (set_tally).
+/* limiter.c -- the limiter type (LimiterCore), every segment of kind "limiter": hit, check (hit
+ * or test, with the timing stats() and acquire() need), refund and charge, over the rows of
+ * rings that rings.c keeps; and its decisions, tallied in a striped window (set_tally, which
+ * the token bucket's type has too).
  *
  * Each keyed method runs core.h's prologue and epilogue (key_enter ... key_leave); the
  * sections themselves ("hit", "refund") are rings.c's.
@@ -102,15 +103,10 @@ PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     if (shadow < 0) return NULL;
     if (t != Py_None) {
         Core *w = (Core *)t;
-        if (!PyObject_TypeCheck(t, c->st->core_type) || w->limiter || w->keyed || w->floats ||
-            w->n_fields < 3 || w->state_words != 0) {
+        if (!PyObject_TypeCheck(t, c->st->window_type) || w->keyed || w->floats || w->n_fields < 3) {
             PyErr_SetString(PyExc_TypeError, "set_tally() needs an unkeyed int window of 3 fields, or None");
             return NULL;
         }
-    }
-    if (!c->limiter && c->role != ROLE_TOKEN_BUCKET) {
-        PyErr_Format(PyExc_TypeError, "window %R is not a limiter: it makes no decisions", c->name);
-        return NULL;
     }
     Py_XSETREF(c->tally, t == Py_None ? NULL : Py_NewRef(t));
     c->shadow = shadow;
@@ -118,7 +114,7 @@ PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 /* hit(key, cost=1) -> bool: count cost hits if every rate allows them, else nothing. */
-PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
@@ -135,7 +131,7 @@ PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (ring_rows(c) < 0 || cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
+    if (cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
     int got = key_lock(c, &kc, a[0], 1, &now, &slot);
     if (got < 0) {
         if (met_full(c, 1)) {  /* on_full answers: admitted uncounted, or refused */
@@ -155,8 +151,8 @@ out:
 }
 
 /* Parse (key, cost) for refund() and charge(): 0, or -1 with the error set. */
-static int key_and_cost(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *what,
-                        PyObject **key, int64_t *cost) {
+static int key_and_cost(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *what, PyObject **key,
+                        int64_t *cost) {
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2];
     if (parse(args, nargs, kwnames, names, 2, a, what) < 0) return -1;
@@ -165,17 +161,17 @@ static int key_and_cost(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObje
         return -1;
     }
     *key = a[0];
-    return ring_rows(c) < 0 || cost_of(a[1], cost, 0) < 0 ? -1 : 0;
+    return cost_of(a[1], cost, 0);
 }
 
 /* refund(key, cost) -> int: give back up to cost of the key's hits, most recent first (section
  * "refund"); how much. A key never seen holds nothing: 0, and no key is made. */
-PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     PyObject *key, *result = NULL;
     int64_t cost, now = 0, slot, given = 0;
     Verdict v;
-    if (key_and_cost(c, args, nargs, kwnames, "refund", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
+    if (key_and_cost(args, nargs, kwnames, "refund", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
     int got = key_lock(c, &kc, key, 0, &now, &slot);
     if (got < 0) goto out;
     if (got > 0) {
@@ -193,12 +189,12 @@ out:
  * COMMIT_FORCE): the key may go over its limits, and hit() refuses it until they leave. A
  * key with no row for it (a full table) is answered by on_full: "raise" raises, else the
  * charge is dropped (counted in full_count). */
-PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     PyObject *key, *result = NULL;
     int64_t cost, now = 0, slot;
     Verdict v;
-    if (key_and_cost(c, args, nargs, kwnames, "charge", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
+    if (key_and_cost(args, nargs, kwnames, "charge", &key, &cost) < 0 || key_enter(c, &kc) < 0) return NULL;
     int got = key_lock(c, &kc, key, 1, &now, &slot);
     if (got < 0) {
         if (met_full(c, 1)) result = Py_NewRef(Py_None);
@@ -215,7 +211,7 @@ out:
  * (commit) or test() from the running totals, O(1); with detail, also when each rate's oldest
  * hit leaves and when cost would fit, for stats() and acquire(): scans from the oldest bucket
  * that stop at the first one answering. */
-PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost", "commit", "detail"};
     PyObject *a[4], *result = NULL;
@@ -229,7 +225,6 @@ PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject 
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (ring_rows(c) < 0) goto out;
     commit = PyObject_IsTrue(a[2]);
     detail = a[3] == NULL ? 1 : PyObject_IsTrue(a[3]);
     if (commit < 0 || detail < 0 || cost_of(a[1], &cost, commit ? 1 : 0) < 0) goto out;
@@ -265,3 +260,45 @@ PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject 
 out:
     return key_leave(c, &kc, result);
 }
+
+/* ---- the type ----------------------------------------------------------------------------- */
+
+static int limiter_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) { return c->limiter && c->keyed ? 0 : not_role(c); }
+
+/* A key row lock's holder died: the intent row's running totals may be torn (rings.c). */
+static void limiter_repair(Core *c, int Py_UNUSED(i), int64_t slot) {
+    if (slot >= 0) repair_row(c, slot);
+}
+
+static const RoleHooks limiter_hooks = {.role = "limiter", .header = limiter_header, .repair = limiter_repair};
+
+static int limiter_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &limiter_hooks); }
+
+static PyMethodDef limiter_methods[] = {
+    {"hit", FASTCALL_KW(Core_hit),
+     "hit($self, /, key, cost=1)\n--\n\n"
+     "Count cost hits for key if every rate allows them, else nothing: whether it did."},
+    {"check", FASTCALL_KW(Core_check),
+     "check($self, /, key, cost, commit, detail=True)\n--\n\n"
+     "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
+    SET_TALLY_METHOD,
+    {"refund", FASTCALL_KW(Core_refund),
+     "refund($self, /, key, cost)\n--\n\nGive back up to cost of key's hits, most recent first: how much."},
+    {"charge", FASTCALL_KW(Core_charge),
+     "charge($self, /, key, cost)\n--\n\nCount cost hits for key without a check."},
+    {NULL},
+};
+
+static PyType_Slot limiter_slots[] = {
+    {Py_tp_doc, "A limiter's segment: its check-and-count, its decisions, and what every segment has (Core)."},
+    {Py_tp_init, limiter_init},
+    {Py_tp_methods, limiter_methods},
+    {0, NULL},
+};
+
+PyType_Spec limiter_spec = {
+    .name = "shmwin._core.LimiterCore",
+    .basicsize = sizeof(Core),
+    .flags = ROLE_TYPE_FLAGS,
+    .slots = limiter_slots,
+};

@@ -115,10 +115,11 @@ static int lock_wait(Core *c, int i, int interruptible) {
  * Called holding lock i, which the kernel says a dead holder left mid-section.
  *  - LOCK_KEY_TABLE (keyed): the intent entry may be half-published: roll it back
  *    (repair_keys, index.c, section "rollback").
- *  - LOCK_CHUNKS of a moving log: rebuild the chunk free list from every row's chain
- *    (repair_chunks, moving.c, section "chunk_repair").
- *  - a key row lock of a limiter: the intent row's running totals may be torn: recompute
- *    them from its buckets (repair_row, rings.c: buckets are primary, totals derived).
+ *  - any other lock of a role whose hooks repair (core.h, RoleHooks.repair), which the role does:
+ *    LOCK_CHUNKS of a moving log: rebuild the chunk free list from every row's chain
+ *    (repair_chunks, moving.c, section "chunk_repair"); a key row lock of a limiter: the
+ *    intent row's running totals may be torn: recompute them from its buckets (repair_row,
+ *    rings.c: buckets are primary, totals derived).
  *  - anything else: every section's stores are ordered so that a tear is harmless
  *    (a window's add lost only its own count; a stripe claim wrote its owner last; a torn
  *    add_batch or reset left each slot it reached whole, and the rest as they were). */
@@ -129,8 +130,9 @@ static void repair(Core *c, int i) {
         repair_keys(c);
         return;
     }
-    if (i == LOCK_CHUNKS && IS_MOVING(c)) {
-        repair_chunks(c);  /* the free list, rebuilt from the chains (moving.c) */
+    if (c->hooks->repair == NULL) return;
+    if (i < FIRST_KEY_LOCK) {  /* a lock of no row: the role's own (a moving log's LOCK_CHUNKS) */
+        c->hooks->repair(c, i, -1);
         return;
     }
     int64_t top;
@@ -138,9 +140,8 @@ static void repair(Core *c, int i) {
         PyErr_Clear();  /* the next caller meets it in find_key; a cached row is still reserved */
         return;
     }
-    if (slot < 0 || slot >= top) return;
-    if (i < FIRST_KEY_LOCK || !c->limiter || row_lock(c, slot) != i) return;
-    repair_row(c, slot);
+    if (slot < 0 || slot >= top || row_lock(c, slot) != i) return;
+    c->hooks->repair(c, i, slot);  /* a limiter's row: its running totals (rings.c) */
 }
 
 /* lock_take_ex() (core.h) past its first trylock, which answered rc. */

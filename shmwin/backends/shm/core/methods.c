@@ -1,6 +1,6 @@
-/* methods.c -- the argument helpers every method uses (parse, cost_of), the methods of every
- * segment (clear, reset, find, the stripes', close) and the Core's method table, which names
- * the methods of window.c, limiter.c, counters.c, concurrency.c, moving.c and lease.c too.
+/* methods.c -- the argument helpers every method uses (parse, cost_of), and the methods every
+ * segment has (clear, reset, find, the stripes', close): the base type Core's table, which every
+ * role's type inherits (window.c, limiter.c, counters.c, concurrency.c, moving.c, lease.c).
  *
  * The hot methods (add, hit, check) are METH_FASTCALL | METH_KEYWORDS with a positional
  * fast path; on their success path nothing is allocated and nothing looked up but the key.
@@ -60,23 +60,12 @@ bad:
 
 /* ---- methods ----------------------------------------------------------------------------- */
 
-/* Rows of buckets to add to or hit? A counter role's rows hold its state only (counters.c):
- * no ring call may touch them. 0, or -1 with the error set. */
-int ring_rows(Core *c) {
-    if (c->state_words == 0) return 0;
-    PyErr_Format(PyExc_ValueError, "window %R holds limits' per-key state (role %d), written only "
-                 "through shm://", c->name, c->role);
-    return -1;
-}
-
-/* An unkeyed window's add: this process's stripe (lock-free), else the shared row under its
- * lock ("add_striped", "add_locked"). 0, or -1 with the error set. */
 /* clear(key): forget key and every count of it (clear_key, index.c: section "clear"). */
 static PyObject *Core_clear(Core *c, PyObject *key) {
     int got = -1;
     if (enter(c) < 0) return NULL;
     if (!c->keyed) PyErr_Format(PyExc_ValueError, "window %R is not keyed", c->name);
-    else got = clear_key(c, key);
+    else if ((got = clear_key(c, key)) > 0) forget(c, key);  /* gone from the table: from our cache too */
     leave(c);
     if (got < 0) return NULL;
     Py_RETURN_NONE;
@@ -97,19 +86,20 @@ static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
     int held = 0, order[FIRST_KEY_LOCK + MAX_KEY_LOCKS];
     if (enter(c) < 0) return NULL;
     for (int i = 0; i < c->n_locks; i++) order[i] = i;
-    if (IS_MOVING(c)) {  /* LOCK_CHUNKS after the row locks: LOCK_KEY_TABLE -> rows -> LOCK_CHUNKS */
-        for (int i = LOCK_CHUNKS; i + 1 < c->n_locks; i++) order[i] = i + 1;
-        order[c->n_locks - 1] = LOCK_CHUNKS;
+    int late = c->hooks->late_lock;  /* a role's lock taken after the rows' (a moving log's LOCK_CHUNKS) */
+    if (late > 0 && late < c->n_locks) {  /* LOCK_KEY_TABLE -> rows -> late */
+        for (int i = late; i + 1 < c->n_locks; i++) order[i] = i + 1;
+        order[c->n_locks - 1] = late;
     }
     for (; held < c->n_locks; held++)
         if (lock_take_ex(c, order[held], held == 0) < 0) break;
     int64_t rows = c->n_rows;
     if (held == c->n_locks && (!c->keyed || rows_top(c, &rows) == 0)) {
-        c->chunks_held = 1;  /* a moving log's rows give their chunks back under the lock we hold */
+        c->all_held = 1;  /* a role's rows give back what they hold (a moving log's chunks) under locks we hold */
         SECTION("reset");
         for (int64_t r = 0; r < rows; r++) empty_rings(c, ROW(c, r));
         END_SECTION();
-        c->chunks_held = 0;
+        c->all_held = 0;
     }
     while (held-- > 0) lock_give(c, order[held]);
     leave(c);
@@ -200,30 +190,8 @@ static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
 
 /* ---- the method table: text signatures, so that inspect.signature() reads each ------------- */
 
-#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
-
+/* The base type's methods: what every role's type inherits (each role's own are in its file). */
 PyMethodDef core_methods[] = {
-    {"add", FASTCALL_KW(Core_add),
-     "add($self, /, n=1, field=None, key=None)\n--\n\n"
-     "Count n now in field's current bucket: this process's stripe, the shared row, or the key's row."},
-    {"add_and_total", FASTCALL_KW(Core_add_and_total),
-     "add_and_total($self, /, n=1, field=None, key=None)\n--\n\n"
-     "Add, and the key's total over its longest ring with it (keyed windows)."},
-    {"add_batch", FASTCALL_KW(Core_add_batch),
-     "add_batch($self, /, items, field=None, key=None)\n--\n\n"
-     "Add (ring, epoch, value) triples in one section."},
-    {"hit", FASTCALL_KW(Core_hit),
-     "hit($self, /, key, cost=1)\n--\n\n"
-     "Count cost hits for key if every rate allows them, else nothing: whether it did."},
-    {"check", FASTCALL_KW(Core_check),
-     "check($self, /, key, cost, commit, detail=True)\n--\n\n"
-     "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
-    {"set_tally", (PyCFunction)(void (*)(void))Core_set_tally, METH_FASTCALL,
-     "set_tally($self, tally, shadow, /)\n--\n\nCount decisions in tally (or None); shadow: hit() always True."},
-    {"refund", FASTCALL_KW(Core_refund),
-     "refund($self, /, key, cost)\n--\n\nGive back up to cost of key's hits, most recent first: how much."},
-    {"charge", FASTCALL_KW(Core_charge),
-     "charge($self, /, key, cost)\n--\n\nCount cost hits for key without a check."},
     {"clear", (PyCFunction)Core_clear, METH_O, "clear($self, key, /)\n--\n\nForget key and its counts."},
     {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset($self, /)\n--\n\nEmpty every row, for everyone."},
     {"find", (PyCFunction)Core_find, METH_O,
@@ -237,56 +205,5 @@ PyMethodDef core_methods[] = {
     {"release_stripe", (PyCFunction)Core_release_stripe, METH_NOARGS,
      "release_stripe($self, /)\n--\n\nHand this process's stripe back (data kept): its row, or 0."},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close($self, /)\n--\n\nStop touching the mapping."},
-    /* the counter roles' (counters.c) */
-    {"fixed_incr", FASTCALL_KW(Core_fixed_incr),
-     "fixed_incr($self, /, key, amount=1)\n--\n\n"
-     "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."},
-    {"fixed_get", (PyCFunction)Core_fixed_get, METH_O,
-     "fixed_get($self, key, /)\n--\n\n(count, end ns) of key's live fixed window, or None."},
-    {"sliding_hit", FASTCALL_KW(Core_sliding_hit),
-     "sliding_hit($self, /, key, limit, amount=1)\n--\n\n"
-     "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."},
-    {"sliding_get", (PyCFunction)Core_sliding_get, METH_O,
-     "sliding_get($self, key, /)\n--\n\n(previous, current, ns into the current window, period ns)."},
-    /* per-key concurrency's (concurrency.c) */
-    {"conc_acquire", FASTCALL_KW(Core_conc_acquire),
-     "conc_acquire($self, /, key)\n--\n\n"
-     "Take one of key's slots for this process if its live holders leave room: (taken, holders after)."},
-    {"conc_release", (PyCFunction)Core_conc_release, METH_O,
-     "conc_release($self, key, /)\n--\n\nGive back one of this process's slots of key: False if it holds none."},
-    {"conc_count", (PyCFunction)Core_conc_count, METH_O,
-     "conc_count($self, key, /)\n--\n\nSlots of key held now by live processes."},
-    {"conc_mine", (PyCFunction)Core_conc_mine, METH_O,
-     "conc_mine($self, key, /)\n--\n\nSlots of key this process (this Core) holds."},
-    {"token_hit", FASTCALL_KW(Core_token_hit),
-     "token_hit($self, /, key, cost=1)\n--\n\n"
-     "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."},
-    {"token_check", FASTCALL_KW(Core_token_check),
-     "token_check($self, /, key, cost, commit)\n--\n\n"
-     "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
-    /* limits' moving window (moving.c) */
-    {"moving_hit", FASTCALL_KW(Core_moving_hit),
-     "moving_hit($self, /, key, cost=1)\n--\n\n"
-     "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it did."},
-    {"moving_get", (PyCFunction)Core_moving_get, METH_O,
-     "moving_get($self, key, /)\n--\n\n(hits counted, ns until the oldest of them is forgotten; 0: none)."},
-    {"moving_chunks", (PyCFunction)Core_moving_chunks, METH_NOARGS,
-     "moving_chunks($self, /)\n--\n\n(chunks handed out, on the free list, reserved, in the heap)."},
-    /* a two-tier limiter's host tier: each key's lease (lease.c) */
-    {"lease_spend", FASTCALL_KW(Core_lease_spend),
-     "lease_spend($self, /, key, cost=1)\n--\n\n"
-     "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: "
-     "(its account or None,)."},
-    {"lease_install", FASTCALL_KW(Core_lease_install),
-     "lease_install($self, /, key, lease, granted, cost, start_ns, deadline_ns, grant_us)\n--\n\n"
-     "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."},
-    {"lease_deny", FASTCALL_KW(Core_lease_deny),
-     "lease_deny($self, /, key, until_ns)\n--\n\nRefuse key without asking Redis until until_ns."},
-    {"lease_refund", FASTCALL_KW(Core_lease_refund),
-     "lease_refund($self, /, key, cost)\n--\n\nGive up to cost hits back to key's live lease: how many."},
-    {"lease_seal", (PyCFunction)Core_lease_seal, METH_O,
-     "lease_seal($self, key, /)\n--\n\nSeal key's live lease: its account (to give back), or None."},
-    {"lease_get", (PyCFunction)Core_lease_get, METH_O,
-     "lease_get($self, key, /)\n--\n\nkey's lease words, or None (no row)."},
     {NULL},
 };

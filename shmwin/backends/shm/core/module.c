@@ -6,32 +6,43 @@
  * and the GIL is released only while a call waits for a contended mutex. Readers (sums over
  * buckets) stay numpy, in Python.
  *
+ * The types. A segment's core is of a heap type: the base Core (what every segment has) or
+ * one of its subtypes, one per role, each in its role's file with its own methods. open()
+ * below builds a segment's type by its header's kind and role words (role_types); each type
+ * hands core_init its RoleHooks (core.h: what the shared code asks of a role, and the recipe
+ * for a new role's type), so no method tests a role word.
+ *
  * The files, one concern each (core.h, the internal header, declares what they share; the
  * inline prologue and epilogue of every keyed method, key_enter ... key_leave, are there):
  *
  *   module.c       this map; the module (PEP 489 multi-phase init, PEP 630 module state: the
- *                  exception classes and the Core type); init_locks, init_stripes, LAYOUT;
- *                  the test build's fail points
- *   core.h         what the files share: the Core's fields, STORE/SECTION, the inline hot paths
+ *                  exception classes and the types); the role -> type table and open();
+ *                  init_locks, init_stripes, LAYOUT; the test build's fail points
+ *   core.h         what the files share: the Core's fields, RoleHooks and the recipe of a
+ *                  role's type, STORE/SECTION, the inline hot paths
  *   layout.h       GENERATED from shmwin/layout_words.py: every offset, word index, flag and
  *                  lock number of the binary format, with _Static_asserts on each
- *   coretype.c     the Core type: the geometry read from the segment's header and derived,
- *                  close safety (enter/leave), the type's slots
+ *   coretype.c     the base type Core: the geometry read from the segment's header (with its
+ *                  role's hooks) and derived, close safety (enter/leave), the type's slots
  *   methods.c      argument helpers; the methods every segment has (clear, reset, find, the
- *                  stripes', close); the method table
- *   window.c       a window's adds: add, add_and_total, add_batch
- *   limiter.c      a limiter's hit, check, refund, charge; its decisions' tally
- *   counters.c     limits' fixed window and sliding window counter; the token bucket
- *   concurrency.c  per-key concurrency: holders over live processes
- *   moving.c       limits' moving window: each key's hit times, in its row and in chunks
- *   lease.c        a two-tier limiter's host tier (shm+redis://): each key's lease of hits from
- *                  Redis, spent, sealed, installed under the key's row lock
+ *                  stripes', close): the base's method table
+ *   window.c       WindowCore: a window's adds, add, add_and_total, add_batch
+ *   limiter.c      LimiterCore: a limiter's hit, check, refund, charge; its decisions' tally
+ *   counters.c     FixedWindowCore, SlidingCounterCore, TokenBucketCore: limits' fixed window
+ *                  and sliding window counter; the token bucket
+ *   concurrency.c  ConcurrencyCore: per-key concurrency, holders over live processes
+ *   moving.c       MovingLogCore: limits' moving window, each key's hit times in its row and
+ *                  in chunks; its key names
+ *   chunks.c       the moving log's chunk heap: handed out, freed, given back, repaired
+ *   lease.c        LeaseCore: a two-tier limiter's host tier (shm+redis://), each key's lease
+ *                  of hits from Redis, spent, sealed, installed under the key's row lock
  *   rings.c        rows: the window's add, log rings, the limiter's check-and-count and its
  *                  repair
  *   stripes.c      the unkeyed striped window's per-process rows: claimed, given back, alive
- *   keys.c         a key's stored form and hash (SipHash-1-3), rows compared with it, key names
- *   index.c        keyed segments' table: checked state words, the index; find, insert,
- *                  rebuild, reclaim, clear and their rollback repair
+ *   keys.c         a key's stored form and hash (SipHash-1-3), rows compared with it
+ *   words.c        the key table's checked state words, the index's copies
+ *   index.c        keyed segments' index: find, insert, rebuild, reclaim, clear and their
+ *                  rollback repair
  *   space.c        the memory the table grows into: rows and index copies reserved, holes
  *                  punched
  *   keycache.c     this process's way from a key object to its locked row
@@ -41,29 +52,30 @@
  *                  and the reserver threads
  *
  * Who calls whom (a -> b: a file calls a function that b defines; calls through core.h's
- * inline helpers not drawn). tests/unit/test_core_file_map.py holds this map, and the one in
- * docs/internals.md, to the files and their calls. The circles left (index.c <-> keys.c,
- * keycache.c, space.c, concurrency.c, moving.c) are mostly run-time role checks (a row
- * emptied, a key's idleness), which per-role types would turn into hooks:
+ * inline helpers and through a role's hooks not drawn). tests/unit/test_core_file_map.py holds
+ * this map, and the one in docs/internals.md, to the files and their calls, and that no file
+ * reaches itself through them (the role files on top, the key table below, no circle):
  *
  * CALLS-BEGIN
+ *   chunks.c -> space.c words.c
  *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
- *   counters.c -> index.c limiter.c methods.c rings.c
- *   index.c -> concurrency.c keycache.c keys.c moving.c rings.c space.c
+ *   counters.c -> coretype.c index.c limiter.c methods.c rings.c
+ *   index.c -> keys.c rings.c space.c words.c
  *   keycache.c -> index.c keys.c
- *   keys.c -> index.c
- *   lease.c -> index.c methods.c rings.c
- *   limiter.c -> index.c methods.c rings.c
- *   locks.c -> coretype.c index.c moving.c rings.c
- *   methods.c -> coretype.c index.c keys.c rings.c stripes.c
+ *   keys.c ->
+ *   lease.c -> coretype.c index.c methods.c rings.c
+ *   limiter.c -> coretype.c index.c methods.c rings.c
+ *   locks.c -> coretype.c index.c words.c
+ *   methods.c -> coretype.c index.c keycache.c keys.c rings.c stripes.c words.c
  *   module.c -> locks.c threads.c
- *   moving.c -> index.c methods.c space.c
- *   rings.c -> moving.c
- *   space.c -> index.c threads.c
- *   stripes.c -> coretype.c threads.c
+ *   moving.c -> chunks.c coretype.c index.c methods.c words.c
+ *   rings.c ->
+ *   space.c -> threads.c words.c
+ *   stripes.c -> threads.c
  *   threads.c ->
- *   window.c -> index.c keycache.c methods.c rings.c
+ *   window.c -> coretype.c index.c keycache.c methods.c module.c rings.c
+ *   words.c ->
  * CALLS-END
  *
  * Crash consistency. Locks are robust process-shared mutexes: a holder that dies hands the
@@ -162,6 +174,68 @@ static void fp_from_environment(void) {
 #define FAILPOINT_METHODS
 #endif
 
+/* ---- the types: a segment's by its header's kind and role words -------------------------------- *
+ * Each row names the type of a segment of that kind and role (ROLE_ANY: every role of the kind
+ * without a row of its own). How a role adds its type: core.h, "a role: its type". */
+
+#define ROLE_ANY -1
+static const struct {
+    int kind, role;
+    PyType_Spec *spec;
+} role_types[] = {
+    {KIND_WINDOW, ROLE_ANY, &window_spec},   /* plain, fixed starts, breaker, shedder, decisions, ... */
+    {KIND_LIMITER, ROLE_ANY, &limiter_spec}, /* a limiter, whatever its role word */
+    {KIND_WINDOW, ROLE_FIXED_WINDOW, &fixed_window_spec},
+    {KIND_WINDOW, ROLE_SLIDING_COUNTER, &sliding_counter_spec},
+    {KIND_WINDOW, ROLE_TOKEN_BUCKET, &token_bucket_spec},
+    {KIND_WINDOW, ROLE_CONCURRENCY, &concurrency_spec},
+    {KIND_WINDOW, ROLE_MOVING_LOG, &moving_log_spec},
+    {KIND_WINDOW, ROLE_LEASE, &lease_spec},
+};
+#define N_ROLE_TYPES ((int)(sizeof role_types / sizeof *role_types))
+_Static_assert(N_ROLE_TYPES <= MAX_ROLE_TYPES, "core.h's MAX_ROLE_TYPES holds the table");
+
+/* The row of (kind, role): its own, else its kind's ROLE_ANY row, else -1 (a junk kind). */
+static int role_row(int kind, int role) {
+    int any = -1;
+    for (int i = 0; i < N_ROLE_TYPES; i++) {
+        if (role_types[i].kind != kind) continue;
+        if (role_types[i].role == role) return i;
+        if (role_types[i].role == ROLE_ANY) any = i;
+    }
+    return any;
+}
+
+/* Has (kind, role) a type of its own (not its kind's ROLE_ANY one)? A window's type refuses it. */
+int role_has_type(int kind, int role) {
+    int i = role_row(kind, role);
+    return i >= 0 && role_types[i].role != ROLE_ANY;
+}
+
+/* open(buffer, /, *, name, timeout_ns, ...): the segment's type, picked by its header's kind and
+ * role words, built over it (the same keywords as Core()). A header too short, or of a junk
+ * kind, goes to the base type, whose init says what is wrong with it; one that changes under
+ * us is caught by the type's own check of the words it reads again. */
+static PyObject *open_segment(PyObject *m, PyObject *args, PyObject *kw) {
+    ModState *st = PyModule_GetState(m);
+    Py_buffer b;
+    ShmwinHeader h;
+    if (PyTuple_GET_SIZE(args) < 1) {
+        PyErr_SetString(PyExc_TypeError, "open() needs the segment's buffer");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, 0), &b, PyBUF_SIMPLE) < 0) return NULL;
+    memset(&h, 0, sizeof h);
+    int row = -1;
+    if (b.len >= HEADER_BYTES) {
+        memcpy(&h, b.buf, CRC_END);
+        row = role_row(h.kind <= KIND_LIMITER ? (int)h.kind : -1, h.role <= 0xff ? (int)h.role : -1);
+    }
+    PyBuffer_Release(&b);
+    PyTypeObject *type = row >= 0 ? st->role_types[row] : st->core_type;
+    return PyObject_Call((PyObject *)type, args, kw);
+}
+
 /* ---- module functions ------------------------------------------------------------------------ */
 
 /* init_locks(buffer, offset, count, /): a new lock table, every robust mutex free. */
@@ -194,6 +268,9 @@ static PyObject *timens_offset(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) {
 static PyObject *reserver_counts(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) { return reserver_counts_dict(); }
 
 static PyMethodDef module_methods[] = {
+    {"open", (PyCFunction)(void (*)(void))open_segment, METH_VARARGS | METH_KEYWORDS,
+     "open($module, buffer, /, *, name, timeout_ns, clock=None, on_full=0, claim=None, fd=-1)\n--\n\n"
+     "The segment's core: of the type its header's kind and role name (Core's subtypes), as Core() takes it."},
     {"init_locks", init_locks, METH_VARARGS,
      "init_locks($module, buffer, offset, count, /)\n--\n\nA new lock table: robust process-shared mutexes."},
     {"init_stripes", init_stripes, METH_VARARGS,
@@ -213,6 +290,8 @@ static PyMethodDef module_methods[] = {
 static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     ModState *st = PyModule_GetState(m);
     Py_VISIT(st->core_type);
+    Py_VISIT(st->window_type);
+    for (int i = 0; i < MAX_ROLE_TYPES; i++) Py_VISIT(st->role_types[i]);
     Py_VISIT(st->closed);
     Py_VISIT(st->timeout);
     Py_VISIT(st->corrupt);
@@ -225,6 +304,8 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
 static int module_clear(PyObject *m) {
     ModState *st = PyModule_GetState(m);
     Py_CLEAR(st->core_type);
+    Py_CLEAR(st->window_type);
+    for (int i = 0; i < MAX_ROLE_TYPES; i++) Py_CLEAR(st->role_types[i]);
     Py_CLEAR(st->closed);
     Py_CLEAR(st->timeout);
     Py_CLEAR(st->corrupt);
@@ -289,6 +370,13 @@ static int module_exec(PyObject *m) {
     if (take_errors(st) < 0) return -1;
     st->core_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &core_spec, NULL);
     if (st->core_type == NULL || PyModule_AddType(m, st->core_type) < 0) return -1;
+    for (int i = 0; i < N_ROLE_TYPES; i++) {  /* each role's type: Core's subtype */
+        PyTypeObject *t = (PyTypeObject *)PyType_FromModuleAndSpec(m, role_types[i].spec, (PyObject *)st->core_type);
+        if (t == NULL) return -1;
+        st->role_types[i] = t;
+        if (PyModule_AddType(m, t) < 0) return -1;
+        if (role_types[i].spec == &window_spec) st->window_type = (PyTypeObject *)Py_NewRef(t);
+    }
     PyObject *layout = layout_names();
     if (layout == NULL || PyModule_AddObjectRef(m, "LAYOUT", layout) < 0) {
         Py_XDECREF(layout);

@@ -1,5 +1,5 @@
-/* moving.c -- limits' moving window on shm://: each key's hit times, exactly, in memory that
- * follows the hits a key holds.
+/* moving.c -- the moving log's type (MovingLogCore): limits' moving window on shm://, each
+ * key's hit times, exactly, in memory that follows the hits a key holds (chunks.c).
  *
  * Role "moving-log" (layout_words.py: MOVING_STATE, CHUNK): a keyed window of one log ring --
  * the period P, at most n = min(limit, times) entries a key, the limit L -- whose rows hold,
@@ -32,45 +32,11 @@
  * used + cost < L, so at most L - 2 entries count), and a clock that only moves forward
  * sees exactly what it did before.
  *
- * Locks: LOCK_KEY_TABLE -> a row lock -> LOCK_CHUNKS, in that order only. Entries are written
- * under their key's row lock; chain words (a row's chain, a chunk's next and owner) and the
- * heap's words (chunks_top, chunks_reserved, chunk_free) change only under LOCK_CHUNKS, and a
- * chain word of a row only under its row lock too (the repair's cut of a junk chain aside).
- *
- * Invariant of the heap, between any two stores: every chunk below chunks_top is on the free
- * list, in exactly one row's chain (its owner that row), or -- inside "chunk_alloc" and
- * "chunk_free" -- in neither; never in both, never in two chains. A chunk in a chain may count
- * nothing (its hits expired): at the key's next counted hit its entries merge into the key's
- * one dead entry and it goes back, holding no hits; or when the key's row is emptied (clear,
- * reclaim, a rebuild's idle drops, the row's reuse).
- * Repair (LOCK_CHUNKS found owner-dead; "chunk_repair"): the free list is rebuilt from scratch:
- * every chunk reachable from a row's chain (rows below rows_top; at most the longest chain a
- * key can hold, and below chunks_top: a cycle, a junk index or a chunk of another owner cuts
- * the chain there) is kept, every other chunk below chunks_top goes on the free list. A chunk
- * a dead holder had taken but not yet published, or unlinked but not yet pushed, is so freed;
- * nothing counted is lost: entries are only in chains.
- *
- * Junk never reaches undefined behaviour: chain words are bounds-checked (below chunks_top, a
- * checked word, reserved) and their owner checked before a chunk is read; a chain longer than
- * a key can hold is a cycle. A junk chain is a CorruptSegmentError. Hit counts saturate.
+ * The chunk heap -- its locks, its invariant, its repair -- is chunks.c's. Junk never reaches
+ * undefined behaviour: a junk chain is a CorruptSegmentError (chunks.c); hit counts saturate.
+ * The type (MovingLogCore) and its hooks are at the end.
  */
 #include "core.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-
-#ifdef MADV_POPULATE_WRITE
-#define POPULATE_WRITE MADV_POPULATE_WRITE
-#else
-#define POPULATE_WRITE 23  /* Linux 5.14+; older kernels answer EINVAL */
-#endif
-
-static int64_t *mstate(Core *c, char *row) { return (int64_t *)(row + c->rings_off); }
-static int64_t *inline_at(int64_t *st) { return (int64_t *)((char *)st + MOVING_STATE_ENTRIES_OFF); }
-static char *chunk_at(Core *c, int64_t i) { return c->base + c->chunks_off + i * CHUNK_BYTES; }
-static uint32_t *cnext(char *ch) { return (uint32_t *)(ch + CHUNK_NEXT_OFF); }
-static uint32_t *cowner(char *ch) { return (uint32_t *)(ch + CHUNK_OWNER_OFF); }
-static int64_t *centries(char *ch) { return (int64_t *)(ch + CHUNK_ENTRIES_OFF); }
 
 /* ---- entries: stamp << 32 | hits ----------------------------------------------------------- */
 
@@ -80,7 +46,6 @@ static int64_t stamp_of(Core *c, int64_t t) {
     if (t > MAX_NOW_NS) t = MAX_NOW_NS;
     return (t + ((INT64_C(1) << c->moving_shift) - 1)) >> c->moving_shift;
 }
-static int64_t hits_of(int64_t w) { return (int64_t)((uint64_t)w & MOVING_HITS_MAX); }
 static int64_t entry_word(int64_t stamp, int64_t hits) {
     if (hits > MOVING_HITS_MAX) hits = MOVING_HITS_MAX;  /* a limit is at most that: never */
     return (int64_t)((uint64_t)(uint32_t)stamp << MOVING_STAMP_SHIFT | (uint64_t)hits);
@@ -104,53 +69,21 @@ static int64_t anchor_of(Core *c, char *row) { return stamp_of(c, LOAD(RLAST(row
 static int64_t period(Core *c) { return c->rings[0].bucket_ns; }
 static int64_t max_entries(Core *c) { return c->rings[0].n; }  /* n = min(limit, times) */
 
-/* The longest chain a key can hold: a chunk is taken only when every entry counts and fewer
- * than n do, so a key holds at most ceil((n - MOVING_INLINE) / CHUNK_ENTRIES) chunks. */
-static int64_t max_chain(Core *c) {
-    int64_t extra = max_entries(c) - MOVING_INLINE;
-    return extra > 0 ? (extra + CHUNK_ENTRIES - 1) / CHUNK_ENTRIES : 0;
+/* At open (the type's check hook): a keyed window of one log ring whose rows hold its state?
+ * Then its quantum (layout_words.moving_quantum_shift): P spans at most 2**MOVING_SPAN_BITS. */
+static int is_moving(Core *c) {
+    for (c->moving_shift = MOVING_MIN_SHIFT;
+         ((c->rings[0].bucket_ns - 1) >> c->moving_shift) >= (INT64_C(1) << MOVING_SPAN_BITS);)
+        c->moving_shift++;
+    if (c->role == ROLE_MOVING_LOG && c->n_chunks >= 0 && c->state_words > 0 && c->keyed && !c->limiter && c->n_rings == 1 && c->rings[0].log &&
+        c->empty_bytes >= MOVING_STATE_BYTES && c->rings[0].bucket_ns <= MAX_SPAN_NS &&
+        c->rings[0].limit <= MOVING_HITS_MAX)
+        return 0;
+    return not_role(c);
 }
 
 static int counts(Core *c, int64_t t, int64_t hits, int64_t now) {
     return hits > 0 && t >= now - period(c);  /* a time ahead of now (a clock behind) counts */
-}
-
-/* Is this Core a moving log: a keyed window of one log ring whose rows hold its state? */
-static int is_moving(Core *c) {
-    if (IS_MOVING(c) && c->keyed && !c->limiter && c->n_rings == 1 && c->rings[0].log &&
-        c->empty_bytes >= MOVING_STATE_BYTES && c->rings[0].bucket_ns <= MAX_SPAN_NS &&
-        c->rings[0].limit <= MOVING_HITS_MAX)
-        return 0;
-    PyErr_Format(PyExc_ValueError, "window %R is not a moving-log segment", c->name);
-    return -1;
-}
-
-/* Chunks handed out, every one reserved: 0, or -1 with a CorruptSegmentError. */
-static int chunks_top(Core *c, int64_t *top) {
-    int64_t t = load_state(c, CHUNKS_TOP_OFF, c->n_chunks, "chunks_top"), reserved;
-    if (t < 0 || (reserved = load_state(c, CHUNKS_RESERVED_OFF, c->n_chunks, "chunks_reserved")) < 0) return -1;
-    if (t > reserved) {
-        PyErr_Format(c->st->corrupt, "window %R: its chunk heap hands out %lld chunks but reserved only %lld: "
-                     "the segment is corrupt", c->name, (long long)t, (long long)reserved);
-        return -1;
-    }
-    *top = t;
-    return 0;
-}
-
-static int64_t junk_chain(Core *c, int64_t slot, int64_t v) {
-    PyErr_Format(c->st->corrupt, "window %R: key row %lld's chain of hit times holds an impossible link %lld: "
-                 "the segment is corrupt", c->name, (long long)slot, (long long)v);
-    return -2;
-}
-
-/* The chunk a chain's link word value v names: its index, -1 at the chain's end, -2 junk (an
- * error set): out of the heap, another row's, or one step more than a key can hold (a cycle). */
-static int64_t chain_next(Core *c, int64_t slot, int64_t v, int64_t top, int64_t *steps) {
-    if (v == 0) return -1;
-    if (v < 0 || v > top || ++*steps > max_chain(c)) return junk_chain(c, slot, v);
-    if (LOAD(cowner(chunk_at(c, v - 1))) != (uint32_t)(slot + 1)) return junk_chain(c, slot, v);
-    return v - 1;
 }
 
 /* ---- the scan: what a key's entries count at now, and where a new hit goes ------------------ */
@@ -217,186 +150,6 @@ static int scan(Core *c, int64_t slot, int64_t now, Scan *s) {
 
 static int entry_counts(Core *c, int64_t w, int64_t anchor, int64_t now) {
     return counts(c, time_of(c, stamp_near(w, anchor)), hits_of(w), now);
-}
-
-static int chunk_holds(char *ch) {
-    for (int64_t j = 0; j < CHUNK_ENTRIES; j++)
-        if (hits_of(LOAD(centries(ch) + j)) > 0) return 1;
-    return 0;
-}
-/* ---- the chunk heap ---------------------------------------------------------------------------- */
-
-/* Reserve chunks up to at least `need` (posix_fallocate: a full /dev/shm is an answer now,
- * never a SIGBUS later): 1, 0 if /dev/shm has no room (the caller merges: strict), -1 error.
- * Caller holds LOCK_CHUNKS. */
-static int reserve_chunks(Core *c, int64_t have, int64_t need) {
-    int64_t want = have + (have / 8 > 16 ? have / 8 : 16);
-    if (want < need) want = need;
-    if (want > c->n_chunks) want = c->n_chunks;
-    int64_t from = c->chunks_off + have * CHUNK_BYTES, to = c->chunks_off + want * CHUNK_BYTES;
-    from -= from % PAGE_BYTES;
-    to = (to + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
-    if (to > c->map_bytes) to = c->map_bytes;
-    int err = NOSPACE_FOR_TEST() ? ENOSPC : posix_fallocate(c->fd, from, to - from);
-    if (err == ENOSPC) return 0;
-    if (err != 0) return space_error(c, err, "more hit times");
-    (void)madvise(c->base + from, (size_t)(to - from), POPULATE_WRITE);
-    store_state(c, CHUNKS_RESERVED_OFF, want);
-    return 1;
-}
-
-/* Section "chunk_alloc": give the key of row `slot` a chunk of empty entries, first in its
- * chain: the free list's first, else the heap's next (reserved now). Caller holds the row
- * lock and LOCK_CHUNKS. 1 and *got, 0 if there is none (the heap at its end, or /dev/shm
- * full: the caller merges), -1 error.
- * Order: the chunk leaves the free list (or the heap's top grows) first -- it is then in no
- * chain and on no list -- its owner, next (the row's chain) and entries are written, and the
- * row's chain word publishes it last. A tear leaves the chunk in neither place: the repair
- * finds it unreachable and frees it; the key's entries are untouched. */
-static int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
-    int64_t top, head = LOAD(KEYWORD(c, CHUNK_FREE_OFF)), i, next_free = 0;
-    int from_free = 0, drop_list = 0;
-    if (chunks_top(c, &top) < 0) return -1;
-    if (head > 0 && head <= top && LOAD(cowner(chunk_at(c, head - 1))) == 0) {
-        i = head - 1;
-        from_free = 1;
-        next_free = LOAD(cnext(chunk_at(c, i)));
-        if (next_free < 0 || next_free > top) next_free = 0;  /* junk: the rest is the repair's to find */
-    } else {
-        drop_list = head != 0;  /* junk: a head off the heap, or naming a held chunk */
-        if (top >= c->n_chunks) return 0;
-        int64_t reserved = load_state(c, CHUNKS_RESERVED_OFF, c->n_chunks, "chunks_reserved");
-        if (reserved < 0) return -1;
-        if (top >= reserved) {
-            int rc = reserve_chunks(c, reserved, top + 1);
-            if (rc <= 0) return rc;
-        }
-        i = top;
-    }
-    int64_t *st = mstate(c, ROW(c, slot));
-    char *ch = chunk_at(c, i);
-    SECTION("chunk_alloc");
-    STORE(intent_at(c, LOCK_CHUNKS), slot);
-    if (from_free) STORE(KEYWORD(c, CHUNK_FREE_OFF), next_free);
-    else store_state(c, CHUNKS_TOP_OFF, i + 1);
-    if (drop_list) STORE(KEYWORD(c, CHUNK_FREE_OFF), 0);
-    STORE(cowner(ch), (uint32_t)(slot + 1));
-    STORE(cnext(ch), (uint32_t)LOAD(st + MOVING_STATE_CHAIN));
-    memset(centries(ch), 0, (size_t)CHUNK_ENTRIES * MOVING_ENTRY_BYTES);  /* no hits: counts nothing */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    FAILPOINT();
-    STORE(st + MOVING_STATE_CHAIN, i + 1);  /* published */
-    END_SECTION();
-    *got = i;
-    return 1;
-}
-
-/* Section "chunk_free": unlink from the chain of row `slot` every chunk holding no hits (`all`:
- * every chunk), and push each on the free list. Caller holds the row lock and LOCK_CHUNKS.
- * Order, chunk by chunk: the link before it skips it (it is then in no chain and on no list),
- * its owner is cleared, its next set to the free head, and the free head names it last. A
- * tear leaves one chunk in neither place: the repair frees it. Unless `all`, no chunk so
- * freed holds a hit, counting or not (a hit's dead entries were merged first: "moving_hit").
- * Returns the chunks freed, -1 error (a junk chain: the chunks before it were freed). */
-static int64_t free_chunks(Core *c, int64_t slot, int all) {
-    int64_t *head = mstate(c, ROW(c, slot)) + MOVING_STATE_CHAIN, top, steps = 0, freed = 0;
-    uint32_t *link = NULL;  /* the link naming the chunk looked at: the row's chain word, else a chunk's */
-    if (chunks_top(c, &top) < 0) return -1;
-    SECTION("chunk_free");
-    STORE(intent_at(c, LOCK_CHUNKS), slot);
-    for (;;) {
-        int64_t i = chain_next(c, slot, link == NULL ? LOAD(head) : (int64_t)LOAD(link), top, &steps);
-        if (i == -1) break;
-        if (i == -2) {
-            freed = -1;
-            break;
-        }
-        char *ch = chunk_at(c, i);
-        if (!all && chunk_holds(ch)) {
-            link = cnext(ch);
-            continue;
-        }
-        if (link == NULL) STORE(head, (int64_t)LOAD(cnext(ch)));  /* unlinked */
-        else STORE(link, LOAD(cnext(ch)));
-        STORE(cowner(ch), 0);
-        STORE(cnext(ch), (uint32_t)LOAD(KEYWORD(c, CHUNK_FREE_OFF)));
-        STORE(KEYWORD(c, CHUNK_FREE_OFF), i + 1);  /* free */
-        freed++;
-    }
-    END_SECTION();
-    return freed;
-}
-
-/* A row being emptied (empty_rings: its key inserted, cleared, reclaimed, dropped idle by a
- * rebuild, or every row by reset): its entries count nothing, and its chunks go back to the
- * free list. Caller holds the row lock (and LOCK_KEY_TABLE, so LOCK_CHUNKS comes after it:
- * in order), or every lock (reset: chunks_held). If LOCK_CHUNKS cannot be had (a timeout),
- * the chunks stay in the row's chain with their hits zeroed: the next key of the row uses
- * them, nothing is counted twice, nothing leaks. Errors are cleared: a junk chain is cut. */
-void moving_empty(Core *c, char *row, int64_t slot) {
-    int64_t *st = mstate(c, row);
-    for (int64_t j = 0; j < MOVING_INLINE; j++) STORE(inline_at(st) + j, 0);
-    if (LOAD(st + MOVING_STATE_CHAIN) == 0) return;
-    if (c->chunks_held || lock_take(c, LOCK_CHUNKS) == 0) {
-        if (free_chunks(c, slot, 1) < 0) {
-            PyErr_Clear();
-            STORE(st + MOVING_STATE_CHAIN, 0);  /* junk: cut; what it named is the repair's to find */
-        }
-        if (!c->chunks_held) lock_give(c, LOCK_CHUNKS);
-        return;
-    }
-    PyErr_Clear();
-    int64_t top, steps = 0;
-    if (chunks_top(c, &top) < 0) {
-        PyErr_Clear();
-        return;
-    }
-    for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i >= 0;
-         i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
-        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) STORE(centries(chunk_at(c, i)) + j, 0);
-    PyErr_Clear();
-}
-
-/* Section "chunk_repair" -- the repair of LOCK_CHUNKS (locks.c), whose holder died inside
- * "chunk_alloc" or "chunk_free": the free list rebuilt from the chains (see the invariant at
- * the top). Bounded by rows_top x the longest chain + chunks_top. */
-void repair_chunks(Core *c) {
-    int64_t top, rows, head = 0;
-    if (chunks_top(c, &top) < 0 || rows_top(c, &rows) < 0) {
-        PyErr_Clear();  /* reported to the next caller */
-        return;
-    }
-    unsigned char *held = PyMem_Calloc((size_t)(top > 0 ? top : 1), 1);
-    if (held == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    SECTION("chunk_repair");
-    STORE(intent_at(c, LOCK_CHUNKS), -1);
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t *chain = mstate(c, ROW(c, r)) + MOVING_STATE_CHAIN, steps = 0;
-        uint32_t *link = NULL;  /* the link after the row's chain word: a chunk's */
-        for (int64_t v = LOAD(chain); v != 0; v = LOAD(link)) {
-            if (v < 0 || v > top || held[v - 1] || ++steps > max_chain(c) ||
-                LOAD(cowner(chunk_at(c, v - 1))) != (uint32_t)(r + 1)) {
-                if (link == NULL) STORE(chain, 0);  /* junk, a cycle, or another chain's: the chain ends here */
-                else STORE(link, 0);
-                break;
-            }
-            held[v - 1] = 1;
-            link = cnext(chunk_at(c, v - 1));
-        }
-    }
-    for (int64_t i = top - 1; i >= 0; i--) {
-        if (held[i]) continue;
-        char *ch = chunk_at(c, i);
-        if (LOAD(cowner(ch)) != 0) STORE(cowner(ch), 0);
-        STORE(cnext(ch), (uint32_t)head);
-        head = i + 1;
-    }
-    STORE(KEYWORD(c, CHUNK_FREE_OFF), head);
-    END_SECTION();
-    PyMem_Free(held);
 }
 
 /* ---- the hit ----------------------------------------------------------------------------------- */
@@ -519,7 +272,7 @@ static int hit_key(Core *c, int64_t slot, int64_t now, int64_t cost, int *allowe
 }
 
 /* moving_hit(key, cost=1) -> bool: whether cost was counted (at most limit hits in any period). */
-PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2], *result = NULL;
@@ -531,7 +284,7 @@ PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_moving(c) < 0 || cost_of(a[1], &cost, 0) < 0 || now_ns(c, &now) < 0) goto out;
+    if (cost_of(a[1], &cost, 0) < 0 || now_ns(c, &now) < 0) goto out;
     if (cost > c->rings[0].limit) {  /* as limits: never, and no key is made for it */
         result = Py_NewRef(Py_False);
         goto out;
@@ -556,13 +309,13 @@ static int64_t leaves_in(Core *c, int64_t t, int64_t now) {
 
 /* moving_get(key) -> (hits counted, ns until the oldest of them is forgotten; 0: none), now,
  * read under the row lock (a key never counted: (0, 0)). */
-PyObject *Core_moving_get(Core *c, PyObject *key) {
+static PyObject *Core_moving_get(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Scan s;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (is_moving(c) < 0 || now_ns(c, &now) < 0) goto out;
+    if (now_ns(c, &now) < 0) goto out;
     int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
@@ -577,22 +330,82 @@ out:
     return key_leave(c, &kc, result);
 }
 
-/* moving_chunks() -> (chunks handed out, of them on the free list, reserved, the heap's size),
- * under LOCK_CHUNKS: what the tests and tools see of the heap. */
-PyObject *Core_moving_chunks(Core *c, PyObject *Py_UNUSED(ignored)) {
-    PyObject *result = NULL;
-    int64_t top, listed = 0;
-    if (enter(c) < 0) return NULL;
-    if (is_moving(c) < 0 || lock_take_ex(c, LOCK_CHUNKS, 1) < 0) goto out;
-    if (chunks_top(c, &top) == 0) {
-        for (int64_t v = LOAD(KEYWORD(c, CHUNK_FREE_OFF)); v > 0 && v <= top && listed < top;
-             v = LOAD(cnext(chunk_at(c, v - 1))))
-            listed++;
-        result = Py_BuildValue("(LLLL)", (long long)top, (long long)listed,
-                               (long long)((uint64_t)LOAD(KEYWORD(c, CHUNKS_RESERVED_OFF)) & 0xFFFFFFFFu), (long long)c->n_chunks);
+/* ---- key names: a moving log's rows keep digests; the tools read the names here --------- *
+ * (layout_words.NAME_ENTRY): the type's inserted hook. Written by the inserter of a key, under LOCK_KEY_TABLE, after the
+ * section "insert": a display hint in no invariant, so plain stores and no fail point. The
+ * entry is taken among NAME_PROBES from the key's hash: a free one, or a stale one (its row
+ * holds another generation now, or its key is idle); if none, the key stays unnamed. Its generation is zeroed
+ * first and stored last: a reader that reads it the same before and after, and the row's
+ * own, has read a whole name. */
+static void name_key(Core *c, const StoredKey *k, int64_t r, int64_t gen, int64_t now) {
+    int64_t top;
+    if (k->raw == NULL || rows_top(c, &top) < 0) {  /* rows past top may be holes: never read */
+        PyErr_Clear();
+        return;
     }
-    lock_give(c, LOCK_CHUNKS);
-out:
-    leave(c);
-    return result;
+    for (int64_t i = 0; i < NAME_PROBES; i++) {
+        char *e = c->base + c->names_off + (int64_t)((k->hash + (uint64_t)i) % NAME_SLOTS) * NAME_ENTRY_BYTES;
+        int64_t *eg = (int64_t *)(e + NAME_ENTRY_GEN_OFF), was = __atomic_load_n(eg, __ATOMIC_ACQUIRE);
+        uint32_t was_row = __atomic_load_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), __ATOMIC_RELAXED);
+        if (was != 0 && (int64_t)was_row < top && was_row != (uint64_t)r &&
+            LOAD(RGEN(ROW(c, was_row))) == was && !row_idle(c, (int64_t)was_row, now))
+            continue;  /* another key's name, and that key is live */
+        Py_ssize_t n = k->raw_len < NAME_MAX_BYTES ? k->raw_len : NAME_MAX_BYTES;
+        uint32_t len = (uint32_t)n | (uint32_t)(k->flags & KEY_FLAG_STR) << 16 | (uint32_t)(n < k->raw_len) << 24;
+        __atomic_store_n(eg, 0, __ATOMIC_RELEASE);
+        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_ROW_OFF), (uint32_t)r, __ATOMIC_RELAXED);
+        __atomic_store_n((uint32_t *)(e + NAME_ENTRY_LEN_OFF), len, __ATOMIC_RELAXED);
+        memset(e + NAME_ENTRY_NAME_OFF, 0, NAME_MAX_BYTES);
+        memcpy(e + NAME_ENTRY_NAME_OFF, k->raw, (size_t)n);
+        __atomic_store_n(eg, gen, __ATOMIC_RELEASE);  /* named */
+        return;
+    }
 }
+
+/* ---- the type ----------------------------------------------------------------------------- */
+
+/* The header hook: rows keep a digest of the key (its name in the names area, before the
+ * index), and the segment a chunk heap after its rows. */
+static int moving_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) {
+    c->key_bytes = MOVING_KEY_BYTES;
+    c->names_off = c->keys_off - NAME_SLOTS * NAME_ENTRY_BYTES;  /* keyed: keyed_role checked it */
+    return 0;
+}
+
+/* LOCK_CHUNKS's holder died inside "chunk_alloc" or "chunk_free": the free list, rebuilt from
+ * the chains (chunks.c). A row lock's: nothing (entries are written one store each). */
+static void moving_repair(Core *c, int i, int64_t Py_UNUSED(slot)) {
+    if (i == LOCK_CHUNKS) repair_chunks(c);
+}
+
+static const RoleHooks moving_hooks = {
+    .role = "moving-log", .keyed_role = ROLE_MOVING_LOG, .state_bytes = MOVING_STATE_BYTES, .state_zeroed = 1, .log_rings = 1, .chunk_heap = 1,
+    .header = moving_header, .check = is_moving, .empty = moving_empty, .inserted = name_key, .repair = moving_repair,
+    .late_lock = LOCK_CHUNKS};
+
+static int moving_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &moving_hooks); }
+
+static PyMethodDef moving_methods[] = {
+    {"moving_hit", FASTCALL_KW(Core_moving_hit),
+     "moving_hit($self, /, key, cost=1)\n--\n\n"
+     "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it did."},
+    {"moving_get", (PyCFunction)Core_moving_get, METH_O,
+     "moving_get($self, key, /)\n--\n\n(hits counted, ns until the oldest of them is forgotten; 0: none)."},
+    {"moving_chunks", (PyCFunction)Core_moving_chunks, METH_NOARGS,
+     "moving_chunks($self, /)\n--\n\n(chunks handed out, on the free list, reserved, in the heap)."},
+    {NULL},
+};
+
+static PyType_Slot moving_slots[] = {
+    {Py_tp_doc, "A segment of role moving-log: each key's hit times, and what every segment has (Core)."},
+    {Py_tp_init, moving_init},
+    {Py_tp_methods, moving_methods},
+    {0, NULL},
+};
+
+PyType_Spec moving_log_spec = {
+    .name = "shmwin._core.MovingLogCore",
+    .basicsize = sizeof(Core),
+    .flags = ROLE_TYPE_FLAGS,
+    .slots = moving_slots,
+};

@@ -14,8 +14,8 @@
 /* ---- rows ------------------------------------------------------------------------------- */
 
 void empty_rings(Core *c, char *row) {
-    if (IS_MOVING(c)) {  /* its entries zeroed, its chunks given back (moving.c) */
-        moving_empty(c, row, (row - ROW(c, 0)) / c->row_bytes);
+    if (c->hooks->empty != NULL) {  /* the role's own (a moving log: its entries zeroed, its chunks given back) */
+        c->hooks->empty(c, row, (row - ROW(c, 0)) / c->row_bytes);
         return;
     }
     memcpy(row + c->rings_off, c->empty, (size_t)c->empty_bytes);

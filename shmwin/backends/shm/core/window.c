@@ -1,6 +1,8 @@
-/* window.c -- a window's adds: add (this process's stripe, the shared row, or the key's
- * row), add_and_total (a keyed add that answers the key's total) and add_batch (many
- * (ring, epoch, value) items in one section). The rows' arithmetic is rings.c's (add_row).
+/* window.c -- the window type (WindowCore): a window's adds: add (this process's stripe, the
+ * shared row, or the key's row), add_and_total (a keyed add that answers the key's total) and
+ * add_batch (many (ring, epoch, value) items in one section). The rows' arithmetic is rings.c's
+ * (add_row). Every window-kind segment whose role has no type of its own is one (module.c):
+ * plain windows, fixed starts, a breaker's, a shedder's, a limiter's decisions tally, ...
  */
 #include "core.h"
 
@@ -95,18 +97,9 @@ static int add_unkeyed(Core *c, int64_t now, int f, int64_t n, double d) {
     return rc;
 }
 
-/* Rows of slots to add to? A limiter's rows are counted only by hit() and check(): its
- * compact rings keep no epoch per count (rings.c), which add's slots need. */
-static int slot_rows(Core *c) {
-    if (ring_rows(c) < 0) return -1;
-    if (!c->limiter) return 0;
-    PyErr_Format(PyExc_ValueError, "window %R is a limiter: it counts through hit() and check() only", c->name);
-    return -1;
-}
-
 /* add(n=1, field=None, key=None): count n now, in this process's stripe, the shared row
  * (section "add_locked") or the key's row ("add_keyed"). */
-PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"n", "field", "key"};
     KeyCall kc = KEY_CALL;
     PyObject *a[3];
@@ -119,7 +112,7 @@ PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         return NULL;
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (slot_rows(c) < 0 || amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
+    if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
     if (a[2] != NULL && a[2] != Py_None && !c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
         goto out;
@@ -153,7 +146,7 @@ out:
 
 /* add_and_total(n=1, field=None, key=None) -> the key's total over its longest ring,
  * this add included, with no other add to the key in between (keyed windows). */
-PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"n", "field", "key"};
     PyObject *a[3], *result = NULL;
@@ -161,7 +154,6 @@ PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t nargs, P
     double d;
     int f;
     if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || key_enter(c, &kc) < 0) return NULL;
-    if (slot_rows(c) < 0) goto out;
     if (!c->keyed) {
         PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
         goto out;
@@ -300,7 +292,7 @@ static int add_items(Core *c, char *row, int f, const Item *items, Py_ssize_t m)
     return 0;
 }
 
-PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"items", "field", "key"};
     PyObject *a[3];
     Item *items = NULL;
@@ -308,7 +300,6 @@ PyObject *Core_add_batch(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObj
     int64_t row = 0, now = 0;
     int f, lock = -1, rc = -1;
     if (parse(args, nargs, kwnames, names, 3, a, "add_batch") < 0 || enter(c) < 0) return NULL;
-    if (slot_rows(c) < 0) goto out;
     if (a[0] == NULL) {
         PyErr_SetString(PyExc_TypeError, "add_batch() needs items");
         goto out;
@@ -345,3 +336,52 @@ out:
     if (rc < 0) return NULL;
     Py_RETURN_NONE;
 }
+
+/* ---- the type ----------------------------------------------------------------------------- */
+
+/* Rows of slots to add to, checked once at open, before the rows are read: a limiter's rows are counted only by hit()
+ * and check() (its compact rings keep no epoch per count, which add's slots need), and a role
+ * with a type of its own keeps its state in its rows, not rings. */
+static int window_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) {
+    if (c->limiter) {
+        PyErr_Format(PyExc_ValueError, "window %R is a limiter: it counts through hit() and check() only", c->name);
+        return -1;
+    }
+    if (role_has_type(KIND_WINDOW, c->role)) {
+        PyErr_Format(PyExc_ValueError, "window %R holds per-key state (role %d), written only through its "
+                     "role's type (_core.open)", c->name, c->role);
+        return -1;
+    }
+    return 0;
+}
+
+static const RoleHooks window_hooks = {.role = "window", .header = window_header};
+
+static int window_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &window_hooks); }
+
+static PyMethodDef window_methods[] = {
+    {"add", FASTCALL_KW(Core_add),
+     "add($self, /, n=1, field=None, key=None)\n--\n\n"
+     "Count n now in field's current bucket: this process's stripe, the shared row, or the key's row."},
+    {"add_and_total", FASTCALL_KW(Core_add_and_total),
+     "add_and_total($self, /, n=1, field=None, key=None)\n--\n\n"
+     "Add, and the key's total over its longest ring with it (keyed windows)."},
+    {"add_batch", FASTCALL_KW(Core_add_batch),
+     "add_batch($self, /, items, field=None, key=None)\n--\n\n"
+     "Add (ring, epoch, value) triples in one section."},
+    {NULL},
+};
+
+static PyType_Slot window_slots[] = {
+    {Py_tp_doc, "A window's segment: its adds, and what every segment has (Core)."},
+    {Py_tp_init, window_init},
+    {Py_tp_methods, window_methods},
+    {0, NULL},
+};
+
+PyType_Spec window_spec = {
+    .name = "shmwin._core.WindowCore",
+    .basicsize = sizeof(Core),
+    .flags = ROLE_TYPE_FLAGS,
+    .slots = window_slots,
+};

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, TypeVar
 from .... import _core
 from ....errors import GeometryMismatchError, NotSupportedError
 from ...contract import Key
+from .. import native
 from ..window import ShmWindow
 
 E = TypeVar("E", bound="RoleEngine")
@@ -23,6 +24,7 @@ class RoleEngine:
     """One keyed segment of ``role``, and its core's sections for that role."""
 
     role: ClassVar[str]
+    _core_type: ClassVar[type[_core.Core]] = _core.Core  # its segments' core type (_core.open builds it)
 
     def __init__(self, window: Any):
         """``window``: a front (``Window``, ``Limiter``) or a :class:`ShmWindow` itself."""
@@ -34,7 +36,8 @@ class RoleEngine:
             role = backend.geometry.role
             raise GeometryMismatchError(f"{backend.name!r} is not a {self.role} segment (role {role!r})")
         self.window = backend
-        self._core: _core.Core = backend._core  # the native type (typed by _core.pyi): this role's sections
+        # the role's native type (typed by _core.pyi; each engine names its own): the role's sections
+        self._core: _core.Core = native.core_as(backend._core, self._core_type)
 
     def now_ns(self) -> int:
         """The segment's clock now (its writers' clock)."""

@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...._core import ConcurrencyCore
 from ...contract import Key
 from .base import RoleEngine
 
 
 class ConcurrencyEngine(RoleEngine):
     role = "concurrency"
+    _core_type = ConcurrencyCore
+    _core: ConcurrencyCore
 
     def __init__(self, window: Any):
         super().__init__(window)

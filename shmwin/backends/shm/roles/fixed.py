@@ -3,6 +3,7 @@ changed together by one native section (``core/counters.c``)."""
 
 from __future__ import annotations
 
+from ...._core import FixedWindowCore
 from ....ring import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
@@ -13,6 +14,8 @@ STATE_WORDS = 2  # start, count
 
 class FixedEngine(RoleEngine):
     role = "fixed-window"
+    _core_type = FixedWindowCore
+    _core: FixedWindowCore
 
     def incr(self, key: str, units: int) -> int:
         """Count ``units``; the key's count after it, in units."""

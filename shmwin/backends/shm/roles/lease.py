@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...._core import LeaseCore
 from ...contract import Key
 from .base import RoleEngine
 
 
 class LeaseEngine(RoleEngine):
     role = "lease"
+    _core_type = LeaseCore
+    _core: LeaseCore
 
     def __init__(self, window: Any):
         super().__init__(window)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...._core import MovingLogCore
 from ....errors import CorruptSegmentError
 from ....geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring
 from ...contract import Key
@@ -32,6 +33,8 @@ ROW_BYTES = key_header_bytes(ROLE) + MOVING_STATE_BYTES  # a key's row: its head
 
 class MovingEngine(RoleEngine):
     role = ROLE
+    _core_type = MovingLogCore
+    _core: MovingLogCore
 
     def __init__(self, window: Any):
         super().__init__(window)

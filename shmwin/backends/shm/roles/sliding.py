@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...._core import SlidingCounterCore
 from ....ring import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
@@ -16,6 +17,8 @@ STATE_WORDS = 3  # window, current, previous
 
 class SlidingEngine(RoleEngine):
     role = "sliding-counter"
+    _core_type = SlidingCounterCore
+    _core: SlidingCounterCore
 
     def __init__(self, window: Any):
         super().__init__(window)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ...._core import TokenBucketCore
 from ....ring import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
@@ -10,6 +11,8 @@ from .base import RoleEngine
 
 class TokensEngine(RoleEngine):
     role = "token-bucket"
+    _core_type = TokenBucketCore
+    _core: TokenBucketCore
 
     def values(self, now_ns: int) -> list[tuple[Key, int]]:
         """``(key, whole tokens left)`` of each key whose bucket is not full."""
