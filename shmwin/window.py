@@ -128,13 +128,15 @@ class Window:
         timeout: float | None = None,
         on_error: str = "raise",
         perm: int | None = None,
+        on_full: str = WINDOW_ON_FULL,
     ) -> Window:
         """Attach to an existing window, geometry read from the store (the server must answer).
-        ``perm`` (shared memory) trusts a segment group or others may write, as far as it goes."""
+        ``perm`` (shared memory) trusts a segment group or others may write, as far as it goes;
+        ``on_full`` answers a key that finds its table full, as when the window was opened."""
         choice("on_error", on_error, WINDOW_ON_ERROR)
         opened = backends.open("window",
             name, None, backend=backend, clock=clock, on_error=on_error, lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, timeout=timeout, perm=perm,
+            ready_timeout=ready_timeout, timeout=timeout, perm=perm, on_full=on_full,
         )  # fmt: skip
         return cls._over(opened, clock, on_error)
 

@@ -20,6 +20,7 @@ from ..backends.shm.roles.counters import to_hits as to_hits
 from ..clock import Clock
 from ..errors import GeometryMismatchError, WindowNotFoundError
 from ..geometry import Geometry
+from ..policy import WINDOW_ON_FULL
 from ..window import Window
 
 S = TypeVar("S", bound="CounterSegment")
@@ -55,12 +56,14 @@ class CounterSegment:
 
     @classmethod
     def open(
-        cls: type[S], name: str, period_ns: int, clock: Clock, capacity: int | None, create: bool
+        cls: type[S], name: str, period_ns: int, clock: Clock, capacity: int | None, create: bool,
+        on_full: str = WINDOW_ON_FULL,
     ) -> S | None:
-        """Create or attach (``create``), or attach only: None if the segment is not there."""
+        """Create or attach (``create``), or attach only: None if the segment is not there.
+        ``on_full``: what the core answers a key that finds the table full (core/counters.c)."""
         if not create:
             try:
-                w = Window.attach(name, clock=clock)
+                w = Window.attach(name, clock=clock, on_full=on_full)
             except WindowNotFoundError:
                 return None
             if w.geometry.role != cls.role:
@@ -68,4 +71,5 @@ class CounterSegment:
                 role = w.geometry.role
                 raise GeometryMismatchError(f"{name!r} is not a {cls.role} segment (role {role!r})")
             return cls(w, w.geometry.bucket_ns)
-        return cls(Window.open_geometry(name, cls.created_as(period_ns, capacity), clock=clock), period_ns)
+        want = cls.created_as(period_ns, capacity)
+        return cls(Window.open_geometry(name, want, clock=clock, on_full=on_full), period_ns)

@@ -27,6 +27,7 @@ from ..backends.shm.roles import MovingEngine
 from ..backends.shm.roles.moving import geometry as geometry
 from ..clock import Clock
 from ..errors import GeometryMismatchError, WindowNotFoundError
+from ..policy import WINDOW_ON_FULL
 from ..window import Window
 
 ROLE = MovingEngine.role
@@ -47,12 +48,13 @@ class MovingLogs:
     @classmethod
     def open(
         cls, name: str, limit: int, period_ns: int, times: int, clock: Clock, capacity: int | None,
-        create: bool,
+        create: bool, on_full: str = WINDOW_ON_FULL,
     ) -> MovingLogs | None:
-        """Create or attach (``create``), or attach only: None if the segment is not there."""
+        """Create or attach (``create``), or attach only: None if the segment is not there.
+        ``on_full``: what the core answers a key that finds the table full (core/moving.c)."""
         if not create:
             try:
-                w = Window.attach(name, clock=clock)
+                w = Window.attach(name, clock=clock, on_full=on_full)
             except WindowNotFoundError:
                 return None
             if w.geometry.role != ROLE:
@@ -60,7 +62,8 @@ class MovingLogs:
                 w.close()
                 raise GeometryMismatchError(f"{name!r} is not a {ROLE} segment (role {role!r})")
             return cls(w)
-        return cls(Window.open_geometry(name, geometry(limit, period_ns, times, capacity), clock=clock))
+        want = geometry(limit, period_ns, times, capacity)
+        return cls(Window.open_geometry(name, want, clock=clock, on_full=on_full))
 
     def hit(self, key: str, cost: int) -> bool:
         """Count ``cost`` hits now if the last period's hits leave room for them under the limit."""

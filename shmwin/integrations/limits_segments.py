@@ -42,7 +42,7 @@ from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
 from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
 from ..clock import Clock
 from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
-from ..errors import GeometryMismatchError, KeyTableFullError, OutOfSpaceError, WindowNotFoundError
+from ..errors import GeometryMismatchError, OutOfSpaceError, WindowNotFoundError
 from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
@@ -61,9 +61,6 @@ _KINDS = {
 }
 DEFAULT_BUCKETS = 20
 _GRANULARITY_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "month": 2592000, "year": 31104000}
-# no row for a new key (capacity, or a full /dev/shm after idle keys were reclaimed), or no room
-# for a new segment: on_full answers ("raise" lets it through)
-FULL = (KeyTableFullError, OutOfSpaceError)
 T = TypeVar("T")
 _NEVER = 2**62  # a count that is over any limit: what on_full="deny" answers for a fixed window
 MARGIN_NS = 1_000  # reported reset times are this much late, never early (see later_s)
@@ -173,8 +170,9 @@ class StorageSegments:
         if found is None:
             if create and self.exact:
                 found = MovingLogs.open(
-                    name, limit, _expiry_ns(expiry), int(self.exact), self.clock, self.capacity, create=True
-                )
+                    name, limit, _expiry_ns(expiry), int(self.exact), self.clock, self.capacity, create=True,
+                    on_full=self.on_full,
+                )  # fmt: skip
             elif create:
                 extra = {} if self.capacity is None else {"capacity": self.capacity}
                 found = Limiter(  # decisions: none for limits, which counts its own
@@ -183,7 +181,9 @@ class StorageSegments:
                 )  # fmt: skip
             else:
                 try:
-                    found = MovingLogs.open(name, limit, 0, 0, self.clock, None, create=False)
+                    found = MovingLogs.open(
+                        name, limit, 0, 0, self.clock, None, create=False, on_full=self.on_full
+                    )
                 except GeometryMismatchError:  # ?buckets=: a limiter's
                     found = Limiter.attach(name, on_full=self.on_full, clock=self.clock)
                 except WindowNotFoundError:
@@ -217,7 +217,7 @@ class StorageSegments:
         segment = self._name(name, expiry)
         found = self._open.get(segment)
         if found is None:
-            found = kind.open(segment, _expiry_ns(expiry), self.clock, self.capacity, create)
+            found = kind.open(segment, _expiry_ns(expiry), self.clock, self.capacity, create, self.on_full)
             if found is None:
                 return None
             self._open[segment] = found
@@ -262,20 +262,15 @@ class StorageSegments:
         """This storage's segments on the host."""
         return [n for n in names() if _kind_of(self.prefix, n) is not None]
 
-    # -- on_full: the one Python answer, and the seam where the core takes it over -------------
+    # -- on_full: answered by the core for every key; here only for a segment that finds no room --
 
     def _full_answer(self, allowed: T, denied: T) -> T:
-        """What ``on_full`` answers for a key (or a segment) that found no room: called only from
-        an ``except FULL``, so "raise" re-raises what was caught.
-
-        The seam. The native core answers ``on_full`` for a plain limiter's keys already; for the
-        counter roles (fixed_incr, sliding_hit, moving_hit) it raises KeyTableFullError /
-        OutOfSpaceError and this answers. Once the core answers for every role (its ON_FULL enum
-        generated into layout.h), each role's segment is opened with this storage's ``on_full``
-        and the engines' calls answer themselves -- fixed_incr a count of 0 ("allow") or one over
-        any limit ("deny"), sliding_hit and moving_hit True or False -- and raise only for
-        "raise": the three ``except FULL`` blocks calling this go, and with them this method
-        but for the segment-creation case (OutOfSpaceError before any core exists)."""
+        """What ``on_full`` answers for a limit's segment that found no room on /dev/shm
+        (OutOfSpaceError before any core exists): called only from an ``except OutOfSpaceError``,
+        so "raise" re-raises what was caught. A key that finds its segment's table full is the
+        core's to answer: every segment here is opened with this storage's ``on_full``, and
+        fixed_incr answers a count of 0 ("allow") or one over any limit ("deny"), sliding_hit
+        and moving_hit True or False, raising only for "raise"."""
         if self.on_full == "raise":
             raise
         return allowed if self.on_full == "allow" else denied
@@ -286,10 +281,10 @@ class StorageSegments:
         cost = hits_cost(amount)
         try:
             windows = self._fixed(expiry, create=True)
-            assert windows is not None
-            return windows.incr(key, cost)
-        except FULL:
+        except OutOfSpaceError:  # no room for the period's segment itself (its keys: the core's on_full)
             return self._full_answer(allowed=0, denied=_NEVER)
+        assert windows is not None
+        return windows.incr(key, cost)
 
     def get(self, key: str) -> int | float:
         return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
@@ -313,13 +308,8 @@ class StorageSegments:
             limiter = self._limiter("moving", limit, expiry, create=True)
         except OutOfSpaceError:  # no room for the limit's segment itself (its keys: the core's on_full)
             return self._full_answer(allowed=True, denied=False)
-        assert limiter is not None
-        if isinstance(limiter, Limiter):
-            return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
-        try:
-            return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
-        except FULL:
-            return self._full_answer(allowed=True, denied=False)
+        assert limiter is not None  # a full table: its core answers on_full (Limiter, MovingLogs alike)
+        return limiter.test(key, 0) if cost == 0 else limiter.hit(key, cost)
 
     def moving_window(self, key: str, limit: int, expiry: float) -> tuple[float, int]:
         """limits' (window start, hits): limits reports ``start + expiry`` as the reset."""
@@ -350,10 +340,10 @@ class StorageSegments:
             return False  # as limits' storages answer
         try:
             counters = self._sliding(expiry, create=True)
-            assert counters is not None
-            return counters.hit(key, limit, cost)
-        except FULL:
+        except OutOfSpaceError:  # no room for the period's segment itself (its keys: the core's on_full)
             return self._full_answer(allowed=True, denied=False)
+        assert counters is not None
+        return counters.hit(key, limit, cost)
 
     def sliding_window(self, key: str, expiry: float) -> tuple[int | float, float, int | float, float]:
         """limits' (previous count, previous ttl, current count, current ttl), as its memory

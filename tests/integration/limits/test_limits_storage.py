@@ -147,6 +147,21 @@ def test_on_full_decides_for_a_new_key_when_the_table_is_full(uri, clock, strate
         assert limiter.test(item, "client-0") is False  # live keys keep their counts
 
 
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+def test_a_segment_first_opened_by_a_read_answers_on_full_too(uri, clock, strategy):
+    """The core answers on_full for every role: a storage's segment is opened with its on_full
+    whichever call opens it first -- here a read of another storage (attach), then its hits."""
+    item = RateLimitItemPerMinute(1)
+    filler = STRATEGIES[strategy](storage_from_string(f"{uri}?capacity=4&on_full=raise"))
+    with pytest.raises(KeyTableFullError):
+        for i in range(200):
+            assert filler.hit(item, f"client-{i}")
+    for on_full, answer in (("deny", False), ("allow", True)):
+        reader = STRATEGIES[strategy](storage_from_string(f"{uri}?capacity=4&on_full={on_full}"))
+        assert reader.get_window_stats(item, "client-0").remaining == 0  # opens the segment: attach
+        assert reader.hit(item, "a-new-client") is answer  # no row for it: the core's on_full answers
+
+
 def test_wrap_exceptions_wraps_shmwin_errors(uri, clock):
     storage = storage_from_string(f"{uri}?capacity=4&on_full=raise", wrap_exceptions=True)
     limiter = STRATEGIES["moving-window"](storage)
