@@ -3,7 +3,8 @@ commits of the core (issue 28: no ratio may get worse by more than 5 %).
 
 Each figure is the median, over a few pairs taken side by side, of (ns per operation) / (ns
 per ``time.monotonic_ns()`` call): ``Limiter.hit`` on one key and on 100,000 keys in random
-order, a striped ``Window.add``, and limits' moving window through ``shm://``. One round per
+order, a striped and a keyed ``Window.add``, a moving log's own hit (``MovingLogs.hit``, the
+core's ``moving_hit``) and limits' moving window through ``shm://``. One round per
 process; benchmarks/README.md ("The core split into small files") says how two builds are run
 in turn on one core. Prints one JSON object.
 """
@@ -85,6 +86,34 @@ def window_adds(out: dict[str, float]) -> None:
         w.unlink()
 
 
+def keyed_adds(out: dict[str, float]) -> None:
+    w = Window(f"bench-ab-{uuid.uuid4().hex[:8]}", span="1h", buckets=60, capacity=100_000)
+    try:
+        add = w.add
+        keys = [f"user-{i:06d}" for i in range(100_000)]
+        for key in keys:  # every key placed first
+            add(1, key=key)
+        random.Random(2).shuffle(keys)
+        figure = "Window.add, keyed, 100,000 keys in random order"
+        out[figure] = over_floor(lambda k: add(1, key=k), keys, pairs=3)
+    finally:
+        w.close()
+        w.unlink()
+
+
+def moving_hits(out: dict[str, float]) -> None:
+    from shmwin.integrations.limits_moving import MovingLogs
+
+    name = f"bench-ab-{uuid.uuid4().hex[:8]}"
+    logs = MovingLogs.open(name, 10**9, 3600 * 10**9, 64, None, 1_000, create=True)  # type: ignore[arg-type]
+    assert logs is not None
+    try:  # the native clock (None): the core's section, not a Python clock call
+        out["MovingLogs.hit, one key"] = over_floor(lambda _: logs.hit("client", 1), list(range(20_000)))
+    finally:
+        logs.counts.close()
+        unlink_prefix(name)
+
+
 def moving_window(out: dict[str, float]) -> None:
     prefix = f"bench-ab-{uuid.uuid4().hex[:6]}"
     limiter = strategies.MovingWindowRateLimiter(storage.storage_from_string(f"shm://{prefix}"))
@@ -100,6 +129,8 @@ def main() -> None:
     out: dict[str, float] = {}
     limiter_hits(out)
     window_adds(out)
+    keyed_adds(out)
+    moving_hits(out)
     moving_window(out)
     json.dump(out, sys.stdout)
     print()
