@@ -263,7 +263,7 @@ out:
 
 /* ---- the type ----------------------------------------------------------------------------- */
 
-static int limiter_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) { return c->limiter && c->keyed ? 0 : not_role(c); }
+static int limiter_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) { return c->limiter ? 0 : not_role(c); }
 
 /* A key row lock's holder died: the intent row's running totals may be torn (rings.c). */
 static void limiter_repair(Core *c, int Py_UNUSED(i), int64_t slot) {
