@@ -2,9 +2,10 @@
 commits of the core (issue 28: no ratio may get worse by more than 5 %).
 
 Each figure is the median, over a few pairs taken side by side, of (ns per operation) / (ns
-per ``time.monotonic_ns()`` call), both timed in this thread's CPU time: ``Limiter.hit`` on one key and on 100,000 keys in random
-order, a striped and a keyed ``Window.add``, a moving log's own hit (``MovingLogs.hit``, the
-core's ``moving_hit``) and limits' moving window through ``shm://``. One round per
+per ``time.monotonic_ns()`` call), both timed in this thread's CPU time: ``Limiter.hit`` on
+one key and on 100,000 keys in random order, a striped and a keyed ``Window.add``, a moving
+log's own hit (``MovingLogs.hit``, the core's ``moving_hit``) and limits' moving window
+through ``shm://``. One round per
 process; benchmarks/README.md ("The core split into small files") says how two builds are run
 in turn on one core. Prints one JSON object.
 """

@@ -320,3 +320,47 @@ def test_a_concurrency_full_table_raises_whatever_on_full_says(name):
         finally:
             w.close()
             w.unlink()
+
+
+# -- _core.open: a segment's type, by its header's kind and role words -----------------------------
+
+
+def test_open_builds_each_segment_the_type_of_its_role(name):
+    """Every role's segment, made by its own front, gets its role's type from _core.open: the
+    role's methods and the base's, and no other role's."""
+    from shmwin.geometry import LEASE_ROLE, lease_geometry
+    from shmwin.integrations import limits_fixed, limits_moving, limits_sliding
+
+    clock = shmwin.ManualClock()
+    period_ns = 60 * 10**9
+    rate = shmwin.Rate(5, period_ns)
+    made = {
+        "plain": (shmwin.Window(name + "-w", span="1m", buckets=6, capacity=8), _core.WindowCore),
+        "striped": (shmwin.Window(name + "-s", span="1m", buckets=6), _core.WindowCore),
+        "limiter": (shmwin.Limiter(name + "-l", "5/minute", clock=clock), _core.LimiterCore),
+        "tokens": (shmwin.TokenBucket(name + "-t", "5/minute", burst=5, clock=clock), _core.TokenBucketCore),
+        "concurrency": (shmwin.Concurrency(name + "-c", 2), _core.ConcurrencyCore),
+    }
+    for role, want, core_type in (
+        ("fixed", limits_fixed.geometry(period_ns, 4), _core.FixedWindowCore),
+        ("sliding", limits_sliding.geometry(period_ns, 4), _core.SlidingCounterCore),
+        ("moving", limits_moving.geometry(5, period_ns, 5, 4), _core.MovingLogCore),
+        (LEASE_ROLE, lease_geometry([rate], 4), _core.LeaseCore),
+    ):
+        made[role] = (shmwin.Window.open_geometry(f"{name}-{role}", want, clock=clock), core_type)
+    methods = {  # one method each role's type has, and no other type
+        _core.WindowCore: "add", _core.LimiterCore: "refund", _core.TokenBucketCore: "token_hit",
+        _core.ConcurrencyCore: "conc_acquire", _core.FixedWindowCore: "fixed_incr",
+        _core.SlidingCounterCore: "sliding_hit", _core.MovingLogCore: "moving_hit",
+        _core.LeaseCore: "lease_spend",
+    }  # fmt: skip
+    try:
+        for role, (front, core_type) in made.items():
+            window = getattr(front, "window", front)
+            core = getattr(window, "_backend", window)._core
+            assert type(core) is core_type and isinstance(core, _core.Core), role
+            assert {t for t, m in methods.items() if hasattr(core, m)} == {core_type}, role
+    finally:
+        for front, _ in made.values():
+            front.unlink()  # its decisions window too
+            front.close()

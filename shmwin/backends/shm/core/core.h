@@ -156,15 +156,20 @@ typedef struct {
  *   2. its init, which hands them over, and its methods (METH_FASTCALL | METH_KEYWORDS
  *      for hot ones; each keyed one runs key_enter ... key_leave, below):
  *        static int series_init(Core *c, PyObject *a, PyObject *kw) { return core_init(c, a, kw, &series_hooks); }
- *   3. its spec, Core's size (or a larger struct whose first member is the Core), and the
- *      flags every type here has:
+ *   3. its spec, Core's size (or a larger struct whose first member is the Core: object
+ *      fields of its own then need its Py_tp_traverse/Py_tp_clear/Py_tp_dealloc, each ending
+ *      in Core's, found as PyType_GetSlot(st->core_type, ...)), and the flags every type here has:
  *        PyType_Spec series_spec = {.name = "shmwin._core.SeriesCore", .basicsize = sizeof(Core),
  *            .flags = ROLE_TYPE_FLAGS, .slots = (PyType_Slot[]){{Py_tp_init, series_init},
  *            {Py_tp_methods, series_methods}, {Py_tp_doc, "..."}, {0, NULL}}};
  *   4. one row of module.c's role_types table, {KIND_WINDOW, ROLE_SERIES, &series_spec}, and
  *      `extern PyType_Spec series_spec;` with the others below; the type's name in
- *      shmwin/_core.pyi (class SeriesCore(Core)), and its file in module.c's map.
- * Core is Py_TPFLAGS_BASETYPE; module.c creates each type with Core as its base. */
+ *      shmwin/_core.pyi (class SeriesCore(Core)), its file in module.c's map and in
+ *      docs/internals.md (tests/unit/test_core_file_map.py checks both), and a test that
+ *      _core.open builds it for its segments.
+ * A role test (c->role, ROLE_*) belongs in its header or check hook only: the file map's test
+ * fails a method that makes one. Core is Py_TPFLAGS_BASETYPE; module.c creates each type with
+ * Core as its base. */
 
 struct RoleHooks {
     const char *role;      /* its word in errors: "window %R is not a <role> segment" */
