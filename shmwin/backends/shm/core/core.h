@@ -128,13 +128,6 @@ typedef struct {
     int64_t retry_ns;   /* when to look for a free stripe again */
     int64_t tight_until_ns;  /* keyed: no memory for a larger index seen; until then, no rebuild to grow */
     int64_t punched_ns;      /* keyed: the rebuild (its rebuilt_ns) whose replaced index copies we punched */
-    /* a limiter's decisions (limiter.c, note_decision) */
-    PyObject *tally;    /* its decisions window: a striped Core of TALLY_FIELDS, or NULL */
-    int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
-    /* a tally's last bucket (limiter.c, note_in_stripe): epoch note_e spans [note_lo_ns,
-     * note_lo_ns + bucket) in this process's stripe row note_row, at note_b: no division per hit */
-    int64_t note_e, note_lo_ns, note_row;
-    int64_t *note_b;
     int64_t chunks_off, n_chunks;  /* role "moving-log": the chunk heap (moving.c); else 0 */
     int moving_shift;   /* role "moving-log": log2 of its entries' time quantum (layout_words) */
     int64_t key_bytes;  /* keyed: the key bytes a row stores (a moving log's: a digest) */
@@ -199,6 +192,28 @@ struct RoleHooks {
 
 /* a role type's flags: its GC support (traverse, clear) is Core's, inherited with the flag */
 #define ROLE_TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE)
+
+/* The role types' own fields (a role with none uses Core as it is):
+ * a window's core (WindowCore, window.c), and where it last counted a decision when it is a
+ * limiter's tally (limiter.c, note_in_stripe): epoch e spans [lo_ns, lo_ns + bucket) in this
+ * process's stripe row `row`, at b: no division per hit. */
+typedef struct {
+    int64_t e, lo_ns, row;
+    int64_t *b;
+} TallyNote;
+typedef struct {
+    Core core;
+    TallyNote note;
+} WindowObject;
+#define TALLY_NOTE(c) (&((WindowObject *)(c))->note)  /* c: a WindowCore (set_tally checked it) */
+
+/* A deciding role's core (LimiterCore, TokenBucketCore): a Core and its decisions (limiter.c). */
+typedef struct {
+    Core core;
+    PyObject *tally;    /* its decisions window: a striped WindowCore of TALLY_FIELDS, or NULL */
+    int shadow;         /* 1: hit() answers True whatever it decided (a dry run) */
+} DeciderObject;
+#define DECIDER(c) ((DeciderObject *)(c))  /* c: a LimiterCore or a TokenBucketCore */
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
 #define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
@@ -310,6 +325,8 @@ static inline void leave(Core *c) {
 }
 int fits(int64_t off, int64_t count, int64_t size, int64_t limit);
 int core_init(Core *c, PyObject *args, PyObject *kw, const RoleHooks *hooks);
+int core_traverse(Core *c, visitproc visit, void *arg);  /* a type with object fields of its own: */
+int core_clear(Core *c);                                  /* its slots end in these */
 int not_role(Core *c);
 extern const RoleHooks plain_hooks;
 extern PyType_Spec core_spec;
@@ -498,6 +515,8 @@ PyObject *Core_moving_chunks(Core *c, PyObject *Py_UNUSED(ignored));
 /* ---- a limiter's decisions (limiter.c): its tally, which a token bucket keeps too ---------- */
 
 PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
+int decider_traverse(Core *c, visitproc visit, void *arg);
+int decider_clear(Core *c);
 #define SET_TALLY_METHOD                                                                          \
     {"set_tally", (PyCFunction)(void (*)(void))Core_set_tally, METH_FASTCALL,                     \
      "set_tally($self, tally, shadow, /)\n--\n\nCount decisions in tally (or None); shadow: hit() always True."}

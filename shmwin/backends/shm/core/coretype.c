@@ -287,20 +287,18 @@ const RoleHooks plain_hooks = {.role = "plain"};
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &plain_hooks); }
 
-static int Core_traverse(Core *c, visitproc visit, void *arg) {
+int core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(c));
     Py_VISIT(c->clock);
     Py_VISIT(c->claim);
     Py_VISIT(c->fields);
-    Py_VISIT(c->tally);
     return 0;
 }
 
-static int Core_clear_refs(Core *c) {
+int core_clear(Core *c) {
     Py_CLEAR(c->clock);
     Py_CLEAR(c->claim);
     Py_CLEAR(c->fields);
-    Py_CLEAR(c->tally);
     return 0;
 }
 
@@ -310,7 +308,7 @@ static void Core_dealloc(Core *c) {
     c->closed = 1;
     c->busy = 0;
     release_map(c);
-    Core_clear_refs(c);
+    type->tp_clear((PyObject *)c);  /* its type's: a role's own object fields too (DeciderObject) */
     Py_CLEAR(c->name);
     cache_drop(c);
     PyMem_Free(c->empty);
@@ -361,8 +359,8 @@ static PyType_Slot core_slots[] = {
     {Py_tp_new, Core_new},
     {Py_tp_init, Core_init},
     {Py_tp_dealloc, Core_dealloc},
-    {Py_tp_traverse, Core_traverse},
-    {Py_tp_clear, Core_clear_refs},
+    {Py_tp_traverse, core_traverse},
+    {Py_tp_clear, core_clear},
     {Py_tp_methods, core_methods},
     {Py_tp_getset, Core_getset},
     {0, NULL},

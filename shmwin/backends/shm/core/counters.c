@@ -369,7 +369,7 @@ static PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs
     if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
         if (met_full(c, 1)) {
             note_decision(c, now, full_allows(c), 0);
-            result = Py_NewRef(full_allows(c) || c->shadow ? Py_True : Py_False);
+            result = Py_NewRef(full_allows(c) || DECIDER(c)->shadow ? Py_True : Py_False);
         }
         goto out;
     }
@@ -380,7 +380,7 @@ static PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs
         int64_t left = allowed ? (now - t.tat + t.tol) / t.T : 0, five;
         int near = allowed && !__builtin_mul_overflow(left, 5, &five) && five <= t.tol / t.T;  /* burst */
         note_decision(c, now, allowed, near);
-        result = Py_NewRef(allowed || c->shadow ? Py_True : Py_False);
+        result = Py_NewRef(allowed || DECIDER(c)->shadow ? Py_True : Py_False);
     }
 out:
     return key_leave(c, &kc, result);
@@ -488,5 +488,18 @@ COUNTER_SPEC(fixed_window_spec, "FixedWindowCore", fixed_init, fixed_methods,
              "A segment of role fixed-window: limits' fixed windows, and what every segment has (Core).");
 COUNTER_SPEC(sliding_counter_spec, "SlidingCounterCore", sliding_init, sliding_methods,
              "A segment of role sliding-counter: limits' sliding window counters, and what every segment has.");
-COUNTER_SPEC(token_bucket_spec, "TokenBucketCore", token_init, token_methods,
-             "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has.");
+
+/* a decider: its tally is an object field of its own (DeciderObject, limiter.c) */
+PyType_Spec token_bucket_spec = {
+    .name = "shmwin._core.TokenBucketCore",
+    .basicsize = sizeof(DeciderObject),
+    .flags = ROLE_TYPE_FLAGS,
+    .slots = (PyType_Slot[]){
+        {Py_tp_doc, "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has."},
+        {Py_tp_init, token_init},
+        {Py_tp_methods, token_methods},
+        {Py_tp_traverse, decider_traverse},
+        {Py_tp_clear, decider_clear},
+        {0, NULL},
+    },
+};

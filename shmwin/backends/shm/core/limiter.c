@@ -29,11 +29,12 @@ static int near_limit(Core *c, const Verdict *v) {
 static int note_in_stripe(Core *t, int64_t now, int f, int near) {
     if (t->closed || t->stripe_gen != fork_gen || t->stripe_row <= 0 || t->n_rings != 1 || t->floats) return 0;
     const Ring *r = &t->rings[0];
-    int64_t e = t->note_e, *b = t->note_b;
-    if (b == NULL || t->note_row != t->stripe_row || now < t->note_lo_ns || now - t->note_lo_ns >= r->bucket_ns) {
+    TallyNote *n = TALLY_NOTE(t);
+    int64_t e = n->e, *b = n->b;
+    if (b == NULL || n->row != t->stripe_row || now < n->lo_ns || now - n->lo_ns >= r->bucket_ns) {
         e = now / r->bucket_ns;  /* a new bucket (or stripe): where it is, kept for the next hits */
         b = BUCKET(t, RING(t, ROW(t, t->stripe_row), 0), r, e);
-        t->note_e = e, t->note_lo_ns = e * r->bucket_ns, t->note_row = t->stripe_row, t->note_b = b;
+        n->e = e, n->lo_ns = e * r->bucket_ns, n->row = t->stripe_row, n->b = b;
     }
     SECTION("add_striped");
     if (LOAD(b + SLOT_EPOCH) < e) {
@@ -47,7 +48,7 @@ static int note_in_stripe(Core *t, int64_t now, int f, int near) {
 }
 
 void note_decision(Core *c, int64_t now, int allowed, int near) {
-    Core *t = (Core *)c->tally;  /* called with no error set; no Python runs here */
+    Core *t = (Core *)DECIDER(c)->tally;  /* called with no error set; no Python runs here */
     int f = SLOT_VALUES + (allowed ? TALLY_ADMITTED : TALLY_REJECTED);
     if (t == NULL || t->closed || note_in_stripe(t, now, f, near)) return;
     /* no stripe of the tally (every one taken): its shared row, under its lock, uninterruptible */
@@ -73,7 +74,7 @@ void note_decision(Core *c, int64_t now, int allowed, int near) {
  * give a stripe (closed, corrupt, every stripe taken) is not an error: note_decision then
  * counts in its shared row. */
 int tally_ready(Core *c) {
-    Core *t = (Core *)c->tally;
+    Core *t = (Core *)DECIDER(c)->tally;
     int64_t row;
     if (t == NULL || t->closed || !t->striped || t->stripe_gen == fork_gen) return 0;
     if (enter(t) < 0) {
@@ -108,8 +109,8 @@ PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs) {
             return NULL;
         }
     }
-    Py_XSETREF(c->tally, t == Py_None ? NULL : Py_NewRef(t));
-    c->shadow = shadow;
+    Py_XSETREF(DECIDER(c)->tally, t == Py_None ? NULL : Py_NewRef(t));
+    DECIDER(c)->shadow = shadow;
     Py_RETURN_NONE;
 }
 
@@ -136,7 +137,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (got < 0) {
         if (met_full(c, 1)) {  /* on_full answers: admitted uncounted, or refused */
             note_decision(c, now, full_allows(c), 0);
-            result = Py_NewRef(full_allows(c) || c->shadow ? Py_True : Py_False);
+            result = Py_NewRef(full_allows(c) || DECIDER(c)->shadow ? Py_True : Py_False);
         }
         goto out;
     }
@@ -144,7 +145,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     key_unlock(c, &kc);
     if (rc == 0) {
         note_decision(c, now, v.allowed, v.allowed && near_limit(c, &v));
-        result = Py_NewRef(v.allowed || c->shadow ? Py_True : Py_False);
+        result = Py_NewRef(v.allowed || DECIDER(c)->shadow ? Py_True : Py_False);
     }
 out:
     return key_leave(c, &kc, result);
@@ -263,6 +264,17 @@ out:
 
 /* ---- the type ----------------------------------------------------------------------------- */
 
+/* A decider's tally is its own object field: visited and cleared here, then the Core's. */
+int decider_traverse(Core *c, visitproc visit, void *arg) {
+    Py_VISIT(DECIDER(c)->tally);
+    return core_traverse(c, visit, arg);
+}
+
+int decider_clear(Core *c) {
+    Py_CLEAR(DECIDER(c)->tally);
+    return core_clear(c);
+}
+
 static int limiter_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) { return c->limiter ? 0 : not_role(c); }
 
 /* A key row lock's holder died: the intent row's running totals may be torn (rings.c). */
@@ -293,12 +305,14 @@ static PyType_Slot limiter_slots[] = {
     {Py_tp_doc, "A limiter's segment: its check-and-count, its decisions, and what every segment has (Core)."},
     {Py_tp_init, limiter_init},
     {Py_tp_methods, limiter_methods},
+    {Py_tp_traverse, decider_traverse},
+    {Py_tp_clear, decider_clear},
     {0, NULL},
 };
 
 PyType_Spec limiter_spec = {
     .name = "shmwin._core.LimiterCore",
-    .basicsize = sizeof(Core),
+    .basicsize = sizeof(DeciderObject),
     .flags = ROLE_TYPE_FLAGS,
     .slots = limiter_slots,
 };

@@ -381,7 +381,7 @@ static PyType_Slot window_slots[] = {
 
 PyType_Spec window_spec = {
     .name = "shmwin._core.WindowCore",
-    .basicsize = sizeof(Core),
+    .basicsize = sizeof(WindowObject),  /* its TallyNote, for when it is a limiter's tally */
     .flags = ROLE_TYPE_FLAGS,
     .slots = window_slots,
 };
