@@ -213,6 +213,9 @@ def test_the_core_type_and_errors_live_in_module_state():
     assert core_type.__flags__ & (1 << 10)  # Py_TPFLAGS_BASETYPE: the roles' types are its subtypes
     for role_type in _core_types():  # heap types, immutable, each of the module
         assert role_type.__flags__ & (1 << 9) and role_type.__module__ == "shmwin._core", role_type
+        # Py_TPFLAGS_HAVE_GC: each holds Python objects; a type with its own traverse does not
+        # inherit the flag, and without it an object is freed as if it had no GC header
+        assert role_type.__flags__ & (1 << 14), role_type
         with pytest.raises(TypeError):
             role_type.reset = None
     with pytest.raises(TypeError):

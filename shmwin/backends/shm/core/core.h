@@ -150,8 +150,9 @@ typedef struct {
  *      for hot ones; each keyed one runs key_enter ... key_leave, below):
  *        static int series_init(Core *c, PyObject *a, PyObject *kw) { return core_init(c, a, kw, &series_hooks); }
  *   3. its spec, Core's size (or a larger struct whose first member is the Core: object
- *      fields of its own then need its Py_tp_traverse/Py_tp_clear/Py_tp_dealloc, each ending
- *      in Core's, found as PyType_GetSlot(st->core_type, ...)), and the flags every type here has:
+ *      fields of its own then need its Py_tp_traverse and Py_tp_clear, each ending in Core's
+ *      (core_traverse, core_clear), and Py_TPFLAGS_HAVE_GC, which a type with its own traverse
+ *      does not inherit: see DeciderObject), and the flags every type here has:
  *        PyType_Spec series_spec = {.name = "shmwin._core.SeriesCore", .basicsize = sizeof(Core),
  *            .flags = ROLE_TYPE_FLAGS, .slots = (PyType_Slot[]){{Py_tp_init, series_init},
  *            {Py_tp_methods, series_methods}, {Py_tp_doc, "..."}, {0, NULL}}};

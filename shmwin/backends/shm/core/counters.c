@@ -493,7 +493,7 @@ COUNTER_SPEC(sliding_counter_spec, "SlidingCounterCore", sliding_init, sliding_m
 PyType_Spec token_bucket_spec = {
     .name = "shmwin._core.TokenBucketCore",
     .basicsize = sizeof(DeciderObject),
-    .flags = ROLE_TYPE_FLAGS,
+    .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,  /* its own traverse and clear: GC is not inherited then */
     .slots = (PyType_Slot[]){
         {Py_tp_doc, "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has."},
         {Py_tp_init, token_init},

@@ -313,6 +313,6 @@ static PyType_Slot limiter_slots[] = {
 PyType_Spec limiter_spec = {
     .name = "shmwin._core.LimiterCore",
     .basicsize = sizeof(DeciderObject),
-    .flags = ROLE_TYPE_FLAGS,
+    .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,  /* its own traverse and clear: GC is not inherited then */
     .slots = limiter_slots,
 };
