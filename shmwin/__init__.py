@@ -40,12 +40,11 @@ from .errors import (
     WindowPermissionError,
 )
 from .front import Decisions
-from .limiter import Limiter, LimitStats
+from .limiter import Limiter, LimitStats, TokenBucket
 from .overload.adaptive import AdaptiveLimiter
 from .overload.breaker import Breaker, BreakerOpenError
 from .overload.shedder import OverloadedError, Shedder
 from .rate import Rate
-from .token_bucket import TokenBucket
 from .window import Window
 
 __version__ = "0.1.0"

@@ -28,7 +28,6 @@ from typing import Any
 from .backends.contract import Key
 from .backends.shm.roles import ConcurrencyEngine
 from .clock import Clock, host_clock
-from .duration import Duration, to_ns
 from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError
 from .geometry import (
     ADDRESS_BUDGET_BYTES,
@@ -40,6 +39,7 @@ from .geometry import (
     Ring,
     window_geometry,
 )
+from .rate import Duration, to_ns
 from .window import Window
 
 ROLE = "concurrency"

@@ -19,13 +19,25 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import backends, batch
+from . import backends
 from .backends.contract import Key
 from .clock import Clock, host_clock
-from .duration import NS_PER_S, Duration
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
 from .geometry import Geometry, Meta, parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
-from .policy import ON_FULL, WINDOW_ON_ERROR, WINDOW_ON_FULL, choice, exact, exact_sum, int64_total
+from .policy import (
+    ON_FULL,
+    WINDOW_ON_ERROR,
+    WINDOW_ON_FULL,
+    batch_sum,
+    choice,
+    exact,
+    exact_sum,
+    int64_total,
+    items_by_bucket,
+    stamps_of,
+    values_of,
+)
+from .rate import NS_PER_S, Duration
 
 Number = int | float
 Fields = tuple[str, ...] | list[str] | str
@@ -297,12 +309,12 @@ class Window:
         """
         self._check_open()
         name = self._g.fields[self._index(field)]
-        values_ = batch.values_of(values, self._g.dtype)
+        values_ = values_of(values, self._g.dtype)
         if at is None:
             if values_.size:
-                self.add(batch.exact_sum(values_, self._g.dtype), name, key=key)
+                self.add(batch_sum(values_, self._g.dtype), name, key=key)
             return
-        items = batch.items_by_bucket(self._g, self._clock(), values_, batch.stamps_of(at, values_))
+        items = items_by_bucket(self._g, self._clock(), values_, stamps_of(at, values_))
         try:
             self._backend.add_batch(items, name, key)
         except BackendUnavailableError:

@@ -639,12 +639,12 @@ def check() -> list[str]:
     return problems
 
 
-# Limits every backend shares are geometry's own (and the clock's, the ring's): the backend-neutral
+# Limits every backend shares are geometry's own (and the clock's): the backend-neutral
 # layers never import this module. This format must hold them all, word for word.
 _NEUTRAL = {
     "shmwin.clock": ("MAX_NOW_NS",),
-    "shmwin.ring": ("EMPTY_EPOCH",),
-    "shmwin.geometry": ("DTYPES", "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
+    "shmwin.geometry": ("DTYPES", "EMPTY_EPOCH",
+                        "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
                         "MAX_BUCKETS", "MAX_CAPACITY", "MAX_CONCURRENCY", "MAX_FIELDS", "MAX_KEY_LOCKS",
                         "MAX_LOG_ENTRIES", "MAX_RINGS", "MAX_SPAN_NS", "MAX_STRIPES", "MODES", "ROLES",
                         "CONC_HOLDER_BYTES"),

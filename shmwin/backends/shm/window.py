@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import ring
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
@@ -35,7 +34,7 @@ from ...errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
-from ...geometry import Geometry, Meta
+from ...geometry import Geometry, Meta, slots_oldest_first
 from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
 from . import layout, native
@@ -330,7 +329,7 @@ class ShmWindow:
         per_slot, now_ns = self._live(value_index, ring_index, k, key)
         if not ordered:  # a sum: every slot, those outside the last k are 0
             return Reading(per_slot, now_ns)
-        return Reading(per_slot[ring.slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
+        return Reading(per_slot[slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
 
     def log_entries(self, ring_index: int, key: Key) -> tuple[list[tuple[int, int]], int]:
         """An exact limiter's log ring for ``key``: its entries counting now, as (time ns,

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 import pytest
 
 from shmwin import Limiter, ManualClock
-from shmwin import local_share as local_share_module
+from shmwin.backends import local_share as local_share_module
+from shmwin.backends.local_share import HOSTS_HORIZON_NS, fallback_since
 from shmwin.backends.redis.testing import ServerTime
-from shmwin.local_share import HOSTS_HORIZON_NS, fallback_since
 
 S = 1_000_000_000
 BACKENDS = ["redis", "twotier"]

@@ -37,9 +37,9 @@ import urllib.parse
 from time import monotonic
 from typing import Any
 
-from .backends.shm.segment import unlink
-from .errors import BackendUnavailableError, GeometryMismatchError, WindowNotFoundError
-from .rate import Rate, Rates, parse_many
+from ..errors import BackendUnavailableError, GeometryMismatchError, WindowNotFoundError
+from ..rate import Rate, Rates, parse_many
+from .shm.segment import unlink
 
 PROBE_S = 0.5  # while away: ask the backend again at most this often (per process)
 # while away: read the clock (to know whether PROBE_S passed) at every CLOCK_EVERY-th hit only: a
