@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import PROGRESS, RAISE, SIGNALS, every_store, promptly, strike
+from support import failpoints as fp
+from support.failpoints import PROGRESS, RAISE, SIGNALS
 
 import shmwin
 from shmwin import ManualClock
@@ -77,18 +78,18 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig, bef
                 clock.set(T0 + jump_ns)
                 return mine
 
-            with strike("moving_hit", n, sig, before, lambda mine: mine.hit("k", 1),
+            with fp.strike("moving_hit", n, sig, before, lambda mine: mine.hit("k", 1),
                         lambda mine: mine.used_and_reset("k")) as s:  # fmt: skip
                 assert s.report[PROGRESS] == before_hits
                 counted = 1 if s.completed else 0
-                used = promptly(m.used_and_reset, "k")[0]
+                used = fp.promptly(m.used_and_reset, "k")[0]
                 assert used >= before_hits + counted, f"a clock stepped back lost dead hits: {used}"
-                admitted = sum(bool(promptly(m.hit, "k", 1)) for _ in range(LIMIT))
+                admitted = sum(bool(fp.promptly(m.hit, "k", 1)) for _ in range(LIMIT))
                 assert before_hits + admitted + counted <= LIMIT, f"over the limit: {admitted} more"
                 if not s.fired or sig == RAISE:  # untorn: exact
                     assert used == before_hits + 1 and admitted == LIMIT - before_hits - 1
                 back.now_ns = T0 + jump_ns
-                assert promptly(m.used_and_reset, "k")[0] >= counted
+                assert fp.promptly(m.used_and_reset, "k")[0] >= counted
                 back.now_ns = T0 + jump_ns + 3 * P
                 m.reset()
                 top, free, _, _ = m.chunks()
@@ -98,4 +99,4 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig, bef
             m.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) == BEFORE_STORES[before_hits]
+    assert fp.every_store(strike_at) == BEFORE_STORES[before_hits]
