@@ -12,6 +12,19 @@ from typing import Any
 from shmwin import ManualClock
 
 
+class SteppingClock:
+    """A wall clock driven by hand, which (unlike ManualClock, a monotonic one) may step back."""
+
+    def __init__(self, now_ns: int):
+        self.now_ns = now_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def set(self, now_ns: int) -> None:
+        self.now_ns = now_ns
+
+
 def busiest_period(admitted: list[tuple[int, int]], period_ns: int, *, closed: bool = False) -> int:
     """The most cost admitted in any interval of ``period_ns`` of the clocks' own frame:
     ``(a - P, a]``, or with ``closed`` ``[a, a + P]`` (a moving log's, whose ends both count)."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from support.clock_steps import busiest_period, skewed_turns
+from support.clock_steps import SteppingClock, busiest_period, skewed_turns
 from support.helpers import run_python
 
 from shmwin import Limiter, ManualClock
@@ -24,19 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
 
 S = 1_000_000_000
 T0 = 1_000_000 * S
-
-
-class SteppingClock:
-    """A wall clock driven by hand, which (unlike ManualClock, a monotonic one) may step back."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def set(self, now_ns: int) -> None:
-        self.now_ns = now_ns
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import functools
 import random
 
 import pytest
-from support.clock_steps import busiest_period, skewed_turns
+from support.clock_steps import SteppingClock, busiest_period, skewed_turns
 from support.helpers import run_python
 
 import shmwin
@@ -33,19 +33,6 @@ def quantum(period_ns: int) -> int:
 def old_ns(period_ns: int) -> int:
     """How far behind the last write an entry may lie before it is moved up (OLD_QUANTA)."""
     return (1 << (layout.MOVING_SPAN_BITS + 2)) * quantum(period_ns)
-
-
-class SteppingClock:
-    """A wall clock driven by hand, which (unlike ManualClock, a monotonic one) may step back."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def set(self, now_ns: int) -> None:
-        self.now_ns = now_ns
 
 
 def open_log(

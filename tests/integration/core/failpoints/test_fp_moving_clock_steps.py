@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from support import failpoints as fp
+from support.clock_steps import SteppingClock
 from support.failpoints import PROGRESS, RAISE, SIGNALS
 
 import shmwin
@@ -28,16 +29,6 @@ LIMIT = 12
 # (inline), the dead entries zeroed (the second inline one takes the hit), the hit. 3 dead
 # entries are zeroed from the scan's list, 8 by a second walk of the chain (two chunks).
 BEFORE_STORES = {3: 5, 8: 10}
-
-
-class SteppingClock:
-    """A wall clock driven by hand, which may step back (ManualClock is monotonic)."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
 
 
 def _open(name: str, clock: Any, create: bool) -> MovingLogs:

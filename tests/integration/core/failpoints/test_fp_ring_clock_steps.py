@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from support import failpoints as fp
+from support.clock_steps import SteppingClock
 from support.failpoints import LOCK_TIMEOUT, PROGRESS, RAISE, SIGNALS, T0, S
 
 import shmwin
@@ -36,16 +37,6 @@ CASES = {
 # untorn, back at back_at: (used, admitted): lap, the ghost's 4 and the hit ahead; merge, the
 # ghost's 5 (capped: 6 - 1 kept) and the 2 ahead of that clock
 UNTORN = {"lap": (5, 1), "merge": (LIMIT + 1, 0)}
-
-
-class SteppingClock:
-    """A wall clock driven by hand, which may step back (ManualClock is monotonic)."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
 
 
 def _open(name: str, clock: Any) -> Limiter:
