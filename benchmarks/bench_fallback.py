@@ -23,8 +23,8 @@ import sys
 import time
 
 from shmwin import Limiter
-from shmwin.backends.local_share import fallback_since
 from shmwin.errors import BackendUnavailableError
+from shmwin.local_share import fallback_since
 
 RATES = "1000000000/hour"  # nothing is refused: every hit does the same work
 KEYS = [f"k{i}" for i in range(10)]

@@ -51,12 +51,12 @@ from typing import Any
 
 from . import backends
 from .backends.contract import Key
-from .backends.local_share import LocalShare, check_local
 from .backends.shm.roles import TokensEngine
 from .backends.shm.roles.tokens import tokens_at as tokens_at  # the GCRA arithmetic, a reader of its own
 from .clock import Clock
 from .front import Decisions, Front, read_decisions
 from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry, token_geometry
+from .local_share import LocalShare, check_local
 from .policy import (
     DEFAULT_ON_FULL,
     LIMITER_ON_ERROR,

@@ -33,7 +33,7 @@ DEFAULT_ON_FULL = "allow"
 # drop the add instead (counted in full_count).
 WINDOW_ON_FULL = "raise"
 ON_ERROR = ("raise", "allow", "deny")  # a limiter's backend is away: BackendUnavailableError, admit, refuse
-# a Limiter's also: "local", a share of the limit in this host's shared memory (backends/local_share.py)
+# a Limiter's also: "local", a share of the limit in this host's shared memory (local_share.py)
 LIMITER_ON_ERROR = (*ON_ERROR, "local")
 WINDOW_ON_ERROR = ("raise", "allow")  # a window's: raise, or drop the add and go on
 MIN_PAUSE_NS = 1_000_000  # acquire() never sleeps less than 1 ms between two tries

@@ -8,7 +8,7 @@
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count (0 with ARGV[3] = '0' only reads)
 -- ARGV[3]  '1' to count the cost if every rate allows it, '0' to only check, '2' to count it
---          whatever the rates say (on_error="local" carrying a host's hits back: backends/local_share.py)
+--          whatever the rates say (on_error="local" carrying a host's hits back: local_share.py)
 -- ARGV[4]  '1' to also return when each rate's oldest hit leaves and when the cost would fit,
 --          '0' not to (both then 0)
 -- ARGV[5]  the key's time to live in milliseconds (the longest span + 2 buckets)
