@@ -32,7 +32,9 @@ meanwhile is counted against the global keys first.
   (``shmwin_fallback_active``, ``shmwin_fallback_since_seconds``) show it.
 * **What it does not cover.** Into the outage, a host's share is not reduced by what the host
   had used of the global limit just before: in the period that spans the start of an outage,
-  the hosts together may admit up to the global limit plus their shares.
+  the hosts together may admit up to the global limit plus their shares. The same bound holds
+  for the period that spans the switch back, since each process carries its own hits at its own
+  first call that gets through: another process may admit fresh hits before it.
 """
 
 from __future__ import annotations
