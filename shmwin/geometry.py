@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .duration import Duration, format_ns, to_ns
 from .rate import Rate
 from .ring import buckets_for
+from .sketch import Sketch
 
 # -- the limits and enumerations every backend shares ----------------------------------------
 # Geometry's own: the layers above the backends never import a byte format. Shared memory's format
@@ -41,8 +42,10 @@ MODES = ("striped", "locked")
 KINDS = ("window", "limiter")
 # what shmwin made a segment for ("" = a plain window or limiter); see shmwin.inspector.roles
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease")  # fmt: skip
+         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
+         "distribution")  # fmt: skip
 
+DIST_FIELDS = ("count", "sum", "min", "max")  # a distribution's slot, after its epoch
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
 DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)
 DEFAULT_STRIPES = 64  # a striped window's rows for writers: one per process, up to this many
@@ -87,6 +90,7 @@ class Geometry:
     capacity: int = 0
     kind: str = "window"
     role: str = ""  # ROLES: what shmwin made it for, when the tools must know ("" = plain)
+    sketch: Sketch | None = None  # role "distribution": its bins (shmwin.sketch); else None
 
     def __post_init__(self) -> None:
         _check_geometry(self)
@@ -152,6 +156,8 @@ class Geometry:
             parts.append(f"kind={self.kind}")
         if self.role:
             parts.append(f"role={self.role}")
+        if self.sketch is not None:
+            parts.append(f"relative_error={self.sketch}")
         return " ".join(parts)
 
 
@@ -199,6 +205,11 @@ def _check_geometry(g: Geometry) -> None:
         raise ValueError(f"a concurrency limit is 1..{MAX_CONCURRENCY} holders per key")
     if g.keyed and g.mode != "locked":
         raise ValueError("a keyed window (capacity > 0) is written under per-key locks: mode='locked'")
+    if (g.role == "distribution") != (g.sketch is not None):
+        raise ValueError("a distribution's segment, and it alone, has a sketch (its bins)")
+    dist_shape = (DIST_FIELDS, "float64", "locked", "window")
+    if g.sketch is not None and (g.fields, g.dtype, g.mode, g.kind) != dist_shape:
+        raise ValueError(f"a distribution is a locked float64 window of the fields {DIST_FIELDS}")
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,10 @@ FULL_DENY_COUNT = 1 << 62  # on_full="deny"'s count for a fixed window's new key
 # "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease")  # fmt: skip
+         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
+         "distribution")  # fmt: skip
+# "distribution": shmwin.Distribution, a locked window whose slots are DIST_SLOT and whose rows end
+# with each bucket's bins (core/distribution.c; the header's sketch words say which bins)
 # "lease": a two-tier (shm+redis://) limiter's host tier: each key's row holds the lease of hits
 # the host took from Redis (LEASE_STATE below), spent by every worker of the host
 # rows of per-key state: no bucket to read or add to
@@ -164,6 +167,12 @@ HEADER: tuple[Field, ...] = (
     ("role", 168, "I"),
     ("chunks_off", 176, "Q"),  # role "moving-log": the chunk heap, after the rows; else 0
     ("n_chunks", 184, "Q"),  # its chunks (the file is sparse: reserved as handed out)
+    # role "distribution": its bins per bucket (DIST_FIRST_LOG_BIN + log bins), its relative
+    # error and value range (IEEE-754 doubles' bits); 0 for every other role
+    ("sketch_bins", 192, "I"),
+    ("sketch_error", 200, "Q"),
+    ("sketch_low", 208, "Q"),
+    ("sketch_high", 216, "Q"),
     ("field_names", 256, f"{MAX_FIELDS * FIELD_NAME_BYTES}s"),
     ("ring_table", 768, f"ring[{MAX_RINGS}]"),
     ("rows_in_use", 1024, "q"),
@@ -189,7 +198,8 @@ FIXED_HEADER_END = 192  # magic .. n_chunks: the fields packed and unpacked as o
 # the header words read or written in place (not just at attach): each gets F_OFF
 HEADER_WORDS = ("magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index",
                 "index_used", "keys", "rows_top", "rows_reserved", "free_head", "rebuilt_ns",
-                "full_count", "chunks_top", "chunks_reserved", "chunk_free")  # fmt: skip
+                "full_count", "chunks_top", "chunks_reserved", "chunk_free", "sketch_bins", "sketch_error",
+                "sketch_low", "sketch_high")  # fmt: skip
 
 LOCK: tuple[Field, ...] = (
     ("mutex", 0, "mutex"),  # process-shared, robust
@@ -353,6 +363,25 @@ LEASE_STATE: tuple[Field, ...] = (
 )
 LEASE_STATE_BYTES = 88
 
+# role "distribution" (core/distribution.c): a locked window (keyed or not) of the fields
+# DIST_FIELDS, whose every bucket slot is a DIST_SLOT, and whose row ends with the bins of every
+# bucket of every ring, ring after ring: sketch_bins u32 counts per bucket, padded to a word
+# (DIST_BIN_BYTES each; a count stops at DIST_BIN_MAX). A bucket's bins are its slot's: recycled
+# (zeroed) with it, before its new epoch is stamped.
+DIST_FIELDS = ("count", "sum", "min", "max")
+DIST_SLOT: tuple[Field, ...] = (
+    ("epoch", 0, "q"),  # the bucket's epoch, as any window slot's
+    ("count", 8, "q"),  # values recorded (an integer, though the window's dtype is float64)
+    ("sum", 16, "q"),  # their sum (a double's bits)
+    ("min", 24, "q"),  # the least (a double's bits; +inf: none)
+    ("max", 32, "q"),  # the greatest (a double's bits; -inf: none)
+)
+DIST_SLOT_BYTES = 40
+DIST_BIN_BYTES = 4
+DIST_BIN_MAX = (1 << 32) - 1
+DIST_BIN_ZERO, DIST_BIN_UNDER, DIST_BIN_OVER, DIST_FIRST_LOG_BIN = 0, 1, 2, 3
+DIST_MAX_BINS = 1 << 16
+
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "LOCK": (LOCK, "LOCK_BYTES"),
@@ -370,6 +399,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "NAME_ENTRY": (NAME_ENTRY, "NAME_ENTRY_BYTES"),
     "CHUNK": (CHUNK, "CHUNK_BYTES"),
     "LEASE_STATE": (LEASE_STATE, "LEASE_STATE_BYTES"),
+    "DIST_SLOT": (DIST_SLOT, "DIST_SLOT_BYTES"),
 }
 
 
@@ -402,6 +432,7 @@ ROLE_CONCURRENCY = ROLES.index("concurrency")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 ROLE_MOVING_LOG = ROLES.index("moving-log")
 ROLE_LEASE = ROLES.index("lease")
+ROLE_DISTRIBUTION = ROLES.index("distribution")
 ON_FULL_RAISE, ON_FULL_ALLOW = ON_FULL.index("raise"), ON_FULL.index("allow")
 ON_FULL_DENY = ON_FULL.index("deny")
 
@@ -421,6 +452,10 @@ FULL_COUNT_OFF = _at(HEADER, "full_count")
 CHUNKS_TOP_OFF = _at(HEADER, "chunks_top")
 CHUNKS_RESERVED_OFF = _at(HEADER, "chunks_reserved")
 CHUNK_FREE_OFF = _at(HEADER, "chunk_free")
+SKETCH_BINS_OFF = _at(HEADER, "sketch_bins")
+SKETCH_ERROR_OFF = _at(HEADER, "sketch_error")
+SKETCH_LOW_OFF = _at(HEADER, "sketch_low")
+SKETCH_HIGH_OFF = _at(HEADER, "sketch_high")
 # value | tag << 32 (layout.state_word)
 CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF)
 
@@ -522,6 +557,16 @@ LEASE_STATE_LEASES_OFF = _at(LEASE_STATE, "leases")
 LEASE_STATE_LEASES = LEASE_STATE_LEASES_OFF // WORD_BYTES
 LEASE_STATE_REFUSALS_OFF = _at(LEASE_STATE, "refusals")
 LEASE_STATE_REFUSALS = LEASE_STATE_REFUSALS_OFF // WORD_BYTES
+DIST_SLOT_EPOCH_OFF = _at(DIST_SLOT, "epoch")
+DIST_SLOT_EPOCH = DIST_SLOT_EPOCH_OFF // WORD_BYTES
+DIST_SLOT_COUNT_OFF = _at(DIST_SLOT, "count")
+DIST_SLOT_COUNT = DIST_SLOT_COUNT_OFF // WORD_BYTES
+DIST_SLOT_SUM_OFF = _at(DIST_SLOT, "sum")
+DIST_SLOT_SUM = DIST_SLOT_SUM_OFF // WORD_BYTES
+DIST_SLOT_MIN_OFF = _at(DIST_SLOT, "min")
+DIST_SLOT_MIN = DIST_SLOT_MIN_OFF // WORD_BYTES
+DIST_SLOT_MAX_OFF = _at(DIST_SLOT, "max")
+DIST_SLOT_MAX = DIST_SLOT_MAX_OFF // WORD_BYTES
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES,
@@ -545,6 +590,8 @@ _SCALARS = (
     "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "GHOST_EPOCH_SHIFT", "GHOST_HITS_MAX", "COUNT32_BYTES",
     "COUNT32_MAX", "LEASE_STATE_BYTES",
+    "DIST_SLOT_BYTES", "DIST_BIN_BYTES", "DIST_BIN_MAX", "DIST_BIN_ZERO", "DIST_BIN_UNDER", "DIST_BIN_OVER",
+    "DIST_FIRST_LOG_BIN", "DIST_MAX_BINS",
 )  # fmt: skip
 
 
@@ -647,7 +694,7 @@ _NEUTRAL = {
     "shmwin.geometry": ("DTYPES", "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
                         "MAX_BUCKETS", "MAX_CAPACITY", "MAX_CONCURRENCY", "MAX_FIELDS", "MAX_KEY_LOCKS",
                         "MAX_LOG_ENTRIES", "MAX_RINGS", "MAX_SPAN_NS", "MAX_STRIPES", "MODES", "ROLES",
-                        "CONC_HOLDER_BYTES"),
+                        "CONC_HOLDER_BYTES", "DIST_FIELDS"),
 }  # fmt: skip
 
 

@@ -46,10 +46,16 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
                                         (a limiter's decisions window); 11 = "concurrency": keyed
                                         rows of holder entries and a stripe table of processes
                                         (see "Concurrency rows"); 13 = "lease": a two-tier
-                                        limiter's host tier (see "Lease rows")
+                                        limiter's host tier (see "Lease rows"); 14 =
+                                        "distribution": slots of (count, sum, min, max) and
+                                        each bucket's bins (see "Distribution rows")
     176  8    u64       chunks_off      role "moving-log": offset of the chunk heap (after the
                                         rows, page-aligned); else 0
     184  8    u64       n_chunks        its chunks: capacity x the longest chain a key holds; else 0
+    192  4    u32       sketch_bins     role "distribution": bins per bucket (3 + log bins); else 0
+    200  8    u64       sketch_error    its relative error (a double's bits); else 0
+    208  8    u64       sketch_low      the low end of its log bins' range (a double's bits); else 0
+    216  8    u64       sketch_high     the high end (a double's bits); else 0
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -287,6 +293,7 @@ if TYPE_CHECKING:
 
 from ...errors import CorruptSegmentError, IncompatibleVersionError
 from ...geometry import Geometry, Meta, Ring
+from ...sketch import Sketch
 from . import format as _words
 
 # The format's constants: one description, format.py, which the native core's layout.h
@@ -516,6 +523,8 @@ class Layout:
     chunks_off: int = 0  # role "moving-log": the chunk heap, after the rows (page-aligned)
     n_chunks: int = 0
     count_bytes: tuple[int, ...] = ()  # per ring: bytes of a compact ring's count; 0 = slots
+    bins_word: int = 0  # role "distribution": word offset of the bins (ring 0's first bucket's) in a row
+    bin_stride: int = 0  # role "distribution": bytes of one bucket's bins (a whole number of words)
 
     def index_copy(self, index: int, key_slots: int) -> tuple[int, int]:
         """``(offset, entries)`` of index copy ``index`` (= 2 x level + copy)."""
@@ -565,6 +574,10 @@ class Layout:
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
         if g.keyed and g.role == "concurrency":  # a mark word, then one holder entry per slot
             words = ring_words[0] + state_words(g)
+        bins_word, bin_stride = words, 0
+        if g.sketch is not None:  # a distribution's bins: every bucket's, after the rings (distribution.c)
+            bin_stride = -(-g.sketch.n_bins * _words.DIST_BIN_BYTES // WORD_BYTES) * WORD_BYTES
+            words += sum(ring.n_buckets for ring in g.rings) * bin_stride // WORD_BYTES
         # rows are whole cache lines, so that two processes writing two rows never share one
         # (stripes; the keys of a limiter): measured, packed 424-byte limiter rows (format 6) cut two
         # processes' hits on distinct keys to a third. Keyed rows under PACKED_ROW_BYTES are
@@ -584,7 +597,7 @@ class Layout:
         return cls(
             locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
             tuple(ring_words), head_slots, _align_page(first) if g.keyed else total, chunks_off, n_chunks,
-            count_bytes,
+            count_bytes, bins_word if bin_stride else 0, bin_stride,
         )  # fmt: skip
 
 
@@ -631,6 +644,7 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         "n_chunks": lay.n_chunks,
     }  # fmt: skip
     _FIXED.pack_into(page, 0, *(fixed[name] for name in _FIXED_NAMES))
+    _SKETCH.pack_into(page, _words.SKETCH_BINS_OFF, *_sketch_words(g.sketch))
     struct.pack_into("<I", page, HEADER_CRC_OFF, zlib.crc32(page[CRC_START:CRC_END]))
     if g.keyed:  # an empty key table: index 0, nothing handed out or reserved
         for offset in CHECKED_WORDS:
@@ -663,7 +677,7 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     try:
         g = Geometry(
             _read_rings(page, n_rings), _read_fields(page, n_fields),
-            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role],
+            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role], _read_sketch(page),
         )  # fmt: skip
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
@@ -681,6 +695,33 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     meta = Meta(h["creator_pid"], h["created_real_ns"], h["created_mono_ns"], h["boot_id"], h["hash_key"],
                 CLOCKS[clock])  # fmt: skip
     return g, lay, meta
+
+
+# the sketch words (role "distribution"): bins, then the bits of three doubles (format.HEADER)
+_SKETCH = struct.Struct("<I4xQQQ")
+
+
+def _sketch_words(sketch: Sketch | None) -> tuple[int, int, int, int]:
+    """A distribution's sketch words: its bins, then its error and range as doubles' bits; zeros
+    for no sketch."""
+    if sketch is None:
+        return 0, 0, 0, 0
+    error, low, high = (
+        struct.unpack("<Q", struct.pack("<d", x))[0] for x in (sketch.relative_error, sketch.low, sketch.high)
+    )
+    return sketch.n_bins, error, low, high
+
+
+def _read_sketch(page: bytes) -> Sketch | None:
+    """The sketch the header's words describe (ValueError if impossible); None: all zero."""
+    words = _SKETCH.unpack_from(page, _words.SKETCH_BINS_OFF)
+    if not any(words):
+        return None
+    error, low, high = (struct.unpack("<d", struct.pack("<Q", w))[0] for w in words[1:])
+    sketch = Sketch(error, low, high)
+    if sketch.n_bins != words[0]:
+        raise ValueError(f"its sketch says {words[0]} bins, its error and range {sketch.n_bins}")
+    return sketch
 
 
 def _read_rings(page: bytes, n_rings: int) -> tuple[Ring, ...]:

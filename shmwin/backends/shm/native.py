@@ -44,12 +44,14 @@ def open_core(
     on_full: str,
     claim: Callable[[], tuple[int, int]] | None,
     fd: int = -1,
+    role: str = "",
 ) -> _core.Core:
     """The native writer of a mapped segment whose header was validated. Each call reads the
     clock once, before taking any lock: CLOCK_MONOTONIC natively (``clock=None``), or the
     injected one. A keyed segment's core keeps its own duplicate of ``fd``: it reserves memory
     as keys come. ``claim`` (striped windows) names this process when it takes a stripe."""
-    return _core.Core(
+    core_type = _core.Distribution if role == "distribution" else _core.Core  # a role's own subtype
+    return core_type(
         mm, name=name, timeout_ns=round(lock_timeout * 1e9), clock=clock, on_full=on_full_word(on_full),
         claim=claim, fd=fd,
     )  # fmt: skip

@@ -428,6 +428,10 @@ PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
 PyObject *Core_lease_seal(Core *c, PyObject *key);
 PyObject *Core_lease_get(Core *c, PyObject *key);
 
+/* ---- role "distribution": a subtype of Core (distribution.c) ------------------------------- */
+
+int add_distribution_type(PyObject *m, PyTypeObject *core_type);
+
 /* ---- a window's adds (window.c) ------------------------------------------------------------ */
 
 PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

@@ -374,6 +374,6 @@ static PyType_Slot core_slots[] = {
 PyType_Spec core_spec = {
     .name = "shmwin._core.Core",
     .basicsize = sizeof(Core),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_BASETYPE,
     .slots = core_slots,
 };

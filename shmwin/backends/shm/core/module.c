@@ -15,6 +15,8 @@
  *   core.h         what the files share: the Core's fields, STORE/SECTION, the inline hot paths
  *   layout.h       GENERATED from shmwin/layout_words.py: every offset, word index, flag and
  *                  lock number of the binary format, with _Static_asserts on each
+ *   distribution.c  role "distribution": shmwin.Distribution's record and record_many, a
+ *                  subtype of Core (its type checks its role)
  *   coretype.c     the Core type: the geometry read from the segment's header and derived,
  *                  close safety (enter/leave), the type's slots
  *   methods.c      argument helpers; the methods every segment has (clear, reset, find, the
@@ -50,6 +52,7 @@
  *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
  *   counters.c -> index.c limiter.c methods.c rings.c
+ *   distribution.c -> coretype.c index.c methods.c
  *   index.c -> concurrency.c keycache.c keys.c moving.c rings.c space.c
  *   keycache.c -> index.c keys.c
  *   keys.c -> index.c
@@ -57,7 +60,7 @@
  *   limiter.c -> index.c methods.c rings.c
  *   locks.c -> coretype.c index.c moving.c rings.c
  *   methods.c -> coretype.c index.c keys.c rings.c stripes.c
- *   module.c -> locks.c threads.c
+ *   module.c -> distribution.c locks.c threads.c
  *   moving.c -> index.c methods.c space.c
  *   rings.c -> moving.c
  *   space.c -> index.c threads.c
@@ -289,6 +292,7 @@ static int module_exec(PyObject *m) {
     if (take_errors(st) < 0) return -1;
     st->core_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &core_spec, NULL);
     if (st->core_type == NULL || PyModule_AddType(m, st->core_type) < 0) return -1;
+    if (add_distribution_type(m, st->core_type) < 0) return -1;  /* distribution.c */
     PyObject *layout = layout_names();
     if (layout == NULL || PyModule_AddObjectRef(m, "LAYOUT", layout) < 0) {
         Py_XDECREF(layout);

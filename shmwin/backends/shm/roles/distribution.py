@@ -1,0 +1,123 @@
+"""Role "distribution": a window whose slots are ``format.DIST_SLOT`` (epoch, count, sum, min,
+max) and whose rows end with every bucket's bins (``core/distribution.c`` writes them). Here
+the read side: numpy views of those words over every row, and a lock-free merge of the live
+buckets of one ring -- the bins added, counts and sums added, min and max taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .... import ring
+from ....errors import ShmwinError
+from ....sketch import Sketch
+from ...contract import Key
+from .. import format as _words
+from .base import RoleEngine
+
+_SLOT_WORDS = _words.DIST_SLOT_BYTES // _words.WORD_BYTES
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The live buckets of one ring, merged: what every reading of a distribution starts from."""
+
+    count: int
+    sum: float
+    min: float  # +inf when count is 0
+    max: float  # -inf when count is 0
+    bins: npt.NDArray[np.int64]
+    now_ns: int
+
+
+@dataclass(frozen=True)
+class _RingWords:
+    slots: npt.NDArray[np.int64]  # (rows, buckets, 5): epoch, count, sum, min, max (the last three: bits)
+    bins: npt.NDArray[np.uint32]  # (rows, buckets, bins)
+    bucket_ns: int
+    n_buckets: int
+
+
+class DistributionEngine(RoleEngine):
+    role = "distribution"
+
+    def __init__(self, window: Any):
+        super().__init__(window)
+        w = self.window
+        g, lay = w.geometry, w._lay
+        sketch = g.sketch
+        assert sketch is not None  # the geometry's check: a distribution has one
+        self.sketch: Sketch = sketch
+        heap = w._raw[lay.rows_off : lay.rows_off + lay.n_rows * lay.row_bytes]
+        rows = heap.reshape(lay.n_rows, lay.row_bytes)
+        self._rings = []
+        at = lay.bins_word * _words.WORD_BYTES
+        for i, r in enumerate(g.rings):
+            first = lay.bucket_words[i] * _words.WORD_BYTES
+            slots = rows[:, first : first + r.n_buckets * _words.DIST_SLOT_BYTES].view(np.int64)
+            bins = rows[:, at : at + r.n_buckets * lay.bin_stride].view(np.uint32)
+            at += r.n_buckets * lay.bin_stride
+            self._rings.append(_RingWords(
+                slots.reshape(lay.n_rows, r.n_buckets, _SLOT_WORDS),
+                bins.reshape(lay.n_rows, r.n_buckets, -1)[:, :, : sketch.n_bins], r.bucket_ns, r.n_buckets,
+            ))  # fmt: skip
+
+    @property
+    def native_record(self) -> Callable[..., None]:
+        """The core's ``record(value, /, key=None)`` itself: the front binds it, so that a
+        record is one native call with no Python frame in between."""
+        return self._core.record  # type: ignore[attr-defined,no-any-return]
+
+    def record_many(
+        self, values: npt.NDArray[np.float64], at: npt.NDArray[np.int64] | None, key: Key | None
+    ) -> None:
+        """A checked batch in one native call (``core/distribution.c``, section "record_many")."""
+        self._core.record_many(values, at, key)  # type: ignore[attr-defined]
+
+    def merged(self, ring_index: int, k: int, key: Key | None) -> Merged:
+        """The last ``k`` buckets of ring ``ring_index`` for ``key`` (keyed, None: every key),
+        merged; lock-free. A key whose row moved while read is read again."""
+        w = self.window
+        for _ in range(100):
+            w._check_open()
+            now_ns = int(w._clock())
+            rows, generation = w._rows_for(key)
+            merged = _merge(self._rings[ring_index], rows, k, now_ns)
+            if generation is None or w._keys is None or w._keys.generation(rows.start) == generation:
+                return merged
+        raise ShmwinError(f"key {key!r} kept moving while it was read")
+
+    def values(self, now_ns: int) -> list[tuple[Key | None, Any]]:  # type: ignore[override]
+        """``(key, merged over the longest ring)`` of every key holding values (the tools');
+        an unkeyed distribution's one row: key None."""
+        spans = [r.n_buckets * r.bucket_ns for r in self._rings]
+        longest = spans.index(max(spans))
+        out: list[tuple[Key | None, Any]] = []
+        keys: list[Key | None] = [*self.all_keys()] if self.window.geometry.keyed else [None]
+        for key in keys:
+            m = self.merged(longest, self._rings[longest].n_buckets, key)
+            if m.count:
+                out.append((key, m))
+        return out
+
+
+def _merge(r: _RingWords, rows: slice, k: int, now_ns: int) -> Merged:
+    """Merge the live slots of ``rows``. Liveness is read before and after the words are
+    copied: a slot recycled meanwhile (its writer stamped a new epoch on it) is left out, and
+    an epoch never comes back, so a slot live at both reads was never recycled in between."""
+    expected = ring.expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
+    live = np.nonzero(r.slots[rows, :, 0] == expected)
+    words = r.slots[rows][live]  # copies, of the live slots only
+    bins = r.bins[rows][live]
+    kept = (r.slots[rows, :, 0] == expected)[live]
+    words, bins = words[kept], bins[kept]
+    floats = words[:, 2:5].view(np.float64)
+    return Merged(
+        int(words[:, 1].sum()), float(floats[:, 0].sum()), float(floats[:, 1].min(initial=np.inf)),
+        float(floats[:, 2].max(initial=-np.inf)), bins.astype(np.int64).sum(axis=0), now_ns,
+    )  # fmt: skip
