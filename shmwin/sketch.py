@@ -59,7 +59,7 @@ class Sketch:
     @property
     def n_log(self) -> int:
         """Log bins: enough that the last one reaches ``high``."""
-        return max(1, math.ceil(math.log(self.high / self.low) / math.log(self.gamma)))
+        return max(1, math.ceil((math.log(self.high) - math.log(self.low)) / math.log(self.gamma)))
 
     @property
     def n_bins(self) -> int:
@@ -98,19 +98,27 @@ def quantiles_of(
 
     The rank of q among n values is ``floor(q * (n - 1))`` (0-based: numpy's method="lower"),
     counted over the bins' own total, which a write cut by a kill may leave one ahead of the
-    count. NaN when the bins are empty."""
+    count. Rank 0 is the exact minimum and rank n - 1 the exact maximum. NaN when the bins
+    are empty."""
     total = int(bins.sum())
     if total == 0:
         return [math.nan for _ in qs]
-    cum = np.cumsum(bins)
-    reps = sketch.values()
+    order = value_order(sketch)
+    cum = np.cumsum(bins[order])
+    reps = sketch.values()[order]
     out = []
     for q in qs:
         rank = math.floor(q * (total - 1))
-        b = int(np.searchsorted(cum, rank, side="right"))
-        v = lo if b == BIN_UNDER else hi if b == BIN_OVER else float(reps[b])
+        at = int(np.searchsorted(cum, rank, side="right"))
+        b = int(order[at])
+        v = lo if rank == 0 or b == BIN_UNDER else hi if rank == total - 1 or b == BIN_OVER else float(reps[at])
         out.append(min(max(v, lo), hi))
     return out
+
+
+def value_order(sketch: Sketch) -> npt.NDArray[np.intp]:
+    """The bins in the order of their values: ZERO, UNDER, the log bins, OVER."""
+    return np.array([BIN_ZERO, BIN_UNDER, *range(FIRST_LOG_BIN, sketch.n_bins), BIN_OVER], dtype=np.intp)
 
 
 def check_quantile(q: object) -> float:

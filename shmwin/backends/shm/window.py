@@ -225,7 +225,7 @@ class ShmWindow:
         if self._g.role == "concurrency":
             raise ShmwinError(f"{self.name!r} holds a Concurrency's holders: use shmwin.Concurrency")
         if self._g.role == "distribution":
-            raise ShmwinError(f"{self.name!r} holds a Distribution's bins: read it with shmwin.Distribution")
+            raise ShmwinError(f"{self.name!r} holds a Distribution's bins: record through shmwin.Distribution")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, written only through shm:// "
@@ -313,6 +313,8 @@ class ShmWindow:
         if self._g.role == "concurrency":
             raise ShmwinError(f"{self.name!r} holds a Concurrency's holders, not buckets: read them with "
                               "shmwin.Concurrency.count or `shmwin show`")
+        if self._g.role == "distribution":
+            raise ShmwinError(f"{self.name!r} holds a Distribution's bins: read it with shmwin.Distribution")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, not buckets: read it through "

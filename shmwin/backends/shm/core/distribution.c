@@ -204,7 +204,12 @@ static PyObject *Dist_record(Dist *d, PyObject *const *args, Py_ssize_t nargs, P
 /* A C-contiguous buffer of n items of `format` ("d" or "q"). */
 static int take_array(PyObject *obj, const char *format, Py_buffer *b, const char *what) {
     if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-    if (b->itemsize != 8 || b->format == NULL || strcmp(b->format, format) != 0) {
+    /* an int64 array's format is "l" where a long is 8 bytes (numpy's), "q" elsewhere */
+    int same = b->format != NULL && (strcmp(b->format, format) == 0 ||
+                                     (format[0] == 'q' && (strcmp(b->format, "l") == 0 || strcmp(b->format, "<q") == 0 ||
+                                                           strcmp(b->format, "<l") == 0)) ||
+                                     (format[0] == 'd' && strcmp(b->format, "<d") == 0));
+    if (b->itemsize != 8 || !same) {
         PyErr_Format(PyExc_TypeError, "record_many(): %s must be a contiguous %s array", what,
                      format[0] == 'd' ? "float64" : "int64");
         PyBuffer_Release(b);
