@@ -111,7 +111,12 @@ def quantiles_of(
         rank = math.floor(q * (total - 1))
         at = int(np.searchsorted(cum, rank, side="right"))
         b = int(order[at])
-        v = lo if rank == 0 or b == BIN_UNDER else hi if rank == total - 1 or b == BIN_OVER else float(reps[at])
+        if rank == 0 or b == BIN_UNDER:
+            v = lo
+        elif rank == total - 1 or b == BIN_OVER:
+            v = hi
+        else:
+            v = float(reps[at])
         out.append(min(max(v, lo), hi))
     return out
 

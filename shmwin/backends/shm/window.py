@@ -225,7 +225,7 @@ class ShmWindow:
         if self._g.role == "concurrency":
             raise ShmwinError(f"{self.name!r} holds a Concurrency's holders: use shmwin.Concurrency")
         if self._g.role == "distribution":
-            raise ShmwinError(f"{self.name!r} holds a Distribution's bins: record through shmwin.Distribution")
+            raise ShmwinError(f"{self.name!r} holds a Distribution's bins: record with shmwin.Distribution")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, written only through shm:// "
