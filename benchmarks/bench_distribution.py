@@ -8,7 +8,8 @@ time.monotonic_ns()); issue 29: <= 2x. 2 processes, forked at a barrier: aggrega
 (total / the slowest process's time, median over rounds) of record() and of the cheapest exact
 peer a user would write without shmwin: each process appends to a list under one shared
 ``multiprocessing.Lock`` (issue 29: >= 5x). Both are checked exact (every value counted).
-Bytes: /dev/shm blocks (st_blocks) of one distribution of each geometry. Method: benchmarks/_harness.py; results: README.md.
+Bytes: /dev/shm blocks (st_blocks) of one distribution of each geometry.
+Method: benchmarks/_harness.py; results: README.md.
 """
 
 from __future__ import annotations

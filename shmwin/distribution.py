@@ -139,11 +139,11 @@ class Distribution:
 
     # -- reading ------------------------------------------------------------------
 
-    def _merged(self, last: Duration | None, key: Key | None, resolution: str | int | None = None) -> Merged:
-        index, k = pick_ring(self._g.rings, last, resolution)
+    def _merged(self, last: Duration | None, key: Key | None, completed: bool = False) -> Merged:
+        index, k = pick_ring(self._g.rings, last)
         if key is not None and not self._g.keyed:
             raise ValueError(f"distribution {self.name!r} is not keyed")
-        return self._engine.merged(index, k, key)
+        return self._engine.merged(index, k, key, completed)
 
     def quantile(self, q: float, last: Duration | None = None, key: Key | None = None) -> float:
         """The ``q``-quantile (0 <= q <= 1) of the values of the last ``last`` (default: the
@@ -194,11 +194,13 @@ class Distribution:
         return histogram_of(self._g.sketch, m, b)  # type: ignore[arg-type]
 
     def summary(
-        self, qs: Sequence[float] = (0.5, 0.9, 0.99), last: Duration | None = None, key: Key | None = None
-    ) -> Summary:
-        """count, sum, min, max and the quantiles ``qs`` from one reading (the tools')."""
+        self, qs: Sequence[float] = (0.5, 0.9, 0.99), last: Duration | None = None, key: Key | None = None,
+        completed: bool = False,
+    ) -> Summary:  # fmt: skip
+        """count, sum, min, max and the quantiles ``qs`` from one reading (the tools').
+        ``completed=True`` leaves the current, partial bucket out (as go-zero's shedder reads)."""
         wanted = tuple(check_quantile(q) for q in qs)
-        m = self._merged(last, key)
+        m = self._merged(last, key, completed)
         values = quantiles_of(self._g.sketch, m.bins, wanted, m.min, m.max)  # type: ignore[arg-type]
         lo, hi = (m.min, m.max) if m.count else (math.nan, math.nan)
         return Summary(m.count, m.sum, lo, hi, dict(zip(wanted, values, strict=True)))
@@ -231,9 +233,15 @@ class Distribution:
         return bool(self._backend.closed)
 
     def close(self) -> None:
-        """Detach this process (idempotent)."""
+        """Detach this process (idempotent); a record or a read after it raises WindowClosedError."""
         with suppress(AttributeError):
+            self.__dict__.pop("record", None)  # back to the class's, through the closed core
+            self._engine.drop_views()
             self._backend.close()
+
+    def __del__(self) -> None:
+        with suppress(Exception):
+            self.close()
 
     def unlink(self) -> bool:
         """Remove the distribution for everyone; True if it existed."""

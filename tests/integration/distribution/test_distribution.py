@@ -221,3 +221,21 @@ def test_three_resolutions_at_one_percent_hold_under_one_mib_of_dev_shm(name):
         assert held <= 1 << 20 and d.nbytes <= 1 << 20
     finally:
         d.unlink()
+
+
+def test_close_detaches_and_unlink_removes_for_everyone(name):
+    from shmwin import WindowClosedError
+
+    d = Distribution(name, "1m/1s")
+    other = Distribution.attach(name)
+    d.record(1.0)
+    d.close()
+    d.close()  # idempotent
+    with pytest.raises(WindowClosedError):
+        d.record(2.0)
+    with pytest.raises(WindowClosedError):
+        d.count()
+    assert other.count() == 1
+    assert other.unlink() and not os.path.exists(path_of(name))
+    assert not other.unlink()
+    other.close()

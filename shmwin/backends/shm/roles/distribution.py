@@ -67,6 +67,11 @@ class DistributionEngine(RoleEngine):
                 bins.reshape(lay.n_rows, r.n_buckets, -1)[:, :, : sketch.n_bins], r.bucket_ns, r.n_buckets,
             ))  # fmt: skip
 
+    def drop_views(self) -> None:
+        """Let go of this engine's views of the mapping (before the window closes: an export
+        left would keep the mapping, and the segment's memory, until the GC came by)."""
+        self._rings = []
+
     @property
     def native_record(self) -> Callable[..., None]:
         """The core's ``record(value, /, key=None)`` itself: the front binds it, so that a
@@ -79,15 +84,18 @@ class DistributionEngine(RoleEngine):
         """A checked batch in one native call (``core/distribution.c``, section "record_many")."""
         self._core.record_many(values, at, key)  # type: ignore[attr-defined]
 
-    def merged(self, ring_index: int, k: int, key: Key | None) -> Merged:
+    def merged(self, ring_index: int, k: int, key: Key | None, completed: bool = False) -> Merged:
         """The last ``k`` buckets of ring ``ring_index`` for ``key`` (keyed, None: every key),
-        merged; lock-free. A key whose row moved while read is read again."""
+        merged; lock-free. ``completed``: the ``k`` buckets before the current, partial one.
+        A key whose row moved while read is read again."""
         w = self.window
         for _ in range(100):
             w._check_open()
+            r = self._rings[ring_index]
             now_ns = int(w._clock())
             rows, generation = w._rows_for(key)
-            merged = _merge(self._rings[ring_index], rows, k, now_ns)
+            at_ns = now_ns - r.bucket_ns if completed else now_ns
+            merged = _merge(r, rows, min(k, r.n_buckets - 1) if completed else k, at_ns)
             if generation is None or w._keys is None or w._keys.generation(rows.start) == generation:
                 return merged
         raise ShmwinError(f"key {key!r} kept moving while it was read")
