@@ -33,6 +33,9 @@ counted over live processes without clearing the keys of dead ones, which its wo
                   lease of hits the host took from Redis; shown: the leases live now and the
                   hits they hold unspent, the hits served locally, and the round trips to
                   Redis (leases taken, refusals), all keys and the keys that served most
+    distribution  a Distribution's buckets of values (``shmwin.Distribution``, a shedder's
+                  ``NAME.rt``); shown: per resolution the count, sum, min, max and p50, p90,
+                  p99 over its span, and (keyed) the keys with the most values
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -56,7 +59,8 @@ from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
-         "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts", "lease")  # fmt: skip
+         "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts", "lease",
+         "distribution")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 # per-key state: values read by counter_values()
 COUNTERS = ("fixed-window", "sliding-counter", "moving-log", "concurrency", "token-bucket")
@@ -104,7 +108,18 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
         return {"records": len(w.keys()), "counts": w.name.replace(".fixedstart.", ".fixed.", 1)}
     if role == "lease":
         return leases_view(w)
+    if role == "distribution":
+        return distribution_view(w)
     return None
+
+
+def distribution_view(w: Any, top: int = TOP_KEYS, key: Any = None) -> dict[str, Any]:
+    """A distribution's resolutions (count, sum, min, max, p50/p90/p99) and busiest keys:
+    :func:`shmwin.backends.shm.roles.distribution.view`."""
+    from ..backends.shm.roles.distribution import DistributionEngine, view
+    from .snapshots import ring_labels
+
+    return view(DistributionEngine(w), ring_labels(w), top, key)
 
 
 def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:

@@ -114,6 +114,40 @@ class DistributionEngine(RoleEngine):
         return out
 
 
+TOOL_QUANTILES = (0.5, 0.9, 0.99)
+
+
+def view(engine: DistributionEngine, labels: list[str], top: int, key: Key | None = None) -> dict[str, Any]:
+    """What the tools show (``shmwin show/watch``, the Prometheus export): per resolution its
+    count, sum, min, max and p50/p90/p99 over the whole span (``key``: that key's; keyed, None:
+    every key merged), and for a keyed distribution its ``top`` keys by count over the longest
+    resolution, ``[key, count, p50, p99]``."""
+    from ....sketch import quantiles_of
+
+    rows = []
+    for i, (label, r) in enumerate(zip(labels, engine._rings, strict=True)):
+        m = engine.merged(i, r.n_buckets, key)
+        qs = quantiles_of(engine.sketch, m.bins, TOOL_QUANTILES, m.min, m.max)
+        lo, hi = (m.min, m.max) if m.count else (None, None)
+        shown = {
+            f"p{round(q * 100)}": None if m.count == 0 else v for q, v in zip(TOOL_QUANTILES, qs, strict=True)
+        }
+        rows.append({"resolution": label, "count": m.count, "sum": m.sum, "min": lo, "max": hi, **shown})
+    out: dict[str, Any] = {"resolutions": rows, "relative_error": engine.sketch.relative_error}
+    if engine.window.geometry.keyed and key is None:
+        spans = [r.n_buckets * r.bucket_ns for r in engine._rings]
+        longest = spans.index(max(spans))
+        found: list[tuple[Key, int, float, float]] = []
+        for k in engine.all_keys():
+            m = engine.merged(longest, engine._rings[longest].n_buckets, k)
+            if m.count:
+                p50, p99 = quantiles_of(engine.sketch, m.bins, (0.5, 0.99), m.min, m.max)
+                found.append((k, m.count, p50, p99))
+        found.sort(key=lambda row: -row[1])
+        out["keys"], out["top"] = len(found), [list(row) for row in found[:top]]
+    return out
+
+
 def _merge(r: _RingWords, rows: slice, k: int, now_ns: int) -> Merged:
     """Merge the live slots of ``rows``. Liveness is read before and after the words are
     copied: a slot recycled meanwhile (its writer stamped a new epoch on it) is left out, and
