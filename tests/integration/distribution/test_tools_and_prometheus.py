@@ -76,7 +76,8 @@ def test_a_summary_shared_by_processes_scrapes_the_same_from_any_of_them(make_na
         assert got[("req_seconds_count", (("route", "/users"),))] == 101
         assert got[("req_seconds_sum", (("route", "/users"),))] == pytest.approx(10.3)
         for q in ("0.5", "0.99"):
-            assert got[("req_seconds", (("quantile", q), ("route", "/users")))] == pytest.approx(0.1, rel=0.01)
+            users = (("quantile", q), ("route", "/users"))
+            assert got[("req_seconds", users)] == pytest.approx(0.1, rel=0.01)
         assert got[("req_seconds_count", (("route", "/orders"),))] == 1
         elsewhere = CollectorRegistry()
         elsewhere.register(_Families(app))
