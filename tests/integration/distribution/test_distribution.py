@@ -239,3 +239,16 @@ def test_close_detaches_and_unlink_removes_for_everyone(name):
     assert other.unlink() and not os.path.exists(path_of(name))
     assert not other.unlink()
     other.close()
+
+
+def test_a_keyed_distribution_holds_under_one_mib_per_key_in_use(name):
+    d = Distribution(name, RESOLUTIONS, keyed=True)
+    try:
+        before = os.stat(path_of(name)).st_blocks * 512
+        for i in range(20):
+            d.record(0.1 * (i + 1), key=f"route-{i}")
+        per_key = (os.stat(path_of(name)).st_blocks * 512 - before) / 20
+        assert per_key <= 1 << 20, per_key
+        assert d.count() == 20 and d.count(key="route-7") == 1 and d.max(key="route-7") == pytest.approx(0.8)
+    finally:
+        d.unlink()

@@ -343,9 +343,12 @@ static PyMethodDef dist_methods[] = {
     {"record_many", FASTCALL_KW(Dist_record_many),
      "record_many($self, /, values, at=None, key=None)\n--\n\n"
      "A float64 array in one section; at=: int64 stamps (ns, this clock), one per value."},
-    {"add", FASTCALL_KW(Dist_no_add), "Refused: a distribution takes record()."},
-    {"add_and_total", FASTCALL_KW(Dist_no_add), "Refused: a distribution takes record()."},
-    {"add_batch", FASTCALL_KW(Dist_no_add), "Refused: a distribution takes record_many()."},
+    {"add", FASTCALL_KW(Dist_no_add),
+     "add($self, /, n=1, field=None, key=None)\n--\n\nRefused (ValueError): a distribution takes record()."},
+    {"add_and_total", FASTCALL_KW(Dist_no_add),
+     "add_and_total($self, /, n=1, field=None, key=None)\n--\n\nRefused (ValueError): a distribution takes record()."},
+    {"add_batch", FASTCALL_KW(Dist_no_add),
+     "add_batch($self, /, items, field=None, key=None)\n--\n\nRefused (ValueError): a distribution takes record_many()."},
     {NULL},
 };
 
