@@ -13,7 +13,7 @@ import pytest
 from shmwin import Distribution, GeometryMismatchError, ManualClock, ShmwinError, Window
 from shmwin.backends.shm.segment import path_of
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]  # also against the sanitized cores
 
 S = 1_000_000_000
 T0 = 1_000 * S

@@ -28,7 +28,7 @@ from support.failpoints import (
 
 from shmwin import Distribution, ManualClock
 
-pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
+pytestmark = [pytest.mark.integration, pytest.mark.failpoints, pytest.mark.sanitize]
 
 SMALL: dict[str, Any] = {"resolutions": ("1m/1s", "1h/1m"), "relative_error": 0.2, "value_range": (1.0, 10.0)}
 MODES: dict[str, dict[str, Any]] = {"record": {}, "record_keyed": {"capacity": 8}, "record_many": {}}
