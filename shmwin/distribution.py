@@ -239,10 +239,6 @@ class Distribution:
             self._engine.drop_views()
             self._backend.close()
 
-    def __del__(self) -> None:
-        with suppress(Exception):
-            self.close()
-
     def unlink(self) -> bool:
         """Remove the distribution for everyone; True if it existed."""
         return bool(self._backend.unlink())

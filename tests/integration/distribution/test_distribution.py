@@ -252,3 +252,15 @@ def test_a_keyed_distribution_holds_under_one_mib_per_key_in_use(name):
         assert d.count() == 20 and d.count(key="route-7") == 1 and d.max(key="route-7") == pytest.approx(0.8)
     finally:
         d.unlink()
+
+
+def test_a_bound_record_kept_alone_keeps_the_distribution_open(name):
+    """As a window's bound add: the core holds the segment, whatever becomes of the front."""
+    record = Distribution(name, "1m/1s").record
+    record(1.0)
+    record(2.0)
+    d = Distribution.attach(name)
+    try:
+        assert d.count() == 2
+    finally:
+        d.unlink()
