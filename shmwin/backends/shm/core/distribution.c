@@ -35,6 +35,9 @@ typedef struct {
     int64_t bin_stride;            /* bytes of one bucket's bins (whole words) */
     int64_t ring_bins[MAX_RINGS];  /* byte offset, within a row, of ring i's first bucket's bins */
     double low, high, inv_log_gamma;
+    /* this process's last bucket of each ring: epoch e_at[i] spans [lo_ns[i], lo_ns[i] + bucket)
+     * and lies in slot slot_at[i] -- no division per record while the bucket lasts */
+    int64_t lo_ns[MAX_RINGS], e_at[MAX_RINGS], slot_at[MAX_RINGS];
 } Dist;
 
 static inline double dbl(int64_t bits) {
@@ -90,23 +93,38 @@ static void recycle(const Dist *d, int64_t *s, int64_t *bins, int64_t e) {
     STORE(s + DIST_SLOT_EPOCH, e);
 }
 
+/* The epoch of time t >= 0 in ring i, and its slot: from this process's last bucket while t
+ * lies in it, else divided out (and remembered). */
+static inline int64_t epoch_at(Dist *d, int i, int64_t t, int64_t *slot) {
+    const Ring *r = &d->core.rings[i];
+    if (!(t >= d->lo_ns[i] && t - d->lo_ns[i] < r->bucket_ns)) {
+        d->e_at[i] = t / r->bucket_ns;
+        d->lo_ns[i] = d->e_at[i] * r->bucket_ns;
+        d->slot_at[i] = d->e_at[i] % r->n;
+    }
+    *slot = d->slot_at[i];
+    return d->e_at[i];
+}
+
 /* The slot and bins of the bucket that takes a value stamped at_ns in ring i, or NULL when
- * the ring no longer spans it (a stamp older than the ring's span, as seen at now_ns). */
-static int64_t *bucket_of(const Dist *d, char *row, int i, int64_t now_ns, int64_t at_ns, int64_t **bins) {
+ * the ring no longer spans it (a stamp older than the ring's span, as seen at now_ns); *e
+ * its epoch. */
+static int64_t *bucket_of(Dist *d, char *row, int i, int64_t now_ns, int64_t at_ns, int64_t **bins, int64_t *e) {
     const Core *c = &d->core;
     const Ring *r = &c->rings[i];
-    int64_t e = at_ns / r->bucket_ns;
-    if (e <= now_ns / r->bucket_ns - r->n) return NULL;
-    *bins = (int64_t *)(row + d->ring_bins[i] + (e % r->n) * d->bin_stride);
-    return BUCKET(c, RING(c, row, i), r, e);
+    int64_t slot;
+    if (at_ns != now_ns && at_ns / r->bucket_ns <= now_ns / r->bucket_ns - r->n) return NULL;
+    *e = epoch_at(d, i, at_ns, &slot);
+    *bins = (int64_t *)(row + d->ring_bins[i] + slot * d->bin_stride);
+    return RING(c, row, i) + (c->head_slots + slot) * c->slot_words;  /* BUCKET(), its slot known */
 }
 
 /* Would adding `more` to a live bucket's sum leave it finite, in every ring? (Checked before
  * any store: a refused record changes nothing.) Caller holds the row's lock. */
-static int sums_fit(const Dist *d, char *row, int64_t now_ns, double more) {
+static int sums_fit(Dist *d, char *row, int64_t now_ns, double more) {
     for (int i = 0; i < d->core.n_rings; i++) {
-        int64_t *bins, *s = bucket_of(d, row, i, now_ns, now_ns, &bins);
-        if (LOAD(s + DIST_SLOT_EPOCH) >= now_ns / d->core.rings[i].bucket_ns &&
+        int64_t *bins, e, *s = bucket_of(d, row, i, now_ns, now_ns, &bins, &e);
+        if (LOAD(s + DIST_SLOT_EPOCH) >= e &&
             !isfinite(dbl(LOAD(s + DIST_SLOT_SUM)) + more))
             return 0;
     }
@@ -115,12 +133,11 @@ static int sums_fit(const Dist *d, char *row, int64_t now_ns, double more) {
 
 /* Value v (bin b) stamped at_ns into every ring that spans it. Caller holds the row's lock;
  * the section's invariant is at the top of this file. */
-static void record_row(const Dist *d, char *row, int64_t now_ns, int64_t at_ns, double v, int64_t b) {
+static void record_row(Dist *d, char *row, int64_t now_ns, int64_t at_ns, double v, int64_t b) {
     const Core *c = &d->core;
     for (int i = 0; i < c->n_rings; i++) {
-        int64_t *bins, *s = bucket_of(d, row, i, now_ns, at_ns, &bins);
+        int64_t *bins, e, *s = bucket_of(d, row, i, now_ns, at_ns, &bins, &e);
         if (s == NULL) continue;
-        int64_t e = at_ns / c->rings[i].bucket_ns;
         if (LOAD(s + DIST_SLOT_EPOCH) < e) recycle(d, s, bins, e);  /* a newer one is kept: a lagging clock */
         uint32_t *bin = (uint32_t *)bins + b, n = LOAD(bin);
         if (n < DIST_BIN_MAX) STORE(bin, n + 1);  /* saturates: documented in docs/distribution.md */
@@ -318,6 +335,7 @@ static int read_sketch(Dist *d) {
         buckets += c->rings[i].n;
     }
     if (!fits(at, buckets, d->bin_stride, c->row_bytes)) return bad_sketch("rows are too small for their bins");
+    for (int i = 0; i < MAX_RINGS; i++) d->lo_ns[i] = INT64_MAX;  /* no bucket remembered yet */
     return 0;
 }
 
