@@ -117,9 +117,9 @@ def distribution_view(w: Any, top: int = TOP_KEYS, key: Any = None) -> dict[str,
     """A distribution's resolutions (count, sum, min, max, p50/p90/p99) and busiest keys:
     :func:`shmwin.backends.shm.roles.distribution.view`."""
     from ..backends.shm.roles.distribution import DistributionEngine, view
-    from .snapshots import ring_labels
+    from ..geometry import resolution_name
 
-    return view(DistributionEngine(w), ring_labels(w), top, key)
+    return view(DistributionEngine(w), [resolution_name(r) for r in w.geometry.rings], top, key)
 
 
 def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:

@@ -37,7 +37,6 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _go_float
 
-from ..backends.shm.format import MAX_STORED_KEY
 from ..backends.shm.roles.distribution import DistributionEngine
 from ..backends.shm.segment import names as shm_names
 from ..distribution import Distribution
@@ -46,6 +45,9 @@ from ..errors import ShmwinError, WindowNotFoundError
 from ..sketch import check_quantile, quantiles_of
 
 SEP = "\x1f"  # between label values in a key
+# a keyed row keeps a key of at most this many bytes whole (format.MAX_STORED_KEY; longer ones
+# keep a prefix and a digest, which no other process could read back as label values)
+MAX_STORED_KEY = 32
 LIFETIME = "4000d"  # the cumulative resolution: one bucket, 11 years (a ring spans < 2**60 ns)
 AGE_BUCKETS = 10
 _DEFAULT_QUANTILES = (0.5, 0.9, 0.99)

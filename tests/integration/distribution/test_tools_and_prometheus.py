@@ -98,6 +98,10 @@ class _Families:
 
 
 def test_summary_refuses_what_it_cannot_store_whole(make_name):
+    from shmwin.backends.shm import format as words
+    from shmwin.integrations import prometheus_summary
+
+    assert prometheus_summary.MAX_STORED_KEY == words.MAX_STORED_KEY
     app = make_name("app")
     s = Summary("x_seconds", "X", ["route"], app=app, registry=None)
     try:
