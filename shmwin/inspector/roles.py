@@ -235,8 +235,9 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
 
     - ``in_flight`` on the host over live processes, and per process (None: no ``NAME.flying``);
     - ``passes`` and ``drops`` over the window;
-    - ``max_pass`` (per bucket) and ``min_rt_ms`` (None: nothing served) over its completed
-      buckets, and the ``max_in_flight`` they give before the overload factor;
+    - ``max_pass`` (per bucket) and ``min_rt_ms`` (None: nothing served; the shortest response,
+      from ``NAME.rt``) over its completed buckets, and the ``max_in_flight`` they give before
+      the overload factor;
     - ``recent_drops``: drops within the last cool-off. A worker that dropped is hot for a
       cool-off after its last overloaded CPU reading, so some worker is hot while this is > 0;
     - ``cpu``: host millicpu from ``cpu()`` (None when not given or not measured yet), and
@@ -252,6 +253,13 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
     except (ShmwinError, OSError, ValueError):
         pass  # removed, or never made: in flight unknown
     max_pass, min_rt_ms = shedder.capacity(w)
+    try:  # the real minimum, from its NAME.rt, as the shedder reads it (an older one's: the mean)
+        from ..distribution import Distribution
+
+        with Distribution.attach(w.name + shedder.RT_SUFFIX, ready_timeout=0.5) as rt:
+            min_rt_ms = shedder.min_rt_ms_of(rt)
+    except (ShmwinError, OSError, ValueError):
+        pass
     totals = w.totals()
     cool_off_ns = to_ns(shedder.DEFAULT_COOL_OFF, "cool_off")
     recent = w.series("drops")[-math.ceil(cool_off_ns / w.bucket_ns) :]

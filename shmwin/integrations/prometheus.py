@@ -108,7 +108,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "shmwin_shedder_passes": ("Requests a shedder's processes served over its window.", (_WINDOW,)),
     "shmwin_shedder_drops": ("Requests a shedder dropped over its window.", (_WINDOW,)),
     "shmwin_shedder_min_rt_seconds": (
-        "Lowest mean response time of a completed bucket of a shedder's window (none: nothing served).",
+        "Shortest response time served in the completed buckets of a shedder's window "
+        "(none: nothing served).",
         (_WINDOW,),
     ),
     "shmwin_shedder_max_in_flight": (
