@@ -99,3 +99,14 @@ def test_a_python_c_process_attaches_by_name_and_reads_what_others_wrote(make_na
         assert out.stdout.split() == [str(len(both)), repr(float(both.min())), repr(float(both.max()))]
     finally:
         d.unlink()
+
+
+@pytest.mark.parametrize("error", [0.002, 0.05])
+def test_the_bound_follows_the_relative_error_asked_for(make_name, error):
+    d = Distribution(make_name(f"e{error}"), ("1m/1s",), relative_error=error)
+    try:
+        x = data_set("heavy-tailed", 20_000)
+        d.record_many(x)
+        assert_within_bound(d, x)
+    finally:
+        d.unlink()
