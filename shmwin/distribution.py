@@ -93,6 +93,30 @@ class Distribution:
         self._bind(opened)
 
     @classmethod
+    def create(
+        cls,
+        name: str,
+        resolutions: Sequence[str] | str = DEFAULT_RESOLUTIONS,
+        *,
+        relative_error: float = DEFAULT_RELATIVE_ERROR,
+        value_range: tuple[float, float] = (DEFAULT_LOW, DEFAULT_HIGH),
+        keyed: bool = False,
+        capacity: int | None = None,
+        clock: Clock | None = None,
+        perm: int | None = None,
+        lock_timeout: float | None = None,
+        on_full: str = "raise",
+    ) -> Distribution:
+        """Create a new distribution; :class:`WindowExistsError` if the name is taken."""
+        want = distribution_geometry(resolutions, relative_error, value_range, keyed, capacity)
+        opened = backends.open("window",
+            name, want, exclusive=True, clock=clock, on_full=on_full, perm=perm, lock_timeout=lock_timeout,
+        )  # fmt: skip
+        self = cls.__new__(cls)
+        self._bind(opened)
+        return self
+
+    @classmethod
     def attach(
         cls, name: str, *, clock: Clock | None = None, perm: int | None = None,
         lock_timeout: float | None = None, ready_timeout: float | None = None,
@@ -111,8 +135,8 @@ class Distribution:
                 g = opened.geometry
                 raise GeometryMismatchError(f"{opened.name!r} is not a distribution (role {g.role!r}): [{g}]")
             self._engine = DistributionEngine(opened)
-        except BaseException:
-            opened.close()
+        except BaseException:  # closed, and removed if this very open made it (all or none)
+            backends.discard(opened)
             raise
         self._backend = opened
         self.name: str = opened.name

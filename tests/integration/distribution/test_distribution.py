@@ -167,6 +167,19 @@ def test_an_unkeyed_distribution_refuses_a_key(dist):
         dist.count(key="k")
 
 
+def test_create_insists_on_a_new_name(name):
+    from shmwin import WindowExistsError
+
+    d = Distribution.create(name, "1m/1s")
+    try:
+        with pytest.raises(WindowExistsError):
+            Distribution.create(name, "1m/1s")
+        d.record(1.0)
+        assert Distribution(name, "1m/1s").count() == 1
+    finally:
+        d.unlink()
+
+
 def test_attach_insists_on_the_same_geometry(name):
     d = Distribution(name, RESOLUTIONS)
     try:
