@@ -4,7 +4,7 @@ sum, min and max.
 
 ``Distribution`` is a thin front over a shared-memory window of role "distribution": each
 bucket of each resolution holds (count, sum, min, max) and DDSketch's log bins
-(:mod:`shmwin.sketch`). ``record`` is the native core's own method (one call, one lock, every
+(``geometry.Sketch``). ``record`` is the native core's own method (one call, one lock, every
 resolution); reads merge the live buckets of the finest resolution covering ``last=`` in
 numpy, lock-free, and answer from the merged bins. See docs/distribution.md.
 """
@@ -22,14 +22,24 @@ import numpy.typing as npt
 
 from . import backends
 from .backends.contract import Key
-from .backends.shm.roles.distribution import DistributionEngine, Merged
+from .backends.shm.roles.distribution import DistributionEngine, Merged, check_quantile, quantiles_of
 from .clock import Clock
-from .duration import Duration
 from .errors import GeometryMismatchError
-from .geometry import DIST_FIELDS, Geometry, pick_ring, resolution_rings
-from .sketch import DEFAULT_HIGH, DEFAULT_LOW, DEFAULT_RELATIVE_ERROR, Sketch, check_quantile, quantiles_of
+from .geometry import (
+    BIN_OVER,
+    BIN_UNDER,
+    BIN_ZERO,
+    DIST_FIELDS,
+    FIRST_LOG_BIN,
+    Geometry,
+    Sketch,
+    pick_ring,
+    resolution_rings,
+)
+from .rate import Duration
 
 DEFAULT_RESOLUTIONS = ("1m/1s", "1h/1m", "24h/1h")
+DEFAULT_RELATIVE_ERROR, DEFAULT_LOW, DEFAULT_HIGH = Sketch().relative_error, Sketch().low, Sketch().high
 DEFAULT_CAPACITY = 1024  # keyed: keys at most (each holds its own buckets and bins: see the docs)
 
 
@@ -280,8 +290,6 @@ class Distribution:
 def histogram_of(sketch: Sketch, m: Merged, bounds: list[float]) -> list[int]:
     """Cumulative counts at ``bounds`` from merged bins, the exact min and max deciding the
     bins they can (every value <= max; none < min; UNDER holds values below ``low``)."""
-    from .sketch import BIN_OVER, BIN_UNDER, BIN_ZERO, FIRST_LOG_BIN
-
     reps = sketch.values()[FIRST_LOG_BIN:]
     log_cum = np.concatenate(([0], np.cumsum(m.bins[FIRST_LOG_BIN:])))
     total = int(m.bins.sum())

@@ -6,19 +6,21 @@ Both backends build on them without the shared-memory byte format
 (:mod:`shmwin.backends.shm.layout`). Below them, the one place user arguments become a
 Geometry, and back: ``Window`` and ``Limiter`` call it for every backend, and nothing below it
 parses arguments. Also the other question about rings every backend asks: which ring, and
-how many of its buckets, a read over ``last`` uses (:func:`pick_ring`).
+how many of its buckets, a read over ``last`` uses (:func:`pick_ring`); and, last, the bucket
+ring's own arithmetic (which epoch, which slot, which slots are live), drawn in its comment.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .duration import Duration, format_ns, to_ns
-from .rate import Rate
-from .ring import buckets_for
-from .sketch import Sketch
+import numpy as np
+import numpy.typing as npt
+
+from .rate import Duration, Rate, format_ns, to_ns
 
 # -- the limits and enumerations every backend shares ----------------------------------------
 # Geometry's own: the layers above the backends never import a byte format. Shared memory's format
@@ -44,8 +46,8 @@ KINDS = ("window", "limiter")
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
          "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
          "distribution")  # fmt: skip
-
 DIST_FIELDS = ("count", "sum", "min", "max")  # a distribution's slot, after its epoch
+
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
 DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)
 DEFAULT_STRIPES = 64  # a striped window's rows for writers: one per process, up to this many
@@ -78,6 +80,65 @@ class Ring:
         return f"{text} limit={self.limit}" if self.limit else text
 
 
+# a distribution's bins per bucket (core/distribution.c places values by Sketch.bin_of's formula)
+BIN_ZERO, BIN_UNDER, BIN_OVER, FIRST_LOG_BIN = 0, 1, 2, 3  # v == 0; 0 < v < low; v > high; the log bins
+MAX_BINS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A distribution's bins (DDSketch's): relative error ``a`` over ``[low, high]``. Log bin i
+    holds ``[low g**i, low g**(i+1))``, g = (1 + a) / (1 - a), and answers ``low g**i 2g / (g + 1)``,
+    within ``a`` of each of its values; three more count zero, under ``low`` and over ``high``."""
+
+    relative_error: float = 0.01
+    low: float = 1e-6
+    high: float = 1e5  # 1 us .. 27.8 h when values are seconds
+
+    def __post_init__(self) -> None:
+        a, low, high = self.relative_error, self.low, self.high
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, low, high)):
+            raise ValueError(f"relative_error, low and high are numbers, not {(a, low, high)!r}")
+        if not 1e-5 <= a <= 0.5:
+            raise ValueError(f"relative_error is 1e-5 .. 0.5 (0.01 is 1 %), not {a!r}")
+        if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
+            raise ValueError(f"the value range needs 0 < low < high, both finite, not ({low!r}, {high!r})")
+        if self.n_bins > MAX_BINS:
+            raise ValueError(f"relative_error={a} over [{low}, {high}] needs {self.n_bins} bins per bucket "
+                             f"(at most {MAX_BINS}): widen the error or narrow the range")  # fmt: skip
+
+    @property
+    def gamma(self) -> float:
+        return (1 + self.relative_error) / (1 - self.relative_error)
+
+    @property
+    def n_log(self) -> int:
+        return max(1, math.ceil((math.log(self.high) - math.log(self.low)) / math.log(self.gamma)))
+
+    @property
+    def n_bins(self) -> int:
+        return FIRST_LOG_BIN + self.n_log
+
+    def bin_of(self, value: float) -> int:
+        """The bin of one value, as the core places it (ValueError for what it refuses)."""
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"a distribution records finite values >= 0, not {value!r}")
+        if value == 0 or value < self.low or value > self.high:
+            return BIN_ZERO if value == 0 else BIN_UNDER if value < self.low else BIN_OVER
+        i = math.floor(math.log(value / self.low) * (1 / math.log(self.gamma)))
+        return FIRST_LOG_BIN + min(max(i, 0), self.n_log - 1)
+
+    def values(self) -> npt.NDArray[np.float64]:
+        """What each bin answers with (UNDER and OVER: NaN, the reader clamps to min and max)."""
+        g, out = self.gamma, np.full(self.n_bins, np.nan)
+        out[BIN_ZERO] = 0.0
+        out[FIRST_LOG_BIN:] = self.low * g ** np.arange(self.n_log) * (2 * g / (g + 1))
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.relative_error:g} over [{self.low:g}, {self.high:g}]"
+
+
 @dataclass(frozen=True)
 class Geometry:
     """What two processes must agree on to share a segment."""
@@ -90,7 +151,7 @@ class Geometry:
     capacity: int = 0
     kind: str = "window"
     role: str = ""  # ROLES: what shmwin made it for, when the tools must know ("" = plain)
-    sketch: Sketch | None = None  # role "distribution": its bins (shmwin.sketch); else None
+    sketch: Sketch | None = None  # role "distribution": its bins; else None
 
     def __post_init__(self) -> None:
         _check_geometry(self)
@@ -443,3 +504,81 @@ def ring_of(span: Duration, buckets: int, limit: int = 0) -> Ring:
             "nanosecond-wide buckets"
         )
     return Ring(span_ns // buckets, buckets, limit)
+
+
+# -- the bucket ring: pure arithmetic of integers and arrays, no shared memory ---------------
+# A window of ``n_buckets`` buckets, each ``bucket_ns`` wide, lives in a ring of
+# slots. Time ``now_ns`` falls in bucket *epoch* ``now_ns // bucket_ns``, which is
+# stored in slot ``epoch % n_buckets`` together with its epoch number, so a reader
+# can tell a live bucket from one left over from an earlier lap::
+#
+#     n_buckets = 5, bucket = 1 s, now = 12.4 s  ->  now_epoch = 12, slot 2
+#
+#       slot:     0      1      2      3      4
+#       epoch:  [10]   [11]   [12]   [ 8]   [ 9]
+#                             ^ current (partial, filling now)
+#       live for total(last=5 s):  epochs 8..12  (every slot)
+#       live for total(last=2 s):  epochs 11..12 (slots 1, 2)
+#       at now = 13.0 s the writer finds epoch 8 in slot 3, sees it is stale
+#       (8 != 13), zeroes it and stamps 13: the window has slid by one bucket.
+#
+# A slot whose epoch is not the one ``expected_epochs`` names for it is skipped
+# by readers (stale, never written, or written by a process whose clock already
+# moved into the next bucket). A gap longer than the span leaves every slot
+# stale, so the window reads as empty without anyone clearing it.
+#
+# Granularity: ``total(last=k buckets)`` counts events from the start of bucket
+# ``now_epoch - k + 1`` to now, i.e. a period between ``(k - 1) * bucket`` and
+# ``k * bucket`` long. Events older than ``k`` buckets are never counted; events
+# up to one bucket width younger than that may already have dropped out.
+
+# a slot never written (or emptied): below every window; stamped at creation and by reset()
+EMPTY_EPOCH = -(1 << 63)
+
+
+def epoch_of(now_ns: int, bucket_ns: int) -> int:
+    """The bucket number that ``now_ns`` falls in."""
+    return now_ns // bucket_ns
+
+
+def slot_of(epoch: int, n_buckets: int) -> int:
+    """The ring slot that holds bucket ``epoch``."""
+    return epoch % n_buckets
+
+
+def buckets_for(last_ns: int, bucket_ns: int, n_buckets: int) -> int:
+    """How many buckets (the current one included) cover the last ``last_ns``.
+
+    Rounds up, so a request is never narrower than asked; more than the ring
+    holds is a ``ValueError``.
+    """
+    if last_ns <= 0:
+        raise ValueError("last must be positive")
+    k = -(-last_ns // bucket_ns)
+    if k > n_buckets:
+        raise ValueError(
+            f"last={last_ns / 1e9:g}s is longer than the window's span ({n_buckets * bucket_ns / 1e9:g}s)"
+        )
+    return k
+
+
+NO_EPOCH = -1  # in expected_epochs(): this slot holds no bucket of the requested range
+
+
+def expected_epochs(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.int64]:
+    """Per slot, the one epoch it may hold to count among the last ``k`` buckets.
+
+    Slot ``i`` can only hold epochs congruent to ``i`` mod ``n_buckets``, and just one
+    of those lies in ``(now_epoch - n_buckets, now_epoch]``; slots outside the last ``k``
+    get ``NO_EPOCH``. Readers then test liveness with a single ``==``.
+    """
+    slots = np.arange(n_buckets, dtype=np.int64)
+    epochs = now_epoch - (now_epoch - slots) % n_buckets
+    epochs[(epochs <= now_epoch - k) | (epochs < 0)] = NO_EPOCH
+    return epochs
+
+
+def slots_oldest_first(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.intp]:
+    """Slot indices of the last ``k`` buckets, oldest first, the current one last."""
+    first = now_epoch - k + 1
+    return np.arange(first, now_epoch + 1, dtype=np.int64) % n_buckets

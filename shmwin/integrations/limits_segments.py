@@ -41,12 +41,11 @@ from ..backends.contract import Key
 from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
 from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
 from ..clock import Clock
-from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
 from ..errors import GeometryMismatchError, KeyTableFullError, OutOfSpaceError, WindowNotFoundError
 from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
-from ..rate import MAX_LIMIT, Rate
+from ..rate import MAX_LIMIT, MAX_NS, NS_PER_S, Rate, format_ns, to_ns
 from .limits_counters import to_units
 from .limits_fixed import FixedWindows
 from .limits_moving import MovingLogs

@@ -37,12 +37,11 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _go_float
 
-from ..backends.shm.roles.distribution import DistributionEngine
+from ..backends.shm.roles.distribution import DistributionEngine, check_quantile, quantiles_of
 from ..backends.shm.segment import names as shm_names
 from ..distribution import Distribution
-from ..duration import format_ns, to_ns
 from ..errors import ShmwinError, WindowNotFoundError
-from ..sketch import check_quantile, quantiles_of
+from ..rate import format_ns, to_ns
 
 SEP = "\x1f"  # between label values in a key
 # a keyed row keeps a key of at most this many bytes whole (format.MAX_STORED_KEY; longer ones

@@ -41,9 +41,9 @@ from typing import Any
 
 from ..clock import Clock, host_clock
 from ..distribution import Distribution
-from ..duration import NS_PER_S, Duration, to_ns
 from ..errors import GeometryMismatchError, ShmwinError, WindowNotFoundError
 from ..geometry import resolution_name
+from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
 from .cpu import MILLICPU, HostCpu
 from .inflight import InFlight

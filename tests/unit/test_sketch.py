@@ -1,4 +1,4 @@
-"""shmwin.sketch: the bins of a Distribution as plain arithmetic (no shared memory)."""
+"""geometry.Sketch and the quantile arithmetic of a Distribution's bins (no shared memory)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from shmwin.sketch import BIN_OVER, BIN_UNDER, BIN_ZERO, FIRST_LOG_BIN, Sketch, quantiles_of
+from shmwin.backends.shm.roles.distribution import quantiles_of
+from shmwin.geometry import BIN_OVER, BIN_UNDER, BIN_ZERO, FIRST_LOG_BIN, Sketch
 
 pytestmark = pytest.mark.unit
 

@@ -58,8 +58,8 @@ def test_three_hosts_keep_their_shares_while_redis_is_away_and_the_limit_once_it
     # once it is back: strict (each interval starting then holds the global limit at most)
     assert most_in_a_period_within(times, back, T0 + END_S * S) <= LIMIT
     # an interval spanning the outage's start or the switch back: the limit plus the shares at
-    # most (docs/operating.md: each process carries its own local hits at its first call that
-    # gets through, so another's fresh hits may come before them)
+    # most (docs/operating.md: each host carries its local hits at its first call that gets
+    # through, so another host's fresh hits may come before them)
     after_start = [t for t in times if t >= T0 + (FREEZE_S + 1) * S]
     assert most_in_a_period_within(after_start, T0, T0 + END_S * S) <= LIMIT + 3 * SHARE
     before = count_in(times, T0, T0 + FREEZE_S * S)

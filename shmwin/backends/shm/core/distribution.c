@@ -3,7 +3,7 @@
  * A distribution is a locked window (unkeyed: row 0 under LOCK_SHARED_ROW; keyed: each key's
  * row under its row lock) whose bucket slots are DIST_SLOT (epoch, count, sum, min, max) and
  * whose row ends with every bucket's bins, ring after ring: sketch_bins u32 counts per bucket
- * (shmwin/sketch.py draws the bins; format.py's DIST_SLOT the slot). One record() is one call:
+ * (shmwin/geometry.py's Sketch draws the bins; format_rows.py's DIST_SLOT the slot). One record() is one call:
  * the value is checked, the clock read, the row locked, and every ring's current bucket takes
  * the value -- one write feeds every resolution.
  *
@@ -52,7 +52,7 @@ static inline int64_t bits_of(double v) {
     return bits;
 }
 
-/* The bin of a finite v >= 0: shmwin/sketch.py's Sketch.bin_of, by the same formula. */
+/* The bin of a finite v >= 0: shmwin/geometry.py's Sketch.bin_of, by the same formula. */
 static int64_t bin_of(const Dist *d, double v) {
     if (v == 0) return DIST_BIN_ZERO;
     if (v < d->low) return DIST_BIN_UNDER;

@@ -6,6 +6,7 @@ buckets of one ring -- the bins added, counts and sums added, min and max taken.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,9 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .... import ring
 from ....errors import ShmwinError
-from ....sketch import Sketch
+from ....geometry import BIN_OVER, BIN_UNDER, BIN_ZERO, FIRST_LOG_BIN, Sketch, expected_epochs
 from ...contract import Key
 from .. import format as _words
 from .base import RoleEngine
@@ -122,8 +122,6 @@ def view(engine: DistributionEngine, labels: list[str], top: int, key: Key | Non
     count, sum, min, max and p50/p90/p99 over the whole span (``key``: that key's; keyed, None:
     every key merged), and for a keyed distribution its ``top`` keys by count over the longest
     resolution, ``[key, count, p50, p99]``."""
-    from ....sketch import quantiles_of
-
     rows = []
     for i, (label, r) in enumerate(zip(labels, engine._rings, strict=True)):
         m = engine.merged(i, r.n_buckets, key)
@@ -152,7 +150,7 @@ def _merge(r: _RingWords, rows: slice, k: int, now_ns: int) -> Merged:
     """Merge the live slots of ``rows``. Liveness is read before and after the words are
     copied: a slot recycled meanwhile (its writer stamped a new epoch on it) is left out, and
     an epoch never comes back, so a slot live at both reads was never recycled in between."""
-    expected = ring.expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
+    expected = expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
     live = np.nonzero(r.slots[rows, :, 0] == expected)
     words = r.slots[rows][live]  # copies, of the live slots only
     bins = r.bins[rows][live]
@@ -163,3 +161,44 @@ def _merge(r: _RingWords, rows: slice, k: int, now_ns: int) -> Merged:
         int(words[:, 1].sum()), float(floats[:, 0].sum()), float(floats[:, 1].min(initial=np.inf)),
         float(floats[:, 2].max(initial=-np.inf)), bins.astype(np.int64).sum(axis=0), now_ns,
     )  # fmt: skip
+
+
+def quantiles_of(
+    sketch: Sketch, bins: npt.NDArray[np.int64], qs: tuple[float, ...], lo: float, hi: float
+) -> list[float]:
+    """The quantiles ``qs`` of merged ``bins``, each clamped to the exact ``[lo, hi]``.
+
+    The rank of q among n values is ``floor(q * (n - 1))`` (0-based: numpy's method="lower"),
+    counted over the bins' own total, which a write cut by a kill may leave one ahead of the
+    count. Rank 0 is the exact minimum and rank n - 1 the exact maximum; a rank in the UNDER
+    (OVER) bin answers the minimum (maximum). NaN when the bins are empty."""
+    total = int(bins.sum())
+    if total == 0:
+        return [math.nan for _ in qs]
+    order = value_order(sketch)
+    cum = np.cumsum(bins[order])
+    reps = sketch.values()[order]
+    out = []
+    for q in qs:
+        rank = math.floor(q * (total - 1))
+        at = int(np.searchsorted(cum, rank, side="right"))
+        b = int(order[at])
+        if rank == 0 or b == BIN_UNDER:
+            v = lo
+        elif rank == total - 1 or b == BIN_OVER:
+            v = hi
+        else:
+            v = float(reps[at])
+        out.append(min(max(v, lo), hi))
+    return out
+
+
+def value_order(sketch: Sketch) -> npt.NDArray[np.intp]:
+    """The bins in the order of their values: ZERO, UNDER, the log bins, OVER."""
+    return np.array([BIN_ZERO, BIN_UNDER, *range(FIRST_LOG_BIN, sketch.n_bins), BIN_OVER], dtype=np.intp)
+
+
+def check_quantile(q: object) -> float:
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
+        raise ValueError(f"a quantile is a number in [0, 1], not {q!r}")
+    return float(q)
