@@ -22,6 +22,7 @@ import uuid
 
 from _harness import Contender, FloorPairs, Loop, fresh_loop, interleaved
 
+import shmwin
 from shmwin import Distribution
 from shmwin.backends.shm.segment import path_of
 
@@ -118,11 +119,14 @@ def main() -> None:
     print(f"| record(), 3 resolutions, 1 process | {r.ns:.0f} ns | {r.floor_ns:.0f} ns (monotonic_ns loop) "
           f"| {ratio:.2f}x | <= 2x |")
     dist, own, shared = dist_contender(n2), list_contender(n2, False), list_contender(n2 // 100, True)
-    interleaved([dist, own, shared], 3 if quick else 7)
-    for name in dist.names:  # type: ignore[attr-defined]
-        d = Distribution.attach(name)
-        assert d.count() == 2 * n2, f"{name}: {d.count()} of {2 * n2}"
-        d.unlink()
+    try:
+        interleaved([dist, own, shared], 3 if quick else 7)
+        for name in dist.names:  # type: ignore[attr-defined]
+            d = Distribution.attach(name)
+            assert d.count() == 2 * n2, f"{name}: {d.count()} of {2 * n2}"
+    finally:  # nothing left in /dev/shm, whatever failed
+        for name in dist.names:  # type: ignore[attr-defined]
+            shmwin.unlink(name)
     shared.manager.shutdown()  # type: ignore[attr-defined]
     for peer in (own, shared):
         assert all(a == 2 * peer.n for a in peer.admitted), f"{peer.label} lost appends"
