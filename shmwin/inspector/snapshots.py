@@ -357,7 +357,7 @@ def window_snapshot(
         view = out[role] = distribution_view(w, top, key)
         view["top"] = [[key_text(k), *rest] for k, *rest in view.get("top", [])]
         out["resolutions"] = []
-        out["keys"], out["top"] = view.pop("keys", None), []
+        out["keys"], out["top"] = view.get("keys"), []  # the view keeps its count: its lines say it
         return out
     if role in COUNTERS:  # per-key state: each key's value, no buckets to sum
         view = out[role] = counters_view(w, role, top)

@@ -50,6 +50,20 @@ def test_show_ls_and_export_give_count_quantiles_min_and_max(name):
         d.unlink()
 
 
+def test_show_of_a_keyed_distribution_lists_the_keys_with_the_most_values(name):
+    d = Distribution(name, ("1m/1s",), keyed=True)
+    try:
+        d.record_many([0.1, 0.2, 0.3], key="GET /users")
+        d.record(1.0, key="POST /login")
+        shown = cli("show", name).stdout  # a KeyError ('keys') once, exit status 2
+        assert "keys with the most values (2)" in shown, shown
+        assert shown.index("GET /users") < shown.index("POST /login"), shown
+        one = cli("show", "--key", "POST /login", name).stdout
+        assert "count 1 " in one and "min 1  max 1" in one, one
+    finally:
+        d.unlink()
+
+
 def _observe(app: str, metric: str, values: list[float]) -> None:
     s = Summary(metric, "Latency", ["route"], app=app, registry=None)
     for v in values:
