@@ -293,6 +293,8 @@ def histogram_of(sketch: Sketch, m: Merged, bounds: list[float]) -> list[int]:
     reps = sketch.values()[FIRST_LOG_BIN:]
     log_cum = np.concatenate(([0], np.cumsum(m.bins[FIRST_LOG_BIN:])))
     total = int(m.bins.sum())
+    # UNDER's value (values below ``low``): the exact min when that is one of them, else ``low``
+    under = m.min if m.count and 0 < m.min < sketch.low else sketch.low
     out = []
     for bound in bounds:
         if m.count and bound >= m.max:
@@ -302,7 +304,7 @@ def histogram_of(sketch: Sketch, m: Merged, bounds: list[float]) -> list[int]:
             out.append(0)
             continue
         n = int(m.bins[BIN_ZERO])
-        n += int(m.bins[BIN_UNDER]) if bound >= sketch.low else 0
+        n += int(m.bins[BIN_UNDER]) if bound >= under else 0
         n += int(log_cum[int(np.searchsorted(reps, bound, side="right"))])
         n += int(m.bins[BIN_OVER]) if bound >= m.max else 0
         out.append(n)

@@ -277,3 +277,14 @@ def test_a_bound_record_kept_alone_keeps_the_distribution_open(name):
         assert d.count() == 2
     finally:
         d.unlink()
+
+
+def test_histogram_counts_the_values_below_the_range_at_the_exact_min(name):
+    """Values below value_range share one bin (UNDER): a bound at or above the exact min counts
+    it (it counted nothing below the range's low end once, whatever the min)."""
+    d = Distribution(name, ("1m/1s",))  # value_range (1e-6, 1e5)
+    try:
+        d.record_many([1e-8, 5e-7, 1.0])
+        assert d.histogram([1e-9, 1e-8, 6e-7, 1.0]) == [0, 2, 2, 3]
+    finally:
+        d.unlink()
