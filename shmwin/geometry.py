@@ -85,6 +85,9 @@ BIN_ZERO, BIN_UNDER, BIN_OVER, FIRST_LOG_BIN = 0, 1, 2, 3  # v == 0; 0 < v < low
 MAX_BINS = 1 << 16
 
 
+MAX_RANGE_RATIO = 1e300  # a distribution's high / low at most: its bin arithmetic never overflows
+
+
 @dataclass(frozen=True)
 class Sketch:
     """A distribution's bins (DDSketch's): relative error ``a`` over ``[low, high]``. Log bin i
@@ -103,6 +106,9 @@ class Sketch:
             raise ValueError(f"relative_error is 1e-5 .. 0.5 (0.01 is 1 %), not {a!r}")
         if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
             raise ValueError(f"the value range needs 0 < low < high, both finite, not ({low!r}, {high!r})")
+        if high / low > MAX_RANGE_RATIO:  # v / low, the bins' values: finite for every v <= high
+            raise ValueError(f"the value range ({low!r}, {high!r}) spans more than {MAX_RANGE_RATIO:g} "
+                             "(high / low): narrow it")  # fmt: skip
         if self.n_bins > MAX_BINS:
             raise ValueError(f"relative_error={a} over [{low}, {high}] needs {self.n_bins} bins per bucket "
                              f"(at most {MAX_BINS}): widen the error or narrow the range")  # fmt: skip

@@ -324,7 +324,8 @@ static int read_sketch(Dist *d) {
     d->n_bins = h.sketch_bins;
     d->n_log = d->n_bins - DIST_FIRST_LOG_BIN;
     if (d->n_bins <= DIST_FIRST_LOG_BIN || d->n_bins > DIST_MAX_BINS || !(error >= 1e-5 && error <= 0.5) ||
-        !isfinite(d->low) || !isfinite(d->high) || !(d->low > 0 && d->low < d->high))
+        !isfinite(d->low) || !isfinite(d->high) || !(d->low > 0 && d->low < d->high) ||
+        !(d->high / d->low <= 1e300))  /* geometry.MAX_RANGE_RATIO: v / low stays finite */
         return bad_sketch("sketch words are impossible");
     d->inv_log_gamma = 1 / log((1 + error) / (1 - error));
     d->bin_stride = (d->n_bins * DIST_BIN_BYTES + WORD_BYTES - 1) / WORD_BYTES * WORD_BYTES;
