@@ -164,11 +164,12 @@ class Distribution:
         self, values: npt.ArrayLike, at: npt.ArrayLike | None = None, key: Key | None = None
     ) -> None:
         """Record a batch in one call, under one lock: ``values`` (array-like of numbers), optionally
-        stamped ``at`` (ns on this distribution's clock, one per value, no later than now and
-        within the longest span; a stamp older than a resolution's span skips that resolution).
+        stamped ``at`` (whole ns on this distribution's clock, one per value, no later than now and
+        inside the oldest bucket a resolution still keeps; a resolution whose buckets no longer
+        reach a stamp skips it).
         Every value and stamp is checked before anything is stored (ValueError)."""
-        v = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
-        stamps = None if at is None else np.ascontiguousarray(at, dtype=np.int64).reshape(-1)
+        v = np.ascontiguousarray(_numbers(values, "values"), dtype=np.float64).reshape(-1)
+        stamps = None if at is None else _stamps(at)
         self._engine.record_many(v, stamps, key)
 
     # -- reading ------------------------------------------------------------------
@@ -285,6 +286,25 @@ class Distribution:
 
     def __repr__(self) -> str:
         return f"<shmwin.Distribution {getattr(self, 'name', '?')!r} [{getattr(self, '_g', '?')}]>"
+
+
+def _numbers(values: npt.ArrayLike, what: str) -> npt.NDArray[Any]:
+    """``values`` as an array of real numbers (bools and strings refused, as record() does)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"record_many(): {what} are numbers, not {arr.dtype} ({arr.reshape(-1)[:1]!r}...)")
+    return arr
+
+
+def _stamps(at: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """``at`` as int64 ns: whole numbers that fit (a float is truncated nowhere, a uint64 past
+    int64 wraps nowhere)."""
+    arr = _numbers(at, "stamps").reshape(-1)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.floor(arr))):
+        raise ValueError("record_many(): stamps are whole nanoseconds")
+    if arr.size and arr.max() > np.iinfo(np.int64).max:  # below 0: the core says it is too old
+        raise ValueError("record_many(): a stamp is out of range (0 .. 2**63 - 1 ns)")
+    return np.ascontiguousarray(arr, dtype=np.int64)
 
 
 def histogram_of(sketch: Sketch, m: Merged, bounds: list[float]) -> list[int]:

@@ -303,3 +303,27 @@ def test_a_value_range_wider_than_1e300_is_refused(name):
         assert d.histogram([1e130]) == [3]
     finally:
         d.unlink()
+
+
+def test_record_many_stamps_and_values_are_checked_whole(name):
+    """A stamp no bucket keeps any more is refused, not dropped (it was accepted and counted
+    nowhere); floats that are not whole ns, a uint64 past int64 and strings are refused; numpy
+    numbers are quantiles."""
+    clock = ManualClock(1_000_500_000_000)
+    d = Distribution(name, ("1m/1s", "5m/1m"), clock=clock)
+    try:
+        now = clock()
+        with pytest.raises(ValueError, match="oldest bucket"):
+            d.record_many([1.0], at=[now - 300_000_000_000 + 1])
+        d.record_many([1.0], at=[(now // 60_000_000_000 - 4) * 60_000_000_000])  # the 5m ring's oldest
+        assert d.count(last="5m") == 1
+        with pytest.raises(ValueError, match="whole"):
+            d.record_many([1.0], at=[float(now) + 0.5])
+        with pytest.raises(ValueError, match="out of range"):
+            d.record_many([1.0], at=np.array([2**63 + 5], dtype=np.uint64))
+        with pytest.raises(TypeError, match="numbers"):
+            d.record_many(["1", "2"])
+        assert d.count() == 1  # nothing of the refused batches
+        assert d.quantile(np.float32(0.5)) == d.quantile(0.5)
+    finally:
+        d.unlink()

@@ -239,8 +239,21 @@ static int take_array(PyObject *obj, const char *format, Py_buffer *b, const cha
 
 /* The batch's checks, before anything is stored: every value finite and >= 0, every stamp
  * within [now - the longest span, now]. */
+/* The start of the oldest bucket any resolution keeps at `now`: a stamp before it would land in
+ * no bucket at all (each ring keeps n buckets, the current one included). */
+static int64_t oldest_kept_ns(const Core *c, int64_t now) {
+    int64_t oldest = now;
+    for (int i = 0; i < c->n_rings; i++) {
+        const Ring *r = &c->rings[i];
+        int64_t start = (now / r->bucket_ns - r->n + 1) * r->bucket_ns;
+        if (start < oldest) oldest = start;
+    }
+    return oldest;
+}
+
 static int check_batch(Dist *d, int64_t now, Batch *bt) {
     Core *c = &d->core;
+    int64_t oldest = oldest_kept_ns(c, now);
     bt->total = 0;
     for (Py_ssize_t k = 0; k < bt->n; k++) {
         double v = bt->values[k];
@@ -252,9 +265,9 @@ static int check_batch(Dist *d, int64_t now, Batch *bt) {
             return -1;
         }
         bt->total += v;
-        if (bt->at != NULL && (bt->at[k] > now || bt->at[k] < 0 || now - bt->at[k] >= c->idle_ns)) {
+        if (bt->at != NULL && (bt->at[k] > now || bt->at[k] < 0 || bt->at[k] < oldest)) {
             PyErr_Format(PyExc_ValueError, "record_many(): stamp %lld (item %zd) is %s", (long long)bt->at[k], k,
-                         bt->at[k] > now ? "in the future" : "older than the longest span");
+                         bt->at[k] > now ? "in the future" : "older than the oldest bucket any resolution keeps");
             return -1;
         }
     }

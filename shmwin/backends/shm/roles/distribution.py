@@ -7,6 +7,7 @@ buckets of one ring -- the bins added, counts and sums added, min and max taken.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -199,6 +200,7 @@ def value_order(sketch: Sketch) -> npt.NDArray[np.intp]:
 
 
 def check_quantile(q: object) -> float:
-    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
+    """A quantile: a real number in [0, 1] (numpy's too), as a float; NaN and bools refused."""
+    if isinstance(q, bool | np.bool_) or not isinstance(q, numbers.Real) or not 0 <= float(q) <= 1:
         raise ValueError(f"a quantile is a number in [0, 1], not {q!r}")
     return float(q)
