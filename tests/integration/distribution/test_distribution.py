@@ -327,3 +327,18 @@ def test_record_many_stamps_and_values_are_checked_whole(name):
         assert d.quantile(np.float32(0.5)) == d.quantile(0.5)
     finally:
         d.unlink()
+
+
+def test_a_stamped_batch_cannot_overflow_a_past_buckets_sum(name):
+    """record() refused a sum past a float's range; record_many(at=) into a past bucket did
+    not (its sum became inf)."""
+    clock = ManualClock(1_000 * S)
+    d = Distribution(name, ("1m/1s",), clock=clock)
+    try:
+        past = clock() - 30 * S
+        d.record_many([1e308], at=[past])
+        with pytest.raises(OverflowError):
+            d.record_many([1e308], at=[past])
+        assert d.sum() == 1e308 and d.count() == 1
+    finally:
+        d.unlink()

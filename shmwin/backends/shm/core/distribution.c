@@ -121,7 +121,16 @@ static int64_t *bucket_of(Dist *d, char *row, int i, int64_t now_ns, int64_t at_
 
 /* Would adding `more` to a live bucket's sum leave it finite, in every ring? (Checked before
  * any store: a refused record changes nothing.) Caller holds the row's lock. */
-static int sums_fit(Dist *d, char *row, int64_t now_ns, double more) {
+static int sums_fit(Dist *d, char *row, int64_t now_ns, double more, int stamped) {
+    const Core *c = &d->core;
+    if (stamped) {  /* stamps may reach any bucket: none may overflow (a stale one's sum too: rare) */
+        for (int i = 0; i < c->n_rings; i++)
+            for (int64_t slot = 0; slot < c->rings[i].n; slot++)
+                if (!isfinite(dbl(LOAD(RING(c, row, i) + (c->head_slots + slot) * c->slot_words + DIST_SLOT_SUM)) +
+                              more))
+                    return 0;
+        return 1;
+    }
     for (int i = 0; i < d->core.n_rings; i++) {
         int64_t *bins, e, *s = bucket_of(d, row, i, now_ns, now_ns, &bins, &e);
         if (LOAD(s + DIST_SLOT_EPOCH) >= e &&
@@ -165,7 +174,7 @@ static int sum_overflow(Core *c) {
 /* The batch into `row`, whose lock the caller holds (section `section`). */
 static int record_locked(Dist *d, char *row, int64_t now, const Batch *bt, const char *section) {
     (void)section;  /* the production build's SECTION() names nothing */
-    if (!sums_fit(d, row, now, bt->total)) return sum_overflow(&d->core);
+    if (!sums_fit(d, row, now, bt->total, bt->at != NULL)) return sum_overflow(&d->core);
     SECTION(section);
     for (Py_ssize_t k = 0; k < bt->n; k++)
         record_row(d, row, now, bt->at ? bt->at[k] : now, bt->values[k], bin_of(d, bt->values[k]));
