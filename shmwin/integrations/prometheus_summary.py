@@ -27,6 +27,7 @@ Summary exports it with a generic HELP text (the segment keeps no documentation)
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -118,9 +119,26 @@ class _Timer:
         return wrapped
 
 
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _check_names(name: str, labelnames: Sequence[str]) -> None:
+    """Prometheus's spelling of a metric name and its label names (as prometheus_client checks
+    them): a clear ValueError, before a segment is named after them."""
+    if not isinstance(name, str) or not _METRIC_NAME.fullmatch(name):
+        raise ValueError(f"invalid metric name {name!r}: letters, digits, _ and :, not starting with a digit")
+    for label in labelnames:
+        if not isinstance(label, str) or not _LABEL_NAME.fullmatch(label) or label.startswith("__"):
+            raise ValueError(f"invalid label name {label!r}: letters, digits and _, not starting with a "
+                             "digit or __")  # fmt: skip
+
+
 class Summary(Collector):
     """``Summary(name, documentation, labelnames=(), quantiles=(0.5, 0.9, 0.99), max_age=600,
-    app=...)``: registered in ``registry`` (prometheus_client's default) like its Summary."""
+    app=...)``: registered in ``registry`` (prometheus_client's default) like its Summary.
+    ``max_label_sets`` (1,024): the label sets it keeps (a segment's capacity, the same in every
+    process); one more raises KeyTableFullError."""
 
     def __init__(
         self,
@@ -132,6 +150,7 @@ class Summary(Collector):
         quantiles: Sequence[float] = _DEFAULT_QUANTILES,
         max_age: float = 600,
         relative_error: float = 0.01,
+        max_label_sets: int = 1024,
         namespace: str = "",
         subsystem: str = "",
         unit: str = "",
@@ -140,13 +159,14 @@ class Summary(Collector):
         full = "_".join(p for p in (namespace, subsystem, name) if p) + (f"_{unit}" if unit else "")
         if isinstance(labelnames, str):
             labelnames = (labelnames,)
+        _check_names(full, labelnames)
         if "quantile" in labelnames:
             raise ValueError("a Summary's label names may not include 'quantile' (its own)")
         self.name, self.documentation, self.labelnames = full, documentation, tuple(labelnames)
         self.quantiles = tuple(check_quantile(q) for q in quantiles)
         self._dist = Distribution(
             segment_name(app, full, self.labelnames), _resolutions(max_age), relative_error=relative_error,
-            keyed=bool(self.labelnames),
+            keyed=bool(self.labelnames), capacity=max_label_sets if self.labelnames else None,
         )  # fmt: skip
         self._children: dict[tuple[str, ...], _Child] = {}
         self._unlabelled = None if self.labelnames else _Child(self._dist, None)

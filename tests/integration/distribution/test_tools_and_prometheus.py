@@ -132,3 +132,30 @@ def test_summary_refuses_what_it_cannot_store_whole(make_name):
         assert segment_name(app, "x_seconds", ("route",)) in shmwin.names()
     finally:
         s.unlink()
+
+
+def test_summary_names_are_prometheus_names_and_its_label_sets_are_capped(make_name):
+    """A label name with '+' was accepted, then split in two when scraped (every sample
+    skipped); the 1,025th label set raised with advice about a parameter Summary lacked."""
+    from shmwin.errors import KeyTableFullError
+
+    app = make_name("app")
+    for bad_name, labels in (("x-seconds", ()), ("x", ("a+b",)), ("x", ("__reserved",)), ("x", ("1a",))):
+        with pytest.raises(ValueError, match=r"invalid (metric|label) name"):
+            Summary(bad_name, "X", labels, app=app, registry=None)
+    s = Summary("x_seconds", "X", ["route"], app=app, registry=None, max_label_sets=3)
+    try:
+        for route in ("/a", "/b", "/c"):
+            s.labels(route).observe(1.0)
+        with pytest.raises(KeyTableFullError):
+            s.labels("/d").observe(1.0)
+        got = _samples(generate_latest(_registry_with(s)).decode())
+        assert got[("x_seconds_count", (("route", "/a"),))] == 1
+    finally:
+        s.unlink()
+
+
+def _registry_with(collector) -> CollectorRegistry:  # type: ignore[no-untyped-def]
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
