@@ -92,6 +92,7 @@ else:  # on a free-threaded CPython: say that _core turned the GIL on, or refuse
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
 from .concurrency import Concurrency
+from .distribution import Distribution
 from .errors import (
     BackendUnavailableError,
     ConcurrencyLimitError,
@@ -134,6 +135,7 @@ __all__ = [
     "ConcurrencyLimitError",
     "CorruptSegmentError",
     "Decisions",
+    "Distribution",
     "ForeignFileError",
     "GILRequiredWarning",
     "GeometryMismatchError",

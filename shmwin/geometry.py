@@ -12,6 +12,7 @@ ring's own arithmetic (which epoch, which slot, which slots are live), drawn in 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +44,9 @@ MODES = ("striped", "locked")
 KINDS = ("window", "limiter")
 # what shmwin made a segment for ("" = a plain window or limiter); see shmwin.inspector.roles
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease")  # fmt: skip
+         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
+         "distribution")  # fmt: skip
+DIST_FIELDS = ("count", "sum", "min", "max")  # a distribution's slot, after its epoch
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
 DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)
@@ -77,6 +80,71 @@ class Ring:
         return f"{text} limit={self.limit}" if self.limit else text
 
 
+# a distribution's bins per bucket (core/distribution.c places values by Sketch.bin_of's formula)
+BIN_ZERO, BIN_UNDER, BIN_OVER, FIRST_LOG_BIN = 0, 1, 2, 3  # v == 0; 0 < v < low; v > high; the log bins
+MAX_BINS = 1 << 16
+
+
+MAX_RANGE_RATIO = 1e300  # a distribution's high / low at most: its bin arithmetic never overflows
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A distribution's bins (DDSketch's): relative error ``a`` over ``[low, high]``. Log bin i
+    holds ``[low g**i, low g**(i+1))``, g = (1 + a) / (1 - a), and answers ``low g**i 2g / (g + 1)``,
+    within ``a`` of each of its values; three more count zero, under ``low`` and over ``high``."""
+
+    relative_error: float = 0.01
+    low: float = 1e-6
+    high: float = 1e5  # 1 us .. 27.8 h when values are seconds
+
+    def __post_init__(self) -> None:
+        a, low, high = self.relative_error, self.low, self.high
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, low, high)):
+            raise ValueError(f"relative_error, low and high are numbers, not {(a, low, high)!r}")
+        if not 1e-5 <= a <= 0.5:
+            raise ValueError(f"relative_error is 1e-5 .. 0.5 (0.01 is 1 %), not {a!r}")
+        if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
+            raise ValueError(f"the value range needs 0 < low < high, both finite, not ({low!r}, {high!r})")
+        if high / low > MAX_RANGE_RATIO:  # v / low, the bins' values: finite for every v <= high
+            raise ValueError(f"the value range ({low!r}, {high!r}) spans more than {MAX_RANGE_RATIO:g} "
+                             "(high / low): narrow it")  # fmt: skip
+        if self.n_bins > MAX_BINS:
+            raise ValueError(f"relative_error={a} over [{low}, {high}] needs {self.n_bins} bins per bucket "
+                             f"(at most {MAX_BINS}): widen the error or narrow the range")  # fmt: skip
+
+    @property
+    def gamma(self) -> float:
+        return (1 + self.relative_error) / (1 - self.relative_error)
+
+    @property
+    def n_log(self) -> int:
+        return max(1, math.ceil((math.log(self.high) - math.log(self.low)) / math.log(self.gamma)))
+
+    @property
+    def n_bins(self) -> int:
+        return FIRST_LOG_BIN + self.n_log
+
+    def bin_of(self, value: float) -> int:
+        """The bin of one value, as the core places it (ValueError for what it refuses)."""
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"a distribution records finite values >= 0, not {value!r}")
+        if value == 0 or value < self.low or value > self.high:
+            return BIN_ZERO if value == 0 else BIN_UNDER if value < self.low else BIN_OVER
+        i = math.floor(math.log(value / self.low) * (1 / math.log(self.gamma)))
+        return FIRST_LOG_BIN + min(max(i, 0), self.n_log - 1)
+
+    def values(self) -> npt.NDArray[np.float64]:
+        """What each bin answers with (UNDER and OVER: NaN, the reader clamps to min and max)."""
+        g, out = self.gamma, np.full(self.n_bins, np.nan)
+        out[BIN_ZERO] = 0.0
+        out[FIRST_LOG_BIN:] = self.low * g ** np.arange(self.n_log) * (2 * g / (g + 1))
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.relative_error:g} over [{self.low:g}, {self.high:g}]"
+
+
 @dataclass(frozen=True)
 class Geometry:
     """What two processes must agree on to share a segment."""
@@ -89,6 +157,7 @@ class Geometry:
     capacity: int = 0
     kind: str = "window"
     role: str = ""  # ROLES: what shmwin made it for, when the tools must know ("" = plain)
+    sketch: Sketch | None = None  # role "distribution": its bins; else None
 
     def __post_init__(self) -> None:
         _check_geometry(self)
@@ -154,6 +223,8 @@ class Geometry:
             parts.append(f"kind={self.kind}")
         if self.role:
             parts.append(f"role={self.role}")
+        if self.sketch is not None:
+            parts.append(f"relative_error={self.sketch}")
         return " ".join(parts)
 
 
@@ -201,6 +272,11 @@ def _check_geometry(g: Geometry) -> None:
         raise ValueError(f"a concurrency limit is 1..{MAX_CONCURRENCY} holders per key")
     if g.keyed and g.mode != "locked":
         raise ValueError("a keyed window (capacity > 0) is written under per-key locks: mode='locked'")
+    if (g.role == "distribution") != (g.sketch is not None):
+        raise ValueError("a distribution's segment, and it alone, has a sketch (its bins)")
+    dist_shape = (DIST_FIELDS, "float64", "locked", "window")
+    if g.sketch is not None and (g.fields, g.dtype, g.mode, g.kind) != dist_shape:
+        raise ValueError(f"a distribution is a locked float64 window of the fields {DIST_FIELDS}")
 
 
 @dataclass(frozen=True)

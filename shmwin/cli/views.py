@@ -183,6 +183,23 @@ def _leases(v: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _distribution(v: dict[str, Any]) -> list[str]:
+    """Per resolution: count, p50/p90/p99, min, max (values as recorded: seconds, bytes...)."""
+    lines = [f"  quantiles within {v['relative_error']:.2%} (relative); count, sum, min and max exact"]
+    for row in v["resolutions"]:
+        if not row["count"]:
+            lines.append(f"  {row['resolution']:<10} count 0")
+            continue
+        qs = "  ".join(f"{p} {row[p]:.4g}" for p in ("p50", "p90", "p99"))
+        lines.append(f"  {row['resolution']:<10} count {row['count']:,}  {qs}  min {row['min']:.4g}"
+                     f"  max {row['max']:.4g}")  # fmt: skip
+    if v.get("top"):
+        lines.append(f"  keys with the most values ({v['keys']:,}), over the longest resolution:")
+    for key, count, p50, p99 in v.get("top", []):
+        lines.append(f"    {count:>10,}  p50 {p50:.4g}  p99 {p99:.4g}  {safe(str(key))}")
+    return lines
+
+
 def _span(seconds: float) -> str:
     return format_ns(round(seconds * NS_PER_S))
 
@@ -203,6 +220,7 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "token-bucket": _tokens,
     "moving-log": lambda v: _counters(v),
     "lease": _leases,
+    "distribution": _distribution,
     "fixed-starts": lambda v: [
         f"  start times of limits' fixed windows, {v['records']:,} records (times, not counts)",
         f"  the counts are in {safe(v['counts'])}",

@@ -33,6 +33,9 @@ counted over live processes without clearing the keys of dead ones, which its wo
                   lease of hits the host took from Redis; shown: the leases live now and the
                   hits they hold unspent, the hits served locally, and the round trips to
                   Redis (leases taken, refusals), all keys and the keys that served most
+    distribution  a Distribution's buckets of values (``shmwin.Distribution``, a shedder's
+                  ``NAME.rt``); shown: per resolution the count, sum, min, max and p50, p90,
+                  p99 over its span, and (keyed) the keys with the most values
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -56,7 +59,8 @@ from ..errors import ShmwinError
 from ..rate import NS_PER_S, to_ns
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
-         "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts", "lease")  # fmt: skip
+         "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts", "lease",
+         "distribution")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 # per-key state: values read by counter_values()
 COUNTERS = ("fixed-window", "sliding-counter", "moving-log", "concurrency", "token-bucket")
@@ -104,7 +108,18 @@ def role_view(w: Any, role: str, cpu: Any = None) -> dict[str, Any] | None:
         return {"records": len(w.keys()), "counts": w.name.replace(".fixedstart.", ".fixed.", 1)}
     if role == "lease":
         return leases_view(w)
+    if role == "distribution":
+        return distribution_view(w)
     return None
+
+
+def distribution_view(w: Any, top: int = TOP_KEYS, key: Any = None) -> dict[str, Any]:
+    """A distribution's resolutions (count, sum, min, max, p50/p90/p99) and busiest keys:
+    :func:`shmwin.backends.shm.roles.distribution.view`."""
+    from ..backends.shm.roles.distribution import DistributionEngine, view
+    from ..geometry import resolution_name
+
+    return view(DistributionEngine(w), [resolution_name(r) for r in w.geometry.rings], top, key)
 
 
 def leases_view(w: Any, top: int = TOP_KEYS) -> dict[str, Any]:
@@ -220,8 +235,9 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
 
     - ``in_flight`` on the host over live processes, and per process (None: no ``NAME.flying``);
     - ``passes`` and ``drops`` over the window;
-    - ``max_pass`` (per bucket) and ``min_rt_ms`` (None: nothing served) over its completed
-      buckets, and the ``max_in_flight`` they give before the overload factor;
+    - ``max_pass`` (per bucket) and ``min_rt_ms`` (None: nothing served; the shortest response,
+      from ``NAME.rt``) over its completed buckets, and the ``max_in_flight`` they give before
+      the overload factor;
     - ``recent_drops``: drops within the last cool-off. A worker that dropped is hot for a
       cool-off after its last overloaded CPU reading, so some worker is hot while this is > 0;
     - ``cpu``: host millicpu from ``cpu()`` (None when not given or not measured yet), and
@@ -237,6 +253,13 @@ def shedder_view(w: Any, cpu: Any = None) -> dict[str, Any]:
     except (ShmwinError, OSError, ValueError):
         pass  # removed, or never made: in flight unknown
     max_pass, min_rt_ms = shedder.capacity(w)
+    try:  # the real minimum, from its NAME.rt, as the shedder reads it (an older one's: the mean)
+        from ..distribution import Distribution
+
+        with Distribution.attach(w.name + shedder.RT_SUFFIX, ready_timeout=0.5) as rt:
+            min_rt_ms = shedder.min_rt_ms_of(rt)
+    except (ShmwinError, OSError, ValueError):
+        pass
     totals = w.totals()
     cool_off_ns = to_ns(shedder.DEFAULT_COOL_OFF, "cool_off")
     recent = w.series("drops")[-math.ceil(cool_off_ns / w.bucket_ns) :]

@@ -351,6 +351,14 @@ def window_snapshot(
             out["lease"]["key"] = next((v for k, v in top_keys if key_text(k) == key), None)
         out["top_field"], out["top"] = "served", [[key_text(k), v["served"]] for k, v in top_keys]
         return out
+    if role == "distribution":  # buckets of bins, not sums: the role's own reading
+        from .roles import distribution_view
+
+        view = out[role] = distribution_view(w, top, key)
+        view["top"] = [[key_text(k), *rest] for k, *rest in view.get("top", [])]
+        out["resolutions"] = []
+        out["keys"], out["top"] = view.get("keys"), []  # the view keeps its count: its lines say it
+        return out
     if role in COUNTERS:  # per-key state: each key's value, no buckets to sum
         view = out[role] = counters_view(w, role, top)
         out["resolutions"] = []

@@ -50,7 +50,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import local_share
@@ -108,7 +108,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "shmwin_shedder_passes": ("Requests a shedder's processes served over its window.", (_WINDOW,)),
     "shmwin_shedder_drops": ("Requests a shedder dropped over its window.", (_WINDOW,)),
     "shmwin_shedder_min_rt_seconds": (
-        "Lowest mean response time of a completed bucket of a shedder's window (none: nothing served).",
+        "Shortest response time served in the completed buckets of a shedder's window "
+        "(none: nothing served).",
         (_WINDOW,),
     ),
     "shmwin_shedder_max_in_flight": (
@@ -148,6 +149,19 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "shmwin_fallback_since_seconds": (
         "Unix time the latest run of a limiter's local share on this host began (on_error='local').",
         (_WINDOW,),
+    ),
+    "shmwin_distribution": (
+        "A distribution's values over the span of one resolution: quantiles (relative error as the "
+        "distribution's), count and sum (exact).",
+        (_WINDOW, _RES),
+    ),
+    "shmwin_distribution_min": (
+        "Least value of a distribution over one resolution's span (exact).",
+        (_WINDOW, _RES),
+    ),
+    "shmwin_distribution_max": (
+        "Greatest value of a distribution over one resolution's span (exact).",
+        (_WINDOW, _RES),
     ),
     "shmwin_concurrency_holders": (
         "Slots a Concurrency's live processes hold now: all keys, or one key (the top_keys keys).",
@@ -215,11 +229,13 @@ COUNTER_FAMILIES = frozenset({"shmwin_window_full_requests"})  # exported as cou
 
 
 def _families() -> dict[str, GaugeMetricFamily]:
-    out = {}
+    out: dict[str, Any] = {}
     for name, (text, labels) in FAMILIES.items():
-        kind = CounterMetricFamily if name in COUNTER_FAMILIES else GaugeMetricFamily
+        kind: Any = CounterMetricFamily if name in COUNTER_FAMILIES else GaugeMetricFamily
+        if name == "shmwin_distribution":  # quantile samples, _count and _sum (prometheus_summary.py)
+            kind = SummaryMetricFamily
         out[name] = kind(name, text, labels=labels)
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _matches(name: str, patterns: list[str] | None) -> bool:
@@ -263,6 +279,11 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
         families["shmwin_lease_served"].add_metric([name], view["served"])
         families["shmwin_lease_held"].add_metric([name, "leases"], view["live"])
         families["shmwin_lease_held"].add_metric([name, "hits"], view["held"])
+        return
+    if role == "distribution":  # a summary per resolution, min and max (prometheus_summary.py)
+        from .prometheus_summary import add_distribution
+
+        add_distribution(families, w, labels)
         return
     if role == "concurrency":  # holders now: all keys ("" key), and the busiest keys'
         held = counters_view(w, role, top_keys)

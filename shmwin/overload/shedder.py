@@ -10,21 +10,26 @@ has shown it can turn around:
                  * clamp((1000 - cpu) / (1000 - cpu_threshold), 0.1, 1)
     drop       = hot and avg_flying > max_flight and flying > max_flight
 
-- ``max_pass``: the most requests that finished well in one bucket, ``min_rt_ms``: the lowest
-  per-bucket mean response time (1000 ms if none) -- both over the shared window of passes
-  and response times, ignoring the current, partial bucket, as go-zero does;
+- ``max_pass``: the most requests that finished well in one bucket, ``min_rt_ms``: the shortest
+  response time of a request served (1000 ms if none), exact -- both over the completed
+  buckets of the shared windows (the current, partial bucket ignored, as go-zero does);
 - ``flying``: requests in flight on the whole host, over live processes only
   (:class:`~shmwin.overload.inflight.InFlight`: a SIGKILLed worker's requests stop counting);
 - ``avg_flying``: a moving average (beta = 0.9) of ``flying``, updated when a request ends;
 - ``cpu``: host CPU in millicpu (:class:`~shmwin.overload.cpu.HostCpu`, or any callable).
 
-Where this differs from go-zero, and why: response times are kept in microseconds (go-zero
+Where this differs from go-zero, and why: ``min_rt`` is the real minimum response time, kept
+by a :class:`~shmwin.Distribution` of the response times (go-zero takes the lowest mean of a
+bucket, because its window keeps only sums: a bucket of 1 ms and 9 ms requests then says
+5 ms, and max_flight comes out 5x too high); response times are kept in microseconds (go-zero
 rounds up to whole milliseconds, which makes sub-millisecond handlers look 1 ms long);
 ``avg_flying``, the cool-off and the CPU reading are each process's own (each samples the
 same host-wide values); ``max_pass``/``min_rt`` are read once per bucket (they only change
 when a bucket completes).
 
-Segments: ``NAME`` (passes, rt_us, drops) and ``NAME.flying`` (in flight per process).
+Segments: ``NAME`` (passes, rt_us, drops), ``NAME.flying`` (in flight per process) and
+``NAME.rt`` (each served request's response time, µs: a Distribution of the same buckets; a
+shedder made without one, by an older shmwin, falls back to the lowest bucket mean).
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..clock import Clock, host_clock
-from ..errors import GeometryMismatchError, ShmwinError
+from ..distribution import Distribution
+from ..errors import GeometryMismatchError, ShmwinError, WindowNotFoundError
+from ..geometry import resolution_name
 from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
 from .cpu import MILLICPU, HostCpu
@@ -43,6 +50,8 @@ from .inflight import InFlight
 
 FIELDS = ("passes", "rt_us", "drops")
 FLYING_SUFFIX = ".flying"
+RT_SUFFIX = ".rt"
+RT_RANGE_US = (1.0, 1e8)  # response times, 1 us .. 100 s, 1 %: the min is exact whatever its bin
 FLYING_BETA = 0.9
 DEFAULT_MIN_RT_MS = 1000.0
 DEFAULT_CPU_THRESHOLD = 900  # millicpu
@@ -86,6 +95,12 @@ def capacity(counts: Any) -> tuple[int, float | None]:
     if not served.any():
         return max_pass, None
     return max_pass, float((rt_us[served] / passes[served]).min()) / 1000
+
+
+def min_rt_ms_of(rt: Distribution) -> float | None:
+    """The shortest response time (ms) served in the completed buckets of ``rt``; None: none."""
+    m = rt.summary((), completed=True)
+    return None if m.count == 0 else m.min / 1000
 
 
 def max_flight_of(max_pass: int, min_rt_ms: float | None, bucket_ns: int) -> float:
@@ -166,7 +181,16 @@ class Shedder:
         except BaseException:  # all or none: the counts go if this call made them
             counts._discard()
             raise
-        self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock)
+        try:
+            rt = Distribution(
+                name + RT_SUFFIX, resolution_name(counts.geometry.rings[0]), value_range=RT_RANGE_US,
+                clock=clock, perm=perm,
+            )  # fmt: skip
+        except BaseException:
+            counts._discard()
+            flying.window._discard()
+            raise
+        self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock, rt)
 
     @classmethod
     def attach(
@@ -190,8 +214,12 @@ class Shedder:
         except BaseException:
             counts.close()
             raise
+        try:
+            rt: Distribution | None = Distribution.attach(name + RT_SUFFIX, clock=clock)
+        except WindowNotFoundError:  # an older shmwin's shedder: the lowest bucket mean
+            rt = None
         self = object.__new__(cls)
-        self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock)
+        self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock, rt)
         return self
 
     def _bind(
@@ -202,8 +230,9 @@ class Shedder:
         cool_off_ns: int,
         cpu: Callable[[], int] | None,
         clock: Clock | None,
+        rt: Distribution | None,
     ) -> None:
-        self.window, self.flying = counts, flying
+        self.window, self.flying, self.rt = counts, flying, rt
         self.name = counts.name
         self.cpu_threshold = cpu_threshold
         self.cool_off_ns = cool_off_ns
@@ -260,6 +289,8 @@ class Shedder:
         if epoch != self._epoch:
             self._epoch = epoch
             self._max_pass, min_rt_ms = capacity(self.window)
+            if self.rt is not None:  # the real minimum, not the lowest bucket mean
+                min_rt_ms = min_rt_ms_of(self.rt)
             self._min_rt_ms = DEFAULT_MIN_RT_MS if min_rt_ms is None else min_rt_ms
         return max(1.0, self._max_pass * self._min_rt_ms * self._buckets_per_ms)
 
@@ -269,8 +300,11 @@ class Shedder:
         self.flying.end(stamp)
         self._avg_flying = self._avg_flying * FLYING_BETA + self.flying.count() * (1 - FLYING_BETA)
         if passed:
-            self._add(math.ceil(max(0, now_ns - start_ns) / 1000), "rt_us")
+            rt_us = math.ceil(max(0, now_ns - start_ns) / 1000)
+            self._add(rt_us, "rt_us")
             self._add(1, "passes")
+            if self.rt is not None:
+                self.rt.record(float(rt_us))
 
     # -- visibility -------------------------------------------------------------------------------
 
@@ -306,11 +340,14 @@ class Shedder:
         """Detach this process; the windows live on for everyone else."""
         self.window.close()
         self.flying.close()
+        if self.rt is not None:
+            self.rt.close()
 
     def unlink(self) -> bool:
         """Remove both windows for everyone (idempotent)."""
         first = self.window.unlink()
-        return bool(self.flying.unlink() or first)
+        rt = self.rt.unlink() if self.rt is not None else False
+        return bool(self.flying.unlink() or first or rt)
 
     def __repr__(self) -> str:
         return f"<shmwin.Shedder {self.name!r} cpu_threshold={self.cpu_threshold}>"
@@ -354,5 +391,6 @@ __all__ = [
     "describe",
     "is_shedder",
     "max_flight_of",
+    "min_rt_ms_of",
     "overload_factor",
 ]

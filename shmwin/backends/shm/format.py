@@ -38,6 +38,7 @@ from .format_rows import (
     CHUNK,
     CONC_HOLDER,
     CONC_STATE,
+    DIST_SLOT,
     FIXED_STATE,
     HALF_WORD_RECORDS,
     LEASE_STATE,
@@ -119,7 +120,10 @@ FULL_DENY_COUNT = 1 << 62  # on_full="deny"'s count for a fixed window's new key
 # "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease")  # fmt: skip
+         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
+         "distribution")  # fmt: skip
+# "distribution": shmwin.Distribution, a locked window whose slots are DIST_SLOT and whose rows end
+# with each bucket's bins (core/distribution.c; the header's sketch words say which bins)
 # "lease": a two-tier (shm+redis://) limiter's host tier: each key's row holds the lease of hits
 # the host took from Redis (LEASE_STATE below), spent by every worker of the host
 # rows of per-key state: no bucket to read or add to
@@ -182,6 +186,12 @@ HEADER: tuple[Field, ...] = (
     ("role", 168, "I"),
     ("chunks_off", 176, "Q"),  # role "moving-log": the chunk heap, after the rows; else 0
     ("n_chunks", 184, "Q"),  # its chunks (the file is sparse: reserved as handed out)
+    # role "distribution": its bins per bucket (DIST_FIRST_LOG_BIN + log bins), its relative
+    # error and value range (IEEE-754 doubles' bits); 0 for every other role
+    ("sketch_bins", 192, "I"),
+    ("sketch_error", 200, "Q"),
+    ("sketch_low", 208, "Q"),
+    ("sketch_high", 216, "Q"),
     ("field_names", 256, f"{MAX_FIELDS * FIELD_NAME_BYTES}s"),
     ("ring_table", 768, f"ring[{MAX_RINGS}]"),
     ("rows_in_use", 1024, "q"),
@@ -207,7 +217,8 @@ FIXED_HEADER_END = 192  # magic .. n_chunks: the fields packed and unpacked as o
 # the header words read or written in place (not just at attach): each gets F_OFF
 HEADER_WORDS = ("magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index",
                 "index_used", "keys", "rows_top", "rows_reserved", "free_head", "rebuilt_ns",
-                "full_count", "chunks_top", "chunks_reserved", "chunk_free")  # fmt: skip
+                "full_count", "chunks_top", "chunks_reserved", "chunk_free", "sketch_bins", "sketch_error",
+                "sketch_low", "sketch_high")  # fmt: skip
 
 LOCK: tuple[Field, ...] = (
     ("mutex", 0, "mutex"),  # process-shared, robust
@@ -277,6 +288,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "NAME_ENTRY": (NAME_ENTRY, "NAME_ENTRY_BYTES"),
     "CHUNK": (CHUNK, "CHUNK_BYTES"),
     "LEASE_STATE": (LEASE_STATE, "LEASE_STATE_BYTES"),
+    "DIST_SLOT": (DIST_SLOT, "DIST_SLOT_BYTES"),
 }
 
 
@@ -319,6 +331,7 @@ ROLE_CONCURRENCY = ROLES.index("concurrency")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 ROLE_MOVING_LOG = ROLES.index("moving-log")
 ROLE_LEASE = ROLES.index("lease")
+ROLE_DISTRIBUTION = ROLES.index("distribution")
 ON_FULL_RAISE, ON_FULL_ALLOW = ON_FULL.index("raise"), ON_FULL.index("allow")
 ON_FULL_DENY = ON_FULL.index("deny")
 
@@ -331,6 +344,9 @@ ON_FULL_DENY = ON_FULL.index("deny")
     "magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index", "index_used", "keys",
     "rows_top", "rows_reserved", "free_head", "rebuilt_ns", "full_count", "chunks_top",
     "chunks_reserved", "chunk_free",
+)
+SKETCH_BINS_OFF, SKETCH_ERROR_OFF, SKETCH_LOW_OFF, SKETCH_HIGH_OFF = _offsets(
+    HEADER, "sketch_bins", "sketch_error", "sketch_low", "sketch_high"
 )
 # value | tag << 32 (header.state_word)
 CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF)
@@ -417,6 +433,13 @@ CHUNK_NEXT_OFF, CHUNK_OWNER_OFF, CHUNK_ENTRIES_OFF = _offsets(CHUNK, "next", "ow
     "leases", "refusals",
 )
 
+(
+    DIST_SLOT_EPOCH_OFF, DIST_SLOT_COUNT_OFF, DIST_SLOT_SUM_OFF, DIST_SLOT_MIN_OFF, DIST_SLOT_MAX_OFF,
+) = _offsets(DIST_SLOT, "epoch", "count", "sum", "min", "max")
+(
+    DIST_SLOT_EPOCH, DIST_SLOT_COUNT, DIST_SLOT_SUM, DIST_SLOT_MIN, DIST_SLOT_MAX,
+) = _words(DIST_SLOT, "epoch", "count", "sum", "min", "max")
+
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES,
           "ON_FULL": ON_FULL}  # fmt: skip
@@ -439,6 +462,8 @@ _SCALARS = (
     "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "GHOST_EPOCH_SHIFT", "GHOST_HITS_MAX", "COUNT32_BYTES",
     "COUNT32_MAX", "LEASE_STATE_BYTES",
+    "DIST_SLOT_BYTES", "DIST_BIN_BYTES", "DIST_BIN_MAX", "DIST_BIN_ZERO", "DIST_BIN_UNDER", "DIST_BIN_OVER",
+    "DIST_FIRST_LOG_BIN", "DIST_MAX_BINS",
 )  # fmt: skip
 
 
@@ -541,7 +566,7 @@ _NEUTRAL = {
                         "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
                         "MAX_BUCKETS", "MAX_CAPACITY", "MAX_CONCURRENCY", "MAX_FIELDS", "MAX_KEY_LOCKS",
                         "MAX_LOG_ENTRIES", "MAX_RINGS", "MAX_SPAN_NS", "MAX_STRIPES", "MODES", "ROLES",
-                        "CONC_HOLDER_BYTES"),
+                        "CONC_HOLDER_BYTES", "DIST_FIELDS"),
 }  # fmt: skip
 
 

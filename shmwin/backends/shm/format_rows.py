@@ -217,3 +217,22 @@ LEASE_STATE: tuple[Field, ...] = (
     ("refusals", 80, "q"),  # refusals Redis answered for the key (with leases: the round trips)
 )
 LEASE_STATE_BYTES = 88
+
+# role "distribution" (core/distribution.c): a locked window (keyed or not) of the fields
+# DIST_FIELDS, whose every bucket slot is a DIST_SLOT, and whose row ends with the bins of every
+# bucket of every ring, ring after ring: sketch_bins u32 counts per bucket, padded to a word
+# (DIST_BIN_BYTES each; a count stops at DIST_BIN_MAX). A bucket's bins are its slot's: recycled
+# (zeroed) with it, before its new epoch is stamped.
+DIST_FIELDS = ("count", "sum", "min", "max")
+DIST_SLOT: tuple[Field, ...] = (
+    ("epoch", 0, "q"),  # the bucket's epoch, as any window slot's
+    ("count", 8, "q"),  # values recorded (an integer, though the window's dtype is float64)
+    ("sum", 16, "q"),  # their sum (a double's bits)
+    ("min", 24, "q"),  # the least (a double's bits; +inf: none)
+    ("max", 32, "q"),  # the greatest (a double's bits; -inf: none)
+)
+DIST_SLOT_BYTES = 40
+DIST_BIN_BYTES = 4
+DIST_BIN_MAX = (1 << 32) - 1
+DIST_BIN_ZERO, DIST_BIN_UNDER, DIST_BIN_OVER, DIST_FIRST_LOG_BIN = 0, 1, 2, 3
+DIST_MAX_BINS = 1 << 16

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 from ...errors import CorruptSegmentError, IncompatibleVersionError
-from ...geometry import Geometry, Meta, Ring
+from ...geometry import Geometry, Meta, Ring, Sketch
 from . import format as _words
 from .format import (
     CHECKED_WORDS,
@@ -77,6 +77,7 @@ def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
         "n_chunks": lay.n_chunks,
     }  # fmt: skip
     _FIXED.pack_into(page, 0, *(fixed[name] for name in _FIXED_NAMES))
+    _SKETCH.pack_into(page, _words.SKETCH_BINS_OFF, *_sketch_words(g.sketch))
     struct.pack_into("<I", page, HEADER_CRC_OFF, zlib.crc32(page[CRC_START:CRC_END]))
     if g.keyed:  # an empty key table: index 0, nothing handed out or reserved
         for offset in CHECKED_WORDS:
@@ -109,7 +110,7 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     try:
         g = Geometry(
             _read_rings(page, n_rings), _read_fields(page, n_fields),
-            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role],
+            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role], _read_sketch(page),
         )  # fmt: skip
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
@@ -127,6 +128,33 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
     meta = Meta(h["creator_pid"], h["created_real_ns"], h["created_mono_ns"], h["boot_id"], h["hash_key"],
                 CLOCKS[clock])  # fmt: skip
     return g, lay, meta
+
+
+# the sketch words (role "distribution"): bins, then the bits of three doubles (format.HEADER)
+_SKETCH = struct.Struct("<I4xQQQ")
+
+
+def _sketch_words(sketch: Sketch | None) -> tuple[int, int, int, int]:
+    """A distribution's sketch words: its bins, then its error and range as doubles' bits; zeros
+    for no sketch."""
+    if sketch is None:
+        return 0, 0, 0, 0
+    error, low, high = (
+        struct.unpack("<Q", struct.pack("<d", x))[0] for x in (sketch.relative_error, sketch.low, sketch.high)
+    )
+    return sketch.n_bins, error, low, high
+
+
+def _read_sketch(page: bytes) -> Sketch | None:
+    """The sketch the header's words describe (ValueError if impossible); None: all zero."""
+    words = _SKETCH.unpack_from(page, _words.SKETCH_BINS_OFF)
+    if not any(words):
+        return None
+    error, low, high = (struct.unpack("<d", struct.pack("<Q", w))[0] for w in words[1:])
+    sketch = Sketch(error, low, high)
+    if sketch.n_bins != words[0]:
+        raise ValueError(f"its sketch says {words[0]} bins, its error and range {sketch.n_bins}")
+    return sketch
 
 
 def _read_rings(page: bytes, n_rings: int) -> tuple[Ring, ...]:

@@ -46,10 +46,16 @@ Header (4096 bytes; bytes 32..1024 are immutable after creation and covered by
                                         (a limiter's decisions window); 11 = "concurrency": keyed
                                         rows of holder entries and a stripe table of processes
                                         (see "Concurrency rows"); 13 = "lease": a two-tier
-                                        limiter's host tier (see "Lease rows")
+                                        limiter's host tier (see "Lease rows"); 14 =
+                                        "distribution": slots of (count, sum, min, max) and
+                                        each bucket's bins (format_rows.DIST_SLOT)
     176  8    u64       chunks_off      role "moving-log": offset of the chunk heap (after the
                                         rows, page-aligned); else 0
     184  8    u64       n_chunks        its chunks: capacity x the longest chain a key holds; else 0
+    192  4    u32       sketch_bins     role "distribution": bins per bucket (3 + log bins); else 0
+    200  8    u64       sketch_error    its relative error (a double's bits); else 0
+    208  8    u64       sketch_low      the low end of its log bins' range (a double's bits); else 0
+    216  8    u64       sketch_high     the high end (a double's bits); else 0
     256  512  utf-8     field_names     MAX_FIELDS x 32 bytes, NUL-padded
     768  192  ring[8]   ring_table      per ring: i64 bucket_ns, u32 n_buckets, u32 flags, i64 limit
                                         (flags: 1 = a log ring, see "Log rings")
@@ -408,6 +414,8 @@ class Layout:
     chunks_off: int = 0  # role "moving-log": the chunk heap, after the rows (page-aligned)
     n_chunks: int = 0
     count_bytes: tuple[int, ...] = ()  # per ring: bytes of a compact ring's count; 0 = slots
+    bins_word: int = 0  # role "distribution": word offset of the bins (ring 0's first bucket's) in a row
+    bin_stride: int = 0  # role "distribution": bytes of one bucket's bins (a whole number of words)
 
     def index_copy(self, index: int, key_slots: int) -> tuple[int, int]:
         """``(offset, entries)`` of index copy ``index`` (= 2 x level + copy)."""
@@ -457,6 +465,10 @@ class Layout:
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
         if g.keyed and g.role == "concurrency":  # a mark word, then one holder entry per slot
             words = ring_words[0] + state_words(g)
+        bins_word, bin_stride = words, 0
+        if g.sketch is not None:  # a distribution's bins: every bucket's, after the rings (distribution.c)
+            bin_stride = -(-g.sketch.n_bins * _words.DIST_BIN_BYTES // WORD_BYTES) * WORD_BYTES
+            words += sum(ring.n_buckets for ring in g.rings) * bin_stride // WORD_BYTES
         # rows are whole cache lines, so that two processes writing two rows never share one
         # (stripes; the keys of a limiter): measured, packed 424-byte limiter rows (format 6) cut two
         # processes' hits on distinct keys to a third. Keyed rows under PACKED_ROW_BYTES are
@@ -476,7 +488,7 @@ class Layout:
         return cls(
             locks_off, stripes_off, keys_off, rows_off, row_bytes, n_rows, total, slot_words,
             tuple(ring_words), head_slots, _align_page(first) if g.keyed else total, chunks_off, n_chunks,
-            count_bytes,
+            count_bytes, bins_word if bin_stride else 0, bin_stride,
         )  # fmt: skip
 
 

@@ -50,6 +50,7 @@ def open_core(
     on_full: str,
     claim: Callable[[], tuple[int, int]] | None,
     fd: int = -1,
+    role: str = "",
 ) -> _core.Core:
     """The native writer of a mapped segment whose header was validated, of the type its role
     has (``_core.open``: a role's methods exist on its segments' cores only). Each call reads the

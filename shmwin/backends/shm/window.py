@@ -150,7 +150,7 @@ class ShmWindow:
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
                 seg.mm, seg.name, clock=opts.clock, lock_timeout=opts.lock_timeout, on_full=opts.on_full,
-                claim=self._claim_stripe, fd=seg.fd,
+                claim=self._claim_stripe, fd=seg.fd, role=g.role,
             )  # fmt: skip
         except BaseException:
             seg.close()
@@ -224,6 +224,8 @@ class ShmWindow:
     def _add_refused(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
         if self._g.role == "concurrency":
             raise ShmwinError(f"{self.name!r} holds a Concurrency's holders: use shmwin.Concurrency")
+        if self._g.role == "distribution":
+            raise ShmwinError(f"{self.name!r} holds a Distribution's bins: record with shmwin.Distribution")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, written only through shm:// "
@@ -312,6 +314,8 @@ class ShmWindow:
         if self._g.role == "concurrency":
             raise ShmwinError(f"{self.name!r} holds a Concurrency's holders, not buckets: read them with "
                               "shmwin.Concurrency.count or `shmwin show`")
+        if self._g.role == "distribution":
+            raise ShmwinError(f"{self.name!r} holds a Distribution's bins: read it with shmwin.Distribution")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, not buckets: read it through "

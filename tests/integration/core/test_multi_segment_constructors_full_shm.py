@@ -3,7 +3,7 @@ create time leaves "nothing half-built"), on a /dev/shm that is full at every st
 sequence.
 
 ``Limiter`` and ``TokenBucket`` make ``NAME`` then ``NAME.decisions``; ``AdaptiveLimiter`` makes
-``NAME.health`` then ``NAME``; ``Shedder`` makes ``NAME`` then ``NAME.flying``. Each runs in a
+``NAME.health`` then ``NAME``; ``Shedder`` makes ``NAME``, ``NAME.flying``, then ``NAME.rt``. Each runs in a
 private tmpfs (tests/support/rootenv.py) filled by a file so that exactly ``free`` bytes are left, for
 every ``free`` from 0 to past what the whole sequence needs, a page at a time; then with a tmpfs
 of few inodes, ``k`` of them left for every ``k`` below the number of segments. Every try either
@@ -35,7 +35,7 @@ MAKERS = {
     "exact-limiter": (lambda: Limiter("x", "5/minute;1000/hour", exact=True), ["x", "x.decisions"]),
     "token-bucket": (lambda: TokenBucket("x", "5/minute", burst=10), ["x", "x.decisions"]),
     "adaptive": (lambda: AdaptiveLimiter("x", "100/second"), ["x.health", "x"]),
-    "shedder": (lambda: Shedder("x", cpu=lambda: 0), ["x", "x.flying"]),
+    "shedder": (lambda: Shedder("x", cpu=lambda: 0), ["x", "x.flying", "x.rt"]),
 }
 FILLER = "/dev/shm/filler"
 PAGE = 4096

@@ -64,13 +64,14 @@ class GoZeroModel:
         self.overload_ns, self.dropped_recently = None, False
         self.passes: dict[int, int] = {}  # bucket epoch -> passes
         self.rt_us: dict[int, int] = {}  # bucket epoch -> summed response times
+        self.rt_min: dict[int, int] = {}  # bucket epoch -> the shortest response time (the real minimum)
 
     def max_flight(self, now_ns: int, cpu: int) -> float:
         current = now_ns // self.bucket_ns
         done = range(current - self.buckets + 1, current)  # the window without its partial bucket
         max_pass = max([1] + [self.passes.get(e, 0) for e in done])
-        means = [self.rt_us[e] / self.passes[e] for e in done if self.passes.get(e, 0) > 0]
-        min_rt_ms = min(means) / 1000 if means else 1000.0
+        shortest = [self.rt_min[e] for e in done if self.passes.get(e, 0) > 0]
+        min_rt_ms = min(shortest) / 1000 if shortest else 1000.0
         flight = max(1.0, max_pass * min_rt_ms * (S / self.bucket_ns / 1000))
         factor = min(1.0, max(0.1, (1000 - cpu) / (1000 - self.threshold)))
         return flight * factor
@@ -98,7 +99,9 @@ class GoZeroModel:
         self.avg_flying = self.avg_flying * 0.9 + self.flying * 0.1
         if passed:
             epoch = now_ns // self.bucket_ns
-            self.rt_us[epoch] = self.rt_us.get(epoch, 0) + math.ceil((now_ns - start_ns) / 1000)
+            rt_us = math.ceil((now_ns - start_ns) / 1000)
+            self.rt_us[epoch] = self.rt_us.get(epoch, 0) + rt_us
+            self.rt_min[epoch] = min(self.rt_min.get(epoch, rt_us), rt_us)
             self.passes[epoch] = self.passes.get(epoch, 0) + 1
 
 
@@ -193,6 +196,28 @@ def test_max_flight_comes_from_the_completed_buckets(name):
         _drop(s)
 
 
+def test_min_rt_is_the_shortest_response_not_the_lowest_bucket_mean(name):
+    """1 ms and 9 ms requests in one bucket: go-zero's window says 5 ms (their mean); the
+    shedder's distribution of response times says 1 ms, and max_flight is 5x lower."""
+    clock, cpu = ManualClock(S), Cpu(900)
+    s = _shedder(name, clock, cpu)
+    try:
+        quick, slow = [s.allow() for _ in range(20)], [s.allow() for _ in range(20)]
+        clock.advance(0.001)
+        for t in quick:
+            t.done()
+        clock.advance(0.008)
+        for t in slow:
+            t.done()
+        clock.set((clock() // (100 * MS) + 1) * 100 * MS)  # the next bucket: the last one completed
+        stats = s.stats()
+        assert (stats.max_pass, stats.min_rt_ms) == (40, 1.0)
+        assert stats.max_flight == max(1.0, 40 * 1.0 * 10 / 1000)
+        assert Shedder.attach(name, cpu=cpu, clock=clock).stats().min_rt_ms == 1.0
+    finally:
+        _drop(s)
+
+
 def test_admit_and_tickets(name):
     clock, cpu = ManualClock(S), Cpu(0)
     s = _shedder(name, clock, cpu)
@@ -235,6 +260,7 @@ def test_bad_arguments_raise_and_create_nothing(name, kwargs, match):
     with pytest.raises(ValueError, match=match):
         Shedder(name, **kwargs)
     assert name not in shmwin.names() and name + ".flying" not in shmwin.names()
+    assert name + ".rt" not in shmwin.names()
 
 
 # -- host CPU -------------------------------------------------------------------------------------
@@ -569,3 +595,4 @@ def test_gunicorn_sigkilled_workers_leave_nothing_in_flight_and_shedding_answers
         server.stop()
         shmwin.unlink(name)
         shmwin.unlink(name + ".flying")
+        shmwin.unlink(name + ".rt")

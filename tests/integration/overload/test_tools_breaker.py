@@ -155,6 +155,7 @@ def test_a_shedder_with_requests_in_flight_in_another_process(name):
             holder.wait()
         shmwin.unlink(name)
         shmwin.unlink(flying)
+        shmwin.unlink(name + ".rt")
 
 
 def test_an_adaptive_limiter_shows_its_effective_rate(name):
@@ -221,14 +222,14 @@ def test_ls_tags_what_each_window_is_for(make_name):
         pattern = make_name("*")
         assert _roles(pattern) == {
             breaker: "breaker", shedder: "shedder", shedder + ".flying": "in-flight",
-            adaptive: "adaptive", adaptive + ".health": "health",
+            shedder + ".rt": "distribution", adaptive: "adaptive", adaptive + ".health": "health",
             plain: None, limiter: None, limiter + ".health": None, limiter + ".decisions": "decisions",
         }  # fmt: skip
         narrow = cli("ls", pattern, columns=80).stdout.splitlines()
         assert all(cells(line) <= 80 for line in narrow)  # names cut in the middle, kinds kept
-        assert sorted(line.split()[1] for line in narrow[1:10]) == sorted(
-            ["breaker", "shedder", "in-flight", "adaptive", "health", "window", "limiter", "window",
-             "decisions"]
+        assert sorted(line.split()[1] for line in narrow[1:11]) == sorted(
+            ["breaker", "shedder", "in-flight", "distribution", "adaptive", "health", "window", "limiter",
+             "window", "decisions"]
         )
         for columns in (160, 240):
             out = cli("ls", pattern, columns=columns).stdout
@@ -236,7 +237,7 @@ def test_ls_tags_what_each_window_is_for(make_name):
             kinds = {row[0]: row[1] for row in rows}
             assert kinds == {
                 breaker: "breaker", shedder: "shedder", shedder + ".flying": "in-flight",
-                adaptive: "adaptive", adaptive + ".health": "health",
+                shedder + ".rt": "distribution", adaptive: "adaptive", adaptive + ".health": "health",
                 plain: "window", limiter: "limiter", limiter + ".health": "window",
                 limiter + ".decisions": "decisions",
             }  # fmt: skip
@@ -248,7 +249,7 @@ def test_ls_tags_what_each_window_is_for(make_name):
         for x in made:
             x.unlink()
             x.close()
-        for n in (breaker, shedder, shedder + ".flying"):
+        for n in (breaker, shedder, shedder + ".flying", shedder + ".rt"):
             shmwin.unlink(n)
 
 
@@ -267,7 +268,7 @@ def test_show_fits_80_columns_for_each_role(make_name):
         for h in holders:
             h.kill()
             h.wait()
-        for n in (breaker, shedder, shedder + ".flying"):
+        for n in (breaker, shedder, shedder + ".flying", shedder + ".rt"):
             shmwin.unlink(n)
 
 

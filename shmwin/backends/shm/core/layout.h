@@ -88,6 +88,14 @@
 #define COUNT32_BYTES               4
 #define COUNT32_MAX                 2147483647
 #define LEASE_STATE_BYTES           88
+#define DIST_SLOT_BYTES             40
+#define DIST_BIN_BYTES              4
+#define DIST_BIN_MAX                INT64_C(4294967295)
+#define DIST_BIN_ZERO               0
+#define DIST_BIN_UNDER              1
+#define DIST_BIN_OVER               2
+#define DIST_FIRST_LOG_BIN          3
+#define DIST_MAX_BINS               65536
 #define DTYPE_INT64                 0
 #define DTYPE_FLOAT64               1
 #define MODE_STRIPED                0
@@ -110,6 +118,7 @@
 #define ROLE_CONCURRENCY            11
 #define ROLE_TOKEN_BUCKET           12
 #define ROLE_LEASE                  13
+#define ROLE_DISTRIBUTION           14
 #define ON_FULL_RAISE               0
 #define ON_FULL_ALLOW               1
 #define ON_FULL_DENY                2
@@ -129,6 +138,10 @@
 #define CHUNKS_TOP_OFF              1096
 #define CHUNKS_RESERVED_OFF         1104
 #define CHUNK_FREE_OFF              1112
+#define SKETCH_BINS_OFF             192
+#define SKETCH_ERROR_OFF            200
+#define SKETCH_LOW_OFF              208
+#define SKETCH_HIGH_OFF             216
 #define LOCK_MUTEX_OFF              0
 #define LOCK_INTENT_OFF             56
 #define LOCK_INTENT                 7
@@ -221,6 +234,16 @@
 #define LEASE_STATE_LEASES          9
 #define LEASE_STATE_REFUSALS_OFF    80
 #define LEASE_STATE_REFUSALS        10
+#define DIST_SLOT_EPOCH_OFF         0
+#define DIST_SLOT_EPOCH             0
+#define DIST_SLOT_COUNT_OFF         8
+#define DIST_SLOT_COUNT             1
+#define DIST_SLOT_SUM_OFF           16
+#define DIST_SLOT_SUM               2
+#define DIST_SLOT_MIN_OFF           24
+#define DIST_SLOT_MIN               3
+#define DIST_SLOT_MAX_OFF           32
+#define DIST_SLOT_MAX               4
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -304,6 +327,14 @@
     X(COUNT32_BYTES) \
     X(COUNT32_MAX) \
     X(LEASE_STATE_BYTES) \
+    X(DIST_SLOT_BYTES) \
+    X(DIST_BIN_BYTES) \
+    X(DIST_BIN_MAX) \
+    X(DIST_BIN_ZERO) \
+    X(DIST_BIN_UNDER) \
+    X(DIST_BIN_OVER) \
+    X(DIST_FIRST_LOG_BIN) \
+    X(DIST_MAX_BINS) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -326,6 +357,7 @@
     X(ROLE_CONCURRENCY) \
     X(ROLE_TOKEN_BUCKET) \
     X(ROLE_LEASE) \
+    X(ROLE_DISTRIBUTION) \
     X(ON_FULL_RAISE) \
     X(ON_FULL_ALLOW) \
     X(ON_FULL_DENY) \
@@ -345,6 +377,10 @@
     X(CHUNKS_TOP_OFF) \
     X(CHUNKS_RESERVED_OFF) \
     X(CHUNK_FREE_OFF) \
+    X(SKETCH_BINS_OFF) \
+    X(SKETCH_ERROR_OFF) \
+    X(SKETCH_LOW_OFF) \
+    X(SKETCH_HIGH_OFF) \
     X(LOCK_MUTEX_OFF) \
     X(LOCK_INTENT_OFF) \
     X(LOCK_INTENT) \
@@ -437,6 +473,16 @@
     X(LEASE_STATE_LEASES) \
     X(LEASE_STATE_REFUSALS_OFF) \
     X(LEASE_STATE_REFUSALS) \
+    X(DIST_SLOT_EPOCH_OFF) \
+    X(DIST_SLOT_EPOCH) \
+    X(DIST_SLOT_COUNT_OFF) \
+    X(DIST_SLOT_COUNT) \
+    X(DIST_SLOT_SUM_OFF) \
+    X(DIST_SLOT_SUM) \
+    X(DIST_SLOT_MIN_OFF) \
+    X(DIST_SLOT_MIN) \
+    X(DIST_SLOT_MAX_OFF) \
+    X(DIST_SLOT_MAX) \
     /* end */
 
 typedef struct {  /* generated: offsets asserted below */
@@ -482,10 +528,15 @@ typedef struct {  /* generated: offsets asserted below */
     uint8_t pad0[4];
     uint64_t chunks_off;
     uint64_t n_chunks;
-    uint8_t pad1[64];
+    uint32_t sketch_bins;
+    uint8_t pad1[4];
+    uint64_t sketch_error;
+    uint64_t sketch_low;
+    uint64_t sketch_high;
+    uint8_t pad2[32];
     uint8_t field_names[512];
     ShmwinRingEntry ring_table[8];
-    uint8_t pad2[64];
+    uint8_t pad3[64];
     int64_t rows_in_use;
     uint64_t index;
     int64_t index_used;
@@ -528,6 +579,10 @@ _Static_assert(offsetof(ShmwinHeader, hash_key) == 152, "ShmwinHeader.hash_key")
 _Static_assert(offsetof(ShmwinHeader, role) == 168, "ShmwinHeader.role");
 _Static_assert(offsetof(ShmwinHeader, chunks_off) == 176, "ShmwinHeader.chunks_off");
 _Static_assert(offsetof(ShmwinHeader, n_chunks) == 184, "ShmwinHeader.n_chunks");
+_Static_assert(offsetof(ShmwinHeader, sketch_bins) == 192, "ShmwinHeader.sketch_bins");
+_Static_assert(offsetof(ShmwinHeader, sketch_error) == 200, "ShmwinHeader.sketch_error");
+_Static_assert(offsetof(ShmwinHeader, sketch_low) == 208, "ShmwinHeader.sketch_low");
+_Static_assert(offsetof(ShmwinHeader, sketch_high) == 216, "ShmwinHeader.sketch_high");
 _Static_assert(offsetof(ShmwinHeader, field_names) == 256, "ShmwinHeader.field_names");
 _Static_assert(offsetof(ShmwinHeader, ring_table) == 768, "ShmwinHeader.ring_table");
 _Static_assert(offsetof(ShmwinHeader, rows_in_use) == 1024, "ShmwinHeader.rows_in_use");
@@ -596,6 +651,11 @@ _Static_assert(LEASE_STATE_DENY_NS_OFF + 8 <= LEASE_STATE_SERVED_OFF, "LEASE_STA
 _Static_assert(LEASE_STATE_SERVED_OFF + 8 <= LEASE_STATE_LEASES_OFF, "LEASE_STATE.served");
 _Static_assert(LEASE_STATE_LEASES_OFF + 8 <= LEASE_STATE_REFUSALS_OFF, "LEASE_STATE.leases");
 _Static_assert(LEASE_STATE_REFUSALS_OFF + 8 <= LEASE_STATE_BYTES, "LEASE_STATE.refusals");
+_Static_assert(DIST_SLOT_EPOCH_OFF + 8 <= DIST_SLOT_COUNT_OFF, "DIST_SLOT.epoch");
+_Static_assert(DIST_SLOT_COUNT_OFF + 8 <= DIST_SLOT_SUM_OFF, "DIST_SLOT.count");
+_Static_assert(DIST_SLOT_SUM_OFF + 8 <= DIST_SLOT_MIN_OFF, "DIST_SLOT.sum");
+_Static_assert(DIST_SLOT_MIN_OFF + 8 <= DIST_SLOT_MAX_OFF, "DIST_SLOT.min");
+_Static_assert(DIST_SLOT_MAX_OFF + 8 <= DIST_SLOT_BYTES, "DIST_SLOT.max");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

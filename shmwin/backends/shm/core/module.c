@@ -36,6 +36,8 @@
  *   chunks.c       the moving log's chunk heap: handed out, freed, given back, repaired
  *   lease.c        LeaseCore: a two-tier limiter's host tier (shm+redis://), each key's lease
  *                  of hits from Redis, spent, sealed, installed under the key's row lock
+ *   distribution.c  DistributionCore: role "distribution", shmwin.Distribution's record and
+ *                  record_many, each value into every resolution's bucket of bins
  *   rings.c        rows: the window's add, log rings, the limiter's check-and-count and its
  *                  repair
  *   stripes.c      the unkeyed striped window's per-process rows: claimed, given back, alive
@@ -61,6 +63,7 @@
  *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
  *   counters.c -> coretype.c index.c limiter.c methods.c rings.c
+ *   distribution.c -> coretype.c index.c methods.c
  *   index.c -> keys.c rings.c space.c words.c
  *   keycache.c -> index.c keys.c
  *   keys.c ->
@@ -191,6 +194,7 @@ static const struct {
     {KIND_WINDOW, ROLE_CONCURRENCY, &concurrency_spec},
     {KIND_WINDOW, ROLE_MOVING_LOG, &moving_log_spec},
     {KIND_WINDOW, ROLE_LEASE, &lease_spec},
+    {KIND_WINDOW, ROLE_DISTRIBUTION, &distribution_spec},
 };
 #define N_ROLE_TYPES ((int)(sizeof role_types / sizeof *role_types))
 _Static_assert(N_ROLE_TYPES <= MAX_ROLE_TYPES, "core.h's MAX_ROLE_TYPES holds the table");

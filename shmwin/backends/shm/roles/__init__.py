@@ -8,6 +8,7 @@ its reader (``values(now_ns)``: what the tools show of each key, read without wr
     token-bucket     TokensEngine       core/counters.c (token_hit/token_check: ShmTokenBucket)
     concurrency      ConcurrencyEngine  core/concurrency.c: conc_acquire, conc_release, ...
     lease            LeaseEngine        core/lease.c: lease_spend, lease_install, ...
+    distribution     DistributionEngine core/distribution.c: record, record_many
 
 The inspector finds a reader by role (:func:`engine_for`).
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from .base import RoleEngine
 from .concurrency import ConcurrencyEngine
+from .distribution import DistributionEngine
 from .fixed import FixedEngine
 from .lease import LeaseEngine
 from .moving import MovingEngine
@@ -26,8 +28,9 @@ from .tokens import TokensEngine
 
 ENGINES: dict[str, type[RoleEngine]] = {
     engine.role: engine
-    for engine in (FixedEngine, SlidingEngine, MovingEngine, TokensEngine, ConcurrencyEngine, LeaseEngine)
-}
+    for engine in (FixedEngine, SlidingEngine, MovingEngine, TokensEngine, ConcurrencyEngine, LeaseEngine,
+                   DistributionEngine)
+}  # fmt: skip
 
 
 def engine_for(window: Any) -> RoleEngine | None:
@@ -37,6 +40,7 @@ def engine_for(window: Any) -> RoleEngine | None:
 
 
 __all__ = [
-    "ENGINES", "ConcurrencyEngine", "FixedEngine", "LeaseEngine", "MovingEngine", "RoleEngine",
+    "ENGINES", "ConcurrencyEngine", "DistributionEngine",
+    "FixedEngine", "LeaseEngine", "MovingEngine", "RoleEngine",
     "SlidingEngine", "TokensEngine", "engine_for",
 ]  # fmt: skip
