@@ -17,12 +17,15 @@ meanwhile is counted against the global keys first.
   :data:`PROBE_S` (real time), looking at the time every :data:`CLOCK_EVERY` hits; the hits
   between go to shared memory only. So a process goes back to the backend at one of its first
   CLOCK_EVERY hits after PROBE_S has passed (strict meanwhile: the local share counts them).
-* **The switch back.** Each process remembers what it admitted locally, per key; the first call
-  that reaches the backend again counts those hits on the global keys before its own hit is
-  decided, so the global limit sees them: no burst over it at the switch. On ``redis://`` they
-  are counted whatever the limit says; on ``shm+redis://`` as much of them as the limit has
-  room for (a lease is never granted past it). Hits carried at the switch count from then on,
-  later than they happened: conservative.
+* **The switch back.** The first call of a process that was away and reaches the backend again
+  carries the host's local hits to the global keys before its own hit is decided: for each key
+  of ``NAME.local``, the hits its share holds now (those within the share's longest period:
+  older ones are outside every interval the limit still looks at), then clears the key there,
+  so the global limit sees them: no burst over it at the switch. On ``redis://`` they are
+  counted whatever the limit says; on ``shm+redis://`` as much of them as the limit has room
+  for (a lease is never granted past it). Hits carried at the switch count from then on, later
+  than they happened: conservative. Two processes carrying at once count them twice: refusals
+  only.
 * **Seen from outside.** Each time a process of the host meets the backend away (the call
   that switches it to the local share, then each probe that fails), it adds one to
   ``NAME.local.away``, a small window of this host (:data:`AWAY_RESOLUTIONS`, one lock, 40 KiB).
@@ -32,7 +35,9 @@ meanwhile is counted against the global keys first.
   (``shmwin_fallback_active``, ``shmwin_fallback_since_seconds``) show it.
 * **What it does not cover.** Into the outage, a host's share is not reduced by what the host
   had used of the global limit just before: in the period that spans the start of an outage,
-  the hosts together may admit up to the global limit plus their shares.
+  the hosts together may admit up to the global limit plus their shares. The same bound holds
+  for the period that spans the switch back, since each host carries its hits at the first
+  call of its own that gets through: another host may admit fresh hits before that.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import os
 import socket
 import time
 import urllib.parse
+from collections.abc import Callable
 from time import monotonic
 from typing import Any
 
@@ -152,7 +158,6 @@ class LocalShare:
         self._next_beat = 0.0  # monotonic s: when to count the hosts again
         self._away_since_ns: int | None = None  # wall clock, for people and exporters
         self._next_probe = 0.0
-        self._owed: dict[Any, int] = {}  # key -> hits admitted locally, not yet carried back
         self._local: Any = None  # a shared-memory Limiter, NAME.local
         self._local_hit_fn: Any = None  # its hit (the native core's), once opened
         self._front: Any = None  # the Limiter whose hit this share sets (bind)
@@ -175,9 +180,8 @@ class LocalShare:
         return self._hit_asking(key, cost)
 
     def _away_hit(self) -> Any:
-        local_hit, owed, probe_at, asking = self._local_hit_fn, self._owed, self._next_probe, self._hit_asking
-        get = owed.get
-
+        local_hit: Callable[[Any, int], bool] = self._local_hit_fn
+        probe_at, asking = self._next_probe, self._hit_asking
         countdown = CLOCK_EVERY
 
         def hit(key: Any, cost: int = 1) -> bool:
@@ -189,17 +193,14 @@ class LocalShare:
                     ok = asking(key, cost)
                     probe_at = self._next_probe if self._away_since_ns is not None else 0.0
                     return ok
-            if local_hit(key, cost):
-                owed[key] = get(key, 0) + cost
-                return True
-            return False
+            return local_hit(key, cost)
 
         return hit
 
     def _hit_asking(self, key: Any, cost: int) -> bool:
         if self._should_ask():
             try:
-                self._settle()
+                self._carry_back()
                 ok = bool(self._backend.hit(key, cost))
             except BackendUnavailableError:
                 self._went_away()
@@ -214,7 +215,7 @@ class LocalShare:
     def test(self, key: Any, cost: int = 1) -> bool:
         if self._should_ask():
             try:
-                self._settle()
+                self._carry_back()
                 ok = bool(self._backend.check(key, cost, False, False)[0])
             except BackendUnavailableError:
                 self._went_away()
@@ -267,25 +268,28 @@ class LocalShare:
             except BackendUnavailableError:
                 self._went_away()
 
-    def _settle(self) -> None:
-        """Charge the hits admitted locally to the global keys, before anything else is decided
-        there; a key is forgotten only once its charge went through."""
-        for key, owed in list(self._owed.items()):
-            self._backend.count_anyway(key, owed)
-            del self._owed[key]
+    def _carry_back(self) -> None:
+        """After an outage (this process was away): count the host's local hits on the global
+        keys, before anything else is decided there; a key is cleared locally only once its
+        hits went through."""
+        if self._away_since_ns is None:
+            return  # never away since the last carry: nothing of this process's to carry
+        local = self._local_limiter(make=False)
+        for key in local.window.keys() if local is not None else ():
+            held = max(s.used for s in local.stats_all(key))
+            if held > 0:
+                self._backend.count_anyway(key, held)
+            local.clear(key)
 
     # -- the local tier -----------------------------------------------------------------------
 
     def _local_hit(self, key: Any, cost: int) -> bool:
         local = self._local_limiter()
-        if local is None or not local.hit(key, cost):
-            return False
-        self._owed[key] = self._owed.get(key, 0) + cost
-        return True
+        return False if local is None else bool(local.hit(key, cost))
 
-    def _local_limiter(self) -> Any:
+    def _local_limiter(self, make: bool = True) -> Any:
         """``NAME.local`` on this host: attached if another process made it, else made with the
-        share (None: the share is below one hit, so every hit is refused)."""
+        share (None: the share is below one hit, so every hit is refused; or not ``make``)."""
         if self._local is not None:
             return self._local
         name = self._backend.name + SUFFIX
@@ -298,7 +302,8 @@ class LocalShare:
                 self._local_hit_fn = self._local.hit
                 return self._local
             except WindowNotFoundError:
-                pass
+                if not make:
+                    return None
             try:
                 self._local = self._limiter(name, tuple(want), clock=self._clock, on_full=self._on_full,
                                       decisions=False)  # fmt: skip

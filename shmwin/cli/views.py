@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..duration import NS_PER_S, format_ns
 from ..inspector.snapshots import Info, ShmUsage
+from ..rate import NS_PER_S, format_ns
 from .text import Column, clip, clip_middle, human_bytes, human_s, number, pad, safe, sparkline, table
 
 NUMBER_CELLS = 14

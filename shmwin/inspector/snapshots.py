@@ -25,10 +25,9 @@ from .. import local_share
 from ..backends.shm import owners
 from ..backends.shm.segment import PREFIX, SHM_DIR, names, namespace, path_of
 from ..clock import host_clock, host_monotonic_ns
-from ..duration import NS_PER_S, format_ns
 from ..errors import GeometryMismatchError, ShmwinError
 from ..geometry import token_rate_of
-from ..rate import Rate
+from ..rate import NS_PER_S, Rate, format_ns
 from . import attached as _attached
 from .roles import (
     COUNTERS,
@@ -108,8 +107,7 @@ def open_window(name: str, backend: str | None = None) -> Any:
     try:
         return Window.attach(name, backend=backend)
     except GeometryMismatchError:  # the name holds a limiter, or a token bucket
-        from ..limiter import Limiter
-        from ..token_bucket import TokenBucket
+        from ..limiter import Limiter, TokenBucket
 
         try:
             return Limiter.attach(name, backend=backend)

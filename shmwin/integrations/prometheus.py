@@ -55,10 +55,10 @@ from prometheus_client.registry import Collector
 
 from .. import local_share
 from ..backends.shm.segment import names as shm_names
-from ..duration import format_ns
 from ..errors import ShmwinError, WindowNotFoundError
 from ..inspector import snapshots
 from ..inspector.roles import COUNTERS, UNSUMMED, counters_view, role_of, role_view
+from ..rate import format_ns
 
 MAX_TOP_KEYS = 1000
 _READ_ERRORS = (ShmwinError, OSError, ValueError, OverflowError)  # what one unreadable window raises

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import threading
 import time
 from contextlib import contextmanager
 
@@ -216,9 +217,19 @@ def test_show_and_the_prometheus_export_show_the_fallback(own_redis, name, kind,
 
     lim = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local", fallback="3/minute",
                   timeout=0.2)  # fmt: skip
+    calling = threading.Event()
+
+    def keep_calling() -> None:  # the app goes on meeting the server away while the tools look
+        while calling.is_set():
+            lim.hit("k")
+            time.sleep(0.01)
+
     try:
         with _frozen(own_redis):
             assert lim.hit("k")  # on the local share
+            calling.set()
+            caller = threading.Thread(target=keep_calling)
+            caller.start()
             env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
             show = [sys.executable, "-m", "shmwin", "show"]
             shown = subprocess.run(
@@ -239,5 +250,8 @@ def test_show_and_the_prometheus_export_show_the_fallback(own_redis, name, kind,
         ]
         assert since and abs(float(since[0].split()[-1]) - time.time()) < 60, since
     finally:
+        if calling.is_set():
+            calling.clear()
+            caller.join()
         lim.unlink()
         lim.close()

@@ -4,7 +4,7 @@ changed together by one native section (``core/counters.c``)."""
 from __future__ import annotations
 
 from ...._core import FixedWindowCore
-from ....ring import EMPTY_EPOCH
+from ....geometry import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
 from .counters import to_hits

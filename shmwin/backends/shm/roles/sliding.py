@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...._core import SlidingCounterCore
-from ....ring import EMPTY_EPOCH
+from ....geometry import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
 from .counters import UNIT

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ...._core import TokenBucketCore
-from ....ring import EMPTY_EPOCH
+from ....geometry import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
 
