@@ -87,21 +87,6 @@ def wait_stopped(pid: int, timeout: float = 30) -> None:
         time.sleep(0.005)
 
 
-def open_core_as(front: Any, core_type: type) -> Any:
-    """A core of ``core_type`` built over the mapping of ``front`` (a Window, Limiter, ... or its
-    backend), whatever its role: how a test asks a role's type about another role's segment
-    (``_core.open`` itself never builds one over it). Its init refuses, as the old per-call
-    role checks did; a core it does build is closed here at once."""
-    backend = getattr(front, "_backend", front)
-    fd = os.open(os.devnull, os.O_RDONLY)  # a keyed core dups it; the refusal comes before
-    try:
-        core = core_type(backend._seg.mm, name=backend.name, timeout_ns=0, fd=fd)
-    finally:
-        os.close(fd)
-    core.close()
-    return core
-
-
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)  # a fenced block of Markdown
 
 
@@ -115,3 +100,18 @@ def fenced_blocks(page: Path) -> list[tuple[int, str, str, str]]:
         before = text[: m.start()].rstrip("\n").rpartition("\n")[2]
         found.append((line, m.group(1), m.group(2), before))
     return found
+
+
+def open_core_as(front: Any, core_type: type) -> Any:
+    """A core of ``core_type`` built over the mapping of ``front`` (a Window, Limiter, ... or its
+    backend), whatever its role: how a test asks a role's type about another role's segment
+    (``_core.open`` itself never builds one over it). Its init refuses, as the old per-call
+    role checks did; a core it does build is closed here at once."""
+    backend = getattr(front, "_backend", front)
+    fd = os.open(os.devnull, os.O_RDONLY)  # a keyed core dups it; the refusal comes before
+    try:
+        core = core_type(backend._seg.mm, name=backend.name, timeout_ns=0, fd=fd)
+    finally:
+        os.close(fd)
+    core.close()
+    return core

@@ -20,7 +20,7 @@
  *                  init_locks, init_stripes, LAYOUT; the test build's fail points
  *   core.h         what the files share: the Core's fields, RoleHooks and the recipe of a
  *                  role's type, STORE/SECTION, the inline hot paths
- *   layout.h       GENERATED from shmwin/layout_words.py: every offset, word index, flag and
+ *   layout.h       GENERATED from shmwin/backends/shm/format.py (format_c.py): every offset, word index, flag and
  *                  lock number of the binary format, with _Static_asserts on each
  *   coretype.c     the base type Core: the geometry read from the segment's header (with its
  *                  role's hooks) and derived, close safety (enter/leave), the type's slots
