@@ -42,6 +42,7 @@ KINDS = ("window", "limiter")
 # what shmwin made a segment for ("" = a plain window or limiter); see shmwin.inspector.roles
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
          "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease")  # fmt: skip
+ROLES = (*ROLES, "distribution", "series")  # type: ignore[assignment]  # their own types make them
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early
 DEFAULT_LOG_ENTRIES = 1024  # an exact limiter's hit times per key and rate (at most its limit)

@@ -315,3 +315,15 @@ def _add_role(
         for label, limit in zip(labels, view["effective"], strict=True):
             families["shmwin_adaptive_limit"].add_metric([name, label], limit)
         families["shmwin_adaptive_factor"].add_metric([name], view["factor"])
+
+
+# prometheus_client's own metrics in shared memory (issue 29, part 2): shmwin.integrations.prometheus_shm
+from . import prometheus_shm as _prometheus_shm  # noqa: E402
+from .prometheus_shm import MultiProcessCollector as MultiProcessCollector  # noqa: E402
+from .prometheus_shm import mark_process_dead as mark_process_dead  # noqa: E402
+from .prometheus_shm import multiprocess as multiprocess  # noqa: E402
+from .prometheus_shm import reset as reset  # noqa: E402
+from .prometheus_shm import value_class as value_class  # noqa: E402
+
+# part 1's windowed Summary, when integrations/prometheus_summary.py is there (prometheus_shm finds it)
+Summary = getattr(_prometheus_shm._summary, "Summary", None)

@@ -63,7 +63,10 @@ extern int fp_nospace;  /* nospace(True): every reservation fails as on a full /
 typedef struct {
     PyTypeObject *core_type;
     PyObject *closed, *timeout, *corrupt, *full, *field, *space;  /* WindowClosedError ... */
+    PyTypeObject *series_map_type, *series_value_type;  /* role "series" (series.c) */
 } ModState;
+
+int series_add_types(PyObject *m, ModState *st);  /* series.c: SeriesMap and SeriesValue */
 
 /* ---- the Core object: one mapped segment as this process sees it ------------------------ */
 

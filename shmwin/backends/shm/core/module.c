@@ -37,6 +37,10 @@
  *   keycache.c     this process's way from a key object to its locked row
  *   locks.c        time, the robust mutexes and bounded waits, and the dispatch of EOWNERDEAD
  *                  repairs
+ *   series.h       role "series": what its three files share (SeriesMap, SeriesValue)
+ *   series.c       role "series": prometheus_client's values of one app; the SeriesMap type
+ *   seriesdir.c    a series segment's directory (lock, find, append, repair), its slots
+ *   seriesval.c    SeriesValue: one prometheus_client value's cell (inc, set, get)
  *   threads.c      per process: the fork generation, the time namespace's offset, the keeper
  *                  and the reserver threads
  *
@@ -57,9 +61,12 @@
  *   limiter.c -> index.c methods.c rings.c
  *   locks.c -> coretype.c index.c moving.c rings.c
  *   methods.c -> coretype.c index.c keys.c rings.c stripes.c
- *   module.c -> locks.c threads.c
+ *   module.c -> locks.c series.c threads.c
  *   moving.c -> index.c methods.c space.c
  *   rings.c -> moving.c
+ *   series.c -> coretype.c seriesdir.c seriesval.c
+ *   seriesdir.c -> threads.c
+ *   seriesval.c ->
  *   space.c -> index.c threads.c
  *   stripes.c -> coretype.c threads.c
  *   threads.c ->
@@ -219,6 +226,8 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     Py_VISIT(st->full);
     Py_VISIT(st->field);
     Py_VISIT(st->space);
+    Py_VISIT(st->series_map_type);
+    Py_VISIT(st->series_value_type);
     return 0;
 }
 
@@ -231,6 +240,8 @@ static int module_clear(PyObject *m) {
     Py_CLEAR(st->full);
     Py_CLEAR(st->field);
     Py_CLEAR(st->space);
+    Py_CLEAR(st->series_map_type);
+    Py_CLEAR(st->series_value_type);
     return 0;
 }
 
@@ -289,6 +300,7 @@ static int module_exec(PyObject *m) {
     if (take_errors(st) < 0) return -1;
     st->core_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &core_spec, NULL);
     if (st->core_type == NULL || PyModule_AddType(m, st->core_type) < 0) return -1;
+    if (series_add_types(m, st) < 0) return -1;
     PyObject *layout = layout_names();
     if (layout == NULL || PyModule_AddObjectRef(m, "LAYOUT", layout) < 0) {
         Py_XDECREF(layout);
