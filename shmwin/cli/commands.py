@@ -140,6 +140,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    if args.metrics:  # an app's prometheus_client metrics (docs/metrics.md): the scrape's text
+        from ..integrations.prometheus_shm import exposition as metrics_text
+
+        out.write(metrics_text(args.metrics))
+        return 0
     if args.format == "prometheus":
         try:
             from ..integrations.prometheus import exposition

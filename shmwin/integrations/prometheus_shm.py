@@ -308,6 +308,17 @@ def _merge_gauge(samples: dict[Labels, dict[SampleKey, float]], stamps: dict[Sam
         stamps[key] = stamp
 
 
+def exposition(app: str) -> str:
+    """The text a scrape of app ``app``'s metrics serves (``shmwin export --metrics APP``)."""
+    from prometheus_client import generate_latest
+
+    registry = CollectorRegistry()
+    collector = MultiProcessCollector(registry, app)
+    if collector._directory() is None:
+        raise WindowNotFoundError(f"no metrics segment for app {app!r} ({S.segment_name(app)})")
+    return generate_latest(registry).decode()
+
+
 # -- lifecycle ----------------------------------------------------------------------------------------
 
 
@@ -340,4 +351,5 @@ def reset(name: str) -> bool:
     return S.unlink(name)
 
 
-__all__ = ["MultiProcessCollector", "mark_process_dead", "merge", "multiprocess", "reset", "value_class"]
+__all__ = ["MultiProcessCollector", "exposition", "mark_process_dead", "merge", "multiprocess", "reset",
+           "value_class"]  # fmt: skip
