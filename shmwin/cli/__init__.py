@@ -83,7 +83,7 @@ def parser() -> argparse.ArgumentParser:
                    help="busiest keys per keyed window: listed in json (default 10); in prometheus, "
                    "series of their own (default 0: none; at most 1000)")  # fmt: skip
     p.add_argument("--metrics", metavar="APP",
-                   help="prometheus_client's metrics of app APP (docs/metrics.md): the scrape's text")  # fmt: skip
+                   help="prometheus_client's metrics of app APP (docs/metrics.md)")  # fmt: skip
     p.set_defaults(run=commands.cmd_export)
 
     p = command("rm", "Remove windows. A window some process has open is kept (they are named) "
