@@ -1,4 +1,5 @@
-"""Scrapes of an app's prometheus_client metrics kept by shmwin (tests/integration/metrics/)."""
+"""Scrapes of an app's prometheus_client metrics kept by shmwin (tests/integration/metrics/; the
+``app`` fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
 
