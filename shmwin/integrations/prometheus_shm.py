@@ -130,7 +130,7 @@ def make_value(store: S.SeriesStore, pid_fn: PidFn | None, typ: str, metric_name
     if typ != "gauge":
         record, _ = store.insert(identity, S.SHARED)
         return store.value(record[2], None, None, 0)
-    binder = _LifetimeBinder(store, identity, pid_fn)
+    binder = _LifetimeBinder(store, identity, pid_fn, mode in LIVE_MODES)
     cell, pid = binder(None)
     return store.value(cell, binder, pid_fn, pid)
 
@@ -138,17 +138,29 @@ def make_value(store: S.SeriesStore, pid_fn: PidFn | None, typ: str, metric_name
 @dataclass
 class _LifetimeBinder:
     """A gauge's way to this process lifetime's cell: called by the native value after a fork
-    (or when process_identifier answers another pid), and once at creation."""
+    (or when process_identifier answers another pid), and once at creation.
+
+    A live-mode gauge's entry belongs to a process slot, not to a lifetime: the next lifetime of
+    the slot adopts it (zeroed), since a dead lifetime's live gauges are never read again. So
+    recycled workers cost live-mode gauges nothing, and a scrape reads at most slots x series of
+    them. Other modes keep every lifetime's value, as prometheus_client keeps every pid's file.
+    (With a process_identifier, pids are the caller's: entries are per pid, never adopted.)"""
 
     store: S.SeriesStore
     identity: bytes
     pid_fn: PidFn | None
+    live_mode: bool
 
     def __call__(self, _value: Any) -> tuple[int, int]:
         pid = int(self.pid_fn()) if self.pid_fn is not None else os.getpid()
-        _slot, lifetime = self.store.lifetime(os.getpid())
-        key = self.identity + f"\n{lifetime} {pid}".encode()
-        record, _ = self.store.insert(key, S.LIFETIME, lifetime, pid)
+        slot, lifetime = self.store.lifetime(os.getpid())
+        if self.live_mode and self.pid_fn is None:
+            key = self.identity + f"\nslot {slot}".encode()
+        else:
+            key = self.identity + f"\n{lifetime} {pid}".encode()
+        record, made = self.store.insert(key, S.LIFETIME, lifetime, pid)
+        if not made and record[4] != lifetime:  # the slot's entry, a dead lifetime's: ours now
+            self.store.adopt(record[0], lifetime, pid)
         return record[2], pid
 
 
@@ -158,10 +170,7 @@ class _LifetimeBinder:
 @dataclass(frozen=True)
 class _Series:
     offset: int
-    cell: int
-    slot: int
-    lifetime: int
-    pid: int
+    per_lifetime: bool  # a gauge's cell of one process lifetime (else shared by every process)
     typ: str
     mode: str
     metric_name: str
@@ -171,12 +180,12 @@ class _Series:
 
 
 def _parse(record: S.Record, key: bytes) -> _Series | None:
-    offset, kind, cell, slot, lifetime, pid, _flags = record
+    offset, kind = record[0], record[1]
     if kind == S.META:
         return None
     typ, mode, metric_name, name, labels, help_text = json.loads(key.split(b"\n", 1)[0])
-    return _Series(offset, cell, slot, lifetime, pid, typ, mode, metric_name, name,
-                   tuple(sorted(labels.items())), help_text)  # fmt: skip
+    return _Series(offset, kind == S.LIFETIME, typ, mode, metric_name, name, tuple(sorted(labels.items())),
+                   help_text)  # fmt: skip
 
 
 class _Directory:
@@ -188,7 +197,7 @@ class _Directory:
         self.inode = os.fstat(store.segment.fd).st_ino if store.segment.fd >= 0 else 0
         self.end = 0
         self.series: list[_Series] = []
-        self.records: list[tuple[int, int, int, int]] = []
+        self.offsets: list[int] = []
 
     def refresh(self) -> None:
         self.end, new = self.store.entries(self.end)
@@ -196,14 +205,14 @@ class _Directory:
             s = _parse(record, key)
             if s is not None:
                 self.series.append(s)
-                self.records.append((s.offset, s.cell, s.slot, s.lifetime))
+                self.offsets.append(s.offset)
 
-    def read(self) -> Iterator[tuple[_Series, float, float]]:
-        """Every series with its value and stamp, gauges of dead lifetimes left out in live modes."""
+    def read(self) -> Iterator[tuple[_Series, float, float, int]]:
+        """Every series with its value, stamp and writer's pid; live modes: live lifetimes only."""
         self.refresh()
-        for s, (value, stamp, live) in zip(self.series, self.store.read(self.records), strict=True):
-            if live or (s.slot >= 0 and s.mode not in LIVE_MODES):
-                yield s, value, stamp
+        for s, (value, stamp, live, pid) in zip(self.series, self.store.read(self.offsets), strict=True):
+            if live or (s.per_lifetime and s.mode not in LIVE_MODES):
+                yield s, value, stamp, pid
 
 
 def _stale(d: _Directory, app: str) -> bool:
@@ -244,14 +253,14 @@ class MultiProcessCollector(Collector):
             yield from _summary.collect_summaries(self.app)
 
 
-def merge(read: Iterable[tuple[_Series, float, float]]) -> list[Metric]:
+def merge(read: Iterable[tuple[_Series, float, float, int]]) -> list[Metric]:
     """prometheus_client's merge, over series read once each: samples of one metric name
     grouped by label set (first seen first), gauges by mode, histogram buckets cumulated."""
     metrics: dict[str, Metric] = {}
     groups: dict[str, dict[Labels, dict[SampleKey, float]]] = {}
     stamps: dict[SampleKey, float] = {}
     buckets: dict[str, dict[Labels, dict[float, float]]] = {}
-    for s, value, stamp in read:
+    for s, value, stamp, pid in read:
         metric = metrics.get(s.metric_name)
         if metric is None:
             metric = metrics[s.metric_name] = Metric(s.metric_name, s.help, s.typ)
@@ -259,7 +268,7 @@ def merge(read: Iterable[tuple[_Series, float, float]]) -> list[Metric]:
             buckets[s.metric_name] = defaultdict(lambda: defaultdict(float))
         samples = groups[s.metric_name]
         if s.typ == "gauge":
-            _merge_gauge(samples, stamps, s, value, stamp)
+            _merge_gauge(samples, stamps, s, value, stamp, pid)
         elif s.typ == "histogram" and s.name.endswith("_bucket"):
             bound = next((v for k, v in s.labels if k == "le"), None)
             without_le = tuple(kv for kv in s.labels if kv[0] != "le")
@@ -290,10 +299,10 @@ def _go_float(value: float) -> str:
 
 
 def _merge_gauge(samples: dict[Labels, dict[SampleKey, float]], stamps: dict[SampleKey, float], s: _Series,
-                 value: float, stamp: float) -> None:  # fmt: skip
+                 value: float, stamp: float, pid: int) -> None:  # fmt: skip
     """One lifetime's gauge value into its metric's samples, as its mode says."""
     if s.mode not in NO_PID_MODES:  # all, liveall: one sample per pid
-        labels = (*s.labels, ("pid", str(s.pid)))
+        labels = (*s.labels, ("pid", str(pid)))
         samples[labels][(s.name, labels)] = value
         return
     group, key = samples[s.labels], (s.name, s.labels)
@@ -333,9 +342,10 @@ def mark_process_dead(pid: int, name: str) -> int:
         return 0
     d = _Directory(store)
     d.refresh()
+    live_gauges = [s for s in d.series if s.per_lifetime and s.mode in LIVE_MODES]
     dropped = 0
-    for s in d.series:
-        if s.slot >= 0 and s.pid == pid and s.mode in LIVE_MODES:
+    for s, (_, _, _, writer) in zip(live_gauges, store.read([s.offset for s in live_gauges]), strict=True):
+        if writer == pid:
             store.drop(s.offset)
             dropped += 1
     return dropped

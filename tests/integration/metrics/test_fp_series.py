@@ -118,3 +118,19 @@ def test_fp_series_claim(app, sig):
         return s.fired
 
     assert every_store(strike_at) == 5
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_fp_series_adopt(app, sig):
+    shp.multiprocess(app, slots=3)  # this process, a victim, a survivor
+    g = Gauge("g", "help", multiprocess_mode="livesum", registry=None)
+
+    def strike_at(n: int) -> bool:
+        in_child(g.set, 4.0)  # a lifetime that ends, leaving its slot's entry to adopt
+        with strike("series_adopt", n, sig, lambda report: None, lambda _: g.set(5.0)) as s:
+            total = in_child(_claim_and_read, app)
+        # the ended lifetime's 4.0 gone; the victim's 5.0 set only if no fail point stopped it
+        assert total == (7.0 if s.fired else 12.0), f"store {n}: livesum {total}"
+        return s.fired
+
+    assert every_store(strike_at) == 7  # sequence, value, stamp, sequence, flags, pid, lifetime

@@ -12,6 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from support.metrics import samples
 
 import shmwin.integrations.prometheus as shp
+from shmwin.backends.shm.roles.series import SeriesStore
 
 pytestmark = [pytest.mark.integration]
 FORK = mp.get_context("fork")
@@ -121,6 +122,21 @@ def test_dead_processes_slots_are_claimed_again(app):
     for i in range(6):  # six lifetimes through one free slot
         _run(writer, float(i))
     assert samples(app)[("g", ())] == 1.0
+    store = SeriesStore.attach(app)
+    try:  # a live-mode gauge's entry is its slot's: the six lifetimes adopted one, zeroed
+        assert sum(1 for _, key in store.entries(0)[1] if key.startswith(b'["gauge"')) == 2
+        assert store.usage()["lifetimes"] == 7
+    finally:
+        store.close()
+
+
+def test_non_live_gauges_keep_every_lifetime(app):
+    shp.multiprocess(app, slots=2)
+    g = Gauge("g", "help", multiprocess_mode="sum", registry=None)
+    g.set(1)
+    for _ in range(3):
+        _run(g.set, 2.0)
+    assert samples(app)[("g", ())] == 7.0  # as prometheus_client keeps each dead pid's file
 
 
 def test_mark_process_dead_drops_live_gauges_of_a_pid(app):

@@ -177,11 +177,12 @@ fail:
     return NULL;
 }
 
-/* read(records, /) -> [(value, stamp, live), ...] for each (offset, cell, slot, lifetime) of
- * records: one pass, the GIL held, no lock taken. `live`: a dropped entry is not; a shared
- * cell always is; a lifetime's cell is while that lifetime runs. */
-static PyObject *sm_read(SeriesMap *s, PyObject *records) {
-    PyObject *seq = PySequence_Fast(records, "read: a sequence of (offset, cell, slot, lifetime)");
+/* read(offsets, /) -> [(value, stamp, live, pid), ...] for the entry at each offset: one pass,
+ * the GIL held, no lock taken. The entry's words are read now (an adopted entry changes its
+ * lifetime and pid). `live`: a dropped entry is not; a shared cell always is; a lifetime's
+ * cell is while that lifetime runs. */
+static PyObject *sm_read(SeriesMap *s, PyObject *offsets) {
+    PyObject *seq = PySequence_Fast(offsets, "read: a sequence of entry offsets");
     if (seq == NULL) return NULL;
     if (series_enter(s) < 0) {
         Py_DECREF(seq);
@@ -192,16 +193,19 @@ static PyObject *sm_read(SeriesMap *s, PyObject *records) {
     int64_t top;
     if (out == NULL || series_entry_top(s, &top) < 0) goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
-        long long at, cell, slot, lt;
+        long long at = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
         double v = 0, t = 0;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "LLLL", &at, &cell, &slot, &lt)) goto fail;
-        if (!series_entry_ok(s, at, top) || cell < 0 || cell >= s->max_series) {
-            series_corrupt(s, "read: no such entry or cell");
+        if (at == -1 && PyErr_Occurred()) goto fail;
+        int64_t cell = series_entry_ok(s, at, top) ? LOAD(EW(s, at, SERIES_ENTRY_CELL)) : -1;
+        if (cell < 0) {
+            series_corrupt(s, "read: no such entry, or an entry without a cell");
             goto fail;
         }
+        int64_t slot = LOAD(EW(s, at, SERIES_ENTRY_SLOT)), lt = LOAD(EW(s, at, SERIES_ENTRY_LIFETIME));
+        int64_t pid = LOAD(EW(s, at, SERIES_ENTRY_PID));
         int live = !(LOAD(EW(s, at, SERIES_ENTRY_FLAGS)) & SERIES_DROPPED) && (slot < 0 || series_alive(s, slot, lt));
         series_read_cell(CELL(s, cell), &v, &t);
-        PyObject *item = Py_BuildValue("(ddO)", v, t, live ? Py_True : Py_False);
+        PyObject *item = Py_BuildValue("(ddOL)", v, t, live ? Py_True : Py_False, (long long)pid);
         if (item == NULL) goto fail;
         PyList_SET_ITEM(out, i, item);
     }
@@ -213,6 +217,39 @@ fail:
     Py_DECREF(seq);
     series_leave(s);
     return NULL;
+}
+
+/* adopt(offset, lifetime, pid, /): a live-mode gauge's entry of this process's slot, left by a
+ * dead lifetime of the slot, taken over by this lifetime (so that recycled workers cost no new
+ * entries). Section "series_adopt": only the slot's owner writes it; the cell is zeroed under
+ * its sequence word, then flags and pid, then the lifetime (which makes it live to a scrape):
+ * a tear leaves it the dead lifetime's, skipped. */
+static PyObject *sm_adopt(SeriesMap *s, PyObject *const *args, Py_ssize_t n) {
+    if (!positional("adopt", n, 3)) return NULL;
+    long long at = PyLong_AsLongLong(args[0]), lt = PyLong_AsLongLong(args[1]), pid = PyLong_AsLongLong(args[2]);
+    int64_t top;
+    if (PyErr_Occurred() || series_enter(s) < 0) return NULL;
+    int ok = series_entry_top(s, &top) == 0;
+    int64_t cell = ok && series_entry_ok(s, at, top) ? LOAD(EW(s, at, SERIES_ENTRY_CELL)) : -1;
+    if (ok && (cell < 0 || s->slot < 0 || s->slot_gen != fork_gen || lt != s->lifetime ||
+               LOAD(EW(s, at, SERIES_ENTRY_SLOT)) != s->slot ||
+               *(uint32_t *)(ENTRY(s, at) + SERIES_ENTRY_KIND_OFF) != SERIES_LIFETIME))
+        ok = series_corrupt(s, "adopt: not a lifetime entry of this process's slot") == 0;
+    if (ok) {
+        int64_t *c = CELL(s, cell), q = LOAD(c + SERIES_CELL_SEQ);
+        SECTION("series_adopt");
+        STORE(c + SERIES_CELL_SEQ, q | 1);
+        STORE(c + SERIES_CELL_VALUE, 0);
+        STORE(c + SERIES_CELL_STAMP, 0);
+        STORE(c + SERIES_CELL_SEQ, (q | 1) + 1);
+        STORE(EW(s, at, SERIES_ENTRY_FLAGS), 0);
+        STORE(EW(s, at, SERIES_ENTRY_PID), (int64_t)pid);
+        STORE(EW(s, at, SERIES_ENTRY_LIFETIME), (int64_t)lt);
+        END_SECTION();
+    }
+    series_leave(s);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
 }
 
 /* drop(offset, /): mark an entry as removed (mark_process_dead); its cell is no longer read. */
@@ -322,7 +359,9 @@ static PyMethodDef sm_methods[] = {
     {"entries", (PyCFunction)sm_entries, METH_O,
      "entries($self, start, /)\n--\n\n(end, [(entry, key), ...]): the entries from byte start."},
     {"read", (PyCFunction)sm_read, METH_O,
-     "read($self, records, /)\n--\n\n[(value, stamp, live)] for each (offset, cell, slot, lifetime)."},
+     "read($self, offsets, /)\n--\n\n[(value, stamp, live, pid)] of the entry at each offset."},
+    {"adopt", (PyCFunction)(void (*)(void))sm_adopt, METH_FASTCALL,
+     "adopt($self, offset, lifetime, pid, /)\n--\n\nA dead lifetime's entry of our slot, made ours."},
     {"drop", (PyCFunction)sm_drop, METH_O, "drop($self, offset, /)\n--\n\nMark an entry removed."},
     {"value", (PyCFunction)(void (*)(void))sm_value, METH_FASTCALL,
      "value($self, cell, rebind, pid_fn, pid, /)\n--\n\nA SeriesValue on a cell; rebind=None: a shared cell."},

@@ -234,8 +234,13 @@ class SeriesStore:
     def entries(self, start: int) -> tuple[int, list[tuple[Record, bytes]]]:
         return self._map.entries(start)
 
-    def read(self, records: Sequence[tuple[int, int, int, int]]) -> list[tuple[float, float, bool]]:
-        return self._map.read(records)
+    def read(self, offsets: Sequence[int]) -> list[tuple[float, float, bool, int]]:
+        """``(value, stamp, live, pid)`` of the entry at each offset, read now."""
+        return self._map.read(offsets)
+
+    def adopt(self, offset: int, lifetime: int, pid: int) -> None:
+        """Take over a live-mode gauge entry of this process's slot from a dead lifetime."""
+        self._map.adopt(offset, lifetime, pid)
 
     def drop(self, offset: int) -> None:
         self._map.drop(offset)
