@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,24 +29,18 @@ from typing import Any
 from prometheus_client import values
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 from ..backends.shm.roles import series as S
 from ..backends.shm.segment import path_of
 from ..errors import MetricMismatchError, SeriesIdentityError, WindowNotFoundError
+from .prometheus_scrape import LIVE_MODES, Directory
 
 try:  # part 1's windowed Summary (integrations/prometheus_summary.py), when it is there
     _summary: Any = importlib.import_module(__package__ + ".prometheus_summary")
 except ImportError:  # pragma: no cover - until it lands
     _summary = None
 
-LIVE_MODES = frozenset({"liveall", "livemin", "livemax", "livesum", "livemostrecent"})
-NO_PID_MODES = frozenset({"min", "livemin", "max", "livemax", "sum", "livesum", "mostrecent",
-                          "livemostrecent"})  # fmt: skip
 PidFn = Callable[[], int]
-Labels = tuple[tuple[str, str], ...]  # sorted by label name, as prometheus_client keys them
-SampleKey = tuple[str, Labels]
 
 _stores: dict[str, S.SeriesStore] = {}  # this process's open metrics segments, by app name
 
@@ -167,55 +160,7 @@ class _LifetimeBinder:
 # -- the collector ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Series:
-    offset: int
-    per_lifetime: bool  # a gauge's cell of one process lifetime (else shared by every process)
-    typ: str
-    mode: str
-    metric_name: str
-    name: str
-    labels: Labels
-    help: str
-
-
-def _parse(record: S.Record, key: bytes) -> _Series | None:
-    offset, kind = record[0], record[1]
-    if kind == S.META:
-        return None
-    typ, mode, metric_name, name, labels, help_text = json.loads(key.split(b"\n", 1)[0])
-    return _Series(offset, kind == S.LIFETIME, typ, mode, metric_name, name, tuple(sorted(labels.items())),
-                   help_text)  # fmt: skip
-
-
-class _Directory:
-    """A scraper's view of one segment: each entry parsed once (the directory only grows), its
-    cells read at every scrape in one native pass."""
-
-    def __init__(self, store: S.SeriesStore):
-        self.store = store
-        self.inode = os.fstat(store.segment.fd).st_ino if store.segment.fd >= 0 else 0
-        self.end = 0
-        self.series: list[_Series] = []
-        self.offsets: list[int] = []
-
-    def refresh(self) -> None:
-        self.end, new = self.store.entries(self.end)
-        for record, key in new:
-            s = _parse(record, key)
-            if s is not None:
-                self.series.append(s)
-                self.offsets.append(s.offset)
-
-    def read(self) -> Iterator[tuple[_Series, float, float, int]]:
-        """Every series with its value, stamp and writer's pid; live modes: live lifetimes only."""
-        self.refresh()
-        for s, (value, stamp, live, pid) in zip(self.series, self.store.read(self.offsets), strict=True):
-            if live or (s.per_lifetime and s.mode not in LIVE_MODES):
-                yield s, value, stamp, pid
-
-
-def _stale(d: _Directory, app: str) -> bool:
+def _stale(d: Directory, app: str) -> bool:
     """Was the app's segment unlinked (and maybe made anew) since d was opened?"""
     try:
         return os.stat(path_of(S.segment_name(app))).st_ino != d.inode
@@ -230,11 +175,11 @@ class MultiProcessCollector(Collector):
     def __init__(self, registry: CollectorRegistry | None, name: str, **open_kw: Any):
         self.app = name
         self._open_kw = open_kw
-        self._dir: _Directory | None = None
+        self._dir: Directory | None = None
         if registry is not None:
             registry.register(self)
 
-    def _directory(self) -> _Directory | None:
+    def _directory(self) -> Directory | None:
         if self._dir is not None and _stale(self._dir, self.app):
             self._dir = None
         if self._dir is None:
@@ -242,79 +187,15 @@ class MultiProcessCollector(Collector):
                 store = S.SeriesStore.attach(self.app)
             except WindowNotFoundError:
                 return None
-            self._dir = _Directory(store)
+            self._dir = Directory(store)
         return self._dir
 
     def collect(self) -> Iterator[Metric]:
         d = self._directory()
         if d is not None:
-            yield from merge(d.read())
+            yield from d.collect()
         if _summary is not None and hasattr(_summary, "collect_summaries"):
             yield from _summary.collect_summaries(self.app)
-
-
-def merge(read: Iterable[tuple[_Series, float, float, int]]) -> list[Metric]:
-    """prometheus_client's merge, over series read once each: samples of one metric name
-    grouped by label set (first seen first), gauges by mode, histogram buckets cumulated."""
-    metrics: dict[str, Metric] = {}
-    groups: dict[str, dict[Labels, dict[SampleKey, float]]] = {}
-    stamps: dict[SampleKey, float] = {}
-    buckets: dict[str, dict[Labels, dict[float, float]]] = {}
-    for s, value, stamp, pid in read:
-        metric = metrics.get(s.metric_name)
-        if metric is None:
-            metric = metrics[s.metric_name] = Metric(s.metric_name, s.help, s.typ)
-            groups[s.metric_name] = defaultdict(dict)
-            buckets[s.metric_name] = defaultdict(lambda: defaultdict(float))
-        samples = groups[s.metric_name]
-        if s.typ == "gauge":
-            _merge_gauge(samples, stamps, s, value, stamp, pid)
-        elif s.typ == "histogram" and s.name.endswith("_bucket"):
-            bound = next((v for k, v in s.labels if k == "le"), None)
-            without_le = tuple(kv for kv in s.labels if kv[0] != "le")
-            if bound is not None:
-                buckets[s.metric_name][without_le][float(bound)] += value
-                samples[without_le]  # the group keeps its first-seen place
-                continue
-        else:
-            group = samples[s.labels]
-            group[(s.name, s.labels)] = group.get((s.name, s.labels), 0.0) + value
-    for metric_name, metric in metrics.items():
-        samples = groups[metric_name]
-        for labels, by_le in buckets[metric_name].items():
-            total = 0.0
-            for le, value in sorted(by_le.items()):
-                total += value
-                samples[labels][(metric_name + "_bucket", (*labels, ("le", _go_float(le))))] = total
-            samples[labels][(metric_name + "_count", labels)] = total
-        metric.samples = [Sample(name, dict(labels), value)
-                          for group in samples.values()
-                          for (name, labels), value in group.items()]  # fmt: skip
-    return list(metrics.values())
-
-
-def _go_float(value: float) -> str:
-    """A bucket bound as prometheus_client spells it in ``le``."""
-    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
-
-
-def _merge_gauge(samples: dict[Labels, dict[SampleKey, float]], stamps: dict[SampleKey, float], s: _Series,
-                 value: float, stamp: float, pid: int) -> None:  # fmt: skip
-    """One lifetime's gauge value into its metric's samples, as its mode says."""
-    if s.mode not in NO_PID_MODES:  # all, liveall: one sample per pid
-        labels = (*s.labels, ("pid", str(pid)))
-        samples[labels][(s.name, labels)] = value
-        return
-    group, key = samples[s.labels], (s.name, s.labels)
-    if s.mode in ("min", "livemin"):
-        group[key] = min(group.get(key, value), value)
-    elif s.mode in ("max", "livemax"):
-        group[key] = max(group.get(key, value), value)
-    elif s.mode in ("sum", "livesum"):
-        group[key] = group.get(key, 0.0) + value
-    elif stamps.get(key, 0.0) < stamp:  # mostrecent: the latest set() wins (an inc()'s stamp is 0)
-        group[key] = value
-        stamps[key] = stamp
 
 
 def exposition(app: str) -> str:
@@ -340,15 +221,14 @@ def mark_process_dead(pid: int, name: str) -> int:
         store = _store(name)
     except WindowNotFoundError:
         return 0
-    d = _Directory(store)
+    d = Directory(store)
     d.refresh()
-    live_gauges = [s for s in d.series if s.per_lifetime and s.mode in LIVE_MODES]
-    dropped = 0
-    for s, (_, _, _, writer) in zip(live_gauges, store.read([s.offset for s in live_gauges]), strict=True):
-        if writer == pid:
-            store.drop(s.offset)
-            dropped += 1
-    return dropped
+    live = [d.offsets[s.index] for s in d.series if s.per_lifetime and s.mode in LIVE_MODES]
+    read = store.read(live)
+    dropped = [offset for offset, (_, _, _, writer) in zip(live, read, strict=True) if writer == pid]
+    for offset in dropped:
+        store.drop(offset)
+    return len(dropped)
 
 
 def reset(name: str) -> bool:
@@ -361,5 +241,4 @@ def reset(name: str) -> bool:
     return S.unlink(name)
 
 
-__all__ = ["MultiProcessCollector", "exposition", "mark_process_dead", "merge", "multiprocess", "reset",
-           "value_class"]  # fmt: skip
+__all__ = ["MultiProcessCollector", "exposition", "mark_process_dead", "multiprocess", "reset", "value_class"]

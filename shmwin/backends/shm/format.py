@@ -379,9 +379,10 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
 # One segment per app name: the header page (SERIES_HDR: the common header's magic, version, sizes
 # and role word where every segment has them, then the series geometry and state), one robust lock
 # (the directory's), the process slots (STRIPE records: a liveness mutex held for a process's life),
-# the hash index (words: hash32 << 32 | entry word offset + 1; 0 free), the entries (append-only,
-# SERIES_ENTRY then the identity's bytes, padded to a word) and the cells (SERIES_CELL). The file is
-# sparse: pages are touched as entries and cells are handed out.
+# the hash index (words: hash32 << 32 | entry word offset + 1; 0 free; in levels of
+# SERIES_INDEX_MIN << k places one after another, the next built when one is half full), the
+# entries (append-only, SERIES_ENTRY then the identity's bytes, padded to a word) and the cells
+# (SERIES_CELL). The file is sparse: pages are touched as entries and cells are handed out.
 SERIES_HDR: tuple[Field, ...] = (
     ("magic", 0, "8s"),
     ("version", 8, "I"),
@@ -390,7 +391,7 @@ SERIES_HDR: tuple[Field, ...] = (
     ("hash_key", 152, "16s"),  # random at creation: label values cannot be chosen to collide
     ("role", 168, "I"),
     ("max_series", 192, "Q"),  # cells (and at most as many entries)
-    ("index_slots", 200, "Q"),  # a power of two, >= 2 x max_series
+    ("index_slots", 200, "Q"),  # the top level's places: a power of two >= 2 x max_series
     ("n_slots", 208, "Q"),  # process slots
     ("locks_at", 216, "Q"),
     ("slots_at", 224, "Q"),
@@ -403,6 +404,8 @@ SERIES_HDR: tuple[Field, ...] = (
     ("cells_top", 1032, "q"),  # cells handed out
     ("lifetimes", 1040, "q"),  # process lifetimes so far: the next one's number
     ("full_count", 1048, "q"),  # inserts refused: the directory or the cells full
+    ("entries", 1056, "q"),  # entries published (how full the index level is)
+    ("index_level", 1064, "q"),  # the index level in use: SERIES_INDEX_MIN << level places
 )
 SERIES_HDR_BYTES = 4096
 SERIES_ENTRY: tuple[Field, ...] = (
@@ -426,6 +429,7 @@ SERIES_CELL_BYTES = 32
 SERIES_SHARED, SERIES_LIFETIME, SERIES_META = 0, 1, 2
 SERIES_DROPPED = 1
 SERIES_LOCK_DIR = 0
+SERIES_INDEX_MIN = 64  # places of the index's first level
 SERIES_MAX_KEY = 4096  # identity bytes an entry holds at most (labels and all): bigger is refused
 SERIES_MAX = 1 << 24  # series a segment may be made for
 RECORDS["SERIES_HDR"] = (SERIES_HDR, "SERIES_HDR_BYTES")
@@ -613,7 +617,7 @@ _SCALARS = (
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "GHOST_EPOCH_SHIFT", "GHOST_HITS_MAX", "COUNT32_BYTES",
     "COUNT32_MAX", "LEASE_STATE_BYTES",
     "SERIES_HDR_BYTES", "SERIES_ENTRY_BYTES", "SERIES_CELL_BYTES", "SERIES_SHARED", "SERIES_LIFETIME",
-    "SERIES_META", "SERIES_DROPPED", "SERIES_LOCK_DIR", "SERIES_MAX_KEY", "SERIES_MAX",
+    "SERIES_META", "SERIES_DROPPED", "SERIES_LOCK_DIR", "SERIES_MAX_KEY", "SERIES_MAX", "SERIES_INDEX_MIN",
 )  # fmt: skip
 
 

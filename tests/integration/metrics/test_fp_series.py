@@ -1,5 +1,6 @@
-"""Fail points at every store of role "series" (core/seriesdir.c, seriesval.c): its directory's
-append ("series_insert"), a process slot's claim ("series_claim"), a shared cell's CAS add
+"""Fail points at every store of role "series" (core/seriesdir.c, seriesval.c, series.c): its
+directory's append ("series_insert") and its index's growth ("series_grow"), a process slot's
+claim ("series_claim"), a live gauge entry's adoption ("series_adopt"), a shared cell's CAS add
 ("series_add") and a gauge cell's write ("series_set"), each struck by SIGKILL and by an
 exception. Then, from survivor processes: no lock hangs (a dead inserter's directory lock is
 repaired: every whole entry back in the index), no series is in the directory twice, every
@@ -56,7 +57,8 @@ def test_fp_series_insert(app, sig):
         seen[n] = entries_before
         return s.fired
 
-    assert every_store(strike_at) == 13  # a cell's 4 words, the entry's 6, cells_top, entry_top, index
+    assert every_store(strike_at) == 14  # a cell's 4 words, the entry's 6, cells_top, entry_top, index,
+    # and the entries word
     assert_monotone(seen, "the entry of a struck insert")
     assert promptly(samples, app)[("c_total", (("k", "warm"),))] == 1.0
 
@@ -134,3 +136,37 @@ def test_fp_series_adopt(app, sig):
         return s.fired
 
     assert every_store(strike_at) == 7  # sequence, value, stamp, sequence, flags, pid, lifetime
+
+
+def _all_once(app: str, labels: list[str]) -> list[tuple[int, float | None]]:
+    """Each label's (directory entries, value), after a survivor inserted "after" too."""
+    promptly(Counter("c", "help", ["k"], registry=None).labels("after").inc)
+    got = samples(app)
+    return [(_entries_of(app, label), got.get(("c_total", (("k", label),)))) for label in labels]
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_fp_series_grow(make_name, sig):
+    first_level = 64 // 2  # entries the first index level takes (half its places)
+    apps: list[str] = []
+
+    def strike_at(n: int) -> bool:
+        app = make_name(f"grow{n}")
+        apps.append(app)
+        shp.multiprocess(app)
+        c = Counter("c", "help", ["k"], registry=None)
+        labels = [str(i) for i in range(first_level - 1)]  # with the name's meta entry: level 0 full
+        for label in labels:
+            c.labels(label).inc()
+        with strike("series_grow", n, sig, lambda report: None, lambda _: c.labels("x").inc()) as s:
+            got = in_child(_all_once, app, [*labels, "x", "after"])
+        assert got[:-2] == [(1, 1.0)] * len(labels) and got[-1] == (1, 1.0), f"store {n}: {got}"
+        assert got[-2] in ((0, None), (1, 0.0), (1, 1.0))  # the struck insert: whole or not at all
+        shp.reset(app)
+        return s.fired
+
+    try:
+        assert every_store(strike_at) == first_level + 1  # every entry into the next level, then the level
+    finally:
+        for app in apps:
+            shp.reset(app)

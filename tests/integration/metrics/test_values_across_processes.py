@@ -148,3 +148,33 @@ def test_mark_process_dead_drops_live_gauges_of_a_pid(app):
     assert shp.mark_process_dead(123, app) == 1
     got = samples(app)
     assert ("g", (("pid", "123"),)) not in got and got[("a", (("pid", "123"),))] == 1.0
+
+
+def test_processes_creating_series_at_once_find_each_others(app):
+    """Eight processes create 200 series each (half shared by all) at once: a finder racing an
+    insert (an index word newer than the entry_top it read first) and index levels growing
+    under it never see junk, and no series is made twice."""
+    shp.multiprocess(app)
+    c = Counter("c", "help", ["k"], registry=None)
+    start = FORK.Event()
+
+    def creator(me: int) -> None:
+        start.wait(30)
+        for i in range(100):
+            c.labels(f"shared{i}").inc()
+            c.labels(f"own{me}-{i}").inc()
+
+    procs = [FORK.Process(target=creator, args=(me,)) for me in range(8)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    got = samples(app)
+    assert len(got) == 100 + 800 and all(got[("c_total", (("k", f"shared{i}"),))] == 8.0 for i in range(100))
+    store = SeriesStore.attach(app)
+    try:
+        assert store.usage()["cells"] == 900  # each series one cell: none made twice
+    finally:
+        store.close()

@@ -62,7 +62,7 @@ static PyObject *entry_tuple(SeriesMap *s, int64_t at) {
                          (long long)LOAD(EW(s, at, SERIES_ENTRY_PID)), (long long)LOAD(EW(s, at, SERIES_ENTRY_FLAGS)));
 }
 
-/* series_find(key, hash, /) -> the entry's record, or None. Lock-free. */
+/* find(key, hash, /) -> the entry's record, or None. Lock-free. */
 static PyObject *sm_find(SeriesMap *s, PyObject *const *args, Py_ssize_t n) {
     Py_buffer key;
     uint64_t h;
@@ -293,12 +293,13 @@ static int read_geometry(SeriesMap *s) {
              header_word(s, SERIES_HDR_CELLS_AT, &s->cells_at);
     int64_t len = s->map_bytes;
     if (!ok || s->max_series < 1 || s->max_series > SERIES_MAX || s->index_slots < 2 * s->max_series ||
-        (s->index_slots & (s->index_slots - 1)) || s->n_slots < 1 || s->n_slots > MAX_STRIPES ||
+        s->index_slots < SERIES_INDEX_MIN || (s->index_slots & (s->index_slots - 1)) || s->n_slots < 1 || s->n_slots > MAX_STRIPES ||
         s->entries_bytes > ((int64_t)UINT32_MAX - 1) * WORD_BYTES || !fits(s->locks_at, 1, LOCK_BYTES, len) ||
-        !fits(s->slots_at, s->n_slots, STRIPE_ENTRY_BYTES, len) || !fits(s->index_at, s->index_slots, WORD_BYTES, len) ||
+        !fits(s->slots_at, s->n_slots, STRIPE_ENTRY_BYTES, len) || !fits(s->index_at, 2 * s->index_slots - SERIES_INDEX_MIN, WORD_BYTES, len) ||
         !fits(s->entries_at, 1, s->entries_bytes, len) || !fits(s->cells_at, s->max_series, SERIES_CELL_BYTES, len) ||
         (s->locks_at | s->slots_at | s->index_at | s->entries_at | s->cells_at) % WORD_BYTES)
         return series_corrupt(s, "its header's geometry does not fit the mapping");
+    for (s->index_levels = 1; SERIES_INDEX_MIN << (s->index_levels - 1) < s->index_slots;) s->index_levels++;
     return 0;
 }
 
@@ -351,7 +352,7 @@ static PyObject *sm_value(SeriesMap *s, PyObject *const *args, Py_ssize_t n);
 
 static PyMethodDef sm_methods[] = {
     {"find", (PyCFunction)(void (*)(void))sm_find, METH_FASTCALL,
-     "series_find($self, key, hash, /)\n--\n\nThe entry of identity key: (offset, kind, cell, slot, lifetime, pid, flags), or None."},
+     "find($self, key, hash, /)\n--\n\nThe entry of identity key: (offset, kind, cell, slot, lifetime, pid, flags), or None."},
     {"insert", (PyCFunction)(void (*)(void))sm_insert, METH_FASTCALL,
      "insert($self, key, hash, kind, lifetime, pid, /)\n--\n\n(entry, made): the entry of key, appended if missing."},
     {"lifetime", (PyCFunction)sm_lifetime, METH_O,

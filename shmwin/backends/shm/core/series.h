@@ -15,6 +15,7 @@ typedef struct {
     int closed, busy, has_buf;
     PyObject *name;
     int64_t timeout_ns;
+    int64_t index_levels;  /* levels of the index: SERIES_INDEX_MIN << (index_levels - 1) == index_slots */
     int64_t max_series, index_slots, n_slots, locks_at, slots_at, index_at, entries_at, entries_bytes, cells_at;
     int64_t slot, lifetime;  /* this process's slot and lifetime, valid while slot_gen == fork_gen */
     uint64_t slot_gen;

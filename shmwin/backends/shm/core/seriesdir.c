@@ -86,17 +86,34 @@ int64_t series_entry_bytes(SeriesMap *s, int64_t at) {
     return SERIES_ENTRY_BYTES + PAD8((int64_t)*(uint32_t *)(ENTRY(s, at) + SERIES_ENTRY_KEY_LEN_OFF));
 }
 
+/* The index's level `level` (checked): its first word and its places. 0, or -1 junk. */
+static int index_of(SeriesMap *s, int64_t level, int64_t **words, int64_t *places) {
+    if (level < 0 || level >= s->index_levels) return series_corrupt(s, "index_level is junk");
+    *places = (int64_t)SERIES_INDEX_MIN << level;
+    *words = SW(s, s->index_at + ((int64_t)SERIES_INDEX_MIN << level) * WORD_BYTES - SERIES_INDEX_MIN * WORD_BYTES);
+    return 0;
+}
+
+static int index_now(SeriesMap *s, int64_t **words, int64_t *places) {
+    return index_of(s, LOAD(HDR(s, SERIES_HDR_INDEX_LEVEL)), words, places);
+}
+
 /* The entry holding identity `key` (of hash h): its offset, -1 none, -2 junk (error set).
- * Lock-free: an index word is stored only once its entry is whole and below entry_top. */
+ * Lock-free: an index word is stored only once its entry is whole and below entry_top, and a
+ * level is in use only once it holds every entry; a finder on a level just left behind misses
+ * only entries made since, which an insert finds again under the lock. */
 int64_t series_find(SeriesMap *s, const char *key, Py_ssize_t len, uint64_t h) {
-    int64_t top, *index = SW(s, s->index_at), mask = s->index_slots - 1;
-    if (series_entry_top(s, &top) < 0) return -2;
-    for (int64_t i = 0; i < s->index_slots; i++) {
-        uint64_t word = (uint64_t)LOAD(index + (int64_t)((h + (uint64_t)i) & (uint64_t)mask));
+    int64_t top, *index = NULL, places = 0;
+    if (series_entry_top(s, &top) < 0 || index_now(s, &index, &places) < 0) return -2;
+    for (int64_t i = 0; i < places; i++) {
+        uint64_t word = (uint64_t)LOAD(index + (int64_t)((h + (uint64_t)i) & (uint64_t)(places - 1)));
         if (word == 0) return -1;
         if (word >> 32 != h >> 32) continue;
         int64_t at = ((int64_t)(word & 0xFFFFFFFFu) - 1) * WORD_BYTES;
-        if (!series_entry_ok(s, at, top)) return series_corrupt(s, "an index word names no entry") - 1;
+        /* an entry published since top was read (its entry_top store precedes its index word's,
+         * which this load acquired): read top again before calling the word junk */
+        if (!series_entry_ok(s, at, top) && (series_entry_top(s, &top) < 0 || !series_entry_ok(s, at, top)))
+            return series_corrupt(s, "an index word names no entry") - 1;
         if (*(uint32_t *)(ENTRY(s, at) + SERIES_ENTRY_KEY_LEN_OFF) == (uint32_t)len &&
             memcmp(ENTRY(s, at) + SERIES_ENTRY_BYTES, key, (size_t)len) == 0)
             return at;
@@ -104,12 +121,11 @@ int64_t series_find(SeriesMap *s, const char *key, Py_ssize_t len, uint64_t h) {
     return -1;
 }
 
-/* Store the index word of the entry at `at` (hash h) in the first free place. Caller holds
- * the directory lock. 0, or -1 with the index full (it has twice the cells' places: junk). */
-static int index_put(SeriesMap *s, int64_t at, uint64_t h) {
-    int64_t *index = SW(s, s->index_at), mask = s->index_slots - 1;
-    for (int64_t i = 0; i < s->index_slots; i++) {
-        int64_t *w = index + (int64_t)((h + (uint64_t)i) & (uint64_t)mask);
+/* Store the index word of the entry at `at` (hash h) in the first free place of a level.
+ * Caller holds the directory lock. 0, or -1 with the level full (never half full: junk). */
+static int index_put(SeriesMap *s, int64_t *index, int64_t places, int64_t at, uint64_t h) {
+    for (int64_t i = 0; i < places; i++) {
+        int64_t *w = index + (int64_t)((h + (uint64_t)i) & (uint64_t)(places - 1));
         if (LOAD(w) != 0) continue;
         STORE(w, (int64_t)((h >> 32) << 32 | (uint64_t)(at / WORD_BYTES + 1)));
         return 0;
@@ -117,26 +133,51 @@ static int index_put(SeriesMap *s, int64_t at, uint64_t h) {
     return series_corrupt(s, "the index is full");
 }
 
-/* EOWNERDEAD on the directory lock: every whole entry (below entry_top) back in the index. */
+/* EOWNERDEAD on the directory lock: every whole entry (below entry_top) back in the index
+ * level in use, and the entries word recounted. */
 static int repair_index(SeriesMap *s) {
-    int64_t top;
-    if (series_entry_top(s, &top) < 0) return -1;
-    for (int64_t at = 0; at < top; at += series_entry_bytes(s, at)) {
+    int64_t top, *index = NULL, places = 0, n = 0;
+    if (series_entry_top(s, &top) < 0 || index_now(s, &index, &places) < 0) return -1;
+    for (int64_t at = 0; at < top; at += series_entry_bytes(s, at), n++) {
         if (!series_entry_ok(s, at, top)) return series_corrupt(s, "an entry below entry_top is junk");
         char *e = ENTRY(s, at);
         uint64_t h = (uint64_t)LOAD(EW(s, at, SERIES_ENTRY_HASH));
         int64_t found = series_find(s, e + SERIES_ENTRY_BYTES, *(uint32_t *)(e + SERIES_ENTRY_KEY_LEN_OFF), h);
         if (found == -2) return -1;
-        if (found == -1 && index_put(s, at, h) < 0) return -1;
+        if (found == -1 && index_put(s, index, places, at, h) < 0) return -1;
     }
+    STORE(HDR(s, SERIES_HDR_ENTRIES), n);
+    return 0;
+}
+
+/* Section "series_grow", under the directory lock, when the level in use would pass half
+ * full: the next level (twice the places) is cleared -- a grower that died may have left
+ * words there -- and filled with every entry below entry_top; then index_level names it.
+ * Until that last store finders use the old level, whole. So the index costs what its
+ * entries need (16 to 32 bytes each), not the top level's size, in /dev/shm. */
+static int grow_index(SeriesMap *s, int64_t top) {
+    int64_t level = LOAD(HDR(s, SERIES_HDR_INDEX_LEVEL)), *index = NULL, places = 0;
+    int64_t n = LOAD(HDR(s, SERIES_HDR_ENTRIES));
+    if (index_of(s, level, &index, &places) < 0) return -1;
+    if (n + 1 <= places / 2 || level + 1 >= s->index_levels) return 0;
+    if (index_of(s, level + 1, &index, &places) < 0) return -1;
+    SECTION("series_grow");
+    memset(index, 0, (size_t)places * WORD_BYTES);
+    for (int64_t at = 0; at < top; at += series_entry_bytes(s, at)) {
+        if (!series_entry_ok(s, at, top)) return series_corrupt(s, "an entry below entry_top is junk");
+        if (index_put(s, index, places, at, (uint64_t)LOAD(EW(s, at, SERIES_ENTRY_HASH))) < 0) return -1;
+    }
+    STORE(HDR(s, SERIES_HDR_INDEX_LEVEL), level + 1);
+    END_SECTION();
     return 0;
 }
 
 /* Section "series_insert": append an entry (its order: the top of series.c). Caller
  * holds the directory lock and found no entry for the key. Its offset, or -1 (error set). */
 int64_t series_append(SeriesMap *s, const char *key, Py_ssize_t len, uint64_t h, int kind, int64_t slot,
-               int64_t lifetime, int64_t pid) {
+                      int64_t lifetime, int64_t pid) {
     int64_t top, ctop = LOAD(HDR(s, SERIES_HDR_CELLS_TOP)), need = SERIES_ENTRY_BYTES + PAD8((int64_t)len);
+    int64_t n = LOAD(HDR(s, SERIES_HDR_ENTRIES)), *index = NULL, places = 0;
     if (series_entry_top(s, &top) < 0) return -1;
     if (ctop < 0 || ctop > s->max_series) return series_corrupt(s, "cells_top is junk");
     if (top + need > s->entries_bytes || (kind != SERIES_META && ctop >= s->max_series)) {
@@ -145,6 +186,7 @@ int64_t series_append(SeriesMap *s, const char *key, Py_ssize_t len, uint64_t h,
                      (long long)ctop, (long long)s->max_series);
         return -1;
     }
+    if (grow_index(s, top) < 0 || index_now(s, &index, &places) < 0) return -1;
     int64_t cell = kind == SERIES_META ? -1 : ctop;
     char *e = ENTRY(s, top);
     SECTION("series_insert");
@@ -166,7 +208,8 @@ int64_t series_append(SeriesMap *s, const char *key, Py_ssize_t len, uint64_t h,
     STORE(EW(s, top, SERIES_ENTRY_FLAGS), 0);
     if (cell >= 0) STORE(HDR(s, SERIES_HDR_CELLS_TOP), ctop + 1);
     STORE(HDR(s, SERIES_HDR_ENTRY_TOP), top + need);
-    if (index_put(s, top, h) < 0) return -1;
+    if (index_put(s, index, places, top, h) < 0) return -1;
+    STORE(HDR(s, SERIES_HDR_ENTRIES), n + 1);
     END_SECTION();
     return top;
 }

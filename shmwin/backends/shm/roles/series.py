@@ -6,7 +6,8 @@ The segment ``/dev/shm/shmwin.<app>.metrics`` (format.SERIES_HDR and its records
     0             4096                    header: magic, version, role 15, geometry, directory state
     locks_at      64                      the directory's robust lock (SERIES_LOCK_DIR)
     slots_at      n_slots x 128           process slots (STRIPE records): a liveness mutex each
-    index_at      index_slots x 8         hash index: hash32 << 32 | entry word + 1; 0 free
+    index_at      (2 x index_slots - 64) x 8   hash index, in levels of 64 << k words (hash32 << 32 |
+                                          entry word + 1; 0 free), the next built when one is half full
     entries_at    entries_bytes           entries, append-only: SERIES_ENTRY + identity bytes
     cells_at      max_series x 32         cells: SERIES_CELL (value, stamp, seq, entry)
 
@@ -48,7 +49,7 @@ SUFFIX = ".metrics"
 DEFAULT_MAX_SERIES = 100_000
 DEFAULT_SLOTS = 1024  # live processes at once (format.MAX_STRIPES)
 ENTRY_ROOM = 256  # bytes of directory per series, on average: an entry record and its identity
-RESERVE_STEP = 1 << 16  # reserve this far ahead as the directory and the cells grow
+RESERVE_STEP = 1 << 14  # reserve this far ahead as the directory and the cells grow
 DEFAULT_TIMEOUT_NS = 5_000_000_000
 
 SHARED, LIFETIME, META = F.SERIES_SHARED, F.SERIES_LIFETIME, F.SERIES_META
@@ -69,11 +70,12 @@ def plan(max_series: int, slots: int) -> dict[str, int]:
         raise ValueError(f"max_series must be 1..{F.SERIES_MAX}, not {max_series!r}")
     if not 1 <= slots <= F.MAX_STRIPES:
         raise ValueError(f"slots must be 1..{F.MAX_STRIPES}, not {slots!r}")
-    index_slots = 1 << (2 * max_series - 1).bit_length()
+    index_slots = max(F.SERIES_INDEX_MIN, 1 << (2 * max_series - 1).bit_length())
+    index_words = 2 * index_slots - F.SERIES_INDEX_MIN  # every level, each twice the one before
     locks_at = F.SERIES_HDR_BYTES
     slots_at = _align(locks_at + F.LOCK_BYTES, F.STRIPE_ENTRY_BYTES)
     index_at = _align(slots_at + slots * F.STRIPE_ENTRY_BYTES, F.PAGE_BYTES)
-    entries_at = _align(index_at + index_slots * F.WORD_BYTES, F.PAGE_BYTES)
+    entries_at = _align(index_at + index_words * F.WORD_BYTES, F.PAGE_BYTES)
     entries_bytes = _align(max_series * ENTRY_ROOM + F.SERIES_MAX_KEY + F.SERIES_ENTRY_BYTES, F.PAGE_BYTES)
     cells_at = entries_at + entries_bytes
     total = _align(cells_at + max_series * F.SERIES_CELL_BYTES, F.PAGE_BYTES)
