@@ -126,7 +126,22 @@ class HostCpuReading:
         return value if self._cpu.known else None
 
 
+def _metrics_apps(names: list[str]) -> list[str] | None:
+    """The apps, if every name is an app's metrics segment (``APP.metrics``, docs/metrics.md)."""
+    from ..backends.shm.roles import series
+
+    if not all(n.endswith(series.SUFFIX) and series.peek(n) is not None for n in names):
+        return None
+    return [n[: -len(series.SUFFIX)] for n in names]
+
+
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    apps = _metrics_apps(args.names) if args.backend is None else None
+    if apps:  # prometheus_client's values: what a scrape of each app serves
+        from ..integrations.prometheus_shm import exposition as metrics_text
+
+        out.write("\n".join(metrics_text(app) for app in apps))
+        return 0
     cpu = HostCpuReading() if args.backend is None else None
     snaps = Snapshots(args, args.names, key=args.key, last=args.last, top=args.top, cpu=cpu)
     if args.json:

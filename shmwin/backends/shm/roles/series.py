@@ -42,7 +42,7 @@ from ....errors import (
     WindowNotFoundError,
 )
 from .. import format as F
-from ..segment import DEFAULT_PERM, Segment
+from ..segment import DEFAULT_PERM, Segment, path_of
 from ..segment import unlink as unlink_segment
 
 SUFFIX = ".metrics"
@@ -267,6 +267,30 @@ class SeriesStore:
 
     def unlink(self) -> bool:
         return self.segment.unlink()
+
+
+def peek(name: str) -> dict[str, int] | None:
+    """The usage words of segment ``name`` (its header, read without mapping it) if it is a
+    metrics (series) segment, else None: for ``shmwin ls``."""
+    try:
+        fd = os.open(path_of(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (OSError, ValueError):
+        return None
+    try:
+        head = os.pread(fd, F.SERIES_HDR_BYTES, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(head) < F.SERIES_HDR_BYTES or head[: len(F.MAGIC)] != F.MAGIC:
+        return None
+    word = {n: struct.unpack_from("<" + k, head, o)[0] for n, o, k in F.SERIES_HDR
+            if k in ("q", "Q", "I")}  # fmt: skip
+    if word["role"] != F.ROLE_SERIES:
+        return None
+    return {"series": word["cells_top"], "max_series": word["max_series"], "lifetimes": word["lifetimes"],
+            "full_count": word["full_count"], "slots": word["n_slots"],
+            "total_bytes": word["total_bytes"]}  # fmt: skip
 
 
 def unlink(app: str) -> bool:
