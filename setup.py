@@ -21,8 +21,8 @@ from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError
 
 HERE = Path(__file__).resolve().parent
 # the native core is a small C package (shmwin/backends/shm/core/): every .c under shmwin/ is one
-# of its sources, and its headers (core.h; layout.h, generated from shmwin/backends/shm/format.py and
-# committed) are beside them
+# of its sources, and its headers (core.h; layout.h, generated from shmwin/backends/shm/format.py by
+# format_c.py and committed) are beside them
 CORE_SOURCES = sorted(p.relative_to(HERE).as_posix() for p in (HERE / "shmwin").rglob("*.c"))
 CORE_HEADERS = sorted(p.relative_to(HERE).as_posix() for p in (HERE / "shmwin").rglob("*.h"))
 CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",

@@ -18,7 +18,7 @@ import struct
 import time
 from collections.abc import Callable
 
-from .duration import NS_PER_S
+from .rate import NS_PER_S
 
 Clock = Callable[[], int]
 

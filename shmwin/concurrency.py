@@ -28,7 +28,6 @@ from typing import Any
 from .backends.contract import Key
 from .backends.shm.roles import ConcurrencyEngine
 from .clock import Clock, host_clock
-from .duration import Duration, to_ns
 from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError
 from .geometry import (
     ADDRESS_BUDGET_BYTES,
@@ -40,6 +39,7 @@ from .geometry import (
     Ring,
     window_geometry,
 )
+from .rate import Duration, to_ns
 from .window import Window
 
 ROLE = "concurrency"
@@ -176,9 +176,7 @@ class Concurrency:
         """``with conc.hold(key, timeout=...):`` a slot of ``key`` for the block, given back
         after it; :class:`ConcurrencyLimitError` if none was free within ``timeout``."""
         if not self.acquire(key, timeout):
-            raise ConcurrencyLimitError(
-                f"concurrency {self.name!r}: key {key!r} has {self.limit} holders (timeout {timeout}s)"
-            )
+            raise self._full(key, timeout)
         try:
             yield self
         finally:
@@ -188,13 +186,17 @@ class Concurrency:
     async def hold_async(self, key: Key, timeout: float | None = None) -> AsyncIterator[Concurrency]:
         """:meth:`hold` for asyncio."""
         if not await self.acquire_async(key, timeout):
-            raise ConcurrencyLimitError(
-                f"concurrency {self.name!r}: key {key!r} has {self.limit} holders (timeout {timeout}s)"
-            )
+            raise self._full(key, timeout)
         try:
             yield self
         finally:
             self.release(key)
+
+    def _full(self, key: Key, timeout: float | None) -> ConcurrencyLimitError:
+        """What ``hold`` raises when no slot of ``key`` came free within ``timeout``."""
+        return ConcurrencyLimitError(
+            f"concurrency {self.name!r}: key {key!r} has {self.limit} holders (timeout {timeout}s)"
+        )
 
     def keys(self) -> list[Key]:
         """The keys in the segment: held, or not reused yet (idle or not)."""

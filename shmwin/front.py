@@ -13,7 +13,7 @@ has them (a :class:`~shmwin.ManualClock` in tests).
 
 Decisions. A limiter's decisions: how many hits it admitted, refused, and admitted near the limit.
 
-Every :class:`~shmwin.limiter.Limiter` and :class:`~shmwin.token_bucket.TokenBucket` on shared
+Every :class:`~shmwin.limiter.Limiter` and :class:`~shmwin.limiter.TokenBucket` on shared
 memory keeps, beside its segment ``NAME``, a
 small striped window ``NAME.decisions`` (role "decisions") of three fields over its longest
 period: ``admitted``, ``rejected`` and ``near_limit`` -- an admitted hit that left at most a
@@ -42,9 +42,9 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from . import backends
 from .backends.contract import MAX_NAME_CHARS, Key
 from .clock import Clock, host_clock
-from .duration import NS_PER_S, format_ns
 from .errors import BackendUnavailableError, NotSupportedError, WindowNotFoundError
 from .policy import fallback, pause_s
+from .rate import NS_PER_S, format_ns
 from .window import Window
 
 # -- decisions: the window every front on shared memory counts its hits in ---------------------

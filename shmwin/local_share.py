@@ -17,15 +17,27 @@ meanwhile is counted against the global keys first.
   :data:`PROBE_S` (real time), looking at the time every :data:`CLOCK_EVERY` hits; the hits
   between go to shared memory only. So a process goes back to the backend at one of its first
   CLOCK_EVERY hits after PROBE_S has passed (strict meanwhile: the local share counts them).
-* **The switch back.** Each process remembers what it admitted locally, per key; the first call
-  that reaches the backend again counts those hits on the global keys before its own hit is
-  decided, so the global limit sees them: no burst over it at the switch. On ``redis://`` they
-  are counted whatever the limit says; on ``shm+redis://`` as much of them as the limit has
-  room for (a lease is never granted past it). Hits carried at the switch count from then on,
-  later than they happened: conservative.
+* **The switch back.** The first call of a process that was away and reaches the backend again
+  carries the host's local hits to the global keys before its own hit is decided: for each key
+  of ``NAME.local``, the hits its share holds now (those within the share's longest period:
+  older ones are outside every interval the limit still looks at), then clears the key there,
+  so the global limit sees them: no burst over it at the switch. On ``redis://`` they are
+  counted whatever the limit says; on ``shm+redis://`` as much of them as the limit has room
+  for (a lease is never granted past it). Hits carried at the switch count from then on, later
+  than they happened: conservative. Two processes carrying at once count them twice: refusals
+  only.
+* **Seen from outside.** Each time a process of the host meets the backend away (the call
+  that switches it to the local share, then each probe that fails), it adds one to
+  ``NAME.local.away``, a small window of this host (:data:`AWAY_RESOLUTIONS`, one lock, 40 KiB).
+  :func:`fallback_status` reads it: the fallback is *active* while a probe failed within
+  :data:`ACTIVE_S`, *since* the start of the run of failures that reaches now (quiet spells
+  shorter than :data:`GAP_S` do not end a run). ``shmwin show NAME`` and the Prometheus export
+  (``shmwin_fallback_active``, ``shmwin_fallback_since_seconds``) show it.
 * **What it does not cover.** Into the outage, a host's share is not reduced by what the host
   had used of the global limit just before: in the period that spans the start of an outage,
-  the hosts together may admit up to the global limit plus their shares.
+  the hosts together may admit up to the global limit plus their shares. The same bound holds
+  for the period that spans the switch back, since each host carries its hits at the first
+  call of its own that gets through: another host may admit fresh hits before that.
 """
 
 from __future__ import annotations
@@ -34,11 +46,12 @@ import os
 import socket
 import time
 import urllib.parse
+from collections.abc import Callable
 from time import monotonic
 from typing import Any
 
 from .backends.shm.segment import unlink
-from .errors import BackendUnavailableError, GeometryMismatchError, WindowNotFoundError
+from .errors import BackendUnavailableError, GeometryMismatchError, ShmwinError, WindowNotFoundError
 from .rate import Rate, Rates, parse_many
 
 PROBE_S = 0.5  # while away: ask the backend again at most this often (per process)
@@ -48,6 +61,10 @@ CLOCK_EVERY = 8
 BEAT_S = 10.0  # while it answers: say this host is alive, and count the hosts, at most this often
 HOSTS_HORIZON_NS = 5 * 60 * 1_000_000_000  # a host counts this long after it was last seen
 SUFFIX = ".local"
+AWAY_SUFFIX = SUFFIX + ".away"  # the host's record of meeting the backend away (fallback_status)
+AWAY_RESOLUTIONS = ("10m/1s", "1d/1m")  # a run's start, to the second for 10 minutes, then the minute
+ACTIVE_S = 5  # the fallback is active while a process of the host met the backend away this recently
+GAP_S = 60  # a quiet spell (no probe: no calls) this long ends a run of the fallback
 
 
 def fallback_since(limiter: Any) -> float | None:
@@ -56,6 +73,45 @@ def fallback_since(limiter: Any) -> float | None:
     share = getattr(limiter, "_local", None)
     since = share.away_since_ns if share is not None else None
     return None if since is None else since / 1e9
+
+
+def fallback_status(name: str, clock: Any = None) -> dict[str, Any] | None:
+    """Whether the limiter ``name``'s processes on this host are on their local share, from its
+    ``NAME.local.away`` window: None if no process here ever met its backend away; else
+    ``active`` (a failure within ACTIVE_S), ``since`` and ``last`` (Unix time, s: the start of the
+    latest run of failures, and its newest failure, each to its bucket), and ``failures`` (the
+    calls and probes of the last minute that met the backend away). ``clock``: the writers'
+    (a test's), else the host's monotonic clock."""
+    from .window import Window
+
+    try:
+        w = Window.attach(name + AWAY_SUFFIX, clock=clock)
+    except (WindowNotFoundError, ShmwinError, OSError):
+        return None
+    try:
+        fine, coarse = w.series(resolution=0).tolist(), w.series(resolution=1).tolist()
+    finally:
+        w.close()
+    return _runs(fine, coarse, time.time())
+
+
+def _runs(fine: list[int], coarse: list[int], wall_s: float) -> dict[str, Any] | None:
+    """fallback_status's arithmetic: failures per second (``fine``) and per minute (``coarse``),
+    oldest first, the current bucket last; the minute buckets only where the seconds' ring does
+    not reach (past its 10 minutes). Times to the bucket: seconds ago, then Unix time."""
+    reach_s = len(fine)
+    agos = [reach_s - 1 - i for i, n in enumerate(fine) if n]
+    agos += [a for a in (60 * (len(coarse) - 1 - j) for j, n in enumerate(coarse) if n) if a >= reach_s]
+    if not agos:
+        return None
+    newest = since = min(agos)
+    for ago in sorted(agos):
+        gap_s = GAP_S if ago < reach_s else GAP_S + 60  # a minute bucket is known to its minute
+        if ago - since > gap_s:
+            break
+        since = ago
+    return {"active": newest < ACTIVE_S, "since": wall_s - since, "last": wall_s - newest,
+            "failures": int(sum(fine[-60:]))}  # fmt: skip
 
 
 def check_local(on_error: str, fallback: Rates | None, backend: str | None) -> None:
@@ -102,10 +158,10 @@ class LocalShare:
         self._next_beat = 0.0  # monotonic s: when to count the hosts again
         self._away_since_ns: int | None = None  # wall clock, for people and exporters
         self._next_probe = 0.0
-        self._owed: dict[Any, int] = {}  # key -> hits admitted locally, not yet carried back
         self._local: Any = None  # a shared-memory Limiter, NAME.local
         self._local_hit_fn: Any = None  # its hit (the native core's), once opened
         self._front: Any = None  # the Limiter whose hit this share sets (bind)
+        self._away: Any = None  # NAME.local.away, once this process met the backend away
         self._host = host_id()
 
     @property
@@ -124,9 +180,8 @@ class LocalShare:
         return self._hit_asking(key, cost)
 
     def _away_hit(self) -> Any:
-        local_hit, owed, probe_at, asking = self._local_hit_fn, self._owed, self._next_probe, self._hit_asking
-        get = owed.get
-
+        local_hit: Callable[[Any, int], bool] = self._local_hit_fn
+        probe_at, asking = self._next_probe, self._hit_asking
         countdown = CLOCK_EVERY
 
         def hit(key: Any, cost: int = 1) -> bool:
@@ -138,17 +193,14 @@ class LocalShare:
                     ok = asking(key, cost)
                     probe_at = self._next_probe if self._away_since_ns is not None else 0.0
                     return ok
-            if local_hit(key, cost):
-                owed[key] = get(key, 0) + cost
-                return True
-            return False
+            return local_hit(key, cost)
 
         return hit
 
     def _hit_asking(self, key: Any, cost: int) -> bool:
         if self._should_ask():
             try:
-                self._settle()
+                self._carry_back()
                 ok = bool(self._backend.hit(key, cost))
             except BackendUnavailableError:
                 self._went_away()
@@ -163,7 +215,7 @@ class LocalShare:
     def test(self, key: Any, cost: int = 1) -> bool:
         if self._should_ask():
             try:
-                self._settle()
+                self._carry_back()
                 ok = bool(self._backend.check(key, cost, False, False)[0])
             except BackendUnavailableError:
                 self._went_away()
@@ -189,6 +241,20 @@ class LocalShare:
         if self._away_since_ns is None:
             self._away_since_ns = time.time_ns()
         self._next_probe = time.monotonic() + PROBE_S
+        self._mark_away()
+
+    def _mark_away(self) -> None:
+        """One failure in NAME.local.away (for fallback_status); a record that cannot be made (a
+        full /dev/shm) is skipped: the share itself goes on."""
+        from .window import Window
+
+        try:
+            if self._away is None:
+                self._away = Window(self._backend.name + AWAY_SUFFIX, resolutions=AWAY_RESOLUTIONS,
+                                    mode="locked", clock=self._clock)  # fmt: skip
+            self._away.add(1)
+        except (ShmwinError, OSError):
+            pass
 
     def _answered(self) -> None:
         self._away_since_ns = None
@@ -202,25 +268,28 @@ class LocalShare:
             except BackendUnavailableError:
                 self._went_away()
 
-    def _settle(self) -> None:
-        """Charge the hits admitted locally to the global keys, before anything else is decided
-        there; a key is forgotten only once its charge went through."""
-        for key, owed in list(self._owed.items()):
-            self._backend.count_anyway(key, owed)
-            del self._owed[key]
+    def _carry_back(self) -> None:
+        """After an outage (this process was away): count the host's local hits on the global
+        keys, before anything else is decided there; a key is cleared locally only once its
+        hits went through."""
+        if self._away_since_ns is None:
+            return  # never away since the last carry: nothing of this process's to carry
+        local = self._local_limiter(make=False)
+        for key in local.window.keys() if local is not None else ():
+            held = max(s.used for s in local.stats_all(key))
+            if held > 0:
+                self._backend.count_anyway(key, held)
+            local.clear(key)
 
     # -- the local tier -----------------------------------------------------------------------
 
     def _local_hit(self, key: Any, cost: int) -> bool:
         local = self._local_limiter()
-        if local is None or not local.hit(key, cost):
-            return False
-        self._owed[key] = self._owed.get(key, 0) + cost
-        return True
+        return False if local is None else bool(local.hit(key, cost))
 
-    def _local_limiter(self) -> Any:
+    def _local_limiter(self, make: bool = True) -> Any:
         """``NAME.local`` on this host: attached if another process made it, else made with the
-        share (None: the share is below one hit, so every hit is refused)."""
+        share (None: the share is below one hit, so every hit is refused; or not ``make``)."""
         if self._local is not None:
             return self._local
         name = self._backend.name + SUFFIX
@@ -233,7 +302,8 @@ class LocalShare:
                 self._local_hit_fn = self._local.hit
                 return self._local
             except WindowNotFoundError:
-                pass
+                if not make:
+                    return None
             try:
                 self._local = self._limiter(name, tuple(want), clock=self._clock, on_full=self._on_full,
                                       decisions=False)  # fmt: skip
@@ -246,10 +316,14 @@ class LocalShare:
     def close(self) -> None:
         if self._local is not None:
             self._local.close()
+        if self._away is not None:
+            self._away.close()
         self._local_hit_fn = None
 
     def unlink(self) -> bool:
-        """Remove this host's local share (a limiter's unlink removes it with the rest)."""
+        """Remove this host's local share and its record (a limiter's unlink removes them with
+        the rest)."""
         self.close()
-        self._local = None
+        self._local = self._away = None
+        unlink(self._backend.name + AWAY_SUFFIX)
         return bool(unlink(self._backend.name + SUFFIX))

@@ -1,5 +1,6 @@
 """What ``Window`` and ``Limiter`` decide the same way on every backend: the choices, the costs,
-the waits, the stats, and what a total past int64 does. Pure functions; no I/O, no backend.
+the waits, the stats, what a total past int64 does, and how ``add_many``'s batch becomes
+per-bucket sums. Pure functions; no I/O, no backend.
 
 The native core applies the same rules to its own fast path (``hit``'s cost, ``on_full``),
 and ``lua/hit.lua`` computes the same waits as ``core/rings.c``'s ``timing()``: the tests hold
@@ -15,9 +16,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .duration import NS_PER_S
 from .errors import TotalOverflowError
-from .rate import LimitStats, Rate
+from .geometry import Geometry
+from .rate import NS_PER_S, LimitStats, Rate
+
+Number = int | float
 
 ON_FULL = ("raise", "allow", "deny")  # a new key and a full table: KeyTableFullError, admit, refuse
 # The default: a request that finds no room is admitted uncounted (a window's add dropped)
@@ -30,7 +33,7 @@ DEFAULT_ON_FULL = "allow"
 # drop the add instead (counted in full_count).
 WINDOW_ON_FULL = "raise"
 ON_ERROR = ("raise", "allow", "deny")  # a limiter's backend is away: BackendUnavailableError, admit, refuse
-# a Limiter's also: "local", a share of the limit enforced in this host's shared memory (local_share.py)
+# a Limiter's also: "local", a share of the limit in this host's shared memory (local_share.py)
 LIMITER_ON_ERROR = (*ON_ERROR, "local")
 WINDOW_ON_ERROR = ("raise", "allow")  # a window's: raise, or drop the add and go on
 MIN_PAUSE_NS = 1_000_000  # acquire() never sleeps less than 1 ms between two tries
@@ -143,3 +146,70 @@ def int64_total(value: Any, what: str) -> int:
             "(use a float64 window for sums this large)"
         )
     return total
+
+
+# -- add_many's batch: checked, then summed by bucket of every ring ---------------------------
+# ``Window.add_many``'s arithmetic: check a numpy batch, and sum it by bucket of every ring.
+#
+# Pure: it takes the geometry and ``now_ns`` and returns what a backend writes, either one
+# exact sum (no stamps) or ``(ring index, epoch, sum)`` items. Sums are exact: int64 sums
+# that could pass 2**63 are done in Python ints, so the writer raises OverflowError rather
+# than storing a wrapped value.
+
+
+def values_of(values: npt.ArrayLike, dtype: str) -> npt.NDArray[Any]:
+    """The batch as a flat array; TypeError/ValueError for what the window cannot add."""
+    batch = np.asarray(values)
+    if batch.ndim != 1:
+        batch = batch.reshape(-1)
+    if dtype == "int64" and batch.size and batch.dtype.kind not in "iub":
+        raise TypeError(f"add_many() takes integers for an int64 window, not {batch.dtype}")
+    if batch.dtype.kind not in "iubf":
+        raise TypeError(f"add_many() takes numbers, not {batch.dtype}")
+    if batch.dtype.kind == "f" and batch.size and not np.isfinite(batch).all():
+        raise ValueError("add_many() takes finite numbers (no NaN or infinity)")
+    return batch
+
+
+def stamps_of(at: npt.ArrayLike, batch: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    stamps = np.asarray(at)
+    if stamps.shape != batch.shape or (stamps.size and stamps.dtype.kind not in "iu"):
+        raise ValueError("at= must be integer monotonic ns timestamps, one per value")
+    return stamps.astype(np.int64, copy=False)
+
+
+def batch_sum(batch: npt.NDArray[Any], dtype: str) -> Number:
+    """The batch's sum, never wrapped: int64 sums that could pass 2**63 are done in Python."""
+    if dtype == "int64" and batch.size and float(np.abs(batch).max()) * batch.size >= 2**63:
+        return sum(int(v) for v in batch.tolist())
+    return scalar(batch.sum(), dtype)
+
+
+def items_by_bucket(
+    g: Geometry, now_ns: int, batch: npt.NDArray[Any], stamps: npt.NDArray[np.int64]
+) -> list[tuple[int, int, Number]]:
+    """Per ring, the batch summed by bucket: ``(ring, epoch, sum)``; a stamp in the future or
+    older than the span is a ValueError, before anything is written."""
+    oldest_ns = max(now_ns - g.span_ns, -1)  # a monotonic clock never reads below 0
+    if stamps.size and (stamps.max() > now_ns or stamps.min() <= oldest_ns):
+        raise ValueError("at= holds timestamps in the future, or older than the window's span")
+    exact_in_float = g.dtype == "float64" or (
+        batch.size == 0 or float(np.abs(batch).max()) * batch.size < 2**53
+    )
+    items = []
+    for index, r in enumerate(g.rings):
+        now_epoch = now_ns // r.bucket_ns
+        ages = now_epoch - stamps // r.bucket_ns  # 0 = the current bucket; >= n_buckets: gone
+        if exact_in_float:
+            sums = np.bincount(ages, weights=batch, minlength=r.n_buckets)[: r.n_buckets]
+        else:  # Python ints: a sum past int64 is then an OverflowError in the core, not a wrap
+            inside = ages < r.n_buckets
+            sums = np.zeros(r.n_buckets, object)
+            np.add.at(sums, ages[inside], batch[inside].astype(object))
+        for age in np.flatnonzero(sums):
+            items.append((index, now_epoch - int(age), scalar(sums[age], g.dtype)))
+    return items
+
+
+def scalar(x: Any, dtype: str) -> Number:
+    return int(x) if dtype == "int64" else float(x)

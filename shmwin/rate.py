@@ -1,4 +1,9 @@
-"""Rates such as ``"100/minute"``: parsing and the Rate value type.
+"""Durations and rates: ``60``, ``"90s"``, ``"500ms"`` -> nanoseconds; ``"100/minute"`` -> Rate.
+
+Durations: seconds (int or float) or a number and a unit (ns, us, ms, s, m, h, d), held as a
+positive int64 count of nanoseconds (``to_ns``) and spelled back exactly (``format_ns``).
+
+Rates such as ``"100/minute"``: parsing and the Rate value type.
 
 Every string that ``limits.parse_many`` accepts (Flask-Limiter and slowapi config strings)
 means the same here: ``N/unit``, ``N per unit``, ``N/2 units``, ``N per 2 units``, units
@@ -11,16 +16,73 @@ period mean the stricter one. On top of that: the short units ``s``, ``sec``, ``
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
 from dataclasses import dataclass
 
-from .duration import MAX_NS, NS_PER_S, format_ns
+NS_PER_S = 1_000_000_000
+MAX_NS = 2**63 - 1  # every time and duration is stored as an int64 count of nanoseconds
+
+_SHORT_UNIT_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "ms": 1_000_000,
+    "s": NS_PER_S,
+    "m": 60 * NS_PER_S,
+    "h": 3600 * NS_PER_S,
+    "d": 86400 * NS_PER_S,
+}
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ns|us|ms|s|m|h|d)\s*$")
+
+Duration = int | float | str
+
+
+def to_ns(value: Duration, what: str = "duration") -> int:
+    """Convert seconds (int/float) or a string with a unit to a positive count of ns,
+    at most 2**63-1 (about 292 years)."""
+    ns: int
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be seconds or a string like '90s', not {value!r}")
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(
+                f"{what} {value!r} is not a duration: expected a number and a unit "
+                f"(ns, us, ms, s, m, h, d), e.g. '90s', '5m', '1h'"
+            )
+        number, unit = str(match.group(1)), str(match.group(2))
+        whole, _, fraction = number.partition(".")
+        # exact for any length of digits: no float on the way
+        unit_ns = _SHORT_UNIT_NS[unit]
+        ns = int(whole) * unit_ns + int(fraction or "0") * unit_ns // 10 ** len(fraction)
+    elif isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be finite, not {value!r}")
+        ns = round(value * NS_PER_S)
+    else:
+        raise ValueError(f"{what} must be seconds or a string like '90s', not {value!r}")
+    if ns <= 0:
+        raise ValueError(f"{what} must be positive, not {value!r}")
+    if ns > MAX_NS:
+        raise ValueError(f"{what} {value!r} is too long: at most {MAX_NS // NS_PER_S} seconds (2**63-1 ns)")
+    return ns
+
+
+def format_ns(ns: int) -> str:
+    """The shortest exact spelling of a duration: 60_000_000_000 -> '1m'."""
+    for unit in ("d", "h", "m", "s", "ms", "us"):
+        if ns % _SHORT_UNIT_NS[unit] == 0:
+            return f"{ns // _SHORT_UNIT_NS[unit]}{unit}"
+    return f"{ns}ns"
+
+
+# -- rates: what a limit means ------------------------------------------------------------------
 
 MAX_LIMIT = 2**63 - 1  # counts are int64
 
 _DAY_NS = 86400 * NS_PER_S
-_UNIT_NS = {
+_RATE_UNIT_NS = {
     "second": NS_PER_S,
     "minute": 60 * NS_PER_S,
     "hour": 3600 * NS_PER_S,
@@ -28,7 +90,7 @@ _UNIT_NS = {
     "month": 30 * _DAY_NS,  # limits' month
     "year": 12 * 30 * _DAY_NS,  # limits' year: 12 of its months
 }
-_UNIT_OF = {word: unit for unit in _UNIT_NS for word in (unit, unit + "s")} | {
+_UNIT_OF = {word: unit for unit in _RATE_UNIT_NS for word in (unit, unit + "s")} | {
     "s": "second", "sec": "second", "secs": "second",
     "m": "minute", "min": "minute", "mins": "minute",
     "h": "hour", "hr": "hour", "hrs": "hour",
@@ -68,7 +130,7 @@ class Rate:
 
     def __str__(self) -> str:
         for unit in _STR_UNITS:
-            ns = _UNIT_NS[unit]
+            ns = _RATE_UNIT_NS[unit]
             if self.period_ns == ns:
                 return f"{self.limit}/{unit}"
             if self.period_ns % ns == 0:
@@ -91,11 +153,11 @@ def parse(text: str) -> Rate:
         raise ValueError(f"{text!r} is not a rate: the period must be at least 1 {unit}")
     if limit > MAX_LIMIT:
         raise ValueError(f"{text!r}: the limit must be at most {MAX_LIMIT} (2**63-1: counts are int64)")
-    if count * _UNIT_NS[unit] > MAX_NS:
+    if count * _RATE_UNIT_NS[unit] > MAX_NS:
         raise ValueError(
             f"{text!r}: the period must be at most {MAX_NS // NS_PER_S} seconds (2**63-1 ns, about 292 years)"
         )
-    return Rate(limit, count * _UNIT_NS[unit])
+    return Rate(limit, count * _RATE_UNIT_NS[unit])
 
 
 Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]

@@ -14,21 +14,60 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, Generic, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from . import backends, batch
+from . import backends
 from .backends.contract import Key
 from .clock import Clock, host_clock
-from .duration import NS_PER_S, Duration
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
 from .geometry import Geometry, Meta, parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
-from .policy import ON_FULL, WINDOW_ON_ERROR, WINDOW_ON_FULL, choice, exact, exact_sum, int64_total
+from .policy import (
+    ON_FULL,
+    WINDOW_ON_ERROR,
+    WINDOW_ON_FULL,
+    batch_sum,
+    choice,
+    exact,
+    exact_sum,
+    int64_total,
+    items_by_bucket,
+    stamps_of,
+    values_of,
+)
+from .rate import NS_PER_S, Duration
 
 Number = int | float
 Fields = tuple[str, ...] | list[str] | str
+
+
+T = TypeVar("T")
+
+
+class _OfGeometry(Generic[T]):
+    """A read-only attribute of a window that is its geometry's (``Window.buckets`` is
+    ``geometry.n_buckets``): one line each instead of a property each."""
+
+    def __init__(self, attr: str) -> None:
+        self._attr = self._name = attr
+        self.__doc__ = f"The geometry's ``{attr}`` (read-only)."
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, window: None, owner: type | None = None) -> _OfGeometry[T]: ...
+    @overload
+    def __get__(self, window: Window, owner: type | None = None) -> T: ...
+    def __get__(self, window: Window | None, owner: type | None = None) -> T | _OfGeometry[T]:
+        if window is None:  # on the class: the descriptor itself (help(), the docs)
+            return self
+        return cast(T, getattr(window._g, self._attr))
+
+    def __set__(self, window: Window, value: object) -> None:  # read-only, as the properties were
+        raise AttributeError(f"Window.{self._name} is read-only")
 
 
 class Window:
@@ -207,42 +246,19 @@ class Window:
     def geometry(self) -> Geometry:
         return self._g
 
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return self._g.fields
+    fields = _OfGeometry[tuple[str, ...]]("fields")
+    span_ns = _OfGeometry[int]("span_ns")
+    bucket_ns = _OfGeometry[int]("bucket_ns")
+    buckets = _OfGeometry[int]("n_buckets")
+    dtype = _OfGeometry[str]("dtype")
+    mode = _OfGeometry[str]("mode")
+    stripes = _OfGeometry[int]("n_stripes")
+    capacity = _OfGeometry[int]("capacity")
 
     @property
     def span(self) -> float:
         """Span in seconds."""
         return self._g.span_ns / NS_PER_S
-
-    @property
-    def span_ns(self) -> int:
-        return self._g.span_ns
-
-    @property
-    def bucket_ns(self) -> int:
-        return self._g.bucket_ns
-
-    @property
-    def buckets(self) -> int:
-        return self._g.n_buckets
-
-    @property
-    def dtype(self) -> str:
-        return self._g.dtype
-
-    @property
-    def mode(self) -> str:
-        return self._g.mode
-
-    @property
-    def stripes(self) -> int:
-        return self._g.n_stripes
-
-    @property
-    def capacity(self) -> int:
-        return self._g.capacity
 
     @property
     def resolutions(self) -> list[str]:
@@ -297,12 +313,12 @@ class Window:
         """
         self._check_open()
         name = self._g.fields[self._index(field)]
-        values_ = batch.values_of(values, self._g.dtype)
+        values_ = values_of(values, self._g.dtype)
         if at is None:
             if values_.size:
-                self.add(batch.exact_sum(values_, self._g.dtype), name, key=key)
+                self.add(batch_sum(values_, self._g.dtype), name, key=key)
             return
-        items = batch.items_by_bucket(self._g, self._clock(), values_, batch.stamps_of(at, values_))
+        items = items_by_bucket(self._g, self._clock(), values_, stamps_of(at, values_))
         try:
             self._backend.add_batch(items, name, key)
         except BackendUnavailableError:

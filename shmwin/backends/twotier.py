@@ -31,7 +31,6 @@ answers (``BackendUnavailableError`` from here).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import secrets
 import time
@@ -45,7 +44,7 @@ from ..policy import cost_of
 from ..rate import Rate
 from .contract import Check, Key, Request
 from .redis import scripts
-from .redis.client import NS_PER_US, RedisBase, key_text
+from .redis.client import NS_PER_US, RedisBase, UnacknowledgedWriteError, key_text
 from .redis.client import SCHEMES as REDIS_SCHEMES
 from .shm.roles import LeaseEngine
 from .shm.window import ShmOptions, ShmWindow
@@ -140,6 +139,10 @@ class TwoTierLimiter:
         self._k_max = max(1, min(r.limit for r in rates) // SIZE_PART)
         self._spend = self._lease.spend
         self._down_until = 0.0
+        # key -> give-backs owed to the master: leases it granted whose WAIT no replica
+        # acknowledged (a failover under way). Nothing of them was spent; left there, they would
+        # count in full against the key until their period ends, and starve it.
+        self._owed: dict[Key, list[int]] = {}
 
     @classmethod
     def open(cls, req: Request) -> TwoTierLimiter:
@@ -202,9 +205,15 @@ class TwoTierLimiter:
         cost = int(cost)  # the core checked it: a whole number >= 1 (2.0, numpy ints)
         k = min(max(2 * sealed[2], 1), self._k_max)
         start_ns = self._clock()
+        owed = self._owed.pop(key, [])
         try:
-            out = self._server.lease(key, max(k, cost), cost, self._spend_us, give_back(sealed))
+            out = self._server.lease(key, max(k, cost), cost, self._spend_us, give_back(sealed) + owed)
+        except UnacknowledgedWriteError as err:  # the script ran: what it gave back is gone
+            self._owe(key, err.answer)
+            self._down_until = time.monotonic() + DOWN_BACKOFF_S
+            raise
         except BackendUnavailableError:
+            self._owed[key] = owed + self._owed.get(key, [])  # unknown whether it ran: owed still
             self._down_until = time.monotonic() + DOWN_BACKOFF_S
             raise
         granted, lease_id, t0_us, d_us, wait_us = out[:5]
@@ -220,9 +229,22 @@ class TwoTierLimiter:
             self._lease.deny(key, self._clock() + wait_us * NS_PER_US)
         return False
 
+    def _owe(self, key: Key, answer: Any) -> None:
+        """A lease the master granted (``answer``, lease.lua's) without the replicas' WAIT: no
+        hit of it was admitted, so all of it goes back at the key's next round trip. A give-back
+        finds its lease by id and grant time, so one that a failover lost touches nothing."""
+        granted, lease_id, t0_us = (int(v) for v in answer[:3])
+        if granted > 0:
+            self._owed.setdefault(key, []).extend([lease_id, t0_us, 0, t0_us])
+
     def _give_back(self, key: Key, backs: list[int]) -> None:
-        with contextlib.suppress(BackendUnavailableError):  # else stranded until d + P: refusals only
+        backs = backs + self._owed.pop(key, [])
+        try:
             self._server.lease(key, 0, 0, self._spend_us, backs)
+        except UnacknowledgedWriteError:
+            pass  # the master took it; a failover that loses it leaves refusals only
+        except BackendUnavailableError:  # else stranded until d + P: refusals only
+            self._owed[key] = self._owed.get(key, []) + backs  # idempotent: tried again next time
 
     def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
         """``commit``: a hit (and, refused, when the cost would fit); else an answer: the host's
@@ -271,6 +293,8 @@ class TwoTierLimiter:
             if account is not None and account[0] > 0:
                 back += account[1] - account[2]
                 self._give_back(key, give_back(account))
+        for key in list(self._owed):  # unacknowledged leases of keys this host no longer holds
+            self._give_back(key, [])
         return back
 
     def count_anyway(self, key: Key, cost: int) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
-from ..duration import NS_PER_S, format_ns
 from ..inspector.snapshots import Info, ShmUsage
+from ..rate import NS_PER_S, format_ns
 from .text import Column, clip, clip_middle, human_bytes, human_s, number, pad, safe, sparkline, table
 
 NUMBER_CELLS = 14
@@ -28,6 +29,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
             lines.append(clip(f"  {snap[role]['value']}: {snap['value']:,}", width))
     if snap.get("decisions"):
         lines.append(clip(_decided(snap["decisions"]), width))
+    if snap.get("fallback"):
+        lines.append(clip(_fallback(snap["fallback"]), width))
     if role == "concurrency" and "value" in snap:  # show --key
         lines.append(clip(f"  {snap['value']:,} of its {snap[role]['limit']:,} slots held now", width))
     fields = [safe(f) for f in snap["fields"]]
@@ -77,6 +80,16 @@ ROLE_TITLES = {
     "moving-log": "limits' moving windows",
     "lease": "two-tier limiter (shm+redis://): this host's leases",
 }
+
+
+def _fallback(f: dict[str, Any]) -> str:
+    """A limiter's local share on this host (on_error="local"): active since when, or when last."""
+    at = "%Y-%m-%d %H:%M:%S"
+    since, last = time.strftime(at, time.localtime(f["since"])), time.strftime(at, time.localtime(f["last"]))
+    if f["active"]:
+        return (f"  fallback: ACTIVE since {since} (this host's local share: the backend is away; "
+                f"{f['failures']:,} calls met it away in the last minute)")  # fmt: skip
+    return f"  fallback: inactive (last active {since} to {last})"
 
 
 def _breaker(b: dict[str, Any]) -> list[str]:
@@ -145,6 +158,8 @@ def _concurrency(v: dict[str, Any]) -> list[str]:
     keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
     total = f"{v['total']:,} holders in all (live processes)"
     return [f"  limit {v['limit']:,} holders per key: {keys} held, {total}"]
+
+
 def _tokens(v: dict[str, Any]) -> list[str]:
     keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
     return [
@@ -157,8 +172,7 @@ def _tokens(v: dict[str, Any]) -> list[str]:
 def _leases(v: dict[str, Any]) -> list[str]:
     keys = f"{v['keys']:,} key{'' if v['keys'] == 1 else 's'}"
     lines = [
-        f"  {v['live']:,} lease{'' if v['live'] == 1 else 's'} held now, {v['held']:,} hits unspent;"
-        f" {keys}",
+        f"  {v['live']:,} lease{'' if v['live'] == 1 else 's'} held now, {v['held']:,} hits unspent; {keys}",
         f"  {v['served']:,} hits served locally; {v['round_trips']:,} round trips to redis"
         f" ({v['leases']:,} leases taken, {v['refusals']:,} refusals)",
     ]

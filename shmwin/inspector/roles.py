@@ -52,8 +52,8 @@ from dataclasses import asdict
 from typing import Any
 
 from ..backends.shm.roles import ENGINES, LeaseEngine
-from ..duration import NS_PER_S, to_ns
 from ..errors import ShmwinError
+from ..rate import NS_PER_S, to_ns
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
          "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts", "lease")  # fmt: skip

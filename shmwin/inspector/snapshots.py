@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import local_share
 from ..backends.shm import owners
 from ..backends.shm.roles import series as series_segment
 from ..backends.shm.segment import PREFIX, SHM_DIR, names, namespace, path_of
 from ..clock import host_clock, host_monotonic_ns
-from ..duration import NS_PER_S, format_ns
 from ..errors import GeometryMismatchError, ShmwinError
 from ..geometry import token_rate_of
-from ..rate import Rate
+from ..rate import NS_PER_S, Rate, format_ns
 from . import attached as _attached
 from .roles import (
     COUNTERS,
@@ -108,8 +108,7 @@ def open_window(name: str, backend: str | None = None) -> Any:
     try:
         return Window.attach(name, backend=backend)
     except GeometryMismatchError:  # the name holds a limiter, or a token bucket
-        from ..limiter import Limiter
-        from ..token_bucket import TokenBucket
+        from ..limiter import Limiter, TokenBucket
 
         try:
             return Limiter.attach(name, backend=backend)
@@ -322,6 +321,20 @@ def ring_for(w: Any, last: str | None) -> int:
 def snapshot(
     w: Any, key: str | None = None, last: str | None = None, top: int = 10, cpu: Any = None
 ) -> dict[str, Any]:
+    """:func:`window_snapshot`, and for a limiter on a remote backend (or its host tier or local
+    share) whether this host is on its local share (``fallback``: local_share.fallback_status)."""
+    out = window_snapshot(w, key, last, top, cpu)
+    if out.get("kind") == "limiter" or out.get("role") == "lease":
+        name = out["name"].removesuffix(local_share.SUFFIX)
+        status = local_share.fallback_status(name)
+        if status is not None:
+            out["fallback"] = status
+    return out
+
+
+def window_snapshot(
+    w: Any, key: str | None = None, last: str | None = None, top: int = 10, cpu: Any = None
+) -> dict[str, Any]:
     """Totals, rates and series per field for each ring (or only over ``last``); for a keyed
     window its ``top`` busiest keys; for a limiter, where those keys stand against each rate.
     A breaker, shedder or adaptive limiter also gets its :func:`role_view` under its role's
@@ -367,9 +380,13 @@ def snapshot(
             row.update(rate=str(rates[i]), limit=rates[i].limit)
         row["totals"] = {f: finite(v) for f, v in w.totals(last=last, key=key, resolution=i).items()}
         row["rates"] = {f: finite(w.rate(f, last=last, key=key, resolution=i)) for f in g.fields}
-        row["series"] = {} if g.rings[i].log else {  # an exact limiter keeps times, not buckets
-            f: [finite(v) for v in w.series(f, key=key, resolution=i).tolist()] for f in g.fields
-        }
+        row["series"] = (
+            {}
+            if g.rings[i].log
+            else {  # an exact limiter keeps times, not buckets
+                f: [finite(v) for v in w.series(f, key=key, resolution=i).tolist()] for f in g.fields
+            }
+        )
         rows.append(row)
     out["resolutions"] = rows
     if g.keyed and key is None:

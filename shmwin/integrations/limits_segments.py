@@ -30,6 +30,7 @@ memory and O(1) hits, a hit then forgotten up to P/N late.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import urllib.parse
@@ -39,14 +40,13 @@ from limits.errors import ConfigurationError
 
 from ..backends.contract import Key
 from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
-from ..backends.shm.segment import SHM_DIR, check_name, names, namespace
+from ..backends.shm.segment import SHM_DIR, check_name, listed_names, namespace
 from ..clock import Clock
-from ..duration import MAX_NS, NS_PER_S, format_ns, to_ns
 from ..errors import GeometryMismatchError, KeyTableFullError, OutOfSpaceError, WindowNotFoundError
 from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
-from ..rate import MAX_LIMIT, Rate
+from ..rate import MAX_LIMIT, MAX_NS, NS_PER_S, Rate, format_ns, to_ns
 from .limits_counters import to_units
 from .limits_fixed import FixedWindows
 from .limits_moving import MovingLogs
@@ -137,6 +137,7 @@ class StorageSegments:
         if unknown:
             raise StorageOptionError(f"{uri!r}: unknown option(s) {unknown}; shm:// takes {list(OPTIONS)}")
         self.prefix = prefix
+        self._names: tuple[tuple[str, ...] | None, list[str]] = (None, [])  # listed_names(), ours
         self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
         self.buckets = _int_option(uri, given, "buckets", DEFAULT_BUCKETS, 1, MAX_BUCKETS - 1)
         self.times = _int_option(uri, given, "times", DEFAULT_LOG_ENTRIES, 1, MAX_LOG_ENTRIES)
@@ -228,13 +229,12 @@ class StorageSegments:
     def _by_name(self, name: str) -> Segments | None:
         """The segment(s) behind one of this storage's names (a limits key of another shape
         is looked for in them all); None if it went away."""
-        kind, *rest = name[len(self.prefix) + 1 :].split(".")
-        expiry = to_ns(rest[-1], "period") / NS_PER_S
+        kind, limit, expiry = _name_parts(self.prefix, name)
         if kind == "fixed":
             return self._fixed(expiry, create=False)
         if kind == "sliding":
             return self._sliding(expiry, create=False)
-        return self._limiter(kind, int(rest[0]), expiry, create=False)
+        return self._limiter(kind, limit, expiry, create=False)
 
     def _segments_of(self, key: str, kind: str | None = None) -> list[Segments]:
         """Every segment ``key`` may live in (of ``kind``, if given): from the key if limits
@@ -242,7 +242,8 @@ class StorageSegments:
         parsed = _limit_of_key(key)
         found: list[Segments | None] = []
         if parsed is None:
-            found = [self._by_name(n) for n in self.names() if _kind_of(self.prefix, n) in _KINDS[kind]]
+            kinds = _KINDS[kind]
+            found = [self._by_name(n) for n in self._listed() if _name_parts(self.prefix, n)[0] in kinds]
         else:
             limit, expiry = parsed
             if "fixed" in _KINDS[kind]:
@@ -260,7 +261,14 @@ class StorageSegments:
 
     def names(self) -> list[str]:
         """This storage's segments on the host."""
-        return [n for n in names() if _kind_of(self.prefix, n) is not None]
+        return list(self._listed())
+
+    def _listed(self) -> list[str]:
+        """:meth:`names`, worked out again only when /dev/shm changed (segment.listed_names)."""
+        listed = listed_names()
+        if self._names[0] is not listed:
+            self._names = (listed, [n for n in listed if _kind_of(self.prefix, n) is not None])
+        return self._names[1]
 
     # -- on_full: the one Python answer, and the seam where the core takes it over -------------
 
@@ -442,6 +450,14 @@ def _limit_of_key(key: str) -> tuple[int, int] | None:
     if int(limit) > MAX_LIMIT or int(multiples) < 1:
         return None
     return int(limit), int(multiples) * _GRANULARITY_S[granularity]
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_parts(prefix: str, name: str) -> tuple[str, int, float]:
+    """One of this prefix's segment names (``_kind_of`` said so), read: its kind, its limit (a
+    moving window's; 0 for the others) and its period in seconds (limits' expiry)."""
+    kind, *rest = name[len(prefix) + 1 :].split(".")
+    return kind, int(rest[0]) if len(rest) == 2 else 0, to_ns(rest[-1], "period") / NS_PER_S
 
 
 def _kind_of(prefix: str, name: str) -> str | None:

@@ -36,7 +36,11 @@ near_limit; labelled with the limiter's name); a Concurrency ``shmwin_concurrenc
 ``shmwin_concurrency_holders`` (all keys, and per key for the ``top_keys`` keys with the most
 holders); a two-tier limiter's host tier (role "lease", ``shm+redis://``)
 ``shmwin_lease_round_trips`` (``kind``: lease, refusal), ``shmwin_lease_served`` (hits served
-locally) and ``shmwin_lease_held`` (``what``: leases, hits).
+locally) and ``shmwin_lease_held`` (``what``: leases, hits); a limiter on a remote backend with
+``on_error="local"``, once its processes on this host met the backend away (its
+``NAME.local.away`` record), ``shmwin_fallback_active`` (1 while this host enforces its local
+share) and ``shmwin_fallback_since_seconds`` (Unix time the latest run of it began), labelled
+with the limiter's name.
 """
 
 from __future__ import annotations
@@ -49,11 +53,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .. import local_share
 from ..backends.shm.segment import names as shm_names
-from ..duration import format_ns
 from ..errors import ShmwinError, WindowNotFoundError
 from ..inspector import snapshots
 from ..inspector.roles import COUNTERS, UNSUMMED, counters_view, role_of, role_view
+from ..rate import format_ns
 
 MAX_TOP_KEYS = 1000
 _READ_ERRORS = (ShmwinError, OSError, ValueError, OverflowError)  # what one unreadable window raises
@@ -135,6 +140,15 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "Leases a two-tier limiter's host holds now (live), and their unspent hits.",
         (_WINDOW, "what"),
     ),
+    "shmwin_fallback_active": (
+        "1 while this host's processes enforce their local share of a limiter whose backend is "
+        "away (on_error='local'), else 0.",
+        (_WINDOW,),
+    ),
+    "shmwin_fallback_since_seconds": (
+        "Unix time the latest run of a limiter's local share on this host began (on_error='local').",
+        (_WINDOW,),
+    ),
     "shmwin_concurrency_holders": (
         "Slots a Concurrency's live processes hold now: all keys, or one key (the top_keys keys).",
         (_WINDOW, _KEY),
@@ -212,6 +226,13 @@ def _matches(name: str, patterns: list[str] | None) -> bool:
     return patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def _add_fallback(families: dict[str, GaugeMetricFamily], limiter: str) -> None:
+    status = local_share.fallback_status(limiter)
+    if status is not None:
+        families["shmwin_fallback_active"].add_metric([limiter], int(status["active"]))
+        families["shmwin_fallback_since_seconds"].add_metric([limiter], status["since"])
+
+
 def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, size: int | None) -> None:
     name = w.name
     families["shmwin_window_readable"].add_metric([name], 1)
@@ -222,6 +243,8 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
         for label, rate in zip(snapshots.ring_labels(w), snapshots.limiter_rates(w), strict=True):
             families["shmwin_limiter_limit"].add_metric([name, label], rate.limit)
         return
+    if name.endswith(local_share.AWAY_SUFFIX):  # a limiter's record of its backend away
+        _add_fallback(families, name.removesuffix(local_share.AWAY_SUFFIX))
     g = w.geometry
     families["shmwin_window_info"].add_metric([name, g.kind, g.mode, g.dtype], 1)
     if size is not None:

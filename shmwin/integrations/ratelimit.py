@@ -39,10 +39,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..backends.contract import Key
-from ..duration import NS_PER_S, format_ns
 from ..errors import BackendUnavailableError
 from ..policy import tightest
-from ..rate import LimitStats, Rate
+from ..rate import NS_PER_S, LimitStats, Rate, format_ns
 
 PROBLEM_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 PROBLEM_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"

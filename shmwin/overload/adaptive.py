@@ -30,11 +30,10 @@ from typing import Any
 
 from ..backends.contract import Key
 from ..clock import Clock, host_clock
-from ..duration import Duration, to_ns
 from ..errors import GeometryMismatchError, WindowNotFoundError
 from ..geometry import DEFAULT_BUCKETS, limiter_geometry
 from ..limiter import Limiter
-from ..rate import LimitStats, Rate, parse_many
+from ..rate import Duration, LimitStats, Rate, parse_many, to_ns
 from ..window import Window
 
 HEALTH_FIELDS = ("ok", "error")

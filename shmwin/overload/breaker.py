@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from ..clock import Clock, host_clock
-from ..duration import NS_PER_S, Duration, to_ns
 from ..errors import GeometryMismatchError, ShmwinError
+from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
 
 FIELDS = ("accepts", "failures", "drops")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from ..clock import Clock
-from ..duration import Duration, to_ns
+from ..rate import Duration, to_ns
 
 MILLICPU = 1000
 

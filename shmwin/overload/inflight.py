@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..clock import Clock, host_clock
-from ..duration import Duration, to_ns
 from ..errors import KeyTableFullError, WindowClosedError
+from ..rate import Duration, to_ns
 from ..window import Window
 
 FIELD = "flying"

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..clock import Clock, host_clock
-from ..duration import NS_PER_S, Duration, to_ns
 from ..errors import GeometryMismatchError, ShmwinError
+from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
 from .cpu import MILLICPU, HostCpu
 from .inflight import InFlight

@@ -1,7 +1,9 @@
 """One "host" of tests/integration/twotier/test_twotier_hosts.py: run inside its own mount namespace
 (a private /dev/shm), it forks WORKERS processes that hammer one two-tier limiter.
 
-    python twotier_host.py NAME URL RATE CLOCK_PATH OUT_DIR HOST END_NS ON_ERROR WORKERS
+    python twotier_host.py NAME URL RATE CLOCK_PATH OUT_DIR HOST END_NS ON_ERROR WORKERS [FALLBACK]
+
+FALLBACK: the limiter's ``fallback=`` (with ON_ERROR "local"): its host's share while Redis is away.
 
 Time is the test's ManualClock in CLOCK_PATH, shared by every host (and by the Redis scripts,
 through their injected time). Each worker makes up to HITS_PER_TICK hits per tick holding a
@@ -25,9 +27,11 @@ from shmwin.backends.redis.testing import ServerTime
 HITS_PER_TICK = 20
 
 
-def work(name: str, url: str, rate: str, clock_path: str, out: str, end_ns: int, on_error: str) -> None:
+def work(name: str, url: str, rate: str, clock_path: str, out: str, end_ns: int, on_error: str,
+         fallback: str | None) -> None:  # fmt: skip
     shared = ManualClock(path=clock_path)
-    lim = Limiter(name, rate, backend=url, clock=ServerTime(shared), on_error=on_error)
+    local = {"fallback": fallback, "timeout": 0.2} if fallback else {}  # a frozen server costs 0.2 s a probe
+    lim = Limiter(name, rate, backend=url, clock=ServerTime(shared), on_error=on_error, **local)
     lock = os.open(clock_path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     with open(out, "a", buffering=1) as record:
         open(out + ".ready", "w").close()
@@ -55,6 +59,7 @@ def work(name: str, url: str, rate: str, clock_path: str, out: str, end_ns: int,
 
 def main() -> None:
     name, url, rate, clock_path, out_dir, host, end_ns, on_error, workers = sys.argv[1:10]
+    fallback = sys.argv[10] if len(sys.argv) > 10 else None
     pids = []
     for w in range(int(workers)):
         pid = os.fork()
@@ -62,7 +67,7 @@ def main() -> None:
             code = 0
             try:
                 out = os.path.join(out_dir, f"{host}-{w}.txt")
-                work(name, url, rate, clock_path, out, int(end_ns), on_error)
+                work(name, url, rate, clock_path, out, int(end_ns), on_error, fallback)
             except BaseException:
                 import traceback
 

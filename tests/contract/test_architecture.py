@@ -128,7 +128,7 @@ def test_the_backends_import_no_front_and_the_policy_no_backend():
         imported = _imports(module, path, modules)
         if module.startswith("shmwin.backends."):
             assert not imported & {"shmwin.window", "shmwin.limiter"}, module
-        if module in ("shmwin.policy", "shmwin.geometry", "shmwin.batch", "shmwin.backends.contract"):
+        if module in ("shmwin.policy", "shmwin.geometry", "shmwin.backends.contract"):
             assert not any(m.startswith("shmwin.backends.") for m in imported - {"shmwin.backends.contract"})
             assert "shmwin.backends.shm.native" not in imported, module
 

@@ -21,7 +21,7 @@ from contextlib import suppress
 from typing import Any
 
 from shmwin import Limiter, ManualClock, ShmwinError, Window, geometry
-from shmwin.backends.shm import layout
+from shmwin.backends.shm import header, layout
 from shmwin.backends.shm.segment import path_of
 
 S = 10**9
@@ -158,7 +158,7 @@ def run_calls(kind: str, obj: Any, clock: ManualClock, seed: str) -> list[str]:
 def geometry_of(name: str) -> tuple[geometry.Geometry, layout.Layout, geometry.Meta, int]:
     with open(path_of(name), "rb") as f:
         page, size = f.read(layout.HEADER_BYTES), os.fstat(f.fileno()).st_size
-    g, lay, meta = layout.unpack_header(page, size)
+    g, lay, meta = header.unpack_header(page, size)
     return g, lay, meta, size
 
 

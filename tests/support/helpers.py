@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -83,3 +84,18 @@ def wait_stopped(pid: int, timeout: float = 30) -> None:
     while state_of(pid) != "T":
         assert time.monotonic() < deadline, f"process {pid} never stopped"
         time.sleep(0.005)
+
+
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)  # a fenced block of Markdown
+
+
+def fenced_blocks(page: Path) -> list[tuple[int, str, str, str]]:
+    """``(line, language, code, the line before the fence)`` of each fenced block of a Markdown
+    page, in reading order: what the docs tests run, and the marker comment that may skip it."""
+    text = page.read_text()
+    found = []
+    for m in FENCE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        before = text[: m.start()].rstrip("\n").rpartition("\n")[2]
+        found.append((line, m.group(1), m.group(2), before))
+    return found

@@ -19,10 +19,17 @@ Three ways to run something:
   its own processes) and a private tmpfs on /dev/shm (``shm_size``, ``shm_inodes``). The
   host's /dev/shm and /proc are untouched; everything in the private tmpfs vanishes with
   the namespace, so a test there needs no cleanup (and the leak fixture cannot see it).
+
+Another uid must read this checkout (its venv, its shmwin): a checkout in a private folder (a
+``mktemp -d`` clone, mode 0700) is out of its reach. :func:`through_view` then runs a command
+in a private mount namespace where the checkout is bind-mounted on a world-readable path too,
+every mention of the checkout in its argv, environment and cwd pointing there;
+:func:`run_in_namespace` and :class:`support.servers.Server` (``view=True``) use it.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import select
@@ -31,6 +38,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -70,6 +78,50 @@ def namespace_skip_reason() -> str | None:
     if probe.returncode != 0:
         return f"cannot mount a private /proc (hidepid=2) and /dev/shm in a namespace: {probe.stderr.strip()}"
     return None
+
+
+@cache
+def checkout_hidden() -> bool:
+    """Can uid NOBODY not import this checkout's shmwin and numpy with this interpreter (a
+    private folder on the checkout's path)? False where no uid can be switched to."""
+    if setpriv_skip_reason():
+        return False
+    probe = command_as(NOBODY, NOBODY, [sys.executable, "-c", "import numpy, shmwin"])
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(probe, capture_output=True, env=env, cwd="/").returncode != 0
+
+
+@cache
+def _view_dir() -> str:
+    """An empty world-readable folder, the mount point of the checkout's view (in private mount
+    namespaces only: here it stays empty, and goes at exit)."""
+    view = tempfile.mkdtemp(prefix="shmwin-view-")
+    os.chmod(view, 0o755)
+    atexit.register(os.rmdir, view)
+    return view
+
+
+# run by unshare: $0 the checkout, $1 the view, $2 the cwd in the view; then the command
+_VIEW_SCRIPT = 'mount --bind "$0" "$1" && cd "$2" && shift 2 && exec "$@"'
+
+
+def through_view(
+    argv: Sequence[str], env: dict[str, str], cwd: str | Path | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` that another uid can run, from ``cwd``: unchanged if it can read this
+    checkout; else run in a private mount namespace where the checkout is also at a
+    world-readable path (:func:`_view_dir`), with every mention of the checkout in ``argv``,
+    ``env`` and ``cwd`` pointing there (the caller's Popen still starts in ``cwd``)."""
+    if not checkout_hidden():
+        return list(argv), env
+    root, view = str(ROOT), _view_dir()
+
+    def swap(text: str) -> str:
+        return text.replace(root, view)
+
+    wrapped = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _VIEW_SCRIPT, root, view]
+    wrapped += [swap(str(cwd or os.getcwd())), *(swap(a) for a in argv)]
+    return wrapped, {name: swap(value) for name, value in env.items()}
 
 
 class ChildError(RuntimeError):
@@ -169,6 +221,7 @@ def run_in_namespace(
     """Run :func:`namespace_argv` to completion; text output captured, this checkout on
     PYTHONPATH. The caller checks ``returncode`` (a failed mount shows in ``stderr``)."""
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    argv, full_env = through_view(argv, full_env)  # the other uids it may run as read the checkout
     command = namespace_argv(argv, hidepid=hidepid, shm_size=shm_size, shm_inodes=shm_inodes)
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)
 

@@ -47,8 +47,14 @@ def free_port() -> int:
 class Server:
     """A server process started with ``args`` that serves on ``port``; stopped with SIGTERM."""
 
-    def __init__(self, args: list[str], port: int, env: dict[str, str], cwd: Path = APPS):
+    def __init__(self, args: list[str], port: int, env: dict[str, str], cwd: Path = APPS, view: bool = False):
+        """``view``: the server runs code as another uid (gunicorn's ``--user``), which must read
+        this checkout (:func:`support.rootenv.through_view`)."""
         full_env = dict(os.environ, PYTHONPATH=f"{APPS}{os.pathsep}{ROOT}", **env)
+        if view:
+            from support.rootenv import through_view  # (it imports pytest; benchmarks use this module)
+
+            args, full_env = through_view(args, full_env, cwd)
         self.port = port
         # O_APPEND: the server's writes land at the end even after output() seeks to read
         self.log = open(Path(env.get("SHMWIN_LOG_DIR", "/tmp")) / f"server-{port}.log", "a+")  # noqa: SIM115

@@ -1,6 +1,6 @@
 import pytest
 
-from shmwin.duration import format_ns, to_ns
+from shmwin.rate import format_ns, to_ns
 
 pytestmark = pytest.mark.unit
 

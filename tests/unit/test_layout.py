@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from shmwin.backends.shm import format as layout_words
-from shmwin.backends.shm import layout
+from shmwin.backends.shm import format_c, format_rows, layout
+from shmwin.backends.shm import header as header_page
 from shmwin.backends.shm.layout import Layout
 from shmwin.errors import CorruptSegmentError, IncompatibleVersionError
 from shmwin.geometry import Geometry, Meta, Ring
@@ -20,8 +21,8 @@ META = Meta(1234, 5, 6, b"B" * 16, b"K" * 16)
 
 
 def test_fixed_header_part_matches_the_table():
-    assert layout._FIXED.size == 192
-    page = layout.pack_header(G, Layout.plan(G), META)
+    assert header_page._FIXED.size == 192
+    page = header_page.pack_header(G, Layout.plan(G), META)
     assert len(page) == layout.HEADER_BYTES == 4096
     assert page[0:8] == b"\0" * 8  # magic left for the creator to write last
     u32 = lambda off: struct.unpack_from("<I", page, off)[0]  # noqa: E731
@@ -46,14 +47,14 @@ def test_the_role_word_round_trips_and_junk_there_is_refused():
     g = Geometry((Ring(7, 3, limit=5),), ("hits",), mode="locked", n_stripes=0, capacity=10,
                  kind="limiter", role="fixed-starts")  # fmt: skip
     lay = Layout.plan(g)
-    page = bytearray(layout.pack_header(g, lay, META))
+    page = bytearray(header_page.pack_header(g, lay, META))
     assert struct.unpack_from("<I", page, 168)[0] == layout.ROLES.index("fixed-starts") == 1
     page[0:8] = layout.MAGIC
-    assert layout.unpack_header(bytes(page), lay.total_bytes)[0] == g
+    assert header_page.unpack_header(bytes(page), lay.total_bytes)[0] == g
     struct.pack_into("<I", page, 168, len(layout.ROLES))  # an unknown role, checksum fixed up
     struct.pack_into("<I", page, 24, zlib.crc32(page[32:1024]))
     with pytest.raises(CorruptSegmentError, match="unknown"):
-        layout.unpack_header(bytes(page), lay.total_bytes)
+        header_page.unpack_header(bytes(page), lay.total_bytes)
     with pytest.raises(ValueError, match="role"):
         Geometry((Ring(7, 3),), ("a",), role="breaker?")
 
@@ -103,9 +104,9 @@ def test_a_concurrency_segment_is_keyed_with_a_stripe_table_of_processes():
     two = dataclasses.replace(g, rings=(Ring(10**9, 1, limit=2),))
     assert Layout.plan(two).row_bytes == 56 + 8 + 32  # packed
     assert lay.first_bytes >= lay.keys_off  # the stripe table is reserved at creation
-    page = bytearray(layout.pack_header(g, lay, META))
+    page = bytearray(header_page.pack_header(g, lay, META))
     page[0:8] = layout.MAGIC
-    assert layout.unpack_header(bytes(page), lay.total_bytes) == (g, lay, META)
+    assert header_page.unpack_header(bytes(page), lay.total_bytes) == (g, lay, META)
     for bad in (
         dict(n_stripes=0), dict(capacity=0, n_stripes=8, mode="striped"),
         dict(rings=(Ring(10**9, 1, limit=0),)),
@@ -119,13 +120,13 @@ def test_a_concurrency_segment_is_keyed_with_a_stripe_table_of_processes():
 
 def test_round_trip():
     lay = Layout.plan(G)
-    page = bytearray(layout.pack_header(G, lay, META))
+    page = bytearray(header_page.pack_header(G, lay, META))
     page[0:8] = layout.MAGIC
-    assert layout.unpack_header(bytes(page), lay.total_bytes) == (G, lay, META)
+    assert header_page.unpack_header(bytes(page), lay.total_bytes) == (G, lay, META)
 
 
 def _ready_page() -> bytearray:
-    page = bytearray(layout.pack_header(G, Layout.plan(G), META))
+    page = bytearray(header_page.pack_header(G, Layout.plan(G), META))
     page[0:8] = layout.MAGIC
     return page
 
@@ -135,19 +136,19 @@ def test_junk_magic_version_crc_and_size_are_refused():
     page = _ready_page()
     page[0:8] = b"garbage!"
     with pytest.raises(CorruptSegmentError, match="not a shmwin segment"):
-        layout.unpack_header(bytes(page), size)
+        header_page.unpack_header(bytes(page), size)
     page = _ready_page()
     struct.pack_into("<I", page, 8, 99)
     with pytest.raises(IncompatibleVersionError, match="version 99"):
-        layout.unpack_header(bytes(page), size)
+        header_page.unpack_header(bytes(page), size)
     page = _ready_page()
     page[776] ^= 0xFF  # ring 0's bucket count flipped, checksum now wrong
     with pytest.raises(CorruptSegmentError, match="checksum"):
-        layout.unpack_header(bytes(page), size)
+        header_page.unpack_header(bytes(page), size)
     with pytest.raises(CorruptSegmentError, match="truncated"):
-        layout.unpack_header(bytes(_ready_page()), size - 64)
+        header_page.unpack_header(bytes(_ready_page()), size - 64)
     with pytest.raises(CorruptSegmentError, match="smaller than a shmwin header"):
-        layout.unpack_header(bytes(_ready_page()), 100)
+        header_page.unpack_header(bytes(_ready_page()), 100)
 
 
 def test_checked_words_round_trip_and_refuse_any_flipped_bit():
@@ -156,25 +157,26 @@ def test_checked_words_round_trip_and_refuse_any_flipped_bit():
     key = bytes(range(16))
     for offset in layout.CHECKED_WORDS:
         for value in (0, 1, 37, 2**26):
-            word = layout.state_word(value, offset, key)
-            assert layout.state_value(word, offset, key, 2**26) == value
-            assert layout.state_value(word - 2**64 if word >= 2**63 else word, offset, key, 2**26) == value
+            word = header_page.state_word(value, offset, key)
+            assert header_page.state_value(word, offset, key, 2**26) == value
+            signed = word - 2**64 if word >= 2**63 else word  # as the core's int64 reads hand it back
+            assert header_page.state_value(signed, offset, key, 2**26) == value
             for bit in range(64):
                 with pytest.raises(CorruptSegmentError, match="fails its tag"):
-                    layout.state_value(word ^ (1 << bit), offset, key, 2**26)
+                    header_page.state_value(word ^ (1 << bit), offset, key, 2**26)
             with pytest.raises(CorruptSegmentError):  # within its tag, past its bounds
-                layout.state_value(word, offset, key, value - 1)
-    words = {layout.state_word(5, offset, key) for offset in layout.CHECKED_WORDS}
+                header_page.state_value(word, offset, key, value - 1)
+    words = {header_page.state_word(5, offset, key) for offset in layout.CHECKED_WORDS}
     assert len(words) == len(layout.CHECKED_WORDS)  # a word copied to another place fails there
-    assert layout.state_word(0, layout.INDEX_OFF, key) != 0  # a zeroed word fails
+    assert header_page.state_word(0, layout.INDEX_OFF, key) != 0  # a zeroed word fails
 
 
 def test_a_new_keyed_header_holds_an_empty_key_table():
     g = Geometry((Ring(10**9, 60),), ("count",), mode="locked", n_stripes=0, capacity=8)
-    page = layout.pack_header(g, Layout.plan(g), META)
+    page = header_page.pack_header(g, Layout.plan(g), META)
     for offset in layout.CHECKED_WORDS:
         word = struct.unpack_from("<q", page, offset)[0]
-        assert layout.state_value(word, offset, META.hash_key, 0) == 0
+        assert header_page.state_value(word, offset, META.hash_key, 0) == 0
 
 
 # -- one description: layout_words.py, its C header, and this module's table ------------------
@@ -187,9 +189,9 @@ def test_the_description_is_consistent():
 
 
 def test_the_c_header_is_generated_from_the_description_and_fresh():
-    assert LAYOUT_H.read_text() == layout_words.c_header(), (
+    assert LAYOUT_H.read_text() == format_c.c_header(), (
         "shmwin/backends/shm/core/layout.h is stale: write it anew with\n"
-        "    python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h"
+        "    python shmwin/backends/shm/format_c.py shmwin/backends/shm/core/layout.h"
     )
 
 
@@ -206,9 +208,11 @@ def test_every_constant_is_named_once_with_one_value():
 
 
 def _doc_tables() -> list[list[tuple[int, int | None, str]]]:
-    """``(offset, size or None, name)`` of each row of each table in layout.py's docstring."""
+    """``(offset, size or None, name)`` of each row of each table in layout.py's docstring, then
+    format_rows.py's (the per-role rows)."""
     tables = []
-    for block in (layout.__doc__ or "").split("::\n")[1:]:
+    drawn = (layout.__doc__ or "") + (format_rows.__doc__ or "")
+    for block in drawn.split("::\n")[1:]:
         rows = []
         for line in block.splitlines():
             cells = line.split()
@@ -250,4 +254,4 @@ def test_the_docstring_tables_are_the_description():
         documented = [(off, size, "reserved" if name == "-" else name) for off, size, name in rows]
         assert documented == described
     entry = layout_words.ring_struct()
-    assert entry.size == layout_words.RING_ENTRY_BYTES and layout._RING.size == entry.size
+    assert entry.size == layout_words.RING_ENTRY_BYTES and header_page._RING.size == entry.size

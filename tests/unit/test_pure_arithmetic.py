@@ -1,7 +1,7 @@
 """The pure arithmetic that the tools and readers share with the core, with plain integers:
-GCRA's tokens from a state word (``token_bucket.tokens_at``), which ring a read uses
+GCRA's tokens from a state word (``limiter.tokens_at``), which ring a read uses
 (``geometry.pick_ring``), a moving log's quantum (``format.moving_quantum_shift``) and a
-batch's buckets (``batch.items_by_bucket``). No shared memory, no process, no clock."""
+batch's buckets (``policy.items_by_bucket``). No shared memory, no process, no clock."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from shmwin.backends.shm.format import EMPTY_EPOCH, MOVING_MIN_SHIFT, MOVING_SPAN_BITS, moving_quantum_shift
-from shmwin.batch import items_by_bucket, stamps_of
 from shmwin.geometry import Geometry, Ring, pick_ring, resolution_index
-from shmwin.token_bucket import tokens_at
+from shmwin.limiter import tokens_at
+from shmwin.policy import items_by_bucket, stamps_of
 
 S = 1_000_000_000
 

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shmwin import ManualClock, Window, ring
+from shmwin import ManualClock, Window
 from shmwin.backends.shm.rows import RingView, Rows
+from shmwin.geometry import expected_epochs
 
 N = 4  # buckets
 BUCKET_NS = 1_000
@@ -21,7 +22,7 @@ def view(values: np.ndarray, epochs: np.ndarray) -> RingView:
 
 
 def live_epochs(rows: int) -> np.ndarray:
-    return np.tile(ring.expected_epochs(NOW_NS // BUCKET_NS, N, N), (rows, 1))
+    return np.tile(expected_epochs(NOW_NS // BUCKET_NS, N, N), (rows, 1))
 
 
 class Flipping(np.ndarray):

@@ -163,6 +163,18 @@ def unavailable(url: str, exc: Exception) -> BackendUnavailableError:
     return BackendUnavailableError(f"redis at {parts._replace(netloc=hosts).geturl()} is unavailable: {exc}")
 
 
+class UnacknowledgedWriteError(BackendUnavailableError):
+    """A script ran on the master, but too few replicas acknowledged its writes in time (a
+    sentinel URL's ``WAIT``): its answer does not stand, yet the master holds what it wrote,
+    which a failover may or may not keep. ``answer`` is the script's answer, so that a caller
+    can undo what it must not leave behind (the two-tier backend gives an unacknowledged lease
+    back)."""
+
+    def __init__(self, message: str, answer: Any):
+        super().__init__(message)
+        self.answer = answer
+
+
 def unavailable_errors(url: str) -> tuple[type[Exception], ...]:
     """What a round trip raises when the server (or, on a cluster, the node that owns a slot)
     is away. A cluster adds CLUSTERDOWN (a failover under way) and the redis-py client's own
@@ -326,7 +338,8 @@ class RedisBase:
             if isinstance(acked, Exception):
                 raise acked
             if int(acked) < self._replicas:
-                raise self._errors[0](f"{acked} of {self._replicas} replicas acknowledged the write")
+                why = f"{acked} of {self._replicas} replicas acknowledged the write"
+                raise UnacknowledgedWriteError(str(unavailable(self.url, RuntimeError(why))), answer)
             return answer
         raise AssertionError("EVAL cannot be missing its script")  # pragma: no cover
 

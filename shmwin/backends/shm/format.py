@@ -1,23 +1,26 @@
 """The binary format of a segment as data: the one description of every offset and word.
 
 ``layout.py`` takes its constants from here, and the native core's
-``shmwin/backends/shm/core/layout.h`` is generated from here (:func:`c_header`): the two
+``shmwin/backends/shm/core/layout.h`` is generated from here (``format_c.py``): the two
 sides name each word by the same name (``KEY_ROW_GEN``, ``INDEX_ENTRY_HASH``,
 ``STRIPE_OWNER_PID``...), and ``_core.LAYOUT`` hands back every constant the core was
 compiled with, for the tests to compare. The header is committed, and a test holds it fresh;
 after a change here, write it anew::
 
-    python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h
+    python shmwin/backends/shm/format_c.py shmwin/backends/shm/core/layout.h
 
-Stdlib only and no relative import: a build step or a test may run this file by path,
-with no package imported. What each word *means* is the table at the top of ``layout.py``.
+Three files, one description: this one (the header, locks, stripes, key table and rings, the
+enumerations, every derived name, ``constants()`` and ``check()``), ``format_rows.py`` (the
+per-role row tables) and ``format_c.py`` (the C header). Stdlib only, and nothing imported but
+each other: ``format_c.py`` run by path loads them without the package. What each word *means*
+is the table at the top of ``layout.py`` (and, for the roles' rows, of ``format_rows.py``).
 
 Names. A record (the header page, a lock, a stripe entry, an index entry, a key row's
 header, a ring table entry) is a list of fields ``(name, byte offset, type)``. Each field
 ``f`` of record ``R`` gets ``R_F_OFF``, its byte offset, and where it starts an 8-byte word
 that the core loads or stores as one (an integer at an offset that is a multiple of 8),
 ``R_F``, the index of that word. The header page's fields are read by name instead, once,
-at attach (``layout.unpack_header``; the core's ``ShmwinHeader`` struct): only the words
+at attach (``header.unpack_header``; the core's ``ShmwinHeader`` struct): only the words
 read or written in place afterwards get a constant, ``F_OFF`` (``INDEX_OFF``, ``ROWS_TOP_OFF``).
 Types are :mod:`struct` codes (``q`` i64, ``Q`` u64, ``I`` u32, ``Ns`` N bytes), ``mutex``
 (a pthread mutex, in the room up to the next field) or ``ring[N]`` (N ring table entries).
@@ -27,9 +30,24 @@ from __future__ import annotations
 
 import re
 import struct
-import sys
 
-Field = tuple[str, int, str]  # (name, byte offset, type)
+# The per-role row tables are part of this one description: their names are this module's too
+# (the star), and the records this module lists and derives names from are named (the rest).
+from .format_rows import *  # noqa: F403
+from .format_rows import (
+    CHUNK,
+    CONC_HOLDER,
+    CONC_STATE,
+    FIXED_STATE,
+    HALF_WORD_RECORDS,
+    LEASE_STATE,
+    MOVING_KEY_BYTES,
+    MOVING_STATE,
+    NAME_ENTRY,
+    SLIDING_STATE,
+    TOKEN_STATE,
+    Field,
+)
 
 MAGIC = b"SHMWIN\x00\x00"
 FORMAT_VERSION = 9  # 4: the role word (offset 168); 5: the key table's checked words;
@@ -240,121 +258,10 @@ LIMITER_RING_WORDS = LIMITER_RING_BYTES // WORD_BYTES
 GHOST_EPOCH_SHIFT = 32
 GHOST_HITS_MAX = (1 << 32) - 1
 
-# The per-key state of the counter roles, in a keyed row right after its key header (where a
-# window's first ring starts: core/counters.c). A keyed window of one ring of 1 bucket
-# (fixed) or 2 buckets (sliding) of the period P gives the room and the idle time (P, 2P).
-FIXED_STATE: tuple[Field, ...] = (  # role "fixed-window": limits' fixed window
-    ("start", 0, "q"),  # the live window's start (ns, the storage's clock); EMPTY_EPOCH: none
-    ("count", 8, "q"),  # its hits; it ends at start + P exactly
-)
-FIXED_STATE_BYTES = 16
-SLIDING_STATE: tuple[Field, ...] = (  # role "sliding-counter": limits' sliding window counter
-    ("window", 0, "q"),  # the index (now // P) of the window counted in "current"; EMPTY_EPOCH: none
-    ("current", 8, "q"),  # hits in that window
-    ("previous", 16, "q"),  # hits in the window before it
-)
-SLIDING_STATE_BYTES = 24
-# role "concurrency": a mark word (EMPTY_EPOCH in an emptied row, never read), then `limit`
-# holder entries of CONC_HOLDER_BYTES (the ring's limit; the ring's span is the idle time)
-CONC_STATE: tuple[Field, ...] = (("mark", 0, "q"),)
-CONC_STATE_BYTES = 8
-CONC_HOLDER: tuple[Field, ...] = (  # one process's slots of the key
-    ("stripe", 0, "q"),  # its stripe row r (1..n_stripes) | slots held << 32; 0 = a free entry
-    ("claim", 8, "q"),  # that stripe's claims when this process took it: dead once they differ
-)
-CONC_HOLDER_BYTES = 16
-MAX_CONCURRENCY = 1024  # holders per key at most (a row holds one entry per slot)
-# role "token-bucket": a TokenBucket's GCRA state (core/counters.c). Its keyed window has one ring
-# of `burst` buckets of the emission interval T (ns per token): the row's room and its idle time
-# burst x T, after which the bucket is full again; the ring's limit is the rate's limit.
-TOKEN_STATE: tuple[Field, ...] = (
-    ("tat", 0, "q"),  # the theoretical arrival time (ns): the bucket is full from then on; EMPTY_EPOCH: full
-)
-TOKEN_STATE_BYTES = 8
-# role "moving-log": limits' moving window, each key's hits as entries of one word each,
-# MOVING_INLINE of them in the row, the rest in chunks of the segment's chunk heap, chained from
-# the row (core/moving.c). A keyed window of one log ring (P, at most min(limit, times) entries,
-# the limit) gives the period, the idle time P and the limit.
-#
-# An entry is stamp << MOVING_STAMP_SHIFT | hits (hits 0: an empty entry). The stamp is a time
-# rounded UP to the segment's quantum q = 2**moving_quantum_shift(P) ns (32 ns for P up to
-# 2**33 ns, 8.6 s; above, P / 2**28 rounded up to a power of two: 256 ns for a minute, 524 us
-# for a day), kept modulo 2**32 and read back against the row's last write (KEY_ROW.last_ns),
-# which every entry holding hits lies within 2**30 quanta (34 s at least, 4 P) of:
-# core/moving.c moves a key's dead hits (kept as one entry) up to that bound as the last write
-# moves on (later: strict), and stamps a hit from a clock further behind at that bound. Rounded up, a
-# hit is forgotten at most q - 1 ns late, never early (strict). A moving log's limit is at
-# most MOVING_HITS_MAX.
-MOVING_INLINE = 2
-MOVING_ENTRY_BYTES = 8
-MOVING_STAMP_SHIFT = 32
-MOVING_HITS_MAX = (1 << 32) - 1
-MOVING_SPAN_BITS = 28  # a period spans at most 2**28 quanta: stamps 2**31 apart stay ordered
-MOVING_MIN_SHIFT = 5  # a quantum of 32 ns at least: stamps span 2**37 ns (137 s), clocks may lag 34 s
-# a moving log's row keeps its key as an 8-byte keyed digest (its ident word's hash is another,
-# independent one: 101 bits tell keys apart), not MAX_STORED_KEY bytes: tools show the digest
-MOVING_KEY_BYTES = 8
-MOVING_STATE: tuple[Field, ...] = (
-    ("chain", 0, "q"),  # the key's first chunk + 1; 0: none
-    ("entries", 8, f"{MOVING_INLINE * MOVING_ENTRY_BYTES}s"),  # MOVING_INLINE entries
-)
-MOVING_STATE_BYTES = 8 + MOVING_INLINE * MOVING_ENTRY_BYTES
-CHUNK_ENTRIES = 3
-# a chunk of the heap: in one key's chain, on the free list, or (inside a section) neither
-CHUNK: tuple[Field, ...] = (
-    ("next", 0, "I"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
-    ("owner", 4, "I"),  # the row whose chain holds it + 1; 0: free
-    ("entries", 8, f"{CHUNK_ENTRIES * MOVING_ENTRY_BYTES}s"),  # CHUNK_ENTRIES entries
-)
-CHUNK_BYTES = 8 + CHUNK_ENTRIES * MOVING_ENTRY_BYTES
-# a moving log's key names, for the tools (its rows keep digests): NAME_SLOTS entries between
-# the stripe table and the index, reserved at creation. The core names a key when it inserts
-# it (under LOCK_KEY_TABLE, after the section "insert": a display hint, in no invariant) into
-# a free or stale entry of NAME_PROBES from its hash (stale: its row holds another generation,
-# or its key is idle);
-# a reader takes a name only if the entry's generation is read the same before and after and
-# is the row's own. Keys past NAME_MAX_BYTES keep that much; a key not named shows its digest.
-NAME_SLOTS = 512
-NAME_PROBES = 4
-NAME_MAX_BYTES = 48
-NAME_ENTRY: tuple[Field, ...] = (
-    ("gen", 0, "q"),  # the named row's generation; 0: free (or being written)
-    ("row", 8, "I"),
-    ("len", 12, "I"),  # the name's bytes (at most NAME_MAX_BYTES) | key flags << 16 | cut << 24
-    ("name", 16, f"{NAME_MAX_BYTES}s"),
-)
-NAME_ENTRY_BYTES = 16 + NAME_MAX_BYTES
-HALF_WORD_RECORDS = ("CHUNK", "NAME_ENTRY")  # records whose 4-byte fields are loaded and stored as such
-
-
-def moving_quantum_shift(period_ns: int) -> int:
-    """log2 of a moving log's quantum (ns) for the period P: P spans at most 2**MOVING_SPAN_BITS."""
-    return max(MOVING_MIN_SHIFT, (period_ns - 1).bit_length() - MOVING_SPAN_BITS)
-
-
 def key_header_bytes(role: str) -> int:
     """A keyed row's key header: its words, then the stored key (a moving log's: a digest)."""
     return KEY_HEADER_BYTES - MAX_STORED_KEY + (MOVING_KEY_BYTES if role == "moving-log" else MAX_STORED_KEY)
 
-
-# role "lease": the host tier of a two-tier limiter (core/lease.c). A lease is k hits taken from
-# Redis in one step, counted there at its spend deadline d; the host's workers spend it while
-# now <= deadline_ns (d on the host's clock, never later). Its keyed window has one ring of one
-# bucket of the longest period P (the key's idle time), whose limit is the tightest rate's limit.
-LEASE_STATE: tuple[Field, ...] = (
-    ("lease", 0, "q"),  # the Redis lease id (> 0) being spent; 0: none (sealed); EMPTY_EPOCH: never one
-    ("granted", 8, "q"),  # its hits, k
-    ("spent", 16, "q"),  # the hits spent of it (<= granted)
-    ("deadline_ns", 24, "q"),  # no spend after it (host clock): the lease's d, converted conservatively
-    ("start_ns", 32, "q"),  # host time the lease was asked for (before Redis granted it)
-    ("grant_us", 40, "q"),  # the grant time t0 on Redis's clock (µs): a seal time converts from it
-    ("last_ns", 48, "q"),  # host time of the lease's newest spend
-    ("deny_ns", 56, "q"),  # a refusal from Redis: until then refuse without asking (0: none)
-    ("served", 64, "q"),  # hits served by the host from its leases, all leases
-    ("leases", 72, "q"),  # leases installed for the key
-    ("refusals", 80, "q"),  # refusals Redis answered for the key (with leases: the round trips)
-)
-LEASE_STATE_BYTES = 88
 
 # record prefix -> (fields, the name of its size); the header page is read by name (see above)
 RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
@@ -457,6 +364,16 @@ def _at(fields: tuple[Field, ...], name: str) -> int:
     return next(offset for field, offset, _ in fields if field == name)
 
 
+def _offsets(fields: tuple[Field, ...], *names: str) -> tuple[int, ...]:
+    """``R_F_OFF`` for each field ``F`` named: its byte offset in record ``R``."""
+    return tuple(_at(fields, name) for name in names)
+
+
+def _words(fields: tuple[Field, ...], *names: str) -> tuple[int, ...]:
+    """``R_F`` for each field ``F`` named: the index of the 8-byte word it starts."""
+    return tuple(_at(fields, name) // WORD_BYTES for name in names)
+
+
 # -- every name, as a module attribute too (check() holds them to constants()) ---------------
 
 DTYPE_INT64, DTYPE_FLOAT64 = DTYPES.index("int64"), DTYPES.index("float64")
@@ -476,123 +393,100 @@ ROLE_DISTRIBUTION, ROLE_SERIES = ROLES.index("distribution"), ROLES.index("serie
 ON_FULL_RAISE, ON_FULL_ALLOW = ON_FULL.index("raise"), ON_FULL.index("allow")
 ON_FULL_DENY = ON_FULL.index("deny")
 
-MAGIC_OFF = _at(HEADER, "magic")
-HEADER_CRC_OFF = _at(HEADER, "header_crc")
-FIELD_NAMES_OFF = _at(HEADER, "field_names")
-RING_TABLE_OFF = _at(HEADER, "ring_table")
-ROWS_IN_USE_OFF = _at(HEADER, "rows_in_use")
-INDEX_OFF = _at(HEADER, "index")
-INDEX_USED_OFF = _at(HEADER, "index_used")
-KEYS_OFF = _at(HEADER, "keys")
-ROWS_TOP_OFF = _at(HEADER, "rows_top")
-ROWS_RESERVED_OFF = _at(HEADER, "rows_reserved")
-FREE_HEAD_OFF = _at(HEADER, "free_head")
-REBUILT_NS_OFF = _at(HEADER, "rebuilt_ns")
-FULL_COUNT_OFF = _at(HEADER, "full_count")
-CHUNKS_TOP_OFF = _at(HEADER, "chunks_top")
-CHUNKS_RESERVED_OFF = _at(HEADER, "chunks_reserved")
-CHUNK_FREE_OFF = _at(HEADER, "chunk_free")
-# value | tag << 32 (layout.state_word)
+(
+    MAGIC_OFF, HEADER_CRC_OFF, FIELD_NAMES_OFF, RING_TABLE_OFF, ROWS_IN_USE_OFF, INDEX_OFF, INDEX_USED_OFF,
+    KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF, REBUILT_NS_OFF, FULL_COUNT_OFF, CHUNKS_TOP_OFF,
+    CHUNKS_RESERVED_OFF, CHUNK_FREE_OFF,
+) = _offsets(
+    HEADER,
+    "magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index", "index_used", "keys",
+    "rows_top", "rows_reserved", "free_head", "rebuilt_ns", "full_count", "chunks_top",
+    "chunks_reserved", "chunk_free",
+)
+# value | tag << 32 (header.state_word)
 CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF)
 
-LOCK_MUTEX_OFF = _at(LOCK, "mutex")
-LOCK_INTENT_OFF = _at(LOCK, "intent")
-LOCK_INTENT = LOCK_INTENT_OFF // WORD_BYTES
+LOCK_MUTEX_OFF, LOCK_INTENT_OFF = _offsets(LOCK, "mutex", "intent")
+LOCK_INTENT = _at(LOCK, "intent") // WORD_BYTES
 
-STRIPE_OWNER_OFF = _at(STRIPE, "owner")
-STRIPE_OWNER = STRIPE_OWNER_OFF // WORD_BYTES
-STRIPE_OWNER_START_OFF = _at(STRIPE, "owner_start")
-STRIPE_OWNER_START = STRIPE_OWNER_START_OFF // WORD_BYTES
-STRIPE_OWNER_PID_OFF = _at(STRIPE, "owner_pid")
-STRIPE_OWNER_PID = STRIPE_OWNER_PID_OFF // WORD_BYTES
-STRIPE_CLAIMED_NS_OFF = _at(STRIPE, "claimed_ns")
-STRIPE_CLAIMED_NS = STRIPE_CLAIMED_NS_OFF // WORD_BYTES
-STRIPE_CLAIMS_OFF = _at(STRIPE, "claims")
-STRIPE_CLAIMS = STRIPE_CLAIMS_OFF // WORD_BYTES
-STRIPE_MUTEX_OFF = _at(STRIPE, "mutex")
+(
+    STRIPE_OWNER_OFF, STRIPE_OWNER_START_OFF, STRIPE_OWNER_PID_OFF, STRIPE_CLAIMED_NS_OFF, STRIPE_CLAIMS_OFF,
+    STRIPE_MUTEX_OFF,
+) = _offsets(STRIPE, "owner", "owner_start", "owner_pid", "claimed_ns", "claims", "mutex")
+(
+    STRIPE_OWNER, STRIPE_OWNER_START, STRIPE_OWNER_PID, STRIPE_CLAIMED_NS, STRIPE_CLAIMS,
+) = _words(STRIPE, "owner", "owner_start", "owner_pid", "claimed_ns", "claims")
 
-INDEX_ENTRY_GEN_OFF = _at(INDEX_ENTRY, "gen")
-INDEX_ENTRY_GEN = INDEX_ENTRY_GEN_OFF // WORD_BYTES
-INDEX_ENTRY_PLACE_OFF = _at(INDEX_ENTRY, "place")
-INDEX_ENTRY_PLACE = INDEX_ENTRY_PLACE_OFF // WORD_BYTES
+INDEX_ENTRY_GEN_OFF, INDEX_ENTRY_PLACE_OFF = _offsets(INDEX_ENTRY, "gen", "place")
+INDEX_ENTRY_GEN, INDEX_ENTRY_PLACE = _words(INDEX_ENTRY, "gen", "place")
 
-KEY_ROW_GEN_OFF = _at(KEY_ROW, "gen")
-KEY_ROW_GEN = KEY_ROW_GEN_OFF // WORD_BYTES
-KEY_ROW_LAST_NS_OFF = _at(KEY_ROW, "last_ns")
-KEY_ROW_LAST_NS = KEY_ROW_LAST_NS_OFF // WORD_BYTES
-KEY_ROW_IDENT_OFF = _at(KEY_ROW, "ident")
-KEY_ROW_IDENT = KEY_ROW_IDENT_OFF // WORD_BYTES
-KEY_ROW_KEY_OFF = _at(KEY_ROW, "key")
+(
+    KEY_ROW_GEN_OFF, KEY_ROW_LAST_NS_OFF, KEY_ROW_IDENT_OFF, KEY_ROW_KEY_OFF,
+) = _offsets(KEY_ROW, "gen", "last_ns", "ident", "key")
+KEY_ROW_GEN, KEY_ROW_LAST_NS, KEY_ROW_IDENT = _words(KEY_ROW, "gen", "last_ns", "ident")
 
-LIMITER_RING_HEAD_OFF = _at(LIMITER_RING, "head")
-LIMITER_RING_HEAD = LIMITER_RING_HEAD_OFF // WORD_BYTES
-LIMITER_RING_TOTAL_OFF = _at(LIMITER_RING, "total")
-LIMITER_RING_TOTAL = LIMITER_RING_TOTAL_OFF // WORD_BYTES
-LIMITER_RING_ZEROED_OFF = _at(LIMITER_RING, "zeroed")
-LIMITER_RING_ZEROED = LIMITER_RING_ZEROED_OFF // WORD_BYTES
-LIMITER_RING_TAIL_OFF = _at(LIMITER_RING, "tail")
-LIMITER_RING_TAIL = LIMITER_RING_TAIL_OFF // WORD_BYTES
-LIMITER_RING_GHOST_OFF = _at(LIMITER_RING, "ghost")
-LIMITER_RING_GHOST = LIMITER_RING_GHOST_OFF // WORD_BYTES
+(
+    LIMITER_RING_HEAD_OFF, LIMITER_RING_TOTAL_OFF, LIMITER_RING_ZEROED_OFF, LIMITER_RING_TAIL_OFF,
+    LIMITER_RING_GHOST_OFF,
+) = _offsets(LIMITER_RING, "head", "total", "zeroed", "tail", "ghost")
+(
+    LIMITER_RING_HEAD, LIMITER_RING_TOTAL, LIMITER_RING_ZEROED, LIMITER_RING_TAIL, LIMITER_RING_GHOST,
+) = _words(LIMITER_RING, "head", "total", "zeroed", "tail", "ghost")
 
-RING_ENTRY_BUCKET_NS_OFF = _at(RING_ENTRY, "bucket_ns")
-RING_ENTRY_BUCKET_NS = RING_ENTRY_BUCKET_NS_OFF // WORD_BYTES
-RING_ENTRY_N_BUCKETS_OFF = _at(RING_ENTRY, "n_buckets")
-RING_ENTRY_N_BUCKETS = RING_ENTRY_N_BUCKETS_OFF // WORD_BYTES  # the word holding n_buckets | flags << 32
-RING_ENTRY_FLAGS_OFF = _at(RING_ENTRY, "flags")
-RING_ENTRY_LIMIT_OFF = _at(RING_ENTRY, "limit")
-RING_ENTRY_LIMIT = RING_ENTRY_LIMIT_OFF // WORD_BYTES
+(
+    RING_ENTRY_BUCKET_NS_OFF, RING_ENTRY_N_BUCKETS_OFF, RING_ENTRY_FLAGS_OFF, RING_ENTRY_LIMIT_OFF,
+) = _offsets(RING_ENTRY, "bucket_ns", "n_buckets", "flags", "limit")
+(
+    RING_ENTRY_BUCKET_NS, RING_ENTRY_N_BUCKETS, RING_ENTRY_LIMIT,
+) = _words(RING_ENTRY, "bucket_ns", "n_buckets", "limit")
+# the word holding n_buckets | flags << 32: RING_ENTRY_N_BUCKETS
 
-FIXED_STATE_START_OFF = _at(FIXED_STATE, "start")
-FIXED_STATE_START = FIXED_STATE_START_OFF // WORD_BYTES
-FIXED_STATE_COUNT_OFF = _at(FIXED_STATE, "count")
-FIXED_STATE_COUNT = FIXED_STATE_COUNT_OFF // WORD_BYTES
-SLIDING_STATE_WINDOW_OFF = _at(SLIDING_STATE, "window")
-SLIDING_STATE_WINDOW = SLIDING_STATE_WINDOW_OFF // WORD_BYTES
-SLIDING_STATE_CURRENT_OFF = _at(SLIDING_STATE, "current")
-SLIDING_STATE_CURRENT = SLIDING_STATE_CURRENT_OFF // WORD_BYTES
-SLIDING_STATE_PREVIOUS_OFF = _at(SLIDING_STATE, "previous")
-SLIDING_STATE_PREVIOUS = SLIDING_STATE_PREVIOUS_OFF // WORD_BYTES
+FIXED_STATE_START_OFF, FIXED_STATE_COUNT_OFF = _offsets(FIXED_STATE, "start", "count")
+FIXED_STATE_START, FIXED_STATE_COUNT = _words(FIXED_STATE, "start", "count")
+
+(
+    SLIDING_STATE_WINDOW_OFF, SLIDING_STATE_CURRENT_OFF, SLIDING_STATE_PREVIOUS_OFF,
+) = _offsets(SLIDING_STATE, "window", "current", "previous")
+(
+    SLIDING_STATE_WINDOW, SLIDING_STATE_CURRENT, SLIDING_STATE_PREVIOUS,
+) = _words(SLIDING_STATE, "window", "current", "previous")
+
 CONC_STATE_MARK_OFF = _at(CONC_STATE, "mark")
-CONC_STATE_MARK = CONC_STATE_MARK_OFF // WORD_BYTES
-CONC_HOLDER_STRIPE_OFF = _at(CONC_HOLDER, "stripe")
-CONC_HOLDER_STRIPE = CONC_HOLDER_STRIPE_OFF // WORD_BYTES
-CONC_HOLDER_CLAIM_OFF = _at(CONC_HOLDER, "claim")
-CONC_HOLDER_CLAIM = CONC_HOLDER_CLAIM_OFF // WORD_BYTES
+CONC_STATE_MARK = _at(CONC_STATE, "mark") // WORD_BYTES
+
+CONC_HOLDER_STRIPE_OFF, CONC_HOLDER_CLAIM_OFF = _offsets(CONC_HOLDER, "stripe", "claim")
+CONC_HOLDER_STRIPE, CONC_HOLDER_CLAIM = _words(CONC_HOLDER, "stripe", "claim")
+
 TOKEN_STATE_TAT_OFF = _at(TOKEN_STATE, "tat")
-TOKEN_STATE_TAT = TOKEN_STATE_TAT_OFF // WORD_BYTES
-MOVING_STATE_CHAIN_OFF = _at(MOVING_STATE, "chain")
-MOVING_STATE_CHAIN = MOVING_STATE_CHAIN_OFF // WORD_BYTES
-MOVING_STATE_ENTRIES_OFF = _at(MOVING_STATE, "entries")
-CHUNK_NEXT_OFF = _at(CHUNK, "next")
-CHUNK_OWNER_OFF = _at(CHUNK, "owner")
-CHUNK_ENTRIES_OFF = _at(CHUNK, "entries")
-NAME_ENTRY_GEN_OFF = _at(NAME_ENTRY, "gen")
-NAME_ENTRY_ROW_OFF = _at(NAME_ENTRY, "row")
-NAME_ENTRY_LEN_OFF = _at(NAME_ENTRY, "len")
-NAME_ENTRY_NAME_OFF = _at(NAME_ENTRY, "name")
-LEASE_STATE_LEASE_OFF = _at(LEASE_STATE, "lease")
-LEASE_STATE_LEASE = LEASE_STATE_LEASE_OFF // WORD_BYTES
-LEASE_STATE_GRANTED_OFF = _at(LEASE_STATE, "granted")
-LEASE_STATE_GRANTED = LEASE_STATE_GRANTED_OFF // WORD_BYTES
-LEASE_STATE_SPENT_OFF = _at(LEASE_STATE, "spent")
-LEASE_STATE_SPENT = LEASE_STATE_SPENT_OFF // WORD_BYTES
-LEASE_STATE_DEADLINE_NS_OFF = _at(LEASE_STATE, "deadline_ns")
-LEASE_STATE_DEADLINE_NS = LEASE_STATE_DEADLINE_NS_OFF // WORD_BYTES
-LEASE_STATE_START_NS_OFF = _at(LEASE_STATE, "start_ns")
-LEASE_STATE_START_NS = LEASE_STATE_START_NS_OFF // WORD_BYTES
-LEASE_STATE_GRANT_US_OFF = _at(LEASE_STATE, "grant_us")
-LEASE_STATE_GRANT_US = LEASE_STATE_GRANT_US_OFF // WORD_BYTES
-LEASE_STATE_LAST_NS_OFF = _at(LEASE_STATE, "last_ns")
-LEASE_STATE_LAST_NS = LEASE_STATE_LAST_NS_OFF // WORD_BYTES
-LEASE_STATE_DENY_NS_OFF = _at(LEASE_STATE, "deny_ns")
-LEASE_STATE_DENY_NS = LEASE_STATE_DENY_NS_OFF // WORD_BYTES
-LEASE_STATE_SERVED_OFF = _at(LEASE_STATE, "served")
-LEASE_STATE_SERVED = LEASE_STATE_SERVED_OFF // WORD_BYTES
-LEASE_STATE_LEASES_OFF = _at(LEASE_STATE, "leases")
-LEASE_STATE_LEASES = LEASE_STATE_LEASES_OFF // WORD_BYTES
-LEASE_STATE_REFUSALS_OFF = _at(LEASE_STATE, "refusals")
-LEASE_STATE_REFUSALS = LEASE_STATE_REFUSALS_OFF // WORD_BYTES
+TOKEN_STATE_TAT = _at(TOKEN_STATE, "tat") // WORD_BYTES
+
+MOVING_STATE_CHAIN_OFF, MOVING_STATE_ENTRIES_OFF = _offsets(MOVING_STATE, "chain", "entries")
+MOVING_STATE_CHAIN = _at(MOVING_STATE, "chain") // WORD_BYTES
+
+CHUNK_NEXT_OFF, CHUNK_OWNER_OFF, CHUNK_ENTRIES_OFF = _offsets(CHUNK, "next", "owner", "entries")
+
+(
+    NAME_ENTRY_GEN_OFF, NAME_ENTRY_ROW_OFF, NAME_ENTRY_LEN_OFF, NAME_ENTRY_NAME_OFF,
+) = _offsets(NAME_ENTRY, "gen", "row", "len", "name")
+
+(
+    LEASE_STATE_LEASE_OFF, LEASE_STATE_GRANTED_OFF, LEASE_STATE_SPENT_OFF, LEASE_STATE_DEADLINE_NS_OFF,
+    LEASE_STATE_START_NS_OFF, LEASE_STATE_GRANT_US_OFF, LEASE_STATE_LAST_NS_OFF, LEASE_STATE_DENY_NS_OFF,
+    LEASE_STATE_SERVED_OFF, LEASE_STATE_LEASES_OFF, LEASE_STATE_REFUSALS_OFF,
+) = _offsets(
+    LEASE_STATE,
+    "lease", "granted", "spent", "deadline_ns", "start_ns", "grant_us", "last_ns", "deny_ns", "served",
+    "leases", "refusals",
+)
+(
+    LEASE_STATE_LEASE, LEASE_STATE_GRANTED, LEASE_STATE_SPENT, LEASE_STATE_DEADLINE_NS, LEASE_STATE_START_NS,
+    LEASE_STATE_GRANT_US, LEASE_STATE_LAST_NS, LEASE_STATE_DENY_NS, LEASE_STATE_SERVED, LEASE_STATE_LEASES,
+    LEASE_STATE_REFUSALS,
+) = _words(
+    LEASE_STATE,
+    "lease", "granted", "spent", "deadline_ns", "start_ns", "grant_us", "last_ns", "deny_ns", "served",
+    "leases", "refusals",
+)
 
 _SIZES = {"q": 8, "Q": 8, "I": 4}
 _ENUMS = {"DTYPE": DTYPES, "MODE": MODES, "KIND": KINDS, "CLOCK_KIND": CLOCKS, "ROLE": ROLES,
@@ -712,12 +606,12 @@ def check() -> list[str]:
     return problems
 
 
-# Limits every backend shares are geometry's own (and the clock's, the ring's): the backend-neutral
+# Limits every backend shares are geometry's own (and the clock's): the backend-neutral
 # layers never import this module. This format must hold them all, word for word.
 _NEUTRAL = {
     "shmwin.clock": ("MAX_NOW_NS",),
-    "shmwin.ring": ("EMPTY_EPOCH",),
-    "shmwin.geometry": ("DTYPES", "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
+    "shmwin.geometry": ("DTYPES", "EMPTY_EPOCH",
+                        "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
                         "MAX_BUCKETS", "MAX_CAPACITY", "MAX_CONCURRENCY", "MAX_FIELDS", "MAX_KEY_LOCKS",
                         "MAX_LOG_ENTRIES", "MAX_RINGS", "MAX_SPAN_NS", "MAX_STRIPES", "MODES", "ROLES",
                         "CONC_HOLDER_BYTES"),
@@ -740,98 +634,3 @@ def _neutral_misfits() -> list[str]:
                 mine = globals()[name]
                 problems.append(f"{module_name}.{name} does not fit the format's {name} ({mine!r})")
     return problems
-
-
-# -- the C header -------------------------------------------------------------------------------
-
-_C_TYPES = {"q": "int64_t", "Q": "uint64_t", "I": "uint32_t"}
-
-
-def _c_value(value: int) -> str:
-    if value == -(1 << 63):
-        return "(-INT64_C(9223372036854775807) - 1)"
-    if -(1 << 31) <= value < 1 << 31:
-        return str(value)
-    return f"INT64_C({value})"
-
-
-def _c_struct(name: str, fields: tuple[Field, ...], size: int | None) -> list[str]:
-    lines, at, pad = ["typedef struct {  /* generated: offsets asserted below */"], 0, 0
-    for field, offset, kind in fields:
-        if offset > at:
-            lines.append(f"    uint8_t pad{pad}[{offset - at}];")
-            pad += 1
-        need = size_of(kind)
-        ring = re.fullmatch(r"ring\[(\d+)\]", kind)
-        if kind in _C_TYPES:
-            lines.append(f"    {_C_TYPES[kind]} {field};")
-        elif ring:
-            lines.append(f"    ShmwinRingEntry {field}[{ring.group(1)}];")
-        else:
-            lines.append(f"    uint8_t {field}[{need}];")
-        at = offset + (need or 0)
-    if size is not None and size > at:
-        lines.append(f"    uint8_t pad{pad}[{size - at}];")
-    lines.append(f"}} {name};")
-    for field, offset, _ in fields:
-        lines.append(f'_Static_assert(offsetof({name}, {field}) == {offset}, "{name}.{field}");')
-    if size is not None:
-        lines.append(f'_Static_assert(sizeof({name}) == {size}, "{name}: its size");')
-    return lines
-
-
-def c_header() -> str:
-    """``layout.h``: every constant of :func:`constants` as a ``#define``, the header page and a
-    ring table entry as structs, and ``_Static_assert`` s on every offset and size."""
-    values = constants()
-    out = [
-        "/* GENERATED from shmwin/backends/shm/format.py by c_header(): do not edit. To write it anew:",
-        " *     python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h",
-        " * tests/unit/test_layout.py holds it fresh; _core.LAYOUT hands these values back. */",
-        "#ifndef SHMWIN_LAYOUT_H",
-        "#define SHMWIN_LAYOUT_H",
-        "",
-        "#include <pthread.h>",
-        "#include <stddef.h>",
-        "#include <stdint.h>",
-        "",
-    ]
-    width = max(len(n) for n in values)
-    out += [f"#define {name.ljust(width)} {_c_value(v)}" for name, v in values.items()]
-    out += ["", "/* Every constant above, for _core.LAYOUT: X(name) for each. */"]
-    out += ["#define SHMWIN_LAYOUT_NAMES(X) \\"]
-    out += [f"    X({name}) \\" for name in values]
-    out += ["    /* end */", ""]
-    out += _c_struct("ShmwinRingEntry", RING_ENTRY, RING_ENTRY_BYTES)
-    out += [""]
-    out += _c_struct("ShmwinHeader", HEADER, None)
-    out += ["", "/* Records read word by word: each field fits before the next, each mutex in its room. */"]
-    for prefix, (fields, size_name) in RECORDS.items():
-        for i, (name, _offset, kind) in enumerate(fields):
-            if name == "reserved":
-                continue
-            after = fields[i + 1] if i + 1 < len(fields) else None
-            end = size_name if after is None or after[0] == "reserved" else f"{prefix}_{after[0].upper()}_OFF"
-            need = "sizeof(pthread_mutex_t)" if kind == "mutex" else str(size_of(kind))
-            out.append(f'_Static_assert({prefix}_{name.upper()}_OFF + {need} <= {end}, "{prefix}.{name}");')
-    out += [
-        '_Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row\'s key bytes");',
-        '_Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");',
-        '_Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");',
-        "",
-        "#endif /* SHMWIN_LAYOUT_H */",
-        "",
-    ]
-    return "\n".join(out)
-
-
-if __name__ == "__main__":
-    problems = check()
-    if problems:
-        sys.exit("format: " + "; ".join(problems))
-    text = c_header()
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)

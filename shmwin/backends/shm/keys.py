@@ -17,7 +17,7 @@ from ... import _core, geometry
 from ...errors import CorruptSegmentError
 from ..contract import Key
 from . import format as _words
-from . import layout
+from . import header, layout
 from .layout import (
     KEY_FLAG_DIGEST,
     KEY_FLAG_STR,
@@ -66,7 +66,7 @@ class KeyTable:
         self._core = core
 
     def _checked(self, offset: int, most: int) -> int:
-        return layout.state_value(int(self._q[offset // _W]), offset, self._hash_key, most)
+        return header.state_value(int(self._q[offset // _W]), offset, self._hash_key, most)
 
     def rows_top(self) -> int:
         """Rows handed out so far: every key's row is below it, and reserved. The words are

@@ -179,123 +179,27 @@ ghost's epoch is in its window: "hit" writes the ghost before it moves the head,
 stepped back never sees fewer hits than it recorded in its window, up to the limit
 (``core/rings.c``, "a clock stepped back: the ring's ghost").
 
-Counter rows (roles "fixed-window" and "sliding-counter", limits' strategies on ``shm://``):
-a keyed window of one ring of 1 (fixed) or 2 (sliding) buckets of the period P, whose rows
-hold state instead, right after the key header (``core/counters.c``; EMPTY_EPOCH in word 0
-of an emptied row: no state). A fixed window's (FIXED_STATE)::
-
-    off  size type  name      meaning
-    0    8    i64   start     the live window's start (ns, the storage's clock); it ends at start + P
-    8    8    i64   count     its hits
-
-A sliding counter's (SLIDING_STATE)::
-
-    off  size type  name      meaning
-    0    8    i64   window    the index (now // P) of the window "current" counts
-    8    8    i64   current   hits in that window
-    16   8    i64   previous  hits in the window before it
-
-A token bucket's (TOKEN_STATE, role "token-bucket", ``shmwin.TokenBucket``): a keyed window of
-one ring of ``burst`` buckets of the emission interval T = ceil(period / limit) ns, limit the
-rate's limit; the span burst x T is the key's idle time (its bucket is full again by then)::
-
-    off  size type  name      meaning
-    0    8    i64   tat       the theoretical arrival time (GCRA, ns): the bucket holds
-                              (now - tat + burst x T) // T tokens; EMPTY_EPOCH: full
-
-Concurrency rows (role "concurrency", ``shmwin.Concurrency``; ``core/concurrency.c``): a keyed
-window of one ring of 1 bucket, whose width is a key's idle time and whose limit is the
-concurrency limit L (1..MAX_CONCURRENCY); after the key header, a mark word (CONC_STATE),
-then L holder entries (CONC_HOLDER), one per process holding slots of the key. An entry
-counts while its stripe's claims word is the claim it names and the stripe's liveness mutex
-is held: a dead holder's slots stop counting when the kernel marks its mutex owner-dead.
-A key with a live holder is never idle::
-
-    off  size type  name      meaning
-    0    8    i64   mark      EMPTY_EPOCH in an emptied row; never read
-
-and each holder entry (16 bytes, entry *i* at 8 + 16 *i*)::
-
-    off  size type  name      meaning
-    0    8    i64   stripe    the holder's stripe r (1..n_stripes) | its slots << 32; 0 = free
-    8    8    i64   claim     that stripe's claims word when the holder took it
-
-A moving log's (role "moving-log", limits' moving window: ``core/moving.c``; one log ring in
-the header: the period P, n = min(limit, times) entries a key at most, the limit, at most
-MOVING_HITS_MAX). Its key header stores an 8-byte keyed digest of the key, not the key
-(MOVING_KEY_BYTES: a 32-byte key header). Each entry is one word, stamp << 32 | hits: the
-stamp is the hit's time rounded up to the quantum q = 2**moving_quantum_shift(P) ns, modulo
-2**32, read back against the row's last write (every entry holding hits lies within P of it);
-counted while hits > 0 and t >= now - P. A row of 56 bytes::
-
-    off  size type  name      meaning
-    0    8    i64   chain     the key's first chunk + 1 (0: none)
-    8    16   u64[] entries   MOVING_INLINE (2) entries
-
-Key names (role "moving-log", whose rows keep digests): NAME_SLOTS (512) entries of 64 bytes
-just before the index (``keys_off - 512 x 64``), reserved with the header; the core names a
-key when it inserts it (after the section "insert", under LOCK_KEY_TABLE: a display hint in
-no invariant), in a free or stale entry among 4 from the key's hash; the tools take a name
-only if the entry's generation reads the same before and after and is the row's own::
-
-    off  size type  name      meaning
-    0    8    i64   gen       the named row's generation; 0 = free (or being written)
-    8    4    u32   row
-    12   4    u32   len       name bytes (<= 48) | key flags << 16 | cut << 24
-    16   48   bytes name      the key's first bytes (UTF-8 for a str)
-
-Chunk heap (role "moving-log"): ``n_chunks`` chunks of 32 bytes from ``chunks_off``, sparse
-like the rows (reserved as handed out, ``chunks_top``); a chunk is on the free list, in one
-key's chain (newest first), or -- inside a section -- in neither; chain words change only
-under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's row lock::
-
-    off  size type  name      meaning
-    0    4    u32   next      the next chunk of its chain (or of the free list) + 1; 0 = last
-    4    4    u32   owner     the row whose chain holds it + 1; 0 = free
-    8    24   u64[] entries   CHUNK_ENTRIES (3) entries
-
-Lease rows (role "lease", the host tier of ``backend="shm+redis://..."``: ``core/lease.c``,
-``shmwin.backends.twotier``): a keyed window of one ring of one bucket of the longest period P
-(the key's idle time; its limit the tightest rate's). After the key header, LEASE_STATE, the
-lease of hits the host holds from Redis and what its workers spent of it (88 bytes)::
-
-    off  size type  name         meaning
-    0    8    i64   lease        the Redis lease id being spent (> 0); 0 = none (sealed);
-                                 EMPTY_EPOCH = never one (an emptied row)
-    8    8    i64   granted      its hits, k
-    16   8    i64   spent        hits spent of it (<= granted)
-    24   8    i64   deadline_ns  host time after which it is not spent (d, converted to the host's
-                                 clock so it is never later than d)
-    32   8    i64   start_ns     host time the lease was asked for (before its grant)
-    40   8    i64   grant_us     the grant time t0 on Redis's clock, µs
-    48   8    i64   last_ns      host time of its newest spend
-    56   8    i64   deny_ns      until then, refused without a round trip (Redis refused); 0 = none
-    64   8    i64   served       hits served from the host's leases (all of them)
-    72   8    i64   leases       leases installed
-    80   8    i64   refusals     refusals Redis answered (leases + refusals: the round trips)
+The rows of the roles whose rows hold state instead of buckets (counters, token buckets,
+concurrency, moving logs and their chunk heap and key names, leases) are drawn with their
+records, in ``format_rows.py``. The header page is packed and checked in ``header.py``.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer
+    pass
 
-from ...errors import CorruptSegmentError, IncompatibleVersionError
-from ...geometry import Geometry, Meta, Ring
+from ...geometry import Geometry
 from . import format as _words
 
 # The format's constants: one description, format.py, which the native core's layout.h
 # is generated from; these are the same names, with the same values (tests/unit/test_layout.py).
 from .format import (
     CHECKED_WORDS,
-    CHUNK_FREE_OFF,
-    CHUNKS_RESERVED_OFF,
-    CHUNKS_TOP_OFF,
     CLOCKS,
     CRC_END,
     CRC_START,
@@ -438,23 +342,11 @@ __all__ = [  # this module's own, then the format's constants it re-exports
     "WINDOW_HEAD_SLOTS",
     "WORD_BYTES",
     "Layout",
-    "check_key_state",
     "empty_rings",
-    "pack_header",
-    "state_tag",
-    "state_value",
-    "state_word",
-    "unpack_header",
 ]
 
 KEY_BYTES_OFF = KEY_ROW_KEY_OFF  # the key's bytes within a key row (its earlier name)
 
-_FIXED = _words.fixed_struct()  # magic .. role, by name: _words.fixed_names()
-_FIXED_NAMES = _words.fixed_names()
-_RING = _words.ring_struct()
-
-
-_U64 = (1 << 64) - 1
 
 
 def _align64(n: int) -> int:
@@ -606,164 +498,3 @@ def empty_rings(g: Geometry, lay: Layout) -> bytes:
         for s in range(lay.head_slots + ring.n_buckets):
             words[at + s * lay.slot_words + SLOT_EPOCH] = EMPTY_EPOCH
     return struct.pack(f"<{len(words)}q", *words)
-
-
-def pack_header(g: Geometry, lay: Layout, meta: Meta) -> bytes:
-    """The header page, magic left zero (the creator writes it last)."""
-    page = bytearray(HEADER_BYTES)
-    names = b"".join(n.encode().ljust(FIELD_NAME_BYTES, b"\0") for n in g.fields)
-    page[FIELD_NAMES_OFF : FIELD_NAMES_OFF + len(names)] = names
-    for i, ring in enumerate(g.rings):
-        flags = RING_LOG if ring.log else 0
-        _RING.pack_into(
-            page, RING_TABLE_OFF + i * _RING.size, ring.bucket_ns, ring.n_buckets, flags, ring.limit
-        )
-    fixed = {
-        "magic": b"\0" * 8, "version": FORMAT_VERSION, "header_bytes": HEADER_BYTES,
-        "total_bytes": lay.total_bytes, "header_crc": 0, "reserved": 0, "n_rings": len(g.rings),
-        "kind": KINDS.index(g.kind), "n_fields": len(g.fields), "dtype": DTYPES.index(g.dtype),
-        "mode": MODES.index(g.mode), "n_stripes": g.n_stripes, "n_locks": g.n_locks, "capacity": g.capacity,
-        "key_slots": g.key_slots, "clock": CLOCKS.index(meta.clock), "creator_pid": meta.creator_pid,
-        "created_real_ns": meta.created_real_ns, "created_mono_ns": meta.created_mono_ns,
-        "boot_id": meta.boot_id, "locks_off": lay.locks_off, "stripes_off": lay.stripes_off,
-        "keys_off": lay.keys_off, "rows_off": lay.rows_off, "row_bytes": lay.row_bytes,
-        "hash_key": meta.hash_key, "role": ROLES.index(g.role), "chunks_off": lay.chunks_off,
-        "n_chunks": lay.n_chunks,
-    }  # fmt: skip
-    _FIXED.pack_into(page, 0, *(fixed[name] for name in _FIXED_NAMES))
-    struct.pack_into("<I", page, HEADER_CRC_OFF, zlib.crc32(page[CRC_START:CRC_END]))
-    if g.keyed:  # an empty key table: index 0, nothing handed out or reserved
-        for offset in CHECKED_WORDS:
-            struct.pack_into("<Q", page, offset, state_word(0, offset, meta.hash_key))
-    return bytes(page)
-
-
-def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Meta]:
-    """Validate a header page against the segment's real size; raise, never guess."""
-    if len(page) < HEADER_BYTES or actual_bytes < HEADER_BYTES:
-        raise CorruptSegmentError(
-            f"segment is {actual_bytes} bytes, smaller than a shmwin header ({HEADER_BYTES})"
-        )
-    h = dict(zip(_FIXED_NAMES, _FIXED.unpack_from(page, 0), strict=True))
-    magic, version, total, crc = h["magic"], h["version"], h["total_bytes"], h["header_crc"]
-    n_rings, kind, n_fields, dtype, mode = h["n_rings"], h["kind"], h["n_fields"], h["dtype"], h["mode"]
-    clock, role, n_stripes, capacity = h["clock"], h["role"], h["n_stripes"], h["capacity"]
-    if magic != MAGIC:
-        raise CorruptSegmentError(f"not a shmwin segment (magic {magic!r})")
-    if version != FORMAT_VERSION:
-        raise IncompatibleVersionError(
-            f"segment has format version {version}; this shmwin reads version {FORMAT_VERSION}"
-        )
-    if zlib.crc32(page[CRC_START:CRC_END]) != crc or h["header_bytes"] != HEADER_BYTES:
-        raise CorruptSegmentError("segment header is corrupt (checksum mismatch)")
-    if (dtype >= len(DTYPES) or mode >= len(MODES) or kind >= len(KINDS) or clock >= len(CLOCKS)
-            or role >= len(ROLES)
-            or not 1 <= n_fields <= MAX_FIELDS or not 1 <= n_rings <= MAX_RINGS):  # fmt: skip
-        raise CorruptSegmentError("segment header names an unknown dtype, mode, kind or count")
-    try:
-        g = Geometry(
-            _read_rings(page, n_rings), _read_fields(page, n_fields),
-            DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role],
-        )  # fmt: skip
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
-    lay = Layout.plan(g)
-    offsets = ("locks_off", "stripes_off", "keys_off", "rows_off", "row_bytes", "total_bytes", "chunks_off",
-               "n_chunks")  # fmt: skip
-    stored = (*(h[n] for n in offsets), h["n_locks"], h["key_slots"])
-    if stored != (lay.locks_off, lay.stripes_off, lay.keys_off, lay.rows_off, lay.row_bytes,
-                  lay.total_bytes, lay.chunks_off, lay.n_chunks, g.n_locks, g.key_slots):  # fmt: skip
-        raise CorruptSegmentError("segment header offsets do not match its geometry")
-    if actual_bytes != total:
-        raise CorruptSegmentError(
-            f"segment is {actual_bytes} bytes but its header says {total}: truncated or resized"
-        )
-    meta = Meta(h["creator_pid"], h["created_real_ns"], h["created_mono_ns"], h["boot_id"], h["hash_key"],
-                CLOCKS[clock])  # fmt: skip
-    return g, lay, meta
-
-
-def _read_rings(page: bytes, n_rings: int) -> tuple[Ring, ...]:
-    rings = []
-    for i in range(n_rings):
-        bucket_ns, n_buckets, flags, limit = _RING.unpack_from(page, RING_TABLE_OFF + i * _RING.size)
-        if flags & ~RING_LOG:
-            raise CorruptSegmentError(f"segment header: ring {i} has unknown flags {flags:#x}")
-        rings.append(Ring(bucket_ns, n_buckets, limit, bool(flags & RING_LOG)))
-    return tuple(rings)
-
-
-def _read_fields(page: bytes, n_fields: int) -> tuple[str, ...]:
-    start = FIELD_NAMES_OFF
-    return tuple(
-        page[start + i * FIELD_NAME_BYTES : start + (i + 1) * FIELD_NAME_BYTES].rstrip(b"\0").decode()
-        for i in range(n_fields)
-    )
-
-
-def state_tag(value: int, offset: int, hash_key: bytes) -> int:
-    """The tag of a checked word (``core/index.c``'s state_tag: both must agree)."""
-    k0, k1 = struct.unpack("<QQ", hash_key)
-    x: int = ((value | offset << 32) ^ k0) * (k1 | 1) & _U64
-    x ^= x >> 32
-    return (x * 0x9E3779B97F4A7C15 & _U64) >> 32
-
-
-def state_word(value: int, offset: int, hash_key: bytes) -> int:
-    """The u64 a checked word holds for ``value`` (0 <= value < 2**32)."""
-    return state_tag(value, offset, hash_key) << 32 | value
-
-
-def state_value(word: int, offset: int, hash_key: bytes, most: int) -> int:
-    """A checked word's value, in [0, most]; CorruptSegmentError if it fails its tag."""
-    word &= _U64
-    value = word & 0xFFFFFFFF
-    if word >> 32 != state_tag(value, offset, hash_key) or value > most:
-        raise CorruptSegmentError(f"segment's key table is corrupt: word {offset} ({word:#x}) fails its tag")
-    return value
-
-
-def check_key_state(mm: Buffer, g: Geometry, lay: Layout, hash_key: bytes) -> None:
-    """Refuse a keyed segment whose key-table words (outside the header checksum) are junk.
-    Read lock-free while other processes insert: the checked words each pass their tag (one
-    store writes a word and its tag) and rows_top <= rows_reserved (stored in that order, read
-    in this one); the counting words are checked against their own bounds only."""
-    if not g.keyed:
-        return
-    index_word, used, keys, top_word, reserved_word, free_head = (
-        struct.unpack_from("<q", mm, offset)[0]
-        for offset in (INDEX_OFF, INDEX_USED_OFF, KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF)
-    )
-    most_entries = g.key_slots << max(g.index_levels - 1, 0)
-    problems = []
-    try:
-        state_value(index_word, INDEX_OFF, hash_key, 2 * g.index_levels - 1)
-    except CorruptSegmentError:
-        problems.append(f"index descriptor {index_word & _U64:#x}")
-    if not 0 <= used <= most_entries or not 0 <= keys <= g.capacity:
-        problems.append(f"counts (keys {keys}, entries used {used})")
-    try:
-        top = state_value(top_word, ROWS_TOP_OFF, hash_key, lay.n_rows)
-        if top > state_value(reserved_word, ROWS_RESERVED_OFF, hash_key, lay.n_rows):
-            raise CorruptSegmentError("rows_top > rows_reserved")
-        if not 0 <= free_head <= lay.n_rows:
-            raise CorruptSegmentError("free list")
-    except CorruptSegmentError:
-        words = f"top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head}"
-        problems.append(f"row heap ({words})")
-    if lay.n_chunks:
-        top_word, reserved_word, free_head = (
-            struct.unpack_from("<q", mm, offset)[0]
-            for offset in (CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF, CHUNK_FREE_OFF)
-        )
-        try:
-            top = state_value(top_word, CHUNKS_TOP_OFF, hash_key, lay.n_chunks)
-            if top > state_value(reserved_word, CHUNKS_RESERVED_OFF, hash_key, lay.n_chunks):
-                raise CorruptSegmentError("chunks_top > chunks_reserved")
-            if not 0 <= free_head <= lay.n_chunks:
-                raise CorruptSegmentError("chunk free list")
-        except CorruptSegmentError:
-            words = f"top {top_word & _U64:#x}, reserved {reserved_word & _U64:#x}, free list {free_head}"
-            problems.append(f"chunk heap ({words})")
-    if problems:
-        raise CorruptSegmentError(f"segment's key table is corrupt: {', '.join(problems)}")

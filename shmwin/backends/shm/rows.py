@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ... import ring
-from ...geometry import Geometry
+from ...geometry import EMPTY_EPOCH, Geometry, expected_epochs
 from ...policy import exact, may_wrap_where
 from . import layout
 from .layout import Layout
@@ -54,12 +53,12 @@ class RingView:
             return self.epochs[rows]
         words = np.array(self.heads[rows])  # one read of both words per row
         head, zeroed = words[:, 0:1], words[:, 1:2]
-        empty = head == ring.EMPTY_EPOCH
+        empty = head == EMPTY_EPOCH
         head = np.where(empty | (head < 0), 0, head)  # junk or none: no epoch >= 0 matches below
         slots = np.arange(self.n_buckets, dtype=np.int64)
         derived = head - (head - slots) % self.n_buckets
         clean = ~empty & (derived <= np.minimum(zeroed, head)) & (derived >= 0)
-        return np.where(clean, derived, ring.EMPTY_EPOCH)
+        return np.where(clean, derived, EMPTY_EPOCH)
 
 
 class Rows:
@@ -87,7 +86,7 @@ class Rows:
         A log ring counts its entries of the last period, whatever ``k``."""
         if r.log:
             return Rows._live_log(r, now_ns, rows, value_index, per_row)
-        expected = ring.expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
+        expected = expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
         epochs = r.slot_epochs(rows)
         # (fields, rows, slots): numpy's inner loops then run along a row's slots, never over
         # a fields axis of length 1 (which cost 10x)

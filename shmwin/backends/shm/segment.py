@@ -75,9 +75,37 @@ def path_of(name: str) -> str:
     return SHM_DIR + check_name(name)
 
 
+# names(): the last listing, kept while /dev/shm's modification time says nothing was created
+# or removed since: (directory device, inode, mtime ns, namespace), when it was listed (wall
+# ns), the names. A directory's mtime comes from a coarse clock (a jiffy, 1-10 ms), so a
+# listing made less than SETTLED_NS after the last change is not kept: a change in the same
+# tick would leave the mtime as it was.
+_listed: tuple[tuple[int, int, int, str], int, tuple[str, ...]] | None = None
+SETTLED_NS = 50_000_000
+
+
 def names() -> list[str]:
     """Names of the shmwin windows on this host (in this namespace), sorted."""
-    return sorted(_entries())
+    return list(listed_names())
+
+
+def listed_names() -> tuple[str, ...]:
+    """:func:`names`, as a tuple that stays the same object while /dev/shm does not change: one
+    stat() instead of a listing per call (limits' ``get`` of a key of another shape looks in
+    every segment of its storage at every call)."""
+    global _listed
+    try:
+        st = os.stat(SHM_DIR)
+    except FileNotFoundError:
+        return ()
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, namespace())
+    kept = _listed
+    if kept is not None and kept[0] == key and kept[1] - st.st_mtime_ns >= SETTLED_NS:
+        return kept[2]
+    listed_ns = time.time_ns()
+    found = tuple(sorted(_entries()))
+    _listed = (key, listed_ns, found)
+    return found
 
 
 def _entries() -> Iterator[str]:

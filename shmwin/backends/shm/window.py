@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import ring
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
@@ -35,10 +34,10 @@ from ...errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
-from ...geometry import Geometry, Meta
+from ...geometry import Geometry, Meta, slots_oldest_first
 from ...policy import WINDOW_ON_FULL, int64_total
 from ..contract import Key, Number, Reading, Request
-from . import layout, native
+from . import header, layout, native
 from .format import COUNTER_ROLES, STATE_ROLES
 from .keys import KeyTable
 from .layout import Layout
@@ -143,9 +142,9 @@ class ShmWindow:
         self._seg = seg
         self._closed = True  # until fully bound, close() must not touch views
         try:
-            g, lay, meta = layout.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
+            g, lay, meta = header.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
             check_lock_table(seg.mm, lay.locks_off, g.n_locks)
-            layout.check_key_state(seg.mm, g, lay, meta.hash_key)
+            header.check_key_state(seg.mm, g, lay, meta.hash_key)
             # the core holds its window (through the claim callback): a bound ``w.add`` kept
             # alone keeps the window open, as a bound Python method would
             core = native.open_core(
@@ -330,7 +329,7 @@ class ShmWindow:
         per_slot, now_ns = self._live(value_index, ring_index, k, key)
         if not ordered:  # a sum: every slot, those outside the last k are 0
             return Reading(per_slot, now_ns)
-        return Reading(per_slot[ring.slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
+        return Reading(per_slot[slots_oldest_first(now_ns // r.bucket_ns, r.n_buckets, k)], now_ns)
 
     def log_entries(self, ring_index: int, key: Key) -> tuple[list[tuple[int, int]], int]:
         """An exact limiter's log ring for ``key``: its entries counting now, as (time ns,
@@ -470,7 +469,7 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
         meta = Meta(
             os.getpid(), int(time.time_ns()), host_monotonic_ns(), _boot_id(), os.urandom(16), clock_kind
         )
-        mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, meta)
+        mm[: layout.HEADER_BYTES] = header.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
         init_locks(mm, lay.locks_off, g.n_locks)
         if g.keyed and g.n_stripes:  # a concurrency's processes: one liveness mutex each

@@ -19,7 +19,7 @@ from support.helpers import ROOT, assert_no_fail_point
 import shmwin
 from shmwin import _core
 from shmwin.backends.shm import format as layout_words
-from shmwin.backends.shm import layout
+from shmwin.backends.shm import header, layout
 from shmwin.backends.shm.layout import Layout
 from shmwin.geometry import Geometry, Meta, Ring
 
@@ -169,7 +169,7 @@ def test_the_core_derives_the_layout_python_plans_for_every_geometry():
         for g in _geometries():
             lay = Layout.plan(g)
             mm = mmap.mmap(-1, lay.total_bytes)
-            mm[: layout.HEADER_BYTES] = layout.pack_header(g, lay, Meta(1, 2, 3, bytes(16), os.urandom(16)))
+            mm[: layout.HEADER_BYTES] = header.pack_header(g, lay, Meta(1, 2, 3, bytes(16), os.urandom(16)))
             core = _core.Core(mm, name="plan", timeout_ns=0, claim=lambda: (1, 1), fd=fd)
             assert core.layout == _expected(g, lay), str(g)
             core.close()
@@ -181,7 +181,7 @@ def test_the_core_derives_the_layout_python_plans_for_every_geometry():
 def test_a_header_that_does_not_fit_its_mapping_is_refused():
     g = Geometry((Ring(10**9, 60),), ("hits",), mode="locked", n_stripes=0)
     lay = Layout.plan(g)
-    page = layout.pack_header(g, lay, Meta(1, 2, 3, bytes(16)))
+    page = header.pack_header(g, lay, Meta(1, 2, 3, bytes(16)))
     with pytest.raises(ValueError, match="does not fit"):
         _core.Core(bytearray(page), name="short", timeout_ns=0)
     junk = bytearray(page) + bytes(lay.total_bytes - len(page))

@@ -34,7 +34,7 @@ def test_c_and_layout_share_every_constant():
     assert all(getattr(layout, name) == _core.LAYOUT[name] for name in shared)
     assert all(getattr(layout_words, name) == value for name, value in _core.LAYOUT.items())
     assert _core.MUTEX_BYTES <= layout.LOCK_INTENT_OFF
-    assert _core.LAYOUT["EMPTY_EPOCH"] == shmwin.ring.EMPTY_EPOCH == -(2**63)
+    assert _core.LAYOUT["EMPTY_EPOCH"] == shmwin.geometry.EMPTY_EPOCH == -(2**63)
 
 
 class Interrupted(Exception):

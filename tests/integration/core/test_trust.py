@@ -437,7 +437,7 @@ def _gunicorn_as_nobody(name: str, tmp_path, app: str, preload: bool = False) ->
     if preload:
         args += ["--preload", "--pythonpath", str(tmp_path)]
     env = {"SHMWIN_TEST_NAME": name, "SHMWIN_LOG_DIR": str(tmp_path)}
-    return Server(python_module("gunicorn", *args, app), port, env)
+    return Server(python_module("gunicorn", *args, app), port, env, view=True)  # its workers run as nobody
 
 
 def _owner(name: str) -> tuple[int, int, int]:

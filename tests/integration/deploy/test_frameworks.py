@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from support.servers import Server, free_port, hammer, python_module
@@ -59,34 +60,28 @@ def test_flask_limiter_under_gunicorn(name, tmp_path, strategy):
         assert _unlink_prefix(name)  # the storage really created its segments
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_slowapi_under_uvicorn(name, tmp_path, strategy):
-    pytest.importorskip("slowapi")
+def _under_uvicorn(app: str, name: str, tmp_path: Path, strategy: str) -> None:
+    """``app`` served by 3 uvicorn workers: 50 of 200 requests admitted, across workers."""
     port = free_port()
-    args = python_module(
-        "uvicorn", "fastapi_limited:app", "--workers", "3", "--port", str(port), "--log-level", "warning"
-    )
+    args = python_module("uvicorn", app, "--workers", "3", "--port", str(port), "--log-level", "warning")
     try:
         statuses, pids = _run(args, port, name, tmp_path, strategy)
         assert statuses == {200: 50, 429: 150}
         assert len(pids) > 1
     finally:
         assert _unlink_prefix(name)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_slowapi_under_uvicorn(name, tmp_path, strategy):
+    pytest.importorskip("slowapi")
+    _under_uvicorn("fastapi_limited:app", name, tmp_path, strategy)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_limits_aio_on_async_shm_under_uvicorn(name, tmp_path, strategy):
     pytest.importorskip("fastapi")
-    port = free_port()
-    args = python_module(
-        "uvicorn", "fastapi_aio_limited:app", "--workers", "3", "--port", str(port), "--log-level", "warning"
-    )
-    try:
-        statuses, pids = _run(args, port, name, tmp_path, strategy)
-        assert statuses == {200: 50, 429: 150}
-        assert len(pids) > 1
-    finally:
-        assert _unlink_prefix(name)
+    _under_uvicorn("fastapi_aio_limited:app", name, tmp_path, strategy)
 
 
 def _get_with_headers(port: int) -> tuple[int, dict[str, str]]:

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.helpers import fenced_blocks
 from support.servers import ROOT
 
 import shmwin
 from shmwin.backends.shm.segment import PREFIX, SHM_DIR
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SKIP = re.compile(r"<!-- snippet: skip \((.+)\) -->")
 MARKER = re.compile(r"<!-- (?:snippet|recipe):")
 REDIS_URL = re.compile(r"redis://[^\s\"')]+")
@@ -58,12 +58,8 @@ class Block:
 def _blocks() -> list[Block]:
     found = []
     for page in PAGES:
-        text = page.read_text()
-        for m in FENCE.finditer(text):
-            line = text.count("\n", 0, m.start()) + 1
-            before = text[: m.start()].rstrip("\n").rpartition("\n")[2]
-            marker = before if MARKER.match(before) else ""
-            found.append(Block(page, line, m.group(1), m.group(2), marker))
+        for line, lang, code, before in fenced_blocks(page):
+            found.append(Block(page, line, lang, code, before if MARKER.match(before) else ""))
     return found
 
 

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.helpers import ROOT
+from support.helpers import ROOT, fenced_blocks
 from support.rootenv import describe, namespace_argv, needs_namespace
 
 pytestmark = [pytest.mark.integration, needs_namespace]
 
 PAGES = [ROOT / "README.md", ROOT / "docs" / "install.md"]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SKIP = re.compile(r"<!-- as-written: skip \((.+)\) -->")
 WATCH = re.compile(r"^(shmwin watch .*)$", re.MULTILINE)
 CTRL_C = shlex.quote(str(ROOT / "tests" / "support" / "ctrl_c_after_frame.py"))
@@ -58,12 +57,9 @@ def blocks() -> list[Block]:
     """Every fenced block of the two pages, in reading order."""
     found = []
     for page in PAGES:
-        text = page.read_text()
-        for m in FENCE.finditer(text):
-            line = text.count("\n", 0, m.start()) + 1
-            before = text[: m.start()].rstrip("\n").rpartition("\n")[2]
+        for line, lang, code, before in fenced_blocks(page):
             reason = SKIP.fullmatch(before)
-            found.append(Block(page.name, line, m.group(1), m.group(2), reason.group(1) if reason else ""))
+            found.append(Block(page.name, line, lang, code, reason.group(1) if reason else ""))
     return found
 
 

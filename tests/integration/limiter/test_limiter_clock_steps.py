@@ -8,12 +8,13 @@ forgotten between P and P + P/buckets after it). Time is driven by hand; the pro
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import functools
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from support.clock_steps import SteppingClock, busiest_period, skewed_turns
 from support.helpers import run_python
 
 from shmwin import Limiter, ManualClock
@@ -23,19 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
 
 S = 1_000_000_000
 T0 = 1_000_000 * S
-
-
-class SteppingClock:
-    """A wall clock driven by hand, which (unlike ManualClock, a monotonic one) may step back."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def set(self, now_ns: int) -> None:
-        self.now_ns = now_ns
 
 
 @contextmanager
@@ -54,19 +42,6 @@ def in_window(t_ns: int, x_ns: int, period_ns: int, buckets: int) -> bool:
     that x's window spans (or later: a hit ahead of x counts)."""
     bucket_ns = period_ns // buckets
     return t_ns // bucket_ns > x_ns // bucket_ns - (buckets + 1)
-
-
-def busiest_period(admitted: list[tuple[int, int]], period_ns: int) -> int:
-    """The most cost admitted in any interval (a - P, a] of the clocks' own frame."""
-    hits = sorted(admitted)
-    best, total, lo = 0, 0, 0
-    for t, cost in hits:
-        total += cost
-        while hits[lo][0] <= t - period_ns:
-            total -= hits[lo][1]
-            lo += 1
-        best = max(best, total)
-    return best
 
 
 # -- the issue's attack, on a Limiter whose clock steps back ---------------------------------------
@@ -211,35 +186,17 @@ def test_processes_with_clocks_apart_never_pass_the_limit_at_their_own_times(nam
     `skew_s` ahead (P = 10 s, limit 6, 10 buckets). With each admitted hit at the time its own
     process's clock read, no interval of P holds more than the limit in either frame."""
     period_ns, limit, skew = 10 * S, 6, skew_s * S
-    rng = random.Random(skew_s)
     clock = ManualClock(T0)
     lim = Limiter(name, "6/10 seconds", buckets=10, clock=clock)
-    ctx = mp.get_context("fork")
-    mine, theirs = ctx.Pipe()
-    child = ctx.Process(target=_skewed_hitter, args=(name, theirs), daemon=True)
-    child.start()
-    stamped: list[tuple[int, int]] = []  # admitted hits, each at its own process's clock
     try:
-        t = T0
-        for _ in range(300):
-            t += rng.randrange(period_ns // 3)
-            clock.set(t)
-            cost = rng.choice((1, 1, 2))
-            if rng.random() < 0.5:
-                if lim.hit("k", cost):
-                    stamped.append((t, cost))
-            else:
-                mine.send((t + skew, cost))
-                if mine.recv():
-                    stamped.append((t + skew, cost))
+        stamped, exitcode = skewed_turns(
+            lim.hit, clock, functools.partial(_skewed_hitter, name),
+            t0_ns=T0, period_ns=period_ns, skew_ns=skew, turns=300, seed=skew_s,
+        )  # fmt: skip
         assert busiest_period(stamped, period_ns) <= limit
         assert sum(c for _, c in stamped) > 30
-        mine.send(None)
-        child.join(30)
-        assert child.exitcode == 0
+        assert exitcode == 0
     finally:
-        if child.is_alive():
-            child.kill()
         lim.unlink()
         lim.close()
 

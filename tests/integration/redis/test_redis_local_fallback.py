@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import threading
 import time
 from contextlib import contextmanager
 
@@ -169,5 +170,88 @@ def test_the_middlewares_decide_on_the_local_share_without_waiting(own_redis, na
         assert all(v.unavailable for v in verdicts)
         assert asked == []  # stats never asked the frozen server
     finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_record_says_since_when_the_host_is_on_its_share(
+    own_redis, name, kind, probe_every_call, monkeypatch
+):
+    """Each call that meets the server away adds to NAME.local.away: fallback_status reads
+    there (with the writers' clock) that the fallback is active, since the first failure of
+    the run, and how many calls met the server away."""
+    monkeypatch.setattr(local_share_module, "CLOCK_EVERY", 1)  # every call may probe (PROBE_S 0)
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, fallback="3/minute")
+    try:
+        assert lim.hit("k")
+        assert local_share_module.fallback_status(name, clock) is None  # never away: no record
+        with _frozen(own_redis):
+            lim.hit("k")
+            first = local_share_module.fallback_status(name, clock)
+            clock.advance(30)
+            lim.hit("k")
+            later = local_share_module.fallback_status(name, clock)
+        assert first is not None and later is not None
+        assert first["active"] and later["active"]
+        assert later["failures"] >= 2  # one per call that met it (probes at every call here)
+        assert abs(later["since"] - (later["last"] - 30)) <= 1  # the run began 30 s (on the clock) earlier
+    finally:
+        lim.unlink()
+        lim.close()
+    assert local_share_module.fallback_status(name, clock) is None  # unlink removed the record
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_show_and_the_prometheus_export_show_the_fallback(own_redis, name, kind, probe_every_call):
+    """From another process: ``shmwin show NAME.local`` says the host's share is active and
+    since when; the exporter has shmwin_fallback_active 1 and the time it began."""
+    import json
+    import subprocess
+    import sys
+
+    from support.helpers import ROOT
+
+    from shmwin.integrations.prometheus import exposition
+
+    lim = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local", fallback="3/minute",
+                  timeout=0.2)  # fmt: skip
+    calling = threading.Event()
+
+    def keep_calling() -> None:  # the app goes on meeting the server away while the tools look
+        while calling.is_set():
+            lim.hit("k")
+            time.sleep(0.01)
+
+    try:
+        with _frozen(own_redis):
+            assert lim.hit("k")  # on the local share
+            calling.set()
+            caller = threading.Thread(target=keep_calling)
+            caller.start()
+            env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+            show = [sys.executable, "-m", "shmwin", "show"]
+            shown = subprocess.run(
+                [*show, name + ".local"], env=env, capture_output=True, text=True, timeout=60
+            )
+            run = {"env": env, "capture_output": True, "text": True, "timeout": 60}
+            as_json = subprocess.run([*show, "--json", name + ".local"], **run)  # type: ignore[call-overload]
+            text = exposition([name + "*"])
+        assert shown.returncode == 0, shown.stderr
+        assert "fallback: ACTIVE since " + time.strftime("%Y-%m-%d") in shown.stdout, shown.stdout
+        status = json.loads(as_json.stdout)["fallback"] if as_json.returncode == 0 else as_json.stderr
+        assert status["active"] is True and abs(status["since"] - time.time()) < 60, status
+        assert f'shmwin_fallback_active{{window="{name}"}} 1.0' in text, text
+        since = [
+            line
+            for line in text.splitlines()
+            if line.startswith(f'shmwin_fallback_since_seconds{{window="{name}"}}')
+        ]
+        assert since and abs(float(since[0].split()[-1]) - time.time()) < 60, since
+    finally:
+        if calling.is_set():
+            calling.clear()
+            caller.join()
         lim.unlink()
         lim.close()

@@ -8,10 +8,11 @@ real (fork, or an unrelated ``python -c``)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import functools
 import random
 
 import pytest
+from support.clock_steps import SteppingClock, busiest_period, skewed_turns
 from support.helpers import run_python
 
 import shmwin
@@ -34,38 +35,12 @@ def old_ns(period_ns: int) -> int:
     return (1 << (layout.MOVING_SPAN_BITS + 2)) * quantum(period_ns)
 
 
-class SteppingClock:
-    """A wall clock driven by hand, which (unlike ManualClock, a monotonic one) may step back."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def set(self, now_ns: int) -> None:
-        self.now_ns = now_ns
-
-
 def open_log(
     name: str, clock: ManualClock | SteppingClock, limit: int, period_ns: int, times: int = 1024
 ) -> MovingLogs:
     found = MovingLogs.open(name, limit, period_ns, times, clock, 16, create=True)
     assert found is not None
     return found
-
-
-def busiest_period(admitted: list[tuple[int, int]], period_ns: int) -> int:
-    """The most cost admitted in any closed interval [a, a + P] of the clocks' own frame."""
-    hits = sorted(admitted)
-    best, total, lo = 0, 0, 0
-    for t, cost in hits:
-        total += cost
-        while hits[lo][0] < t - period_ns:
-            total -= hits[lo][1]
-            lo += 1
-        best = max(best, total)
-    return best
 
 
 # -- the issue's attack, through limits: shm:// answers as memory:// ------------------------------
@@ -161,7 +136,7 @@ def test_random_steps_never_pass_the_limit_in_the_clocks_frame(name, limit, peri
             held = sum(c for at, c in admitted if at >= t - period_ns)
             used = m.used_and_reset("k")[0]
             assert used >= min(limit, held), (i, t, used, held)
-        assert busiest_period(admitted, period_ns) <= limit
+        assert busiest_period(admitted, period_ns, closed=True) <= limit
         shut = 0.8 if times >= limit else 0.6  # past ?times= merges hold hits longer still
         assert len(admitted) >= shut * kept_all, (len(admitted), kept_all)  # strict, not shut
         clock.set(max(at for at, _ in admitted) + period_ns + quantum(period_ns))
@@ -193,35 +168,17 @@ def test_processes_with_clocks_apart_never_pass_the_limit_at_their_own_times(nam
     hits are ahead of this one's, so they count here; the slow clock's hits the fast one calls
     old are the skew's own allowance: test_redteam_moving's small-skew test bounds that.)"""
     period_ns, limit, skew = 10 * S, 6, skew_s * S
-    rng = random.Random(skew_s)
     clock = ManualClock(T0)
     m = open_log(name, clock, limit, period_ns)
-    ctx = mp.get_context("fork")
-    mine, theirs = ctx.Pipe()
-    child = ctx.Process(target=_skewed_hitter, args=(name, theirs), daemon=True)
-    child.start()
-    stamped: list[tuple[int, int]] = []  # admitted hits, each at its own process's clock
     try:
-        t = T0
-        for _ in range(400):
-            t += rng.randrange(period_ns // 3)
-            clock.set(t)
-            cost = rng.choice((1, 1, 2))
-            if rng.random() < 0.5:
-                if m.hit("k", cost):
-                    stamped.append((t, cost))
-            else:
-                mine.send((t + skew, cost))
-                if mine.recv():
-                    stamped.append((t + skew, cost))
-        assert busiest_period(stamped, period_ns) <= limit
+        stamped, exitcode = skewed_turns(
+            m.hit, clock, functools.partial(_skewed_hitter, name),
+            t0_ns=T0, period_ns=period_ns, skew_ns=skew, turns=400, seed=skew_s,
+        )  # fmt: skip
+        assert busiest_period(stamped, period_ns, closed=True) <= limit
         assert sum(c for _, c in stamped) > 50
-        mine.send(None)
-        child.join(30)
-        assert child.exitcode == 0
+        assert exitcode == 0
     finally:
-        if child.is_alive():
-            child.kill()
         m.close()
         shmwin.unlink(name)
 

@@ -1,5 +1,5 @@
-/* GENERATED from shmwin/backends/shm/format.py by c_header(): do not edit. To write it anew:
- *     python shmwin/backends/shm/format.py shmwin/backends/shm/core/layout.h
+/* GENERATED from shmwin/backends/shm/format.py by format_c.py: do not edit. To write it anew:
+ *     python shmwin/backends/shm/format_c.py shmwin/backends/shm/core/layout.h
  * tests/unit/test_layout.py holds it fresh; _core.LAYOUT hands these values back. */
 #ifndef SHMWIN_LAYOUT_H
 #define SHMWIN_LAYOUT_H

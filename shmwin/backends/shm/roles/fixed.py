@@ -3,7 +3,7 @@ changed together by one native section (``core/counters.c``)."""
 
 from __future__ import annotations
 
-from ....ring import EMPTY_EPOCH
+from ....geometry import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
 from .counters import to_hits

@@ -23,7 +23,7 @@ from ..format import (
     key_header_bytes,
     moving_quantum_shift,
 )
-from ..layout import state_value
+from ..header import state_value
 from .base import RoleEngine
 
 ROLE = "moving-log"

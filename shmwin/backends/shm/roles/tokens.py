@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ....ring import EMPTY_EPOCH
+from ....geometry import EMPTY_EPOCH
 from ...contract import Key
 from .base import RoleEngine
 

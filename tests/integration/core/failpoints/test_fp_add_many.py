@@ -8,18 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    LOCK_TIMEOUT,
-    PROGRESS,
-    SIGNALS,
-    T0,
-    S,
-    assert_monotone,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0, S
 
 import shmwin
 from shmwin import ManualClock, Window
@@ -33,7 +23,7 @@ BATCH_MODES: dict[str, dict[str, Any]] = {"keyed": {"capacity": 16}, "locked": {
 
 def _batch(name: str, mode: str, clock_path: Path, value: int, at: int, key: str | None) -> None:
     w = Window(name, span=60, buckets=60, **BATCH_MODES[mode], clock=ManualClock(path=clock_path))
-    promptly(w.add_many, [value], at=[at], key=key)
+    fp.promptly(w.add_many, [value], at=[at], key=key)
     w.close()
 
 
@@ -65,12 +55,12 @@ def test_add_batch(make_name, tmp_path, sig, mode):
                 report[PROGRESS] = 2
                 return mine
 
-            with strike(
+            with fp.strike(
                 "add_batch", n, sig, before,
                 lambda mine: mine.add_many([1, 2, 4, 8], at=[T1 - 3 * S, T1 - 2 * S, T1 - S, T1], key=key),
                 lambda mine: mine.add_many([0], at=[T1], key=key),
             ) as s:  # fmt: skip
-                series = [int(x) for x in promptly(w.series, key=key)]  # one bucket a second, now last
+                series = [int(x) for x in fp.promptly(w.series, key=key)]  # one bucket a second, now last
                 assert series[-11:-9] == [1, 1], "a batch that returned is not whole"
                 tail = series[-4:]
                 torn = [got for got, want in zip(tail, [1, 2, 4, 8], strict=True) if got not in (0, want)]
@@ -79,8 +69,8 @@ def test_add_batch(make_name, tmp_path, sig, mode):
                 if s.completed:
                     assert tail == [1, 2, 4, 8]
                 applied[n] = tuple(int(x > 0) for x in tail)
-                promptly(w.add_many, [16], at=[T1 - 5 * S], key=key)
-                in_child(_batch, name, mode, clock_path, 32, T1 - 6 * S, key)
+                fp.promptly(w.add_many, [16], at=[T1 - 5 * S], key=key)
+                fp.in_child(_batch, name, mode, clock_path, 32, T1 - 6 * S, key)
                 series = [int(x) for x in w.series(key=key)]
                 assert series[-7:-5] == [32, 16] and sum(series) == 2 + sum(tail) + 48
                 if key:
@@ -90,5 +80,5 @@ def test_add_batch(make_name, tmp_path, sig, mode):
             w.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 4 * 2
-    assert_monotone(applied, "the batch in flight")
+    assert fp.every_store(strike_at) >= 4 * 2
+    fp.assert_monotone(applied, "the batch in flight")

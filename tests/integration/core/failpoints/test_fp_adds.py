@@ -9,17 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    LOCK_TIMEOUT,
-    PROGRESS,
-    SIGNALS,
-    T0,
-    assert_monotone,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0
 
 import shmwin
 from shmwin import ManualClock, Window
@@ -36,7 +27,7 @@ ADD_MODES: dict[str, dict[str, Any]] = {
 def _add(name: str, section: str, clock_path: Path, n: int, key: str | None) -> tuple[int, list[int]]:
     """A survivor's add: (its pid, the pids owning stripes just after it)."""
     w = Window(name, **ADD_WINDOW, **ADD_MODES[section], clock=ManualClock(path=clock_path), lock_timeout=5)
-    promptly(w.add, n, key=key)
+    fp.promptly(w.add, n, key=key)
     owners = [pid for _, pid, alive in w.stripe_owners() if alive]
     w.close()  # hands its stripe back
     return os.getpid(), owners
@@ -71,13 +62,13 @@ def test_add(make_name, tmp_path, sig, section, call):
                 ManualClock(path=clock_path).advance(60)
                 return mine
 
-            with strike(
+            with fp.strike(
                 section, n, sig, before, lambda mine: getattr(mine, call)(1, key=key),
                 lambda mine: mine.add(0, key=key),
             ) as s:  # fmt: skip
                 assert s.report[PROGRESS] == 3
-                fine = promptly(w.totals, key=key, resolution=0)  # the last minute: the add in flight
-                coarse = promptly(w.totals, key=key, resolution=1)  # the last hour: everything
+                fine = fp.promptly(w.totals, key=key, resolution=0)  # the last minute: the add in flight
+                coarse = fp.promptly(w.totals, key=key, resolution=1)  # the last hour: everything
                 inflight = (fine["count"], coarse["count"] - 3)
                 assert set(inflight) <= {0, 1}, f"returned adds lost, or the one in flight twice: {inflight}"
                 assert inflight[0] >= inflight[1], "rings are written in order"
@@ -85,8 +76,8 @@ def test_add(make_name, tmp_path, sig, section, call):
                 if s.completed:
                     assert inflight == (1, 1)
                 inflights[n] = inflight
-                promptly(w.add, 2, key=key)  # the lock the victim may have died holding
-                child, owners = in_child(_add, name, section, clock_path, 5, key)
+                fp.promptly(w.add, 2, key=key)  # the lock the victim may have died holding
+                child, owners = fp.in_child(_add, name, section, clock_path, 5, key)
                 assert w.total(key=key, resolution=0) == inflight[0] + 7
                 assert w.total(key=key, resolution=1) == 3 + inflight[1] + 7
                 assert w.total("bytes", key=key, resolution=1) == 100
@@ -100,6 +91,6 @@ def test_add(make_name, tmp_path, sig, section, call):
             w.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 2 * 2, f"section {section!r} made only {stores} stores"
-    assert_monotone(inflights, "the add in flight")
+    fp.assert_monotone(inflights, "the add in flight")

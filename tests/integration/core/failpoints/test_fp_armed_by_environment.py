@@ -10,14 +10,8 @@ import sys
 import textwrap
 
 import pytest
-from support.failpoints import (
-    KILL,
-    LOCK_TIMEOUT,
-    T0,
-    assert_repaired,
-    every_store,
-    promptly,
-)
+from support import failpoints as fp
+from support.failpoints import KILL, LOCK_TIMEOUT, T0
 from support.helpers import ROOT
 
 import shmwin
@@ -53,13 +47,13 @@ def test_a_python_c_victim_armed_by_shmwin_failpoint(make_name, tmp_path):
             if not fired:
                 assert proc.returncode == 0, proc.stderr
                 assert proc.stdout.split() == ["admitted", "1", "fired", "0"]
-            counted = promptly(lim.stats, "k").used
-            assert_repaired(lim, "k")
+            counted = fp.promptly(lim.stats, "k").used
+            fp.assert_repaired(lim, "k")
             assert counted in (0, 1) and (fired or counted == 1)
-            assert sum(promptly(lim.hit, "k") for _ in range(12)) == 10 - counted
+            assert sum(fp.promptly(lim.hit, "k") for _ in range(12)) == 10 - counted
             return fired
         finally:
             lim.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 4
+    assert fp.every_store(strike_at) >= 4

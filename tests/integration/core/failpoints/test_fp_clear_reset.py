@@ -8,21 +8,8 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from support.failpoints import (
-    KILL,
-    LOCK_TIMEOUT,
-    SIGNALS,
-    T0,
-    Keyed,
-    assert_key_table_sound,
-    assert_monotone,
-    assert_usable,
-    check_survivor_keyed,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import KILL, LOCK_TIMEOUT, SIGNALS, T0
 
 import shmwin
 from shmwin import KeyTableFullError, ManualClock, Window
@@ -38,31 +25,31 @@ def test_clear(make_name, tmp_path, kind, sig):
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"clear{n}"), tmp_path / f"clock{n}"
-        t = Keyed(kind, name, clock_path)
+        t = fp.Keyed(kind, name, clock_path)
         try:
             assert t.write("k", 10) == 10
             assert t.write("other", 4) == 4
-            with strike(
-                "clear", n, sig, lambda report: Keyed(kind, name, clock_path),
+            with fp.strike(
+                "clear", n, sig, lambda report: fp.Keyed(kind, name, clock_path),
                 lambda mine: mine.clear("k"), lambda mine: mine.peek("k"),
             ) as s:  # fmt: skip
-                left = promptly(t.units, "k")
+                left = fp.promptly(t.units, "k")
                 assert left in (0, 10), f"a clear left {left} of 10 counts: torn"
                 if s.completed:
                     assert left == 0
                 cleared[n] = left == 0
-                assert_usable(t, "k", left)
+                fp.assert_usable(t, "k", left)
                 assert t.units("other") == 4, "another key moved"
-                assert_key_table_sound(t.w)
+                fp.assert_key_table_sound(t.w)
                 # no insert here: see test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry
-                check_survivor_keyed(t, "k", insert=False)
+                fp.check_survivor_keyed(t, "k", insert=False)
             return s.fired
         finally:
             t.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 2
-    assert_monotone(cleared, "the clear")
+    assert fp.every_store(strike_at) >= 2
+    fp.assert_monotone(cleared, "the clear")
 
 
 @pytest.mark.parametrize("kind", ["limiter", "window"])
@@ -73,12 +60,12 @@ def test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry(make_name, tm
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"tornclear{n}"), tmp_path / f"clock{n}"
-        t = Keyed(kind, name, clock_path, capacity=5, on_full="deny")  # 5 keys
+        t = fp.Keyed(kind, name, clock_path, capacity=5, on_full="deny")  # 5 keys
         try:
             assert t.write("k", 10) == 10
             assert t.write("other", 4) == 4
-            with strike(
-                "clear", n, KILL, lambda report: Keyed(kind, name, clock_path, capacity=5, on_full="deny"),
+            with fp.strike(
+                "clear", n, KILL, lambda report: fp.Keyed(kind, name, clock_path, capacity=5, on_full="deny"),
                 lambda mine: mine.clear("k"),
             ) as s:  # fmt: skip
                 left = t.units("k")
@@ -92,7 +79,7 @@ def test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry(make_name, tm
             t.close()
             shmwin.unlink(name)
 
-    every_store(strike_at)
+    fp.every_store(strike_at)
     assert not broken, f"clear killed after store n (n: what went wrong): {broken}"
 
 
@@ -115,10 +102,10 @@ def test_reset(make_name, tmp_path, kind, sig):
             w = Window(name, span=60, buckets=60, stripes=3, clock=clock, lock_timeout=LOCK_TIMEOUT)
             t = None
             w.add(5)
-            in_child(_add_and_die, name, clock_path, 7)
+            fp.in_child(_add_and_die, name, clock_path, 7)
             # rows 1 (5) and 2 (7) hold counts; rows 0 and 3 are empty
         else:
-            t = Keyed(kind, name, clock_path, capacity=5)
+            t = fp.Keyed(kind, name, clock_path, capacity=5)
             w = t.w
             keys = [f"k{i}" for i in range(4)]
             for i, key in enumerate(keys):
@@ -129,29 +116,30 @@ def test_reset(make_name, tmp_path, kind, sig):
             return Window.attach(name, clock=ManualClock(path=clock_path), lock_timeout=LOCK_TIMEOUT)
 
         try:
-            with strike("reset", n, sig, before, lambda mine: mine.reset(), lambda mine: mine.reset()) as s:
+            reset = lambda mine: mine.reset()  # noqa: E731 (the victim and the survivor alike)
+            with fp.strike("reset", n, sig, before, reset, reset) as s:
                 if t is None:
-                    total = promptly(w.total)
+                    total = fp.promptly(w.total)
                     assert total in (12, 7, 0), f"a reset left {total}: a row emptied in part"
                     gone = (total <= 7, total == 0)
-                    promptly(w.reset)  # every lock the victim may have died holding
+                    fp.promptly(w.reset)  # every lock the victim may have died holding
                     assert w.total() == 0
                     w.add(1)
-                    in_child(_add_and_die, name, clock_path, 2)
+                    fp.in_child(_add_and_die, name, clock_path, 2)
                     assert w.total() == 3
                 else:
-                    left = {key: promptly(t.units, key) for key in keys}
+                    left = {key: fp.promptly(t.units, key) for key in keys}
                     assert all(left[key] in (0, i + 1) for i, key in enumerate(keys)), left
                     done = sorted(slots[key] for key in keys if left[key] == 0)
                     kept = sorted(slots[key] for key in keys if left[key])
                     assert not done or not kept or done[-1] < kept[0], "rows are emptied in order"
                     gone = tuple(int(left[key] == 0) for key in sorted(keys, key=slots.get))
                     for key in keys:
-                        assert_usable(t, key, left[key])
-                    promptly(w.reset)
+                        fp.assert_usable(t, key, left[key])
+                    fp.promptly(w.reset)
                     assert all(t.units(key) == 0 for key in keys)
-                    assert_key_table_sound(w)
-                    check_survivor_keyed(t, "k0")
+                    fp.assert_key_table_sound(w)
+                    fp.check_survivor_keyed(t, "k0")
                 if s.completed:
                     assert all(gone), "the reset completed: every row is empty"
                 emptied[n] = tuple(int(x) for x in gone)
@@ -163,5 +151,5 @@ def test_reset(make_name, tmp_path, kind, sig):
                 w.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 4
-    assert_monotone(emptied, "the reset")
+    assert fp.every_store(strike_at) >= 4
+    fp.assert_monotone(emptied, "the reset")

@@ -7,14 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    PROGRESS,
-    SIGNALS,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import PROGRESS, SIGNALS
 
 import shmwin
 
@@ -32,16 +26,16 @@ def _conc_take(name: str, key: str, n: int) -> list[bool]:
 
 def _conc_dead_holder(name: str, key: str) -> None:
     """Leave a dead holder's entry in ``key``'s row: a survivor takes a slot and exits."""
-    assert in_child(_conc_take, name, key, 1) == [True]
+    assert fp.in_child(_conc_take, name, key, 1) == [True]
 
 
 def _conc_after(mine: Any, name: str, live: int, limit: int) -> None:
     """From other processes: ``live`` slots held, the rest free, never one more."""
-    assert promptly(mine.count, "k") == live, "a dead holder counted, or a live one lost"
+    assert fp.promptly(mine.count, "k") == live, "a dead holder counted, or a live one lost"
     free = limit - live
-    got = in_child(_conc_take, name, "k", limit + 1)
+    got = fp.in_child(_conc_take, name, "k", limit + 1)
     assert got == [True] * free + [False] * (limit + 1 - free), f"a survivor took {got}: {free} were free"
-    got = [promptly(mine.acquire, "k", 0) for _ in range(limit + 1)]
+    got = [fp.promptly(mine.acquire, "k", 0) for _ in range(limit + 1)]
     assert got == [True] * free + [False] * (limit + 1 - free), f"this process took {got}: {free} were free"
     assert mine.count("k") == limit
     for _ in range(free):
@@ -72,7 +66,7 @@ def test_conc_acquire(make_name, sig, held):
                 return theirs
 
             take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
-            with strike("conc_acquire", n, sig, before, take, count) as s:
+            with fp.strike("conc_acquire", n, sig, before, take, count) as s:
                 assert s.report[PROGRESS] == held
                 live = 0 if s.died else held + 1  # a section that completed took its slot
                 _conc_after(mine, name, live, limit)
@@ -82,7 +76,7 @@ def test_conc_acquire(make_name, sig, held):
             mine.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 3, f"section 'conc_acquire' made only {stores} stores"
 
 
@@ -104,7 +98,7 @@ def test_conc_release(make_name, sig):
                 return theirs
 
             give, count = (lambda t: t.release("k")), (lambda t: t.count("k"))
-            with strike("conc_release", n, sig, before, give, count) as s:
+            with fp.strike("conc_release", n, sig, before, give, count) as s:
                 assert s.report[PROGRESS] == 2
                 _conc_after(mine, name, 0 if s.died else 1, limit)
             return s.fired
@@ -112,7 +106,7 @@ def test_conc_release(make_name, sig):
             mine.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 2, f"section 'conc_release' made only {stores} stores"
 
 
@@ -133,17 +127,17 @@ def test_conc_claim(make_name, sig):
                 return shmwin.Concurrency.attach(name)
 
             take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
-            with strike("conc_claim", n, sig, before, take, count) as s:
+            with fp.strike("conc_claim", n, sig, before, take, count) as s:
                 if s.died:
                     _conc_after(mine, name, 0, limit)  # the survivor claims the dead victim's stripe
                 else:
-                    assert promptly(mine.count, "k") == 1
+                    assert fp.promptly(mine.count, "k") == 1
                     with pytest.raises(AssertionError, match="KeyTableFullError"):
-                        in_child(_conc_take, name, "k", 1)  # the live victim keeps its stripe
+                        fp.in_child(_conc_take, name, "k", 1)  # the live victim keeps its stripe
             return s.fired
         finally:
             mine.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 4, f"section 'conc_claim' made only {stores} stores"

@@ -7,16 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.failpoints import (
-    LOCK_TIMEOUT,
-    PROGRESS,
-    SIGNALS,
-    T0,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0
 
 from shmwin import Limiter, ManualClock
 
@@ -26,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
 def _decided(name: str, clock_path: Path) -> tuple[bool, tuple[int, int, int]]:
     """A survivor's hit on the struck limiter, and its decisions after it."""
     lim = Limiter.attach(name, clock=ManualClock(path=clock_path), lock_timeout=5)
-    allowed = promptly(lim.hit, "k")
+    allowed = fp.promptly(lim.hit, "k")
     decided = tuple(lim.decisions())
     lim.close()
     return allowed, decided  # type: ignore[return-value]
@@ -50,22 +42,22 @@ def test_decision(make_name, tmp_path, sig):
                 report[PROGRESS] = 7
                 return mine
 
-            with strike("add_striped", n, sig, before, lambda mine: mine.hit("k")) as s:
+            with fp.strike("add_striped", n, sig, before, lambda mine: mine.hit("k")) as s:
                 assert s.report[PROGRESS] == 7
-                assert promptly(lim.stats, "k").used == 8, "the hit under its row lock is whole"
-                admitted, rejected, near = promptly(lim.decisions)  # the 8th leaves 2 of 10: near
+                assert fp.promptly(lim.stats, "k").used == 8, "the hit under its row lock is whole"
+                admitted, rejected, near = fp.promptly(lim.decisions)  # the 8th leaves 2 of 10: near
                 assert rejected == 0 and admitted in (7, 8), (admitted, rejected, near)
                 assert near <= admitted - 7, (admitted, near)
                 if s.completed:
                     assert (admitted, near) == (8, 1)
-                allowed, decided = in_child(_decided, name, clock_path)
+                allowed, decided = fp.in_child(_decided, name, clock_path)
                 assert allowed and decided == (admitted + 1, 0, near + 1)
-                assert promptly(lim.hit, "k") and not lim.hit("k")
+                assert fp.promptly(lim.hit, "k") and not lim.hit("k")
                 assert lim.decisions() == (admitted + 2, 1, near + 2)
             return s.fired
         finally:
             lim.unlink()
             lim.close()
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 2, f"a decision made only {stores} stores"  # admitted, then near

@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from support import failpoints as fp
 from support.failpoints import (
     EMPTY,
     KILL,
@@ -18,17 +19,7 @@ from support.failpoints import (
     PROGRESS,
     SIGNALS,
     T0,
-    Model,
     S,
-    assert_monotone,
-    assert_never_over,
-    assert_repaired,
-    assert_stats,
-    every_store,
-    in_child,
-    promptly,
-    ring_rows,
-    strike,
 )
 
 import shmwin
@@ -39,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
 
 def _hits(name: str, rates: list[str], clock_path: Path, key: str, count: int) -> list[bool]:
     lim = Limiter(name, rates, capacity=16, clock=ManualClock(path=clock_path), lock_timeout=LOCK_TIMEOUT)
-    got = [bool(promptly(lim.hit, key)) for _ in range(count)]
+    got = [bool(fp.promptly(lim.hit, key)) for _ in range(count)]
     lim.close()
     return got
 
@@ -71,7 +62,7 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
         clock = ManualClock(T0, path=clock_path)
         lim = Limiter(name, rates, capacity=16, clock=clock, lock_timeout=LOCK_TIMEOUT)
         try:
-            other, model = Model(lim), Model(lim)
+            other, model = fp.Model(lim), fp.Model(lim)
             for _ in range(2):
                 assert lim.hit("other")
                 other.count(T0)
@@ -86,13 +77,14 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
                 clock.set(struck_at)
                 return mine
 
-            with strike("hit", n, sig, before, lambda mine: mine.hit("k"), lambda mine: mine.test("k")) as s:
+            hit, test = (lambda mine: mine.hit("k")), (lambda mine: mine.test("k"))
+            with fp.strike("hit", n, sig, before, hit, test) as s:
                 assert s.report[PROGRESS] == len(pre_hits)
                 for at in pre_hits:
                     model.count(at)
                 now = clock()
-                used = [st.used for st in promptly(lim.stats_all, "k")]  # the dead holder's lock
-                assert_repaired(lim, "k")
+                used = [st.used for st in fp.promptly(lim.stats_all, "k")]  # the dead holder's lock
+                fp.assert_repaired(lim, "k")
                 inflight = tuple(u - p for u, p in zip(used, model.used(now), strict=True))
                 assert set(inflight) <= {0, 1}, f"returned hits lost, or the one in flight twice: {inflight}"
                 assert list(inflight) == sorted(inflight, reverse=True), "rates are counted in order"
@@ -100,28 +92,28 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
                     assert inflight == (1,) * len(rates), "the hit completed: it is counted in every rate"
                 inflights[n] = inflight
                 model.count(now, [i for i, x in enumerate(inflight) if x])
-                assert_stats(lim, "k", model, now)
+                fp.assert_stats(lim, "k", model, now)
                 admitted = [*pre_hits, *([now] if s.completed else [])]
                 assert [st.used for st in lim.stats_all("other")] == other.used(now), "another key moved"
                 for advance, who, count in SCHEDULE:
                     now = clock.advance(advance)
                     if who == "here":
-                        got = [bool(promptly(lim.hit, "k")) for _ in range(count)]
+                        got = [bool(fp.promptly(lim.hit, "k")) for _ in range(count)]
                     else:
-                        got = in_child(_hits, name, rates, clock_path, "k", count)
+                        got = fp.in_child(_hits, name, rates, clock_path, "k", count)
                     want = [model.hit(now) for _ in range(count)]
                     assert got == want, f"{who} at T0+{(now - T0) / S}s: admitted {got}, the rule says {want}"
                     admitted += [now] * sum(got)
-                    assert_stats(lim, "k", model, now)
-                assert_never_over(lim, admitted)
+                    fp.assert_stats(lim, "k", model, now)
+                fp.assert_never_over(lim, admitted)
             return s.fired
         finally:
             lim.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 1 + 3 * len(rates), f"section 'hit' made only {stores} stores"
-    assert_monotone(inflights, "the in-flight hit")
+    fp.assert_monotone(inflights, "the in-flight hit")
 
 
 def stale_counts(lim: Limiter, key: str) -> int:
@@ -160,7 +152,7 @@ def test_repair(make_name, tmp_path, sig, tear_kind):
     def torn_as_wanted(lim: Limiter) -> bool:
         if tear_kind == "stale":
             return stale_counts(lim, "k") > 0
-        return all(total > live for total, live in ring_rows(lim, "k"))
+        return all(total > live for total, live in fp.ring_rows(lim, "k"))
 
     def victim_limiter(clock_path: Path, name: str) -> Limiter:
         return Limiter(name, rates, capacity=16, clock=ManualClock(path=clock_path), lock_timeout=5)
@@ -174,7 +166,7 @@ def test_repair(make_name, tmp_path, sig, tear_kind):
             ManualClock(path=clock_path).advance(3)
             return mine
 
-        with Limiter.attach(name) as lim, strike("hit", tear, KILL, before, lambda m: m.hit("k")) as s:
+        with Limiter.attach(name) as lim, fp.strike("hit", tear, KILL, before, lambda m: m.hit("k")) as s:
             assert s.died
             return torn_as_wanted(lim)
 
@@ -197,21 +189,21 @@ def test_repair(make_name, tmp_path, sig, tear_kind):
         lim = Limiter(name, rates, capacity=16, clock=clock, lock_timeout=LOCK_TIMEOUT)
         try:
             assert torn_hit(name, clock_path, tear)
-            with strike(
+            with fp.strike(
                 "repair", n, sig, lambda report: victim_limiter(clock_path, name), lambda m: m.test("k")
             ) as s:
                 now = clock()
-                model = Model(lim)
+                model = fp.Model(lim)
                 model.count(T0)
                 model.count(T0)  # the torn hit never reached its buckets
-                assert_stats(lim, "k", model, now)
+                fp.assert_stats(lim, "k", model, now)
                 assert stale_counts(lim, "k") == 0, "the repair left a stale count"
-                got = [bool(promptly(lim.hit, "k")) for _ in range(12)]
+                got = [bool(fp.promptly(lim.hit, "k")) for _ in range(12)]
                 assert got == [model.hit(now) for _ in range(12)]
-                assert_stats(lim, "k", model, now)
+                fp.assert_stats(lim, "k", model, now)
             return s.fired
         finally:
             lim.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= len(rates)
+    assert fp.every_store(strike_at) >= len(rates)

@@ -7,18 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.failpoints import (
-    LOCK_TIMEOUT,
-    PROGRESS,
-    SIGNALS,
-    T0,
-    S,
-    assert_never_over,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0, S
 
 import shmwin
 from shmwin import Limiter, ManualClock
@@ -49,7 +39,7 @@ EXACT_SCHEDULE = [(0, "here", 3), (5, "child", 3), (5, "here", 4), (10, "child",
 
 def _exact_hits(name: str, clock_path: Path, key: str, count: int) -> list[bool]:
     with Limiter.attach(name, clock=ManualClock(path=clock_path), lock_timeout=LOCK_TIMEOUT) as lim:
-        return [bool(promptly(lim.hit, key)) for _ in range(count)]
+        return [bool(fp.promptly(lim.hit, key)) for _ in range(count)]
 
 
 @pytest.mark.parametrize("exact", [True, 3], ids=["log", "merging-log"])
@@ -75,12 +65,12 @@ def test_hit_exact(make_name, tmp_path, exact, sig):
                 clock.set(T0 + 50 * S)
                 return mine
 
-            with strike("hit", n, sig, before, lambda mine: mine.hit("k")) as s:
+            with fp.strike("hit", n, sig, before, lambda mine: mine.hit("k")) as s:
                 assert s.report[PROGRESS] == len(EXACT_PRE_HITS)
                 now = clock()
                 model = ExactModel(10, 60 * S)
                 model.times += EXACT_PRE_HITS
-                used = promptly(lim.stats, "k").used  # the dead holder's lock: repaired at once
+                used = fp.promptly(lim.stats, "k").used  # the dead holder's lock: repaired at once
                 inflight = used - model.used(now)
                 if exact is True:
                     assert inflight in (0, 1), f"returned hits lost, or the one in flight twice: {inflight}"
@@ -94,9 +84,9 @@ def test_hit_exact(make_name, tmp_path, exact, sig):
                 for advance, who, count in EXACT_SCHEDULE:
                     now = clock.advance(advance)
                     if who == "here":
-                        got = [bool(promptly(lim.hit, "k")) for _ in range(count)]
+                        got = [bool(fp.promptly(lim.hit, "k")) for _ in range(count)]
                     else:
-                        got = in_child(_exact_hits, name, clock_path, "k", count)
+                        got = fp.in_child(_exact_hits, name, clock_path, "k", count)
                     if exact is True:
                         want = [model.hit(now) for _ in range(count)]
                         assert got == want, (
@@ -109,11 +99,11 @@ def test_hit_exact(make_name, tmp_path, exact, sig):
                         assert sum(got) <= sum(exact_rule.hit(now) for _ in range(count))
                         model.times += [now] * sum(got)
                     admitted += [now] * sum(got)
-                assert_never_over(lim, admitted)
+                fp.assert_never_over(lim, admitted)
             return s.fired
         finally:
             lim.close()
             shmwin.unlink(name)
 
     # intent, the entry's time and hits, the row's last write; a merge first moves the oldest's hits
-    assert every_store(strike_at) == (4 if exact is True else 6)
+    assert fp.every_store(strike_at) == (4 if exact is True else 6)

@@ -8,19 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.failpoints import (
-    KILL,
-    SIGNALS,
-    Keyed,
-    assert_key_table_sound,
-    assert_usable,
-    check_survivor_keyed,
-    every_store,
-    generations,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import KILL, SIGNALS
 
 import shmwin
 from shmwin import KeyTableFullError
@@ -35,26 +24,26 @@ def test_insert(make_name, tmp_path, kind, sig):
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"insert{n}"), tmp_path / f"clock{n}"
-        t = Keyed(kind, name, clock_path)
+        t = fp.Keyed(kind, name, clock_path)
         try:
             for i in range(4):
                 assert t.write(f"old{i}", i + 1) == i + 1
-            with strike(
-                "insert", n, sig, lambda report: Keyed(kind, name, clock_path),
+            with fp.strike(
+                "insert", n, sig, lambda report: fp.Keyed(kind, name, clock_path),
                 lambda mine: mine.write("new"), lambda mine: mine.peek("new"),
             ) as s:  # fmt: skip
-                found = promptly(t.w._backend._core.find, "new")  # lock-free: never spins on a torn entry
+                found = fp.promptly(t.w._backend._core.find, "new")  # lock-free: never spins on a torn entry
                 assert found is not None or s.died, "the insert completed but the key is not found"
-                assert promptly(t.w._backend._core.find, "absent") is None
-                assert promptly(t.w.total, key="new") == int(s.completed) or t.lim is not None
+                assert fp.promptly(t.w._backend._core.find, "absent") is None
+                assert fp.promptly(t.w.total, key="new") == int(s.completed) or t.lim is not None
                 # the victim's own hit/add came after its insert: counted iff the insert completed
-                assert_usable(t, "new", int(s.completed))
-                assert promptly(t.write, "fresh") == 1  # an insert: takes the key-table lock
-                assert_key_table_sound(t.w)
+                fp.assert_usable(t, "new", int(s.completed))
+                assert fp.promptly(t.write, "fresh") == 1  # an insert: takes the key-table lock
+                fp.assert_key_table_sound(t.w)
                 for i in range(4):
                     assert t.units(f"old{i}") == i + 1, "another key was changed"
                 assert "new" in t.w.keys()
-                check_survivor_keyed(t, "new")
+                fp.check_survivor_keyed(t, "new")
                 if t.lim is not None:  # and the limit comes round again
                     t.clock.advance(64)
                     assert t.write("new", 12) == 10
@@ -63,13 +52,13 @@ def test_insert(make_name, tmp_path, kind, sig):
             t.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 5
+    assert fp.every_store(strike_at) >= 5
 
 
 def _die_inserting(kind: str, name: str, clock_path: Path, tear: int, key: str) -> bool:
     """Kill an inserter of ``key`` after store ``tear``; False if the insert had fewer stores."""
-    with strike(
-        "insert", tear, KILL, lambda report: Keyed(kind, name, clock_path), lambda mine: mine.write(key)
+    with fp.strike(
+        "insert", tear, KILL, lambda report: fp.Keyed(kind, name, clock_path), lambda mine: mine.write(key)
     ) as s:
         return s.died
 
@@ -85,11 +74,11 @@ def half_published_tears(kind: str, make_name: Callable[[str], str], tmp_path: P
         while True:
             tear += 1
             name, clock_path = make_name(f"tears{tear}"), tmp_path / f"tears{tear}"
-            t = Keyed(kind, name, clock_path)
+            t = fp.Keyed(kind, name, clock_path)
             try:
                 if not _die_inserting(kind, name, clock_path, tear, "first"):
                     break
-                if min(generations(t.w)) < 0:
+                if min(fp.generations(t.w)) < 0:
                     tears.append(tear)
             finally:
                 t.close()
@@ -111,34 +100,34 @@ def test_rollback(make_name, tmp_path, kind, sig, tear):
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"rollback{n}"), tmp_path / f"clock{n}"
-        t = Keyed(kind, name, clock_path)
+        t = fp.Keyed(kind, name, clock_path)
         try:
             assert t.write("old", 3) == 3
             assert _die_inserting(kind, name, clock_path, at, "first")
-            assert min(generations(t.w)) < 0, f"insert store {at} no longer leaves a half-published entry"
-            with strike(
-                "rollback", n, sig, lambda report: Keyed(kind, name, clock_path),
+            assert min(fp.generations(t.w)) < 0, f"insert store {at} no longer leaves a half-published entry"
+            with fp.strike(
+                "rollback", n, sig, lambda report: fp.Keyed(kind, name, clock_path),
                 lambda mine: mine.write("second"), lambda mine: mine.peek("second"),
             ) as s:  # fmt: skip
-                assert promptly(t.w._backend._core.find, "first") is None, "a half-written key was found"
-                assert_usable(t, "first", 0)  # rolls back again if the rollback died
-                assert_key_table_sound(t.w)
-                assert_usable(t, "second", int(s.completed))
-                assert_key_table_sound(t.w)
+                assert fp.promptly(t.w._backend._core.find, "first") is None, "a half-written key was found"
+                fp.assert_usable(t, "first", 0)  # rolls back again if the rollback died
+                fp.assert_key_table_sound(t.w)
+                fp.assert_usable(t, "second", int(s.completed))
+                fp.assert_key_table_sound(t.w)
                 assert t.units("old") == 3, "another key was changed"
-                check_survivor_keyed(t, "first")
+                fp.check_survivor_keyed(t, "first")
             return s.fired
         finally:
             t.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 5
+    assert fp.every_store(strike_at) >= 5
 
 
 def _writes_counted(kind: str, name: str, clock_path: Path, key: str) -> int:
-    t = Keyed(kind, name, clock_path, capacity=2, on_full="deny")
+    t = fp.Keyed(kind, name, clock_path, capacity=2, on_full="deny")
     try:
-        return promptly(t.write, key, 5 if t.lim is None else 10)
+        return fp.promptly(t.write, key, 5 if t.lim is None else 10)
     except KeyTableFullError:
         return 0
     finally:
@@ -155,21 +144,22 @@ def test_insert_over_a_reused_entry_keeps_what_cached_writers_counted(make_name,
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"reuse{n}"), tmp_path / f"clock{n}"
-        t = Keyed(kind, name, clock_path, capacity=2, on_full="deny")  # 2 keys
+        t = fp.Keyed(kind, name, clock_path, capacity=2, on_full="deny")  # 2 keys
         try:
             t.write("A")  # cached by this process
             t.write("F")
             t.clock.advance(120)  # both idle
             t.write("F")  # F live again: the victim's new key can only take A's entry
-            with strike(
-                "insert", n, KILL, lambda report: Keyed(kind, name, clock_path, capacity=2, on_full="deny"),
+            with fp.strike(
+                "insert", n, KILL,
+                lambda report: fp.Keyed(kind, name, clock_path, capacity=2, on_full="deny"),
                 lambda mine: mine.write("B"),
             ) as s:  # fmt: skip
                 try:
-                    here = promptly(t.write, "A", 5 if t.lim is None else 10)  # through the cache
+                    here = fp.promptly(t.write, "A", 5 if t.lim is None else 10)  # through the cache
                 except KeyTableFullError:
                     here = 0
-                there = in_child(_writes_counted, kind, name, clock_path, "A")  # rolls the entry back
+                there = fp.in_child(_writes_counted, kind, name, clock_path, "A")  # rolls the entry back
                 if t.lim is not None:
                     if here + there > 10:
                         broken[n] = f"{here} + {there} hits admitted for 'A' within one minute"
@@ -180,5 +170,5 @@ def test_insert_over_a_reused_entry_keeps_what_cached_writers_counted(make_name,
             t.close()
             shmwin.unlink(name)
 
-    every_store(strike_at)
+    fp.every_store(strike_at)
     assert not broken, f"inserter killed after store n (n: what went wrong): {broken}"

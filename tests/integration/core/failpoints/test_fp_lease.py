@@ -9,16 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    LOCK_TIMEOUT,
-    PROGRESS,
-    SIGNALS,
-    T0,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0
 
 from shmwin import Limiter, ManualClock
 from shmwin.backends.redis.testing import ServerTime
@@ -40,7 +32,7 @@ def _lease_hits(name: str, url: str, clock_path: Path, n: int) -> int:
     """A survivor's hits on "k" (a fresh process of the same host): how many were admitted."""
     lim = _lease_limiter(name, url, clock_path)
     try:
-        return sum(bool(promptly(lim.hit, "k")) for _ in range(n))
+        return sum(bool(fp.promptly(lim.hit, "k")) for _ in range(n))
     finally:
         lim.close()
 
@@ -90,24 +82,24 @@ def test_lease(make_name, tmp_path, redis_server, sig, section):
         mine = _lease_limiter(name, url, clock_path)
         try:
             before = _lease_before(section, name, url, clock_path)
-            with strike(section, n, sig, before, _lease_op(section), lambda st: st[0].stats("k")) as s:
+            with fp.strike(section, n, sig, before, _lease_op(section), lambda st: st[0].stats("k")) as s:
                 returned = s.report[PROGRESS]
                 struck = s.report[RESULT]
                 if section != "lease_refund" and struck > 0:
                     returned += struck
                 given_back = max(struck, 0) if section == "lease_refund" else 0
-                later = in_child(_lease_hits, name, url, clock_path, 2 * LEASE_LIMIT)
-                later += sum(bool(promptly(mine.hit, "k")) for _ in range(LEASE_LIMIT))
+                later = fp.in_child(_lease_hits, name, url, clock_path, 2 * LEASE_LIMIT)
+                later += sum(bool(fp.promptly(mine.hit, "k")) for _ in range(LEASE_LIMIT))
                 assert returned + later <= LEASE_LIMIT + given_back + (section == "lease_refund"), (
                     f"{returned} admitted before, {later} after: over the limit of {LEASE_LIMIT}"
                 )
                 assert returned + later >= LEASE_LIMIT - 2 * LEASE_MAX, (returned, later)
                 ManualClock(path=clock_path).advance(66)  # every lease, stranded or not, left the window
-                assert in_child(_lease_hits, name, url, clock_path, 2 * LEASE_LIMIT) == LEASE_LIMIT
+                assert fp.in_child(_lease_hits, name, url, clock_path, 2 * LEASE_LIMIT) == LEASE_LIMIT
             return s.fired
         finally:
             mine.unlink()
             mine.close()
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 2, f"section {section!r} made only {stores} stores"

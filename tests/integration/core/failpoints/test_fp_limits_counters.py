@@ -8,16 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    PROGRESS,
-    SIGNALS,
-    T0,
-    S,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import PROGRESS, SIGNALS, T0, S
 
 import shmwin
 from shmwin import ManualClock
@@ -70,9 +62,9 @@ def test_fixed_incr(make_name, tmp_path, sig, when):
                 ManualClock(path=clock_path).advance(3 if when == "same-window" else 12)
                 return theirs
 
-            with strike("fixed_incr", n, sig, before, lambda t: t.incr("k", 1), lambda t: t.get("k")) as s:
+            with fp.strike("fixed_incr", n, sig, before, lambda t: t.incr("k", 1), lambda t: t.get("k")) as s:
                 assert s.report[PROGRESS] == 3
-                count = promptly(mine.get, "k")  # the row lock the victim may have died holding
+                count = fp.promptly(mine.get, "k")  # the row lock the victim may have died holding
                 if when == "same-window":
                     assert count in (3, 4), f"returned incrs lost, or the one in flight twice: {count}"
                     assert not s.completed or count == 4
@@ -80,16 +72,16 @@ def test_fixed_incr(make_name, tmp_path, sig, when):
                     assert count in (0, 1, 3), f"a new window holding {count}"
                     assert not s.completed or count == 1
                 seen[n] = count
-                got = in_child(_counter_calls, "fixed", name, clock_path, 4, 0)
+                got = fp.in_child(_counter_calls, "fixed", name, clock_path, 4, 0)
                 assert got == [count + i for i in range(1, 5)], f"a survivor's incrs counted {got}"
-                assert promptly(mine.incr, "k", 1) == count + 5
+                assert fp.promptly(mine.incr, "k", 1) == count + 5
                 assert mine.get("other") == (7 if when == "same-window" else 0), "another key moved"
             return s.fired
         finally:
             mine.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= (2 if when == "same-window" else 3), f"section 'fixed_incr' made only {stores} stores"
 
 
@@ -121,11 +113,11 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
                 ManualClock(path=clock_path).advance(3 if when == "same-window" else 11)
                 return theirs
 
-            with strike(
+            with fp.strike(
                 "sliding_hit", n, sig, before, lambda t: t.hit("k", limit, 1), lambda t: t.window("k")
             ) as s:  # fmt: skip
                 assert s.report[PROGRESS] == 5
-                previous, current, elapsed = promptly(mine.window, "k")
+                previous, current, elapsed = fp.promptly(mine.window, "k")
                 # what the returned hits weigh now (the one in flight: 0 or 1 more)
                 truth = (0, 5) if when == "same-window" else (5, 0)
                 floor = _weighted(*truth, elapsed)
@@ -137,8 +129,8 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
                     assert weighed <= floor + 5 + 1, "more than the torn state can hold"
                 seen[n] = (previous, current)
                 # the next hits, here and from a survivor, never pass the limit by the true count
-                got = in_child(_counter_calls, "sliding", name, clock_path, 6, limit)
-                got += [int(promptly(mine.hit, "k", limit, 1)) for _ in range(6)]
+                got = fp.in_child(_counter_calls, "sliding", name, clock_path, 6, limit)
+                got += [int(fp.promptly(mine.hit, "k", limit, 1)) for _ in range(6)]
                 room = limit - floor - (1 if s.completed else 0)
                 assert sum(got) <= room, f"{sum(got)} admitted after the strike, room for {room}"
                 assert got == sorted(got, reverse=True), "admitted after a refusal at one time"
@@ -151,5 +143,5 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
             mine.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= (2 if when == "same-window" else 4), f"section 'sliding_hit' made only {stores} stores"

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import PROGRESS, RAISE, SIGNALS, every_store, promptly, strike
+from support import failpoints as fp
+from support.clock_steps import SteppingClock
+from support.failpoints import PROGRESS, RAISE, SIGNALS
 
 import shmwin
 from shmwin import ManualClock
@@ -27,16 +29,6 @@ LIMIT = 12
 # (inline), the dead entries zeroed (the second inline one takes the hit), the hit. 3 dead
 # entries are zeroed from the scan's list, 8 by a second walk of the chain (two chunks).
 BEFORE_STORES = {3: 5, 8: 10}
-
-
-class SteppingClock:
-    """A wall clock driven by hand, which may step back (ManualClock is monotonic)."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
 
 
 def _open(name: str, clock: Any, create: bool) -> MovingLogs:
@@ -77,18 +69,18 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig, bef
                 clock.set(T0 + jump_ns)
                 return mine
 
-            with strike("moving_hit", n, sig, before, lambda mine: mine.hit("k", 1),
+            with fp.strike("moving_hit", n, sig, before, lambda mine: mine.hit("k", 1),
                         lambda mine: mine.used_and_reset("k")) as s:  # fmt: skip
                 assert s.report[PROGRESS] == before_hits
                 counted = 1 if s.completed else 0
-                used = promptly(m.used_and_reset, "k")[0]
+                used = fp.promptly(m.used_and_reset, "k")[0]
                 assert used >= before_hits + counted, f"a clock stepped back lost dead hits: {used}"
-                admitted = sum(bool(promptly(m.hit, "k", 1)) for _ in range(LIMIT))
+                admitted = sum(bool(fp.promptly(m.hit, "k", 1)) for _ in range(LIMIT))
                 assert before_hits + admitted + counted <= LIMIT, f"over the limit: {admitted} more"
                 if not s.fired or sig == RAISE:  # untorn: exact
                     assert used == before_hits + 1 and admitted == LIMIT - before_hits - 1
                 back.now_ns = T0 + jump_ns
-                assert promptly(m.used_and_reset, "k")[0] >= counted
+                assert fp.promptly(m.used_and_reset, "k")[0] >= counted
                 back.now_ns = T0 + jump_ns + 3 * P
                 m.reset()
                 top, free, _, _ = m.chunks()
@@ -98,4 +90,4 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig, bef
             m.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) == BEFORE_STORES[before_hits]
+    assert fp.every_store(strike_at) == BEFORE_STORES[before_hits]

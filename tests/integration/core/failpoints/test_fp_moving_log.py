@@ -8,19 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    CTX,
-    KILL,
-    PROGRESS,
-    RAISE,
-    SIGNALS,
-    T0,
-    S,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import CTX, KILL, PROGRESS, RAISE, SIGNALS, T0, S
 
 import shmwin
 from shmwin import ManualClock, _core
@@ -43,7 +32,7 @@ def _moving_hits(name: str, clock_path: Path, key: str, count: int) -> tuple[int
 
     m = MovingLogs.open(name, 0, 0, 0, ManualClock(path=clock_path), None, create=False)
     try:
-        admitted = sum(bool(promptly(m.hit, key, 1)) for _ in range(count))
+        admitted = sum(bool(fp.promptly(m.hit, key, 1)) for _ in range(count))
         return admitted, m.used_and_reset(key)[0]
     finally:
         m.close()
@@ -105,19 +94,19 @@ def test_moving_hit(make_name, tmp_path, case, sig):
                 mine_clock.set(T0 + before_hits + advance)
                 return mine
 
-            with strike(section, n, sig, before, lambda mine: mine.hit("k", 1),
+            with fp.strike(section, n, sig, before, lambda mine: mine.hit("k", 1),
                         lambda mine: mine.used_and_reset("k")) as s:  # fmt: skip
                 assert s.report[PROGRESS] == before_hits
                 now = clock()
                 # the hits that returned, still counted
                 held = sum(1 for i in range(before_hits) if now - MOVING_P <= T0 + i)
-                used = promptly(m.used_and_reset, "k")[0]
+                used = fp.promptly(m.used_and_reset, "k")[0]
                 assert used >= held + (1 if s.completed else 0), f"a counted hit was forgotten early: {used}"
                 other = 12 if now - MOVING_P <= T0 else 0
-                assert promptly(m.used_and_reset, "other")[0] == other, "another key moved"
+                assert fp.promptly(m.used_and_reset, "other")[0] == other, "another key moved"
                 assert m.hit("other", 1)
-                admitted, counted = in_child(_moving_hits, name, clock_path, "k", limit)
-                more = sum(bool(promptly(m.hit, "k", 1)) for _ in range(3))
+                admitted, counted = fp.in_child(_moving_hits, name, clock_path, "k", limit)
+                more = sum(bool(fp.promptly(m.hit, "k", 1)) for _ in range(3))
                 at_least = held + admitted + more + (1 if s.completed else 0)
                 assert at_least <= limit, f"over the limit: {at_least} admitted in one period"
                 if not s.fired or sig == RAISE:  # untorn: exact
@@ -136,7 +125,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
             m.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= (3 if section == "moving_hit" else 5)
+    assert fp.every_store(strike_at) >= (3 if section == "moving_hit" else 5)
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -164,9 +153,9 @@ def test_chunk_repair(make_name, tmp_path, sig):
             p.start()
             p.join(60)
             assert p.exitcode == -KILL
-            with strike("chunk_repair", n, sig, lambda report: _moving(name, clock_path, 40, 1024),
+            with fp.strike("chunk_repair", n, sig, lambda report: _moving(name, clock_path, 40, 1024),
                         lambda mine: mine.chunks()) as s:  # fmt: skip
-                assert promptly(m.used_and_reset, "b")[0] == 20
+                assert fp.promptly(m.used_and_reset, "b")[0] == 20
                 used = m.used_and_reset("k")[0]
                 assert used <= 40 and sum(bool(m.hit("k", 1)) for _ in range(40)) == 40 - used
                 clock.advance(ns=3 * MOVING_P)
@@ -178,4 +167,4 @@ def test_chunk_repair(make_name, tmp_path, sig):
             m.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 2
+    assert fp.every_store(strike_at) >= 2

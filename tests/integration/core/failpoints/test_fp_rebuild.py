@@ -5,14 +5,8 @@ The harness and the rules it checks are in tests/support/failpoints.py."""
 from __future__ import annotations
 
 import pytest
-from support.failpoints import (
-    SIGNALS,
-    Keyed,
-    assert_key_table_sound,
-    every_store,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import SIGNALS
 
 import shmwin
 from shmwin.backends.shm import layout
@@ -38,22 +32,23 @@ def test_rebuild(make_name, tmp_path, kind, sig):
 
     def strike_once(n: int, attempt: int) -> bool | None:
         name, clock_path = make_name(f"rebuild{n}-{attempt}"), tmp_path / f"clock{n}-{attempt}"
-        t = Keyed(kind, name, clock_path, capacity=4, on_full="deny")
+        t = fp.Keyed(kind, name, clock_path, capacity=4, on_full="deny")
         try:
             for i in range(4):
                 assert t.write(f"old{i}") == 1
             t.clock.advance(64)  # every key idle ...
             assert t.write("old2", 2) == 2 and t.write("old3", 3) == 3  # ... but two
-            with strike(
-                "rebuild", n, sig, lambda report: Keyed(kind, name, clock_path, capacity=4, on_full="deny"),
+            with fp.strike(
+                "rebuild", n, sig,
+                lambda report: fp.Keyed(kind, name, clock_path, capacity=4, on_full="deny"),
                 lambda mine: mine.write("new"),
             ) as s:  # fmt: skip
                 assert t.w._backend._keys is not None
                 if not s.fired and t.w._backend._keys._q[layout.REBUILT_NS_OFF // layout.WORD_BYTES] == 0:
                     return None  # placed on an idle key's entry: no rebuild ran
-                assert promptly(t.units, "old2") == 2 and promptly(t.units, "old3") == 3
-                assert promptly(t.write, "fresh") == 1  # an insert: repairs, rebuilds if it must
-                assert_key_table_sound(t.w)
+                assert fp.promptly(t.units, "old2") == 2 and fp.promptly(t.units, "old3") == 3
+                assert fp.promptly(t.write, "fresh") == 1  # an insert: repairs, rebuilds if it must
+                fp.assert_key_table_sound(t.w)
                 assert t.units("old2") == 2 and t.units("old3") == 3, "a live key lost counts"
                 assert t.write("new") == 1 or s.completed
                 keys = set(t.w.keys())
@@ -63,4 +58,4 @@ def test_rebuild(make_name, tmp_path, kind, sig):
             t.close()
             shmwin.unlink(name)
 
-    assert every_store(strike_at) >= 5
+    assert fp.every_store(strike_at) >= 5

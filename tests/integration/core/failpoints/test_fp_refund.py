@@ -7,16 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.failpoints import (
-    LOCK_TIMEOUT,
-    PROGRESS,
-    SIGNALS,
-    T0,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0
 
 from shmwin import Limiter, ManualClock
 
@@ -26,9 +18,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
 def _fill(name: str, clock_path: Path) -> tuple[int, int]:
     """A survivor's view of the struck key, then hits until refused: (used, admitted)."""
     lim = Limiter.attach(name, clock=ManualClock(path=clock_path), lock_timeout=5)
-    used = promptly(lim.stats, "k").used
+    used = fp.promptly(lim.stats, "k").used
     admitted = 0
-    while promptly(lim.hit, "k"):
+    while fp.promptly(lim.hit, "k"):
         admitted += 1
     lim.close()
     return used, admitted
@@ -54,18 +46,18 @@ def test_refund(make_name, tmp_path, sig, exact):
                 report[PROGRESS] = 6
                 return mine
 
-            with strike("refund", n, sig, before, lambda mine: mine.refund("k", 4)) as s:
+            with fp.strike("refund", n, sig, before, lambda mine: mine.refund("k", 4)) as s:
                 assert s.report[PROGRESS] == 6
-                used, admitted = in_child(_fill, name, clock_path)
+                used, admitted = fp.in_child(_fill, name, clock_path)
                 assert 2 <= used <= 6, used  # never more given back than asked
                 if s.completed:
                     assert used == 2
                 assert used + admitted == 10, (used, admitted)  # exact and strict after the repair
-                assert not promptly(lim.hit, "k")
+                assert not fp.promptly(lim.hit, "k")
             return s.fired
         finally:
             lim.unlink()
             lim.close()
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 2, f"refund made only {stores} stores"

@@ -11,19 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    LOCK_TIMEOUT,
-    PROGRESS,
-    RAISE,
-    SIGNALS,
-    T0,
-    S,
-    assert_monotone,
-    assert_repaired,
-    every_store,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.clock_steps import SteppingClock
+from support.failpoints import LOCK_TIMEOUT, PROGRESS, RAISE, SIGNALS, T0, S
 
 import shmwin
 from shmwin import Limiter, ManualClock
@@ -47,16 +37,6 @@ CASES = {
 # untorn, back at back_at: (used, admitted): lap, the ghost's 4 and the hit ahead; merge, the
 # ghost's 5 (capped: 6 - 1 kept) and the 2 ahead of that clock
 UNTORN = {"lap": (5, 1), "merge": (LIMIT + 1, 0)}
-
-
-class SteppingClock:
-    """A wall clock driven by hand, which may step back (ManualClock is monotonic)."""
-
-    def __init__(self, now_ns: int):
-        self.now_ns = now_ns
-
-    def __call__(self) -> int:
-        return self.now_ns
 
 
 def _open(name: str, clock: Any) -> Limiter:
@@ -91,19 +71,20 @@ def test_ring_clock_ghost_struck(make_name, tmp_path, sig, case):
                 clock.set(struck_at)
                 return mine
 
-            with strike("hit", n, sig, before, lambda mine: mine.hit("k"), lambda mine: mine.test("k")) as s:
+            hit, test = (lambda mine: mine.hit("k")), (lambda mine: mine.test("k"))
+            with fp.strike("hit", n, sig, before, hit, test) as s:
                 assert s.report[PROGRESS] == len(pre)
-                used = promptly(lim.stats, "k").used  # back first: the row as the strike left it
-                assert_repaired(lim, "k")
+                used = fp.promptly(lim.stats, "k").used  # back first: the row as the strike left it
+                fp.assert_repaired(lim, "k")
                 back.now_ns = struck_at
-                counted = promptly(lim.stats, "k").used - sum(1 for at in pre if at > struck_at - P)
+                counted = fp.promptly(lim.stats, "k").used - sum(1 for at in pre if at > struck_at - P)
                 assert counted in (0, 1), f"the hit in flight counted {counted} times"
                 if s.completed:
                     assert counted == 1
                 inflights[n] = bool(counted)
                 back.now_ns = back_at
                 assert used >= held + counted, f"a clock stepped back lost dropped hits: {used}"
-                admitted = sum(bool(promptly(lim.hit, "k")) for _ in range(LIMIT))
+                admitted = sum(bool(fp.promptly(lim.hit, "k")) for _ in range(LIMIT))
                 assert held + counted + admitted <= LIMIT, f"over the limit: {admitted} more"
                 if not s.fired or sig == RAISE:  # untorn: the ghost as the model keeps it
                     assert (used, admitted) == UNTORN[case]
@@ -112,9 +93,9 @@ def test_ring_clock_ghost_struck(make_name, tmp_path, sig, case):
             lim.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 8, f"section 'hit' made only {stores} stores"
-    assert_monotone(inflights, "the in-flight hit")
+    fp.assert_monotone(inflights, "the in-flight hit")
 
 
 # an exact rate (a log ring, 6 entries): 3 entries at T0, T0 + 1 s, T0 + 2 s (1, 1 and 2 hits);
@@ -150,18 +131,19 @@ def test_exact_dead_entries_kept_struck(make_name, tmp_path, sig):
                 clock.set(T0 + 3 * P)
                 return mine
 
-            with strike("hit", n, sig, before, lambda mine: mine.hit("k"), lambda mine: mine.test("k")) as s:
+            hit, test = (lambda mine: mine.hit("k")), (lambda mine: mine.test("k"))
+            with fp.strike("hit", n, sig, before, hit, test) as s:
                 assert s.report[PROGRESS] == len(EXACT_PRE)
-                used = promptly(lim.stats, "k").used
+                used = fp.promptly(lim.stats, "k").used
                 back.now_ns = T0 + 3 * P
-                counted = promptly(lim.stats, "k").used
+                counted = fp.promptly(lim.stats, "k").used
                 assert counted in (0, 1), f"the hit in flight counted {counted} times"
                 if s.completed:
                     assert counted == 1
                 inflights[n] = bool(counted)
                 back.now_ns = T0 + 5 * S
                 assert used >= 4 + counted, f"a clock stepped back lost dead hits: {used}"
-                admitted = sum(bool(promptly(lim.hit, "k")) for _ in range(LIMIT))
+                admitted = sum(bool(fp.promptly(lim.hit, "k")) for _ in range(LIMIT))
                 assert 4 + counted + admitted <= LIMIT, f"over the limit: {admitted} more"
                 if not s.fired or sig == RAISE:
                     assert (used, admitted) == (5, 1)
@@ -170,6 +152,6 @@ def test_exact_dead_entries_kept_struck(make_name, tmp_path, sig):
             lim.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
+    stores = fp.every_store(strike_at)
     assert stores >= 5, f"section 'hit' made only {stores} stores"
-    assert_monotone(inflights, "the in-flight hit")
+    fp.assert_monotone(inflights, "the in-flight hit")

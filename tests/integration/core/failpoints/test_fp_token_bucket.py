@@ -8,17 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.failpoints import (
-    PROGRESS,
-    SIGNALS,
-    T0,
-    S,
-    assert_monotone,
-    every_store,
-    in_child,
-    promptly,
-    strike,
-)
+from support import failpoints as fp
+from support.failpoints import PROGRESS, SIGNALS, T0, S
 
 import shmwin
 from shmwin import ManualClock
@@ -81,18 +72,18 @@ def test_token_take(make_name, tmp_path, sig, when):
                     ManualClock(path=clock_path).advance(10)
                 return theirs
 
-            with strike("token_take", n, sig, before, lambda t: t.hit("k"), lambda t: t.stats("k")) as s:
+            with fp.strike("token_take", n, sig, before, lambda t: t.hit("k"), lambda t: t.stats("k")) as s:
                 assert s.report[PROGRESS] == 3
                 truth = 2 if when == "drained" else TOKEN_BURST  # what the returned takes leave
-                left = promptly(mine.stats, "k").remaining  # the row lock the victim may have died holding
+                left = fp.promptly(mine.stats, "k").remaining  # the row lock the victim may have died holding
                 assert left in (truth - 1, truth), f"{left} tokens left, the returned takes leave {truth}"
                 assert not s.completed or left == truth - 1, "the take completed: taken once"
                 seen[n] = truth - left
                 tat, last = _token_words(mine, "k")
                 full_at = tat - TOKEN_BURST * TOKEN_T
                 assert last >= full_at, "the row may be reclaimed before its bucket is full"
-                got = in_child(_token_takes, name, clock_path, TOKEN_BURST + 1)
-                got += [int(promptly(mine.hit, "k")) for _ in range(2)]
+                got = fp.in_child(_token_takes, name, clock_path, TOKEN_BURST + 1)
+                got += [int(fp.promptly(mine.hit, "k")) for _ in range(2)]
                 assert sum(got) == left, f"{sum(got)} taken after the strike, {left} were left"
                 assert got == sorted(got, reverse=True), "taken after a refusal at one time"
                 other = 3 if when == "drained" else TOKEN_BURST
@@ -102,7 +93,7 @@ def test_token_take(make_name, tmp_path, sig, when):
             mine.close()
             shmwin.unlink(name)
 
-    stores = every_store(strike_at)
-    assert_monotone(seen, "token_take")
+    stores = fp.every_store(strike_at)
+    fp.assert_monotone(seen, "token_take")
     # intent and tat; a refilled bucket's take also moves the key's last write first
     assert stores == (2 if when == "drained" else 3), f"section 'token_take' made {stores} stores"

@@ -1,0 +1,68 @@
+"""limits' ``get`` of a key its strategies did not build ("user:42": django-ratelimit's,
+pyrate-limiter's, an app's own), on ``shm://`` against ``memory://``, in one run, with a busy
+/dev/shm (BUSY other segments beside the storage's 3 fixed-window segments).
+
+``get`` of such a key looks in every fixed-window segment of the storage; it finds them with one
+stat() of /dev/shm while nothing was created or removed there (segment.listed_names), not a
+listing per call.
+
+    .venv/bin/python benchmarks/bench_foreign_get.py [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+from limits.storage import storage_from_string
+
+import shmwin
+import shmwin.integrations.limits
+
+BUSY = 300
+
+
+def per_call_ns(storage, n: int) -> float:  # type: ignore[no-untyped-def]
+    get = storage.get
+    started = time.perf_counter_ns()
+    for _ in range(n):
+        get("user:42")
+    return (time.perf_counter_ns() - started) / n
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    rounds, n = (3, 2_000) if quick else (9, 20_000)
+    tag = f"bench-foreign-{os.getpid()}"
+    busy = [shmwin.Window(f"{tag}-busy-{i}", span=1, buckets=1) for i in range(BUSY)]
+    shm, memory = storage_from_string(f"shm://{tag}"), storage_from_string("memory://")
+    try:
+        for storage in (shm, memory):
+            for expiry in (60, 3600, 86400):
+                storage.incr("user:42", expiry)
+        assert shm.get("user:42") == memory.get("user:42") == 3
+        shms, memories = [], []
+        for r in range(rounds):
+            pair = [(shm, shms), (memory, memories)]
+            for storage, out in pair if r % 2 == 0 else pair[::-1]:
+                out.append(per_call_ns(storage, n))
+        ratio = statistics.median(s / m for s, m in zip(shms, memories, strict=True))
+        print(f"/dev/shm holds {len(shmwin.names())} segments")
+        print("| storage | ns per get (median) |")
+        print("| --- | --- |")
+        print(f"| memory:// | {statistics.median(memories):.0f} |")
+        print(f"| shm:// | {statistics.median(shms):.0f} |")
+        print(f"\nratio shm / memory: {ratio:.2f}x")
+    finally:
+        for w in busy:
+            w.unlink()
+            w.close()
+        for name in shmwin.names():
+            if name.startswith(tag + "."):
+                shmwin.unlink(name)
+
+
+if __name__ == "__main__":
+    main()

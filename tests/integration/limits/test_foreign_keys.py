@@ -1,0 +1,69 @@
+"""A key that limits' strategies did not build (django-ratelimit's, pyrate-limiter's, an app's
+own: "user:42") has no period in it, so ``get`` looks in every fixed-window segment of the
+storage. It finds them without listing /dev/shm at each call: the listing is kept while the
+directory's modification time says nothing was created or removed (segment.listed_names), and
+a segment another process creates is seen at the next call."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from limits.storage import storage_from_string
+from support.helpers import ROOT
+
+import shmwin
+import shmwin.integrations.limits
+from shmwin.backends.shm import segment
+
+
+@pytest.fixture
+def storage(name: str):
+    s = storage_from_string(f"shm://{name}")
+    yield s
+    for n in shmwin.names():
+        if n.startswith(name + "."):
+            shmwin.unlink(n)
+
+
+def _incr_in_another_process(name: str, key: str, expiry: int, times: int) -> None:
+    code = (
+        "import sys; from limits.storage import storage_from_string; import shmwin.integrations.limits\n"
+        "s = storage_from_string('shm://' + sys.argv[1])\n"
+        "for _ in range(int(sys.argv[4])): s.incr(sys.argv[2], int(sys.argv[3]))\n"
+    )
+    subprocess.run([sys.executable, "-c", code, name, key, str(expiry), str(times)], check=True, timeout=60,
+                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
+
+
+def test_get_of_a_foreign_key_sums_every_fixed_segment_even_one_made_elsewhere_meanwhile(storage, name):
+    storage.incr("user:42", 60)
+    storage.incr("user:42", 60)
+    assert storage.get("user:42") == 2
+    _incr_in_another_process(name, "user:42", 3600, 3)  # a new segment (another period), another process
+    assert storage.get("user:42") == 5
+    _incr_in_another_process(name, "user:42", 86400, 1)
+    assert storage.get("user:42") == 6
+    assert storage.get("user:7") == 0
+
+
+def test_the_listing_is_kept_while_dev_shm_does_not_change(monkeypatch, make_name):
+    monkeypatch.setattr(segment, "SETTLED_NS", 0)  # keep even a listing made right after a change
+    first = segment.listed_names()
+    assert segment.listed_names() is first  # nothing changed: one stat(), no listing
+    w = shmwin.Window(make_name("new"), span=1, buckets=1)
+    try:
+        after = segment.listed_names()
+        assert after is not first and w.name in after  # created: listed again
+    finally:
+        w.unlink()
+        w.close()
+    assert w.name not in segment.listed_names()  # removed: listed again
+
+
+def test_a_listing_made_within_a_clock_tick_of_a_change_is_not_kept(monkeypatch):
+    monkeypatch.setattr(segment, "SETTLED_NS", 10**18)  # every change looks recent
+    first = segment.listed_names()
+    assert segment.listed_names() is not first  # listed again each time
+    assert segment.listed_names() == first
