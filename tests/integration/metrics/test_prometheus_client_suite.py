@@ -1,15 +1,11 @@
 """prometheus_client's own multiprocess tests, run against shmwin's mode.
 
-The class ``TestMultiProcess`` of prometheus_client's ``tests/test_multiprocess.py`` (repository
-prometheus/client_python, the revision after v0.25.0 that the installed prometheus_client 0.26.0
-passes whole: 33 of 33), Apache License 2.0, copied unchanged except for its setup: the names
-it imports from prometheus_client's multiprocess mode are bound, below, to shmwin's
-(``MultiProcessValue(pid_fn)`` -> ``shp.value_class(app, pid_fn)``, ``MultiProcessCollector(registry)``
--> ``shp.MultiProcessCollector(registry, app)``, ``mark_process_dead(pid)`` ->
-``shp.mark_process_dead(pid, app)``), and setUp/tearDown name and unlink an app instead of a
-directory. The tests that differ carry a decorator naming the difference; docs/metrics.md lists
-each with its reason. ``TestMmapedDict``, ``TestUnsetEnv`` and ``TestMultiProcessDeprecation``
-test prometheus_client's files and environment variable, which shmwin has none of.
+Class ``TestMultiProcess`` of prometheus_client's ``tests/test_multiprocess.py`` (prometheus/
+client_python, the revision after v0.25.0 that the installed 0.26.0 passes whole, 33 of 33;
+Apache License 2.0), unchanged but for its setup: the names it imports from prometheus_client's
+multiprocess mode are bound below to shmwin's, and setUp/tearDown name and reset an app instead
+of a directory. A test that differs carries a decorator naming the difference (docs/metrics.md
+gives each reason). Its other classes test prometheus_client's files and environment variable.
 """
 # ruff: noqa
 # fmt: off
