@@ -11,7 +11,8 @@ after a change here, write it anew::
 
 Three files, one description: this one (the header, locks, stripes, key table and rings, the
 enumerations, every derived name, ``constants()`` and ``check()``), ``format_rows.py`` (the
-per-role row tables) and ``format_c.py`` (the C header). Stdlib only, and nothing imported but
+per-role row tables; ``format_series.py``, role "series"'s own records) and ``format_c.py``
+(the C header). Stdlib only, and nothing imported but
 each other: ``format_c.py`` run by path loads them without the package. What each word *means*
 is the table at the top of ``layout.py`` (and, for the roles' rows, of ``format_rows.py``).
 

@@ -18,7 +18,7 @@ from shmwin.errors import (
     WindowClosedError,
 )
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]  # also against the sanitized cores
 FORK = mp.get_context("fork")
 
 

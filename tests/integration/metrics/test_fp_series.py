@@ -19,7 +19,7 @@ from support.metrics import samples
 import shmwin.integrations.prometheus as shp
 from shmwin.backends.shm.roles.series import SeriesStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
+pytestmark = [pytest.mark.integration, pytest.mark.failpoints, pytest.mark.sanitize]
 
 
 def _entries_of(app: str, label: str) -> int:

@@ -14,7 +14,7 @@ from support.metrics import samples
 import shmwin.integrations.prometheus as shp
 from shmwin.backends.shm.roles.series import SeriesStore
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]  # also against the sanitized cores
 FORK = mp.get_context("fork")
 
 
