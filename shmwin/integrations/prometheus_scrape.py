@@ -22,6 +22,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from ..backends.shm.roles import series as S
+from ..errors import CorruptSegmentError
 
 LIVE_MODES = frozenset({"liveall", "livemin", "livemax", "livesum", "livemostrecent"})
 NO_PID_MODES = frozenset({"min", "livemin", "max", "livemax", "sum", "livesum", "mostrecent",
@@ -43,12 +44,16 @@ class Series:
     help: str
 
 
-def parse(index: int, record: S.Record, key: bytes) -> Series | None:
+def parse(index: int, record: S.Record, key: bytes, segment: str) -> Series | None:
     if record[1] == S.META:
         return None
-    typ, mode, metric_name, name, labels, help_text = json.loads(key.split(b"\n", 1)[0])
-    return Series(index, record[1] == S.LIFETIME, typ, mode, metric_name, name,
-                  tuple(sorted(labels.items())), help_text)  # fmt: skip
+    try:
+        typ, mode, metric_name, name, labels, help_text = json.loads(key.split(b"\n", 1)[0])
+        return Series(index, record[1] == S.LIFETIME, str(typ), str(mode), str(metric_name), str(name),
+                      tuple(sorted((str(k), str(v)) for k, v in labels.items())), str(help_text))  # fmt: skip
+    except (ValueError, TypeError, AttributeError) as exc:  # junk where an identity was written
+        raise CorruptSegmentError(f"metrics segment {segment!r}: the entry at {record[0]} holds no "
+                                  f"series identity ({exc})") from None  # fmt: skip
 
 
 @dataclass
@@ -168,7 +173,7 @@ class Directory:
     def refresh(self) -> None:
         self.end, new = self.store.entries(self.end)
         for record, key in new:
-            s = parse(len(self.series), record, key)
+            s = parse(len(self.series), record, key, self.store.name)
             if s is not None:
                 self.series.append(s)
                 self.offsets.append(record[0])
