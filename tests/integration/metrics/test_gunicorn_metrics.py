@@ -5,6 +5,7 @@ and ``promtool`` accepting it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -65,7 +66,11 @@ def _without(text: str, *families: str) -> str:
 
 def _hang(port: int, tmp_path: Path) -> int:
     """A request that stays in flight: the pid of the worker that holds it."""
-    threading.Thread(target=get, args=(port, "/hang"), daemon=True).start()
+    def request() -> None:
+        with contextlib.suppress(OSError):  # its worker is killed: the connection drops
+            get(port, "/hang")
+
+    threading.Thread(target=request, daemon=True).start()
     marker = tmp_path / "hung.pid"
     deadline = time.monotonic() + 30
     while not marker.exists() or not marker.read_text():
