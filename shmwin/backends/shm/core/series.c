@@ -18,11 +18,20 @@
  * The directory (section "series_insert", under the robust lock SERIES_LOCK_DIR): the new
  * entry's cell is zeroed, the entry and its identity written past entry_top, then cells_top,
  * then entry_top (which publishes it to scans), then its index word (which publishes it to
- * finders). Invariant: every entry below entry_top is whole. Repair (EOWNERDEAD): a holder that
- * died after entry_top but before the index word left an entry no finder reaches, and the next
- * insert of its identity would add a second: repair_index() puts every entry below entry_top
- * that the index lacks back into it. A cell counted in cells_top without an entry is only lost
- * room. Lookups take no lock: index words and entry_top are release-stored, acquire-loaded.
+ * finders), then the entries count. Invariant: every entry below entry_top is whole. Repair
+ * (EOWNERDEAD): a holder that died after entry_top but before the index word left an entry no
+ * finder reaches, and the next insert of its identity would add a second: repair_index() puts
+ * every entry below entry_top that the index lacks back into it, and recounts. A cell counted
+ * in cells_top without an entry is only lost room. Lookups take no lock: index words and
+ * entry_top are release-stored, acquire-loaded. The index grows in levels ("series_grow"):
+ * the next, twice as large, is built whole before index_level names it.
+ *
+ * The other sections: "series_claim" (a process slot, seriesdir.c), "series_adopt" (a dead
+ * lifetime's live-mode gauge entry taken over by the slot's next lifetime, below), and
+ * seriesval.c's "series_add" (the CAS) and "series_set" (a gauge cell's write). Each states its
+ * order and what a tear leaves; tests/integration/metrics/test_fp_series.py strikes every store.
+ * The files: series.h (the shared structs), this one (SeriesMap's methods and type),
+ * seriesdir.c (close safety, the lock, the directory, slots), seriesval.c (SeriesValue).
  *
  * Junk safety: every word read from the segment that says where to touch (entry offsets in
  * index words, cells in entries, entry_top, cells_top) is checked against the geometry read at
