@@ -35,6 +35,7 @@ def test_ls_show_and_export_an_apps_metrics(app):
     assert shown.returncode == exported.returncode == 0
     assert shown.stdout == exported.stdout == scrape(app)
     assert 'reqs_total{route="a"} 3.0' in exported.stdout
+    assert _shmwin("gc", app + ".metrics").stdout == "nothing to remove\n"  # counts never go idle
 
 
 def test_export_of_a_missing_app_says_so(make_name):
