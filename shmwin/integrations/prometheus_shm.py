@@ -136,8 +136,9 @@ class _LifetimeBinder:
     A live-mode gauge's entry belongs to a process slot, not to a lifetime: the next lifetime of
     the slot adopts it (zeroed), since a dead lifetime's live gauges are never read again. So
     recycled workers cost live-mode gauges nothing, and a scrape reads at most slots x series of
-    them. Other modes keep every lifetime's value, as prometheus_client keeps every pid's file.
-    (With a process_identifier, pids are the caller's: entries are per pid, never adopted.)"""
+    them. Other modes keep one entry per pid, as prometheus_client keeps one file per pid: a
+    later process with the same pid (or process_identifier) goes on with its value. (Live modes
+    with a process_identifier: one entry per lifetime and pid, never adopted.)"""
 
     store: S.SeriesStore
     identity: bytes
@@ -147,12 +148,16 @@ class _LifetimeBinder:
     def __call__(self, _value: Any) -> tuple[int, int]:
         pid = int(self.pid_fn()) if self.pid_fn is not None else os.getpid()
         slot, lifetime = self.store.lifetime(os.getpid())
-        if self.live_mode and self.pid_fn is None:
+        by_slot = self.live_mode and self.pid_fn is None
+        if by_slot:
             key = self.identity + f"\nslot {slot}".encode()
-        else:
+        elif self.live_mode:
             key = self.identity + f"\n{lifetime} {pid}".encode()
+        else:  # one entry per pid, as prometheus_client's file per pid: a pid seen again (a worker
+            # index as process_identifier, a reused pid) goes on with its value, never counted twice
+            key = self.identity + f"\npid {pid}".encode()
         record, made = self.store.insert(key, S.LIFETIME, lifetime, pid)
-        if not made and record[4] != lifetime:  # the slot's entry, a dead lifetime's: ours now
+        if by_slot and not made and record[4] != lifetime:  # the slot's entry, a dead lifetime's: ours now
             self.store.adopt(record[0], lifetime, pid)
         return record[2], pid
 
