@@ -63,6 +63,11 @@ class Hooks:
         self.reset_metrics = list(reset_metrics)
         for app in self.reset_metrics:
             check_name(app)
+        if self.reset_metrics and not _master_started and not _reexec_of_a_live_master():
+            from .integrations.prometheus_shm import reset_before_use  # prometheus_client is optional
+
+            for app in self.reset_metrics:  # before the app's import: preload_app imports it before
+                reset_before_use(app)  # on_starting, and its workers inherit what it made
         self.windows = {name: dict(spec) for name, spec in (windows or {}).items()}
         self.limiters = {
             name: {"rates": spec} if isinstance(spec, str) else dict(spec)
@@ -74,6 +79,8 @@ class Hooks:
         return [*self.windows, *self.limiters]
 
     def on_starting(self, server: Any) -> None:
+        global _master_started
+        _master_started = True  # a HUP reads the config again in this process: no reset then
         self._reset_metrics(server)
         with _for_workers(server):
             for name, spec in self.windows.items():
@@ -85,14 +92,16 @@ class Hooks:
     def _reset_metrics(self, server: Any) -> None:
         if not self.reset_metrics:
             return
+        from .integrations.prometheus_shm import reset_pending  # prometheus_client is optional
+
         if _other_master_alive(server):  # a USR2 successor starting: the old workers still count
+            reset_pending(cancel=True)
             _log(server, "shmwin: metrics kept: another master of this server is alive")
             return
-        from .integrations.prometheus_shm import reset  # prometheus_client is optional
-
-        for app in self.reset_metrics:
-            if reset(app):
-                _log(server, f"shmwin: metrics of {app!r} reset")
+        # what the config asked and no preloaded app opened yet (a preloaded one was reset right
+        # before its first metric, in this process)
+        for app in reset_pending():
+            _log(server, f"shmwin: metrics of {app!r} reset")
 
     def child_exit(self, server: Any, worker: Any) -> None:
         for name in self.windows:
@@ -118,6 +127,16 @@ class Hooks:
             removed = unlink_prefix(prefix)
             if removed:
                 _log(server, f"shmwin: removed {len(removed)} segment(s) of storage {prefix!r}")
+
+
+_master_started = False  # this process ran on_starting: it is a master, and a HUP re-reads the config
+
+
+def _reexec_of_a_live_master() -> bool:
+    """A master started by USR2 (gunicorn passes the old master's pid in GUNICORN_PID) while
+    the old one still serves: its metrics must not be reset."""
+    old = os.environ.get("GUNICORN_PID", "")
+    return old.isdigit() and pid_alive(int(old))
 
 
 def _other_master_alive(server: Any) -> bool:

@@ -45,11 +45,38 @@ PidFn = Callable[[], int]
 _stores: dict[str, S.SeriesStore] = {}  # this process's open metrics segments, by app name
 
 
+_reset_pending: set[str] = set()  # apps to reset right before this process first opens them
+
+
 def _store(app: str, **open_kw: Any) -> S.SeriesStore:
     store = _stores.get(app)
     if store is None or store.closed:
+        if app in _reset_pending:  # a gunicorn master preloading its app: reset before any value
+            _reset_pending.discard(app)
+            S.unlink(app)
         store = _stores[app] = S.SeriesStore.open(app, **open_kw)
     return store
+
+
+def reset_before_use(name: str) -> None:
+    """Reset app ``name``'s metrics right before this process first opens them (its first
+    metric, at the app's import), or at :func:`reset_pending`, whichever comes first. The gunicorn
+    hooks ask it when the config is read: a preloaded app (``preload_app = True``) creates its
+    metrics in the master before ``on_starting``, and its forked workers must inherit values of
+    the fresh segment, not of a removed one."""
+    if name not in _stores:
+        _reset_pending.add(name)
+
+
+def reset_pending(cancel: bool = False) -> list[str]:
+    """Reset now the apps :func:`reset_before_use` named that no metric opened yet (or forget
+    them, ``cancel``): the names of the segments removed."""
+    pending, done = sorted(_reset_pending), []
+    _reset_pending.clear()
+    for name in [] if cancel else pending:
+        if reset(name):
+            done.append(name)
+    return done
 
 
 # -- the value class ------------------------------------------------------------------------------
@@ -92,6 +119,11 @@ def _identity(typ: str, mode: str, metric_name: str, name: str, labels: dict[str
     for label, value in labels.items():
         if not isinstance(value, str) or not isinstance(label, str):
             raise SeriesIdentityError(f"{name}: label {label!r}={value!r} is not text")
+        try:  # JSON would keep a lone surrogate (escaped), and every later scrape would fail on it
+            label.encode("utf-8"), value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SeriesIdentityError(f"{name}: label {label!r}={value!r} is not valid Unicode text "
+                                      "(a lone surrogate)") from None  # fmt: skip
     try:
         text = json.dumps([typ, mode, metric_name, name, labels, help_text], sort_keys=True)
         return text.encode("utf-8")
@@ -109,7 +141,8 @@ def _check_meaning(store: S.SeriesStore, typ: str, mode: str, name: str, labelna
         raise MetricMismatchError(
             f"metric {name!r} is already in metrics segment {store.name!r} with another type, gauge mode "
             f"or label names than {typ} {mode + ' ' if mode else ''}{labelnames}: one name, one meaning "
-            f"in every process (shp.reset() starts the segment afresh)")
+            f"in every process (shp.reset() starts the segment afresh)"
+        )
 
 
 def make_value(store: S.SeriesStore, pid_fn: PidFn | None, typ: str, metric_name: str, name: str,
@@ -246,4 +279,13 @@ def reset(name: str) -> bool:
     return S.unlink(name)
 
 
-__all__ = ["MultiProcessCollector", "exposition", "mark_process_dead", "multiprocess", "reset", "value_class"]
+__all__ = [
+    "MultiProcessCollector",
+    "exposition",
+    "mark_process_dead",
+    "multiprocess",
+    "reset",
+    "reset_before_use",
+    "reset_pending",
+    "value_class",
+]

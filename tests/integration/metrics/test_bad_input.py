@@ -39,6 +39,16 @@ def test_label_values_of_any_content_come_back_whole(app, value):
     assert samples(app) == {("c_total", (("v", value),)): 2.0}
 
 
+def test_a_lone_surrogate_is_refused_and_the_scrape_goes_on(app):
+    """It was stored (JSON escapes it), and every later scrape of the app failed encoding it."""
+    shp.multiprocess(app)
+    c = Counter("c", "help", ["l"], registry=None)
+    c.labels("ok").inc()
+    with pytest.raises(SeriesIdentityError, match="lone surrogate"):
+        c.labels("bad\udcff")
+    assert samples(app) == {("c_total", (("l", "ok"),)): 1.0}
+
+
 def test_a_name_used_with_another_type_mode_or_labels_is_refused(app):
     shp.multiprocess(app)
     Counter("c", "help", ["a"], registry=None).labels("1").inc()

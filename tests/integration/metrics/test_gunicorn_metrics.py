@@ -35,11 +35,11 @@ on_starting, child_exit, on_exit = shmwin_hooks.on_starting, shmwin_hooks.child_
 """
 
 
-def _gunicorn(app: str, tmp_path: Path) -> Server:
+def _gunicorn(app: str, tmp_path: Path, *extra: str) -> Server:
     port = free_port()
     (tmp_path / "gunicorn.conf.py").write_text(textwrap.dedent(CONF).format(app=app))
     args = ["-c", str(tmp_path / "gunicorn.conf.py"), "-w", "4", "--max-requests", PER_WORKER,
-            "--max-requests-jitter", "5", "-b", f"127.0.0.1:{port}"]  # fmt: skip
+            "--max-requests-jitter", "5", "-b", f"127.0.0.1:{port}", *extra]  # fmt: skip
     if hasattr(gunicorn_config, "ControlSocket"):  # gunicorn >= 24: one fixed socket path per user
         args.append("--no-control-socket")
     env = {"SHMWIN_TEST_NAME": app, "SHMWIN_LOG_DIR": str(tmp_path)}
@@ -141,3 +141,20 @@ def test_gunicorn_recycled_and_killed_workers(app, tmp_path):
         assert check.returncode == 0, check.stdout + check.stderr
     finally:
         shp.reset(app)
+
+
+def test_a_preloaded_app_is_reset_before_its_metrics_are_made(app, tmp_path):
+    """--preload imports the app (and makes its metrics) in the master before on_starting: the
+    reset comes right before its first metric, so the workers it forks count into the fresh
+    segment (every request failed with WindowClosedError once, and nothing was scraped)."""
+    value = shp.value_class(app)
+    value("counter", "http_requests", "http_requests_total", ["route"], ["work"], "Requests served").inc(1000)
+    for run in range(2):  # the second start resets the first one's counts too
+        server = _gunicorn(app, tmp_path, "--preload")
+        try:
+            _work(server.port, range(30))
+            exported = subprocess.run([sys.executable, "-m", "shmwin", "export", "--metrics", app], cwd=ROOT,
+                                      capture_output=True, text=True, check=True).stdout  # fmt: skip
+        finally:
+            assert server.stop() == 0, server.output()[-2000:]
+        assert _samples(exported)[("http_requests_total", (("route", "work"),))] == 30.0, (run, exported)
