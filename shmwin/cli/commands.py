@@ -140,6 +140,14 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     if apps:  # prometheus_client's values: what a scrape of each app serves
         from ..integrations.prometheus_shm import exposition as metrics_text
 
+        if args.json:  # each app's samples: name, labels, value
+            from prometheus_client.parser import text_string_to_metric_families
+
+            found = [{"app": app, "samples": [{"name": s.name, "labels": s.labels, "value": s.value}
+                                              for f in text_string_to_metric_families(metrics_text(app))
+                                              for s in f.samples]} for app in apps]  # fmt: skip
+            dump(found[0] if len(found) == 1 else found, out)
+            return 0
         out.write("\n".join(metrics_text(app) for app in apps))
         return 0
     cpu = HostCpuReading() if args.backend is None else None

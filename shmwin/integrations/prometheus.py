@@ -182,6 +182,8 @@ class ShmwinCollector(Collector):
         selected = [n for n in available if _matches(n, self._names)]
         sizes = snapshots.allocated_bytes(selected) if self._backend is None else {}
         for name in selected:
+            if self._backend is None and _is_metrics_segment(name):
+                continue  # an app's prometheus_client values: its MultiProcessCollector exports them
             try:
                 w = snapshots.open_window(name, self._backend)
             except WindowNotFoundError:
@@ -220,6 +222,12 @@ def _families() -> dict[str, GaugeMetricFamily]:
         kind = CounterMetricFamily if name in COUNTER_FAMILIES else GaugeMetricFamily
         out[name] = kind(name, text, labels=labels)
     return out  # type: ignore[return-value]
+
+
+def _is_metrics_segment(name: str) -> bool:
+    from ..backends.shm.roles import series
+
+    return name.endswith(series.SUFFIX) and series.peek(name) is not None
 
 
 def _matches(name: str, patterns: list[str] | None) -> bool:

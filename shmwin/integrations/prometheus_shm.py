@@ -50,6 +50,8 @@ _reset_pending: set[str] = set()  # apps to reset right before this process firs
 
 def _store(app: str, **open_kw: Any) -> S.SeriesStore:
     store = _stores.get(app)
+    if store is not None and not store.closed and open_kw:
+        store.say_capacity(**open_kw)
     if store is None or store.closed:
         if app in _reset_pending:  # a gunicorn master preloading its app: reset before any value
             _reset_pending.discard(app)

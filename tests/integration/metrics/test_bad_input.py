@@ -135,3 +135,10 @@ def test_values_of_a_reset_app_raise_instead_of_writing_nowhere(app):
     shp.multiprocess(app)
     Counter("c", "help", registry=None).inc(2)
     assert samples(app) == {("c_total", ()): 2.0}
+
+
+def test_a_capacity_asked_of_an_existing_segment_is_said(app):
+    """It was ignored silently: a later SeriesTableFullError was the first sign."""
+    shp.multiprocess(app, max_series=10, slots=4)
+    with pytest.warns(RuntimeWarning, match="max_series=10, slots=4, not what was asked"):
+        shp.value_class(app, max_series=1000, slots=4 * 4)

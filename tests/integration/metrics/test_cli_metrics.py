@@ -41,3 +41,15 @@ def test_ls_show_and_export_an_apps_metrics(app):
 def test_export_of_a_missing_app_says_so(make_name):
     missing = _shmwin("export", "--metrics", make_name("nothing"))
     assert missing.returncode != 0 and "no metrics segment for app" in missing.stderr
+
+
+def test_show_json_gives_the_samples_and_the_window_export_leaves_the_segment_alone(app):
+    """show --json printed text; the windows' exporter called a healthy metrics segment
+    unreadable (shmwin_window_readable 0: an alert for nothing)."""
+    shp.multiprocess(app)
+    Counter("reqs", "Requests", ["route"], registry=None).labels("a").inc(3)
+    shown = json.loads(_shmwin("show", "--json", app + ".metrics").stdout)
+    assert shown["app"] == app
+    assert {"name": "reqs_total", "labels": {"route": "a"}, "value": 3.0} in shown["samples"]
+    exported = _shmwin("export", "--format", "prometheus", app + ".metrics").stdout
+    assert "shmwin_window_readable" not in exported, exported

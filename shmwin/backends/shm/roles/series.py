@@ -149,17 +149,22 @@ class SeriesStore:
 
     @classmethod
     def open(
-        cls, app: str, *, max_series: int = DEFAULT_MAX_SERIES, slots: int = DEFAULT_SLOTS,
+        cls, app: str, *, max_series: int | None = None, slots: int | None = None,
         perm: int = DEFAULT_PERM, ready_timeout_s: float = 5.0,
     ) -> SeriesStore:  # fmt: skip
-        """Attach the app's metrics segment, or create it (with this capacity) if missing."""
+        """Attach the app's metrics segment, or create it (with this capacity: by default
+        DEFAULT_MAX_SERIES and DEFAULT_SLOTS) if missing. A capacity asked of a segment that has
+        another one is said (a RuntimeWarning): the segment keeps its own until it is reset."""
         name = segment_name(app)
-        geometry = plan(max_series, slots)
+        geometry = plan(max_series or DEFAULT_MAX_SERIES, slots or DEFAULT_SLOTS)
         for _ in range(3):
             try:
-                return cls(Segment.attach(name, ready_timeout_s, _ready, perm=perm))
+                store = cls(Segment.attach(name, ready_timeout_s, _ready, perm=perm))
             except WindowNotFoundError:
                 pass
+            else:
+                store.say_capacity(max_series, slots)
+                return store
             try:
                 seg = Segment.create(name, geometry["total_bytes"], perm, _initialise(geometry),
                                      reserve=geometry["index_at"])  # fmt: skip
@@ -169,6 +174,20 @@ class SeriesStore:
             store._reserved = geometry["index_at"]
             return store
         raise WindowNotFoundError(f"metrics segment {name!r} kept disappearing while being opened")
+
+    def say_capacity(self, max_series: int | None = None, slots: int | None = None) -> None:
+        """A RuntimeWarning if this segment's capacity is not the one asked."""
+        held = self.usage()
+        asked = {"max_series": max_series, "slots": slots}
+        differ = {k: v for k, v in asked.items() if v is not None and v != held[k]}
+        if differ:
+            import warnings
+
+            kept = ", ".join(f"{k}={held[k]}" for k in differ)
+            warnings.warn(f"metrics segment {self.name!r} was made with {kept}, not what was asked "
+                          f"({', '.join(f'{k}={v}' for k, v in differ.items())}): it keeps its own until "
+                          "it is reset (shp.reset, or the gunicorn hooks' reset_metrics)",
+                          RuntimeWarning, stacklevel=4)  # fmt: skip
 
     @classmethod
     def attach(cls, app: str, *, ready_timeout_s: float = 5.0, perm: int = DEFAULT_PERM) -> SeriesStore:
