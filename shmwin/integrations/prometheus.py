@@ -168,6 +168,8 @@ class ShmwinCollector(Collector):
     def __init__(self, names: Iterable[str] | None = None, *, top_keys: int = 0, backend: str | None = None):
         if isinstance(top_keys, bool) or not isinstance(top_keys, int) or not 0 <= top_keys <= MAX_TOP_KEYS:
             raise ValueError(f"top_keys must be an int in 0..{MAX_TOP_KEYS}, not {top_keys!r}")
+        if isinstance(names, str):  # one name or glob, not its characters
+            names = [names]
         self._names = None if names is None else list(names)
         self._top_keys = top_keys
         self._backend = backend
