@@ -97,3 +97,18 @@ class ConcurrencyLimitError(ShmwinError, TimeoutError):
 
 class NotHeldError(ShmwinError, ValueError, RuntimeError):
     """``Concurrency.release()`` of a key this process (this handle) holds no slot of."""
+
+
+class SeriesTableFullError(KeyTableFullError):
+    """A metrics segment (role "series") has no room for a new series, or every process slot is
+    held by a live process: its capacity is fixed at creation (``shp.multiprocess(max_series=)``)."""
+
+
+class SeriesIdentityError(ShmwinError, ValueError):
+    """A metric's series cannot be stored: its identity (name, labels, help) is over the limit a
+    directory entry holds, or is not text."""
+
+
+class MetricMismatchError(ShmwinError, ValueError):
+    """A metric name already used in the app's metrics segment with another type, gauge mode or
+    label names: one name, one meaning, in every process."""

@@ -19,6 +19,9 @@ file on HUP -- and:
 * ``child_exit`` (it runs even when a worker was SIGKILLed; ``worker_exit`` does not)
   frees the stripes of dead workers in striped windows -- not needed for
   correctness, a newcomer would adopt them anyway, but it keeps ``stripe_owners()`` honest;
+* ``reset_metrics=["myapp"]`` (opt-in): ``on_starting`` removes those apps' prometheus_client
+  metrics segments (``shp.multiprocess("myapp")``, docs/metrics.md), so counts restart from zero
+  at each start, as wiping ``PROMETHEUS_MULTIPROC_DIR`` did -- unless another master is alive;
 * ``on_exit`` unlinks the segments, and every segment of the ``prefixes`` (a ``shm://``
   storage's, created lazily by workers; see :func:`shmwin.backends.shm.segment.unlink_prefix`), except
   while another master of the same server is alive: the successor started by USR2
@@ -52,8 +55,19 @@ class Hooks:
         windows: Mapping[str, Mapping[str, Any]] | None = None,
         limiters: Mapping[str, str | Mapping[str, Any]] | None = None,
         prefixes: Iterable[str] = (),
+        reset_metrics: Iterable[str] = (),
     ):
         self.prefixes = [storage_prefix(p) for p in prefixes]
+        # opt-in: these apps' prometheus_client metrics (shp.multiprocess(app)) restart from zero
+        # when the master starts, as wiping PROMETHEUS_MULTIPROC_DIR did (docs/metrics.md)
+        self.reset_metrics = list(reset_metrics)
+        for app in self.reset_metrics:
+            check_name(app)
+        if self.reset_metrics and not _master_started and not _reexec_of_a_live_master():
+            from .integrations.prometheus_shm import reset_before_use  # prometheus_client is optional
+
+            for app in self.reset_metrics:  # before the app's import: preload_app imports it before
+                reset_before_use(app)  # on_starting, and its workers inherit what it made
         self.windows = {name: dict(spec) for name, spec in (windows or {}).items()}
         self.limiters = {
             name: {"rates": spec} if isinstance(spec, str) else dict(spec)
@@ -65,12 +79,29 @@ class Hooks:
         return [*self.windows, *self.limiters]
 
     def on_starting(self, server: Any) -> None:
+        global _master_started
+        _master_started = True  # a HUP reads the config again in this process: no reset then
+        self._reset_metrics(server)
         with _for_workers(server):
             for name, spec in self.windows.items():
                 Window(name, **spec).close()
             for name, spec in self.limiters.items():
                 Limiter(name, **spec).close()
         _log(server, f"shmwin: shared segments ready: {', '.join(self.names)}")
+
+    def _reset_metrics(self, server: Any) -> None:
+        if not self.reset_metrics:
+            return
+        from .integrations.prometheus_shm import reset_pending  # prometheus_client is optional
+
+        if _other_master_alive(server):  # a USR2 successor starting: the old workers still count
+            reset_pending(cancel=True)
+            _log(server, "shmwin: metrics kept: another master of this server is alive")
+            return
+        # what the config asked and no preloaded app opened yet (a preloaded one was reset right
+        # before its first metric, in this process)
+        for app in reset_pending():
+            _log(server, f"shmwin: metrics of {app!r} reset")
 
     def child_exit(self, server: Any, worker: Any) -> None:
         for name in self.windows:
@@ -84,9 +115,8 @@ class Hooks:
                 _log(server, f"shmwin: freed {freed} stripe(s) of {name!r} after worker {worker.pid}")
 
     def on_exit(self, server: Any) -> None:
-        for other in (getattr(server, "reexec_pid", 0), getattr(server, "master_pid", 0)):
-            if other and pid_alive(other):
-                return  # a USR2 successor (or predecessor) still serves from these segments
+        if _other_master_alive(server):
+            return  # a USR2 successor (or predecessor) still serves from these segments
         for name in self.names:
             unlink(name)
         for name in self.limiters:  # and each limiter's decisions window (shmwin.front)
@@ -97,6 +127,22 @@ class Hooks:
             removed = unlink_prefix(prefix)
             if removed:
                 _log(server, f"shmwin: removed {len(removed)} segment(s) of storage {prefix!r}")
+
+
+_master_started = False  # this process ran on_starting: it is a master, and a HUP re-reads the config
+
+
+def _reexec_of_a_live_master() -> bool:
+    """A master started by USR2 (gunicorn passes the old master's pid in GUNICORN_PID) while
+    the old one still serves: its metrics must not be reset."""
+    old = os.environ.get("GUNICORN_PID", "")
+    return old.isdigit() and pid_alive(int(old))
+
+
+def _other_master_alive(server: Any) -> bool:
+    """Is a USR2 successor (``reexec_pid``) or, in a successor, the old master alive?"""
+    return any(other and pid_alive(other) for other in (getattr(server, "reexec_pid", 0),
+                                                          getattr(server, "master_pid", 0)))  # fmt: skip
 
 
 def storage_prefix(spec: str) -> str:

@@ -59,6 +59,21 @@ def name(make_name: Callable[[str], str]) -> str:
     return make_name("w")
 
 
+@pytest.fixture
+def app(make_name: Callable[[str], str]) -> Iterator[str]:
+    """An app name for prometheus_client's metrics in shmwin (tests/integration/metrics/), unique to
+    the test; the value class put back and the app's segment removed after it."""
+    from prometheus_client import values
+
+    import shmwin.integrations.prometheus as shp
+
+    name = make_name("app")
+    before = values.ValueClass
+    yield name
+    values.ValueClass = before
+    shp.reset(name)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_test_segments_at_exit(run_prefix: str) -> Iterator[None]:
     yield

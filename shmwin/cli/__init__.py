@@ -82,6 +82,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_count, default=None,
                    help="busiest keys per keyed window: listed in json (default 10); in prometheus, "
                    "series of their own (default 0: none; at most 1000)")  # fmt: skip
+    p.add_argument("--metrics", metavar="APP",
+                   help="prometheus_client's metrics of app APP (docs/metrics.md)")  # fmt: skip
     p.set_defaults(run=commands.cmd_export)
 
     p = command("rm", "Remove windows. A window some process has open is kept (they are named) "

@@ -126,7 +126,30 @@ class HostCpuReading:
         return value if self._cpu.known else None
 
 
+def _metrics_apps(names: list[str]) -> list[str] | None:
+    """The apps, if every name is an app's metrics segment (``APP.metrics``, docs/metrics.md)."""
+    from ..backends.shm.roles import series
+
+    if not all(n.endswith(series.SUFFIX) and series.peek(n) is not None for n in names):
+        return None
+    return [n[: -len(series.SUFFIX)] for n in names]
+
+
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    apps = _metrics_apps(args.names) if args.backend is None else None
+    if apps:  # prometheus_client's values: what a scrape of each app serves
+        from ..integrations.prometheus_shm import exposition as metrics_text
+
+        if args.json:  # each app's samples: name, labels, value
+            from prometheus_client.parser import text_string_to_metric_families
+
+            found = [{"app": app, "samples": [{"name": s.name, "labels": s.labels, "value": s.value}
+                                              for f in text_string_to_metric_families(metrics_text(app))
+                                              for s in f.samples]} for app in apps]  # fmt: skip
+            dump(found[0] if len(found) == 1 else found, out)
+            return 0
+        out.write("\n".join(metrics_text(app) for app in apps))
+        return 0
     cpu = HostCpuReading() if args.backend is None else None
     snaps = Snapshots(args, args.names, key=args.key, last=args.last, top=args.top, cpu=cpu)
     if args.json:
@@ -140,6 +163,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    if args.metrics:  # an app's prometheus_client metrics (docs/metrics.md): the scrape's text
+        from ..integrations.prometheus_shm import exposition as metrics_text
+
+        out.write(metrics_text(args.metrics))
+        return 0
     if args.format == "prometheus":
         try:
             from ..integrations.prometheus import exposition

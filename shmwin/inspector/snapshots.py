@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import local_share
 from ..backends.shm import owners
+from ..backends.shm.roles import series as series_segment
 from ..backends.shm.segment import PREFIX, SHM_DIR, names, namespace, path_of
 from ..clock import host_clock, host_monotonic_ns
 from ..errors import GeometryMismatchError, ShmwinError
@@ -149,6 +150,11 @@ def is_glob(pattern: str) -> bool:
 
 def info(name: str) -> Info:
     """Describe one segment; unreadable ones come back with ``error`` set."""
+    metrics = series_segment.peek(name)
+    if metrics is not None:  # prometheus_client's values of an app (docs/metrics.md)
+        return Info(name, kind="metrics", role="series", mode="series", nbytes=metrics["total_bytes"],
+                    keys=metrics["series"], capacity=metrics["max_series"],
+                    full=metrics["full_count"])  # fmt: skip
     try:
         w = open_window(name)
     except (ShmwinError, OSError) as exc:

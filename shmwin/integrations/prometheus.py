@@ -182,6 +182,8 @@ class ShmwinCollector(Collector):
     def __init__(self, names: Iterable[str] | None = None, *, top_keys: int = 0, backend: str | None = None):
         if isinstance(top_keys, bool) or not isinstance(top_keys, int) or not 0 <= top_keys <= MAX_TOP_KEYS:
             raise ValueError(f"top_keys must be an int in 0..{MAX_TOP_KEYS}, not {top_keys!r}")
+        if isinstance(names, str):  # one name or glob, not its characters
+            names = [names]
         self._names = None if names is None else list(names)
         self._top_keys = top_keys
         self._backend = backend
@@ -196,6 +198,8 @@ class ShmwinCollector(Collector):
         selected = [n for n in available if _matches(n, self._names)]
         sizes = snapshots.allocated_bytes(selected) if self._backend is None else {}
         for name in selected:
+            if self._backend is None and _is_metrics_segment(name):
+                continue  # an app's prometheus_client values: its MultiProcessCollector exports them
             try:
                 w = snapshots.open_window(name, self._backend)
             except WindowNotFoundError:
@@ -236,6 +240,12 @@ def _families() -> dict[str, GaugeMetricFamily]:
             kind = SummaryMetricFamily
         out[name] = kind(name, text, labels=labels)
     return out
+
+
+def _is_metrics_segment(name: str) -> bool:
+    from ..backends.shm.roles import series
+
+    return name.endswith(series.SUFFIX) and series.peek(name) is not None
 
 
 def _matches(name: str, patterns: list[str] | None) -> bool:
@@ -359,3 +369,15 @@ def _add_role(
         for label, limit in zip(labels, view["effective"], strict=True):
             families["shmwin_adaptive_limit"].add_metric([name, label], limit)
         families["shmwin_adaptive_factor"].add_metric([name], view["factor"])
+
+
+# prometheus_client's own metrics in shared memory (issue 29, part 2): shmwin.integrations.prometheus_shm
+from . import prometheus_shm as _prometheus_shm  # noqa: E402
+from .prometheus_shm import MultiProcessCollector as MultiProcessCollector  # noqa: E402
+from .prometheus_shm import mark_process_dead as mark_process_dead  # noqa: E402
+from .prometheus_shm import multiprocess as multiprocess  # noqa: E402
+from .prometheus_shm import reset as reset  # noqa: E402
+from .prometheus_shm import value_class as value_class  # noqa: E402
+
+# part 1's windowed Summary, when integrations/prometheus_summary.py is there (prometheus_shm finds it)
+Summary = getattr(_prometheus_shm._summary, "Summary", None)

@@ -11,7 +11,8 @@ after a change here, write it anew::
 
 Three files, one description: this one (the header, locks, stripes, key table and rings, the
 enumerations, every derived name, ``constants()`` and ``check()``), ``format_rows.py`` (the
-per-role row tables) and ``format_c.py`` (the C header). Stdlib only, and nothing imported but
+per-role row tables; ``format_series.py``, role "series"'s own records) and ``format_c.py``
+(the C header). Stdlib only, and nothing imported but
 each other: ``format_c.py`` run by path loads them without the package. What each word *means*
 is the table at the top of ``layout.py`` (and, for the roles' rows, of ``format_rows.py``).
 
@@ -49,6 +50,8 @@ from .format_rows import (
     TOKEN_STATE,
     Field,
 )
+from .format_series import *  # noqa: F403
+from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
 
 MAGIC = b"SHMWIN\x00\x00"
 FORMAT_VERSION = 9  # 4: the role word (offset 168); 5: the key table's checked words;
@@ -119,14 +122,15 @@ FULL_DENY_COUNT = 1 << 62  # on_full="deny"'s count for a fixed window's new key
 # "moving-log": limits' moving window, each key's hit times (MOVING_STATE, CHUNK below);
 # "concurrency": keyed rows of holder entries (CONC_STATE) and a stripe table of processes;
 # "token-bucket": a keyed window whose rows hold a TokenBucket's per-key state (TOKEN_STATE)
+# "lease": a two-tier (shm+redis://) limiter's host tier: each key's row holds the lease of hits
+# the host took from Redis (LEASE_STATE below), spent by every worker of the host;
+# 14 "distribution": shmwin.Distribution, a locked window whose slots are DIST_SLOT and whose rows
+# end with each bucket's bins (core/distribution.c; the header's sketch words say which bins);
+# 15 "series": prometheus_client's values of one app (core/series.c, SERIES_* below): a segment
+# of its own layout, with no rings, rows or key table
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
          "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
-         "distribution")  # fmt: skip
-# "distribution": shmwin.Distribution, a locked window whose slots are DIST_SLOT and whose rows end
-# with each bucket's bins (core/distribution.c; the header's sketch words say which bins)
-# "lease": a two-tier (shm+redis://) limiter's host tier: each key's row holds the lease of hits
-# the host took from Redis (LEASE_STATE below), spent by every worker of the host
-# rows of per-key state: no bucket to read or add to
+         "distribution", "series")  # fmt: skip
 COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log", "token-bucket", "lease")
 STATE_ROLES = (*COUNTER_ROLES, "concurrency")  # every role whose rows hold state, not buckets
 
@@ -291,6 +295,11 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "DIST_SLOT": (DIST_SLOT, "DIST_SLOT_BYTES"),
 }
 
+# role "series" (format_series.py): its own header page and records, listed here as the others
+RECORDS["SERIES_HDR"] = (SERIES_HDR, "SERIES_HDR_BYTES")
+RECORDS["SERIES_ENTRY"] = (SERIES_ENTRY, "SERIES_ENTRY_BYTES")
+RECORDS["SERIES_CELL"] = (SERIES_CELL, "SERIES_CELL_BYTES")
+
 
 def ring_count_bytes(kind: str, log: bool, limit: int) -> int:
     """Bytes of one count of a compact ring (a limiter's bucket ring); 0: a ring of slots (a
@@ -331,7 +340,7 @@ ROLE_CONCURRENCY = ROLES.index("concurrency")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 ROLE_MOVING_LOG = ROLES.index("moving-log")
 ROLE_LEASE = ROLES.index("lease")
-ROLE_DISTRIBUTION = ROLES.index("distribution")
+ROLE_DISTRIBUTION, ROLE_SERIES = ROLES.index("distribution"), ROLES.index("series")
 ON_FULL_RAISE, ON_FULL_ALLOW = ON_FULL.index("raise"), ON_FULL.index("allow")
 ON_FULL_DENY = ON_FULL.index("deny")
 
@@ -464,6 +473,8 @@ _SCALARS = (
     "COUNT32_MAX", "LEASE_STATE_BYTES",
     "DIST_SLOT_BYTES", "DIST_BIN_BYTES", "DIST_BIN_MAX", "DIST_BIN_ZERO", "DIST_BIN_UNDER", "DIST_BIN_OVER",
     "DIST_FIRST_LOG_BIN", "DIST_MAX_BINS",
+    "SERIES_HDR_BYTES", "SERIES_ENTRY_BYTES", "SERIES_CELL_BYTES", "SERIES_SHARED", "SERIES_LIFETIME",
+    "SERIES_META", "SERIES_DROPPED", "SERIES_LOCK_DIR", "SERIES_MAX_KEY", "SERIES_MAX", "SERIES_INDEX_MIN",
 )  # fmt: skip
 
 

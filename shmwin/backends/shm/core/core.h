@@ -67,7 +67,10 @@ typedef struct {
     PyTypeObject *window_type;   /* a window's (a limiter's tally must be one) */
     PyTypeObject *role_types[MAX_ROLE_TYPES];  /* module.c's table's, in its order */
     PyObject *closed, *timeout, *corrupt, *full, *field, *space;  /* WindowClosedError ... */
+    PyTypeObject *series_map_type, *series_value_type;  /* role "series" (series.c) */
 } ModState;
+
+int series_add_types(PyObject *m, ModState *st);  /* series.c: SeriesMap and SeriesValue */
 
 /* ---- the Core object: one mapped segment as this process sees it ------------------------ */
 

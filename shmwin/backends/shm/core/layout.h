@@ -8,242 +8,316 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION              9
-#define WORD_BYTES                  8
-#define PAGE_BYTES                  4096
-#define HEADER_BYTES                4096
-#define CRC_START                   32
-#define CRC_END                     1024
-#define MAX_FIELDS                  16
-#define FIELD_NAME_BYTES            32
-#define MAX_RINGS                   8
-#define MAX_BUCKETS                 1000000
-#define MAX_LOG_ENTRIES             4096
-#define MAX_STRIPES                 1024
-#define MAX_CAPACITY                50000000
-#define MAX_KEY_LOCKS               64
-#define INDEX_MIN_SLOTS             64
-#define MAX_PROBES                  256
-#define MAX_STORED_KEY              32
-#define KEY_DIGEST_BYTES            16
-#define KEY_LONG_PREFIX             16
-#define KEY_HASH_BITS               37
-#define ENTRY_ROW_BITS              26
-#define KEY_HASH_MASK               INT64_C(137438953471)
-#define ENTRY_ROW_MASK              67108863
-#define IDENT_LEN_SHIFT             40
-#define IDENT_FLAGS_SHIFT           48
-#define MAX_GEN                     INT64_C(4611686018427387904)
-#define MAX_NOW_NS                  INT64_C(4611686018427387904)
-#define MAX_SPAN_NS                 INT64_C(1152921504606846976)
-#define EMPTY_EPOCH                 (-INT64_C(9223372036854775807) - 1)
-#define FULL_DENY_COUNT             INT64_C(4611686018427387904)
-#define RING_LOG                    1
-#define KEY_FLAG_STR                1
-#define KEY_FLAG_DIGEST             2
-#define LOCK_STRIPE_TABLE           0
-#define LOCK_KEY_TABLE              0
-#define LOCK_SHARED_ROW             1
-#define LOCK_CHUNKS                 1
-#define FIRST_KEY_LOCK              2
-#define SLOT_EPOCH                  0
-#define SLOT_VALUES                 1
-#define WINDOW_HEAD_SLOTS           1
-#define LIMITER_HEAD_SLOTS          2
-#define RING_HEAD_SLOT              0
-#define RING_TAIL_SLOT              1
-#define LOG_TIME                    0
-#define LOG_HITS                    1
-#define RING_ENTRY_BYTES            24
-#define LOCK_BYTES                  64
-#define STRIPE_ENTRY_BYTES          128
-#define KEY_ENTRY_BYTES             16
-#define INDEX_ENTRY_WORDS           2
-#define KEY_HEADER_BYTES            56
-#define FIXED_HEADER_END            192
-#define FIXED_STATE_BYTES           16
-#define SLIDING_STATE_BYTES         24
-#define CONC_STATE_BYTES            8
-#define CONC_HOLDER_BYTES           16
-#define MAX_CONCURRENCY             1024
-#define TOKEN_STATE_BYTES           8
-#define MOVING_INLINE               2
-#define MOVING_ENTRY_BYTES          8
-#define MOVING_STAMP_SHIFT          32
-#define MOVING_HITS_MAX             INT64_C(4294967295)
-#define MOVING_SPAN_BITS            28
-#define MOVING_MIN_SHIFT            5
-#define MOVING_KEY_BYTES            8
-#define MOVING_STATE_BYTES          24
-#define CHUNK_ENTRIES               3
-#define CHUNK_BYTES                 32
-#define NAME_SLOTS                  512
-#define NAME_PROBES                 4
-#define NAME_MAX_BYTES              48
-#define NAME_ENTRY_BYTES            64
-#define LIMITER_RING_BYTES          40
-#define LIMITER_RING_WORDS          5
-#define GHOST_EPOCH_SHIFT           32
-#define GHOST_HITS_MAX              INT64_C(4294967295)
-#define COUNT32_BYTES               4
-#define COUNT32_MAX                 2147483647
-#define LEASE_STATE_BYTES           88
-#define DIST_SLOT_BYTES             40
-#define DIST_BIN_BYTES              4
-#define DIST_BIN_MAX                INT64_C(4294967295)
-#define DIST_BIN_ZERO               0
-#define DIST_BIN_UNDER              1
-#define DIST_BIN_OVER               2
-#define DIST_FIRST_LOG_BIN          3
-#define DIST_MAX_BINS               65536
-#define DTYPE_INT64                 0
-#define DTYPE_FLOAT64               1
-#define MODE_STRIPED                0
-#define MODE_LOCKED                 1
-#define KIND_WINDOW                 0
-#define KIND_LIMITER                1
-#define CLOCK_KIND_MONOTONIC        0
-#define CLOCK_KIND_WALL             1
-#define ROLE_PLAIN                  0
-#define ROLE_FIXED_STARTS           1
-#define ROLE_BREAKER                2
-#define ROLE_SHEDDER                3
-#define ROLE_IN_FLIGHT              4
-#define ROLE_ADAPTIVE               5
-#define ROLE_HEALTH                 6
-#define ROLE_FIXED_WINDOW           7
-#define ROLE_SLIDING_COUNTER        8
-#define ROLE_DECISIONS              9
-#define ROLE_MOVING_LOG             10
-#define ROLE_CONCURRENCY            11
-#define ROLE_TOKEN_BUCKET           12
-#define ROLE_LEASE                  13
-#define ROLE_DISTRIBUTION           14
-#define ON_FULL_RAISE               0
-#define ON_FULL_ALLOW               1
-#define ON_FULL_DENY                2
-#define MAGIC_OFF                   0
-#define HEADER_CRC_OFF              24
-#define FIELD_NAMES_OFF             256
-#define RING_TABLE_OFF              768
-#define ROWS_IN_USE_OFF             1024
-#define INDEX_OFF                   1032
-#define INDEX_USED_OFF              1040
-#define KEYS_OFF                    1048
-#define ROWS_TOP_OFF                1056
-#define ROWS_RESERVED_OFF           1064
-#define FREE_HEAD_OFF               1072
-#define REBUILT_NS_OFF              1080
-#define FULL_COUNT_OFF              1088
-#define CHUNKS_TOP_OFF              1096
-#define CHUNKS_RESERVED_OFF         1104
-#define CHUNK_FREE_OFF              1112
-#define SKETCH_BINS_OFF             192
-#define SKETCH_ERROR_OFF            200
-#define SKETCH_LOW_OFF              208
-#define SKETCH_HIGH_OFF             216
-#define LOCK_MUTEX_OFF              0
-#define LOCK_INTENT_OFF             56
-#define LOCK_INTENT                 7
-#define STRIPE_OWNER_OFF            0
-#define STRIPE_OWNER                0
-#define STRIPE_OWNER_START_OFF      8
-#define STRIPE_OWNER_START          1
-#define STRIPE_OWNER_PID_OFF        16
-#define STRIPE_OWNER_PID            2
-#define STRIPE_CLAIMED_NS_OFF       24
-#define STRIPE_CLAIMED_NS           3
-#define STRIPE_CLAIMS_OFF           32
-#define STRIPE_CLAIMS               4
-#define STRIPE_MUTEX_OFF            64
-#define INDEX_ENTRY_GEN_OFF         0
-#define INDEX_ENTRY_GEN             0
-#define INDEX_ENTRY_PLACE_OFF       8
-#define INDEX_ENTRY_PLACE           1
-#define KEY_ROW_GEN_OFF             0
-#define KEY_ROW_GEN                 0
-#define KEY_ROW_LAST_NS_OFF         8
-#define KEY_ROW_LAST_NS             1
-#define KEY_ROW_IDENT_OFF           16
-#define KEY_ROW_IDENT               2
-#define KEY_ROW_KEY_OFF             24
-#define LIMITER_RING_HEAD_OFF       0
-#define LIMITER_RING_HEAD           0
-#define LIMITER_RING_TOTAL_OFF      8
-#define LIMITER_RING_TOTAL          1
-#define LIMITER_RING_ZEROED_OFF     16
-#define LIMITER_RING_ZEROED         2
-#define LIMITER_RING_TAIL_OFF       24
-#define LIMITER_RING_TAIL           3
-#define LIMITER_RING_GHOST_OFF      32
-#define LIMITER_RING_GHOST          4
-#define RING_ENTRY_BUCKET_NS_OFF    0
-#define RING_ENTRY_BUCKET_NS        0
-#define RING_ENTRY_N_BUCKETS_OFF    8
-#define RING_ENTRY_N_BUCKETS        1
-#define RING_ENTRY_FLAGS_OFF        12
-#define RING_ENTRY_LIMIT_OFF        16
-#define RING_ENTRY_LIMIT            2
-#define FIXED_STATE_START_OFF       0
-#define FIXED_STATE_START           0
-#define FIXED_STATE_COUNT_OFF       8
-#define FIXED_STATE_COUNT           1
-#define SLIDING_STATE_WINDOW_OFF    0
-#define SLIDING_STATE_WINDOW        0
-#define SLIDING_STATE_CURRENT_OFF   8
-#define SLIDING_STATE_CURRENT       1
-#define SLIDING_STATE_PREVIOUS_OFF  16
-#define SLIDING_STATE_PREVIOUS      2
-#define CONC_STATE_MARK_OFF         0
-#define CONC_STATE_MARK             0
-#define CONC_HOLDER_STRIPE_OFF      0
-#define CONC_HOLDER_STRIPE          0
-#define CONC_HOLDER_CLAIM_OFF       8
-#define CONC_HOLDER_CLAIM           1
-#define TOKEN_STATE_TAT_OFF         0
-#define TOKEN_STATE_TAT             0
-#define MOVING_STATE_CHAIN_OFF      0
-#define MOVING_STATE_CHAIN          0
-#define MOVING_STATE_ENTRIES_OFF    8
-#define NAME_ENTRY_GEN_OFF          0
-#define NAME_ENTRY_ROW_OFF          8
-#define NAME_ENTRY_LEN_OFF          12
-#define NAME_ENTRY_NAME_OFF         16
-#define CHUNK_NEXT_OFF              0
-#define CHUNK_OWNER_OFF             4
-#define CHUNK_ENTRIES_OFF           8
-#define LEASE_STATE_LEASE_OFF       0
-#define LEASE_STATE_LEASE           0
-#define LEASE_STATE_GRANTED_OFF     8
-#define LEASE_STATE_GRANTED         1
-#define LEASE_STATE_SPENT_OFF       16
-#define LEASE_STATE_SPENT           2
-#define LEASE_STATE_DEADLINE_NS_OFF 24
-#define LEASE_STATE_DEADLINE_NS     3
-#define LEASE_STATE_START_NS_OFF    32
-#define LEASE_STATE_START_NS        4
-#define LEASE_STATE_GRANT_US_OFF    40
-#define LEASE_STATE_GRANT_US        5
-#define LEASE_STATE_LAST_NS_OFF     48
-#define LEASE_STATE_LAST_NS         6
-#define LEASE_STATE_DENY_NS_OFF     56
-#define LEASE_STATE_DENY_NS         7
-#define LEASE_STATE_SERVED_OFF      64
-#define LEASE_STATE_SERVED          8
-#define LEASE_STATE_LEASES_OFF      72
-#define LEASE_STATE_LEASES          9
-#define LEASE_STATE_REFUSALS_OFF    80
-#define LEASE_STATE_REFUSALS        10
-#define DIST_SLOT_EPOCH_OFF         0
-#define DIST_SLOT_EPOCH             0
-#define DIST_SLOT_COUNT_OFF         8
-#define DIST_SLOT_COUNT             1
-#define DIST_SLOT_SUM_OFF           16
-#define DIST_SLOT_SUM               2
-#define DIST_SLOT_MIN_OFF           24
-#define DIST_SLOT_MIN               3
-#define DIST_SLOT_MAX_OFF           32
-#define DIST_SLOT_MAX               4
+#define FORMAT_VERSION               9
+#define WORD_BYTES                   8
+#define PAGE_BYTES                   4096
+#define HEADER_BYTES                 4096
+#define CRC_START                    32
+#define CRC_END                      1024
+#define MAX_FIELDS                   16
+#define FIELD_NAME_BYTES             32
+#define MAX_RINGS                    8
+#define MAX_BUCKETS                  1000000
+#define MAX_LOG_ENTRIES              4096
+#define MAX_STRIPES                  1024
+#define MAX_CAPACITY                 50000000
+#define MAX_KEY_LOCKS                64
+#define INDEX_MIN_SLOTS              64
+#define MAX_PROBES                   256
+#define MAX_STORED_KEY               32
+#define KEY_DIGEST_BYTES             16
+#define KEY_LONG_PREFIX              16
+#define KEY_HASH_BITS                37
+#define ENTRY_ROW_BITS               26
+#define KEY_HASH_MASK                INT64_C(137438953471)
+#define ENTRY_ROW_MASK               67108863
+#define IDENT_LEN_SHIFT              40
+#define IDENT_FLAGS_SHIFT            48
+#define MAX_GEN                      INT64_C(4611686018427387904)
+#define MAX_NOW_NS                   INT64_C(4611686018427387904)
+#define MAX_SPAN_NS                  INT64_C(1152921504606846976)
+#define EMPTY_EPOCH                  (-INT64_C(9223372036854775807) - 1)
+#define FULL_DENY_COUNT              INT64_C(4611686018427387904)
+#define RING_LOG                     1
+#define KEY_FLAG_STR                 1
+#define KEY_FLAG_DIGEST              2
+#define LOCK_STRIPE_TABLE            0
+#define LOCK_KEY_TABLE               0
+#define LOCK_SHARED_ROW              1
+#define LOCK_CHUNKS                  1
+#define FIRST_KEY_LOCK               2
+#define SLOT_EPOCH                   0
+#define SLOT_VALUES                  1
+#define WINDOW_HEAD_SLOTS            1
+#define LIMITER_HEAD_SLOTS           2
+#define RING_HEAD_SLOT               0
+#define RING_TAIL_SLOT               1
+#define LOG_TIME                     0
+#define LOG_HITS                     1
+#define RING_ENTRY_BYTES             24
+#define LOCK_BYTES                   64
+#define STRIPE_ENTRY_BYTES           128
+#define KEY_ENTRY_BYTES              16
+#define INDEX_ENTRY_WORDS            2
+#define KEY_HEADER_BYTES             56
+#define FIXED_HEADER_END             192
+#define FIXED_STATE_BYTES            16
+#define SLIDING_STATE_BYTES          24
+#define CONC_STATE_BYTES             8
+#define CONC_HOLDER_BYTES            16
+#define MAX_CONCURRENCY              1024
+#define TOKEN_STATE_BYTES            8
+#define MOVING_INLINE                2
+#define MOVING_ENTRY_BYTES           8
+#define MOVING_STAMP_SHIFT           32
+#define MOVING_HITS_MAX              INT64_C(4294967295)
+#define MOVING_SPAN_BITS             28
+#define MOVING_MIN_SHIFT             5
+#define MOVING_KEY_BYTES             8
+#define MOVING_STATE_BYTES           24
+#define CHUNK_ENTRIES                3
+#define CHUNK_BYTES                  32
+#define NAME_SLOTS                   512
+#define NAME_PROBES                  4
+#define NAME_MAX_BYTES               48
+#define NAME_ENTRY_BYTES             64
+#define LIMITER_RING_BYTES           40
+#define LIMITER_RING_WORDS           5
+#define GHOST_EPOCH_SHIFT            32
+#define GHOST_HITS_MAX               INT64_C(4294967295)
+#define COUNT32_BYTES                4
+#define COUNT32_MAX                  2147483647
+#define LEASE_STATE_BYTES            88
+#define DIST_SLOT_BYTES              40
+#define DIST_BIN_BYTES               4
+#define DIST_BIN_MAX                 INT64_C(4294967295)
+#define DIST_BIN_ZERO                0
+#define DIST_BIN_UNDER               1
+#define DIST_BIN_OVER                2
+#define DIST_FIRST_LOG_BIN           3
+#define DIST_MAX_BINS                65536
+#define SERIES_HDR_BYTES             4096
+#define SERIES_ENTRY_BYTES           56
+#define SERIES_CELL_BYTES            32
+#define SERIES_SHARED                0
+#define SERIES_LIFETIME              1
+#define SERIES_META                  2
+#define SERIES_DROPPED               1
+#define SERIES_LOCK_DIR              0
+#define SERIES_MAX_KEY               4096
+#define SERIES_MAX                   16777216
+#define SERIES_INDEX_MIN             64
+#define DTYPE_INT64                  0
+#define DTYPE_FLOAT64                1
+#define MODE_STRIPED                 0
+#define MODE_LOCKED                  1
+#define KIND_WINDOW                  0
+#define KIND_LIMITER                 1
+#define CLOCK_KIND_MONOTONIC         0
+#define CLOCK_KIND_WALL              1
+#define ROLE_PLAIN                   0
+#define ROLE_FIXED_STARTS            1
+#define ROLE_BREAKER                 2
+#define ROLE_SHEDDER                 3
+#define ROLE_IN_FLIGHT               4
+#define ROLE_ADAPTIVE                5
+#define ROLE_HEALTH                  6
+#define ROLE_FIXED_WINDOW            7
+#define ROLE_SLIDING_COUNTER         8
+#define ROLE_DECISIONS               9
+#define ROLE_MOVING_LOG              10
+#define ROLE_CONCURRENCY             11
+#define ROLE_TOKEN_BUCKET            12
+#define ROLE_LEASE                   13
+#define ROLE_DISTRIBUTION            14
+#define ROLE_SERIES                  15
+#define ON_FULL_RAISE                0
+#define ON_FULL_ALLOW                1
+#define ON_FULL_DENY                 2
+#define MAGIC_OFF                    0
+#define HEADER_CRC_OFF               24
+#define FIELD_NAMES_OFF              256
+#define RING_TABLE_OFF               768
+#define ROWS_IN_USE_OFF              1024
+#define INDEX_OFF                    1032
+#define INDEX_USED_OFF               1040
+#define KEYS_OFF                     1048
+#define ROWS_TOP_OFF                 1056
+#define ROWS_RESERVED_OFF            1064
+#define FREE_HEAD_OFF                1072
+#define REBUILT_NS_OFF               1080
+#define FULL_COUNT_OFF               1088
+#define CHUNKS_TOP_OFF               1096
+#define CHUNKS_RESERVED_OFF          1104
+#define CHUNK_FREE_OFF               1112
+#define SKETCH_BINS_OFF              192
+#define SKETCH_ERROR_OFF             200
+#define SKETCH_LOW_OFF               208
+#define SKETCH_HIGH_OFF              216
+#define LOCK_MUTEX_OFF               0
+#define LOCK_INTENT_OFF              56
+#define LOCK_INTENT                  7
+#define STRIPE_OWNER_OFF             0
+#define STRIPE_OWNER                 0
+#define STRIPE_OWNER_START_OFF       8
+#define STRIPE_OWNER_START           1
+#define STRIPE_OWNER_PID_OFF         16
+#define STRIPE_OWNER_PID             2
+#define STRIPE_CLAIMED_NS_OFF        24
+#define STRIPE_CLAIMED_NS            3
+#define STRIPE_CLAIMS_OFF            32
+#define STRIPE_CLAIMS                4
+#define STRIPE_MUTEX_OFF             64
+#define INDEX_ENTRY_GEN_OFF          0
+#define INDEX_ENTRY_GEN              0
+#define INDEX_ENTRY_PLACE_OFF        8
+#define INDEX_ENTRY_PLACE            1
+#define KEY_ROW_GEN_OFF              0
+#define KEY_ROW_GEN                  0
+#define KEY_ROW_LAST_NS_OFF          8
+#define KEY_ROW_LAST_NS              1
+#define KEY_ROW_IDENT_OFF            16
+#define KEY_ROW_IDENT                2
+#define KEY_ROW_KEY_OFF              24
+#define LIMITER_RING_HEAD_OFF        0
+#define LIMITER_RING_HEAD            0
+#define LIMITER_RING_TOTAL_OFF       8
+#define LIMITER_RING_TOTAL           1
+#define LIMITER_RING_ZEROED_OFF      16
+#define LIMITER_RING_ZEROED          2
+#define LIMITER_RING_TAIL_OFF        24
+#define LIMITER_RING_TAIL            3
+#define LIMITER_RING_GHOST_OFF       32
+#define LIMITER_RING_GHOST           4
+#define RING_ENTRY_BUCKET_NS_OFF     0
+#define RING_ENTRY_BUCKET_NS         0
+#define RING_ENTRY_N_BUCKETS_OFF     8
+#define RING_ENTRY_N_BUCKETS         1
+#define RING_ENTRY_FLAGS_OFF         12
+#define RING_ENTRY_LIMIT_OFF         16
+#define RING_ENTRY_LIMIT             2
+#define FIXED_STATE_START_OFF        0
+#define FIXED_STATE_START            0
+#define FIXED_STATE_COUNT_OFF        8
+#define FIXED_STATE_COUNT            1
+#define SLIDING_STATE_WINDOW_OFF     0
+#define SLIDING_STATE_WINDOW         0
+#define SLIDING_STATE_CURRENT_OFF    8
+#define SLIDING_STATE_CURRENT        1
+#define SLIDING_STATE_PREVIOUS_OFF   16
+#define SLIDING_STATE_PREVIOUS       2
+#define CONC_STATE_MARK_OFF          0
+#define CONC_STATE_MARK              0
+#define CONC_HOLDER_STRIPE_OFF       0
+#define CONC_HOLDER_STRIPE           0
+#define CONC_HOLDER_CLAIM_OFF        8
+#define CONC_HOLDER_CLAIM            1
+#define TOKEN_STATE_TAT_OFF          0
+#define TOKEN_STATE_TAT              0
+#define MOVING_STATE_CHAIN_OFF       0
+#define MOVING_STATE_CHAIN           0
+#define MOVING_STATE_ENTRIES_OFF     8
+#define NAME_ENTRY_GEN_OFF           0
+#define NAME_ENTRY_ROW_OFF           8
+#define NAME_ENTRY_LEN_OFF           12
+#define NAME_ENTRY_NAME_OFF          16
+#define CHUNK_NEXT_OFF               0
+#define CHUNK_OWNER_OFF              4
+#define CHUNK_ENTRIES_OFF            8
+#define LEASE_STATE_LEASE_OFF        0
+#define LEASE_STATE_LEASE            0
+#define LEASE_STATE_GRANTED_OFF      8
+#define LEASE_STATE_GRANTED          1
+#define LEASE_STATE_SPENT_OFF        16
+#define LEASE_STATE_SPENT            2
+#define LEASE_STATE_DEADLINE_NS_OFF  24
+#define LEASE_STATE_DEADLINE_NS      3
+#define LEASE_STATE_START_NS_OFF     32
+#define LEASE_STATE_START_NS         4
+#define LEASE_STATE_GRANT_US_OFF     40
+#define LEASE_STATE_GRANT_US         5
+#define LEASE_STATE_LAST_NS_OFF      48
+#define LEASE_STATE_LAST_NS          6
+#define LEASE_STATE_DENY_NS_OFF      56
+#define LEASE_STATE_DENY_NS          7
+#define LEASE_STATE_SERVED_OFF       64
+#define LEASE_STATE_SERVED           8
+#define LEASE_STATE_LEASES_OFF       72
+#define LEASE_STATE_LEASES           9
+#define LEASE_STATE_REFUSALS_OFF     80
+#define LEASE_STATE_REFUSALS         10
+#define DIST_SLOT_EPOCH_OFF          0
+#define DIST_SLOT_EPOCH              0
+#define DIST_SLOT_COUNT_OFF          8
+#define DIST_SLOT_COUNT              1
+#define DIST_SLOT_SUM_OFF            16
+#define DIST_SLOT_SUM                2
+#define DIST_SLOT_MIN_OFF            24
+#define DIST_SLOT_MIN                3
+#define DIST_SLOT_MAX_OFF            32
+#define DIST_SLOT_MAX                4
+#define SERIES_HDR_MAGIC_OFF         0
+#define SERIES_HDR_VERSION_OFF       8
+#define SERIES_HDR_VERSION           1
+#define SERIES_HDR_HEADER_BYTES_OFF  12
+#define SERIES_HDR_TOTAL_BYTES_OFF   16
+#define SERIES_HDR_TOTAL_BYTES       2
+#define SERIES_HDR_HASH_KEY_OFF      152
+#define SERIES_HDR_ROLE_OFF          168
+#define SERIES_HDR_ROLE              21
+#define SERIES_HDR_MAX_SERIES_OFF    192
+#define SERIES_HDR_MAX_SERIES        24
+#define SERIES_HDR_INDEX_SLOTS_OFF   200
+#define SERIES_HDR_INDEX_SLOTS       25
+#define SERIES_HDR_N_SLOTS_OFF       208
+#define SERIES_HDR_N_SLOTS           26
+#define SERIES_HDR_LOCKS_AT_OFF      216
+#define SERIES_HDR_LOCKS_AT          27
+#define SERIES_HDR_SLOTS_AT_OFF      224
+#define SERIES_HDR_SLOTS_AT          28
+#define SERIES_HDR_INDEX_AT_OFF      232
+#define SERIES_HDR_INDEX_AT          29
+#define SERIES_HDR_ENTRIES_AT_OFF    240
+#define SERIES_HDR_ENTRIES_AT        30
+#define SERIES_HDR_ENTRIES_BYTES_OFF 248
+#define SERIES_HDR_ENTRIES_BYTES     31
+#define SERIES_HDR_CELLS_AT_OFF      256
+#define SERIES_HDR_CELLS_AT          32
+#define SERIES_HDR_ENTRY_TOP_OFF     1024
+#define SERIES_HDR_ENTRY_TOP         128
+#define SERIES_HDR_CELLS_TOP_OFF     1032
+#define SERIES_HDR_CELLS_TOP         129
+#define SERIES_HDR_LIFETIMES_OFF     1040
+#define SERIES_HDR_LIFETIMES         130
+#define SERIES_HDR_FULL_COUNT_OFF    1048
+#define SERIES_HDR_FULL_COUNT        131
+#define SERIES_HDR_ENTRIES_OFF       1056
+#define SERIES_HDR_ENTRIES           132
+#define SERIES_HDR_INDEX_LEVEL_OFF   1064
+#define SERIES_HDR_INDEX_LEVEL       133
+#define SERIES_ENTRY_KEY_LEN_OFF     0
+#define SERIES_ENTRY_KEY_LEN         0
+#define SERIES_ENTRY_KIND_OFF        4
+#define SERIES_ENTRY_HASH_OFF        8
+#define SERIES_ENTRY_HASH            1
+#define SERIES_ENTRY_CELL_OFF        16
+#define SERIES_ENTRY_CELL            2
+#define SERIES_ENTRY_SLOT_OFF        24
+#define SERIES_ENTRY_SLOT            3
+#define SERIES_ENTRY_LIFETIME_OFF    32
+#define SERIES_ENTRY_LIFETIME        4
+#define SERIES_ENTRY_PID_OFF         40
+#define SERIES_ENTRY_PID             5
+#define SERIES_ENTRY_FLAGS_OFF       48
+#define SERIES_ENTRY_FLAGS           6
+#define SERIES_CELL_VALUE_OFF        0
+#define SERIES_CELL_VALUE            0
+#define SERIES_CELL_STAMP_OFF        8
+#define SERIES_CELL_STAMP            1
+#define SERIES_CELL_SEQ_OFF          16
+#define SERIES_CELL_SEQ              2
+#define SERIES_CELL_ENTRY_OFF        24
+#define SERIES_CELL_ENTRY            3
 
 /* Every constant above, for _core.LAYOUT: X(name) for each. */
 #define SHMWIN_LAYOUT_NAMES(X) \
@@ -335,6 +409,17 @@
     X(DIST_BIN_OVER) \
     X(DIST_FIRST_LOG_BIN) \
     X(DIST_MAX_BINS) \
+    X(SERIES_HDR_BYTES) \
+    X(SERIES_ENTRY_BYTES) \
+    X(SERIES_CELL_BYTES) \
+    X(SERIES_SHARED) \
+    X(SERIES_LIFETIME) \
+    X(SERIES_META) \
+    X(SERIES_DROPPED) \
+    X(SERIES_LOCK_DIR) \
+    X(SERIES_MAX_KEY) \
+    X(SERIES_MAX) \
+    X(SERIES_INDEX_MIN) \
     X(DTYPE_INT64) \
     X(DTYPE_FLOAT64) \
     X(MODE_STRIPED) \
@@ -358,6 +443,7 @@
     X(ROLE_TOKEN_BUCKET) \
     X(ROLE_LEASE) \
     X(ROLE_DISTRIBUTION) \
+    X(ROLE_SERIES) \
     X(ON_FULL_RAISE) \
     X(ON_FULL_ALLOW) \
     X(ON_FULL_DENY) \
@@ -483,6 +569,68 @@
     X(DIST_SLOT_MIN) \
     X(DIST_SLOT_MAX_OFF) \
     X(DIST_SLOT_MAX) \
+    X(SERIES_HDR_MAGIC_OFF) \
+    X(SERIES_HDR_VERSION_OFF) \
+    X(SERIES_HDR_VERSION) \
+    X(SERIES_HDR_HEADER_BYTES_OFF) \
+    X(SERIES_HDR_TOTAL_BYTES_OFF) \
+    X(SERIES_HDR_TOTAL_BYTES) \
+    X(SERIES_HDR_HASH_KEY_OFF) \
+    X(SERIES_HDR_ROLE_OFF) \
+    X(SERIES_HDR_ROLE) \
+    X(SERIES_HDR_MAX_SERIES_OFF) \
+    X(SERIES_HDR_MAX_SERIES) \
+    X(SERIES_HDR_INDEX_SLOTS_OFF) \
+    X(SERIES_HDR_INDEX_SLOTS) \
+    X(SERIES_HDR_N_SLOTS_OFF) \
+    X(SERIES_HDR_N_SLOTS) \
+    X(SERIES_HDR_LOCKS_AT_OFF) \
+    X(SERIES_HDR_LOCKS_AT) \
+    X(SERIES_HDR_SLOTS_AT_OFF) \
+    X(SERIES_HDR_SLOTS_AT) \
+    X(SERIES_HDR_INDEX_AT_OFF) \
+    X(SERIES_HDR_INDEX_AT) \
+    X(SERIES_HDR_ENTRIES_AT_OFF) \
+    X(SERIES_HDR_ENTRIES_AT) \
+    X(SERIES_HDR_ENTRIES_BYTES_OFF) \
+    X(SERIES_HDR_ENTRIES_BYTES) \
+    X(SERIES_HDR_CELLS_AT_OFF) \
+    X(SERIES_HDR_CELLS_AT) \
+    X(SERIES_HDR_ENTRY_TOP_OFF) \
+    X(SERIES_HDR_ENTRY_TOP) \
+    X(SERIES_HDR_CELLS_TOP_OFF) \
+    X(SERIES_HDR_CELLS_TOP) \
+    X(SERIES_HDR_LIFETIMES_OFF) \
+    X(SERIES_HDR_LIFETIMES) \
+    X(SERIES_HDR_FULL_COUNT_OFF) \
+    X(SERIES_HDR_FULL_COUNT) \
+    X(SERIES_HDR_ENTRIES_OFF) \
+    X(SERIES_HDR_ENTRIES) \
+    X(SERIES_HDR_INDEX_LEVEL_OFF) \
+    X(SERIES_HDR_INDEX_LEVEL) \
+    X(SERIES_ENTRY_KEY_LEN_OFF) \
+    X(SERIES_ENTRY_KEY_LEN) \
+    X(SERIES_ENTRY_KIND_OFF) \
+    X(SERIES_ENTRY_HASH_OFF) \
+    X(SERIES_ENTRY_HASH) \
+    X(SERIES_ENTRY_CELL_OFF) \
+    X(SERIES_ENTRY_CELL) \
+    X(SERIES_ENTRY_SLOT_OFF) \
+    X(SERIES_ENTRY_SLOT) \
+    X(SERIES_ENTRY_LIFETIME_OFF) \
+    X(SERIES_ENTRY_LIFETIME) \
+    X(SERIES_ENTRY_PID_OFF) \
+    X(SERIES_ENTRY_PID) \
+    X(SERIES_ENTRY_FLAGS_OFF) \
+    X(SERIES_ENTRY_FLAGS) \
+    X(SERIES_CELL_VALUE_OFF) \
+    X(SERIES_CELL_VALUE) \
+    X(SERIES_CELL_STAMP_OFF) \
+    X(SERIES_CELL_STAMP) \
+    X(SERIES_CELL_SEQ_OFF) \
+    X(SERIES_CELL_SEQ) \
+    X(SERIES_CELL_ENTRY_OFF) \
+    X(SERIES_CELL_ENTRY) \
     /* end */
 
 typedef struct {  /* generated: offsets asserted below */
@@ -656,6 +804,39 @@ _Static_assert(DIST_SLOT_COUNT_OFF + 8 <= DIST_SLOT_SUM_OFF, "DIST_SLOT.count");
 _Static_assert(DIST_SLOT_SUM_OFF + 8 <= DIST_SLOT_MIN_OFF, "DIST_SLOT.sum");
 _Static_assert(DIST_SLOT_MIN_OFF + 8 <= DIST_SLOT_MAX_OFF, "DIST_SLOT.min");
 _Static_assert(DIST_SLOT_MAX_OFF + 8 <= DIST_SLOT_BYTES, "DIST_SLOT.max");
+_Static_assert(SERIES_HDR_MAGIC_OFF + 8 <= SERIES_HDR_VERSION_OFF, "SERIES_HDR.magic");
+_Static_assert(SERIES_HDR_VERSION_OFF + 4 <= SERIES_HDR_HEADER_BYTES_OFF, "SERIES_HDR.version");
+_Static_assert(SERIES_HDR_HEADER_BYTES_OFF + 4 <= SERIES_HDR_TOTAL_BYTES_OFF, "SERIES_HDR.header_bytes");
+_Static_assert(SERIES_HDR_TOTAL_BYTES_OFF + 8 <= SERIES_HDR_HASH_KEY_OFF, "SERIES_HDR.total_bytes");
+_Static_assert(SERIES_HDR_HASH_KEY_OFF + 16 <= SERIES_HDR_ROLE_OFF, "SERIES_HDR.hash_key");
+_Static_assert(SERIES_HDR_ROLE_OFF + 4 <= SERIES_HDR_MAX_SERIES_OFF, "SERIES_HDR.role");
+_Static_assert(SERIES_HDR_MAX_SERIES_OFF + 8 <= SERIES_HDR_INDEX_SLOTS_OFF, "SERIES_HDR.max_series");
+_Static_assert(SERIES_HDR_INDEX_SLOTS_OFF + 8 <= SERIES_HDR_N_SLOTS_OFF, "SERIES_HDR.index_slots");
+_Static_assert(SERIES_HDR_N_SLOTS_OFF + 8 <= SERIES_HDR_LOCKS_AT_OFF, "SERIES_HDR.n_slots");
+_Static_assert(SERIES_HDR_LOCKS_AT_OFF + 8 <= SERIES_HDR_SLOTS_AT_OFF, "SERIES_HDR.locks_at");
+_Static_assert(SERIES_HDR_SLOTS_AT_OFF + 8 <= SERIES_HDR_INDEX_AT_OFF, "SERIES_HDR.slots_at");
+_Static_assert(SERIES_HDR_INDEX_AT_OFF + 8 <= SERIES_HDR_ENTRIES_AT_OFF, "SERIES_HDR.index_at");
+_Static_assert(SERIES_HDR_ENTRIES_AT_OFF + 8 <= SERIES_HDR_ENTRIES_BYTES_OFF, "SERIES_HDR.entries_at");
+_Static_assert(SERIES_HDR_ENTRIES_BYTES_OFF + 8 <= SERIES_HDR_CELLS_AT_OFF, "SERIES_HDR.entries_bytes");
+_Static_assert(SERIES_HDR_CELLS_AT_OFF + 8 <= SERIES_HDR_ENTRY_TOP_OFF, "SERIES_HDR.cells_at");
+_Static_assert(SERIES_HDR_ENTRY_TOP_OFF + 8 <= SERIES_HDR_CELLS_TOP_OFF, "SERIES_HDR.entry_top");
+_Static_assert(SERIES_HDR_CELLS_TOP_OFF + 8 <= SERIES_HDR_LIFETIMES_OFF, "SERIES_HDR.cells_top");
+_Static_assert(SERIES_HDR_LIFETIMES_OFF + 8 <= SERIES_HDR_FULL_COUNT_OFF, "SERIES_HDR.lifetimes");
+_Static_assert(SERIES_HDR_FULL_COUNT_OFF + 8 <= SERIES_HDR_ENTRIES_OFF, "SERIES_HDR.full_count");
+_Static_assert(SERIES_HDR_ENTRIES_OFF + 8 <= SERIES_HDR_INDEX_LEVEL_OFF, "SERIES_HDR.entries");
+_Static_assert(SERIES_HDR_INDEX_LEVEL_OFF + 8 <= SERIES_HDR_BYTES, "SERIES_HDR.index_level");
+_Static_assert(SERIES_ENTRY_KEY_LEN_OFF + 4 <= SERIES_ENTRY_KIND_OFF, "SERIES_ENTRY.key_len");
+_Static_assert(SERIES_ENTRY_KIND_OFF + 4 <= SERIES_ENTRY_HASH_OFF, "SERIES_ENTRY.kind");
+_Static_assert(SERIES_ENTRY_HASH_OFF + 8 <= SERIES_ENTRY_CELL_OFF, "SERIES_ENTRY.hash");
+_Static_assert(SERIES_ENTRY_CELL_OFF + 8 <= SERIES_ENTRY_SLOT_OFF, "SERIES_ENTRY.cell");
+_Static_assert(SERIES_ENTRY_SLOT_OFF + 8 <= SERIES_ENTRY_LIFETIME_OFF, "SERIES_ENTRY.slot");
+_Static_assert(SERIES_ENTRY_LIFETIME_OFF + 8 <= SERIES_ENTRY_PID_OFF, "SERIES_ENTRY.lifetime");
+_Static_assert(SERIES_ENTRY_PID_OFF + 8 <= SERIES_ENTRY_FLAGS_OFF, "SERIES_ENTRY.pid");
+_Static_assert(SERIES_ENTRY_FLAGS_OFF + 8 <= SERIES_ENTRY_BYTES, "SERIES_ENTRY.flags");
+_Static_assert(SERIES_CELL_VALUE_OFF + 8 <= SERIES_CELL_STAMP_OFF, "SERIES_CELL.value");
+_Static_assert(SERIES_CELL_STAMP_OFF + 8 <= SERIES_CELL_SEQ_OFF, "SERIES_CELL.stamp");
+_Static_assert(SERIES_CELL_SEQ_OFF + 8 <= SERIES_CELL_ENTRY_OFF, "SERIES_CELL.seq");
+_Static_assert(SERIES_CELL_ENTRY_OFF + 8 <= SERIES_CELL_BYTES, "SERIES_CELL.entry");
 _Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row's key bytes");
 _Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");
 _Static_assert(sizeof(ShmwinHeader) <= HEADER_BYTES, "the header page");

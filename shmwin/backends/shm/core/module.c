@@ -50,6 +50,10 @@
  *   keycache.c     this process's way from a key object to its locked row
  *   locks.c        time, the robust mutexes and bounded waits, and the dispatch of EOWNERDEAD
  *                  repairs
+ *   series.h       role "series": what its three files share (SeriesMap, SeriesValue)
+ *   series.c       role "series": prometheus_client's values of one app; the SeriesMap type
+ *   seriesdir.c    a series segment's directory (lock, find, append, repair), its slots
+ *   seriesval.c    SeriesValue: one prometheus_client value's cell (inc, set, get)
  *   threads.c      per process: the fork generation, the time namespace's offset, the keeper
  *                  and the reserver threads
  *
@@ -71,9 +75,12 @@
  *   limiter.c -> coretype.c index.c methods.c rings.c
  *   locks.c -> coretype.c index.c words.c
  *   methods.c -> coretype.c index.c keycache.c keys.c rings.c stripes.c words.c
- *   module.c -> locks.c threads.c
+ *   module.c -> locks.c series.c threads.c
  *   moving.c -> chunks.c coretype.c index.c methods.c words.c
  *   rings.c ->
+ *   series.c -> coretype.c seriesdir.c seriesval.c
+ *   seriesdir.c -> threads.c
+ *   seriesval.c ->
  *   space.c -> threads.c words.c
  *   stripes.c -> threads.c
  *   threads.c ->
@@ -302,6 +309,8 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     Py_VISIT(st->full);
     Py_VISIT(st->field);
     Py_VISIT(st->space);
+    Py_VISIT(st->series_map_type);
+    Py_VISIT(st->series_value_type);
     return 0;
 }
 
@@ -316,6 +325,8 @@ static int module_clear(PyObject *m) {
     Py_CLEAR(st->full);
     Py_CLEAR(st->field);
     Py_CLEAR(st->space);
+    Py_CLEAR(st->series_map_type);
+    Py_CLEAR(st->series_value_type);
     return 0;
 }
 
@@ -381,6 +392,7 @@ static int module_exec(PyObject *m) {
         if (PyModule_AddType(m, t) < 0) return -1;
         if (role_types[i].spec == &window_spec) st->window_type = (PyTypeObject *)Py_NewRef(t);
     }
+    if (series_add_types(m, st) < 0) return -1;  /* series.c: its own types, not Core's */
     PyObject *layout = layout_names();
     if (layout == NULL || PyModule_AddObjectRef(m, "LAYOUT", layout) < 0) {
         Py_XDECREF(layout);
