@@ -387,7 +387,7 @@ static PyGetSetDef sm_getset[] = {
 };
 
 static PyType_Slot sm_slots[] = {
-    {Py_tp_doc, "SeriesMap(buffer, /, *, name, timeout_ns): a mapped series segment (role \"series\")."},
+    {Py_tp_doc, "SeriesMap(buffer, /, *, name, timeout_ns)\n--\n\nA mapped series segment (role \"series\")."},
     {Py_tp_init, sm_init},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_dealloc, sm_dealloc},
