@@ -69,7 +69,9 @@ def test_every_block_is_python_or_shell_and_few_are_skipped() -> None:
     run = [b for b in found if not b.skip]
     assert len([b for b in run if b.lang == "python"]) >= 4 and len([b for b in run if b.lang == "bash"]) >= 4
     skipped = [b for b in found if b.skip]
-    assert len(skipped) <= 3, [(b.where, b.skip) for b in skipped]
+    assert len(skipped) <= 4, [
+        (b.where, b.skip) for b in skipped
+    ]  # the README's first block: above Installing
     for page in PAGES:  # a skip marker stands right before a fence, or it skips nothing
         lines = page.read_text().splitlines()
         for i, line in enumerate(lines):
