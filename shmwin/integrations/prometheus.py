@@ -372,12 +372,9 @@ def _add_role(
 
 
 # prometheus_client's own metrics in shared memory (issue 29, part 2): shmwin.integrations.prometheus_shm
-from . import prometheus_shm as _prometheus_shm  # noqa: E402
 from .prometheus_shm import MultiProcessCollector as MultiProcessCollector  # noqa: E402
 from .prometheus_shm import mark_process_dead as mark_process_dead  # noqa: E402
 from .prometheus_shm import multiprocess as multiprocess  # noqa: E402
 from .prometheus_shm import reset as reset  # noqa: E402
 from .prometheus_shm import value_class as value_class  # noqa: E402
-
-# part 1's windowed Summary, when integrations/prometheus_summary.py is there (prometheus_shm finds it)
-Summary = getattr(_prometheus_shm._summary, "Summary", None)
+from .prometheus_summary import Summary as Summary  # noqa: E402  (windowed quantiles, docs/distribution.md)

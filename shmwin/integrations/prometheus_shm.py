@@ -19,7 +19,6 @@ scrape reads each cell once: its cost follows series, not processes.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -34,11 +33,7 @@ from ..backends.shm.roles import series as S
 from ..backends.shm.segment import path_of
 from ..errors import MetricMismatchError, SeriesIdentityError, WindowNotFoundError
 from .prometheus_scrape import LIVE_MODES, Directory
-
-try:  # part 1's windowed Summary (integrations/prometheus_summary.py), when it is there
-    _summary: Any = importlib.import_module(__package__ + ".prometheus_summary")
-except ImportError:  # pragma: no cover - until it lands
-    _summary = None
+from .prometheus_summary import collect_summaries
 
 PidFn = Callable[[], int]
 
@@ -234,8 +229,7 @@ class MultiProcessCollector(Collector):
         d = self._directory()
         if d is not None:
             yield from d.collect()
-        if _summary is not None and hasattr(_summary, "collect_summaries"):
-            yield from _summary.collect_summaries(self.app)
+        yield from collect_summaries(self.app)  # shmwin's windowed Summary (quantiles), if any
 
 
 def exposition(app: str) -> str:
