@@ -101,8 +101,15 @@ def _view_dir() -> str:
     return view
 
 
-# run by unshare: $0 the checkout, $1 the view, $2 the cwd in the view; then the command
-_VIEW_SCRIPT = 'mount --bind "$0" "$1" && cd "$2" && shift 2 && exec "$@"'
+# run by unshare: $0 the checkout, $1 the view, $2 the cwd in the view; then the command. The
+# view is a world-readable tmpfs holding each entry of the checkout bind-mounted: a bind mount of
+# the checkout itself would keep its own mode (a `mktemp -d` clone's 0700)
+_VIEW_SCRIPT = (
+    'mount -t tmpfs -o mode=755 shmwin-view "$1" && '
+    'for e in "$0"/* "$0"/.[!.]*; do [ -e "$e" ] || continue; t="$1/${e##*/}"; '
+    'if [ -d "$e" ]; then mkdir "$t"; else : > "$t"; fi; mount --bind "$e" "$t" || exit 1; done && '
+    'cd "$2" && shift 2 && exec "$@"'
+)
 
 
 def through_view(

@@ -62,8 +62,14 @@ def test_the_listing_is_kept_while_dev_shm_does_not_change(monkeypatch, make_nam
     assert w.name not in segment.listed_names()  # removed: listed again
 
 
-def test_a_listing_made_within_a_clock_tick_of_a_change_is_not_kept(monkeypatch):
+def test_a_listing_made_within_a_clock_tick_of_a_change_is_not_kept(monkeypatch, make_name):
     monkeypatch.setattr(segment, "SETTLED_NS", 10**18)  # every change looks recent
-    first = segment.listed_names()
-    assert segment.listed_names() is not first  # listed again each time
-    assert segment.listed_names() == first
+    w = shmwin.Window(make_name("one"), span=1, buckets=1)  # a listing of one: () is a singleton
+    try:
+        first = segment.listed_names()
+        assert w.name in first
+        assert segment.listed_names() is not first  # listed again each time
+        assert segment.listed_names() == first
+    finally:
+        w.unlink()
+        w.close()
