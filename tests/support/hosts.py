@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from conftest import RedisServer
 
 from shmwin import ManualClock
@@ -51,6 +53,15 @@ class PersistentRedis(RedisServer):
             except Exception:
                 assert time.monotonic() < deadline, "redis-server did not start"
                 time.sleep(0.05)
+
+
+@pytest.fixture(name="persistent_redis")
+def persistent_redis_fixture() -> Iterator[PersistentRedis]:
+    """``persistent_redis``: a PersistentRedis for the test, closed after it (a test module that
+    imports this function has the fixture)."""
+    server = PersistentRedis()
+    yield server
+    server.close()
 
 
 def start_host(host: int, name: str, url: str, clock_path: Path, out: Path, end_ns: int, on_error: str,

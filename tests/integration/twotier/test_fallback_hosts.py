@@ -14,7 +14,16 @@ kept its data: appendonly).
 from __future__ import annotations
 
 import pytest
-from support.hosts import LIMIT, PERIOD, T0, PersistentRedis, admitted_times, count_in, run_hosts, tick_at
+from support.hosts import (
+    LIMIT,
+    PERIOD,
+    T0,
+    admitted_times,
+    count_in,
+    persistent_redis_fixture,  # noqa: F401  (the persistent_redis fixture)
+    run_hosts,
+    tick_at,
+)
 from support.rootenv import needs_namespace
 
 pytestmark = [pytest.mark.integration, needs_namespace]
@@ -28,13 +37,6 @@ FREEZE_S, KILL_S, BACK_S, END_S = 70, 75, 140, 220
 TICK = 50_000_000
 
 
-@pytest.fixture
-def server():
-    s = PersistentRedis()
-    yield s
-    s.close()
-
-
 def most_in_a_period_within(times: list[int], start_ns: int, end_ns: int) -> int:
     """The most hits of ``times`` in any interval of one period that lies inside [start, end)."""
     inside = [t for t in times if start_ns <= t < end_ns]
@@ -43,12 +45,12 @@ def most_in_a_period_within(times: list[int], start_ns: int, end_ns: int) -> int
 
 @pytest.mark.parametrize("scheme", ["shm+", ""])
 def test_three_hosts_keep_their_shares_while_redis_is_away_and_the_limit_once_it_is_back(
-    server, name, tmp_path, scheme
+    persistent_redis, name, tmp_path, scheme
 ):
     events = {tick_at(FREEZE_S, TICK): "freeze", tick_at(KILL_S, TICK): "kill-server",
               tick_at(BACK_S, TICK): "start"}  # fmt: skip
-    times = run_hosts(server, name, tmp_path, events, on_error="local", seconds=END_S, scheme=scheme,
-                      fallback=f"{SHARE}/minute", tick_ns=TICK)  # fmt: skip
+    times = run_hosts(persistent_redis, name, tmp_path, events, on_error="local", seconds=END_S,
+                      scheme=scheme, fallback=f"{SHARE}/minute", tick_ns=TICK)  # fmt: skip
     out = tmp_path / "out"
     # a lease held at the freeze is spent to its deadline (a second at most): then the share only
     away_from, back = T0 + (FREEZE_S + 2) * S, T0 + BACK_S * S

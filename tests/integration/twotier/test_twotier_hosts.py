@@ -25,9 +25,9 @@ from support.hosts import (
     T0,
     TICK_NS,
     WORKERS,
-    PersistentRedis,
     count_in,
     most_in_any_period,
+    persistent_redis_fixture,  # noqa: F401  (the persistent_redis fixture)
     run_hosts,
     tick_at,
 )
@@ -38,33 +38,26 @@ redis = pytest.importorskip("redis")
 S = 1_000_000_000
 
 
-@pytest.fixture
-def server():
-    s = PersistentRedis()
-    yield s
-    s.close()
-
-
-def test_three_hosts_never_admit_more_than_the_limit_and_nearly_all_of_it(server, name, tmp_path):
-    times = run_hosts(server, name, tmp_path, {})
+def test_three_hosts_never_admit_more_than_the_limit_and_nearly_all_of_it(persistent_redis, name, tmp_path):
+    times = run_hosts(persistent_redis, name, tmp_path, {})
     assert most_in_any_period(times) <= LIMIT
     per_minute = [count_in(times, T0 + m * PERIOD, T0 + (m + 1) * PERIOD) for m in range(2)]
     assert min(per_minute) >= 900, f"admitted per minute: {per_minute}"
 
 
-def test_a_host_killed_mid_run_strands_at_most_its_leases(server, name, tmp_path):
+def test_a_host_killed_mid_run_strands_at_most_its_leases(persistent_redis, name, tmp_path):
     """Killed during the second minute's first burst, while the hosts hold leases."""
-    times = run_hosts(server, name, tmp_path, {tick_at(SECOND_BURST_S) + 3: "kill"})
+    times = run_hosts(persistent_redis, name, tmp_path, {tick_at(SECOND_BURST_S) + 3: "kill"})
     assert most_in_any_period(times) <= LIMIT
     per_minute = [count_in(times, T0 + m * PERIOD, T0 + (m + 1) * PERIOD) for m in range(2)]
     # the dead host's leases (two workers' races: at most 2 x 1000 // 8) stay counted until d + P
     assert per_minute[0] >= 900 and per_minute[1] >= 900 - 2 * LIMIT // 8, per_minute
 
 
-def test_redis_stopped_and_restarted_mid_run_stays_strict(server, name, tmp_path):
+def test_redis_stopped_and_restarted_mid_run_stays_strict(persistent_redis, name, tmp_path):
     """Stopped during the second minute's first burst (the hosts hold leases), back at 75 s."""
     stop = tick_at(SECOND_BURST_S) + 3
-    times = run_hosts(server, name, tmp_path, {stop: "stop", tick_at(75): "start"})
+    times = run_hosts(persistent_redis, name, tmp_path, {stop: "stop", tick_at(75): "start"})
     assert most_in_any_period(times) <= LIMIT
     # while Redis is away, only what the hosts held is spent, then on_error="deny"
     down = count_in(times, T0 + (stop + 1) * TICK_NS, T0 + 75 * S)
