@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from shmwin import backends
-from shmwin.backends.redis.client import SCHEMES, canonical_url, is_cluster, is_sentinel
+from shmwin.backends.redis.client import (
+    SCHEMES,
+    canonical_url,
+    cluster_nodes,
+    is_cluster,
+    is_sentinel,
+    unavailable,
+)
 from shmwin.backends.redis.sentinel import parse
 from shmwin.backends.twotier import redis_url
 
@@ -44,6 +51,17 @@ def test_a_sentinel_url_names_sentinels_service_database_and_password():
         "mymaster", 3, "s@cret", 2, False)  # fmt: skip
     assert parse("rediss+sentinel://h/svc").ssl
     assert parse("redis+sentinel://h/svc").replicas == 1  # a hit counts once a replica holds it
+
+
+def test_a_bracketed_v6_host_after_another_is_read_on_every_python():
+    """urlsplit refuses such a list on CPython 3.14.10 ("Invalid IPv6 URL"): it is split here first."""
+    url = "valkey+cluster://u:p%2Fw@10.0.0.1:7000,[::1]:7001/?spread=4"
+    assert is_cluster(url) and not is_sentinel(url)
+    assert canonical_url(url) == "redis+cluster://u:p%2Fw@10.0.0.1:7000,[::1]:7001/?spread=4"
+    assert cluster_nodes(canonical_url(url)) == [("10.0.0.1", 7000), ("::1", 7001)]
+    said = str(unavailable(canonical_url(url), OSError("refused")))
+    assert "redis+cluster://10.0.0.1:7000,[::1]:7001/" in said and "p%2Fw" not in said, said
+    assert parse("redis+sentinel://[::1]:5000,h/svc").sentinels == [("::1", 5000), ("h", 26379)]
 
 
 @pytest.mark.parametrize(

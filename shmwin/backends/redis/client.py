@@ -24,7 +24,7 @@ from ...errors import (
 )
 from ..contract import Key, Request, check_spelling
 from .scripts import OPEN, Script
-from .urls import host_ports
+from .urls import host_ports, split_url
 
 NS_PER_US = 1000
 TIMEOUT_S = 1.0
@@ -40,7 +40,7 @@ SCHEMES = frozenset({"redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHE
 
 def canonical_url(url: str) -> str:
     """``url`` with a Valkey scheme spelled as Redis's (``valkey://h`` -> ``redis://h``)."""
-    parts = urllib.parse.urlsplit(url)
+    parts = split_url(url)
     return parts._replace(scheme=ALIASES[parts.scheme]).geturl() if parts.scheme in ALIASES else url
 
 
@@ -63,17 +63,17 @@ def connect(url: str, timeout: float) -> Any:
 
 
 def is_cluster(url: str) -> bool:
-    return urllib.parse.urlsplit(canonical_url(url)).scheme in CLUSTER_SCHEMES
+    return split_url(canonical_url(url)).scheme in CLUSTER_SCHEMES
 
 
 def is_sentinel(url: str) -> bool:
-    return urllib.parse.urlsplit(canonical_url(url)).scheme in SENTINEL_SCHEMES
+    return split_url(canonical_url(url)).scheme in SENTINEL_SCHEMES
 
 
 def cluster_nodes(url: str) -> list[tuple[str, int]]:
     """The seed nodes of ``redis+cluster://[user:password@]host:port[,host:port...]/``, as
     limits spells it; any one that answers tells the client the whole cluster."""
-    parts = urllib.parse.urlsplit(url)
+    parts = split_url(url)
     if parts.path not in ("", "/", "/0"):
         raise ValueError(f"a Redis Cluster URL has no database (one database, 0): {url!r}")
     spread_groups(url)  # its one option, checked
@@ -83,7 +83,7 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
 def spread_groups(url: str) -> int:
     """A cluster URL's ``?spread=N``: a limiter's keys spread over N hash tags (0: one, the
     name's). Only a cluster URL takes it; N is 0 to 1024."""
-    parts = urllib.parse.urlsplit(url)
+    parts = split_url(url)
     options = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
     if not is_cluster(url):
         if "spread" in options:
@@ -117,7 +117,7 @@ class LazyCluster:
         import redis
         from redis.cluster import ClusterNode, RedisCluster
 
-        parts = urllib.parse.urlsplit(canonical_url(self._url))
+        parts = split_url(canonical_url(self._url))
         try:
             return RedisCluster(
                 startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],  # type: ignore[no-untyped-call]
@@ -157,7 +157,7 @@ class LazyCluster:
 
 def unavailable(url: str, exc: Exception) -> BackendUnavailableError:
     """The error for a failed round trip, naming the server without its credentials."""
-    parts = urllib.parse.urlsplit(url)
+    parts = split_url(url)
     several = is_cluster(url) or is_sentinel(url)  # a list of seed nodes or sentinels
     hosts = parts.netloc.rpartition("@")[2] if several else parts.hostname or ""
     return BackendUnavailableError(f"redis at {parts._replace(netloc=hosts).geturl()} is unavailable: {exc}")

@@ -23,7 +23,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from .urls import host_ports
+from .urls import host_ports, split_url
 
 SENTINEL_PORT = 26379
 
@@ -43,7 +43,7 @@ class SentinelTarget:
 
 def parse(url: str) -> SentinelTarget:
     """A sentinel URL's parts; a ValueError that shows the spelling when one is wrong."""
-    parts = urllib.parse.urlsplit(url)
+    parts = split_url(url)
     spelling = "redis+sentinel://[:password@]host:port[,host:port...]/SERVICE[/DB][?replicas=N]"
     service, _, db = parts.path.strip("/").partition("/")
     if not service or (db and not db.isdigit()):
