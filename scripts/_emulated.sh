@@ -1,9 +1,9 @@
 # Sourced by scripts/wheels: aarch64 CPythons to run its aarch64 wheels with, under qemu-user (Debian's
 # qemu-user package; no binfmt_misc needed: every aarch64 program is started through qemu-aarch64).
-# They are Debian's own builds, the only aarch64 CPythons a Debian mirror has: 3.11 (bookworm) and
-# 3.13 (trixie), each unpacked with its libraries from the .debs into a root of its own under
+# They are Debian's own builds, the only aarch64 CPythons a Debian mirror has: 3.11 (bookworm),
+# 3.13 (trixie) and 3.14 (sid), each unpacked with its libraries from the .debs into a root of its own under
 # .venv-tools/aarch64/, through a private apt configuration (the machine's apt state is not touched).
-SHMWIN_EMULATED_PYTHONS="3.11:bookworm 3.13:trixie"
+SHMWIN_EMULATED_PYTHONS="3.11:bookworm 3.13:trixie 3.14:sid"
 
 # the Debian mirror this machine's apt uses (deb822 .sources or a one-line sources.list)
 shmwin_debian_mirror() {

@@ -1,8 +1,9 @@
 # What `pip install shmwin` downloads, built and tested as shipped: scripts/wheels makes the sdist and
-# a manylinux_2_17 wheel for x86_64 and aarch64 for every CPython 3.10-3.13 found (a missing one is
-# said and skipped), checks each (no C source, stripped, nothing newer than GLIBC_2.17) and runs
-# each in a fresh venv of its own Python with no C compiler reachable (aarch64 ones under qemu-user,
-# where Debian has that CPython). They stay in wheelhouse/.
+# a manylinux_2_17 wheel for x86_64 and aarch64 for every CPython 3.10-3.14 found (a missing one is
+# said and skipped; 3.14 is Debian sid's, in its root: scripts/_py314.sh), checks each (no C
+# source, stripped, nothing newer than GLIBC_2.17) and runs each in a fresh venv of its own Python
+# with no C compiler reachable (aarch64 ones under qemu-user, where Debian has that CPython). They
+# stay in wheelhouse/.
 # Then the extension shipped for .venv's Python runs the native, fail-point and crash tests, in a
 # copy of the checkout: built against glibc 2.17, it waits for a lock with pthread_mutex_timedlock on
 # CLOCK_REALTIME (pthread_mutex_clocklock is glibc 2.30+), a path no gcc build here compiles.

@@ -1,10 +1,13 @@
 # The unit, contract and native / fail-point tests on every supported CPython other than .venv's
-# (scripts/_pythons.sh finds them: pyenv's, or python3.X on PATH), each against an extension built
+# (scripts/_pythons.sh finds them: pyenv's, or python3.X on PATH; 3.14 is Debian sid's, in a root
+# of its own entered through scripts/py314, where the venv's packages come from pip downloads made
+# outside it), each against an extension built
 # for that version by setup.py with that interpreter (build_ext --inplace: the .so's name carries
 # the version, so each sits beside .venv's), as the core's test build (-DSHMWIN_TEST: fail points
 # compiled in, so the fail-point tests run there too; .venv's own core stays the production one). One venv per version, .venv-py3.X/, holding only what
 # these tests import. A CPython not found here is said and skipped; any test failure fails the job.
 #   bash scripts/checks.d/30-other-pythons.sh [pytest args]
+#   SHMWIN_ONLY_PYTHONS=3.14 bash scripts/checks.d/30-other-pythons.sh     one version only
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/_pythons.sh
@@ -17,7 +20,8 @@ DEPS="setuptools>=77 numpy>=1.23 pytest>=7 pytest-xdist>=3 redis>=4.2 limits>=4.
 QUIET=(-W "ignore:This process:DeprecationWarning" -W "ignore::pytest.PytestConfigWarning")
 main=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 started=$SECONDS ran=() skipped=()
-for version in $SHMWIN_PYTHONS; do
+versions=$(shmwin_versions)
+for version in $versions; do
   [ "$version" = "$main" ] && continue
   py=$(shmwin_find_python "$version")
   if [ -z "$py" ]; then
@@ -25,20 +29,27 @@ for version in $SHMWIN_PYTHONS; do
     skipped+=("$version")
     continue
   fi
+  read -r -a enter <<<"$(shmwin_python_enter "$py")"  # the root's 3.14: its venv runs in the root
   env_dir=".venv-py$version"
   if [ ! -f "$env_dir/.deps" ] || [ "$(cat "$env_dir/.deps")" != "$py $DEPS" ]; then
     echo "other pythons: making $env_dir ($py) ..." >&2
     rm -rf "$env_dir" && "$py" -m venv "$env_dir"
-    # shellcheck disable=SC2086
-    "$env_dir/bin/python" -m pip install -q --disable-pip-version-check $DEPS >"$env_dir/install.log" 2>&1 ||
-      { cat "$env_dir/install.log" >&2; echo "other pythons: pip failed for $version" >&2; exit 1; }
+    if [ ${#enter[@]} = 0 ]; then
+      # shellcheck disable=SC2086
+      "$env_dir/bin/python" -m pip install -q --disable-pip-version-check $DEPS >"$env_dir/install.log" 2>&1
+    else
+      # shellcheck disable=SC2086
+      { shmwin_py314_download .venv/bin/python "$env_dir/wheels" $DEPS &&
+        "${enter[@]}" "$env_dir/bin/python" -m pip install -q --no-index --find-links "$env_dir/wheels" $DEPS
+      } >"$env_dir/install.log" 2>&1
+    fi || { cat "$env_dir/install.log" >&2; echo "other pythons: pip failed for $version" >&2; exit 1; }
     echo "$py $DEPS" >"$env_dir/.deps"
   fi
-  CFLAGS="${CFLAGS:-} -DSHMWIN_TEST" "$env_dir/bin/python" setup.py -q build_ext --inplace --force \
+  CFLAGS="${CFLAGS:-} -DSHMWIN_TEST" "${enter[@]}" "$env_dir/bin/python" setup.py -q build_ext --inplace --force \
     >"$env_dir/build.log" 2>&1 ||
     { cat "$env_dir/build.log" >&2; echo "other pythons: the extension failed to build for $version" >&2; exit 1; }
   echo "other pythons: $version ($py)"
-  "$env_dir/bin/python" -m pytest -n auto -q -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
+  "${enter[@]}" "$env_dir/bin/python" -m pytest -n auto -q -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
   ran+=("$version")
 done
 echo "other pythons: ran on ${ran[*]:-none}; skipped ${skipped[*]:-none}; in $((SECONDS - started)) s"

@@ -99,6 +99,24 @@ def test_a_source_install_without_a_compiler_says_what_to_install(tmp_path: Path
             assert line in said, said
 
 
+def test_the_declared_pythons_are_those_built_and_tested() -> None:
+    """pyproject's classifiers and requires-python, the README and the install page name the
+    CPythons that scripts/wheels builds for and 30-other-pythons tests on: 3.10 to 3.14."""
+    tomllib = pytest.importorskip("tomllib")  # 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (pythons,) = re.findall(r'SHMWIN_PYTHONS="([\d. ]+)"', (ROOT / "scripts" / "_pythons.sh").read_text())
+    versions = pythons.split()
+    assert versions[0] == "3.10" and "3.14" in versions
+    declared = [c.rpartition(" :: ")[2] for c in project["classifiers"]
+                if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]  # fmt: skip
+    assert declared == versions
+    assert project["requires-python"] == f">={versions[0]}"
+    readme, install = (ROOT / "README.md").read_text(), (ROOT / "docs" / "install.md").read_text()
+    assert f"CPython {versions[0]} to {versions[-1]} on Linux" in readme
+    assert f"CPython {versions[0]} to {versions[-1]}, each tested" in install
+    assert f"CPython {', '.join(versions[:-1])} and {versions[-1]} on Linux" in " ".join(install.split())
+
+
 def test_cibuildwheel_builds_what_scripts_wheels_builds() -> None:
     tomllib = pytest.importorskip("tomllib")  # 3.11+
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["cibuildwheel"]

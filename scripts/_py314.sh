@@ -1,0 +1,89 @@
+# Sourced by scripts/_pythons.sh (so by scripts/wheels and scripts/checks.d/30-other-pythons.sh) and
+# by scripts/py314: CPython 3.14 where no native one is installed. pyenv here stops at 3.13 and
+# Debian has python3.14 only in sid, built against sid's glibc (newer than this machine's), so it
+# runs in a Debian sid root of its own, made once by debootstrap into .py314/root/ (git-ignored) and
+# entered by scripts/py314: a private mount namespace (this machine's /dev, /dev/shm, /proc, /sys,
+# /tmp and the checkout, at the same paths), then chroot. The root has what the 3.14 jobs run:
+# python3.14 with its headers and venv, gcc (the other-pythons job builds the test core there) and
+# redis-server (the contract tests run on it). It needs no network at run time: pip runs outside,
+# with --target (scripts/wheels and the other-pythons job).
+# Made fresh: about 45 s on the 2-core machine (minbase, no recommends, one root for every job);
+# reused: nothing to do. scripts/test.d/30-py314-root.sh starts it beside the suite.
+SHMWIN_PY314_SUITE=sid
+SHMWIN_PY314_PACKAGES="python3.14,python3.14-dev,python3.14-venv,gcc,libc6-dev,redis-server,redis-tools"
+SHMWIN_PY314_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.py314"
+source "$(dirname "${BASH_SOURCE[0]}")/_emulated.sh"  # shmwin_debian_mirror
+
+# shmwin_py314_root: make the root unless it is there and made from today's package list (under a
+# lock: the wheels and the other-pythons jobs, or the background set-up step, may ask at once);
+# print its path, or nothing (and why, on stderr) if it cannot be made here.
+shmwin_py314_root() {
+  local root="$SHMWIN_PY314_DIR/root" stamp="$SHMWIN_PY314_SUITE $SHMWIN_PY314_PACKAGES" started=$SECONDS
+  mkdir -p "$SHMWIN_PY314_DIR"
+  (
+    flock 8
+    [ -f "$root/.complete" ] && [ "$(cat "$root/.complete")" = "$stamp" ] && exit 0
+    if ! command -v debootstrap >/dev/null; then
+      command -v apt-get >/dev/null || { echo "py314: no debootstrap and no apt-get here" >&2; exit 1; }
+      echo "py314: installing debootstrap (Debian) ..." >&2
+      local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+      { $sudo apt-get update -qq && $sudo apt-get install -y -qq debootstrap; } >"$SHMWIN_PY314_DIR/apt.log" 2>&1 ||
+        { cat "$SHMWIN_PY314_DIR/apt.log" >&2; exit 1; }
+    fi
+    local mirror; mirror=$(shmwin_debian_mirror)
+    [ -n "$mirror" ] || { echo "py314: no Debian mirror in /etc/apt/sources*" >&2; exit 1; }
+    echo "py314: debootstrap of Debian $SHMWIN_PY314_SUITE with python3.14 into .py314/root ..." >&2
+    rm -rf "$root"
+    if ! debootstrap --variant=minbase --include="$SHMWIN_PY314_PACKAGES" "$SHMWIN_PY314_SUITE" "$root" \
+        "$mirror" >"$SHMWIN_PY314_DIR/debootstrap.log" 2>&1; then
+      tail -20 "$SHMWIN_PY314_DIR/debootstrap.log" >&2; echo "py314: debootstrap failed" >&2; exit 1
+    fi
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*_Packages  # 100 MB, unused
+    echo "$stamp" >"$root/.complete"
+    echo "py314: the root is made, in $((SECONDS - started)) s" >&2
+  ) 8>"$SHMWIN_PY314_DIR/lock" || return 0
+  echo "$root"
+}
+
+# shmwin_py314_python: print a python3.14 that runs here (the root's, through scripts/py314: a
+# small launcher in .py314/bin/), or nothing.
+shmwin_py314_python() {
+  local root launcher="$SHMWIN_PY314_DIR/bin/python3.14"
+  root=$(shmwin_py314_root)
+  [ -n "$root" ] || return 0
+  if [ ! -x "$launcher" ]; then
+    mkdir -p "$SHMWIN_PY314_DIR/bin"
+    printf '#!/bin/sh\nexec "%s" python3.14 "$@"\n' "$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" >"$launcher.tmp"
+    chmod +x "$launcher.tmp" && mv "$launcher.tmp" "$launcher"
+  fi
+  echo "$launcher"
+}
+
+# shmwin_py314_download HOST_PYTHON DEST ARGS...: what `pip install ARGS` (requirements, wheel
+# files) would install in the root, downloaded by HOST_PYTHON (one of this machine's, with pip)
+# into DEST: wheels for CPython 3.14 on the root's glibc and machine. The root has no network, so a
+# venv made there then installs from DEST alone: pip install --no-index --find-links DEST ARGS.
+shmwin_py314_download() {
+  local host_python="$1" dest="$2" libc minor
+  shift 2
+  libc=$("$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" python3.14 -c 'import platform; print(platform.libc_ver()[1])')
+  local download=(--only-binary :all: --python-version 3.14 --implementation cp --abi cp314)
+  for minor in $(seq 17 "${libc#2.}"); do download+=(--platform "manylinux_2_${minor}_$(uname -m)"); done
+  rm -rf "$dest"
+  "$host_python" -m pip download -q -d "$dest" "${download[@]}" "$@"
+}
+
+# shmwin_py314_build_venv HOST_PYTHON: print the root's venv that builds wheels (pip and setuptools:
+# pip wheel --no-build-isolation, the isolated build env needing the network), made once.
+shmwin_py314_build_venv() {
+  local env_dir="$SHMWIN_PY314_DIR/build-venv" pins="setuptools>=77"
+  if [ ! -f "$env_dir/.pins" ] || [ "$(cat "$env_dir/.pins")" != "$pins" ]; then
+    rm -rf "$env_dir"
+    "$(shmwin_py314_python)" -m venv "$env_dir" &&
+      shmwin_py314_download "$1" "$env_dir/wheels" "$pins" &&
+      "$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" "$env_dir/bin/python" -m pip install -q --no-index \
+        --find-links "$env_dir/wheels" "$pins" || return 1
+    echo "$pins" >"$env_dir/.pins"
+  fi
+  echo "$env_dir"
+}
