@@ -5,11 +5,13 @@
 # entered by scripts/py314: a private mount namespace (this machine's /dev, /dev/shm, /proc, /sys,
 # /tmp and the checkout, at the same paths), then chroot. The root has what the 3.14 jobs run:
 # python3.14 with its headers and venv, gcc (the other-pythons job builds the test core there) and
-# redis-server (the contract tests run on it). It needs no network at run time: pip runs outside,
-# with --target (scripts/wheels and the other-pythons job).
-# Made fresh: about 45 s on the 2-core machine (minbase, no recommends, one root for every job);
-# reused: nothing to do. scripts/test.d/30-py314-root.sh starts it beside the suite.
-SHMWIN_PY314_SUITE=sid
+# redis-server (the contract tests run on it). It needs no network at run time: this machine's pip
+# downloads what a venv there installs (shmwin_py314_download).
+# Made fresh: 41 to 63 s on the 2-core machine (minbase, no recommends; one root for every job),
+# 470 MB; reused: nothing to do. scripts/test.d/30-py314-root.sh starts it beside the suite.
+# Sid moves: python3.14 is whatever sid has that day (3.14.10 on 2026-11-28). Once 3.14 leaves sid,
+# SHMWIN_PY314_SUITE=forky (or a later one) takes it from there.
+SHMWIN_PY314_SUITE="${SHMWIN_PY314_SUITE:-sid}"
 SHMWIN_PY314_PACKAGES="python3.14,python3.14-dev,python3.14-venv,gcc,libc6-dev,redis-server,redis-tools"
 SHMWIN_PY314_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.py314"
 source "$(dirname "${BASH_SOURCE[0]}")/_emulated.sh"  # shmwin_debian_mirror
