@@ -38,7 +38,7 @@ def _hits(name: str, clock_path: Path, count: int) -> list[bool]:
 @pytest.mark.parametrize("case", sorted(STRUCK_AT))
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_hit_exact_expiring_or_behind(make_name, tmp_path, case, sig):
-    """"10/minute", exact: the struck hit expires entries, or is behind the newest one. After
+    """A "10/minute" exact limiter: the struck hit expires entries, or is behind the newest one. After
     each store: every returned hit stays counted until P after it (nothing returned is lost:
     the count errs high only -- a moved entry counted twice until it leaves, at most one
     entry), the struck hit counts at most once, and the limit holds in every interval,
