@@ -82,7 +82,7 @@ int64_t log_used(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at
 
 /* The entries that expired leave the run into the dead entry (see the top). room: L - used -
  * the cost about to be counted (0 if none), at least 0. */
-static void log_expire(Core *c, int64_t *hdr, const Ring *r, int64_t room, LogPlace *at) {
+static void log_expire(int64_t *hdr, const Ring *r, int64_t room, LogPlace *at) {
     int64_t t = at->gone_time, h = at->gone_hits, limit = r->limit;
     if (at->dead_counts) {  /* a clock behind the dead entry: it keeps its time; its hits only grow */
         t = at->dead_time;
@@ -107,12 +107,12 @@ static void log_expire(Core *c, int64_t *hdr, const Ring *r, int64_t room, LogPl
 
 /* Bring the ring to rest at now (what expired leaves the run), before a test, a refund or a
  * count of `cost` (0: none) with `used` counted. */
-void log_settle(Core *c, int64_t *hdr, const Ring *r, int64_t used, int64_t cost, LogPlace *at) {
+void log_settle(Core *Py_UNUSED(c), int64_t *hdr, const Ring *r, int64_t used, int64_t cost, LogPlace *at) {
     if (at->gone == 0 && (at->dead_hits <= 0 || at->dead_counts)) return;  /* nothing to move or to cap */
     if (at->gone == 0 && cost == 0) return;  /* a test: the dead entry is capped at the next hit */
     int64_t room = used < r->limit ? r->limit - used : 0;  /* used >= 0: no overflow */
     room = room > cost ? room - cost : 0;
-    log_expire(c, hdr, r, room, at);
+    log_expire(hdr, r, room, at);
 }
 
 /* Count `cost` hits at now (the ring settled by log_settle at now under the same lock). */
