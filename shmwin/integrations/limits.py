@@ -54,6 +54,7 @@ class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, Time
 
     def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any):
         self.segments = StorageSegments(uri, options)
+        self._moving_hits = self.segments.moving_hits  # acquire_entry's hot path: one lookup
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
 
     @property
@@ -83,6 +84,11 @@ class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, Time
     # -- moving window and sliding window counter -------------------------------------------
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        # the hot path: a moving log already open for (limit, expiry) and a whole cost of 1 or
+        # more go straight to its core (which refuses a cost above the limit, as limits does)
+        hit = self._moving_hits.get((limit, expiry))
+        if hit is not None and amount.__class__ is int and amount > 0:
+            return hit(key, amount)
         return self.segments.acquire(key, limit, expiry, amount)
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:

@@ -44,6 +44,8 @@ class MovingLogs:
         self.limit, self.period_ns, self.times = ring.limit, ring.bucket_ns, ring.n_buckets
         self._engine = MovingEngine(counts)  # shared memory's, always
         self._native_hit = self._engine.native_hit  # the core's own: no Python frame between
+        # what limits' acquire_entry calls straight (StorageSegments.moving_hits): (key, cost >= 1)
+        self.native_hit = self._native_hit
 
     @classmethod
     def open(

@@ -34,6 +34,7 @@ import functools
 import math
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from limits.errors import ConfigurationError
@@ -152,6 +153,9 @@ class StorageSegments:
         self.clock: Clock = wall_ns
         self._open: dict[str, Segments] = {}  # by segment name
         self._by_spec: dict[tuple[str, int, float], Segments] = {}  # (kind, limit, expiry)
+        # limits' moving-window hot path (ShmStorage.acquire_entry): (limit, expiry) -> the
+        # core's own moving_hit(key, cost) of a moving log opened here, no Python frame between
+        self.moving_hits: dict[tuple[int, float], Callable[[str, int], bool]] = {}
 
     # -- naming and opening -----------------------------------------------------------------
 
@@ -194,6 +198,8 @@ class StorageSegments:
             self._open[name] = found
         assert isinstance(found, Limiter | MovingLogs)
         self._by_spec[kind, limit, expiry] = found
+        if isinstance(found, MovingLogs):
+            self.moving_hits[limit, expiry] = found.native_hit
         return found
 
     def _fixed(self, expiry: float, create: bool) -> FixedWindows | None:
@@ -397,6 +403,7 @@ class StorageSegments:
             segment.close()
         self._open.clear()
         self._by_spec.clear()
+        self.moving_hits.clear()
 
 
 def counted(limiter: Limiter, key: Key, detail: bool = True) -> tuple[int, int]:

@@ -54,10 +54,11 @@ from .format_series import *  # noqa: F403
 from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 9  # 4: the role word (offset 168); 5: the key table's checked words;
+FORMAT_VERSION = 10  # 4: the role word (offset 168); 5: the key table's checked words;
 # 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log");
 # 8: a moving log's one-word entries, 32-byte chunks and digest keys
-# and a limiter's compact rings; 9: a compact ring's ghost word (a clock stepped back)
+# and a limiter's compact rings; 9: a compact ring's ghost word (a clock stepped back);
+# 10: a limiter's log ring keeps its entries in time order behind a header (LOG_HDR_*)
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -147,8 +148,6 @@ RING_TAIL_SLOT = 1
 # padded to a whole word (see ring_count_bytes)
 COUNT32_BYTES = 4
 COUNT32_MAX = (1 << 31) - 1
-LOG_TIME = 0  # a log ring's entry: (time ns, hits), in a slot's first two words
-LOG_HITS = 1
 
 # -- records ------------------------------------------------------------------------------------
 
@@ -462,6 +461,7 @@ _SCALARS = (
     "RING_LOG", "KEY_FLAG_STR", "KEY_FLAG_DIGEST", "LOCK_STRIPE_TABLE", "LOCK_KEY_TABLE",
     "LOCK_SHARED_ROW", "LOCK_CHUNKS", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
+    "LOG_HDR_POS", "LOG_HDR_TOTAL", "LOG_HDR_DEAD_TIME", "LOG_HDR_DEAD_HITS", "LOG_HDR_WORDS",
     "RING_ENTRY_BYTES", "LOCK_BYTES", "STRIPE_ENTRY_BYTES", "KEY_ENTRY_BYTES", "INDEX_ENTRY_WORDS",
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
     "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",

@@ -137,6 +137,19 @@ TOKEN_STATE: tuple[Field, ...] = (
     ("tat", 0, "q"),  # the theoretical arrival time (ns): the bucket is full from then on; EMPTY_EPOCH: full
 )
 TOKEN_STATE_BYTES = 8
+# A limiter's log ring (exact=...): its slots are entries (time ns, hits), in a slot's first two
+# words; its header (its two header slots' first four words, 0 when empty, core/exactlog.c) holds
+# the run of entries in time order from tail (the oldest) over len slots, their running total
+# (>= their sum), and the one dead entry kept for a clock stepped back (the hits expired from
+# the run's tail, at the newest of their times).
+LOG_TIME = 0
+LOG_HITS = 1
+LOG_HDR_POS = 0  # tail << 32 | len
+LOG_HDR_TOTAL = 1
+LOG_HDR_DEAD_TIME = 2
+LOG_HDR_DEAD_HITS = 3
+LOG_HDR_WORDS = 4
+
 # role "moving-log": limits' moving window, each key's hits as entries of one word each,
 # MOVING_INLINE of them in the row, the rest in chunks of the segment's chunk heap, chained from
 # the row (core/moving.c). A keyed window of one log ring (P, at most min(limit, times) entries,

@@ -148,10 +148,15 @@ packed (8-byte words, one after another): a small row costs what its key and sta
 After the key header (keyed) or from word 0 (unkeyed) come the rings one after another.
 A window's ring *i* (and a limiter's log ring, see "Log rings") is ``head_slots +
 n_buckets_i`` slots of ``1 + n_fields`` 8-byte words, the first ``head_slots`` being the
-ring's header (one for windows, two, unused, for a limiter's log rings)::
+ring's header (one for windows, two for a limiter's log rings)::
 
     header slot 0      word 0: head epoch    (unused by windows)
     bucket slots       word 0: bucket epoch  words 1..F: field values    (EMPTY_EPOCH = -2**63 if none)
+
+A limiter's log ring (exact=...): its slots are entries (LOG_TIME: t ns, LOG_HITS: hits), a
+circular run of them in time order; its header's first four words (0 when empty, LOG_HDR_*,
+core/exactlog.c) are the run's position (tail << 32 | len), its running total (>= the run's
+hits), and the dead entry's time and hits (hits expired from the tail, for a clock stepped back).
 
 Limiter rings: a limiter's bucket ring is *compact* -- a 40-byte header (LIMITER_RING), then
 ``n_buckets`` counts with no epoch, each ``ring_count_bytes`` wide: 4 (i32) when the ring's
@@ -409,7 +414,7 @@ class Layout:
     total_bytes: int
     slot_words: int
     ring_words: tuple[int, ...]  # word offset of each ring's (first) header slot within a row
-    head_slots: int = 1  # header slots per slot ring: 2 (unused) for a limiter's log rings
+    head_slots: int = 1  # header slots per slot ring: 2 for a limiter (a log ring's: LOG_HDR_*)
     first_bytes: int = 0  # bytes reserved at creation (keyed: the file past them is sparse)
     chunks_off: int = 0  # role "moving-log": the chunk heap, after the rows (page-aligned)
     n_chunks: int = 0
@@ -507,6 +512,7 @@ def empty_rings(g: Geometry, lay: Layout) -> bytes:
             for word in (LIMITER_RING_HEAD, LIMITER_RING_ZEROED, LIMITER_RING_TAIL):
                 words[at + word] = EMPTY_EPOCH
             continue
-        for s in range(lay.head_slots + ring.n_buckets):
+        first_slot = lay.head_slots if ring.log else 0  # a log ring's header (LOG_HDR_*): all 0s
+        for s in range(first_slot, lay.head_slots + ring.n_buckets):
             words[at + s * lay.slot_words + SLOT_EPOCH] = EMPTY_EPOCH
     return struct.pack(f"<{len(words)}q", *words)

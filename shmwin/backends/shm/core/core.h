@@ -361,6 +361,25 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
 int64_t refund_row(Core *c, int64_t slot, int64_t now, int64_t cost);
 void timing(Core *c, int64_t slot, int64_t now, int64_t cost, Verdict *v);
 void repair_row(Core *c, int64_t slot);
+
+/* ---- a limiter's log rings (exactlog.c) --------------------------------------------------- */
+
+typedef struct {
+    int64_t tail, len, total;    /* the run (its position and running total), as read or last written */
+    int64_t gone, gone_hits;     /* entries expiring from its tail at now, and their hits */
+    int64_t gone_time;           /* the newest of their times (INT64_MIN: none held hits) */
+    int64_t dead_time, dead_hits;  /* the dead entry, as read */
+    int dead_counts;             /* whether it counts at now (a clock behind it) */
+} LogPlace;
+
+int log_ok(const Ring *r, int64_t *hdr);
+int64_t log_used(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at);
+void log_settle(Core *c, int64_t *hdr, const Ring *r, int64_t used, int64_t cost, LogPlace *at);
+void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, LogPlace *at);
+int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t cost, LogPlace *at);
+void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t need, int64_t *reset_ns,
+                int64_t *wait_ns);
+void log_repair(Core *c, int64_t *hdr, const Ring *r);
 int claim_stripe(Core *c, int64_t *row);
 
 /* This process's stripe row, or 0 for the shared row (claimed at first use, after a fork,

@@ -208,7 +208,8 @@ static int make_empty_row(Core *c) {
             at[LIMITER_RING_HEAD] = at[LIMITER_RING_ZEROED] = at[LIMITER_RING_TAIL] = EMPTY_EPOCH;
             continue;
         }
-        for (int64_t s = 0; s < c->head_slots + r->n; s++) at[s * c->slot_words + SLOT_EPOCH] = EMPTY_EPOCH;
+        /* a log ring's header (LOG_HDR_*) is all 0s: an empty run, no dead entry */
+        for (int64_t s = r->log ? c->head_slots : 0; s < c->head_slots + r->n; s++) at[s * c->slot_words + SLOT_EPOCH] = EMPTY_EPOCH;
     }
     return 0;
 }

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION               9
+#define FORMAT_VERSION               10
 #define WORD_BYTES                   8
 #define PAGE_BYTES                   4096
 #define HEADER_BYTES                 4096
@@ -54,6 +54,11 @@
 #define RING_TAIL_SLOT               1
 #define LOG_TIME                     0
 #define LOG_HITS                     1
+#define LOG_HDR_POS                  0
+#define LOG_HDR_TOTAL                1
+#define LOG_HDR_DEAD_TIME            2
+#define LOG_HDR_DEAD_HITS            3
+#define LOG_HDR_WORDS                4
 #define RING_ENTRY_BYTES             24
 #define LOCK_BYTES                   64
 #define STRIPE_ENTRY_BYTES           128
@@ -367,6 +372,11 @@
     X(RING_TAIL_SLOT) \
     X(LOG_TIME) \
     X(LOG_HITS) \
+    X(LOG_HDR_POS) \
+    X(LOG_HDR_TOTAL) \
+    X(LOG_HDR_DEAD_TIME) \
+    X(LOG_HDR_DEAD_HITS) \
+    X(LOG_HDR_WORDS) \
     X(RING_ENTRY_BYTES) \
     X(LOCK_BYTES) \
     X(STRIPE_ENTRY_BYTES) \

@@ -38,8 +38,9 @@
  *                  of hits from Redis, spent, sealed, installed under the key's row lock
  *   distribution.c  DistributionCore: role "distribution", shmwin.Distribution's record and
  *                  record_many, each value into every resolution's bucket of bins
- *   rings.c        rows: the window's add, log rings, the limiter's check-and-count and its
- *                  repair
+ *   rings.c        rows: the window's add, the limiter's check-and-count and its repair
+ *   exactlog.c     a limiter's log rings (exact=...): hit times in order, a running total,
+ *                  expiry from the tail, the dead entry kept for a clock stepped back
  *   stripes.c      the unkeyed striped window's per-process rows: claimed, given back, alive
  *   keys.c         a key's stored form and hash (SipHash-1-3), rows compared with it
  *   words.c        the key table's checked state words, the index's copies
@@ -68,6 +69,7 @@
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
  *   counters.c -> coretype.c index.c limiter.c methods.c rings.c
  *   distribution.c -> coretype.c index.c methods.c
+ *   exactlog.c ->
  *   index.c -> keys.c rings.c space.c words.c
  *   keycache.c -> index.c keys.c
  *   keys.c ->
@@ -77,7 +79,7 @@
  *   methods.c -> coretype.c index.c keycache.c keys.c rings.c stripes.c words.c
  *   module.c -> locks.c series.c threads.c
  *   moving.c -> chunks.c coretype.c index.c methods.c words.c
- *   rings.c ->
+ *   rings.c -> exactlog.c
  *   series.c -> coretype.c seriesdir.c seriesval.c
  *   seriesdir.c -> threads.c
  *   seriesval.c ->

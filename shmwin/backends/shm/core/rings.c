@@ -79,148 +79,7 @@ int add_row(Core *c, char *row, int64_t now, int f, int64_t n, double d) {
     return 0;
 }
 
-/* ---- log rings: a rate kept as hit times, exactly ------------------------------------------
- * A log ring's slots are entries (LOG_TIME: t ns, LOG_HITS: hits) in no order; its bucket_ns is the period P. An
- * entry counts while hits > 0 and t >= now - P (as in limits' moving window): a hit is
- * forgotten 1 ns after P has passed. A new hit
- * takes a slot that counts nothing. If every slot counts, the two oldest entries are merged
- * into the newer one's time: their hits are forgotten later, never earlier (strict, no longer
- * exact). A rate of at most n hits per period never merges: each entry holds a hit or more.
- * Nothing is derived, so a tear loses at most the call's own hit, or (mid-merge) counts the
- * oldest entry's hits twice until they leave: refusals early, never admissions late. */
-#define LOG_ENTRY(c, hdr, s) ((hdr) + ((c)->head_slots + (s)) * (c)->slot_words)
-
-typedef struct {
-    int64_t free_slot, oldest, second;  /* slots; -1: none */
-    int64_t dead, dead_hits;  /* the newest entry holding hits that count nothing at now (-1: none), and
-                               * all such entries' hits (saturating): kept for a clock stepped back */
-} LogPlace;
-
-static int log_counts(const Ring *r, int64_t t, int64_t hits, int64_t now) {
-    return hits > 0 && t >= now - r->bucket_ns;  /* a time ahead of now (a clock behind) counts */
-}
-
-/* Hits a log ring counts at now (saturating: junk never wraps), and where a new hit goes. */
-static int64_t log_scan(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at) {
-    int64_t used = 0, t_oldest = INT64_MAX, t_second = INT64_MAX, t_dead = INT64_MIN;
-    at->free_slot = at->oldest = at->second = at->dead = -1;
-    at->dead_hits = 0;
-    for (int64_t s = 0; s < r->n; s++) {
-        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME), hits = LOAD(e + LOG_HITS);
-        if (!log_counts(r, t, hits, now)) {
-            if (at->free_slot < 0) at->free_slot = s;
-            if (hits > 0) {  /* dead at now, not for a clock behind it */
-                at->dead_hits = hits > INT64_MAX - at->dead_hits ? INT64_MAX : at->dead_hits + hits;
-                if (t >= t_dead) t_dead = t, at->dead = s;
-            }
-            continue;
-        }
-        used = hits > INT64_MAX - used ? INT64_MAX : used + hits;
-        if (t < t_oldest) {
-            t_second = t_oldest, at->second = at->oldest;
-            t_oldest = t, at->oldest = s;
-        } else if (t < t_second) {
-            t_second = t, at->second = s;
-        }
-    }
-    return used;
-}
-
-/* A hit never erases hits that a clock stepped back still counts (issue #33 item 2, as the
- * moving log's, moving.c): the entries dead at now are kept as ONE, the newest of them (at
- * its time: older dead hits count longer, refused early), holding min(their hits,
- * L - used - cost); the others are zeroed. A clock x that counted a dead entry has
- * x <= its time + P < now, so it also counts every entry counting at now and the new hit
- * (later times): it sees its hits or L. Stores: the kept entry first (its hits raised: a
- * tear counts some twice), then the others zeroed. Returns the first slot left counting
- * nothing, other than the kept one (-1: none). */
-static int64_t log_keep_dead(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t used, int64_t cost,
-                             const LogPlace *at) {
-    int64_t room = sat_sub(sat_sub(r->limit, used), cost), keep = at->dead_hits < room ? at->dead_hits : room;
-    int64_t m = keep > 0 ? at->dead : -1, free_slot = -1;
-    if (m >= 0 && LOAD(LOG_ENTRY(c, hdr, m) + LOG_HITS) != keep) STORE(LOG_ENTRY(c, hdr, m) + LOG_HITS, keep);
-    for (int64_t s = 0; s < r->n; s++) {
-        int64_t *e = LOG_ENTRY(c, hdr, s), hits = LOAD(e + LOG_HITS);
-        if (s == m || log_counts(r, LOAD(e + LOG_TIME), hits, now)) continue;
-        if (hits != 0) STORE(e + LOG_HITS, 0);
-        if (free_slot < 0) free_slot = s;
-    }
-    return free_slot;
-}
-
-/* Count `cost` hits at now in a log ring, placed by a log_scan at now under the same lock;
- * used: the hits it counted there. */
-static void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t used, int64_t cost,
-                    LogPlace *at) {
-    if (at->dead >= 0) at->free_slot = log_keep_dead(c, hdr, r, now, used, cost, at);
-    int64_t slot = at->free_slot;
-    if (slot < 0 && at->oldest < 0)  /* only the kept dead entry (n = 1): it gives way (joined to the new
-                                     * hit at now, its hits would count on at every later hit: shut) */
-        slot = at->dead;
-    if (slot < 0 && at->second < 0) {  /* one entry, counting: the new hits join it, at now */
-        int64_t *e = LOG_ENTRY(c, hdr, at->oldest), hits = LOAD(e + LOG_HITS);
-        STORE(e + LOG_TIME, now);  /* first: the old hits leave later, never sooner */
-        STORE(e + LOG_HITS, hits > INT64_MAX - cost ? INT64_MAX : hits + cost);
-        return;
-    }
-    if (slot < 0) {  /* every entry counts: the oldest joins the second oldest */
-        int64_t *a = LOG_ENTRY(c, hdr, at->oldest), *b = LOG_ENTRY(c, hdr, at->second);
-        int64_t ha = LOAD(a + LOG_HITS), hb = LOAD(b + LOG_HITS);
-        STORE(b + LOG_HITS, ha > INT64_MAX - hb ? INT64_MAX : ha + hb);
-        STORE(a + LOG_HITS, 0);
-        slot = at->oldest;
-    }
-    int64_t *e = LOG_ENTRY(c, hdr, slot);
-    if (LOAD(e + LOG_HITS) != 0) STORE(e + LOG_HITS, 0);  /* an entry that left: emptied before restamped */
-    STORE(e + LOG_TIME, now);
-    STORE(e + LOG_HITS, cost);
-}
-
-static int by_time(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* How long until an entry stamped t leaves, from now (never negative, never wrapped). */
-static int64_t log_leaves(const Ring *r, int64_t t, int64_t now) {
-    int64_t ahead = t - now;  /* >= -P for a counting entry */
-    if (ahead > INT64_MAX - r->bucket_ns - 1) return INT64_MAX;
-    return ahead + r->bucket_ns + 1 > 0 ? ahead + r->bucket_ns + 1 : 0;
-}
-
-/* A log ring's timing (see timing()): *reset_ns, until its oldest counted hit leaves (0: none
- * counted); *wait_ns, until `need` of its hits have left (0: need <= 0; -1: it counts fewer, or
- * no memory to sort them). Caller holds the row lock. */
-static void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t need,
-                       int64_t *reset_ns, int64_t *wait_ns) {
-    int64_t oldest = INT64_MAX, live = 0;
-    for (int64_t s = 0; s < r->n; s++) {
-        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME);
-        if (!log_counts(r, t, LOAD(e + LOG_HITS), now)) continue;
-        live++;
-        if (t < oldest) oldest = t;
-    }
-    *reset_ns = live ? log_leaves(r, oldest, now) : 0;
-    *wait_ns = need <= 0 ? 0 : -1;
-    if (need <= 0 || live == 0) return;
-    int64_t *sorted = PyMem_Malloc((size_t)live * 2 * sizeof(int64_t)), n = 0, freed = 0;
-    if (sorted == NULL) return;
-    for (int64_t s = 0; s < r->n && n < live; s++) {
-        int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME), hits = LOAD(e + LOG_HITS);
-        if (!log_counts(r, t, hits, now)) continue;
-        sorted[2 * n] = t, sorted[2 * n + 1] = hits;
-        n++;
-    }
-    qsort(sorted, (size_t)n, 2 * sizeof(int64_t), by_time);
-    for (int64_t j = 0; j < n; j++) {
-        freed = sorted[2 * j + 1] > INT64_MAX - freed ? INT64_MAX : freed + sorted[2 * j + 1];
-        if (freed >= need) {
-            *wait_ns = log_leaves(r, sorted[2 * j], now);
-            break;
-        }
-    }
-    PyMem_Free(sorted);
-}
+/* ---- log rings: exactlog.c ------------------------------------------------------------- */
 
 /* ---- the limiter's compact rings ----------------------------------------------------------
  * A limiter's bucket ring (layout.py, "Limiter rings") is a header -- head, total, zeroed,
@@ -392,7 +251,10 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
     for (int i = 0; i < c->n_rings; i++) {  /* junk a clock never reaches: epoch maths would overflow */
         if (c->rings[i].log) {
             logs |= 1u << i;
-            continue;
+            if (log_ok(&c->rings[i], RING(c, row, i))) continue;
+            PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible log position: the segment "
+                         "is corrupt", c->name, (long long)slot);
+            return -1;
         }
         int64_t head = LOAD(HEAD(RING(c, row, i)));
         if (!head_ok(&c->rings[i], head)) {
@@ -409,7 +271,7 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
         int64_t *hdr = RING(c, row, i), e = now / r->bucket_ns;
         if (logs & 1u << i) {
             epoch[i] = 0;  /* unused: a log ring keeps times, not buckets */
-            v->used[i] = log_scan(c, hdr, r, now, &at[i]);
+            v->used[i] = log_used(c, hdr, r, now, &at[i]);
             if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;
             continue;
         }
@@ -430,7 +292,10 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
         v->used[i] = clock_e < e ? sat_add(total[i], ghost_seen(r, hdr, e, clock_e)) : total[i];
         if (cost > r->limit || v->used[i] > r->limit - cost) v->allowed = 0;  /* no overflow */
     }
-    if ((v->allowed && commit) || commit == COMMIT_FORCE) {
+    int counting = (v->allowed && commit) || commit == COMMIT_FORCE;
+    for (int i = 0; i < c->n_rings; i++)  /* what expired leaves each log ring, counted or not */
+        if (logs & 1u << i) log_settle(c, RING(c, row, i), &c->rings[i], v->used[i], counting ? cost : 0, &at[i]);
+    if (counting) {
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) continue;
             int64_t *hdr = RING(c, row, i);
@@ -440,7 +305,7 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
         }
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) {
-                log_add(c, RING(c, row, i), &c->rings[i], now, v->used[i], cost, &at[i]);
+                log_add(c, RING(c, row, i), &c->rings[i], now, cost, &at[i]);
                 v->used[i] += cost;
                 continue;
             }
@@ -452,24 +317,6 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
     }
     END_SECTION();
     return 0;
-}
-
-/* A log ring's part of "refund": up to `cost` of its counted hits, newest entries first,
- * each entry lowered in one store. What it gave back. */
-static int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost) {
-    int64_t left = cost;
-    while (left > 0) {
-        int64_t newest = -1, t_newest = INT64_MIN;
-        for (int64_t s = 0; s < r->n; s++) {
-            int64_t *e = LOG_ENTRY(c, hdr, s), t = LOAD(e + LOG_TIME);
-            if (log_counts(r, t, LOAD(e + LOG_HITS), now) && t >= t_newest) newest = s, t_newest = t;
-        }
-        if (newest < 0) break;
-        int64_t *e = LOG_ENTRY(c, hdr, newest), hits = LOAD(e + LOG_HITS), take = hits < left ? hits : left;
-        STORE(e + LOG_HITS, hits - take);
-        left -= take;
-    }
-    return cost - left;
 }
 
 /* Section "refund": give back up to `cost` of the hits a key holds, its most recent first, in
@@ -487,7 +334,9 @@ int64_t refund_row(Core *c, int64_t slot, int64_t now, int64_t cost) {
         const Ring *r = &c->rings[i];
         int64_t *hdr = RING(c, row, i), left = cost, head;
         if (r->log) {
-            left -= log_refund(c, hdr, r, now, cost);
+            LogPlace at;
+            (void)log_used(c, hdr, r, now, &at);  /* at rest (hit_row): nothing expires */
+            left -= log_refund(c, hdr, r, cost, &at);
         } else if ((head = LOAD(HEAD(hdr))) != EMPTY_EPOCH) {
             int64_t top = clean_top(hdr, head);
             for (int64_t e = top; left > 0 && top != EMPTY_EPOCH && e > head - r->n && e >= 0; e--) {
@@ -572,7 +421,10 @@ void repair_row(Core *c, int64_t slot) {
     SECTION("repair");
     for (int i = 0; i < c->n_rings; i++) {
         const Ring *r = &c->rings[i];
-        if (r->log) continue;  /* nothing derived: every entry says what it counts */
+        if (r->log) {
+            log_repair(c, RING(c, row, i), r);  /* its running total, from its entries */
+            continue;
+        }
         int64_t *hdr = RING(c, row, i), head = LOAD(HEAD(hdr));
         if (!head_ok(r, head) || head == EMPTY_EPOCH) continue;  /* junk: hit_row refuses the row; EMPTY: unused */
         if (LOAD(ZEROED(hdr)) != head) zero_stale(r, hdr, clean_top(hdr, head), head);

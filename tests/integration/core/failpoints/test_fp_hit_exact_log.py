@@ -105,5 +105,6 @@ def test_hit_exact(make_name, tmp_path, exact, sig):
             lim.close()
             shmwin.unlink(name)
 
-    # intent, the entry's time and hits, the row's last write; a merge first moves the oldest's hits
-    assert fp.every_store(strike_at) == (4 if exact is True else 6)
+    # intent, the run's total, the entry's hits and time, the run's position (published), the
+    # row's last write; a merge first moves the oldest's hits, drops it from the run, empties it
+    assert fp.every_store(strike_at) == (6 if exact is True else 9)

@@ -1,0 +1,165 @@
+"""An exact limiter (``Limiter(exact=True)``, core/exactlog.c) against a model of the exact log,
+driven from three real processes -- this one and two forked workers, each with its own clock
+set by hand -- with hits, tests, stats, refunds and clears in random order.
+
+A clock that only moves forward: every answer is the model's (exact). Clocks that step back
+and forth: strict (every reading counts at least what the model holds in its window, up to
+the limit; no interval of P of the clocks' frame admits more than the limit), and once past
+every hit by P the key admits exactly the limit again."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from support.clock_steps import SteppingClock, busiest_period
+
+from shmwin import Limiter
+
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
+
+S = 1_000_000_000
+T0 = 1_000_000 * S
+P = S  # "LIMIT/second"
+LIMIT = 12
+
+
+class ExactLog:
+    """The rule: a hit counts while t >= now - P (a time ahead of now counts); refunds give
+    back the newest counted hits first; clear forgets the key."""
+
+    def __init__(self) -> None:
+        self.hits: list[tuple[int, int]] = []  # (t, cost), in the order admitted
+
+    def used(self, now: int) -> int:
+        return sum(c for t, c in self.hits if t >= now - P)
+
+    def hit(self, now: int, cost: int) -> bool:
+        if self.used(now) + cost > LIMIT:
+            return False
+        self.hits.append((now, cost))
+        return True
+
+    def refund(self, now: int, cost: int) -> int:
+        left = cost
+        for i in sorted(range(len(self.hits)), key=lambda i: self.hits[i][0], reverse=True):
+            t, c = self.hits[i]
+            if left == 0 or t < now - P:
+                continue
+            take = min(c, left)
+            self.hits[i] = (t, c - take)
+            left -= take
+        return cost - left
+
+
+def _worker(name: str, conn: Any) -> None:
+    clock = SteppingClock(T0)
+    with Limiter.attach(name, clock=clock) as lim:
+        while (job := conn.recv()) is not None:
+            conn.send(run(lim, clock, *job))
+
+
+def run(lim: Limiter, clock: SteppingClock, op: str, now: int, cost: int) -> Any:
+    clock.set(now)
+    if op == "hit":
+        return lim.hit("k", cost)
+    if op == "test":
+        return lim.test("k", cost)
+    if op == "stats":
+        return lim.stats("k").used
+    if op == "refund":
+        return lim.refund("k", cost)
+    lim.clear("k")
+    return None
+
+
+@contextmanager
+def three_processes(name: str) -> Iterator[Any]:
+    """``ask(who, op, now, cost)``: run op in process who (0: this one, 1 and 2: forked)."""
+    clock = SteppingClock(T0)
+    lim = Limiter(name, f"{LIMIT}/second", exact=True, clock=clock)
+    ctx = mp.get_context("fork")
+    pipes, procs = [], []
+    try:
+        for _ in range(2):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(name, theirs), daemon=True)
+            p.start()
+            pipes.append(mine)
+            procs.append(p)
+
+        def ask(who: int, op: str, now: int, cost: int) -> Any:
+            if who == 0:
+                return run(lim, clock, op, now, cost)
+            pipes[who - 1].send((op, now, cost))
+            return pipes[who - 1].recv()
+
+        yield ask
+        for conn in pipes:
+            conn.send(None)
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        lim.unlink()
+        lim.close()
+
+
+OPS = ["hit"] * 6 + ["test", "stats", "refund", "clear"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_forward_clocks_answer_as_the_exact_log(name, seed):
+    rng, model, t = random.Random(seed), ExactLog(), T0
+    with three_processes(name) as ask:
+        for i in range(600):
+            t += rng.choice((0, 1, rng.randrange(P // 4), P // 2, P, P + 1))
+            op, cost, who = rng.choice(OPS), rng.choice((1, 1, 1, 2, 5)), rng.randrange(3)
+            if op == "clear" and rng.random() < 0.9:
+                op = "hit"  # clears are rare: most of the run holds hits
+            got = ask(who, op, t, cost)
+            if op == "hit":
+                want: Any = model.hit(t, cost)
+            elif op == "test":
+                want = model.used(t) + cost <= LIMIT
+            elif op == "stats":
+                want = model.used(t)
+            elif op == "refund":
+                want = model.refund(t, cost)
+            else:
+                model.hits, want = [], None
+            assert got == want, (i, who, op, (t - T0) / S, cost, got, want)
+
+
+def step(rng: random.Random) -> int:
+    """Mostly forward; one in five back, by a little, about P, or far."""
+    sign = -1 if rng.random() < 0.2 else 1
+    return sign * rng.choice((rng.randrange(P // 3), P - 1, P, P + 1, 3 * P, rng.randrange(10 * P)))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stepping_clocks_stay_strict_and_open_again(name, seed):
+    rng, t, latest = random.Random(f"steps-{seed}"), T0, T0
+    admitted: list[tuple[int, int]] = []
+    with three_processes(name) as ask:
+        for i in range(500):
+            t = max(0, t + step(rng))
+            latest = max(latest, t)
+            who, cost = rng.randrange(3), rng.choice((1, 1, 1, 2, LIMIT))
+            if ask(who, "hit", t, cost):
+                admitted.append((t, cost))
+            held = sum(c for at, c in admitted if at >= t - P)
+            used = ask(rng.randrange(3), "stats", t, 0)
+            assert used >= min(LIMIT, held), (i, (t - T0) / S, used, held)
+            assert ask(rng.randrange(3), "test", t, 1) == (used < LIMIT)
+        assert busiest_period(admitted, P, closed=True) <= LIMIT
+        assert sum(c for _, c in admitted) >= 10 * LIMIT  # strict, not shut
+        t = latest + 3 * P
+        assert [ask(i % 3, "hit", t, 1) for i in range(LIMIT + 1)] == [True] * LIMIT + [False]
