@@ -325,16 +325,5 @@ static PyMethodDef conc_methods[] = {
     {NULL},
 };
 
-static PyType_Slot conc_slots[] = {
-    {Py_tp_doc, "A segment of role concurrency: each key's holders, and what every segment has (Core)."},
-    {Py_tp_init, conc_init},
-    {Py_tp_methods, conc_methods},
-    {0, NULL},
-};
-
-PyType_Spec concurrency_spec = {
-    .name = "shmwin._core.ConcurrencyCore",
-    .basicsize = sizeof(Core),
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = conc_slots,
-};
+ROLE_SPEC(concurrency_spec, "ConcurrencyCore", Core, conc_init, conc_methods,
+          "A segment of role concurrency: each key's holders, and what every segment has (Core).");
