@@ -178,11 +178,13 @@ def strike(
     assert p.exitcode in (0, -KILL), f"{where} exited {p.exitcode}"
 
 
-def every_store(strike_at: Callable[[int], bool]) -> int:
+def every_store(strike_at: Callable[[int], bool], section: str = "", at_least: int = 0) -> int:
     """strike_at(1), strike_at(2), ... (each True if its fail point fired) until a run
-    completes without firing; returns how many stores the section made."""
+    completes without firing; returns how many stores the section made, checked to be
+    ``at_least`` (a section that made fewer was not struck where the test means to)."""
     for n in range(1, MAX_STORES + 1):
         if not strike_at(n):
+            assert n - 1 >= at_least, f"section {section!r} made only {n - 1} stores"
             return n - 1
     raise AssertionError(f"the section still had stores after {MAX_STORES}")
 

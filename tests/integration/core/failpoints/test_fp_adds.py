@@ -91,6 +91,5 @@ def test_add(make_name, tmp_path, sig, section, call):
             w.close()
             shmwin.unlink(name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 2 * 2, f"section {section!r} made only {stores} stores"
+    fp.every_store(strike_at, section, at_least=2 * 2)
     fp.assert_monotone(inflights, "the add in flight")

@@ -76,8 +76,7 @@ def test_conc_acquire(make_name, sig, held):
             mine.close()
             shmwin.unlink(name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 3, f"section 'conc_acquire' made only {stores} stores"
+    fp.every_store(strike_at, "conc_acquire", at_least=3)
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -106,8 +105,7 @@ def test_conc_release(make_name, sig):
             mine.close()
             shmwin.unlink(name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 2, f"section 'conc_release' made only {stores} stores"
+    fp.every_store(strike_at, "conc_release", at_least=2)
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -139,5 +137,4 @@ def test_conc_claim(make_name, sig):
             mine.close()
             shmwin.unlink(name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 4, f"section 'conc_claim' made only {stores} stores"
+    fp.every_store(strike_at, "conc_claim", at_least=4)

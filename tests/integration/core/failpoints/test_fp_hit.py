@@ -111,8 +111,7 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
             lim.close()
             shmwin.unlink(name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 1 + 3 * len(rates), f"section 'hit' made only {stores} stores"
+    fp.every_store(strike_at, "hit", at_least=1 + 3 * len(rates))
     fp.assert_monotone(inflights, "the in-flight hit")
 
 

@@ -81,8 +81,7 @@ def test_fixed_incr(make_name, tmp_path, sig, when):
             mine.close()
             shmwin.unlink(name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= (2 if when == "same-window" else 3), f"section 'fixed_incr' made only {stores} stores"
+    fp.every_store(strike_at, "fixed_incr", at_least=(2 if when == "same-window" else 3))
 
 
 def _weighted(previous: int, current: int, elapsed_ns: int) -> int:
@@ -143,5 +142,4 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
             mine.close()
             shmwin.unlink(name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= (2 if when == "same-window" else 4), f"section 'sliding_hit' made only {stores} stores"
+    fp.every_store(strike_at, "sliding_hit", at_least=(2 if when == "same-window" else 4))
