@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,13 @@ def open_core_as(front: Any, core_type: type) -> Any:
         os.close(fd)
     core.close()
     return core
+
+
+def in_threads(work: Callable[[], object], n: int) -> None:
+    """work() in n threads of this process, all started before any is joined; returns when
+    every one has ended."""
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
