@@ -208,6 +208,39 @@ def write_json(path: str, targets: Sequence[Target], details: str) -> None:
         json.dump({"targets": [asdict(t) for t in targets], "details": details}, f, ensure_ascii=False)
 
 
+def print_targets(targets: Sequence[Target]) -> None:
+    """A benchmark's targets as scripts/bench's report reads them: a heading and the table."""
+    print("\n#### Targets\n")
+    print(targets_table(targets))
+
+
+def finish(targets: Sequence[Target], details: str | Sequence[str], json_path: str | None) -> None:
+    """A benchmark's last words: its details (a text, or its lines) printed, and with
+    ``--json FILE`` the target rows and the details written there (benchmarks/report.py)."""
+    text = details if isinstance(details, str) else "\n".join(details)
+    print("\n" + text)
+    if json_path:
+        write_json(json_path, targets, text)
+
+
+def counting_redis_commands() -> tuple[list[int], Callable[[], None]]:
+    """Count redis-py's send_command calls from now on: ([commands so far], restore)."""
+    import redis.connection
+
+    sent = [0]
+    real = redis.connection.AbstractConnection.send_command
+
+    def counting(self: object, *args: object, **kwargs: object) -> object:
+        sent[0] += 1
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def restore() -> None:
+        redis.connection.AbstractConnection.send_command = real  # type: ignore[method-assign]
+
+    redis.connection.AbstractConnection.send_command = counting  # type: ignore[method-assign]
+    return sent, restore
+
+
 def per_sec(rate: float, what: str = "") -> str:
     """per_sec(3_149_195, "adds") -> '3.15 M adds/s'; per_sec(10_420) -> '10.4 k/s'."""
     unit = f" {what}/s" if what else "/s"

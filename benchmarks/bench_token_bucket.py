@@ -21,18 +21,8 @@ import statistics
 import time
 import uuid
 
-from _harness import (
-    Contender,
-    FloorPairs,
-    Loop,
-    Target,
-    fresh_loop,
-    interleaved,
-    ns,
-    per_sec,
-    targets_table,
-    write_json,
-)
+import _harness
+from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec
 
 from shmwin import Limiter, TokenBucket
 
@@ -143,8 +133,7 @@ def main() -> None:
         Target("tb-hit-one-key", "`TokenBucket.hit()`, one key", ns(tb1.ns), f"`Limiter.hit()` {ns(lim1.ns)}",
                f"{ratio:.2f}×", "≤ 1.2× `hit()`", ratio <= 1.2),
     ]  # fmt: skip
-    print("\n#### Targets\n")
-    print(targets_table(targets))
+    _harness.print_targets(targets)
     details = "\n".join([
         "#### TokenBucket: one key, 1 process, ns per hit (never refused)",
         "",
@@ -163,9 +152,7 @@ def main() -> None:
         "",
         f"2 processes: token bucket {per_sec(hot_tb.rate, 'hits')}, limiter {per_sec(hot_lim.rate, 'hits')}",
     ])  # fmt: skip
-    print("\n" + details)
-    if args.json:
-        write_json(args.json, targets, details)
+    _harness.finish(targets, details, args.json)
 
 
 if __name__ == "__main__":

@@ -19,19 +19,9 @@ import tempfile
 import time
 import uuid
 
+import _harness
 import numpy as np
-from _harness import (
-    Contender,
-    FloorPairs,
-    Loop,
-    Target,
-    fresh_loop,
-    interleaved,
-    ns,
-    per_sec,
-    targets_table,
-    write_json,
-)
+from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec
 
 from shmwin import Window
 
@@ -257,8 +247,7 @@ def main() -> None:
                f"`multiprocessing.Value` + lock {per_sec(value.rate)}",
                f"{locked.rate / value.rate:.2f}×", "≥ 4×", locked.rate / value.rate >= 4),
     ]  # fmt: skip
-    print("\n#### Targets\n")
-    print(targets_table(targets))
+    _harness.print_targets(targets)
     print("\n(no count lost: both 2-process windows and `multiprocessing.Value` hold every add)")
 
     details: list[str] = []
@@ -282,9 +271,7 @@ def main() -> None:
         "| --- | ---: | ---: |",
         *(f"| {label} | {rate:,.0f} | {rate / rows[0][1]:,.0f}× |" for label, rate in rows),
     ]
-    print("\n" + "\n".join(details))
-    if args.json:
-        write_json(args.json, targets, "\n".join(details))
+    _harness.finish(targets, details, args.json)
 
 
 if __name__ == "__main__":

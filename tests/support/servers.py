@@ -38,6 +38,30 @@ def server_binaries(flavour: str) -> tuple[str | None, str | None]:
     return (str(found[0]), str(found[1])) if all(os.access(p, os.X_OK) for p in found) else (None, None)
 
 
+def wait_listening(proc: subprocess.Popen[bytes], port: int, what: str, timeout_s: float = 20) -> None:
+    """Return once proc (``what``, for the error) accepts connections on port; RuntimeError
+    if it exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} on port {port} did not start") from None
+            time.sleep(0.02)
+
+
+def kill_all(procs: dict[int, subprocess.Popen[bytes]], folder: str) -> None:
+    """Kill and reap every server of procs (port -> process), forget them, remove their folder."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(20)
+    procs.clear()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,15 +191,7 @@ class RedisCluster:
                 "--dbfilename", f"dump-{port}.rdb", "--save", "", "--appendonly", "no",
                 "--repl-diskless-sync-delay", "0"]  # fmt: skip
         self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return
-            except OSError:
-                if self.procs[port].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {port} did not start") from None
-                time.sleep(0.02)
+        wait_listening(self.procs[port], port, "redis-server")
 
     def info(self, port: int) -> dict[str, str]:
         """``CLUSTER INFO`` of one node as a dict ({} if it does not answer)."""
@@ -278,12 +294,7 @@ class RedisCluster:
 
     def close(self) -> None:
         self.pids = [proc.pid for proc in self.procs.values()]
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(20)
-        self.procs.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        kill_all(self.procs, self.dir)
 
 
 def redis_client(url: str) -> Any:
@@ -333,15 +344,7 @@ class SentinelGroup:
 
     def _spawn(self, port: int, args: list[str]) -> None:
         self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return
-            except OSError:
-                if self.procs[port].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{args[0]} on port {port} did not start") from None
-                time.sleep(0.02)
+        wait_listening(self.procs[port], port, args[0])
 
     def _start_server(self, port: int, replica_of: int | None = None) -> None:
         args = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -407,9 +410,4 @@ class SentinelGroup:
         return time.monotonic() - started
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(20)
-        self.procs.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        kill_all(self.procs, self.dir)
