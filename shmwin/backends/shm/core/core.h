@@ -275,6 +275,7 @@ void after_fork_child(void);
 int start_thread(void *(*main)(void *));
 enum { KEEP_TAKE = 1, KEEP_GIVE = 2 };
 int keeper(int op, pthread_mutex_t *m);
+int keeper_take_first(char *first, int64_t stride, int64_t n, int64_t *at);
 void reserve_ahead(Core *c, int64_t from, int64_t to);
 int reserved_ahead(Core *c, int64_t from, int64_t to);
 void reserver_forget(Core *c);
