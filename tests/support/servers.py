@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,17 @@ class Server:
 
 def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def get_as(port: int, client: str, path: str = "/") -> tuple[int, Message, str]:
+    """GET path as ``client`` (the X-Client header the test apps key by): the status (an
+    error's too), the headers (looked up case-insensitively) and the body."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"X-Client": client})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.headers, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read().decode()
 
 
 def get(port: int, path: str = "/") -> tuple[int, str]:
