@@ -127,3 +127,13 @@ def in_threads(work: Callable[[], object], n: int) -> None:
         t.start()
     for t in threads:
         t.join()
+
+
+def run_all(procs: list[Any], timeout_s: float = 120) -> None:
+    """Start every process (multiprocessing's), then join each, ``timeout_s`` at most: each
+    must have exited 0."""
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout_s)
+        assert p.exitcode == 0, f"worker exited with {p.exitcode}"
