@@ -11,6 +11,7 @@ the slower process's time, median over rounds.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import multiprocessing as mp
@@ -206,6 +207,15 @@ def targets_table(rows: Sequence[Target]) -> str:
 def write_json(path: str, targets: Sequence[Target], details: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"targets": [asdict(t) for t in targets], "details": details}, f, ensure_ascii=False)
+
+
+def target_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The command line every benchmark with targets takes (``--quick``, ``--json FILE``), its
+    docstring as the help; the caller adds its own options."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
+    return parser
 
 
 def print_targets(targets: Sequence[Target]) -> None:

@@ -13,7 +13,6 @@ Method: benchmarks/_harness.py; results and prose: benchmarks/README.md (scripts
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -194,10 +193,7 @@ def bench_single(pairs: FloorPairs, rounds: int, keys: int, key_rounds: int, war
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser = _harness.target_parser(__doc__)
     parser.add_argument("--hits", type=int, help="shmwin, 2 processes: hits per process per run (100,000)")
     parser.add_argument("--peer-hits", type=int, help="redis and pyrate peers: hits per process (4,000)")
     parser.add_argument("--repeat", type=int, help="rounds of the in-memory contenders (5)")
@@ -206,7 +202,6 @@ def main() -> None:
     parser.add_argument("--single-repeat", type=int, help="1 process, one key: rounds (9)")
     parser.add_argument("--keys", type=int, help="1 process: distinct keys (100,000)")
     parser.add_argument("--key-repeat", type=int, help="1 process, many keys: rounds (5)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
     args = parser.parse_args()
     q = args.quick
     n = args.hits or (20_000 if q else 100_000)

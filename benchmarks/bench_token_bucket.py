@@ -14,7 +14,6 @@ Method: benchmarks/_harness.py; results and prose: benchmarks/README.md.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -90,11 +89,7 @@ def lim_loop(name: str) -> Loop:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
+    parser = _harness.target_parser(__doc__)
     args = parser.parse_args()
     q = args.quick
     n1, r1 = (30_000, 3) if q else (200_000, 9)

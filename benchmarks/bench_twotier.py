@@ -126,11 +126,7 @@ def _drop(url: str, name: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
+    parser = _harness.target_parser(__doc__)
     parser.add_argument("--host", nargs=6, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.host:

@@ -10,7 +10,6 @@ Method: benchmarks/_harness.py; results and prose: benchmarks/README.md (scripts
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import platform
@@ -189,15 +188,11 @@ def bench_add_many(n: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser = _harness.target_parser(__doc__)
     parser.add_argument("--ops", type=int, help="2 processes: ops per process per run (300,000)")
     parser.add_argument("--repeat", type=int, help="2 processes: rounds (5)")
     parser.add_argument("--single-ops", type=int, help="1 process: calls per sample (200,000)")
     parser.add_argument("--single-repeat", type=int, help="1 process: rounds (9)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
     args = parser.parse_args()
     q = args.quick
     n = args.ops or (30_000 if q else 300_000)
