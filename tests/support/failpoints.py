@@ -44,7 +44,7 @@ import struct
 import time
 import traceback
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +176,26 @@ def strike(
             p.join(60)
         mine.close()
     assert p.exitcode in (0, -KILL), f"{where} exited {p.exitcode}"
+
+
+def hits_then_strike(
+    open_mine: Callable[[ManualClock], Any], clock_path: str | Path, hits_at: Sequence[int], struck_at: int
+) -> Callable[[Any], Any]:
+    """A strike's ``before`` for a hit on "k": the victim opens its front on the shared
+    ManualClock of ``clock_path`` (``open_mine(clock)``), counts a hit at each of ``hits_at``
+    (PROGRESS counts them), sets the clock to ``struck_at`` and hands the front over."""
+
+    def before(report: Any) -> Any:
+        clock = ManualClock(path=Path(clock_path))
+        mine = open_mine(clock)
+        for at in hits_at:
+            clock.set(at)
+            assert mine.hit("k")
+            report[PROGRESS] += 1
+        clock.set(struck_at)
+        return mine
+
+    return before
 
 
 def every_store(strike_at: Callable[[int], bool], section: str = "", at_least: int = 0) -> int:

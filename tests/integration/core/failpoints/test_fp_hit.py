@@ -67,16 +67,10 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
                 assert lim.hit("other")
                 other.count(T0)
 
-            def before(report):
-                mine = Limiter(name, rates, capacity=16, clock=ManualClock(path=clock_path), lock_timeout=5)
-                clock = ManualClock(path=clock_path)
-                for at in pre_hits:
-                    clock.set(at)
-                    assert mine.hit("k")
-                    report[PROGRESS] += 1
-                clock.set(struck_at)
-                return mine
+            def open_mine(mine_clock: ManualClock) -> Limiter:
+                return Limiter(name, rates, capacity=16, clock=mine_clock, lock_timeout=5)
 
+            before = fp.hits_then_strike(open_mine, clock_path, pre_hits, struck_at)
             hit, test = (lambda mine: mine.hit("k")), (lambda mine: mine.test("k"))
             with fp.strike("hit", n, sig, before, hit, test) as s:
                 assert s.report[PROGRESS] == len(pre_hits)

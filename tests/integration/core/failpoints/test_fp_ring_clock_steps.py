@@ -60,17 +60,7 @@ def test_ring_clock_ghost_struck(make_name, tmp_path, sig, case):
         back = SteppingClock(back_at)
         lim = _open(name, back)
         try:
-
-            def before(report: Any) -> Limiter:
-                clock = ManualClock(path=Path(clock_path))
-                mine = _open(name, clock)
-                for at in pre:
-                    clock.set(at)
-                    assert mine.hit("k")
-                    report[PROGRESS] += 1
-                clock.set(struck_at)
-                return mine
-
+            before = fp.hits_then_strike(lambda clock: _open(name, clock), clock_path, pre, struck_at)
             hit, test = (lambda mine: mine.hit("k")), (lambda mine: mine.test("k"))
             with fp.strike("hit", n, sig, before, hit, test) as s:
                 assert s.report[PROGRESS] == len(pre)
