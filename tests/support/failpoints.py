@@ -52,6 +52,7 @@ from typing import Any
 
 import pytest
 
+import shmwin
 from shmwin import Limiter, ManualClock, Window, _core
 from shmwin.backends.shm import layout
 
@@ -196,6 +197,12 @@ def hits_then_strike(
         return mine
 
     return before
+
+
+def drop(front: Any, name: str) -> None:
+    """A strike's end, in its ``finally``: the test's own front closed, its segment unlinked."""
+    front.close()
+    shmwin.unlink(name)
 
 
 def every_store(strike_at: Callable[[int], bool], section: str = "", at_least: int = 0) -> int:

@@ -102,8 +102,7 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
                 fp.assert_never_over(lim, admitted)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     fp.every_store(strike_at, "hit", at_least=1 + 3 * len(rates))
     fp.assert_monotone(inflights, "the in-flight hit")
@@ -196,7 +195,6 @@ def test_repair(make_name, tmp_path, sig, tear_kind):
                 fp.assert_stats(lim, "k", model, now)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     assert fp.every_store(strike_at) >= len(rates)

@@ -10,7 +10,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0, S
 
-import shmwin
 from shmwin import Limiter, ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -102,8 +101,7 @@ def test_hit_exact(make_name, tmp_path, exact, sig):
                 fp.assert_never_over(lim, admitted)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     # intent, the entry's time and hits, the row's last write; a merge first moves the oldest's hits
     assert fp.every_store(strike_at) == (4 if exact is True else 6)

@@ -15,7 +15,6 @@ from support import failpoints as fp
 from support.clock_steps import SteppingClock
 from support.failpoints import LOCK_TIMEOUT, PROGRESS, RAISE, SIGNALS, T0, S
 
-import shmwin
 from shmwin import Limiter, ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints, pytest.mark.sanitize]
@@ -80,8 +79,7 @@ def test_ring_clock_ghost_struck(make_name, tmp_path, sig, case):
                     assert (used, admitted) == UNTORN[case]
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     fp.every_store(strike_at, "hit", at_least=8)
     fp.assert_monotone(inflights, "the in-flight hit")
@@ -138,8 +136,7 @@ def test_exact_dead_entries_kept_struck(make_name, tmp_path, sig):
                     assert (used, admitted) == (5, 1)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     fp.every_store(strike_at, "hit", at_least=5)
     fp.assert_monotone(inflights, "the in-flight hit")
