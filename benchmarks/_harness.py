@@ -11,6 +11,7 @@ the slower process's time, median over rounds.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import multiprocessing as mp
@@ -206,6 +207,48 @@ def targets_table(rows: Sequence[Target]) -> str:
 def write_json(path: str, targets: Sequence[Target], details: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"targets": [asdict(t) for t in targets], "details": details}, f, ensure_ascii=False)
+
+
+def target_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The command line every benchmark with targets takes (``--quick``, ``--json FILE``), its
+    docstring as the help; the caller adds its own options."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
+    return parser
+
+
+def print_targets(targets: Sequence[Target]) -> None:
+    """A benchmark's targets as scripts/bench's report reads them: a heading and the table."""
+    print("\n#### Targets\n")
+    print(targets_table(targets))
+
+
+def finish(targets: Sequence[Target], details: str | Sequence[str], json_path: str | None) -> None:
+    """A benchmark's last words: its details (a text, or its lines) printed, and with
+    ``--json FILE`` the target rows and the details written there (benchmarks/report.py)."""
+    text = details if isinstance(details, str) else "\n".join(details)
+    print("\n" + text)
+    if json_path:
+        write_json(json_path, targets, text)
+
+
+def counting_redis_commands() -> tuple[list[int], Callable[[], None]]:
+    """Count redis-py's send_command calls from now on: ([commands so far], restore)."""
+    import redis.connection
+
+    sent = [0]
+    real = redis.connection.AbstractConnection.send_command
+
+    def counting(self: object, *args: object, **kwargs: object) -> object:
+        sent[0] += 1
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def restore() -> None:
+        redis.connection.AbstractConnection.send_command = real  # type: ignore[method-assign]
+
+    redis.connection.AbstractConnection.send_command = counting  # type: ignore[method-assign]
+    return sent, restore
 
 
 def per_sec(rate: float, what: str = "") -> str:

@@ -19,7 +19,6 @@ scheduled send to the last byte, for every request answered; p50/p99 are reporte
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
@@ -30,6 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
+import _harness
 from _harness import FloorPairs, Target, fresh_loop, ns, write_json
 
 import shmwin
@@ -232,14 +232,10 @@ def _ms(seconds: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser = _harness.target_parser(__doc__)
     parser.add_argument("--no-load", action="store_true", help="skip the gunicorn load test")
     parser.add_argument("--seconds", type=float, help="load test: seconds of offered load per app (8)")
     parser.add_argument("--overload", type=float, default=2.0, help="load test: offered / capacity (2.0)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target row and details here")
     args = parser.parse_args()
     n, rounds = (30_000, 3) if args.quick else (200_000, 9)
     print(f"# bench_breaker: {platform.python_implementation()} {platform.python_version()}, "

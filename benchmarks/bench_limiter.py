@@ -13,7 +13,6 @@ Method: benchmarks/_harness.py; results and prose: benchmarks/README.md (scripts
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -24,18 +23,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from _harness import (
-    Contender,
-    FloorPairs,
-    Loop,
-    Target,
-    fresh_loop,
-    interleaved,
-    ns,
-    per_sec,
-    targets_table,
-    write_json,
-)
+import _harness
+from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec
 
 from shmwin import Limiter
 
@@ -107,21 +96,12 @@ def shmwin_redis_loop(name: str, url: str) -> Loop:
 
 def round_trips_per_hit(loop: Loop, hits: int = 500) -> float:
     """Commands the client sends per hit (redis-py's send_command), after one warm-up hit."""
-    import redis.connection
-
     loop(1)
-    sent = [0]
-    real = redis.connection.AbstractConnection.send_command
-
-    def counting(self: object, *args: object, **kwargs: object) -> object:
-        sent[0] += 1
-        return real(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    redis.connection.AbstractConnection.send_command = counting  # type: ignore[method-assign]
+    sent, restore = _harness.counting_redis_commands()
     try:
         loop(hits)
     finally:
-        redis.connection.AbstractConnection.send_command = real  # type: ignore[method-assign]
+        restore()
     return sent[0] / hits
 
 
@@ -213,10 +193,7 @@ def bench_single(pairs: FloorPairs, rounds: int, keys: int, key_rounds: int, war
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser = _harness.target_parser(__doc__)
     parser.add_argument("--hits", type=int, help="shmwin, 2 processes: hits per process per run (100,000)")
     parser.add_argument("--peer-hits", type=int, help="redis and pyrate peers: hits per process (4,000)")
     parser.add_argument("--repeat", type=int, help="rounds of the in-memory contenders (5)")
@@ -225,7 +202,6 @@ def main() -> None:
     parser.add_argument("--single-repeat", type=int, help="1 process, one key: rounds (9)")
     parser.add_argument("--keys", type=int, help="1 process: distinct keys (100,000)")
     parser.add_argument("--key-repeat", type=int, help="1 process, many keys: rounds (5)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
     args = parser.parse_args()
     q = args.quick
     n = args.hits or (20_000 if q else 100_000)
@@ -319,8 +295,7 @@ def main() -> None:
                f"1 process {per_sec(distinct1.rate)}", f"{scale:.2f}× one process", "≥ 10 M hits/s",
                distinct2.rate >= 10e6 and distinct2.exact),
     ]  # fmt: skip
-    print("\n#### Targets\n")
-    print(targets_table(targets))
+    _harness.print_targets(targets)
 
     details = [
         "#### Limiter: one key, aggregate hits/s; every contender is offered 2× its limit",
@@ -368,9 +343,7 @@ def main() -> None:
         details.append(f"| {label} | {row} |")
     if single["bytes per key"]:
         details += ["", f"memory: {single['bytes per key']:,.0f} bytes of /dev/shm held per key in use"]
-    print("\n" + "\n".join(details))
-    if args.json:
-        write_json(args.json, targets, "\n".join(details))
+    _harness.finish(targets, details, args.json)
 
 
 def _times_limit(c: Contender) -> str:

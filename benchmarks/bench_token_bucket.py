@@ -14,25 +14,14 @@ Method: benchmarks/_harness.py; results and prose: benchmarks/README.md.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
 import time
 import uuid
 
-from _harness import (
-    Contender,
-    FloorPairs,
-    Loop,
-    Target,
-    fresh_loop,
-    interleaved,
-    ns,
-    per_sec,
-    targets_table,
-    write_json,
-)
+import _harness
+from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec
 
 from shmwin import Limiter, TokenBucket
 
@@ -100,11 +89,7 @@ def lim_loop(name: str) -> Loop:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
+    parser = _harness.target_parser(__doc__)
     args = parser.parse_args()
     q = args.quick
     n1, r1 = (30_000, 3) if q else (200_000, 9)
@@ -143,8 +128,7 @@ def main() -> None:
         Target("tb-hit-one-key", "`TokenBucket.hit()`, one key", ns(tb1.ns), f"`Limiter.hit()` {ns(lim1.ns)}",
                f"{ratio:.2f}×", "≤ 1.2× `hit()`", ratio <= 1.2),
     ]  # fmt: skip
-    print("\n#### Targets\n")
-    print(targets_table(targets))
+    _harness.print_targets(targets)
     details = "\n".join([
         "#### TokenBucket: one key, 1 process, ns per hit (never refused)",
         "",
@@ -163,9 +147,7 @@ def main() -> None:
         "",
         f"2 processes: token bucket {per_sec(hot_tb.rate, 'hits')}, limiter {per_sec(hot_lim.rate, 'hits')}",
     ])  # fmt: skip
-    print("\n" + details)
-    if args.json:
-        write_json(args.json, targets, details)
+    _harness.finish(targets, details, args.json)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ import time
 import uuid
 from pathlib import Path
 
-from _harness import Target, per_sec, targets_table, write_json
+import _harness
+from _harness import Target, per_sec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -43,18 +44,8 @@ UNDER = f"{10**12}/hour"  # a limit no run reaches
 
 
 def count_commands() -> list[int]:
-    """Count redis-py's send_command calls from now on: [commands]."""
-    import redis.connection
-
-    sent = [0]
-    real = redis.connection.AbstractConnection.send_command
-
-    def counting(self: object, *args: object, **kwargs: object) -> object:
-        sent[0] += 1
-        return real(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    redis.connection.AbstractConnection.send_command = counting  # type: ignore[method-assign]
-    return sent
+    """Count redis-py's send_command calls from now on: [commands] (for good: a child's)."""
+    return _harness.counting_redis_commands()[0]
 
 
 def host_main(url: str, name: str, rate: str, n: int, go: str, out: str) -> None:
@@ -135,11 +126,7 @@ def _drop(url: str, name: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
+    parser = _harness.target_parser(__doc__)
     parser.add_argument("--host", nargs=6, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.host:
@@ -187,8 +174,7 @@ def main() -> None:
         Target("twotier-rate", "aggregate hits/s, 3 hosts, one limit", per_sec(tt_rate),
                f"`redis://` {per_sec(redis_rate)}", f"{faster:,.0f}×", "≥ 20×", faster >= 20),
     ]  # fmt: skip
-    print("\n#### Targets\n")
-    print(targets_table(targets))
+    _harness.print_targets(targets)
     details = "\n".join([
         f"#### Two tiers: 3 hosts, one redis-server, one key ({where})",
         "",
@@ -203,9 +189,7 @@ def main() -> None:
         f"aggregate, {med(over, 'commands'):.4f} Redis commands per hit. Under the limit the leases "
         "grow to what a host spends (twice its last lease's hits), so round trips become rare.",
     ])  # fmt: skip
-    print("\n" + details)
-    if args.json:
-        write_json(args.json, targets, details)
+    _harness.finish(targets, details, args.json)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ Method: benchmarks/_harness.py; results and prose: benchmarks/README.md (scripts
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import platform
@@ -19,19 +18,9 @@ import tempfile
 import time
 import uuid
 
+import _harness
 import numpy as np
-from _harness import (
-    Contender,
-    FloorPairs,
-    Loop,
-    Target,
-    fresh_loop,
-    interleaved,
-    ns,
-    per_sec,
-    targets_table,
-    write_json,
-)
+from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec
 
 from shmwin import Window
 
@@ -199,15 +188,11 @@ def bench_add_many(n: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (figures are rough)")
+    parser = _harness.target_parser(__doc__)
     parser.add_argument("--ops", type=int, help="2 processes: ops per process per run (300,000)")
     parser.add_argument("--repeat", type=int, help="2 processes: rounds (5)")
     parser.add_argument("--single-ops", type=int, help="1 process: calls per sample (200,000)")
     parser.add_argument("--single-repeat", type=int, help="1 process: rounds (9)")
-    parser.add_argument("--json", metavar="FILE", help="also write the target rows and details here")
     args = parser.parse_args()
     q = args.quick
     n = args.ops or (30_000 if q else 300_000)
@@ -257,8 +242,7 @@ def main() -> None:
                f"`multiprocessing.Value` + lock {per_sec(value.rate)}",
                f"{locked.rate / value.rate:.2f}×", "≥ 4×", locked.rate / value.rate >= 4),
     ]  # fmt: skip
-    print("\n#### Targets\n")
-    print(targets_table(targets))
+    _harness.print_targets(targets)
     print("\n(no count lost: both 2-process windows and `multiprocessing.Value` hold every add)")
 
     details: list[str] = []
@@ -282,9 +266,7 @@ def main() -> None:
         "| --- | ---: | ---: |",
         *(f"| {label} | {rate:,.0f} | {rate / rows[0][1]:,.0f}× |" for label, rate in rows),
     ]
-    print("\n" + "\n".join(details))
-    if args.json:
-        write_json(args.json, targets, "\n".join(details))
+    _harness.finish(targets, details, args.json)
 
 
 if __name__ == "__main__":

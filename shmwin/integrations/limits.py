@@ -43,11 +43,12 @@ from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Sto
 from limits.storage.base import TimestampedSlidingWindow
 
 from ..backends.shm.segment import SHM_DIR
-from ..errors import ShmwinError
-from .limits_segments import StorageOptionError, StorageSegments
+from .limits_segments import SegmentsStorage, StorageOptionError, StorageSegments
 
 
-class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
+class ShmStorage(
+    SegmentsStorage, Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow
+):
     """limits storage backed by shmwin segments; see the module docstring."""
 
     STORAGE_SCHEME = ["shm"]  # noqa: RUF012  (limits reads it as a plain class attribute)
@@ -56,19 +57,6 @@ class ShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, Time
         self.segments = StorageSegments(uri, options)
         self._moving_hits = self.segments.moving_hits  # acquire_entry's hot path: one lookup
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
-
-    @property
-    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
-        return ShmwinError
-
-    @property
-    def storage(self) -> str:
-        """Where the counts live (what ``flask limiter config`` shows as the backend)."""
-        return self.segments.where
-
-    @property
-    def prefix(self) -> str:
-        return self.segments.prefix
 
     # -- fixed window -----------------------------------------------------------------------
 

@@ -17,11 +17,12 @@ from limits.aio.storage import MovingWindowSupport, SlidingWindowCounterSupport,
 from limits.storage.base import TimestampedSlidingWindow
 
 from ..backends.shm.segment import SHM_DIR
-from ..errors import ShmwinError
-from .limits_segments import StorageSegments
+from .limits_segments import SegmentsStorage, StorageSegments
 
 
-class AsyncShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow):
+class AsyncShmStorage(
+    SegmentsStorage, Storage, MovingWindowSupport, SlidingWindowCounterSupport, TimestampedSlidingWindow
+):
     """limits.aio storage backed by shmwin segments; the same options as ``shm://``."""
 
     STORAGE_SCHEME = ["async+shm"]  # noqa: RUF012  (limits reads it as a plain class attribute)
@@ -29,18 +30,6 @@ class AsyncShmStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport,
     def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any):
         self.segments = StorageSegments(uri.removeprefix("async+"), options)
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
-
-    @property
-    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
-        return ShmwinError
-
-    @property
-    def storage(self) -> str:
-        return self.segments.where
-
-    @property
-    def prefix(self) -> str:
-        return self.segments.prefix
 
     async def incr(self, key: str, expiry: int, amount: int | float = 1) -> int:
         return self.segments.incr(key, expiry, amount)  # type: ignore[return-value]  # a float: a fractional cost

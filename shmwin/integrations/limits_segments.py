@@ -43,7 +43,7 @@ from ..backends.contract import Key
 from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
 from ..backends.shm.segment import SHM_DIR, check_name, listed_names, namespace
 from ..clock import Clock
-from ..errors import GeometryMismatchError, OutOfSpaceError, WindowNotFoundError
+from ..errors import GeometryMismatchError, OutOfSpaceError, ShmwinError, WindowNotFoundError
 from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
@@ -465,3 +465,24 @@ def _kind_of(prefix: str, name: str) -> str | None:
     kind, *rest = name[len(prefix) + 1 :].split(".")
     shape = {"fixed": 1, "moving": 2, "sliding": 1}
     return kind if shape.get(kind) == len(rest) else None
+
+
+class SegmentsStorage:
+    """What ``shm://`` and ``async+shm://`` (limits.py, limits_async.py) say about
+    themselves, from their :class:`StorageSegments`; first among their bases, before limits'
+    ``Storage``, whose abstract ``base_exceptions`` it answers."""
+
+    segments: StorageSegments
+
+    @property
+    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
+        return ShmwinError
+
+    @property
+    def storage(self) -> str:
+        """Where the counts live (what ``flask limiter config`` shows as the backend)."""
+        return self.segments.where
+
+    @property
+    def prefix(self) -> str:
+        return self.segments.prefix

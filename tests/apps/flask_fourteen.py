@@ -170,6 +170,29 @@ def call(app: Any, addr: str, path: str) -> tuple[int, bytes]:
     return int(status[-1].split(None, 1)[0]), body
 
 
+def native_caller(app: Flask) -> Callable[[str, str], int]:
+    """``call`` without Flask: one request's limits hit through the app's own Flask-Limiter
+    storage and strategy (``Limiter.limiter``), with the keys Flask-Limiter makes for it, so
+    each answer and each byte of ``/dev/shm`` are the ones the request through WSGI would
+    give (the memory tests check it: the app answers clients this path counted). A Flask
+    request costs ~180 us here and this ~4 us: it lets the tests drive 200,000 clients
+    per strategy in a few seconds, with a sample of them through the real app."""
+    (extension,) = app.extensions["limiter"]
+    strategy = extension.limiter
+    # per rule: its endpoint (Flask-Limiter's scope) and its limits, in the order it tries them
+    plans = {rule: (_view(rule).__name__, sorted(parse(x) for x in ([limit] if limit else DEFAULT_LIMITS)))
+             for rule, limit in ROUTES.items()}  # fmt: skip
+
+    def native_call(addr: str, rule: str) -> int:
+        endpoint, items = plans[rule]
+        for item in items:  # Flask-Limiter stops at the first limit breached, with a 429
+            if not strategy.hit(item, addr, endpoint, cost=1):
+                return 429
+        return 200
+
+    return native_call
+
+
 def expected_status(rule: str, earlier: int) -> int:
     """What a strict limiter answers a client's request to ``rule`` when it made ``earlier``
     requests there before, all still inside every window. Refused hits count or not (limits'

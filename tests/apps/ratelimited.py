@@ -4,6 +4,8 @@ SHMWIN_RATELIMITER=token-bucket, a token bucket of 50/hour with a burst of 50.""
 
 import os
 
+from plain import serve_plain, wsgi_plain
+
 from shmwin import Limiter, TokenBucket
 from shmwin.integrations.ratelimit import RateLimitMiddleware, WSGIRateLimitMiddleware
 
@@ -19,21 +21,11 @@ def _pid_body() -> bytes:
 
 
 async def _asgi(scope, receive, send):
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    body = _pid_body()
-    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await serve_plain(scope, receive, send, _pid_body())
 
 
 def _wsgi(environ, start_response):
-    body = _pid_body()
-    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
-    return [body]
+    return wsgi_plain(start_response, _pid_body())
 
 
 def _asgi_client(scope):

@@ -7,6 +7,8 @@ worker: with the server away and on_error "allow" or "deny" (or shadow) that doe
 
 import os
 
+from plain import serve_plain, wsgi_plain
+
 from shmwin import Limiter, TokenBucket
 from shmwin.integrations.ratelimit import RateLimitMiddleware, WSGIRateLimitMiddleware
 
@@ -26,19 +28,11 @@ BODY = b"served by the app"
 
 
 async def _asgi(scope, receive, send):
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(BODY)).encode())]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": BODY})
+    await serve_plain(scope, receive, send, BODY)
 
 
 def _wsgi(environ, start_response):
-    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(BODY)))])
-    return [BODY]
+    return wsgi_plain(start_response, BODY)
 
 
 asgi = RateLimitMiddleware(_asgi, limiter, key=lambda scope: dict(scope["headers"]).get(b"x-client", b"anon"))

@@ -13,6 +13,7 @@ import multiprocessing as mp
 
 import numpy as np
 import pytest
+from support.helpers import run_all
 
 import shmwin
 from shmwin import Limiter, ManualClock, Window
@@ -184,11 +185,7 @@ def test_limiter_exact_across_processes(opened, backend, name):
     ctx = mp.get_context("spawn")
     out = ctx.Array("q", 3, lock=False)
     procs = [ctx.Process(target=_hammer, args=(name, backend, out, i)) for i in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    run_all(procs, timeout_s=120)
     assert sum(out) == 500
 
 

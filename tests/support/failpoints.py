@@ -44,7 +44,7 @@ import struct
 import time
 import traceback
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +52,7 @@ from typing import Any
 
 import pytest
 
+import shmwin
 from shmwin import Limiter, ManualClock, Window, _core
 from shmwin.backends.shm import layout
 
@@ -183,11 +184,39 @@ def strike(
     assert p.exitcode in (0, -KILL), f"{where} exited {p.exitcode}"
 
 
-def every_store(strike_at: Callable[[int], bool]) -> int:
+def hits_then_strike(
+    open_mine: Callable[[ManualClock], Any], clock_path: str | Path, hits_at: Sequence[int], struck_at: int
+) -> Callable[[Any], Any]:
+    """A strike's ``before`` for a hit on "k": the victim opens its front on the shared
+    ManualClock of ``clock_path`` (``open_mine(clock)``), counts a hit at each of ``hits_at``
+    (PROGRESS counts them), sets the clock to ``struck_at`` and hands the front over."""
+
+    def before(report: Any) -> Any:
+        clock = ManualClock(path=Path(clock_path))
+        mine = open_mine(clock)
+        for at in hits_at:
+            clock.set(at)
+            assert mine.hit("k")
+            report[PROGRESS] += 1
+        clock.set(struck_at)
+        return mine
+
+    return before
+
+
+def drop(front: Any, name: str) -> None:
+    """A strike's end, in its ``finally``: the test's own front closed, its segment unlinked."""
+    front.close()
+    shmwin.unlink(name)
+
+
+def every_store(strike_at: Callable[[int], bool], section: str = "", at_least: int = 0) -> int:
     """strike_at(1), strike_at(2), ... (each True if its fail point fired) until a run
-    completes without firing; returns how many stores the section made."""
+    completes without firing; returns how many stores the section made, checked to be
+    ``at_least`` (a section that made fewer was not struck where the test means to)."""
     for n in range(1, MAX_STORES + 1):
         if not strike_at(n):
+            assert n - 1 >= at_least, f"section {section!r} made only {n - 1} stores"
             return n - 1
     raise AssertionError(f"the section still had stores after {MAX_STORES}")
 

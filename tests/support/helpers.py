@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,23 @@ def open_core_as(front: Any, core_type: type) -> Any:
         os.close(fd)
     core.close()
     return core
+
+
+def in_threads(work: Callable[[], object], n: int) -> None:
+    """work() in n threads of this process, all started before any is joined; returns when
+    every one has ended."""
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def run_all(procs: list[Any], timeout_s: float = 120) -> None:
+    """Start every process (multiprocessing's), then join each, ``timeout_s`` at most: each
+    must have exited 0."""
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout_s)
+        assert p.exitcode == 0, f"worker exited with {p.exitcode}"

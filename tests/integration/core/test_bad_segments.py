@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from support.helpers import ROOT
+from support.helpers import ROOT, run_all
 
 import shmwin
 from shmwin import Window, geometry
@@ -233,11 +233,7 @@ def _create_or_attach_and_add(name: str, n: int) -> None:
 def test_concurrent_create_or_attach_agree_on_one_segment(name):
     ctx = mp.get_context("fork")
     procs = [ctx.Process(target=_create_or_attach_and_add, args=(name, 1000)) for _ in range(6)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    run_all(procs, timeout_s=60)
     with Window.attach(name) as w:
         assert w.total() == 6000
         w.unlink()

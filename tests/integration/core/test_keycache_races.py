@@ -14,16 +14,7 @@ import threading
 
 import pytest
 from support.helpers import wait_stopped
-from support.keycache import (
-    RATE,
-    T0,
-    Text,
-    copy_of,
-    one_tag_and_place,
-    read_elsewhere,
-    read_here,
-    variants,
-)
+from support.keycache import RATE, T0, Text, copy_of, one_tag_and_place, read_elsewhere, read_here, variants
 
 import shmwin
 from shmwin import Limiter, ManualClock, _core

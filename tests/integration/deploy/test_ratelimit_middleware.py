@@ -7,15 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import urllib.error
-import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from email.message import Message
 
 import httpx
 import pytest
-from support.servers import Server, free_port, python_module
+from support.servers import Server, free_port, get_as, python_module
 
 import shmwin
 from shmwin import Limiter, ManualClock, TokenBucket
@@ -117,12 +115,7 @@ def test_wsgi_headers_and_refusal(name):
 
 def _get(port: int, client: str) -> tuple[int, Message, str]:
     """Status, headers (looked up case-insensitively), body."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"X-Client": client})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.headers, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers, err.read().decode()
+    return get_as(port, client)
 
 
 POLICIES = {

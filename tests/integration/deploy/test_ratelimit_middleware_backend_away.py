@@ -19,7 +19,7 @@ import urllib.request
 from email.message import Message
 
 import pytest
-from support.servers import Server, free_port, python_module
+from support.servers import Server, free_port, get_as, python_module
 
 pytestmark = pytest.mark.integration
 
@@ -30,12 +30,8 @@ NO_QUOTA_FIELDS = ("RateLimit", "RateLimit-Policy", "Retry-After")
 
 def _get(port: int, client: str) -> tuple[int | str, Message | None, str]:
     """Status (or how the connection failed), headers, body."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"X-Client": client})
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.headers, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers, err.read().decode()
+        return get_as(port, client)
     except (urllib.error.URLError, http.client.HTTPException, ConnectionError) as exc:
         return f"dropped: {exc!r}", None, ""
 

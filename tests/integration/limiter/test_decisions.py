@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from support.cli_support import cli
-from support.helpers import ROOT
+from support.helpers import ROOT, run_all
 
 from shmwin import Decisions, Limiter, ManualClock, TokenBucket, Window
 from shmwin.backends.shm.segment import SHM_DIR, check_name
@@ -114,11 +114,7 @@ def test_every_process_counts_into_the_same_decisions(name, start):
     ctx = mp.get_context(start)
     with Limiter(name, "100/hour") as lim:
         procs = [ctx.Process(target=_hammer, args=(name, 60)) for _ in range(4)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(60)
-            assert p.exitcode == 0
+        run_all(procs, timeout_s=60)
         code = textwrap.dedent("""
             import sys
             from shmwin import Limiter

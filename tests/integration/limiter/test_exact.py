@@ -13,7 +13,7 @@ import textwrap
 import zlib
 
 import pytest
-from support.helpers import ROOT
+from support.helpers import ROOT, run_all
 
 import shmwin
 from shmwin import (
@@ -45,11 +45,7 @@ def test_exactly_the_limit_passes_across_processes_and_leaves_exactly_a_period_l
         for round_ in range(3):
             admitted = ctx.Array("q", 4, lock=False)
             procs = [ctx.Process(target=_hammer, args=(name, clock_path, 150, admitted, i)) for i in range(4)]
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join(120)
-                assert p.exitcode == 0
+            run_all(procs, timeout_s=120)
             assert sum(admitted) == 300, f"round {round_}: {list(admitted)} admitted"
             assert lim.stats("client").used == 300
             assert lim.stats("client").reset_after == pytest.approx(60 + 1e-9)

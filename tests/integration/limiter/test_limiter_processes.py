@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from support.helpers import ROOT
+from support.helpers import ROOT, run_all
 
 from shmwin import Limiter, ManualClock
 
@@ -29,11 +29,7 @@ def test_exactly_the_limit_passes_across_processes(name, start):
         procs = [
             ctx.Process(target=_hammer, args=(name, "1.2.3.4", TRIES, admitted, i)) for i in range(PROCS)
         ]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(120)
-            assert p.exitcode == 0
+        run_all(procs, timeout_s=120)
         assert sum(admitted) == LIMIT  # 2400 tries, 1000 admitted, 1400 refused
         assert lim.stats("1.2.3.4").used == LIMIT
         lim.unlink()
@@ -117,11 +113,7 @@ def test_many_keys_each_get_exactly_their_limit(name):
     admitted = ctx.Array("q", 4, lock=False)
     with Limiter(name, "3/minute", capacity=1000) as lim:
         ps = [ctx.Process(target=_many_keys, args=(name, keys, admitted, i)) for i in range(4)]
-        for p in ps:
-            p.start()
-        for p in ps:
-            p.join(120)
-            assert p.exitcode == 0
+        run_all(ps, timeout_s=120)
         assert sum(admitted) == 3 * len(keys)
         assert all(lim.stats(key).used == 3 for key in keys)
         assert len(lim.window.keys()) == len(keys)

@@ -4,10 +4,9 @@ their process, as in prometheus_client's multiprocess mode (docs/metrics.md)."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, Summary
+from support.helpers import in_threads
 from support.metrics import samples
 
 import shmwin.integrations.prometheus as shp
@@ -53,10 +52,6 @@ def test_threads_adding_at_once_are_exact(app):
             c.inc()
             g.inc()
 
-    threads = [threading.Thread(target=adder) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(adder, 4)
     got = samples(app)
     assert got[("c_total", ())] == 40_000.0 and got[("g", ())] == 40_000.0

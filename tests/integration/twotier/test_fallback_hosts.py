@@ -14,16 +14,8 @@ kept its data: appendonly).
 from __future__ import annotations
 
 import pytest
-from support.hosts import (
-    LIMIT,
-    PERIOD,
-    T0,
-    admitted_times,
-    count_in,
-    persistent_redis_fixture,  # noqa: F401  (the persistent_redis fixture)
-    run_hosts,
-    tick_at,
-)
+from support.hosts import LIMIT, PERIOD, T0, admitted_times, count_in, run_hosts, tick_at
+from support.hosts import persistent_redis_fixture as persistent_redis_fixture  # the fixture, for pytest
 from support.rootenv import needs_namespace
 
 pytestmark = [pytest.mark.integration, needs_namespace]

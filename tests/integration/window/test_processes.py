@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from support.helpers import add_many, add_with_clock, run_python
+from support.helpers import add_many, add_with_clock, run_all, run_python
 
 import shmwin
 from shmwin import ManualClock, Window
@@ -23,11 +23,7 @@ def _create(name: str, mode: str, **kw) -> Window:
 
 def _run_all(ctx: mp.context.BaseContext, target, args_list) -> None:
     procs = [ctx.Process(target=target, args=args) for args in args_list]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+    run_all(procs, timeout_s=120)
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])

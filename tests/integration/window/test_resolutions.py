@@ -6,6 +6,7 @@ import multiprocessing as mp
 
 import numpy as np
 import pytest
+from support.helpers import run_all
 
 import shmwin
 from shmwin import ManualClock, Window
@@ -167,11 +168,7 @@ def test_add_many_from_several_processes(name, tmp_path):
     with Window(name, resolutions=RESOLUTIONS, fields=("req", "err"), clock=clock) as w:
         ctx = mp.get_context("fork")
         procs = [ctx.Process(target=_ingest, args=(name, str(tmp_path / "clock"), i)) for i in range(4)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(60)
-            assert p.exitcode == 0
+        run_all(procs, timeout_s=60)
         assert w.total("req", last="1h") == 40_000
         assert w.total("req", last="24h") == 40_000
         w.unlink()

@@ -7,6 +7,7 @@ import stat
 
 import numpy as np
 import pytest
+from support.helpers import in_threads
 
 import shmwin
 from shmwin import ManualClock, Window
@@ -310,11 +311,7 @@ def test_threads_in_one_process_are_exact(name):
         for _ in range(19_999):
             w.add()
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(work, 4)
     assert w.total() == 80_000
     # a stripe is a process's: each add is one native call under the GIL, so threads of
     # one process never interleave inside it

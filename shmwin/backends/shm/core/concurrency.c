@@ -63,30 +63,31 @@ static int conc_header(Core *c, const ShmwinHeader *h) {
  * the owner word last. Repair: none; a claimer that dies leaves the mutex owner-dead, so the
  * next claimer takes the stripe, and every entry naming it is dead. */
 static int claim_conc_stripe(Core *c) {
-    for (int64_t r = 1; r <= c->n_stripes; r++) {
-        int rc = keeper(KEEP_TAKE, STRIPE_MUTEX(c, r));
-        if (rc == EBUSY) continue;  /* a live owner: never shared */
-        if (rc != 0) {
-            PyErr_Format(c->st->corrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
-                         c->name, (long long)r, rc);
-            return -1;
-        }
-        int64_t *e = STRIPE(c, r), claims = LOAD(e + STRIPE_CLAIMS), pid = (int64_t)getpid();
-        claims = claims >= 0 && claims < MAX_GEN - 1 ? claims + 1 : 1;  /* junk: start again */
-        SECTION("conc_claim");
-        STORE(e + STRIPE_OWNER_PID, pid);
-        STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
-        STORE(e + STRIPE_CLAIMS, claims);
-        STORE(e + STRIPE_OWNER, pid);
-        END_SECTION();
-        c->stripe_row = r;
-        c->stripe_claim = claims;
-        c->stripe_gen = fork_gen;
-        return 0;
+    int64_t j = 0;
+    int rc = keeper_take_first((char *)STRIPE_MUTEX(c, 1), STRIPE_ENTRY_BYTES, c->n_stripes, &j);
+    int64_t r = 1 + j;  /* stripe rows start at 1 */
+    if (rc == EBUSY) {
+        PyErr_Format(c->st->full, "concurrency %R: every one of its %lld process stripes is held by a live process",
+                     c->name, (long long)c->n_stripes);
+        return -1;
     }
-    PyErr_Format(c->st->full, "concurrency %R: every one of its %lld process stripes is held by a live process",
-                 c->name, (long long)c->n_stripes);
-    return -1;
+    if (rc != 0) {
+        PyErr_Format(c->st->corrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
+                     c->name, (long long)r, rc);
+        return -1;
+    }
+    int64_t *e = STRIPE(c, r), claims = LOAD(e + STRIPE_CLAIMS), pid = (int64_t)getpid();
+    claims = claims >= 0 && claims < MAX_GEN - 1 ? claims + 1 : 1;  /* junk: start again */
+    SECTION("conc_claim");
+    STORE(e + STRIPE_OWNER_PID, pid);
+    STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+    STORE(e + STRIPE_CLAIMS, claims);
+    STORE(e + STRIPE_OWNER, pid);
+    END_SECTION();
+    c->stripe_row = r;
+    c->stripe_claim = claims;
+    c->stripe_gen = fork_gen;
+    return 0;
 }
 
 /* This Core's stripe (claimed at first use, and again in a forked child). */
@@ -325,16 +326,5 @@ static PyMethodDef conc_methods[] = {
     {NULL},
 };
 
-static PyType_Slot conc_slots[] = {
-    {Py_tp_doc, "A segment of role concurrency: each key's holders, and what every segment has (Core)."},
-    {Py_tp_init, conc_init},
-    {Py_tp_methods, conc_methods},
-    {0, NULL},
-};
-
-PyType_Spec concurrency_spec = {
-    .name = "shmwin._core.ConcurrencyCore",
-    .basicsize = sizeof(Core),
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = conc_slots,
-};
+ROLE_SPEC(concurrency_spec, "ConcurrencyCore", Core, conc_init, conc_methods,
+          "A segment of role concurrency: each key's holders, and what every segment has (Core).");

@@ -155,10 +155,9 @@ typedef struct {
  *   3. its spec, Core's size (or a larger struct whose first member is the Core: object
  *      fields of its own then need its Py_tp_traverse and Py_tp_clear, each ending in Core's
  *      (core_traverse, core_clear), and Py_TPFLAGS_HAVE_GC, which a type with its own traverse
- *      does not inherit: see DeciderObject), and the flags every type here has:
- *        PyType_Spec series_spec = {.name = "shmwin._core.SeriesCore", .basicsize = sizeof(Core),
- *            .flags = ROLE_TYPE_FLAGS, .slots = (PyType_Slot[]){{Py_tp_init, series_init},
- *            {Py_tp_methods, series_methods}, {Py_tp_doc, "..."}, {0, NULL}}};
+ *      does not inherit: see DeciderObject), and the flags every type here has; ROLE_SPEC
+ *      (below) writes it:
+ *        ROLE_SPEC(series_spec, "SeriesCore", Core, series_init, series_methods, "...");
  *   4. one row of module.c's role_types table, {KIND_WINDOW, ROLE_SERIES, &series_spec}, and
  *      `extern PyType_Spec series_spec;` with the others below; the type's name in
  *      shmwin/_core.pyi (class SeriesCore(Core)), its file in module.c's map and in
@@ -219,6 +218,28 @@ typedef struct {
 } DeciderObject;
 #define DECIDER(c) ((DeciderObject *)(c))  /* c: a LimiterCore or a TokenBucketCore */
 
+/* Step 3 of the recipe above, written once: a role type's spec, "shmwin._core.<type_name>",
+ * its doc, init and methods. ROLE_SPEC for a role with no object field of its own (`object`:
+ * Core, or a struct whose first member is the Core: Core's GC support, inherited);
+ * DECIDER_SPEC for a deciding role (DeciderObject: its tally is an object field, so its own
+ * traverse and clear, and Py_TPFLAGS_HAVE_GC, which a type with its own traverse does not
+ * inherit). A type with other slots writes its spec out. */
+#define ROLE_SPEC(spec, type_name, object, init, methods, doc)                                      \
+    PyType_Spec spec = {                                                                            \
+        .name = "shmwin._core." type_name,                                                          \
+        .basicsize = sizeof(object),                                                                \
+        .flags = ROLE_TYPE_FLAGS,                                                                   \
+        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods}, {0, NULL}}, \
+    }
+#define DECIDER_SPEC(spec, type_name, init, methods, doc)                                           \
+    PyType_Spec spec = {                                                                            \
+        .name = "shmwin._core." type_name,                                                          \
+        .basicsize = sizeof(DeciderObject),                                                         \
+        .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,                                              \
+        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods},   \
+                                 {Py_tp_traverse, decider_traverse}, {Py_tp_clear, decider_clear}, {0, NULL}}, \
+    }
+
 #define W(c, off) ((int64_t *)((c)->base + (off)))
 #define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
 #define RING(c, row, i) ((int64_t *)((row) + (c)->rings[i].hdr * WORD_BYTES))
@@ -254,6 +275,7 @@ void after_fork_child(void);
 int start_thread(void *(*main)(void *));
 enum { KEEP_TAKE = 1, KEEP_GIVE = 2 };
 int keeper(int op, pthread_mutex_t *m);
+int keeper_take_first(char *first, int64_t stride, int64_t n, int64_t *at);
 void reserve_ahead(Core *c, int64_t from, int64_t to);
 int reserved_ahead(Core *c, int64_t from, int64_t to);
 void reserver_forget(Core *c);

@@ -476,30 +476,10 @@ static PyMethodDef token_methods[] = {
     {NULL},
 };
 
-#define COUNTER_SPEC(spec, type_name, init, methods, doc)                                           \
-    PyType_Spec spec = {                                                                            \
-        .name = "shmwin._core." type_name,                                                          \
-        .basicsize = sizeof(Core),                                                                  \
-        .flags = ROLE_TYPE_FLAGS,                                                                   \
-        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods}, {0, NULL}}, \
-    }
-
-COUNTER_SPEC(fixed_window_spec, "FixedWindowCore", fixed_init, fixed_methods,
-             "A segment of role fixed-window: limits' fixed windows, and what every segment has (Core).");
-COUNTER_SPEC(sliding_counter_spec, "SlidingCounterCore", sliding_init, sliding_methods,
-             "A segment of role sliding-counter: limits' sliding window counters, and what every segment has.");
-
+ROLE_SPEC(fixed_window_spec, "FixedWindowCore", Core, fixed_init, fixed_methods,
+          "A segment of role fixed-window: limits' fixed windows, and what every segment has (Core).");
+ROLE_SPEC(sliding_counter_spec, "SlidingCounterCore", Core, sliding_init, sliding_methods,
+          "A segment of role sliding-counter: limits' sliding window counters, and what every segment has.");
 /* a decider: its tally is an object field of its own (DeciderObject, limiter.c) */
-PyType_Spec token_bucket_spec = {
-    .name = "shmwin._core.TokenBucketCore",
-    .basicsize = sizeof(DeciderObject),
-    .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,  /* its own traverse and clear: GC is not inherited then */
-    .slots = (PyType_Slot[]){
-        {Py_tp_doc, "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has."},
-        {Py_tp_init, token_init},
-        {Py_tp_methods, token_methods},
-        {Py_tp_traverse, decider_traverse},
-        {Py_tp_clear, decider_clear},
-        {0, NULL},
-    },
-};
+DECIDER_SPEC(token_bucket_spec, "TokenBucketCore", token_init, token_methods,
+             "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has.");

@@ -378,17 +378,7 @@ static PyMethodDef dist_methods[] = {
     {NULL},
 };
 
-static PyType_Slot dist_slots[] = {
-    {Py_tp_doc, "DistributionCore(buffer, /, *, name, timeout_ns, clock=None, on_full=0, claim=None, fd=-1)\n--\n\n"
-                "A Core whose segment is a distribution's (role \"distribution\"): record(), record_many()."},
-    {Py_tp_init, dist_init},
-    {Py_tp_methods, dist_methods},
-    {0, NULL},
-};
-
-PyType_Spec distribution_spec = {
-    .name = "shmwin._core.DistributionCore",
-    .basicsize = sizeof(Dist),
-    .flags = ROLE_TYPE_FLAGS,  /* no object fields of its own: Core's GC support, inherited */
-    .slots = dist_slots,
-};
+/* no object fields of its own: Core's GC support, inherited */
+ROLE_SPEC(distribution_spec, "DistributionCore", Dist, dist_init, dist_methods,
+          "DistributionCore(buffer, /, *, name, timeout_ns, clock=None, on_full=0, claim=None, fd=-1)\n--\n\n"
+          "A Core whose segment is a distribution's (role \"distribution\"): record(), record_many().");

@@ -375,16 +375,5 @@ static PyMethodDef lease_methods[] = {
     {NULL},
 };
 
-static PyType_Slot lease_slots[] = {
-    {Py_tp_doc, "A segment of role lease: each key's lease of hits, and what every segment has (Core)."},
-    {Py_tp_init, lease_init},
-    {Py_tp_methods, lease_methods},
-    {0, NULL},
-};
-
-PyType_Spec lease_spec = {
-    .name = "shmwin._core.LeaseCore",
-    .basicsize = sizeof(Core),
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = lease_slots,
-};
+ROLE_SPEC(lease_spec, "LeaseCore", Core, lease_init, lease_methods,
+          "A segment of role lease: each key's lease of hits, and what every segment has (Core).");

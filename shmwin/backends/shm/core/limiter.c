@@ -301,18 +301,5 @@ static PyMethodDef limiter_methods[] = {
     {NULL},
 };
 
-static PyType_Slot limiter_slots[] = {
-    {Py_tp_doc, "A limiter's segment: its check-and-count, its decisions, and what every segment has (Core)."},
-    {Py_tp_init, limiter_init},
-    {Py_tp_methods, limiter_methods},
-    {Py_tp_traverse, decider_traverse},
-    {Py_tp_clear, decider_clear},
-    {0, NULL},
-};
-
-PyType_Spec limiter_spec = {
-    .name = "shmwin._core.LimiterCore",
-    .basicsize = sizeof(DeciderObject),
-    .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,  /* its own traverse and clear: GC is not inherited then */
-    .slots = limiter_slots,
-};
+DECIDER_SPEC(limiter_spec, "LimiterCore", limiter_init, limiter_methods,
+             "A limiter's segment: its check-and-count, its decisions, and what every segment has (Core).");

@@ -219,26 +219,26 @@ int64_t series_append(SeriesMap *s, const char *key, Py_ssize_t len, uint64_t h,
  * number. The slot's claims word (its lifetime) is stored last: a tear leaves the slot held
  * by nobody the scrape believes in, and the lifetimes word only skips a number. */
 int series_claim(SeriesMap *s, long long owner) {
-    for (int64_t r = 0; r < s->n_slots; r++) {
-        int rc = keeper(KEEP_TAKE, SLOT_MUTEX(s, r));
-        if (rc == EBUSY) continue;
-        if (rc != 0) return series_corrupt(s, "a process slot's liveness lock is unusable");
-        int64_t *e = SLOT(s, r), lt = LOAD(HDR(s, SERIES_HDR_LIFETIMES)) + 1;
-        SECTION("series_claim");
-        STORE(HDR(s, SERIES_HDR_LIFETIMES), lt);
-        STORE(e + STRIPE_OWNER_PID, owner);
-        STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
-        STORE(e + STRIPE_OWNER, owner);
-        STORE(e + STRIPE_CLAIMS, lt);
-        END_SECTION();
-        s->slot = r;
-        s->lifetime = lt;
-        s->slot_gen = fork_gen;
-        return 0;
+    int64_t r = 0;
+    int rc = keeper_take_first((char *)SLOT_MUTEX(s, 0), STRIPE_ENTRY_BYTES, s->n_slots, &r);
+    if (rc == EBUSY) {
+        PyErr_Format(s->st->full, "metrics segment %R: all %lld process slots are held by live processes",
+                     s->name, (long long)s->n_slots);
+        return -1;
     }
-    PyErr_Format(s->st->full, "metrics segment %R: all %lld process slots are held by live processes",
-                 s->name, (long long)s->n_slots);
-    return -1;
+    if (rc != 0) return series_corrupt(s, "a process slot's liveness lock is unusable");
+    int64_t *e = SLOT(s, r), lt = LOAD(HDR(s, SERIES_HDR_LIFETIMES)) + 1;
+    SECTION("series_claim");
+    STORE(HDR(s, SERIES_HDR_LIFETIMES), lt);
+    STORE(e + STRIPE_OWNER_PID, owner);
+    STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+    STORE(e + STRIPE_OWNER, owner);
+    STORE(e + STRIPE_CLAIMS, lt);
+    END_SECTION();
+    s->slot = r;
+    s->lifetime = lt;
+    s->slot_gen = fork_gen;
+    return 0;
 }
 
 /* Is lifetime `lt` of slot r still running? Its slot still names it, and the slot's mutex is

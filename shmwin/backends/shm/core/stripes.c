@@ -27,16 +27,10 @@ static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
         lock_give(c, LOCK_STRIPE_TABLE);
         return 1;
     }
-    for (int64_t j = 0; j < n && !got; j++) {
-        int64_t r = 1 + j;
-        int rc = keeper(KEEP_TAKE, STRIPE_MUTEX(c, r));
-        if (rc == EBUSY) continue;  /* a live owner: never shared */
-        if (rc != 0) {
-            PyErr_Format(c->st->corrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
-                         c->name, (long long)r, rc);
-            got = -1;
-            break;
-        }
+    int64_t j = 0;
+    int rc = keeper_take_first((char *)STRIPE_MUTEX(c, 1), STRIPE_ENTRY_BYTES, n, &j);
+    int64_t r = 1 + j;  /* stripe rows start at 1 */
+    if (rc == 0) {
         int64_t *e = STRIPE(c, r);
         SECTION("claim");
         if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
@@ -47,6 +41,10 @@ static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
         END_SECTION();
         *row = r;
         got = 1;
+    } else if (rc != EBUSY) {  /* EBUSY: every stripe has a live owner (never shared) */
+        PyErr_Format(c->st->corrupt, "window %R: stripe %lld's liveness lock is unusable (error %d)",
+                     c->name, (long long)r, rc);
+        got = -1;
     }
     lock_give(c, LOCK_STRIPE_TABLE);
     return got;

@@ -144,6 +144,21 @@ int keeper(int op, pthread_mutex_t *m) {
     return rc;
 }
 
+/* A process's claim of a stripe or slot, for the three tables of them (stripes.c, concurrency.c,
+ * seriesdir.c): the keeper takes the first of n liveness mutexes, the i-th at first + i *
+ * stride bytes, that is free (never locked, or its owner dead; a live owner's is never
+ * shared). 0 with *at = i; EBUSY when every one has a live owner; another pthread code with
+ * *at = the index of the mutex that is unusable. */
+int keeper_take_first(char *first, int64_t stride, int64_t n, int64_t *at) {
+    for (int64_t i = 0; i < n; i++) {
+        int rc = keeper(KEEP_TAKE, (pthread_mutex_t *)(void *)(first + i * stride));
+        if (rc == EBUSY) continue;
+        *at = i;
+        return rc;
+    }
+    return EBUSY;
+}
+
 /* ---- the reserver: the kernel's part of a growing table, done ahead ------------------- *
  * A page of /dev/shm that a segment has not used yet costs microseconds to get (allocated,
  * zeroed, charged to the cgroup, mapped): on a VM, more than all the rest of a new key's

@@ -372,16 +372,6 @@ static PyMethodDef window_methods[] = {
     {NULL},
 };
 
-static PyType_Slot window_slots[] = {
-    {Py_tp_doc, "A window's segment: its adds, and what every segment has (Core)."},
-    {Py_tp_init, window_init},
-    {Py_tp_methods, window_methods},
-    {0, NULL},
-};
-
-PyType_Spec window_spec = {
-    .name = "shmwin._core.WindowCore",
-    .basicsize = sizeof(WindowObject),  /* its TallyNote, for when it is a limiter's tally */
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = window_slots,
-};
+/* a WindowObject: its TallyNote, for when it is a limiter's tally */
+ROLE_SPEC(window_spec, "WindowCore", WindowObject, window_init, window_methods,
+          "A window's segment: its adds, and what every segment has (Core).");

@@ -11,7 +11,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0, S
 
-import shmwin
 from shmwin import ManualClock, Window
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -77,8 +76,7 @@ def test_add_batch(make_name, tmp_path, sig, mode):
                     assert w.total(key="other") == 9, "another key moved"
             return s.fired
         finally:
-            w.close()
-            shmwin.unlink(name)
+            fp.drop(w, name)
 
     assert fp.every_store(strike_at) >= 4 * 2
     fp.assert_monotone(applied, "the batch in flight")

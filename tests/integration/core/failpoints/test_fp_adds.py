@@ -12,7 +12,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0
 
-import shmwin
 from shmwin import ManualClock, Window
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -88,9 +87,7 @@ def test_add(make_name, tmp_path, sig, section, call):
                     assert os.getpid() in [pid for _, pid, _ in w.stripe_owners()]
             return s.fired
         finally:
-            w.close()
-            shmwin.unlink(name)
+            fp.drop(w, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 2 * 2, f"section {section!r} made only {stores} stores"
+    fp.every_store(strike_at, section, at_least=2 * 2)
     fp.assert_monotone(inflights, "the add in flight")

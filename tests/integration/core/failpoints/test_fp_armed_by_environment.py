@@ -14,7 +14,6 @@ from support import failpoints as fp
 from support.failpoints import KILL, LOCK_TIMEOUT, T0
 from support.helpers import ROOT
 
-import shmwin
 from shmwin import Limiter, ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -53,7 +52,6 @@ def test_a_python_c_victim_armed_by_shmwin_failpoint(make_name, tmp_path):
             assert sum(fp.promptly(lim.hit, "k") for _ in range(12)) == 10 - counted
             return fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     assert fp.every_store(strike_at) >= 4

@@ -45,8 +45,7 @@ def test_clear(make_name, tmp_path, kind, sig):
                 fp.check_survivor_keyed(t, "k", insert=False)
             return s.fired
         finally:
-            t.close()
-            shmwin.unlink(name)
+            fp.drop(t, name)
 
     assert fp.every_store(strike_at) >= 2
     fp.assert_monotone(cleared, "the clear")
@@ -76,8 +75,7 @@ def test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry(make_name, tm
                     broken[n] = f"'k' counted {left} after the kill, {t.units('k')} after other inserts"
             return s.fired
         finally:
-            t.close()
-            shmwin.unlink(name)
+            fp.drop(t, name)
 
     fp.every_store(strike_at)
     assert not broken, f"clear killed after store n (n: what went wrong): {broken}"

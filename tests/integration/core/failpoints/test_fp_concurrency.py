@@ -73,11 +73,9 @@ def test_conc_acquire(make_name, sig, held):
                 assert mine.count("other") == 1, "another key moved"
             return s.fired
         finally:
-            mine.close()
-            shmwin.unlink(name)
+            fp.drop(mine, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 3, f"section 'conc_acquire' made only {stores} stores"
+    fp.every_store(strike_at, "conc_acquire", at_least=3)
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -103,11 +101,9 @@ def test_conc_release(make_name, sig):
                 _conc_after(mine, name, 0 if s.died else 1, limit)
             return s.fired
         finally:
-            mine.close()
-            shmwin.unlink(name)
+            fp.drop(mine, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 2, f"section 'conc_release' made only {stores} stores"
+    fp.every_store(strike_at, "conc_release", at_least=2)
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -136,8 +132,6 @@ def test_conc_claim(make_name, sig):
                         fp.in_child(_conc_take, name, "k", 1)  # the live victim keeps its stripe
             return s.fired
         finally:
-            mine.close()
-            shmwin.unlink(name)
+            fp.drop(mine, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 4, f"section 'conc_claim' made only {stores} stores"
+    fp.every_store(strike_at, "conc_claim", at_least=4)

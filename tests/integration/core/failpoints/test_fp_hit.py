@@ -67,16 +67,10 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
                 assert lim.hit("other")
                 other.count(T0)
 
-            def before(report):
-                mine = Limiter(name, rates, capacity=16, clock=ManualClock(path=clock_path), lock_timeout=5)
-                clock = ManualClock(path=clock_path)
-                for at in pre_hits:
-                    clock.set(at)
-                    assert mine.hit("k")
-                    report[PROGRESS] += 1
-                clock.set(struck_at)
-                return mine
+            def open_mine(mine_clock: ManualClock) -> Limiter:
+                return Limiter(name, rates, capacity=16, clock=mine_clock, lock_timeout=5)
 
+            before = fp.hits_then_strike(open_mine, clock_path, pre_hits, struck_at)
             hit, test = (lambda mine: mine.hit("k")), (lambda mine: mine.test("k"))
             with fp.strike("hit", n, sig, before, hit, test) as s:
                 assert s.report[PROGRESS] == len(pre_hits)
@@ -108,11 +102,9 @@ def test_hit(make_name, tmp_path, rates, sig, pre):
                 fp.assert_never_over(lim, admitted)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 1 + 3 * len(rates), f"section 'hit' made only {stores} stores"
+    fp.every_store(strike_at, "hit", at_least=1 + 3 * len(rates))
     fp.assert_monotone(inflights, "the in-flight hit")
 
 
@@ -203,7 +195,6 @@ def test_repair(make_name, tmp_path, sig, tear_kind):
                 fp.assert_stats(lim, "k", model, now)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     assert fp.every_store(strike_at) >= len(rates)

@@ -10,7 +10,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import LOCK_TIMEOUT, PROGRESS, SIGNALS, T0, S
 
-import shmwin
 from shmwin import Limiter, ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -102,8 +101,7 @@ def test_hit_exact(make_name, tmp_path, exact, sig):
                 fp.assert_never_over(lim, admitted)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
     # intent, the run's total, the entry's hits and time, the run's position (published), the
     # row's last write; a merge first moves the oldest's hits, drops it from the run, empties it

@@ -11,7 +11,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import KILL, SIGNALS
 
-import shmwin
 from shmwin import KeyTableFullError
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -49,8 +48,7 @@ def test_insert(make_name, tmp_path, kind, sig):
                     assert t.write("new", 12) == 10
             return s.fired
         finally:
-            t.close()
-            shmwin.unlink(name)
+            fp.drop(t, name)
 
     assert fp.every_store(strike_at) >= 5
 
@@ -81,8 +79,7 @@ def half_published_tears(kind: str, make_name: Callable[[str], str], tmp_path: P
                 if min(fp.generations(t.w)) < 0:
                     tears.append(tear)
             finally:
-                t.close()
-                shmwin.unlink(name)
+                fp.drop(t, name)
         assert tears, "no insert store leaves a half-published entry"
         _TEARS[kind] = tears
     return _TEARS[kind]
@@ -118,8 +115,7 @@ def test_rollback(make_name, tmp_path, kind, sig, tear):
                 fp.check_survivor_keyed(t, "first")
             return s.fired
         finally:
-            t.close()
-            shmwin.unlink(name)
+            fp.drop(t, name)
 
     assert fp.every_store(strike_at) >= 5
 
@@ -167,8 +163,7 @@ def test_insert_over_a_reused_entry_keeps_what_cached_writers_counted(make_name,
                     broken[n] = f"{here} + {there} adds to 'A' returned, {t.units('A')} counted"
             return s.fired
         finally:
-            t.close()
-            shmwin.unlink(name)
+            fp.drop(t, name)
 
     fp.every_store(strike_at)
     assert not broken, f"inserter killed after store n (n: what went wrong): {broken}"

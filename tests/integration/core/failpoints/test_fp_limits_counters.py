@@ -11,7 +11,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import PROGRESS, SIGNALS, T0, S
 
-import shmwin
 from shmwin import ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -78,11 +77,9 @@ def test_fixed_incr(make_name, tmp_path, sig, when):
                 assert mine.get("other") == (7 if when == "same-window" else 0), "another key moved"
             return s.fired
         finally:
-            mine.close()
-            shmwin.unlink(name)
+            fp.drop(mine, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= (2 if when == "same-window" else 3), f"section 'fixed_incr' made only {stores} stores"
+    fp.every_store(strike_at, "fixed_incr", at_least=(2 if when == "same-window" else 3))
 
 
 def _weighted(previous: int, current: int, elapsed_ns: int) -> int:
@@ -140,8 +137,6 @@ def test_sliding_hit(make_name, tmp_path, sig, when):
                 assert mine.window("other")[:2] == other, "another key moved"
             return s.fired
         finally:
-            mine.close()
-            shmwin.unlink(name)
+            fp.drop(mine, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= (2 if when == "same-window" else 4), f"section 'sliding_hit' made only {stores} stores"
+    fp.every_store(strike_at, "sliding_hit", at_least=(2 if when == "same-window" else 4))

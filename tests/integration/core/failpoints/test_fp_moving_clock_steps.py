@@ -14,7 +14,6 @@ from support import failpoints as fp
 from support.clock_steps import SteppingClock
 from support.failpoints import PROGRESS, RAISE, SIGNALS
 
-import shmwin
 from shmwin import ManualClock
 from shmwin.backends.shm import format as layout
 from shmwin.integrations.limits_moving import MovingLogs
@@ -87,7 +86,6 @@ def test_moving_clock_dead_hits_merge_struck(make_name, tmp_path, jump, sig, bef
                 assert free == top, f"{top - free} chunks leaked"
             return s.fired
         finally:
-            m.close()
-            shmwin.unlink(name)
+            fp.drop(m, name)
 
     assert fp.every_store(strike_at) == BEFORE_STORES[before_hits]

@@ -122,8 +122,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
                 assert m.chunks()[0] == top, "the same load took chunks past the heap's top"
             return s.fired
         finally:
-            m.close()
-            shmwin.unlink(name)
+            fp.drop(m, name)
 
     assert fp.every_store(strike_at) >= (3 if section == "moving_hit" else 5)
 
@@ -164,7 +163,6 @@ def test_chunk_repair(make_name, tmp_path, sig):
                 assert free == top, f"{top - free} chunks leaked"
             return s.fired
         finally:
-            m.close()
-            shmwin.unlink(name)
+            fp.drop(m, name)
 
     assert fp.every_store(strike_at) >= 2

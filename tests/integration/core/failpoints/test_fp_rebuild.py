@@ -8,7 +8,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import SIGNALS
 
-import shmwin
 from shmwin.backends.shm import layout
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -55,7 +54,6 @@ def test_rebuild(make_name, tmp_path, kind, sig):
                 assert {"old2", "old3", "fresh", "new"} <= keys and not keys & {"old0", "old1"}
             return s.fired
         finally:
-            t.close()
-            shmwin.unlink(name)
+            fp.drop(t, name)
 
     assert fp.every_store(strike_at) >= 5

@@ -10,7 +10,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import SIGNALS
 
-import shmwin
 from shmwin import _core
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -54,7 +53,6 @@ def test_reclaim(make_name, tmp_path, kind, sig):
                 fp.check_survivor_keyed(t, "old7")
             return s.fired
         finally:
-            t.close()
-            shmwin.unlink(name)
+            fp.drop(t, name)
 
     assert fp.every_store(strike_at) >= 8

@@ -15,7 +15,6 @@ from support import failpoints as fp
 from support.clock_steps import SteppingClock
 from support.failpoints import LOCK_TIMEOUT, PROGRESS, RAISE, SIGNALS, T0, S
 
-import shmwin
 from shmwin import Limiter, ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints, pytest.mark.sanitize]
@@ -60,17 +59,7 @@ def test_ring_clock_ghost_struck(make_name, tmp_path, sig, case):
         back = SteppingClock(back_at)
         lim = _open(name, back)
         try:
-
-            def before(report: Any) -> Limiter:
-                clock = ManualClock(path=Path(clock_path))
-                mine = _open(name, clock)
-                for at in pre:
-                    clock.set(at)
-                    assert mine.hit("k")
-                    report[PROGRESS] += 1
-                clock.set(struck_at)
-                return mine
-
+            before = fp.hits_then_strike(lambda clock: _open(name, clock), clock_path, pre, struck_at)
             hit, test = (lambda mine: mine.hit("k")), (lambda mine: mine.test("k"))
             with fp.strike("hit", n, sig, before, hit, test) as s:
                 assert s.report[PROGRESS] == len(pre)
@@ -90,11 +79,9 @@ def test_ring_clock_ghost_struck(make_name, tmp_path, sig, case):
                     assert (used, admitted) == UNTORN[case]
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 8, f"section 'hit' made only {stores} stores"
+    fp.every_store(strike_at, "hit", at_least=8)
     fp.assert_monotone(inflights, "the in-flight hit")
 
 
@@ -149,9 +136,7 @@ def test_exact_dead_entries_kept_struck(make_name, tmp_path, sig):
                     assert (used, admitted) == (5, 1)
             return s.fired
         finally:
-            lim.close()
-            shmwin.unlink(name)
+            fp.drop(lim, name)
 
-    stores = fp.every_store(strike_at)
-    assert stores >= 5, f"section 'hit' made only {stores} stores"
+    fp.every_store(strike_at, "hit", at_least=5)
     fp.assert_monotone(inflights, "the in-flight hit")

@@ -10,7 +10,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import LOCK_TIMEOUT, PID, RAISE, SIGNALS
 
-import shmwin
 from shmwin import Window
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -51,8 +50,7 @@ def test_claim(make_name, sig, stripes):
                 assert all(pid in (os.getpid(), victim) for _, pid, alive in w.stripe_owners() if alive)
             return s.fired
         finally:
-            w.close()
-            shmwin.unlink(name)
+            fp.drop(w, name)
 
     assert fp.every_store(strike_at) >= 2
 

@@ -11,7 +11,6 @@ import pytest
 from support import failpoints as fp
 from support.failpoints import PROGRESS, SIGNALS, T0, S
 
-import shmwin
 from shmwin import ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -90,8 +89,7 @@ def test_token_take(make_name, tmp_path, sig, when):
                 assert mine.stats("other").remaining == other, "another key moved"
             return s.fired
         finally:
-            mine.close()
-            shmwin.unlink(name)
+            fp.drop(mine, name)
 
     stores = fp.every_store(strike_at)
     fp.assert_monotone(seen, "token_take")
