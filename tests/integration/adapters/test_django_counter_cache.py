@@ -22,7 +22,7 @@ from shmwin.backends.shm.roles.cache import CounterCacheEngine, geometry
 from shmwin.errors import GeometryMismatchError, KeyTableFullError
 from shmwin.integrations.django import ShmwinCounterCache
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]  # its native sections under the sanitizers too
 
 S = 1_000_000_000
 HERE = os.path.dirname(__file__)

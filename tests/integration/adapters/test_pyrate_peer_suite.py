@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from peer_suites import run_pytest, suite
+from peer_suites import ROOT, run_pytest, suite
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +53,12 @@ def test_pyrate_limiter_suite_on_shmwin_bucket(name_prefix, tmp_path):
         args += ["--ignore" if test.endswith(".py") else "--deselect", test]
     outcomes = run_pytest(args, copy, tmp_path / "report.xml", {"SHMWIN_PEER_PREFIX": name_prefix})
     assert len(outcomes["passed"]) >= 215, outcomes["passed"]  # 219 of pyrate 4.5.0's tests
+
+
+def test_every_exclusion_is_in_the_docs():
+    """Each test left out is named, with its reason, among docs/adapters.md's differences."""
+    page = (ROOT / "docs" / "adapters.md").read_text()
+    section = page[page.index("### Differences from pyrate-limiter's buckets") :]
+    for test in PYRATE_DESELECTED:
+        name = test.rpartition("::")[2].rpartition("/")[2].partition("[")[0]
+        assert name in section, f"{test} is left out but not named in docs/adapters.md"
