@@ -1,8 +1,10 @@
 """The adapters against their peers' in-process backends, in one run, rounds in turns:
 
 - pyrate-limiter: ``Limiter(bucket).try_acquire`` on a ShmwinBucket against an InMemoryBucket
-  (one rate, an hour's limit far above the calls: every call admitted and counted), and a
-  bucket's ``put`` alone (pyrate's limiter adds its lock and item stamping around it);
+  (one rate, an hour's limit far above the calls: every call admitted and counted; the exact
+  log then holds its most, 4,096 times, which a hit scans today), a bucket's ``put`` alone
+  (pyrate's limiter adds its lock and item stamping around it), and a refused ``put`` (a full
+  100/hour: the refusal also reads which rate refused and when the item fits);
 - Django: django-ratelimit's count of one request (``get_usage``: ``cache.add`` then
   ``cache.incr`` on the same key) on ShmwinCounterCache against Django's locmem cache, and a
   bare ``cache.incr``.
@@ -71,6 +73,13 @@ def put_loop(bucket: object) -> Loop:
     return run
 
 
+def full(bucket: object) -> object:
+    """``bucket`` holding its limit now: every later put is refused (and records its wait)."""
+    while bucket.put(RateItem("client", bucket.now())):  # type: ignore[attr-defined]
+        pass
+    return bucket
+
+
 def ratelimit_loop(alias: str) -> Loop:
     request = RequestFactory().get("/")
 
@@ -112,6 +121,8 @@ def main() -> None:
     ours, theirs = ShmwinBucket(rate, f"{TAG}-pyrate"), InMemoryBucket(rate)
     theirs_put = InMemoryBucket(rate)
     ours_put = ShmwinBucket(rate, f"{TAG}-pyrate", key="put")
+    small = [Rate(100, Duration.HOUR)]
+    ours_full, theirs_full = full(ShmwinBucket(small, f"{TAG}-full")), full(InMemoryBucket(small))
     try:
         print(f"{rounds} rounds of {n:,} calls in turns; ns per call, medians; ratio: the rounds' median\n")
         print("| call | ShmwinBucket / ShmwinCounterCache (ns) | peer | peer (ns) | shmwin / peer |")
@@ -119,6 +130,14 @@ def main() -> None:
         pyrate, django_ = "InMemoryBucket", "locmem"
         compare("pyrate `try_acquire`", acquire_loop(ours), acquire_loop(theirs), pyrate, rounds, n)
         compare("pyrate bucket `put`", put_loop(ours_put), put_loop(theirs_put), pyrate, rounds, n)
+        compare(
+            "pyrate `put` refused (100/h, full)",
+            put_loop(ours_full),
+            put_loop(theirs_full),
+            pyrate,
+            rounds,
+            n,
+        )
         compare(
             "django-ratelimit `get_usage`",
             ratelimit_loop("shm"),
@@ -131,6 +150,7 @@ def main() -> None:
     finally:
         ours.unlink()
         ours_put.close()
+        ours_full.unlink()
         caches["shm"].unlink()
 
 

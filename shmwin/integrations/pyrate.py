@@ -93,7 +93,9 @@ class ShmwinBucket(AbstractBucket):
     # -- pyrate's bucket contract ----------------------------------------------------------
 
     def put(self, item: RateItem) -> bool:
-        """Count ``item.weight`` hits at ``item.timestamp`` if every rate leaves room for them."""
+        """Count ``item.weight`` hits at ``item.timestamp`` if every rate leaves room for them;
+        a refusal records which rate refused and when the item fits (pyrate 4.5's contract:
+        ``waiting`` then reads no storage)."""
         if item.weight == 0:
             return self._record(item, ADMITTED)
         self._at_ns = item.timestamp * NS_PER_MS
@@ -111,20 +113,18 @@ class ShmwinBucket(AbstractBucket):
         if item.weight > rate.limit:
             return Decision(failing_rate=rate)
         offset = rate.limit - item.weight  # the hit whose leaving makes room (pyrate's offset)
-        blocking = self._newest(rate, offset + 1)
-        stamp = blocking[offset] if len(blocking) > offset else None
-        wait_ms = self._algorithm.retry_after(rate, item.timestamp, stamp)
+        wait_ms = self._algorithm.retry_after(rate, item.timestamp, self._newest_ms(rate, offset))
         return Decision(failing_rate=rate, retry_after_ms=wait_ms)
 
-    def _newest(self, rate: Rate, n: int) -> list[int]:
-        """The newest ``n`` hit times (ms) under ``rate``, newest first, one per hit."""
-        out: list[int] = []
+    def _newest_ms(self, rate: Rate, index: int) -> int | None:
+        """The time (ms) of the ``index``-th newest hit under ``rate`` (0: the newest), or None:
+        walked from the newest entry, each entry ``hits`` hits at one time."""
         entries = self._limiter.window.hit_times(self.key, self._ring_of[rate.interval * NS_PER_MS])
         for at_ns, hits in reversed(entries):
-            out.extend([at_ns // NS_PER_MS] * min(hits, n - len(out)))
-            if len(out) >= n:
-                break
-        return out
+            if index < hits:
+                return at_ns // NS_PER_MS
+            index -= hits
+        return None
 
     def leak(self, current_timestamp: int | None = None) -> int:
         """Nothing to leak: the core forgets each hit exactly one period after it."""
@@ -145,8 +145,8 @@ class ShmwinBucket(AbstractBucket):
         if index < 0:
             return None
         self._read_now()
-        newest = self._newest(self.rates[-1], index + 1)
-        return RateItem(self.key, newest[index]) if len(newest) > index else None
+        at_ms = self._newest_ms(self.rates[-1], index)
+        return None if at_ms is None else RateItem(self.key, at_ms)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
