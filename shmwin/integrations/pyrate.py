@@ -31,6 +31,7 @@ from pyrate_limiter.abstracts.algorithm import ADMITTED, LogAlgorithm, SlidingWi
 from ..clock import host_clock
 from ..geometry import MAX_LOG_ENTRIES
 from ..limiter import Limiter
+from ..rate import NS_PER_S
 from ..rate import Rate as ShmRate
 
 NS_PER_MS = 1_000_000
@@ -108,12 +109,17 @@ class ShmwinBucket(AbstractBucket):
         """Which rate refused, and when ``item`` would fit (read after the refusal, lock-free:
         advice for a waiting limiter, as pyrate's own buckets give it)."""
         stats = self._limiter.stats_all(self.key)
-        short = (r for r, s in zip(self.rates, stats, strict=True) if s.remaining < item.weight)
-        rate = next(short, self.rates[-1])
+        short = ((r, s) for r, s in zip(self.rates, stats, strict=True) if s.remaining < item.weight)
+        rate, stat = next(short, (self.rates[-1], stats[-1]))
         if item.weight > rate.limit:
             return Decision(failing_rate=rate)
         offset = rate.limit - item.weight  # the hit whose leaving makes room (pyrate's offset)
-        wait_ms = self._algorithm.retry_after(rate, item.timestamp, self._newest_ms(rate, offset))
+        if offset == stat.used - 1:  # the oldest counted: its time is in the stats (leaves 1 ns past P)
+            reset_ns = round(stat.reset_after * NS_PER_S)
+            blocking: int | None = (self._at_ns + reset_ns - 1) // NS_PER_MS - rate.interval
+        else:
+            blocking = self._newest_ms(rate, offset)
+        wait_ms = self._algorithm.retry_after(rate, item.timestamp, blocking)
         return Decision(failing_rate=rate, retry_after_ms=wait_ms)
 
     def _newest_ms(self, rate: Rate, index: int) -> int | None:
