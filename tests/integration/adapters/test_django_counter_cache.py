@@ -19,7 +19,7 @@ from django_workers import add_once, ratelimited_requests
 
 from shmwin import ManualClock, Window
 from shmwin.backends.shm.roles.cache import CounterCacheEngine, geometry
-from shmwin.errors import GeometryMismatchError, KeyTableFullError
+from shmwin.errors import GeometryMismatchError, KeyTableFullError, ShmwinError
 from shmwin.integrations.django import ShmwinCounterCache
 
 pytestmark = [pytest.mark.integration, pytest.mark.sanitize]  # its native sections under the sanitizers too
@@ -184,3 +184,12 @@ import sys
 from shmwin.cli import main
 sys.exit(main(["show", "--json", sys.argv[1]]))
 """
+
+
+def test_a_window_over_it_says_what_it_holds(cache):
+    cache.set("k", 1)
+    with Window.attach(cache.location) as w:
+        with pytest.raises(ShmwinError, match="holds Django's counters: write through ShmwinCounterCache"):
+            w.add(1, key="k")
+        with pytest.raises(ShmwinError, match="not buckets"):
+            w.total(key="k")
