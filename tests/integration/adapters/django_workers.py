@@ -40,3 +40,20 @@ def ratelimited_requests(location: str, limit: int, offered: int) -> int:
 def add_once(location: str, key: str, value: int) -> bool:
     """One ``cache.add``: whether this process set the key."""
     return bool(configure(location).add(key, value, 60))
+
+
+def count_both_orders(location: str, n: int, incr_first: bool) -> None:
+    """Count ``n`` requests on one key, each as django-ratelimit does (``add``, then ``incr`` if
+    the key was there) or the other way round (``incr``, then ``add`` if the key was missing,
+    then ``incr`` again if another process added it meanwhile)."""
+    cache = configure(location)
+    for _ in range(n):
+        if not incr_first:
+            if not cache.add("hits", 1, 3600):
+                cache.incr("hits")
+            continue
+        try:
+            cache.incr("hits")
+        except ValueError:
+            if not cache.add("hits", 1, 3600):
+                cache.incr("hits")

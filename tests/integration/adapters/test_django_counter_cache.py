@@ -15,7 +15,7 @@ from support.helpers import run_python
 pytest.importorskip("django")
 pytest.importorskip("django_ratelimit")
 
-from django_workers import add_once, ratelimited_requests
+from django_workers import add_once, count_both_orders, ratelimited_requests
 
 from shmwin import ManualClock, Window
 from shmwin.backends.shm.roles.cache import CounterCacheEngine, geometry
@@ -64,6 +64,19 @@ def test_add_is_a_native_set_if_absent_one_process_of_many_sets_it(name):
             won = pool.starmap(add_once, [(name, "k", i) for i in range(16)])
         assert sum(won) == 1
         assert opener.get("k") == won.index(True)
+    finally:
+        opener.unlink()
+
+
+def test_every_request_counted_whatever_the_order_of_the_calls(name):
+    """2 processes count add-then-incr (django-ratelimit's order), 2 incr-then-add, all on one
+    key from its first request: the count is every request, once (the file and database caches,
+    whose add is a get then a set, lose some)."""
+    opener = ShmwinCounterCache(name, {})
+    try:
+        with multiprocessing.get_context("spawn").Pool(4) as pool:
+            pool.starmap(count_both_orders, [(name, 500, incr_first) for incr_first in (False, True) * 2])
+        assert opener.get("hits") == 2000
     finally:
         opener.unlink()
 
