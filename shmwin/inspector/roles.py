@@ -205,10 +205,12 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
             "total": sum(v for _, v in found),
             "top": found[: max(top, 0)],
         }
-    limit = {"limit": w.geometry.rings[0].limit} if role == "moving-log" else {}  # one segment per limit
+    ring = w.geometry.rings[0]
+    limit = {"limit": ring.limit} if role == "moving-log" else {}  # one segment per limit
     return {
         **limit,
-        "period_s": w.geometry.bucket_ns / NS_PER_S,
+        # a counter cache's: its longest timeout (its ring's limit)
+        "period_s": (ring.limit if role == "counter-cache" else ring.bucket_ns) / NS_PER_S,
         "value": VALUE_OF.get(role, "weighted count"),
         "keys": len(found),
         "total": sum(v for _, v in found),

@@ -33,8 +33,8 @@ from ..rate import NS_PER_S
 from ..window import Window
 
 DEFAULT_LOCATION = "django-counters"
-# 25 hours: a day's rate and django-ratelimit's 5 s of slack fit. It is also how long a key's row
-# may stay taken after its last write (the key table's idle time): size CAPACITY by it.
+# 25 hours: a day's rate and django-ratelimit's 5 s of slack fit (a key's row is reused a
+# second after its value expired, whatever this bound).
 DEFAULT_MAX_TIMEOUT_S = 90_000
 
 

@@ -103,8 +103,8 @@ lease of hits the host holds from Redis and what its workers spent of it (88 byt
 
 Counter-cache rows (role "counter-cache", Django's cache of int counters:
 ``shmwin.integrations.django``, ``core/cache.c``): a keyed window of one ring of one bucket
-of the longest timeout T the cache keeps (a key's idle time). After the key header,
-CACHE_STATE (16 bytes)::
+of a second, the key's idle time I, whose limit is the longest timeout T the cache keeps.
+After the key header, CACHE_STATE (16 bytes)::
 
     off  size type  name         meaning
     0    8    i64   expires_ns   the value is live while now < expires_ns (the cache's clock);
@@ -228,8 +228,8 @@ LEASE_STATE: tuple[Field, ...] = (
 )
 LEASE_STATE_BYTES = 88
 # role "counter-cache": one int counter per key and when it expires (core/cache.c). Every write
-# keeps the key's last write at least expires_ns - T (T: the ring's bucket, the idle time), so
-# the key table never reuses a live key's row.
+# keeps the key's last write at least expires_ns - I (I: the ring's bucket, the idle time), so
+# the key table never reuses a live key's row, and reuses it about I after its value expired.
 CACHE_STATE: tuple[Field, ...] = (
     ("expires_ns", 0, "q"),  # live while now < expires_ns; EMPTY_EPOCH: no value
     ("value", 8, "q"),  # the counter

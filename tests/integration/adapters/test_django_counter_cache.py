@@ -132,6 +132,26 @@ def test_values_expire_on_the_clock(name):
         w.close()
 
 
+def test_a_keys_row_is_reused_a_second_after_its_value_expired(name):
+    """A table of one key: a new key finds no row while the value lives (however long its
+    timeout), and takes it a second after the value expired (django-ratelimit's keys, one per
+    client and window, never pile up for the longest timeout)."""
+    clock = ManualClock(1000 * S)
+    w = Window.open_geometry(name, geometry(3600 * S, 1), clock=clock, on_full="deny")
+    try:
+        counters = CounterCacheEngine(w)
+        assert counters.add("a", 1, 600 * S)
+        clock.advance(599)
+        assert not counters.add("b", 1, 60 * S), "a live value's row was taken"
+        clock.advance(1)
+        assert counters.get("a") is None and not counters.add("b", 1, 60 * S)  # expired, not yet idle
+        clock.advance(1.001)
+        assert counters.add("b", 1, 60 * S) and counters.get("b") == 1
+    finally:
+        w.unlink()
+        w.close()
+
+
 @pytest.mark.parametrize("value", ["1", 1.0, True, None, [1], b"1"])
 def test_anything_but_an_int_is_refused(cache, value):
     for call in (lambda: cache.set("k", value), lambda: cache.add("k", value)):

@@ -5,9 +5,9 @@
  *
  * The segment is a keyed window of role "counter-cache" (format_rows.py: CACHE_STATE): a key's
  * row holds (expires_ns, value); the value is live while now < expires_ns. The ring in the
- * header has one bucket of T, the longest timeout the cache keeps: it is the key's idle time,
- * and every write keeps the key's last write at least expires_ns - T, so the key table never
- * reuses the row of a live key.
+ * header has one bucket of I, the key's idle time (a second), and its limit is T, the longest
+ * timeout the cache keeps. Every write keeps the key's last write at least expires_ns - I, so
+ * the key table never reuses the row of a live key, and reuses it about I after it expired.
  *
  *   counter_add     set the value if the key holds none live (Django's add): whether it did
  *   counter_set     set the value and its expiry (Django's set)
@@ -27,9 +27,10 @@ static int64_t *cc_state(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot
 
 /* At open (the type's check hook): a counter cache whose rows hold a counter? */
 static int is_counter_cache(Core *c) {
-    if (c->role == ROLE_COUNTER_CACHE && c->keyed && !c->limiter && c->n_rings == 1 && c->rings[0].n == 1 &&
-        !c->rings[0].log && c->empty_bytes >= CACHE_STATE_BYTES && c->rings[0].bucket_ns > 0 &&
-        c->rings[0].bucket_ns <= MAX_SPAN_NS)
+    const Ring *r = &c->rings[0];
+    if (c->role == ROLE_COUNTER_CACHE && c->keyed && !c->limiter && c->n_rings == 1 && r->n == 1 && !r->log &&
+        c->empty_bytes >= CACHE_STATE_BYTES && r->bucket_ns > 0 && r->bucket_ns <= MAX_SPAN_NS && r->limit > 0 &&
+        r->limit <= MAX_SPAN_NS)
         return 0;
     return not_role(c);
 }
@@ -55,7 +56,8 @@ static int cc_read(Core *c, int64_t slot, int64_t now, Counter *k) {
     return 0;
 }
 
-/* The row stays the key's until its value expires: its last write at least expires - T. */
+/* The row stays the key's until its value expires: its last write at least expires - I (it may
+ * lie ahead of now: the key is not idle before). */
 static void keep_until(Core *c, int64_t slot, int64_t now, int64_t expires_ns) {
     int64_t at = expires_ns - c->idle_ns;
     touch_last(ROW(c, slot), at > now ? at : now);
@@ -94,16 +96,17 @@ static int value_of(PyObject *obj, int64_t *v, const char *what) {
     return 0;
 }
 
-/* A timeout in ns: 0..T, None: T (the longest the segment keeps). */
+/* A timeout in ns: 0..T (the ring's limit), None: T (the longest the segment keeps). */
 static int ttl_of(Core *c, PyObject *obj, int64_t *ttl_ns) {
+    int64_t longest_ns = c->rings[0].limit;
     if (obj == NULL || obj == Py_None) {
-        *ttl_ns = c->idle_ns;
+        *ttl_ns = longest_ns;
         return 0;
     }
     if (value_of(obj, ttl_ns, "timeout_ns") < 0) return -1;
-    if (*ttl_ns < 0 || *ttl_ns > c->idle_ns) {
+    if (*ttl_ns < 0 || *ttl_ns > longest_ns) {
         PyErr_Format(PyExc_ValueError, "timeout_ns must be 0..%lld (this cache's longest), not %lld",
-                     (long long)c->idle_ns, (long long)*ttl_ns);
+                     (long long)longest_ns, (long long)*ttl_ns);
         return -1;
     }
     return 0;

@@ -27,8 +27,8 @@ class CounterCacheEngine(RoleEngine):
 
     @property
     def longest_ns(self) -> int:
-        """The longest timeout a value may have (the ring's bucket: a key's idle time)."""
-        return int(self.window.geometry.rings[0].bucket_ns)
+        """The longest timeout a value may have (the ring's limit)."""
+        return int(self.window.geometry.rings[0].limit)
 
     def values(self, now_ns: int) -> list[tuple[Key, int]]:
         """``(key, value)`` of each key holding a live value, read lock-free (for the tools)."""
@@ -41,14 +41,18 @@ def live(expires_ns: int, now_ns: int) -> bool:
     return expires_ns != EMPTY_EPOCH and 0 <= now_ns < expires_ns
 
 
+IDLE_NS = 1_000_000_000  # a key's row is reused this long after its value expired
+
+
 def geometry(longest_ns: int, capacity: int | None) -> Geometry:
-    """A counter cache's segment: a keyed window of one ring of one bucket of ``longest_ns`` (the
-    longest timeout, a key's idle time), whose rows hold CACHE_STATE; ``capacity`` keys (None:
-    the table grows as keys come)."""
+    """A counter cache's segment: a keyed window of one ring of one bucket of IDLE_NS (a key's
+    idle time, after its value's expiry) whose limit is ``longest_ns`` (the longest timeout),
+    its rows holding CACHE_STATE; ``capacity`` keys (None: the table grows as keys come)."""
     whole = isinstance(longest_ns, int) and not isinstance(longest_ns, bool)
     if not whole or not 0 < longest_ns <= MAX_SPAN_NS // 2:
         raise ValueError(f"the longest timeout must be 1 ns .. 2**59 ns (18 years), not {longest_ns!r}")
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
         raise ValueError(f"capacity must be a positive int or None (grow as keys come), not {capacity!r}")
-    g = with_capacity(Geometry((Ring(longest_ns, 1, 0),), ("value",), "int64", "locked", 0, 1), capacity)
+    ring = Ring(IDLE_NS, 1, longest_ns)
+    g = with_capacity(Geometry((ring,), ("value",), "int64", "locked", 0, 1), capacity)
     return Geometry(g.rings, g.fields, g.dtype, g.mode, g.n_stripes, g.capacity, g.kind, ROLE)
