@@ -23,6 +23,7 @@ What differs from pyrate's list-backed buckets, by design:
 
 from __future__ import annotations
 
+import threading
 from typing import Any, cast
 
 from pyrate_limiter import AbstractBucket, AbstractClock, Decision, Rate, RateItem
@@ -68,7 +69,8 @@ class ShmwinBucket(AbstractBucket):
         self._algorithm = SlidingWindowLog()
         self._clock = HostClock()
         self.name, self.key, self._capacity = name, key, capacity
-        self._at_ns = 0  # the instant the limiter reads: an item's time, or the bucket's now
+        self._at = threading.local()  # at_ns: what the limiter's clock reads, per thread: an
+        # item's time (put) or the bucket's now (count, peek), set right before each call
         self._skew_ns = 0  # the last item's time less the clock's then: the bucket's now runs from it
         shm_rates: list[str | ShmRate] = [ShmRate(r.limit, r.interval * NS_PER_MS) for r in self.rates]
         entries = min(max(r.limit for r in self.rates), MAX_LOG_ENTRIES)
@@ -80,7 +82,8 @@ class ShmwinBucket(AbstractBucket):
         self._ring_of = {r.period_ns: i for i, r in enumerate(self._limiter.rates)}
 
     def _instant(self) -> int:
-        return self._at_ns
+        at_ns = getattr(self._at, "at_ns", None)  # None: a call of this thread's before any read
+        return self._clock_ms() * NS_PER_MS + self._skew_ns if at_ns is None else int(at_ns)
 
     def _clock_ms(self) -> int:
         return int(cast(int, self._clock.now()))
@@ -89,7 +92,7 @@ class ShmwinBucket(AbstractBucket):
         """Readers (``count``, ``peek``) read at the bucket's time: the clock, shifted as far as
         the last item put here was from it (0 for items stamped by ``now()``, as pyrate's
         limiter stamps them; an item of a made-up time moves the readers with it)."""
-        self._at_ns = self._clock_ms() * NS_PER_MS + self._skew_ns
+        self._at.at_ns = self._clock_ms() * NS_PER_MS + self._skew_ns
 
     # -- pyrate's bucket contract ----------------------------------------------------------
 
@@ -99,8 +102,8 @@ class ShmwinBucket(AbstractBucket):
         ``waiting`` then reads no storage)."""
         if item.weight == 0:
             return self._record(item, ADMITTED)
-        self._at_ns = item.timestamp * NS_PER_MS
-        self._skew_ns = self._at_ns - self._clock_ms() * NS_PER_MS
+        self._at.at_ns = at_ns = item.timestamp * NS_PER_MS
+        self._skew_ns = at_ns - self._clock_ms() * NS_PER_MS
         if self._limiter.hit(self.key, item.weight):
             return self._record(item, ADMITTED)
         return self._record(item, self._refusal(item))
@@ -116,7 +119,7 @@ class ShmwinBucket(AbstractBucket):
         offset = rate.limit - item.weight  # the hit whose leaving makes room (pyrate's offset)
         if offset == stat.used - 1:  # the oldest counted: its time is in the stats (leaves 1 ns past P)
             reset_ns = round(stat.reset_after * NS_PER_S)
-            blocking: int | None = (self._at_ns + reset_ns - 1) // NS_PER_MS - rate.interval
+            blocking: int | None = (self._at.at_ns + reset_ns - 1) // NS_PER_MS - rate.interval
         else:
             blocking = self._newest_ms(rate, offset)
         wait_ms = self._algorithm.retry_after(rate, item.timestamp, blocking)

@@ -148,3 +148,35 @@ def test_pyrate_limiter_blocks_on_it_until_a_hit_leaves(name):
         assert bucket.peek(0).timestamp > first_ms + 1000
     finally:
         bucket.unlink()
+
+
+def test_threads_sharing_one_bucket_and_a_reader_admit_exactly_the_limit(name):
+    """8 threads acquire through one bucket while another reads it (count, peek: each sets what
+    the limiter's clock reads, per thread): exactly 100 of 400 for 100/hour."""
+    import threading
+
+    bucket = ShmwinBucket([Rate(100, Duration.HOUR)], name)
+    limiter, admitted, done = Limiter(bucket), [0] * 8, threading.Event()
+
+    def acquire(i: int) -> None:
+        admitted[i] = sum(bool(limiter.try_acquire("x", blocking=False)) for _ in range(50))
+
+    def read() -> None:
+        while not done.is_set():
+            assert 0 <= bucket.count() <= 100
+            bucket.peek(0)
+
+    reader = threading.Thread(target=read)
+    threads = [threading.Thread(target=acquire, args=(i,)) for i in range(8)]
+    try:
+        reader.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        reader.join()
+        assert sum(admitted) == 100 and bucket.count() == 100
+    finally:
+        done.set()
+        bucket.unlink()
