@@ -45,7 +45,7 @@ KINDS = ("window", "limiter")
 # what shmwin made a segment for ("" = a plain window or limiter); see shmwin.inspector.roles
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
          "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
-         "distribution", "series")  # fmt: skip
+         "distribution", "series", "counter-cache")  # fmt: skip
 DIST_FIELDS = ("count", "sum", "min", "max")  # a distribution's slot, after its epoch
 
 DEFAULT_BUCKETS = 20  # a limiter's buckets per period: refusals come at most P/20 early

@@ -23,7 +23,16 @@ from . import backends
 from .backends.contract import Key
 from .clock import Clock, host_clock
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
-from .geometry import Geometry, Meta, parse_resolution, pick_ring, resolution_name, ring_of, window_geometry
+from .geometry import (
+    Geometry,
+    Meta,
+    parse_resolution,
+    pick_ring,
+    resolution_index,
+    resolution_name,
+    ring_of,
+    window_geometry,
+)
 from .policy import (
     ON_FULL,
     WINDOW_ON_ERROR,
@@ -437,6 +446,15 @@ class Window:
                 int64_total(v, f"a bucket of {self._name_of(field)!r}")
             return values.astype(np.int64)
         return values
+
+    def hit_times(self, key: Key, resolution: str | int = 0) -> list[tuple[int, int]]:
+        """An exact limiter's hit times for ``key`` under one rate (``resolution``: its index,
+        shortest period first): ``(time ns, hits)`` still counted now, oldest first; lock-free.
+        For readers that need the times themselves (pyrate-limiter's ``peek``)."""
+        self._check_open()
+        index = resolution_index(self._g.rings, resolution)
+        entries, _ = self._backend.log_entries(index, key)
+        return sorted(entries)
 
     def resolution_for(self, last: Duration | None = None, resolution: str | int | None = None) -> int:
         """The index of the ring a read over ``last`` (or of ``resolution``) uses: the finest

@@ -79,6 +79,7 @@ ROLE_TITLES = {
     "token-bucket": "token bucket",
     "moving-log": "limits' moving windows",
     "lease": "two-tier limiter (shm+redis://): this host's leases",
+    "counter-cache": "Django's counters (ShmwinCounterCache)",
 }
 
 
@@ -219,6 +220,7 @@ ROLE_LINES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "concurrency": _concurrency,
     "token-bucket": _tokens,
     "moving-log": lambda v: _counters(v),
+    "counter-cache": lambda v: _counters(v),
     "lease": _leases,
     "distribution": _distribution,
     "fixed-starts": lambda v: [

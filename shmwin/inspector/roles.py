@@ -36,6 +36,8 @@ counted over live processes without clearing the keys of dead ones, which its wo
     distribution  a Distribution's buckets of values (``shmwin.Distribution``, a shedder's
                   ``NAME.rt``); shown: per resolution the count, sum, min, max and p50, p90,
                   p99 over its span, and (keyed) the keys with the most values
+    counter-cache Django's cache of int counters (``shmwin.integrations.django``): each key's row
+                  holds a value and its expiry; shown: the live values, the keys with most
     fixed-starts  the start records of an older shmwin's fixed windows (``PREFIX.fixedstart.P``):
                   their values are times, not counts, so the tools show how many keys hold
                   one and never sum them
@@ -60,11 +62,14 @@ from ..rate import NS_PER_S, to_ns
 
 ROLES = ("breaker", "shedder", "in-flight", "adaptive", "health", "decisions", "fixed-window",
          "sliding-counter", "moving-log", "concurrency", "token-bucket", "fixed-starts", "lease",
-         "distribution")  # fmt: skip
+         "distribution", "counter-cache")  # fmt: skip
 UNSUMMED = ("fixed-starts",)  # roles whose values the tools never add up
 # per-key state: values read by counter_values()
-COUNTERS = ("fixed-window", "sliding-counter", "moving-log", "concurrency", "token-bucket")
+COUNTERS = ("fixed-window", "sliding-counter", "moving-log", "concurrency", "token-bucket", "counter-cache")
 TOP_KEYS = 10
+# what a counter role's value per key is (else limits' sliding counter's "weighted count")
+VALUE_OF = {"fixed-window": "count in the live window", "moving-log": "hits in the last period",
+            "counter-cache": "live value"}  # fmt: skip
 
 
 def role_of(w: Any) -> str | None:
@@ -200,13 +205,13 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
             "total": sum(v for _, v in found),
             "top": found[: max(top, 0)],
         }
-    limit = {"limit": w.geometry.rings[0].limit} if role == "moving-log" else {}  # one segment per limit
+    ring = w.geometry.rings[0]
+    limit = {"limit": ring.limit} if role == "moving-log" else {}  # one segment per limit
     return {
         **limit,
-        "period_s": w.geometry.bucket_ns / NS_PER_S,
-        "value": {"fixed-window": "count in the live window", "moving-log": "hits in the last period"}.get(
-            role, "weighted count"
-        ),
+        # a counter cache's: its longest timeout (its ring's limit)
+        "period_s": (ring.limit if role == "counter-cache" else ring.bucket_ns) / NS_PER_S,
+        "value": VALUE_OF.get(role, "weighted count"),
         "keys": len(found),
         "total": sum(v for _, v in found),
         "top": found[: max(top, 0)],

@@ -290,6 +290,11 @@ def test_both_backends_keep_the_protocols_and_every_public_name(redis_server, ma
             front.close()
 
 
+def _hit_times_of_buckets(w: Window) -> None:
+    with pytest.raises(ValueError, match="keeps buckets"):  # an exact limiter's only
+        w.hit_times("k")
+
+
 # every public name of the fronts, and a call of it: on redis it works or raises NotSupportedError
 WINDOW_CALLS: dict[str, Callable[[Window], Any]] = {
     "add": lambda w: w.add(1, key="k"),
@@ -307,6 +312,7 @@ WINDOW_CALLS: dict[str, Callable[[Window], Any]] = {
     "fields": lambda w: w.fields,
     "full_count": lambda w: w.full_count(),
     "geometry": lambda w: w.geometry,
+    "hit_times": lambda w: _hit_times_of_buckets(w),
     "keys": lambda w: w.keys(),
     "last_write_ns": lambda w: w.last_write_ns(),
     "meta": lambda w: w.meta,
@@ -330,7 +336,7 @@ WINDOW_CALLS: dict[str, Callable[[Window], Any]] = {
     "unlink": lambda w: None,  # the fixture unlinks
     "url": lambda w: w.url,
 }
-REDIS_CANNOT = {"add_many", "last_write_ns", "meta", "nbytes"}  # add_many: only stamped batches
+REDIS_CANNOT = {"add_many", "hit_times", "last_write_ns", "meta", "nbytes"}  # add_many: only stamped batches
 
 
 def test_every_public_name_of_window_works_or_says_it_cannot(url, make_name):

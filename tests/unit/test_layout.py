@@ -229,7 +229,7 @@ def test_the_docstring_tables_are_the_description():
     """layout.py's tables say what layout_words.py holds: offsets, sizes and names."""
     tables = _doc_tables()
     header, key_state, lock, stripe, index_entry, key_row, _slots, limiter_ring = tables[:8]
-    fixed, sliding, token, conc, holder, moving, names, chunk, lease = tables[8:]
+    fixed, sliding, token, conc, holder, moving, names, chunk, lease, cache = tables[8:]
     counts = limiter_ring.pop()  # after the compact ring's header: its counts, n of 4 or 8 bytes
     assert counts == (layout_words.LIMITER_RING_BYTES, None, "counts")
     expected = [
@@ -248,6 +248,7 @@ def test_the_docstring_tables_are_the_description():
         (layout_words.NAME_ENTRY, names),
         (layout_words.CHUNK, chunk),
         (layout_words.LEASE_STATE, lease),
+        (layout_words.CACHE_STATE, cache),
     ]
     for fields, rows in expected:
         described = [(off, layout_words.size_of(kind), name) for name, off, kind in fields]

@@ -36,6 +36,7 @@ import struct
 # (the star), and the records this module lists and derives names from are named (the rest).
 from .format_rows import *  # noqa: F403
 from .format_rows import (
+    CACHE_STATE,
     CHUNK,
     CONC_HOLDER,
     CONC_STATE,
@@ -128,12 +129,12 @@ FULL_DENY_COUNT = 1 << 62  # on_full="deny"'s count for a fixed window's new key
 # 14 "distribution": shmwin.Distribution, a locked window whose slots are DIST_SLOT and whose rows
 # end with each bucket's bins (core/distribution.c; the header's sketch words say which bins);
 # 15 "series": prometheus_client's values of one app (core/series.c, SERIES_* below): a segment
-# of its own layout, with no rings, rows or key table
+# of its own layout, with no rings, rows or key table; 16 "counter-cache": Django's counters (CACHE_STATE)
 ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
          "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
-         "distribution", "series")  # fmt: skip
+         "distribution", "series", "counter-cache")  # fmt: skip
 COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log", "token-bucket", "lease")
-STATE_ROLES = (*COUNTER_ROLES, "concurrency")  # every role whose rows hold state, not buckets
+STATE_ROLES = (*COUNTER_ROLES, "concurrency", "counter-cache")  # rows of state, not of buckets
 
 # -- slots: a ring is head_slots + n_buckets slots of 1 + n_fields words ---------------------
 
@@ -291,7 +292,7 @@ RECORDS: dict[str, tuple[tuple[Field, ...], str]] = {
     "NAME_ENTRY": (NAME_ENTRY, "NAME_ENTRY_BYTES"),
     "CHUNK": (CHUNK, "CHUNK_BYTES"),
     "LEASE_STATE": (LEASE_STATE, "LEASE_STATE_BYTES"),
-    "DIST_SLOT": (DIST_SLOT, "DIST_SLOT_BYTES"),
+    "DIST_SLOT": (DIST_SLOT, "DIST_SLOT_BYTES"), "CACHE_STATE": (CACHE_STATE, "CACHE_STATE_BYTES"),
 }
 
 # role "series" (format_series.py): its own header page and records, listed here as the others
@@ -338,7 +339,7 @@ ROLE_FIXED_WINDOW, ROLE_SLIDING_COUNTER = ROLES.index("fixed-window"), ROLES.ind
 ROLE_CONCURRENCY = ROLES.index("concurrency")
 ROLE_TOKEN_BUCKET = ROLES.index("token-bucket")
 ROLE_MOVING_LOG = ROLES.index("moving-log")
-ROLE_LEASE = ROLES.index("lease")
+ROLE_LEASE, ROLE_COUNTER_CACHE = ROLES.index("lease"), ROLES.index("counter-cache")
 ROLE_DISTRIBUTION, ROLE_SERIES = ROLES.index("distribution"), ROLES.index("series")
 ON_FULL_RAISE, ON_FULL_ALLOW = ON_FULL.index("raise"), ON_FULL.index("allow")
 ON_FULL_DENY = ON_FULL.index("deny")
@@ -470,7 +471,7 @@ _SCALARS = (
     "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES", "NAME_SLOTS", "NAME_PROBES",
     "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "GHOST_EPOCH_SHIFT", "GHOST_HITS_MAX", "COUNT32_BYTES",
-    "COUNT32_MAX", "LEASE_STATE_BYTES",
+    "COUNT32_MAX", "LEASE_STATE_BYTES", "CACHE_STATE_BYTES",
     "DIST_SLOT_BYTES", "DIST_BIN_BYTES", "DIST_BIN_MAX", "DIST_BIN_ZERO", "DIST_BIN_UNDER", "DIST_BIN_OVER",
     "DIST_FIRST_LOG_BIN", "DIST_MAX_BINS",
     "SERIES_HDR_BYTES", "SERIES_ENTRY_BYTES", "SERIES_CELL_BYTES", "SERIES_SHARED", "SERIES_LIFETIME",

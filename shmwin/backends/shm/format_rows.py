@@ -100,6 +100,16 @@ lease of hits the host holds from Redis and what its workers spent of it (88 byt
     64   8    i64   served       hits served from the host's leases (all of them)
     72   8    i64   leases       leases installed
     80   8    i64   refusals     refusals Redis answered (leases + refusals: the round trips)
+
+Counter-cache rows (role "counter-cache", Django's cache of int counters:
+``shmwin.integrations.django``, ``core/cache.c``): a keyed window of one ring of one bucket
+of a second, the key's idle time I, whose limit is the longest timeout T the cache keeps.
+After the key header, CACHE_STATE (16 bytes)::
+
+    off  size type  name         meaning
+    0    8    i64   expires_ns   the value is live while now < expires_ns (the cache's clock);
+                                 EMPTY_EPOCH = none (an emptied or deleted key)
+    8    8    i64   value        the counter
 """
 
 from __future__ import annotations
@@ -230,6 +240,16 @@ LEASE_STATE: tuple[Field, ...] = (
     ("refusals", 80, "q"),  # refusals Redis answered for the key (with leases: the round trips)
 )
 LEASE_STATE_BYTES = 88
+# role "counter-cache": one int counter per key and when it expires (core/cache.c). Every write
+# keeps the key's last write at least expires_ns - I (I: the ring's bucket, the idle time), so
+# the key table never reuses a live key's row, and reuses it about I after its value expired.
+CACHE_STATE: tuple[Field, ...] = (
+    ("expires_ns", 0, "q"),  # live while now < expires_ns; EMPTY_EPOCH: no value
+    ("value", 8, "q"),  # the counter
+)
+CACHE_STATE_BYTES = 16
+CACHE_STATE_EXPIRES_NS_OFF, CACHE_STATE_VALUE_OFF = (off for _, off, _ in CACHE_STATE)
+CACHE_STATE_EXPIRES_NS, CACHE_STATE_VALUE = (off // 8 for _, off, _ in CACHE_STATE)  # words
 
 # role "distribution" (core/distribution.c): a locked window (keyed or not) of the fields
 # DIST_FIELDS, whose every bucket slot is a DIST_SLOT, and whose row ends with the bins of every

@@ -226,6 +226,8 @@ class ShmWindow:
             raise ShmwinError(f"{self.name!r} holds a Concurrency's holders: use shmwin.Concurrency")
         if self._g.role == "distribution":
             raise ShmwinError(f"{self.name!r} holds a Distribution's bins: record with shmwin.Distribution")
+        if self._g.role == "counter-cache":
+            raise ShmwinError(f"{self.name!r} holds Django's counters: write through ShmwinCounterCache")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, written only through shm:// "
@@ -316,6 +318,9 @@ class ShmWindow:
                               "shmwin.Concurrency.count or `shmwin show`")
         if self._g.role == "distribution":
             raise ShmwinError(f"{self.name!r} holds a Distribution's bins: read it with shmwin.Distribution")
+        if self._g.role == "counter-cache":
+            raise ShmwinError(f"{self.name!r} holds Django's counters, not buckets: read them with "
+                              "ShmwinCounterCache or `shmwin show`")
         if self._g.role in COUNTER_ROLES:
             raise ShmwinError(
                 f"{self.name!r} holds limits' {self._g.role} state, not buckets: read it through "

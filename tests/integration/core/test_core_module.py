@@ -331,6 +331,7 @@ def test_a_concurrency_full_table_raises_whatever_on_full_says(name):
 def test_open_builds_each_segment_the_type_of_its_role(name):
     """Every role's segment, made by its own front, gets its role's type from _core.open: the
     role's methods and the base's, and no other role's."""
+    from shmwin.backends.shm.roles.cache import geometry as counter_cache_geometry
     from shmwin.geometry import LEASE_ROLE, lease_geometry
     from shmwin.integrations import limits_fixed, limits_moving, limits_sliding
 
@@ -349,13 +350,14 @@ def test_open_builds_each_segment_the_type_of_its_role(name):
         ("sliding", limits_sliding.geometry(period_ns, 4), _core.SlidingCounterCore),
         ("moving", limits_moving.geometry(5, period_ns, 5, 4), _core.MovingLogCore),
         (LEASE_ROLE, lease_geometry([rate], 4), _core.LeaseCore),
+        ("counter-cache", counter_cache_geometry(period_ns, 4), _core.CounterCacheCore),
     ):
         made[role] = (shmwin.Window.open_geometry(f"{name}-{role}", want, clock=clock), core_type)
     methods = {  # one method each role's type has, and no other type
         _core.WindowCore: "add", _core.LimiterCore: "refund", _core.TokenBucketCore: "token_hit",
         _core.ConcurrencyCore: "conc_acquire", _core.FixedWindowCore: "fixed_incr",
         _core.SlidingCounterCore: "sliding_hit", _core.MovingLogCore: "moving_hit",
-        _core.LeaseCore: "lease_spend",
+        _core.LeaseCore: "lease_spend", _core.CounterCacheCore: "counter_add",
     }  # fmt: skip
     try:
         for role, (front, core_type) in made.items():

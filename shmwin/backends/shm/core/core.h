@@ -358,7 +358,7 @@ extern const RoleHooks plain_hooks;
 extern PyType_Spec core_spec;
 /* the role types (module.c's table): one per file that defines it */
 extern PyType_Spec window_spec, limiter_spec, fixed_window_spec, sliding_counter_spec, token_bucket_spec,
-    concurrency_spec, moving_log_spec, lease_spec, distribution_spec;
+    concurrency_spec, moving_log_spec, lease_spec, distribution_spec, counter_cache_spec;
 int role_has_type(int kind, int role);
 
 /* ---- rows, stripes, log rings, the limiter (rings.c) ------------------------------------- */

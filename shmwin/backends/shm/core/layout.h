@@ -93,6 +93,7 @@
 #define COUNT32_BYTES                4
 #define COUNT32_MAX                  2147483647
 #define LEASE_STATE_BYTES            88
+#define CACHE_STATE_BYTES            16
 #define DIST_SLOT_BYTES              40
 #define DIST_BIN_BYTES               4
 #define DIST_BIN_MAX                 INT64_C(4294967295)
@@ -136,6 +137,7 @@
 #define ROLE_LEASE                   13
 #define ROLE_DISTRIBUTION            14
 #define ROLE_SERIES                  15
+#define ROLE_COUNTER_CACHE           16
 #define ON_FULL_RAISE                0
 #define ON_FULL_ALLOW                1
 #define ON_FULL_DENY                 2
@@ -261,6 +263,10 @@
 #define DIST_SLOT_MIN                3
 #define DIST_SLOT_MAX_OFF            32
 #define DIST_SLOT_MAX                4
+#define CACHE_STATE_EXPIRES_NS_OFF   0
+#define CACHE_STATE_EXPIRES_NS       0
+#define CACHE_STATE_VALUE_OFF        8
+#define CACHE_STATE_VALUE            1
 #define SERIES_HDR_MAGIC_OFF         0
 #define SERIES_HDR_VERSION_OFF       8
 #define SERIES_HDR_VERSION           1
@@ -411,6 +417,7 @@
     X(COUNT32_BYTES) \
     X(COUNT32_MAX) \
     X(LEASE_STATE_BYTES) \
+    X(CACHE_STATE_BYTES) \
     X(DIST_SLOT_BYTES) \
     X(DIST_BIN_BYTES) \
     X(DIST_BIN_MAX) \
@@ -454,6 +461,7 @@
     X(ROLE_LEASE) \
     X(ROLE_DISTRIBUTION) \
     X(ROLE_SERIES) \
+    X(ROLE_COUNTER_CACHE) \
     X(ON_FULL_RAISE) \
     X(ON_FULL_ALLOW) \
     X(ON_FULL_DENY) \
@@ -579,6 +587,10 @@
     X(DIST_SLOT_MIN) \
     X(DIST_SLOT_MAX_OFF) \
     X(DIST_SLOT_MAX) \
+    X(CACHE_STATE_EXPIRES_NS_OFF) \
+    X(CACHE_STATE_EXPIRES_NS) \
+    X(CACHE_STATE_VALUE_OFF) \
+    X(CACHE_STATE_VALUE) \
     X(SERIES_HDR_MAGIC_OFF) \
     X(SERIES_HDR_VERSION_OFF) \
     X(SERIES_HDR_VERSION) \
@@ -814,6 +826,8 @@ _Static_assert(DIST_SLOT_COUNT_OFF + 8 <= DIST_SLOT_SUM_OFF, "DIST_SLOT.count");
 _Static_assert(DIST_SLOT_SUM_OFF + 8 <= DIST_SLOT_MIN_OFF, "DIST_SLOT.sum");
 _Static_assert(DIST_SLOT_MIN_OFF + 8 <= DIST_SLOT_MAX_OFF, "DIST_SLOT.min");
 _Static_assert(DIST_SLOT_MAX_OFF + 8 <= DIST_SLOT_BYTES, "DIST_SLOT.max");
+_Static_assert(CACHE_STATE_EXPIRES_NS_OFF + 8 <= CACHE_STATE_VALUE_OFF, "CACHE_STATE.expires_ns");
+_Static_assert(CACHE_STATE_VALUE_OFF + 8 <= CACHE_STATE_BYTES, "CACHE_STATE.value");
 _Static_assert(SERIES_HDR_MAGIC_OFF + 8 <= SERIES_HDR_VERSION_OFF, "SERIES_HDR.magic");
 _Static_assert(SERIES_HDR_VERSION_OFF + 4 <= SERIES_HDR_HEADER_BYTES_OFF, "SERIES_HDR.version");
 _Static_assert(SERIES_HDR_HEADER_BYTES_OFF + 4 <= SERIES_HDR_TOTAL_BYTES_OFF, "SERIES_HDR.header_bytes");

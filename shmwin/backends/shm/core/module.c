@@ -38,6 +38,8 @@
  *                  of hits from Redis, spent, sealed, installed under the key's row lock
  *   distribution.c  DistributionCore: role "distribution", shmwin.Distribution's record and
  *                  record_many, each value into every resolution's bucket of bins
+ *   cache.c        CounterCacheCore: role "counter-cache", Django's cache of int counters: each
+ *                  key's value and expiry, add/set/incr/touch/delete under the key's row lock
  *   rings.c        rows: the window's add, the limiter's check-and-count and its repair
  *   exactlog.c     a limiter's log rings (exact=...): hit times in order, a running total,
  *                  expiry from the tail, the dead entry kept for a clock stepped back
@@ -64,6 +66,7 @@
  * reaches itself through them (the role files on top, the key table below, no circle):
  *
  * CALLS-BEGIN
+ *   cache.c -> coretype.c index.c methods.c
  *   chunks.c -> space.c words.c
  *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
@@ -211,6 +214,7 @@ static const struct {
     {KIND_WINDOW, ROLE_MOVING_LOG, &moving_log_spec},
     {KIND_WINDOW, ROLE_LEASE, &lease_spec},
     {KIND_WINDOW, ROLE_DISTRIBUTION, &distribution_spec},
+    {KIND_WINDOW, ROLE_COUNTER_CACHE, &counter_cache_spec},
 };
 #define N_ROLE_TYPES ((int)(sizeof role_types / sizeof *role_types))
 _Static_assert(N_ROLE_TYPES <= MAX_ROLE_TYPES, "core.h's MAX_ROLE_TYPES holds the table");

@@ -9,6 +9,7 @@ its reader (``values(now_ns)``: what the tools show of each key, read without wr
     concurrency      ConcurrencyEngine  core/concurrency.c: conc_acquire, conc_release, ...
     lease            LeaseEngine        core/lease.c: lease_spend, lease_install, ...
     distribution     DistributionEngine core/distribution.c: record, record_many
+    counter-cache    CounterCacheEngine core/cache.c: counter_add, counter_set, counter_incr, ...
 
 The inspector finds a reader by role (:func:`engine_for`).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import RoleEngine
+from .cache import CounterCacheEngine
 from .concurrency import ConcurrencyEngine
 from .distribution import DistributionEngine
 from .fixed import FixedEngine
@@ -29,7 +31,7 @@ from .tokens import TokensEngine
 ENGINES: dict[str, type[RoleEngine]] = {
     engine.role: engine
     for engine in (FixedEngine, SlidingEngine, MovingEngine, TokensEngine, ConcurrencyEngine, LeaseEngine,
-                   DistributionEngine)
+                   DistributionEngine, CounterCacheEngine)
 }  # fmt: skip
 
 
@@ -40,7 +42,7 @@ def engine_for(window: Any) -> RoleEngine | None:
 
 
 __all__ = [
-    "ENGINES", "ConcurrencyEngine", "DistributionEngine",
+    "ENGINES", "ConcurrencyEngine", "CounterCacheEngine", "DistributionEngine",
     "FixedEngine", "LeaseEngine", "MovingEngine", "RoleEngine",
     "SlidingEngine", "TokensEngine", "engine_for",
 ]  # fmt: skip

@@ -1,0 +1,61 @@
+"""What the adapters' peer-suite tests share: the fetched sdist of an installed peer, and a
+pytest run on a copy of its tests in a subprocess, read back from its JUnit report."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+FETCH = ROOT / "scripts" / "test.d" / "21-adapter-suites.sh"
+
+
+def suite(dist: str) -> Path:
+    """The extracted sdist of the installed ``dist``, fetched by the script if missing."""
+    version = importlib.metadata.version(dist)
+    where = ROOT / ".peer-suites" / f"{dist}-{version}"
+    if not (where / ".complete").exists():
+        fetched = subprocess.run(["bash", str(FETCH)], capture_output=True, text=True, timeout=600)
+        if fetched.returncode != 0:
+            pytest.fail(f"{FETCH.name} could not fetch the {dist} {version} sdist:\n{fetched.stderr}")
+    return where
+
+
+def run_pytest(args: list[str], cwd: Path, report: Path, env: dict[str, str]) -> dict[str, list[str]]:
+    """``python -m pytest args`` in ``cwd`` (this folder and the checkout importable); outcome ->
+    test ids. Fails the calling test on any failure or error, with the tail of the output."""
+    env = dict(
+        os.environ, **env, PYTHONPATH=os.pathsep.join((str(HERE), str(ROOT), env.get("PYTHONPATH", "")))
+    )
+    env.pop("PYTEST_XDIST_WORKER", None)
+    command = [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-q", "--tb=short"]
+    proc = subprocess.run(
+        [*command, f"--junitxml={report}"], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
+    outcomes = outcomes_of(report)
+    if proc.returncode not in (0, 1) or not report.exists():
+        pytest.fail(
+            f"the suite did not run ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    bad = outcomes["failed"] + outcomes["error"]
+    assert not bad, f"the peer's own tests failed: {bad}\n{proc.stdout[-6000:]}"
+    return outcomes
+
+
+def outcomes_of(report: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {"passed": [], "failed": [], "error": [], "skipped": []}
+    if not report.exists():
+        return out
+    for case in ET.parse(report).getroot().iter("testcase"):
+        test = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        kind = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
+        out[{"failure": "failed"}.get(kind, kind)].append(test)
+    return out
