@@ -24,7 +24,8 @@ What differs from pyrate's list-backed buckets, by design:
 from __future__ import annotations
 
 import threading
-from typing import Any, cast
+from inspect import isawaitable
+from typing import Any
 
 from pyrate_limiter import AbstractBucket, AbstractClock, Decision, Rate, RateItem
 from pyrate_limiter.abstracts.algorithm import ADMITTED, LogAlgorithm, SlidingWindowLog
@@ -72,6 +73,7 @@ class ShmwinBucket(AbstractBucket):
         self._at = threading.local()  # at_ns: what the limiter's clock reads, per thread: an
         # item's time (put) or the bucket's now (count, peek), set right before each call
         self._skew_ns = 0  # the last item's time less the clock's then: the bucket's now runs from it
+        self._last_ns = 0  # the last item's time: the bucket's now under a clock read only by awaiting
         shm_rates: list[str | ShmRate] = [ShmRate(r.limit, r.interval * NS_PER_MS) for r in self.rates]
         entries = min(max(r.limit for r in self.rates), MAX_LOG_ENTRIES)
         self._limiter = Limiter(
@@ -83,16 +85,30 @@ class ShmwinBucket(AbstractBucket):
 
     def _instant(self) -> int:
         at_ns = getattr(self._at, "at_ns", None)  # None: a call of this thread's before any read
-        return self._clock_ms() * NS_PER_MS + self._skew_ns if at_ns is None else int(at_ns)
+        return self._clock_now_ns() if at_ns is None else int(at_ns)
 
-    def _clock_ms(self) -> int:
-        return int(cast(int, self._clock.now()))
+    def _clock_ms(self) -> int | None:
+        """The clock's ms, or None for a clock that answers only when awaited (pyrate's async
+        clocks: its limiter awaits it to stamp items; a sync put cannot)."""
+        now = self._clock.now()
+        if isawaitable(now):
+            close = getattr(now, "close", None)  # a coroutine never awaited: closed, no warning
+            if close is not None:
+                close()
+            return None
+        return int(now)
+
+    def _clock_now_ns(self) -> int:
+        """The bucket's now: the clock shifted by the last item's skew, or under a clock read
+        only by awaiting, the last item's time."""
+        clock_ms = self._clock_ms()
+        return self._last_ns if clock_ms is None else clock_ms * NS_PER_MS + self._skew_ns
 
     def _read_now(self) -> None:
         """Readers (``count``, ``peek``) read at the bucket's time: the clock, shifted as far as
         the last item put here was from it (0 for items stamped by ``now()``, as pyrate's
         limiter stamps them; an item of a made-up time moves the readers with it)."""
-        self._at.at_ns = self._clock_ms() * NS_PER_MS + self._skew_ns
+        self._at.at_ns = self._clock_now_ns()
 
     # -- pyrate's bucket contract ----------------------------------------------------------
 
@@ -103,7 +119,8 @@ class ShmwinBucket(AbstractBucket):
         if item.weight == 0:
             return self._record(item, ADMITTED)
         self._at.at_ns = at_ns = item.timestamp * NS_PER_MS
-        self._skew_ns = at_ns - self._clock_ms() * NS_PER_MS
+        clock_ms, self._last_ns = self._clock_ms(), at_ns
+        self._skew_ns = 0 if clock_ms is None else at_ns - clock_ms * NS_PER_MS
         if self._limiter.hit(self.key, item.weight):
             return self._record(item, ADMITTED)
         return self._record(item, self._refusal(item))
