@@ -12,7 +12,8 @@
  *   amortised), and every entry left in the run counts (they are in order);
  * - used = the running total less what left, plus the dead entry's hits if it counts at now;
  * - a hit appends at the head; a clock behind the newest entry inserts in order (its hit
- *   shifts only the entries later than it); n entries in the run: the two oldest merge into
+ *   shifts only the entries later than it, at most LOG_BEHIND_WALK: further behind, it joins
+ *   the entry that many from the head, a later time); n entries in the run: the two oldest merge into
  *   the newer one's time (their hits are forgotten later, never earlier: strict; a rate of at
  *   most n hits a period never merges: every entry in the run holds a hit or more).
  *
@@ -36,6 +37,9 @@
  */
 #include "core.h"
 
+/* The most entries a hit at a clock behind the newest ones shifts: a few processes whose clocks
+ * read a little apart stay exact; a clock stepped back far pays this, not the log's length. */
+#define LOG_BEHIND_WALK 8
 #define LOG_ENTRY(c, hdr, s) ((hdr) + ((c)->head_slots + (s)) * (c)->slot_words)
 #define AT(c, hdr, r, i) LOG_ENTRY(c, hdr, ((i) % (r)->n))  /* the run's i-th slot from slot 0 */
 
@@ -109,6 +113,14 @@ void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, Lo
     int64_t tail = at->tail, len = at->len;
     if (cost <= 0) return;  /* charge(key, 0): nothing to keep (an empty entry would take a slot) */
     STORE(hdr + LOG_HDR_TOTAL, add_sat(at->total, cost));  /* raised first: refuse early, never admit late */
+    if (len > LOG_BEHIND_WALK && LOAD(AT(c, hdr, r, tail + len - 1 - LOG_BEHIND_WALK) + LOG_TIME) > now) {
+        /* A clock behind more than LOG_BEHIND_WALK entries (in order: all the newest are later):
+         * its hits join the entry that many from the head, a later time than now (forgotten
+         * later, never earlier: strict), so a hit never shifts more, whatever the log holds. */
+        int64_t *later = AT(c, hdr, r, tail + len - LOG_BEHIND_WALK);
+        STORE(later + LOG_HITS, add_sat(hits_in(later), cost));
+        return;
+    }
     if (len == r->n && len == 1) {  /* one slot, holding hits: they join, at the later time */
         int64_t *e = AT(c, hdr, r, tail), t = LOAD(e + LOG_TIME);
         if (now > t) STORE(e + LOG_TIME, now);
@@ -123,7 +135,7 @@ void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, Lo
         STORE(a + LOG_HITS, 0);  /* out of the run: no reader counts it again */
     }
     int64_t j = len;  /* the new entry's place in the run: after every entry at or before now */
-    while (j > 0 && LOAD(AT(c, hdr, r, tail + j - 1) + LOG_TIME) > now) j--;
+    while (j > 0 && LOAD(AT(c, hdr, r, tail + j - 1) + LOG_TIME) > now) j--;  /* at most LOG_BEHIND_WALK */
     int64_t *head = AT(c, hdr, r, tail + len);
     if (j == len) {  /* the usual case: at the head */
         STORE(head + LOG_HITS, cost);
