@@ -413,6 +413,10 @@ def _unlink_path(path: str, name: str) -> bool:
         raise WindowPermissionError(f"cannot remove window {name!r}: {exc.strerror}") from exc
     except IsADirectoryError as exc:
         raise ForeignFileError(_not_a_segment(path, stat.S_IFDIR)) from exc
+    if ".fixed." in name:  # a limits storage's fixed-window segment: its readers list again
+        from .boards import forget
+
+        forget(name)
     return True
 
 
