@@ -10,29 +10,27 @@ was created since, and the segments found then are still all there are.
 
 Writers: a process that creates a fixed-window segment writes a fresh random value after the
 segment exists (so a reader that read the word before listing either listed the segment or
-sees a new value). Removing one of the storage's fixed-window segments writes a new value, then
-removes the board (see :func:`forget`): a reader then finds no board and lists again, as every
-reader did before boards (each call: a stat, a listing when the directory changed), until a
-process creates a fixed-window segment again. The name has a ``#``: no window's name, so
-``shmwin.names()`` and the tools never list it.
+sees a new value). Removing one of the storage's fixed-window segments writes a new value,
+then removes the board (segment._forget_board, at every unlink): a reader then finds no board
+and lists again, as every reader did before boards (each call: a stat, a listing when the
+directory changed), until a process creates a fixed-window segment again. The name has a
+``#``: no window's name, so ``shmwin.names()`` and the tools never list it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import random
 
-from .segment import PREFIX, SHM_DIR, namespace
+from .segment import board_path
 
 _WORD_BYTES = 8
 _FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _FIXED = ".fixed."
 
 
-def path_of(prefix: str) -> str:
-    return f"{SHM_DIR}/{PREFIX}{namespace()}{prefix}#segments"
+path_of = board_path
 
 
 class Board:
@@ -72,17 +70,3 @@ def touch(prefix: str) -> None:
     board = Board.open(prefix, create=True)
     if board is not None:
         board.touch()
-
-
-def forget(segment_name: str) -> None:
-    """``segment_name`` was removed: if it is a storage's fixed-window segment, tell the readers
-    (a new value) and remove the board (the next creation makes a new one)."""
-    prefix, found, _ = segment_name.rpartition(_FIXED)
-    if not found or not prefix:
-        return
-    board = Board.open(prefix, create=False)
-    if board is None:
-        return
-    board.touch()
-    with contextlib.suppress(FileNotFoundError):  # another process removed it first
-        os.unlink(path_of(prefix))
