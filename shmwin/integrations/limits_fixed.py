@@ -47,7 +47,7 @@ class FixedWindows(CounterSegment):
         return 0 if live is None else to_hits(live[0])
 
     @property
-    def native_get(self) -> Callable[[str], tuple[int, int] | None]:
+    def native_get(self) -> Callable[[str, int], tuple[int, int] | None]:
         """The core's own get: (count in units, end ns) of the key's live window, or None."""
         return self._engine.native_get
 

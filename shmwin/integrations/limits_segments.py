@@ -140,7 +140,7 @@ class StorageSegments:
         # a foreign key's fixed windows (_foreign_fixed): the board's value read before the
         # listing that found them, the board (None: none yet), the listing it was looked for at
         self._fixed_seen: tuple[int | None, list[FixedWindows]] = (None, [])
-        self._fixed_gets: list[Callable[[str], tuple[int, int] | None]] = []  # their cores' fixed_get
+        self._fixed_gets: list[Callable[[str, int], tuple[int, int] | None]] = []  # their cores' fixed_get
         self._board: boards.Board | None = None
         self._board_sought: tuple[str, ...] | None = None
         self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
@@ -313,9 +313,9 @@ class StorageSegments:
         if _limit_of_key(key) is not None:
             return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
         self._foreign_fixed()
-        units = 0  # summed in units, as one counter of memory:// would hold them
+        units, now_ns = 0, self.clock()  # summed in units, as one counter of memory:// holds them
         for fixed_get in self._fixed_gets:  # the cores' own: no Python frame a segment
-            live = fixed_get(key)
+            live = fixed_get(key, now_ns)
             if live is not None:
                 units += live[0]
         return to_hits(units)

@@ -25,9 +25,9 @@ class FixedEngine(RoleEngine):
         return int(count)
 
     @property
-    def native_get(self) -> Callable[[str], tuple[int, int] | None]:
-        """The core's own ``fixed_get(key)``: (count in units, end ns) or None (limits'
-        ``get`` of a foreign key sums it over segments with no Python frame between)."""
+    def native_get(self) -> Callable[[str, int], tuple[int, int] | None]:
+        """The core's own ``fixed_get(key, now_ns)``: (count in units, end ns) or None (limits'
+        ``get`` of a foreign key sums it over segments, the clock read once, no Python frame)."""
         return self._core.fixed_get
 
     def get(self, key: str) -> tuple[int, int] | None:
