@@ -310,10 +310,14 @@ class StorageSegments:
         return windows.incr(key, cost)
 
     def get(self, key: str) -> int | float:
-        if _limit_of_key(key) is not None:
+        if "/" in key and _limit_of_key(key) is not None:  # no "/": not limits' (a quick no)
             return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
-        self._foreign_fixed()
-        units, now_ns = 0, self.clock()  # summed in units, as one counter of memory:// holds them
+        board = self._board
+        if board is None or board.value() != self._fixed_seen[0]:  # else: no segment made or removed
+            self._foreign_fixed()
+        # limits' wall clock read here once (time.time looked up at each call, for the mocks)
+        now_ns = int(time.time() * NS_PER_S) if self.clock is wall_ns else self.clock()
+        units = 0  # summed in units, as one counter of memory:// holds them
         for fixed_get in self._fixed_gets:  # the cores' own: no Python frame a segment
             live = fixed_get(key, now_ns)
             if live is not None:
