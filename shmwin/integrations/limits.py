@@ -72,10 +72,11 @@ class ShmStorage(
     # -- moving window and sliding window counter -------------------------------------------
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        # the hot path: a moving log already open for (limit, expiry) and a whole cost of 1 or
-        # more go straight to its core (which refuses a cost above the limit, as limits does)
+        # the hot path: a moving log already open for (limit, expiry) and a whole cost from 1 to
+        # the limit go straight to its core; any other cost (0, above the limit, past int64, a
+        # float) takes the checked path, which refuses a cost above the limit as limits does
         hit = self._moving_hits.get((limit, expiry))
-        if hit is not None and amount.__class__ is int and amount > 0:
+        if hit is not None and amount.__class__ is int and 0 < amount <= limit:
             return hit(key, amount)
         return self.segments.acquire(key, limit, expiry, amount)
 

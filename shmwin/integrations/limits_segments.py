@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from limits.errors import ConfigurationError
 
 from ..backends.contract import Key
+from ..backends.shm import boards
 from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
 from ..backends.shm.segment import SHM_DIR, check_name, listed_names, namespace
 from ..clock import Clock
@@ -48,7 +49,7 @@ from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_E
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, MAX_NS, NS_PER_S, Rate, format_ns, to_ns
-from .limits_counters import to_units
+from .limits_counters import to_hits, to_units
 from .limits_fixed import FixedWindows
 from .limits_moving import MovingLogs
 from .limits_sliding import SlidingCounters
@@ -136,6 +137,12 @@ class StorageSegments:
             raise StorageOptionError(f"{uri!r}: unknown option(s) {unknown}; shm:// takes {list(OPTIONS)}")
         self.prefix = prefix
         self._names: tuple[tuple[str, ...] | None, list[str]] = (None, [])  # listed_names(), ours
+        # a foreign key's fixed windows (_foreign_fixed): the board's value read before the
+        # listing that found them, the board (None: none yet), the listing it was looked for at
+        self._fixed_seen: tuple[int | None, list[FixedWindows]] = (None, [])
+        self._fixed_gets: list[Callable[[str, int], tuple[int, int] | None]] = []  # their cores' fixed_get
+        self._board: boards.Board | None = None
+        self._board_sought: tuple[str, ...] | None = None
         self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
         self.buckets = _int_option(uri, given, "buckets", DEFAULT_BUCKETS, 1, MAX_BUCKETS - 1)
         self.times = _int_option(uri, given, "times", DEFAULT_LOG_ENTRIES, 1, MAX_LOG_ENTRIES)
@@ -228,6 +235,8 @@ class StorageSegments:
             if found is None:
                 return None
             self._open[segment] = found
+            if create and kind is FixedWindows:  # after it exists: readers of foreign keys look again
+                boards.touch(self.prefix)
         assert isinstance(found, kind)
         self._by_spec[name, 0, expiry] = found
         return found
@@ -301,10 +310,48 @@ class StorageSegments:
         return windows.incr(key, cost)
 
     def get(self, key: str) -> int | float:
-        return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
+        if "/" in key and _limit_of_key(key) is not None:  # no "/": not limits' (a quick no)
+            return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
+        board = self._board
+        if board is None or board.value() != self._fixed_seen[0]:  # else: no segment made or removed
+            self._foreign_fixed()
+        # limits' wall clock read here once (time.time looked up at each call, for the mocks)
+        now_ns = int(time.time() * NS_PER_S) if self.clock is wall_ns else self.clock()
+        units = 0  # summed in units, as one counter of memory:// holds them
+        for fixed_get in self._fixed_gets:  # the cores' own: no Python frame a segment
+            live = fixed_get(key, now_ns)
+            if live is not None:
+                units += live[0]
+        return to_hits(units)
+
+    def _fixed_of(self, key: str) -> list[Segments] | list[FixedWindows]:
+        """The fixed windows ``key`` may live in: the one of its period if limits built it, else
+        every one of the storage (_foreign_fixed)."""
+        return self._segments_of(key, "fixed") if _limit_of_key(key) is not None else self._foreign_fixed()
+
+    def _foreign_fixed(self) -> list[FixedWindows]:
+        """Every fixed-window segment of this storage, for a key limits did not build. While the
+        board (boards.py) holds the value read before they were listed, no segment was created
+        since: a memory load, no system call. Else (a segment made or removed since, or no
+        board) list again: one stat() of /dev/shm, a listing if it changed, and an open() of the
+        board when the listing changed."""
+        board, (seen, found) = self._board, self._fixed_seen
+        if board is not None and board.value() == seen:
+            return found
+        listed = listed_names()
+        if board is not None or listed is not self._board_sought:
+            board, self._board_sought = boards.Board.open(self.prefix, create=False), listed
+        seen = board.value() if board is not None else None  # read before listing (see boards.py)
+        found = [
+            w for w in (self._by_name(n) for n in self._listed() if _kind_of(self.prefix, n) == "fixed")
+            if isinstance(w, FixedWindows)
+        ]  # fmt: skip
+        self._board, self._fixed_seen = board, (seen, found)
+        self._fixed_gets = [w.native_get for w in found]
+        return found
 
     def get_expiry(self, key: str) -> float:
-        for w in self._segments_of(key, "fixed"):
+        for w in self._fixed_of(key):
             end_ns = w.end_ns(key) if isinstance(w, FixedWindows) else None
             if end_ns is not None:
                 return later_s(end_ns)

@@ -413,7 +413,31 @@ def _unlink_path(path: str, name: str) -> bool:
         raise WindowPermissionError(f"cannot remove window {name!r}: {exc.strerror}") from exc
     except IsADirectoryError as exc:
         raise ForeignFileError(_not_a_segment(path, stat.S_IFDIR)) from exc
+    if ".fixed." in name:  # a limits storage's fixed-window segment: its readers list again
+        _forget_board(name)
     return True
+
+
+def board_path(prefix: str) -> str:
+    """The board of limits storage ``prefix`` (boards.py): a ``#`` no window name has."""
+    return f"{SHM_DIR}/{PREFIX}{namespace()}{prefix}#segments"
+
+
+def _forget_board(segment_name: str) -> None:
+    """One of a limits storage's fixed-window segments was removed: a new value on its board
+    (the readers that keep it mapped list /dev/shm again), then the board goes (boards.py)."""
+    prefix = segment_name.rpartition(".fixed.")[0]
+    try:
+        fd = os.open(board_path(prefix), _OPEN)
+    except OSError:  # none (or not ours to write): nobody reads it
+        return
+    try:
+        os.pwrite(fd, os.urandom(8), 0)
+        os.unlink(board_path(prefix))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _no_inode(name: str) -> OutOfSpaceError:

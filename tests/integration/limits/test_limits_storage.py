@@ -19,7 +19,7 @@ import limits.aio.strategies
 from limits import RateLimitItemPerMinute, RateLimitItemPerSecond, parse
 from limits.errors import ConfigurationError, StorageError
 from limits.storage import MemoryStorage, storage_from_string
-from limits.strategies import STRATEGIES
+from limits.strategies import STRATEGIES, MovingWindowRateLimiter
 
 import shmwin
 from shmwin import ManualClock
@@ -182,6 +182,19 @@ def test_an_integral_float_cost_counts_as_an_int(uri, clock, strategy):
     assert limiter.get_window_stats(item, "k").remaining == 3
     assert limiter.hit(item, "k", cost=3.0)
     assert not limiter.hit(item, "k", cost=1.0)
+
+
+@pytest.mark.parametrize("cost", [6, 2**62, 2**63, 2**64, 10**30])
+def test_a_moving_window_cost_above_the_limit_is_refused_as_memory_refuses_it(uri, clock, cost):
+    """limits' memory storage refuses any cost above the limit (False); shm:// does the same
+    once the moving log is open (acquire_entry's fast path), not only at the first call."""
+    item = RateLimitItemPerMinute(5)
+    on_shm = MovingWindowRateLimiter(storage_from_string(uri))
+    on_memory = MovingWindowRateLimiter(storage_from_string("memory://"))
+    for limiter in (on_shm, on_memory):
+        assert limiter.hit(item, "k")  # the first call opens the log: later ones take the fast path
+        assert limiter.hit(item, "k", cost=cost) is False
+        assert limiter.get_window_stats(item, "k").remaining == 4
 
 
 @pytest.mark.parametrize("strategy", STRATEGY_NAMES)

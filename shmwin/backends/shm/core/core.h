@@ -396,9 +396,9 @@ typedef struct {
 
 int log_ok(const Ring *r, int64_t *hdr);
 int64_t log_used(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at);
-void log_settle(Core *c, int64_t *hdr, const Ring *r, int64_t used, int64_t cost, LogPlace *at);
+void log_settle(Core *c, int64_t *hdr, const Ring *r, LogPlace *at);
 void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, LogPlace *at);
-int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t cost, LogPlace *at);
+int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, LogPlace *at);
 void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t need, int64_t *reset_ns,
                 int64_t *wait_ns);
 void log_repair(Core *c, int64_t *hdr, const Ring *r);

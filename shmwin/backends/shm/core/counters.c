@@ -119,14 +119,29 @@ out:
     return key_leave(c, &kc, result);
 }
 
-/* fixed_get(key) -> (count, end ns) of the key's live window, or None: read under the row lock. */
-static PyObject *Core_fixed_get(Core *c, PyObject *key) {
+/* fixed_get(key[, now_ns]) -> (count, end ns) of the key's live window, or None: read under the
+ * row lock. now_ns: the clock read once by a caller that asks several segments (limits' get of
+ * a key with no period in it), instead of this core's clock (a Python call for limits' wall one). */
+static PyObject *Core_fixed_get(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     KeyCall kc = KEY_CALL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *key;
     int64_t now = 0, slot;
     Fixed f;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "fixed_get() takes a key and an optional now_ns, not %zd arguments", nargs);
+        return NULL;
+    }
+    key = args[0];
+    if (nargs == 2) {
+        now = PyLong_AsLongLong(args[1]);
+        if (now == -1 && PyErr_Occurred()) return NULL;
+        if (now < 0) {
+            PyErr_SetString(PyExc_ValueError, "fixed_get(): now_ns must be >= 0");
+            return NULL;
+        }
+    }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (now_ns(c, &now) < 0) goto out;
+    if (nargs == 1 && now_ns(c, &now) < 0) goto out;
     int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
@@ -451,8 +466,8 @@ static PyMethodDef fixed_methods[] = {
     {"fixed_incr", FASTCALL_KW(Core_fixed_incr),
      "fixed_incr($self, /, key, amount=1)\n--\n\n"
      "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."},
-    {"fixed_get", (PyCFunction)Core_fixed_get, METH_O,
-     "fixed_get($self, key, /)\n--\n\n(count, end ns) of key's live fixed window, or None."},
+    {"fixed_get", (PyCFunction)(void (*)(void))Core_fixed_get, METH_FASTCALL,
+     "fixed_get($self, key, now_ns=None, /)\n--\n\n(count, end ns) of key's live fixed window, or None."},
     {NULL},
 };
 

@@ -12,18 +12,20 @@
  *   amortised), and every entry left in the run counts (they are in order);
  * - used = the running total less what left, plus the dead entry's hits if it counts at now;
  * - a hit appends at the head; a clock behind the newest entry inserts in order (its hit
- *   shifts only the entries later than it); n entries in the run: the two oldest merge into
+ *   shifts only the entries later than it, at most LOG_BEHIND_WALK: further behind, it joins
+ *   the entry that many from the head, a later time); n entries in the run: the two oldest merge into
  *   the newer one's time (their hits are forgotten later, never earlier: strict; a rate of at
  *   most n hits a period never merges: every entry in the run holds a hit or more).
  *
  * Clocks that step (issue #33 item 2, as the moving log's, moving.c): a hit never erases hits
  * a clock stepped back still counts. The entries expired at now leave the run into the dead
- * entry, at the newest of their times, holding min(their hits, L - used - cost) (the dead
- * entry itself, if it counts nothing at now, is one of them). A clock x that counted one of
- * them has x <= its time + P < now, so it also counts every entry counting at now and the new
- * hit (later times): it sees its hits, or L. If the dead entry counts at now (a clock behind
- * it), its hits only grow (up to L). A clock that only moves forward never counts it again:
- * it sees exactly what it did before.
+ * entry, at the newest of their times, holding min(their hits, L) (the dead entry itself, if
+ * it counts nothing at now, is one of them; if it counts, it keeps its time). A clock x that
+ * counts the dead entry has x <= its time + P, so it also counts every entry of the run (later
+ * times): it sees the hits of its window, or at least L. A refund keeps that true: what it
+ * gives back joins the dead entry (see log_refund): room at now and later, none behind now. A
+ * clock that only moves forward never counts the dead entry again: it sees exactly what it did
+ * before.
  *
  * Stores, inside the caller's section ("hit", "refund"): the dead entry before the run
  * drops what expired (counted twice, never lost), the total raised before an entry is written
@@ -35,6 +37,9 @@
  */
 #include "core.h"
 
+/* The most entries a hit at a clock behind the newest ones shifts: a few processes whose clocks
+ * read a little apart stay exact; a clock stepped back far pays this, not the log's length. */
+#define LOG_BEHIND_WALK 8
 #define LOG_ENTRY(c, hdr, s) ((hdr) + ((c)->head_slots + (s)) * (c)->slot_words)
 #define AT(c, hdr, r, i) LOG_ENTRY(c, hdr, ((i) % (r)->n))  /* the run's i-th slot from slot 0 */
 
@@ -80,22 +85,13 @@ int64_t log_used(Core *c, int64_t *hdr, const Ring *r, int64_t now, LogPlace *at
     return at->dead_counts ? add_sat(live, at->dead_hits) : live;
 }
 
-/* The entries that expired leave the run into the dead entry (see the top). room: L - used -
- * the cost about to be counted (0 if none), at least 0. */
-static void log_expire(int64_t *hdr, const Ring *r, int64_t room, LogPlace *at) {
-    int64_t t = at->gone_time, h = at->gone_hits, limit = r->limit;
-    if (at->dead_counts) {  /* a clock behind the dead entry: it keeps its time; its hits only grow */
-        t = at->dead_time;
-        h = add_sat(at->dead_hits, h);
-        if (h > limit) h = limit > at->dead_hits ? limit : at->dead_hits;
-    } else {
-        if (at->dead_hits > 0) {
-            h = add_sat(h, at->dead_hits);
-            if (at->dead_time > t) t = at->dead_time;
-        }
-        if (h > room) h = room;
-    }
-    if (h > 0 && LOAD(hdr + LOG_HDR_DEAD_TIME) != t) STORE(hdr + LOG_HDR_DEAD_TIME, t);  /* later, never sooner */
+/* The entries that expired leave the run into the dead entry (see the top): its hits, capped
+ * at L (a dead entry at L may hold fewer hits than expired into it: log_refund never lowers it). */
+static void log_expire(int64_t *hdr, const Ring *r, LogPlace *at) {
+    int64_t t = at->gone_time, h = add_sat(at->gone_hits, at->dead_hits > 0 ? at->dead_hits : 0);
+    if (at->dead_counts || (at->dead_hits > 0 && at->dead_time > t)) t = at->dead_time;  /* later, never sooner */
+    if (h > r->limit) h = r->limit;
+    if (h > 0 && LOAD(hdr + LOG_HDR_DEAD_TIME) != t) STORE(hdr + LOG_HDR_DEAD_TIME, t);
     if (LOAD(hdr + LOG_HDR_DEAD_HITS) != h) STORE(hdr + LOG_HDR_DEAD_HITS, h);
     if (at->gone == 0) return;
     at->tail = (at->tail + at->gone) % r->n, at->len -= at->gone;
@@ -106,19 +102,25 @@ static void log_expire(int64_t *hdr, const Ring *r, int64_t room, LogPlace *at) 
 }
 
 /* Bring the ring to rest at now (what expired leaves the run), before a test, a refund or a
- * count of `cost` (0: none) with `used` counted. */
-void log_settle(Core *Py_UNUSED(c), int64_t *hdr, const Ring *r, int64_t used, int64_t cost, LogPlace *at) {
-    if (at->gone == 0 && (at->dead_hits <= 0 || at->dead_counts)) return;  /* nothing to move or to cap */
-    if (at->gone == 0 && cost == 0) return;  /* a test: the dead entry is capped at the next hit */
-    int64_t room = used < r->limit ? r->limit - used : 0;  /* used >= 0: no overflow */
-    room = room > cost ? room - cost : 0;
-    log_expire(hdr, r, room, at);
+ * count. */
+void log_settle(Core *Py_UNUSED(c), int64_t *hdr, const Ring *r, LogPlace *at) {
+    if (at->gone == 0 && at->dead_hits <= r->limit) return;  /* nothing to move or to cap (junk) */
+    log_expire(hdr, r, at);
 }
 
 /* Count `cost` hits at now (the ring settled by log_settle at now under the same lock). */
 void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, LogPlace *at) {
     int64_t tail = at->tail, len = at->len;
+    if (cost <= 0) return;  /* charge(key, 0): nothing to keep (an empty entry would take a slot) */
     STORE(hdr + LOG_HDR_TOTAL, add_sat(at->total, cost));  /* raised first: refuse early, never admit late */
+    if (len > LOG_BEHIND_WALK && LOAD(AT(c, hdr, r, tail + len - 1 - LOG_BEHIND_WALK) + LOG_TIME) > now) {
+        /* A clock behind more than LOG_BEHIND_WALK entries (in order: all the newest are later):
+         * its hits join the entry that many from the head, a later time than now (forgotten
+         * later, never earlier: strict), so a hit never shifts more, whatever the log holds. */
+        int64_t *later = AT(c, hdr, r, tail + len - LOG_BEHIND_WALK);
+        STORE(later + LOG_HITS, add_sat(hits_in(later), cost));
+        return;
+    }
     if (len == r->n && len == 1) {  /* one slot, holding hits: they join, at the later time */
         int64_t *e = AT(c, hdr, r, tail), t = LOAD(e + LOG_TIME);
         if (now > t) STORE(e + LOG_TIME, now);
@@ -133,7 +135,7 @@ void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, Lo
         STORE(a + LOG_HITS, 0);  /* out of the run: no reader counts it again */
     }
     int64_t j = len;  /* the new entry's place in the run: after every entry at or before now */
-    while (j > 0 && LOAD(AT(c, hdr, r, tail + j - 1) + LOG_TIME) > now) j--;
+    while (j > 0 && LOAD(AT(c, hdr, r, tail + j - 1) + LOG_TIME) > now) j--;  /* at most LOG_BEHIND_WALK */
     int64_t *head = AT(c, hdr, r, tail + len);
     if (j == len) {  /* the usual case: at the head */
         STORE(head + LOG_HITS, cost);
@@ -159,13 +161,28 @@ void log_add(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, Lo
 }
 
 /* A log ring's part of "refund" (the ring settled at now): up to `cost` of its counted hits,
- * newest entries first (an entry emptied leaves the run's head), then the dead entry's if it
- * counts. Each entry lowered before the total. What it gave back. */
-int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t cost, LogPlace *at) {
-    int64_t left = cost, total = at->total;
+ * newest entries first (an entry emptied leaves the run's head). What it gave back.
+ * A refund frees room at now and later, never behind now: each hit given back joins the dead
+ * entry, at now - P - 1 (counted by every clock behind now, by none at now or later). A merged
+ * entry holds hits older than its time, and a clock behind now may still count them: so such a
+ * clock sees what it did before the refund (or L), and strictness holds in every interval.
+ * If the dead entry counts at now (the clock is behind hits that a later clock saw expire), the
+ * refund gives nothing back: a hit taken from the run there would have to stay counted at now.
+ * Stores: the dead entry raised before an entry is lowered, an entry before the total (a tear
+ * counts a hit twice: refuse early, never admit late). */
+int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t cost, LogPlace *at) {
+    int64_t left = cost, total = at->total, dead = at->dead_hits > 0 ? at->dead_hits : 0;
+    int64_t behind = now - r->bucket_ns - 1;  /* now >= 0, P >= 1: no overflow */
+    if (at->dead_counts) return 0;
     while (left > 0 && at->len > 0) {
         int64_t *e = AT(c, hdr, r, at->tail + at->len - 1), hits = hits_in(e), take = hits < left ? hits : left;
         if (take > 0) {
+            /* later, never sooner: the dead entry's own hits count for more clocks, not fewer */
+            if (LOAD(hdr + LOG_HDR_DEAD_TIME) != behind) STORE(hdr + LOG_HDR_DEAD_TIME, behind);
+            if (dead < r->limit) {  /* at L it already holds what any clock behind can need */
+                dead = r->limit - dead < take ? r->limit : dead + take;
+                STORE(hdr + LOG_HDR_DEAD_HITS, dead);
+            }
             STORE(e + LOG_HITS, hits - take);
             total = total > take ? total - take : 0;
             STORE(hdr + LOG_HDR_TOTAL, total);
@@ -176,11 +193,6 @@ int64_t log_refund(Core *c, int64_t *hdr, const Ring *r, int64_t cost, LogPlace 
         STORE(hdr + LOG_HDR_POS, pos_word(at->tail, at->len));
     }
     at->total = total;
-    if (left > 0 && at->dead_counts) {
-        int64_t take = at->dead_hits < left ? at->dead_hits : left;
-        STORE(hdr + LOG_HDR_DEAD_HITS, at->dead_hits - take);
-        left -= take;
-    }
     return cost - left;
 }
 

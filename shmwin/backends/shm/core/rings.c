@@ -294,7 +294,7 @@ int hit_row(Core *c, int64_t slot, int64_t now, int64_t cost, int commit, Verdic
     }
     int counting = (v->allowed && commit) || commit == COMMIT_FORCE;
     for (int i = 0; i < c->n_rings; i++)  /* what expired leaves each log ring, counted or not */
-        if (logs & 1u << i) log_settle(c, RING(c, row, i), &c->rings[i], v->used[i], counting ? cost : 0, &at[i]);
+        if (logs & 1u << i) log_settle(c, RING(c, row, i), &c->rings[i], &at[i]);
     if (counting) {
         for (int i = 0; i < c->n_rings; i++) {
             if (logs & 1u << i) continue;
@@ -336,7 +336,7 @@ int64_t refund_row(Core *c, int64_t slot, int64_t now, int64_t cost) {
         if (r->log) {
             LogPlace at;
             (void)log_used(c, hdr, r, now, &at);  /* at rest (hit_row): nothing expires */
-            left -= log_refund(c, hdr, r, cost, &at);
+            left -= log_refund(c, hdr, r, now, cost, &at);
         } else if ((head = LOAD(HEAD(hdr))) != EMPTY_EPOCH) {
             int64_t top = clean_top(hdr, head);
             for (int64_t e = top; left > 0 && top != EMPTY_EPOCH && e > head - r->n && e >= 0; e--) {

@@ -1,0 +1,72 @@
+"""A limits storage's board: one 8-byte word in ``/dev/shm/shmwin.[<namespace>~]<prefix>#segments``
+that changes whenever a process creates one of the storage's fixed-window segments.
+
+limits' ``get`` of a key its strategies did not build ("user:42") sums every fixed-window
+segment of the storage, and must see one another process created a moment ago. Listing
+``/dev/shm``, or even one stat() of it, costs several times ``memory://``'s whole ``get``
+(about 1 us for a stat on a VM). A process keeps the board mapped instead and reads its word
+(a memory load): while it holds the value read before the storage's last listing, no segment
+was created since, and the segments found then are still all there are.
+
+Writers: a process that creates a fixed-window segment writes a fresh random value after the
+segment exists (so a reader that read the word before listing either listed the segment or
+sees a new value). Removing one of the storage's fixed-window segments writes a new value,
+then removes the board (segment._forget_board, at every unlink): a reader then finds no board
+and lists again, as every reader did before boards (each call: a stat, a listing when the
+directory changed), until a process creates a fixed-window segment again. The name has a
+``#``: no window's name, so ``shmwin.names()`` and the tools never list it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+
+from .segment import board_path
+
+_WORD_BYTES = 8
+_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_FIXED = ".fixed."
+
+
+path_of = board_path
+
+
+class Board:
+    """A storage's board, mapped: :meth:`value` is a load, :meth:`touch` a store."""
+
+    def __init__(self, mapped: mmap.mmap):
+        self._mapped = mapped
+        self._word = memoryview(mapped).cast("q")
+
+    @classmethod
+    def open(cls, prefix: str, *, create: bool) -> Board | None:
+        """The board of ``prefix`` (made if ``create``); None if there is none or it cannot be
+        opened (another user's, /dev/shm full): callers then list /dev/shm as before."""
+        try:
+            fd = os.open(path_of(prefix), _FLAGS | (os.O_CREAT if create else 0), 0o600)
+        except OSError:
+            return None
+        try:
+            if os.fstat(fd).st_size < _WORD_BYTES:
+                os.ftruncate(fd, _WORD_BYTES)  # zeros: a value like any other
+            return cls(mmap.mmap(fd, _WORD_BYTES))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def value(self) -> int:
+        return self._word[0]
+
+    def touch(self) -> None:
+        """A value no reader holds (random 63 bits: one aligned 8-byte store, never torn)."""
+        self._word[0] = random.getrandbits(63)
+
+
+def touch(prefix: str) -> None:
+    """A fixed-window segment of ``prefix`` was just created (called after it exists)."""
+    board = Board.open(prefix, create=True)
+    if board is not None:
+        board.touch()
