@@ -156,9 +156,10 @@ def _expected(g: Geometry, lay: Layout) -> dict[str, Any]:
         at = w - lay.ring_words[0]
         if lay.compact(i):  # head, total, zeroed, tail: three EMPTY, then counts of 0
             empty[at : at + 4] = (layout.EMPTY_EPOCH, 0, layout.EMPTY_EPOCH, layout.EMPTY_EPOCH)
-        else:
-            slots = lay.head_slots + r.n_buckets
-            empty[at : at + slots * lay.slot_words : lay.slot_words] = layout.EMPTY_EPOCH
+        else:  # a log ring's head slots are its header (run position, total, dead entry): all 0s
+            first = at + (lay.head_slots if r.log else 0) * lay.slot_words
+            end = at + (lay.head_slots + r.n_buckets) * lay.slot_words
+            empty[first:end : lay.slot_words] = layout.EMPTY_EPOCH
     assert empty.tobytes() == layout.empty_rings(g, lay)
     return {
         "limiter": g.kind == "limiter", "floats": g.dtype == "float64", "striped": g.mode == "striped",

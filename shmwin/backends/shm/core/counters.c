@@ -132,7 +132,8 @@ static PyObject *Core_fixed_get(Core *c, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     key = args[0];
-    if (nargs == 2) {
+    int have_now = nargs == 2 && args[1] != Py_None;  /* None: this core's clock, as if left out */
+    if (have_now) {
         now = PyLong_AsLongLong(args[1]);
         if (now == -1 && PyErr_Occurred()) return NULL;
         if (now < 0) {
@@ -141,7 +142,7 @@ static PyObject *Core_fixed_get(Core *c, PyObject *const *args, Py_ssize_t nargs
         }
     }
     if (key_enter(c, &kc) < 0) return NULL;
-    if (nargs == 1 && now_ns(c, &now) < 0) goto out;
+    if (!have_now && now_ns(c, &now) < 0) goto out;
     int got = key_lock_at(c, &kc, key, 0, now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
