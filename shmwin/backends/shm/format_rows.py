@@ -173,15 +173,27 @@ MOVING_MIN_SHIFT = 5  # a quantum of 32 ns at least: stamps span 2**37 ns (137 s
 # a moving log's row keeps its key as an 8-byte keyed digest (its ident word's hash is another,
 # independent one: 101 bits tell keys apart), not MAX_STORED_KEY bytes: tools show the digest
 MOVING_KEY_BYTES = 8
+# A key's entries form one run in time order (core/moving.c): from entry `tail` of its oldest
+# chunk through its chain (oldest first) to its newest chunk, then `inline` entries of the row.
+# Every chunk of the run but the oldest is whole. The chain word holds the run's shape (one
+# store publishes any change of it); the run word is derived from it (the running total of the
+# run's hits, its chunks), and recomputed by the row's repair.
+MOVING_LINK_BITS = 29  # a chunk index + 1 in the chain word: the heap holds fewer than 2**29 chunks
+MOVING_LINK_MASK = (1 << MOVING_LINK_BITS) - 1
+MOVING_LAST_SHIFT = MOVING_LINK_BITS  # the newest chunk + 1
+MOVING_TAIL_SHIFT = 2 * MOVING_LINK_BITS  # 2 bits: the run's first entry in the oldest chunk
+MOVING_INLINE_SHIFT = 2 * MOVING_LINK_BITS + 2  # 2 bits: the run's entries in the row (0..2)
+MOVING_RUN_CHUNKS_SHIFT = 32  # the run word: total hits (low 32 bits, saturating) | chunks << 32
 MOVING_STATE: tuple[Field, ...] = (
-    ("chain", 0, "q"),  # the key's first chunk + 1; 0: none
-    ("entries", 8, f"{MOVING_INLINE * MOVING_ENTRY_BYTES}s"),  # MOVING_INLINE entries
+    ("chain", 0, "q"),  # oldest chunk + 1 | newest chunk + 1 << 29 | tail << 58 | inline << 60; 0: none
+    ("run", 8, "q"),  # derived: the run's hits (its running total) | its chunks << 32
+    ("entries", 16, f"{MOVING_INLINE * MOVING_ENTRY_BYTES}s"),  # MOVING_INLINE entries
 )
-MOVING_STATE_BYTES = 8 + MOVING_INLINE * MOVING_ENTRY_BYTES
+MOVING_STATE_BYTES = 16 + MOVING_INLINE * MOVING_ENTRY_BYTES
 CHUNK_ENTRIES = 3
 # a chunk of the heap: in one key's chain, on the free list, or (inside a section) neither
 CHUNK: tuple[Field, ...] = (
-    ("next", 0, "I"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
+    ("next", 0, "I"),  # the next (newer) chunk of its chain (or of the free list) + 1; 0: the last
     ("owner", 4, "I"),  # the row whose chain holds it + 1; 0: free
     ("entries", 8, f"{CHUNK_ENTRIES * MOVING_ENTRY_BYTES}s"),  # CHUNK_ENTRIES entries
 )
