@@ -288,8 +288,9 @@ static void shift_in(int64_t **in, int64_t m, int64_t j, int64_t x) {
  * the row lock (and LOCK_CHUNKS if *held). The last write moves on first (never backwards).
  * Then, n entries counting, the two oldest merge into the newer one's time (their hits
  * forgotten later, never earlier; the older left empty, at the run's start, for the next walk).
- * The hit is stamped at now -- no further behind the last write than OLD_QUANTA, and no earlier
- * than the oldest entry of the run's newest end (a clock behind: later, never sooner) -- and
+ * The hit is stamped at now -- no further behind the last write than OLD_QUANTA, and, if the
+ * run has chunks before its newest, no earlier than the newest end's oldest entry (a clock
+ * behind: later, never sooner) -- and
  * written in time order there, an entry of its own: appended (or, a clock behind the newest
  * entry, put in its place, later entries moving up), in the row's next entry
  * or, the row's two taken, in a new chunk that takes them and the newest ("chunk_alloc"). One
@@ -318,7 +319,7 @@ static int add_hit(Core *c, Walk *w, int64_t now, int64_t cost, int *held) {
         }
     }
     if ((m = newest_end(c, r, in)) < 0) goto fail;
-    for (j = 0; j < m; j++)  /* the end's oldest entry holding hits bounds the stamp from below */
+    for (j = 0; r->sh.first != r->sh.last && j < m; j++)  /* entries before the end: its oldest bounds the stamp */
         if (hits_of(LOAD(in[j])) > 0) {
             int64_t first = stamp_near(LOAD(in[j]), w->anchor);
             if (stamp < first) stamp = first;
