@@ -53,11 +53,16 @@ MOVING_HITS_MAX). Its key header stores an 8-byte keyed digest of the key, not t
 (MOVING_KEY_BYTES: a 32-byte key header). Each entry is one word, stamp << 32 | hits: the
 stamp is the hit's time rounded up to the quantum q = 2**moving_quantum_shift(P) ns, modulo
 2**32, read back against the row's last write (every entry holding hits lies within P of it);
-counted while hits > 0 and t >= now - P. A row of 56 bytes::
+counted while hits > 0 and t >= now - P. A key's entries are one run in time order: from
+entry `tail` of its oldest chunk through its chain (oldest to newest; every chunk whole but
+the oldest) to its newest chunk, then `inline` entries of the row; a call walks it from the
+oldest end only past what stopped counting. A row of 64 bytes::
 
     off  size type  name      meaning
-    0    8    i64   chain     the key's first chunk + 1 (0: none)
-    8    16   u64[] entries   MOVING_INLINE (2) entries
+    0    8    i64   chain     the run's shape: oldest chunk + 1 | newest chunk + 1 << 29 |
+                              tail << 58 | inline << 60 (0: no entry); one store changes it
+    8    8    i64   run       derived: the run's hits (running total, low 32 bits) | its chunks << 32
+    16   16   u64[] entries   MOVING_INLINE (2) entries
 
 Key names (role "moving-log", whose rows keep digests): NAME_SLOTS (512) entries of 64 bytes
 just before the index (``keys_off - 512 x 64``), reserved with the header; the core names a
@@ -73,7 +78,7 @@ only if the entry's generation reads the same before and after and is the row's 
 
 Chunk heap (role "moving-log"): ``n_chunks`` chunks of 32 bytes from ``chunks_off``, sparse
 like the rows (reserved as handed out, ``chunks_top``); a chunk is on the free list, in one
-key's chain (newest first), or -- inside a section -- in neither; chain words change only
+key's chain (oldest first), or -- inside a section -- in neither; chain words change only
 under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's row lock::
 
     off  size type  name      meaning

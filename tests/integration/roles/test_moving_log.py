@@ -195,7 +195,8 @@ def test_past_times_entries_the_oldest_merge_later_never_earlier(name):
         for i in range(50):
             clock.set(T0 + i * S // 10)
             assert m.hit("k", 1)
-        assert not m.hit("k", 1) and m.chunks()[0] <= 2  # a run in time order: 5 counting, 1 merged away, 1 new
+        # a run in time order: 5 counting, 1 merged away, 1 new; its oldest chunk back once emptied
+        assert not m.hit("k", 1) and m.chunks()[0] <= 2
         clock.set(T0 + P + 1)  # the first hit would have left: merged, it is still counted
         assert m.used_and_reset("k")[0] == 50 and not m.hit("k", 1)
         clock.set(T0 + 49 * S // 10 + P + 1)  # every hit's time has passed a period ago

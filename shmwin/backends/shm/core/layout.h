@@ -82,8 +82,6 @@
 #define MOVING_LINK_MASK             536870911
 #define MOVING_LAST_SHIFT            29
 #define MOVING_TAIL_SHIFT            58
-#define MOVING_INLINE_SHIFT          60
-#define MOVING_RUN_CHUNKS_SHIFT      32
 #define MOVING_KEY_BYTES             8
 #define MOVING_STATE_BYTES           32
 #define CHUNK_ENTRIES                3
@@ -92,6 +90,8 @@
 #define NAME_PROBES                  4
 #define NAME_MAX_BYTES               48
 #define NAME_ENTRY_BYTES             64
+#define MOVING_INLINE_SHIFT          60
+#define MOVING_RUN_CHUNKS_SHIFT      32
 #define LIMITER_RING_BYTES           40
 #define LIMITER_RING_WORDS           5
 #define GHOST_EPOCH_SHIFT            32
@@ -408,8 +408,6 @@
     X(MOVING_LINK_MASK) \
     X(MOVING_LAST_SHIFT) \
     X(MOVING_TAIL_SHIFT) \
-    X(MOVING_INLINE_SHIFT) \
-    X(MOVING_RUN_CHUNKS_SHIFT) \
     X(MOVING_KEY_BYTES) \
     X(MOVING_STATE_BYTES) \
     X(CHUNK_ENTRIES) \
@@ -418,6 +416,8 @@
     X(NAME_PROBES) \
     X(NAME_MAX_BYTES) \
     X(NAME_ENTRY_BYTES) \
+    X(MOVING_INLINE_SHIFT) \
+    X(MOVING_RUN_CHUNKS_SHIFT) \
     X(LIMITER_RING_BYTES) \
     X(LIMITER_RING_WORDS) \
     X(GHOST_EPOCH_SHIFT) \

@@ -55,6 +55,13 @@ MOVING_CASES = {
 }
 
 
+SECTION_OF = {
+    "chunk_alloc_free": "chunk_alloc",
+    "moving_hit_stale": "moving_hit",
+    "moving_settle_chunk": "moving_settle",
+}
+
+
 @pytest.mark.parametrize("case", list(MOVING_CASES))
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_moving_hit(make_name, tmp_path, case, sig):
@@ -65,7 +72,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
     once every hit has left, every chunk is on the free list, and the same load again takes
     no chunk past the heap's top."""
     limit, times, before_hits, free_made, advance = MOVING_CASES[case]
-    section = "chunk_alloc" if case.startswith("chunk_alloc") else case.removesuffix("_stale").removesuffix("_chunk")
+    section = SECTION_OF.get(case, case)
 
     def load(m: Any, clock: ManualClock, at: int) -> None:
         if free_made:
