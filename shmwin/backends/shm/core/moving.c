@@ -3,10 +3,24 @@
  *
  * Role "moving-log" (layout_words.py: MOVING_STATE, CHUNK): a keyed window of one log ring --
  * the period P, at most n = min(limit, times) entries a key, the limit L -- whose rows hold,
- * after the key header (its key a digest), `chain` (the key's first chunk + 1, 0: none) and
- * MOVING_INLINE entries. More entries live in chunks of the segment's chunk heap (after the
- * rows; sparse, reserved as chunks are first handed out): a chunk is a header (next chunk of
- * its chain + 1, owner row + 1, 4 bytes each) and CHUNK_ENTRIES entries.
+ * after the key header (its key a digest), `chain` (the shape of the key's run, below), `run`
+ * (derived: the run's hits, its running total, and its chunks) and MOVING_INLINE entries. More
+ * entries live in chunks of the segment's chunk heap (after the rows; sparse, reserved as
+ * chunks are first handed out): a chunk is a header (next chunk of its chain + 1, owner row +
+ * 1, 4 bytes each) and CHUNK_ENTRIES entries.
+ *
+ * The run (issue #30): a key's entries in time order, from entry `tail` of its oldest chunk
+ * through the chain (oldest to newest, every chunk whole but the oldest) to its newest chunk,
+ * then the row's first `inline` entries; the chain word holds the oldest and newest chunks,
+ * tail and inline, so one store changes the run's shape. A call never scans it:
+ * - the walk from the oldest end stops at the first entry that counts (every later one does):
+ *   used = the running total less what it walked past, each entry walked past once, as the
+ *   next settle takes it out (O(1) amortised; a refused hit at the limit reads one entry);
+ * - the settle (any call that walked past something) keeps those entries as one dead entry
+ *   in the last one's place and gives back the chunks before it, from the oldest end;
+ * - a hit is appended at the newest end: the row's next entry, or, the row's two taken, a
+ *   new chunk that takes them and the hit; a clock behind the newest entry puts it in order
+ *   among the newest chunk's and the row's entries (at most 5 move).
  *
  * An entry is one word, stamp << 32 | hits (layout_words.MOVING_STATE): the stamp is its time
  * rounded up to the quantum q = 2**moving_shift ns (32 ns for P up to 2**33 ns), modulo 2**32,
@@ -33,7 +47,8 @@
  * sees exactly what it did before.
  *
  * The chunk heap -- its locks, its invariant, its repair -- is chunks.c's. Junk never reaches
- * undefined behaviour: a junk chain is a CorruptSegmentError (chunks.c); hit counts saturate.
+ * undefined behaviour: a junk shape, or a junk link the walk reaches, is a CorruptSegmentError
+ * (chunks.c); hit counts saturate. A row lock's repair (repair_run) recomputes the run word.
  * The type (MovingLogCore) and its hooks are at the end.
  */
 #include "core.h"
@@ -522,7 +537,7 @@ static int moving_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) {
 }
 
 /* LOCK_CHUNKS's holder died inside "chunk_alloc" or "chunk_free": the free list, rebuilt from
- * the chains (chunks.c). A row lock's: nothing (entries are written one store each). */
+ * the chains (chunks.c). A row lock's, inside "moving_settle" or "moving_hit": the run word. */
 static void moving_repair(Core *c, int i, int64_t slot) {
     if (i == LOCK_CHUNKS) repair_chunks(c);
     else if (slot >= 0) repair_run(c, slot);
