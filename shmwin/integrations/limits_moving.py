@@ -3,12 +3,13 @@ the hits a key holds.
 
 One segment per (limit L, period P), ``PREFIX.moving.L.P`` (role "moving-log"): a keyed
 window whose rows hold, after a key header that keeps an 8-byte keyed digest of the key, two
-entries (one word each: the hit's time rounded up to the segment's quantum, and its hits)
-and the head of a chain of *chunks* of 3 more entries each, taken from the segment's chunk
-heap as a key's hits need them and given back once they have all left
-(``format.MOVING_STATE``, ``CHUNK``; the native sections are ``core/moving.c``). A key
-with one or two hits costs its 56-byte row (and its index entry); further hits held cost a
-32-byte chunk per 3 (about 11 bytes a hit).
+entries (one word each: the hit's time rounded up to the segment's quantum, and its hits),
+the shape of the key's run of entries in time order and its running total, and a chain of
+*chunks* of 3 more entries each, taken from the segment's chunk heap as a key's hits need
+them and given back from the oldest end once their hits have left (``format.MOVING_STATE``,
+``CHUNK``; the native sections are ``core/moving.c``: a call walks only what left since the
+last). A key with one or two hits costs its 64-byte row (and its index entry); further hits
+held cost a 32-byte chunk per 3 (about 12 bytes a hit).
 
 As limits' memory storage: a hit counts while ``t >= now - P`` (it is forgotten one period
 after it: at most a quantum late, 32 ns for periods up to 8.6 s, 256 ns for a minute, 524 us

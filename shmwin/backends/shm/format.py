@@ -59,7 +59,7 @@ FORMAT_VERSION = 10  # 4: the role word (offset 168); 5: the key table's checked
 # 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log");
 # 8: a moving log's one-word entries, 32-byte chunks and digest keys
 # and a limiter's compact rings; 9: a compact ring's ghost word (a clock stepped back);
-# 10: a limiter's log ring keeps its entries in time order behind a header (LOG_HDR_*)
+# 10: a limiter's log ring (LOG_HDR_*) and a moving log's 64-byte row keep entries in time order
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -414,8 +414,8 @@ CONC_HOLDER_STRIPE, CONC_HOLDER_CLAIM = _words(CONC_HOLDER, "stripe", "claim")
 TOKEN_STATE_TAT_OFF = _at(TOKEN_STATE, "tat")
 TOKEN_STATE_TAT = _at(TOKEN_STATE, "tat") // WORD_BYTES
 
-MOVING_STATE_CHAIN_OFF, MOVING_STATE_ENTRIES_OFF = _offsets(MOVING_STATE, "chain", "entries")
-MOVING_STATE_CHAIN = _at(MOVING_STATE, "chain") // WORD_BYTES
+MOVING_STATE_CHAIN_OFF, MOVING_STATE_RUN_OFF, MOVING_STATE_ENTRIES_OFF = (at for _, at, _ in MOVING_STATE)
+MOVING_STATE_CHAIN, MOVING_STATE_RUN = _words(MOVING_STATE, "chain", "run")
 
 CHUNK_NEXT_OFF, CHUNK_OWNER_OFF, CHUNK_ENTRIES_OFF = _offsets(CHUNK, "next", "owner", "entries")
 
@@ -467,9 +467,9 @@ _SCALARS = (
     "KEY_HEADER_BYTES", "FIXED_HEADER_END", "FIXED_STATE_BYTES", "SLIDING_STATE_BYTES",
     "CONC_STATE_BYTES", "CONC_HOLDER_BYTES", "MAX_CONCURRENCY", "TOKEN_STATE_BYTES",
     "MOVING_INLINE", "MOVING_ENTRY_BYTES", "MOVING_STAMP_SHIFT", "MOVING_HITS_MAX", "MOVING_SPAN_BITS",
-    "MOVING_MIN_SHIFT",
+    "MOVING_MIN_SHIFT", "MOVING_LINK_BITS", "MOVING_LINK_MASK", "MOVING_LAST_SHIFT", "MOVING_TAIL_SHIFT",
     "MOVING_KEY_BYTES", "MOVING_STATE_BYTES", "CHUNK_ENTRIES", "CHUNK_BYTES", "NAME_SLOTS", "NAME_PROBES",
-    "NAME_MAX_BYTES", "NAME_ENTRY_BYTES",
+    "NAME_MAX_BYTES", "NAME_ENTRY_BYTES", "MOVING_INLINE_SHIFT", "MOVING_RUN_CHUNKS_SHIFT",
     "LIMITER_RING_BYTES", "LIMITER_RING_WORDS", "GHOST_EPOCH_SHIFT", "GHOST_HITS_MAX", "COUNT32_BYTES",
     "COUNT32_MAX", "LEASE_STATE_BYTES", "CACHE_STATE_BYTES",
     "DIST_SLOT_BYTES", "DIST_BIN_BYTES", "DIST_BIN_MAX", "DIST_BIN_ZERO", "DIST_BIN_UNDER", "DIST_BIN_OVER",

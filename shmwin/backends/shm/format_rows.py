@@ -53,11 +53,16 @@ MOVING_HITS_MAX). Its key header stores an 8-byte keyed digest of the key, not t
 (MOVING_KEY_BYTES: a 32-byte key header). Each entry is one word, stamp << 32 | hits: the
 stamp is the hit's time rounded up to the quantum q = 2**moving_quantum_shift(P) ns, modulo
 2**32, read back against the row's last write (every entry holding hits lies within P of it);
-counted while hits > 0 and t >= now - P. A row of 56 bytes::
+counted while hits > 0 and t >= now - P. A key's entries are one run in time order: from
+entry `tail` of its oldest chunk through its chain (oldest to newest; every chunk whole but
+the oldest) to its newest chunk, then `inline` entries of the row; a call walks it from the
+oldest end only past what stopped counting. A row of 64 bytes::
 
     off  size type  name      meaning
-    0    8    i64   chain     the key's first chunk + 1 (0: none)
-    8    16   u64[] entries   MOVING_INLINE (2) entries
+    0    8    i64   chain     the run's shape: oldest chunk + 1 | newest chunk + 1 << 29 |
+                              tail << 58 | inline << 60 (0: no entry); one store changes it
+    8    8    i64   run       derived: the run's hits (running total, low 32 bits) | its chunks << 32
+    16   16   u64[] entries   MOVING_INLINE (2) entries
 
 Key names (role "moving-log", whose rows keep digests): NAME_SLOTS (512) entries of 64 bytes
 just before the index (``keys_off - 512 x 64``), reserved with the header; the core names a
@@ -73,7 +78,7 @@ only if the entry's generation reads the same before and after and is the row's 
 
 Chunk heap (role "moving-log"): ``n_chunks`` chunks of 32 bytes from ``chunks_off``, sparse
 like the rows (reserved as handed out, ``chunks_top``); a chunk is on the free list, in one
-key's chain (newest first), or -- inside a section -- in neither; chain words change only
+key's chain (oldest first), or -- inside a section -- in neither; chain words change only
 under LOCK_CHUNKS (lock 1, taken after a row lock), entries under their key's row lock::
 
     off  size type  name      meaning
@@ -183,15 +188,27 @@ MOVING_MIN_SHIFT = 5  # a quantum of 32 ns at least: stamps span 2**37 ns (137 s
 # a moving log's row keeps its key as an 8-byte keyed digest (its ident word's hash is another,
 # independent one: 101 bits tell keys apart), not MAX_STORED_KEY bytes: tools show the digest
 MOVING_KEY_BYTES = 8
+# A key's entries form one run in time order (core/moving.c): from entry `tail` of its oldest
+# chunk through its chain (oldest first) to its newest chunk, then `inline` entries of the row.
+# Every chunk of the run but the oldest is whole. The chain word holds the run's shape (one
+# store publishes any change of it); the run word is derived from it (the running total of the
+# run's hits, its chunks), and recomputed by the row's repair.
+MOVING_LINK_BITS = 29  # a chunk index + 1 in the chain word: the heap holds fewer than 2**29 chunks
+MOVING_LINK_MASK = (1 << MOVING_LINK_BITS) - 1
+MOVING_LAST_SHIFT = MOVING_LINK_BITS  # the newest chunk + 1
+MOVING_TAIL_SHIFT = 2 * MOVING_LINK_BITS  # 2 bits: the run's first entry in the oldest chunk
+MOVING_INLINE_SHIFT = 2 * MOVING_LINK_BITS + 2  # 2 bits: the run's entries in the row (0..2)
+MOVING_RUN_CHUNKS_SHIFT = 32  # the run word: total hits (low 32 bits, saturating) | chunks << 32
 MOVING_STATE: tuple[Field, ...] = (
-    ("chain", 0, "q"),  # the key's first chunk + 1; 0: none
-    ("entries", 8, f"{MOVING_INLINE * MOVING_ENTRY_BYTES}s"),  # MOVING_INLINE entries
+    ("chain", 0, "q"),  # oldest chunk + 1 | newest chunk + 1 << 29 | tail << 58 | inline << 60; 0: none
+    ("run", 8, "q"),  # derived: the run's hits (its running total) | its chunks << 32
+    ("entries", 16, f"{MOVING_INLINE * MOVING_ENTRY_BYTES}s"),  # MOVING_INLINE entries
 )
-MOVING_STATE_BYTES = 8 + MOVING_INLINE * MOVING_ENTRY_BYTES
+MOVING_STATE_BYTES = 16 + MOVING_INLINE * MOVING_ENTRY_BYTES
 CHUNK_ENTRIES = 3
 # a chunk of the heap: in one key's chain, on the free list, or (inside a section) neither
 CHUNK: tuple[Field, ...] = (
-    ("next", 0, "I"),  # the next chunk of its chain (or of the free list) + 1; 0: the last
+    ("next", 0, "I"),  # the next (newer) chunk of its chain (or of the free list) + 1; 0: the last
     ("owner", 4, "I"),  # the row whose chain holds it + 1; 0: free
     ("entries", 8, f"{CHUNK_ENTRIES * MOVING_ENTRY_BYTES}s"),  # CHUNK_ENTRIES entries
 )

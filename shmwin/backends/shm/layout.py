@@ -374,7 +374,7 @@ STATE_BYTES = {
     "moving-log": _words.MOVING_STATE_BYTES,
     "lease": _words.LEASE_STATE_BYTES,
 }
-MAX_CHUNKS = (1 << 32) - 1  # a checked word's value holds chunks_top
+MAX_CHUNKS = _words.MOVING_LINK_MASK  # a chain word names a chunk in MOVING_LINK_BITS (chunks_top: < 2**32)
 
 
 def state_words(g: Geometry) -> int:

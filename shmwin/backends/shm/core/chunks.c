@@ -3,8 +3,9 @@
  * free list rebuilt by the repair of LOCK_CHUNKS.
  *
  * The heap lies after the rows (sparse, reserved as chunks are first handed out): a chunk is a
- * header (next chunk of its chain + 1, owner row + 1, 4 bytes each) and CHUNK_ENTRIES entries;
- * a row's chain word names its first chunk + 1 (0: none).
+ * header (next chunk of its chain + 1, owner row + 1, 4 bytes each) and CHUNK_ENTRIES entries.
+ * A chain runs from a key's oldest chunk to its newest; a row's chain word names both (and
+ * where the key's run of entries starts and ends: moving.c), one store publishing any change.
  *
  * Locks: LOCK_KEY_TABLE -> a row lock -> LOCK_CHUNKS, in that order only. Entries are written
  * under their key's row lock; chain words (a row's chain, a chunk's next and owner) and the
@@ -12,17 +13,21 @@
  * chain word of a row only under its row lock too (the repair's cut of a junk chain aside).
  *
  * Invariant of the heap, between any two stores: every chunk below chunks_top is on the free
- * list, in exactly one row's chain (its owner that row), or -- inside "chunk_alloc" and
- * "chunk_free" -- in neither; never in both, never in two chains. A chunk in a chain may count
- * nothing (its hits expired): at the key's next counted hit its entries merge into the key's
- * one dead entry and it goes back, holding no hits; or when the key's row is emptied (clear,
- * reclaim, a rebuild's idle drops, the row's reuse).
+ * list, in exactly one row's chain (its owner that row; a chain reaches from the chain word's
+ * oldest chunk to its newest, and a chunk linked past the newest is in it too until the
+ * repair cuts it off), or -- inside "chunk_alloc" and "chunk_free" -- in neither; never in
+ * both, never in two chains. A chunk in a chain may count nothing (its hits expired): the
+ * key's next hit or read keeps them as one dead entry and gives the chunks before it back,
+ * from the oldest end; or the key's row is emptied (clear, reclaim, a rebuild's idle drops,
+ * the row's reuse).
  * Repair (LOCK_CHUNKS found owner-dead; "chunk_repair"): the free list is rebuilt from scratch:
- * every chunk reachable from a row's chain (rows below rows_top; at most the longest chain a
- * key can hold, and below chunks_top: a cycle, a junk index or a chunk of another owner cuts
- * the chain there) is kept, every other chunk below chunks_top goes on the free list. A chunk
- * a dead holder had taken but not yet published, or unlinked but not yet pushed, is so freed;
- * nothing counted is lost: entries are only in chains.
+ * every chunk a row's chain word reaches, oldest to newest (rows below rows_top; at most the
+ * longest chain a key can hold, and below chunks_top: a cycle, a junk index, a chunk of
+ * another owner or a chain that ends before its newest cuts the chain there, and the chain
+ * word's newest follows), is kept, every other chunk below chunks_top goes on the free list.
+ * A chunk a dead holder had taken but not yet published (linked past the newest: cut off), or
+ * unlinked but not yet pushed, is so freed; nothing counted is lost: entries counted are only
+ * in the runs the chain words describe.
  *
  * Junk never reaches undefined behaviour: chain words are bounds-checked (below chunks_top, a
  * checked word, reserved) and their owner checked before a chunk is read; a chain longer than
@@ -52,7 +57,7 @@ int chunks_top(Core *c, int64_t *top) {
     return 0;
 }
 
-static int64_t junk_chain(Core *c, int64_t slot, int64_t v) {
+int64_t junk_chain(Core *c, int64_t slot, int64_t v) {
     PyErr_Format(c->st->corrupt, "window %R: key row %lld's chain of hit times holds an impossible link %lld: "
                  "the segment is corrupt", c->name, (long long)slot, (long long)v);
     return -2;
@@ -67,11 +72,6 @@ int64_t chain_next(Core *c, int64_t slot, int64_t v, int64_t top, int64_t *steps
     return v - 1;
 }
 
-static int chunk_holds(char *ch) {
-    for (int64_t j = 0; j < CHUNK_ENTRIES; j++)
-        if (hits_of(LOAD(centries(ch) + j)) > 0) return 1;
-    return 0;
-}
 /* ---- the chunk heap ---------------------------------------------------------------------------- */
 
 /* Reserve chunks up to at least `need` (posix_fallocate: a full /dev/shm is an answer now,
@@ -93,15 +93,19 @@ static int reserve_chunks(Core *c, int64_t have, int64_t need) {
     return 1;
 }
 
-/* Section "chunk_alloc": give the key of row `slot` a chunk of empty entries, first in its
- * chain: the free list's first, else the heap's next (reserved now). Caller holds the row
- * lock and LOCK_CHUNKS. 1 and *got, 0 if there is none (the heap at its end, or /dev/shm
- * full: the caller merges), -1 error.
+/* Section "chunk_alloc": give the key of row `slot` a chunk holding `words`, newest in its
+ * chain, the key's inline entries out of its run (moving.c copied them into `words`). Caller
+ * holds the row lock and LOCK_CHUNKS. The free list's first chunk, else the heap's next
+ * (reserved now). 1 and *got, 0 if there is none (the heap at its end, or /dev/shm full: the
+ * caller joins the hit to the newest entry: strict), -1 error.
  * Order: the chunk leaves the free list (or the heap's top grows) first -- it is then in no
- * chain and on no list -- its owner, next (the row's chain) and entries are written, and the
- * row's chain word publishes it last. A tear leaves the chunk in neither place: the repair
- * finds it unreachable and frees it; the key's entries are untouched. */
-int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
+ * chain and on no list -- its owner, next (none) and entries are written, the newest chunk
+ * links it (in the chain, past the run's end: counting nothing), and the chain word publishes
+ * it last, as the run's newest chunk with no entries inline. A tear before the link leaves the
+ * chunk in neither place, after it linked past the newest: the repair frees it; the key's run
+ * is untouched until the chain word's store, which moves its inline entries (copied first)
+ * into the chunk in one store. */
+int append_chunk(Core *c, int64_t slot, const int64_t words[CHUNK_ENTRIES], int64_t *got) {
     int64_t top, head = LOAD(KEYWORD(c, CHUNK_FREE_OFF)), i, next_free = 0;
     int from_free = 0, drop_list = 0;
     if (chunks_top(c, &top) < 0) return -1;
@@ -122,6 +126,7 @@ int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
         i = top;
     }
     int64_t *st = mstate(c, ROW(c, slot));
+    Shape sh = shape_of(LOAD(st + MOVING_STATE_CHAIN));
     char *ch = chunk_at(c, i);
     SECTION("chunk_alloc");
     STORE(intent_at(c, LOCK_CHUNKS), slot);
@@ -129,67 +134,62 @@ int alloc_chunk(Core *c, int64_t slot, int64_t *got) {
     else store_state(c, CHUNKS_TOP_OFF, i + 1);
     if (drop_list) STORE(KEYWORD(c, CHUNK_FREE_OFF), 0);
     STORE(cowner(ch), (uint32_t)(slot + 1));
-    STORE(cnext(ch), (uint32_t)LOAD(st + MOVING_STATE_CHAIN));
-    memset(centries(ch), 0, (size_t)CHUNK_ENTRIES * MOVING_ENTRY_BYTES);  /* no hits: counts nothing */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    FAILPOINT();
-    STORE(st + MOVING_STATE_CHAIN, i + 1);  /* published */
+    STORE(cnext(ch), 0u);
+    for (int64_t j = 0; j < CHUNK_ENTRIES; j++) STORE(centries(ch) + j, words[j]);
+    if (sh.last >= 0) STORE(cnext(chunk_at(c, sh.last)), (uint32_t)(i + 1));  /* linked, past the run */
+    Shape now = {sh.first >= 0 ? sh.first : i, i, sh.first >= 0 ? sh.tail : 0, 0};
+    STORE(st + MOVING_STATE_CHAIN, shape_word(&now));  /* published: the run's newest chunk */
     END_SECTION();
     *got = i;
     return 1;
 }
 
-/* Section "chunk_free": unlink from the chain of row `slot` every chunk holding no hits (`all`:
- * every chunk), and push each on the free list. Caller holds the row lock and LOCK_CHUNKS.
- * Order, chunk by chunk: the link before it skips it (it is then in no chain and on no list),
- * its owner is cleared, its next set to the free head, and the free head names it last. A
- * tear leaves one chunk in neither place: the repair frees it. Unless `all`, no chunk so
- * freed holds a hit, counting or not (a hit's dead entries were merged first: "moving_hit").
- * Returns the chunks freed, -1 error (a junk chain: the chunks before it were freed). */
-int64_t free_chunks(Core *c, int64_t slot, int all) {
-    int64_t *head = mstate(c, ROW(c, slot)) + MOVING_STATE_CHAIN, top, steps = 0, freed = 0;
-    uint32_t *link = NULL;  /* the link naming the chunk looked at: the row's chain word, else a chunk's */
-    if (chunks_top(c, &top) < 0) return -1;
+/* Section "chunk_free": the chain word of row `slot` becomes `shape`, whose run starts past
+ * the key's `count` oldest chunks (count < 0: every chunk; moving.c walked them, and they hold
+ * nothing the run still counts), and each goes on the free list, oldest first. Caller holds
+ * the row lock and LOCK_CHUNKS (or every lock). Order: the chain word drops them (they are
+ * then in no chain and on no list), then, chunk by chunk, its owner is cleared, its next set
+ * to the free head, and the free head names it last. A tear leaves chunks in neither place:
+ * the repair frees them. A junk link stops the pushes (an error set): the repair finds the
+ * rest. */
+void unlink_chunks(Core *c, int64_t slot, int64_t count, int64_t shape) {
+    int64_t *chain = mstate(c, ROW(c, slot)) + MOVING_STATE_CHAIN, top, steps = 0;
+    Shape old = shape_of(LOAD(chain));
+    if (chunks_top(c, &top) < 0) return;
     SECTION("chunk_free");
     STORE(intent_at(c, LOCK_CHUNKS), slot);
-    for (;;) {
-        int64_t i = chain_next(c, slot, link == NULL ? LOAD(head) : (int64_t)LOAD(link), top, &steps);
-        if (i == -1) break;
-        if (i == -2) {
-            freed = -1;
-            break;
-        }
+    STORE(chain, shape);  /* unlinked */
+    int64_t i = old.first >= 0 ? chain_next(c, slot, old.first + 1, top, &steps) : -1;
+    for (int64_t k = 0; i >= 0 && k != count; k++) {
         char *ch = chunk_at(c, i);
-        if (!all && chunk_holds(ch)) {
-            link = cnext(ch);
-            continue;
-        }
-        if (link == NULL) STORE(head, (int64_t)LOAD(cnext(ch)));  /* unlinked */
-        else STORE(link, LOAD(cnext(ch)));
-        STORE(cowner(ch), 0);
+        int64_t next = i == old.last ? -1 : chain_next(c, slot, LOAD(cnext(ch)), top, &steps);
+        STORE(cowner(ch), 0u);
         STORE(cnext(ch), (uint32_t)LOAD(KEYWORD(c, CHUNK_FREE_OFF)));
         STORE(KEYWORD(c, CHUNK_FREE_OFF), i + 1);  /* free */
-        freed++;
+        i = next;
     }
     END_SECTION();
-    return freed;
 }
 
 /* A row being emptied (empty_rings: its key inserted, cleared, reclaimed, dropped idle by a
  * rebuild, or every row by reset): its entries count nothing, and its chunks go back to the
  * free list. Caller holds the row lock (and LOCK_KEY_TABLE, so LOCK_CHUNKS comes after it:
  * in order), or every lock (reset: all_held). If LOCK_CHUNKS cannot be had (a timeout),
- * the chunks stay in the row's chain with their hits zeroed: the next key of the row uses
- * them, nothing is counted twice, nothing leaks. Errors are cleared: a junk chain is cut. */
+ * the chunks stay in the row's run with their hits zeroed: the next key of the row walks past
+ * them and gives them back, nothing is counted twice, nothing leaks. Errors are cleared: a
+ * junk chain is cut. */
 void moving_empty(Core *c, char *row, int64_t slot) {
-    int64_t *st = mstate(c, row);
+    int64_t *st = mstate(c, row), word = LOAD(st + MOVING_STATE_CHAIN);
     for (int64_t j = 0; j < MOVING_INLINE; j++) STORE(inline_at(st) + j, 0);
-    if (LOAD(st + MOVING_STATE_CHAIN) == 0) return;
+    STORE(st + MOVING_STATE_RUN, 0);
+    Shape sh = shape_of(word);
+    if (sh.first < 0 || shape_junk(word)) {
+        if (word != 0) STORE(st + MOVING_STATE_CHAIN, 0);  /* junk: cut; what it named is the repair's to find */
+        return;
+    }
     if (c->all_held || lock_take(c, LOCK_CHUNKS) == 0) {
-        if (free_chunks(c, slot, 1) < 0) {
-            PyErr_Clear();
-            STORE(st + MOVING_STATE_CHAIN, 0);  /* junk: cut; what it named is the repair's to find */
-        }
+        unlink_chunks(c, slot, -1, 0);
+        PyErr_Clear();
         if (!c->all_held) lock_give(c, LOCK_CHUNKS);
         return;
     }
@@ -199,8 +199,8 @@ void moving_empty(Core *c, char *row, int64_t slot) {
         PyErr_Clear();
         return;
     }
-    for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i >= 0;
-         i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
+    for (int64_t i = chain_next(c, slot, sh.first + 1, top, &steps); i >= 0;
+         i = i == sh.last ? -1 : chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
         for (int64_t j = 0; j < CHUNK_ENTRIES; j++) STORE(centries(chunk_at(c, i)) + j, 0);
     PyErr_Clear();
 }
@@ -222,18 +222,25 @@ void repair_chunks(Core *c) {
     SECTION("chunk_repair");
     STORE(intent_at(c, LOCK_CHUNKS), -1);
     for (int64_t r = 0; r < rows; r++) {
-        int64_t *chain = mstate(c, ROW(c, r)) + MOVING_STATE_CHAIN, steps = 0;
-        uint32_t *link = NULL;  /* the link after the row's chain word: a chunk's */
-        for (int64_t v = LOAD(chain); v != 0; v = LOAD(link)) {
+        int64_t *chain = mstate(c, ROW(c, r)) + MOVING_STATE_CHAIN, word = LOAD(chain), steps = 0, prev = -1;
+        Shape sh = shape_of(word);
+        if (sh.first < 0 || shape_junk(word)) continue;  /* no chunk, or junk: the row's next hit refuses it */
+        int64_t v = sh.first + 1;
+        for (; v != 0; v = LOAD(cnext(chunk_at(c, v - 1)))) {
             if (v < 0 || v > top || held[v - 1] || ++steps > max_chain(c) ||
-                LOAD(cowner(chunk_at(c, v - 1))) != (uint32_t)(r + 1)) {
-                if (link == NULL) STORE(chain, 0);  /* junk, a cycle, or another chain's: the chain ends here */
-                else STORE(link, 0);
-                break;
-            }
+                LOAD(cowner(chunk_at(c, v - 1))) != (uint32_t)(r + 1))
+                break;  /* junk, a cycle, or another chain's: the chain ends before it */
             held[v - 1] = 1;
-            link = cnext(chunk_at(c, v - 1));
+            prev = v - 1;
+            if (prev == sh.last) break;
         }
+        if (prev == sh.last) {
+            if (LOAD(cnext(chunk_at(c, prev))) != 0) STORE(cnext(chunk_at(c, prev)), 0u);  /* linked past the newest: off */
+            continue;
+        }
+        Shape cut = {prev >= 0 ? sh.first : -1, prev, prev >= 0 ? sh.tail : 0, sh.inl};
+        if (prev >= 0) STORE(cnext(chunk_at(c, prev)), 0u);
+        STORE(chain, shape_word(&cut));  /* the chain ends where it was found whole */
     }
     for (int64_t i = top - 1; i >= 0; i--) {
         if (held[i]) continue;

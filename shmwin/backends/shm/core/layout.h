@@ -78,14 +78,20 @@
 #define MOVING_HITS_MAX              INT64_C(4294967295)
 #define MOVING_SPAN_BITS             28
 #define MOVING_MIN_SHIFT             5
+#define MOVING_LINK_BITS             29
+#define MOVING_LINK_MASK             536870911
+#define MOVING_LAST_SHIFT            29
+#define MOVING_TAIL_SHIFT            58
 #define MOVING_KEY_BYTES             8
-#define MOVING_STATE_BYTES           24
+#define MOVING_STATE_BYTES           32
 #define CHUNK_ENTRIES                3
 #define CHUNK_BYTES                  32
 #define NAME_SLOTS                   512
 #define NAME_PROBES                  4
 #define NAME_MAX_BYTES               48
 #define NAME_ENTRY_BYTES             64
+#define MOVING_INLINE_SHIFT          60
+#define MOVING_RUN_CHUNKS_SHIFT      32
 #define LIMITER_RING_BYTES           40
 #define LIMITER_RING_WORDS           5
 #define GHOST_EPOCH_SHIFT            32
@@ -223,7 +229,9 @@
 #define TOKEN_STATE_TAT              0
 #define MOVING_STATE_CHAIN_OFF       0
 #define MOVING_STATE_CHAIN           0
-#define MOVING_STATE_ENTRIES_OFF     8
+#define MOVING_STATE_RUN_OFF         8
+#define MOVING_STATE_RUN             1
+#define MOVING_STATE_ENTRIES_OFF     16
 #define NAME_ENTRY_GEN_OFF           0
 #define NAME_ENTRY_ROW_OFF           8
 #define NAME_ENTRY_LEN_OFF           12
@@ -402,6 +410,10 @@
     X(MOVING_HITS_MAX) \
     X(MOVING_SPAN_BITS) \
     X(MOVING_MIN_SHIFT) \
+    X(MOVING_LINK_BITS) \
+    X(MOVING_LINK_MASK) \
+    X(MOVING_LAST_SHIFT) \
+    X(MOVING_TAIL_SHIFT) \
     X(MOVING_KEY_BYTES) \
     X(MOVING_STATE_BYTES) \
     X(CHUNK_ENTRIES) \
@@ -410,6 +422,8 @@
     X(NAME_PROBES) \
     X(NAME_MAX_BYTES) \
     X(NAME_ENTRY_BYTES) \
+    X(MOVING_INLINE_SHIFT) \
+    X(MOVING_RUN_CHUNKS_SHIFT) \
     X(LIMITER_RING_BYTES) \
     X(LIMITER_RING_WORDS) \
     X(GHOST_EPOCH_SHIFT) \
@@ -547,6 +561,8 @@
     X(TOKEN_STATE_TAT) \
     X(MOVING_STATE_CHAIN_OFF) \
     X(MOVING_STATE_CHAIN) \
+    X(MOVING_STATE_RUN_OFF) \
+    X(MOVING_STATE_RUN) \
     X(MOVING_STATE_ENTRIES_OFF) \
     X(NAME_ENTRY_GEN_OFF) \
     X(NAME_ENTRY_ROW_OFF) \
@@ -801,7 +817,8 @@ _Static_assert(CONC_STATE_MARK_OFF + 8 <= CONC_STATE_BYTES, "CONC_STATE.mark");
 _Static_assert(CONC_HOLDER_STRIPE_OFF + 8 <= CONC_HOLDER_CLAIM_OFF, "CONC_HOLDER.stripe");
 _Static_assert(CONC_HOLDER_CLAIM_OFF + 8 <= CONC_HOLDER_BYTES, "CONC_HOLDER.claim");
 _Static_assert(TOKEN_STATE_TAT_OFF + 8 <= TOKEN_STATE_BYTES, "TOKEN_STATE.tat");
-_Static_assert(MOVING_STATE_CHAIN_OFF + 8 <= MOVING_STATE_ENTRIES_OFF, "MOVING_STATE.chain");
+_Static_assert(MOVING_STATE_CHAIN_OFF + 8 <= MOVING_STATE_RUN_OFF, "MOVING_STATE.chain");
+_Static_assert(MOVING_STATE_RUN_OFF + 8 <= MOVING_STATE_ENTRIES_OFF, "MOVING_STATE.run");
 _Static_assert(MOVING_STATE_ENTRIES_OFF + 16 <= MOVING_STATE_BYTES, "MOVING_STATE.entries");
 _Static_assert(NAME_ENTRY_GEN_OFF + 8 <= NAME_ENTRY_ROW_OFF, "NAME_ENTRY.gen");
 _Static_assert(NAME_ENTRY_ROW_OFF + 4 <= NAME_ENTRY_LEN_OFF, "NAME_ENTRY.row");

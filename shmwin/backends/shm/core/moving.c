@@ -3,10 +3,24 @@
  *
  * Role "moving-log" (layout_words.py: MOVING_STATE, CHUNK): a keyed window of one log ring --
  * the period P, at most n = min(limit, times) entries a key, the limit L -- whose rows hold,
- * after the key header (its key a digest), `chain` (the key's first chunk + 1, 0: none) and
- * MOVING_INLINE entries. More entries live in chunks of the segment's chunk heap (after the
- * rows; sparse, reserved as chunks are first handed out): a chunk is a header (next chunk of
- * its chain + 1, owner row + 1, 4 bytes each) and CHUNK_ENTRIES entries.
+ * after the key header (its key a digest), `chain` (the shape of the key's run, below), `run`
+ * (derived: the run's hits, its running total, and its chunks) and MOVING_INLINE entries. More
+ * entries live in chunks of the segment's chunk heap (after the rows; sparse, reserved as
+ * chunks are first handed out): a chunk is a header (next chunk of its chain + 1, owner row +
+ * 1, 4 bytes each) and CHUNK_ENTRIES entries.
+ *
+ * The run (issue #30): a key's entries in time order, from entry `tail` of its oldest chunk
+ * through the chain (oldest to newest, every chunk whole but the oldest) to its newest chunk,
+ * then the row's first `inline` entries; the chain word holds the oldest and newest chunks,
+ * tail and inline, so one store changes the run's shape. A call never scans it:
+ * - the walk from the oldest end stops at the first entry that counts (every later one does):
+ *   used = the running total less what it walked past, each entry walked past once, as the
+ *   next settle takes it out (O(1) amortised; a refused hit at the limit reads one entry);
+ * - the settle (any call that walked past something) keeps those entries as one dead entry
+ *   in the last one's place and gives back the chunks before it, from the oldest end;
+ * - a hit is appended at the newest end: the row's next entry, or, the row's two taken, a
+ *   new chunk that takes them and the hit; a clock behind the newest entry puts it in order
+ *   among the newest chunk's and the row's entries (at most 5 move).
  *
  * An entry is one word, stamp << 32 | hits (layout_words.MOVING_STATE): the stamp is its time
  * rounded up to the quantum q = 2**moving_shift ns (32 ns for P up to 2**33 ns), modulo 2**32,
@@ -33,7 +47,8 @@
  * sees exactly what it did before.
  *
  * The chunk heap -- its locks, its invariant, its repair -- is chunks.c's. Junk never reaches
- * undefined behaviour: a junk chain is a CorruptSegmentError (chunks.c); hit counts saturate.
+ * undefined behaviour: a junk shape, or a junk link the walk reaches, is a CorruptSegmentError
+ * (chunks.c); hit counts saturate. A row lock's repair (repair_run) recomputes the run word.
  * The type (MovingLogCore) and its hooks are at the end.
  */
 #include "core.h"
@@ -75,7 +90,7 @@ static int is_moving(Core *c) {
     for (c->moving_shift = MOVING_MIN_SHIFT;
          ((c->rings[0].bucket_ns - 1) >> c->moving_shift) >= (INT64_C(1) << MOVING_SPAN_BITS);)
         c->moving_shift++;
-    if (c->role == ROLE_MOVING_LOG && c->n_chunks >= 0 && c->state_words > 0 && c->keyed && !c->limiter && c->n_rings == 1 && c->rings[0].log &&
+    if (c->role == ROLE_MOVING_LOG && c->n_chunks >= 0 && c->n_chunks <= MOVING_LINK_MASK && c->state_words > 0 && c->keyed && !c->limiter && c->n_rings == 1 && c->rings[0].log &&
         c->empty_bytes >= MOVING_STATE_BYTES && c->rings[0].bucket_ns <= MAX_SPAN_NS &&
         c->rings[0].limit <= MOVING_HITS_MAX)
         return 0;
@@ -85,190 +100,311 @@ static int is_moving(Core *c) {
 static int counts(Core *c, int64_t t, int64_t hits, int64_t now) {
     return hits > 0 && t >= now - period(c);  /* a time ahead of now (a clock behind) counts */
 }
-
-/* ---- the scan: what a key's entries count at now, and where a new hit goes ------------------ */
-
-#define SCAN_DEADS 4
-typedef struct {
-    int64_t anchor;            /* the stamp of the row's last write: entries are read against it */
-    int64_t used, live;        /* hits counted (saturating), entries counting */
-    int64_t dead_hits;         /* hits of the entries counting nothing at now (saturating) */
-    int64_t dead_stamp;        /* the newest of their stamps (INT64_MIN: none) */
-    int64_t *free1, *free2;    /* the first two entries counting nothing (dead or empty): inline first */
-    int64_t n_dead;            /* entries holding hits that count nothing at now */
-    int64_t *deads[SCAN_DEADS];  /* the first SCAN_DEADS of them: zeroed without a second walk */
-    int64_t *oldest, *second;  /* the two oldest counting entries */
-    int64_t t_oldest, t_second;
-    int64_t chunks, dead;      /* chunks in the chain; of them, those counting nothing */
-} Scan;
-
-static int scan_entry(Core *c, int64_t *e, int64_t now, Scan *s) {
-    int64_t w = LOAD(e), stamp = stamp_near(w, s->anchor), t = time_of(c, stamp), hits = hits_of(w);
-    if (!counts(c, t, hits, now)) {
-        if (s->free1 == NULL) s->free1 = e;
-        else if (s->free2 == NULL) s->free2 = e;
-        if (hits > 0) {
-            if (s->n_dead < SCAN_DEADS) s->deads[s->n_dead] = e;
-            s->n_dead++;
-            s->dead_hits = hits > INT64_MAX - s->dead_hits ? INT64_MAX : s->dead_hits + hits;
-            if (stamp > s->dead_stamp) s->dead_stamp = stamp;
-        }
-        return 0;
-    }
-    s->live++;
-    s->used = hits > INT64_MAX - s->used ? INT64_MAX : s->used + hits;
-    if (s->oldest == NULL || t < s->t_oldest) {
-        s->second = s->oldest, s->t_second = s->t_oldest;
-        s->oldest = e, s->t_oldest = t;
-    } else if (s->second == NULL || t < s->t_second) {
-        s->second = e, s->t_second = t;
-    }
-    return 1;
+static int64_t add_hits(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_MAX : a + b; }  /* both >= 0 */
+static int64_t run_word(int64_t total, int64_t chunks) {
+    if (total > (int64_t)MOVING_HITS_MAX) total = (int64_t)MOVING_HITS_MAX;  /* saturating: refuse early */
+    return (int64_t)((uint64_t)total | (uint64_t)chunks << MOVING_RUN_CHUNKS_SHIFT);
 }
 
-/* Scan the key of row `slot` at now. Caller holds the row lock. 0, or -1 with an error. Every
- * row has MOVING_INLINE entries (emptied with it), whatever n: a key of n = 1 keeps its dead
- * hits in the second. */
-static int scan(Core *c, int64_t slot, int64_t now, Scan *s) {
-    int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0;
-    memset(s, 0, sizeof *s);
-    s->dead_stamp = INT64_MIN;
-    s->anchor = anchor_of(c, ROW(c, slot));
-    for (int64_t j = 0; j < MOVING_INLINE; j++) scan_entry(c, inline_at(st) + j, now, s);
-    if (LOAD(st + MOVING_STATE_CHAIN) == 0) return 0;
-    if (chunks_top(c, &top) < 0) return -1;
-    for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i != -1;
-         i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps)) {
-        if (i == -2) return -1;
-        int64_t *es = centries(chunk_at(c, i)), any = 0;
-        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) any |= scan_entry(c, es + j, now, s);
-        s->chunks++;
-        if (!any) s->dead++;
+/* ---- the run: a key's entries in time order (see the top) ----------------------------------- */
+
+/* A place in a key's run: an entry of a chunk (chunk >= 0) or of the row (chunk -1); e NULL past
+ * the run's end. nth: the run's chunks before it (in the row: all of them). */
+typedef struct {
+    int64_t chunk, j, nth;
+    int64_t *e;
+} Cur;
+
+typedef struct {
+    int64_t slot, top, steps;
+    int64_t *st;
+    Shape sh;
+} Run;
+
+/* Open the run of row `slot`'s key at its first entry (caller holds the row lock): 0, or -1
+ * with a CorruptSegmentError (a junk chain word or link). */
+static int run_open(Core *c, int64_t slot, Run *r, Cur *at) {
+    r->slot = slot, r->steps = 0, r->top = 0;
+    r->st = mstate(c, ROW(c, slot));
+    int64_t word = LOAD(r->st + MOVING_STATE_CHAIN);
+    r->sh = shape_of(word);
+    if (shape_junk(word)) {
+        junk_chain(c, slot, word);
+        return -1;
     }
+    at->nth = 0, at->j = 0;
+    if (r->sh.first < 0) {
+        at->chunk = -1, at->e = r->sh.inl > 0 ? inline_at(r->st) : NULL;
+        return 0;
+    }
+    if (chunks_top(c, &r->top) < 0) return -1;
+    int64_t i = chain_next(c, slot, r->sh.first + 1, r->top, &r->steps);
+    if (i < 0) return -1;
+    at->chunk = i, at->j = r->sh.tail, at->e = centries(chunk_at(c, i)) + r->sh.tail;
     return 0;
 }
 
-static int entry_counts(Core *c, int64_t w, int64_t anchor, int64_t now) {
-    return counts(c, time_of(c, stamp_near(w, anchor)), hits_of(w), now);
+/* The run's next place: 0, or -1 with an error (junk: a chain that ends before its newest chunk,
+ * leaves the heap, another row's chunk, a cycle). */
+static int run_next(Core *c, Run *r, Cur *at) {
+    if (at->chunk < 0) {
+        at->j++;
+        at->e = at->j < r->sh.inl ? inline_at(r->st) + at->j : NULL;
+        return 0;
+    }
+    if (at->j + 1 < CHUNK_ENTRIES) {
+        at->j++, at->e++;
+        return 0;
+    }
+    at->nth++, at->j = 0;
+    if (at->chunk == r->sh.last) {
+        at->chunk = -1, at->e = r->sh.inl > 0 ? inline_at(r->st) : NULL;
+        return 0;
+    }
+    int64_t v = LOAD(cnext(chunk_at(c, at->chunk))), i = chain_next(c, r->slot, v, r->top, &r->steps);
+    if (i == -1) i = junk_chain(c, r->slot, v);  /* the chain ends before its newest chunk */
+    if (i < 0) return -1;
+    at->chunk = i, at->e = centries(chunk_at(c, i));
+    return 0;
+}
+
+/* Entries in the run (the run word's chunks: derived, so never trusted past the shape's bounds). */
+static int64_t run_len(const Shape *sh, int64_t chunks) {
+    if (sh->first < 0) return sh->inl;
+    int64_t n = (chunks > 0 ? chunks : 1) * CHUNK_ENTRIES - sh->tail + sh->inl;
+    return n > 0 ? n : 0;
+}
+
+/* ---- the walk: what a key counts at now, from the oldest end --------------------------------- */
+
+typedef struct {
+    Run run;
+    int64_t anchor;            /* the stamp of the row's last write: entries are read against it */
+    int64_t total, chunks;     /* the run word's: the run's hits and chunks */
+    int64_t g, gone_hits;      /* the run's first entries counting nothing at now, and their hits */
+    int64_t dead_stamp;        /* the newest stamp of those holding hits (INT64_MIN: none) */
+    Cur last_gone, start;      /* the last of them; the first entry counting (e NULL: none) */
+    int64_t used;              /* hits counted at now */
+} Walk;
+
+/* Walk the key of row `slot` at now from its oldest entry to the first that counts (every later
+ * one counts too: the run is in time order). Caller holds the row lock. 0, or -1 with an error.
+ * O(1) but for the entries that stopped counting since the last settle (each walked once). */
+static int walk(Core *c, int64_t slot, int64_t now, Walk *w) {
+    Cur at;
+    if (run_open(c, slot, &w->run, &at) < 0) return -1;
+    uint64_t run = (uint64_t)LOAD(w->run.st + MOVING_STATE_RUN);
+    w->anchor = anchor_of(c, ROW(c, slot));
+    w->total = (int64_t)(run & MOVING_HITS_MAX), w->chunks = (int64_t)(run >> MOVING_RUN_CHUNKS_SHIFT);
+    w->g = 0, w->gone_hits = 0, w->dead_stamp = INT64_MIN;
+    while (at.e != NULL) {
+        int64_t x = LOAD(at.e), stamp = stamp_near(x, w->anchor), hits = hits_of(x);
+        if (counts(c, time_of(c, stamp), hits, now)) break;
+        w->g++;
+        w->gone_hits = add_hits(w->gone_hits, hits);
+        if (hits > 0 && stamp > w->dead_stamp) w->dead_stamp = stamp;
+        w->last_gone = at;
+        if (run_next(c, &w->run, &at) < 0) return -1;
+    }
+    w->start = at;
+    w->used = w->total > w->gone_hits ? w->total - w->gone_hits : 0;
+    return 0;
+}
+
+/* ---- the settle: what stopped counting leaves the run, as one dead entry -------------------- */
+
+/* Section "moving_settle" (then "chunk_free"): the walked entries that count nothing at now
+ * leave the run's oldest end, kept as ONE dead entry (see "Clocks that step" at the top) in the
+ * last one's place, at the newest of their stamps -- or OLD_QUANTA before the last write, if
+ * that is later -- holding min(their hits, room) (room 0: none kept). The chunks before it go
+ * back to the free list (LOCK_CHUNKS held: the caller's). A run that starts at the row's
+ * second entry moves it to the first. Order: the dead entry is written over an entry that
+ * counted nothing (counted by the run still: a clock stepped back sees its hits, or more),
+ * the moved entry copied before the chain word publishes the new start (counted twice until
+ * then), the chunks unlinked and pushed after ("chunk_free"); the run word last (derived:
+ * the row's repair recomputes it). A tear loses nothing counted. */
+static void settle(Core *c, Walk *w, int64_t room, int64_t floor) {
+    int64_t *st = w->run.st, m_hits = w->gone_hits < room ? w->gone_hits : room;
+    if (m_hits < 0) m_hits = 0;
+    Cur at = m_hits > 0 ? w->last_gone : w->start;
+    Shape sh = w->run.sh;
+    int64_t drop = at.nth;
+    int compact = 0;
+    if (at.chunk >= 0) {
+        sh.first = at.chunk, sh.tail = at.j;
+    } else {
+        sh.first = sh.last = -1, sh.tail = 0;
+        if (at.e == NULL) sh.inl = 0;
+        else if (at.j == 1) compact = 1, sh.inl = 1;
+    }
+    int64_t word = shape_word(&sh);
+    SECTION("moving_settle");
+    STORE(intent_at(c, row_lock(c, w->run.slot)), w->run.slot);
+    if (m_hits > 0) {
+        int64_t dead = entry_word(w->dead_stamp > floor ? w->dead_stamp : floor, m_hits);
+        if (LOAD(at.e) != dead) STORE(at.e, dead);
+    }
+    if (compact) STORE(inline_at(st), LOAD(inline_at(st) + 1));
+    if (drop == 0 && LOAD(st + MOVING_STATE_CHAIN) != word) STORE(st + MOVING_STATE_CHAIN, word);
+    END_SECTION();
+    if (drop > 0) unlink_chunks(c, w->run.slot, drop, word);
+    w->total = w->total > w->gone_hits ? w->total - w->gone_hits + m_hits : m_hits;
+    w->chunks = w->chunks > drop ? w->chunks - drop : 0;
+    w->g = m_hits > 0;  /* the run now starts with the dead entry, if any, then counts */
+    STORE(st + MOVING_STATE_RUN, run_word(w->total, w->chunks));
+}
+
+/* Settle the walked key if anything stopped counting (room: what the dead entry may keep):
+ * taking LOCK_CHUNKS (held after: *held) if chunks go back; if it cannot be had (a timeout),
+ * nothing is settled (the walk finds the same entries again). 0, or -1 with an error. */
+static int settle_walked(Core *c, Walk *w, int64_t room, int64_t floor, int *held) {
+    if (w->g == 0) return 0;
+    Cur at = w->gone_hits > 0 && room > 0 ? w->last_gone : w->start;
+    if (at.nth > 0 && !*held) {
+        if (lock_take(c, LOCK_CHUNKS) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        *held = 1;
+    }
+    settle(c, w, room, floor);
+    Cur first;
+    if (run_open(c, w->run.slot, &w->run, &first) < 0) return -1;
+    if (w->g > 0 && run_next(c, &w->run, &first) < 0) return -1;
+    w->start = first;
+    return 0;
 }
 
 /* ---- the hit ----------------------------------------------------------------------------------- */
 
-/* Zero the key's dead entries (holding hits, counting nothing at now; read against `anchor`,
- * the last write before this hit) but m and e: those the scan listed, else (more of them) found
- * by a second walk. Inside "moving_hit". */
-static void zero_dead(Core *c, int64_t slot, int64_t now, Scan *s, const int64_t *m, const int64_t *e) {
-    int64_t *st = mstate(c, ROW(c, slot)), top, steps = 0, anchor = s->anchor;
-    if (s->n_dead <= SCAN_DEADS) {
-        for (int64_t j = 0; j < s->n_dead; j++)
-            if (s->deads[j] != m && s->deads[j] != e) STORE(s->deads[j], 0);
-        return;
+/* The entries of the run's newest end that a hit may be written among, oldest first: the newest
+ * chunk's in the run, then the row's (pointers into `in`); their count, or -1 with an error. */
+static int64_t newest_end(Core *c, Run *r, int64_t **in) {
+    int64_t m = 0;
+    if (r->sh.last >= 0) {
+        int64_t steps = 0, i = chain_next(c, r->slot, r->sh.last + 1, r->top, &steps);
+        if (i < 0) return -1;
+        for (int64_t j = r->sh.first == r->sh.last ? r->sh.tail : 0; j < CHUNK_ENTRIES; j++)
+            in[m++] = centries(chunk_at(c, i)) + j;
     }
-    for (int64_t j = 0; j < MOVING_INLINE; j++) {
-        int64_t *x = inline_at(st) + j, w = LOAD(x);
-        if (x != m && x != e && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(x, 0);
-    }
-    if (LOAD(st + MOVING_STATE_CHAIN) == 0 || chunks_top(c, &top) < 0) {
-        PyErr_Clear();  /* the scan read the same words: not reached */
-        return;
-    }
-    for (int64_t i = chain_next(c, slot, LOAD(st + MOVING_STATE_CHAIN), top, &steps); i >= 0;
-         i = chain_next(c, slot, LOAD(cnext(chunk_at(c, i))), top, &steps))
-        for (int64_t j = 0; j < CHUNK_ENTRIES; j++) {
-            int64_t *x = centries(chunk_at(c, i)) + j, w = LOAD(x);
-            if (x != m && x != e && hits_of(w) > 0 && !entry_counts(c, w, anchor, now)) STORE(x, 0);
-        }
-    PyErr_Clear();
+    for (int64_t j = 0; j < r->sh.inl; j++) in[m++] = inline_at(r->st) + j;
+    return m;
 }
 
-/* Section "moving_hit": count `cost` hits at now (as a log ring's log_add, rings.c). Caller
- * holds the row lock. The last write moves on first (never backwards). Then, if the key has
- * dead entries (holding hits, counting nothing at now), `m` (the first entry counting nothing,
- * in scan order) takes `m_hits` of them at the newest dead stamp -- or at OLD_QUANTA before the
- * last write, if that is later -- and every other dead entry is zeroed (m_hits 0: all are).
- * Last the hit's entry is written, one word: `e` (an entry counting nothing, not m), or -- n
- * entries counting, or no room -- the two oldest counting entries merged into the newer one's
- * time (their hits forgotten later, never earlier), the freed entry taking the hit; one
- * counting entry and no room: the hit joins it, at now. The hit is stamped no further behind
- * the last write than OLD_QUANTA (a clock lagging more: held longer, strict).
- * Invariant between stores: no clock sees fewer hits than before the section (m holds the dead
- * hits, up to what matters, before any other is zeroed; mid-merge the newer entry holds both
- * before the oldest is restamped: counted twice until they leave); every entry holding hits
- * reads back at its time or later: m and the hit are written within OLD_QUANTA of the last
- * write, and an entry the last write has just passed by more than 2**31 quanta (a clock that
- * jumped) reads back 2**32 quanta later, until m replaces it -- refusals early, never
- * admissions late. A tear loses at most the call's own hit. Repair: none (nothing derived). */
-static void put_hit(Core *c, int64_t slot, int64_t now, int64_t cost, Scan *s, int64_t *m, int64_t m_hits,
-                    int64_t *e) {
-    int64_t stamp = stamp_of(c, now), floor = (s->anchor > stamp ? s->anchor : stamp) - OLD_QUANTA;
-    if (stamp < s->anchor - OLD_QUANTA) stamp = s->anchor - OLD_QUANTA;  /* a clock far behind: later, never sooner */
+/* Put entry x at place j of the newest end `in` (m entries), whose next place `e` the caller
+ * has just published holding a copy of in[m - 1]: each later entry moves up one place, the
+ * newest first (a copy counted twice until overwritten; never one lost). */
+static void shift_in(int64_t **in, int64_t m, int64_t j, int64_t x) {
+    for (int64_t i = m - 1; i > j; i--) STORE(in[i], LOAD(in[i - 1]));
+    STORE(in[j], x);
+}
+
+/* Section "moving_hit": count `cost` hits at now in the walked (and settled) key. Caller holds
+ * the row lock (and LOCK_CHUNKS if *held). The last write moves on first (never backwards).
+ * Then, n entries counting, the two oldest merge into the newer one's time (their hits
+ * forgotten later, never earlier; the older left empty, at the run's start, for the next walk).
+ * The hit is stamped at now -- no further behind the last write than OLD_QUANTA, and, if the
+ * run has chunks before its newest, no earlier than the newest end's oldest entry (a clock
+ * behind: later, never sooner) -- and
+ * written in time order there, an entry of its own: appended (or, a clock behind the newest
+ * entry, put in its place, later entries moving up), in the row's next entry
+ * or, the row's two taken, in a new chunk that takes them and the newest ("chunk_alloc"). One
+ * entry counting and n = 1, or no chunk to be had: the hit joins the newest entry, at the later
+ * of its time and now. Order: the merge's newer entry raised before the older is emptied; a new
+ * place written before the chain word publishes it; the run word last (derived). A tear loses
+ * at most the call's own hit. Repair (repair_run): the run word recomputed from the run. */
+static int add_hit(Core *c, Walk *w, int64_t now, int64_t cost, int *held) {
+    Run *r = &w->run;
+    int64_t stamp = stamp_of(c, now), *in[CHUNK_ENTRIES + MOVING_INLINE], m, j, *join = NULL;
+    int single = 0;
+    if (stamp < w->anchor - OLD_QUANTA) stamp = w->anchor - OLD_QUANTA;  /* a clock far behind: later, never sooner */
+    int64_t live = run_len(&r->sh, w->chunks) - w->g;
     SECTION("moving_hit");
-    STORE(intent_at(c, row_lock(c, slot)), slot);
-    touch_last(ROW(c, slot), now);
-    if (s->n_dead > 0) {
-        if (m != NULL) {
-            int64_t w = entry_word(s->dead_stamp > floor ? s->dead_stamp : floor, m_hits);
-            if (LOAD(m) != w) STORE(m, w);
+    STORE(intent_at(c, row_lock(c, r->slot)), r->slot);
+    touch_last(ROW(c, r->slot), now);
+    if (live >= max_entries(c) && w->start.e != NULL) {
+        Cur b = w->start;
+        if (run_next(c, r, &b) < 0) goto fail;
+        if (b.e != NULL) {  /* the oldest joins the second oldest */
+            int64_t wa = LOAD(w->start.e), wb = LOAD(b.e);
+            STORE(b.e, entry_word(stamp_near(wb, w->anchor), add_hits(hits_of(wb), hits_of(wa))));
+            STORE(w->start.e, entry_word(stamp_near(wa, w->anchor), 0));
+        } else {
+            single = 1;  /* one entry counting, n = 1: the hit joins it */
         }
-        zero_dead(c, slot, now, s, m, e);
     }
-    if (e == NULL && s->second == NULL) {  /* one entry, counting: the new hits join it, at now */
-        int64_t w = LOAD(s->oldest), was = stamp_near(w, s->anchor);
-        STORE(s->oldest, entry_word(was > stamp ? was : stamp, hits_of(w) + cost));  /* later, never sooner */
+    if ((m = newest_end(c, r, in)) < 0) goto fail;
+    for (j = 0; r->sh.first != r->sh.last && j < m; j++)  /* entries before the end: its oldest bounds the stamp */
+        if (hits_of(LOAD(in[j])) > 0) {
+            int64_t first = stamp_near(LOAD(in[j]), w->anchor);
+            if (stamp < first) stamp = first;
+            break;
+        }
+    for (j = m; j > 0; j--) {  /* the place: after every entry at or before the stamp */
+        int64_t x = LOAD(in[j - 1]);
+        if (hits_of(x) == 0 || stamp_near(x, w->anchor) <= stamp) break;
+    }
+    if (single && m > 0) join = in[m - 1];
+    if (join == NULL && r->sh.inl >= MOVING_INLINE) {  /* a new chunk takes the row's entries */
+        int64_t got = -1, words[CHUNK_ENTRIES] = {LOAD(inline_at(r->st)), LOAD(inline_at(r->st) + 1),
+                                                  j == m ? entry_word(stamp, cost) : LOAD(in[m - 1])};
+        int rc = 0;
+        if (w->chunks < max_chain(c) && c->n_chunks > 0) {
+            if (!*held && lock_take(c, LOCK_CHUNKS) < 0) goto fail;
+            *held = 1;
+            if ((rc = append_chunk(c, r->slot, words, &got)) < 0) goto fail;
+        }
+        if (rc == 1) {
+            w->chunks++;
+            if (j < m) {  /* a clock behind the newest entry: the row's entries are the chunk's now */
+                SECTION("moving_hit");
+                for (int64_t i = 0; i < m; i++)
+                    if (in[i] == inline_at(r->st) || in[i] == inline_at(r->st) + 1)
+                        in[i] = centries(chunk_at(c, got)) + (in[i] - inline_at(r->st));
+                shift_in(in, m, j, entry_word(stamp, cost));
+            }
+            goto done;
+        }
+        join = in[m - 1];  /* no chunk to be had: the hit joins the newest entry */
+    }
+    if (join != NULL) {
+        int64_t x = LOAD(join), was = stamp_near(x, w->anchor);
+        STORE(join, entry_word(was > stamp ? was : stamp, add_hits(hits_of(x), cost)));  /* later, never sooner */
     } else {
-        if (e == NULL) {  /* the oldest joins the second oldest */
-            int64_t w = LOAD(s->second);
-            STORE(s->second, entry_word(stamp_near(w, s->anchor), hits_of(w) + hits_of(LOAD(s->oldest))));
-            e = s->oldest;
-        }
-        STORE(e, entry_word(stamp, cost));
+        Shape sh = r->sh;
+        sh.inl++;
+        STORE(inline_at(r->st) + r->sh.inl, j == m ? entry_word(stamp, cost) : LOAD(in[m - 1]));
+        STORE(r->st + MOVING_STATE_CHAIN, shape_word(&sh));  /* published */
+        if (j < m) shift_in(in, m, j, entry_word(stamp, cost));
     }
+done:
     END_SECTION();
-}
-
-/* Give back the chunks of row `slot` left holding no hits (after "moving_hit" merged their dead
- * entries). Caller holds the row lock. Housekeeping after the hit counted: a chunk lock that
- * cannot be had (a timeout) leaves them in the chain, empty, for the key's next hits. */
-static void give_back(Core *c, int64_t slot) {
-    if (lock_take(c, LOCK_CHUNKS) < 0) {
-        PyErr_Clear();
-        return;
-    }
-    if (free_chunks(c, slot, 0) < 0) PyErr_Clear();  /* the scan walked the same chain: not reached */
-    lock_give(c, LOCK_CHUNKS);
+    STORE(r->st + MOVING_STATE_RUN, run_word(add_hits(w->total, cost), w->chunks));
+    return 0;
+fail:
+    END_SECTION();
+    return -1;
 }
 
 /* Check and count `cost` at now for the key of row `slot`, whose lock the caller holds:
- * *allowed, and 0, or -1 with an error (nothing counted). The dead entries are kept as one
- * holding min(their hits, L - used - cost) (dropped when that is 0; see "Clocks that step" at
- * the top); a chunk is taken when no entry is left for the hit and fewer than n count; chunks
- * left holding no hits go back after the hit. */
+ * *allowed, and 0, or -1 with an error (nothing counted). What stopped counting is settled
+ * first, the dead entry keeping min(its hits, L - used - cost) (L - used if nothing is
+ * counted; see "Clocks that step" at the top); a refused call with nothing to settle stores
+ * nothing. */
 static int hit_key(Core *c, int64_t slot, int64_t now, int64_t cost, int *allowed) {
     int64_t limit = c->rings[0].limit;
-    Scan s;
-    if (scan(c, slot, now, &s) < 0) return -1;
-    *allowed = cost <= limit && s.used <= limit - cost;
-    if (!*allowed || cost == 0) return 0;
-    int64_t room = limit - cost - s.used;  /* >= 0: allowed */
-    int64_t m_hits = s.dead_hits < room ? s.dead_hits : room;
-    int64_t *m = m_hits > 0 ? s.free1 : NULL;
-    int64_t *e = s.live < max_entries(c) ? (m != NULL ? s.free2 : s.free1) : NULL;
-    if (e == NULL && s.live < max_entries(c) && s.chunks < max_chain(c) && c->n_chunks > 0) {
-        if (lock_take(c, LOCK_CHUNKS) < 0) return -1;
-        int64_t got;
-        int rc = alloc_chunk(c, slot, &got);
-        lock_give(c, LOCK_CHUNKS);
-        if (rc < 0) return -1;
-        if (rc == 1) e = centries(chunk_at(c, got));
-    }
-    if (e == NULL && s.oldest == NULL) {  /* no entry counts and none is free (junk): all join, at now */
-        e = m != NULL ? m : s.free1;
-        m = NULL;
-        cost = cost + m_hits;
-    }
-    put_hit(c, slot, now, cost, &s, m, m_hits, e);
-    if (s.dead > 0) give_back(c, slot);
-    return 0;
+    int held = 0, rc = 0;
+    Walk w;
+    if (walk(c, slot, now, &w) < 0) return -1;
+    *allowed = cost <= limit && w.used <= limit - cost;
+    int counting = *allowed && cost > 0;
+    int64_t room = w.used < limit ? limit - w.used : 0, stamp = stamp_of(c, now);
+    if (counting) room -= cost;  /* >= 0: allowed */
+    int64_t floor = (counting && stamp > w.anchor ? stamp : w.anchor) - OLD_QUANTA;
+    if (w.g > 0) rc = settle_walked(c, &w, room, floor, &held);
+    if (rc == 0 && counting) rc = add_hit(c, &w, now, cost, &held);
+    if (held) lock_give(c, LOCK_CHUNKS);
+    return rc;
 }
 
 /* moving_hit(key, cost=1) -> bool: whether cost was counted (at most limit hits in any period). */
@@ -308,12 +444,14 @@ static int64_t leaves_in(Core *c, int64_t t, int64_t now) {
 }
 
 /* moving_get(key) -> (hits counted, ns until the oldest of them is forgotten; 0: none), now,
- * read under the row lock (a key never counted: (0, 0)). */
+ * under the row lock (a key never counted: (0, 0)). What stopped counting is settled, as by a
+ * refused hit: a read walks each entry that left once. */
 static PyObject *Core_moving_get(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
-    int64_t now = 0, slot;
-    Scan s;
+    int64_t now = 0, slot, reset = 0;
+    int held = 0, rc = 0;
+    Walk w;
     if (key_enter(c, &kc) < 0) return NULL;
     if (now_ns(c, &now) < 0) goto out;
     int got = key_lock_at(c, &kc, key, 0, now, &slot);
@@ -322,12 +460,38 @@ static PyObject *Core_moving_get(Core *c, PyObject *key) {
         result = Py_BuildValue("(ii)", 0, 0);
         goto out;
     }
-    int rc = scan(c, slot, now, &s);
+    rc = walk(c, slot, now, &w);
+    if (rc == 0) {
+        int64_t limit = c->rings[0].limit;
+        if (w.start.e != NULL) reset = leaves_in(c, time_of(c, stamp_near(LOAD(w.start.e), w.anchor)), now);
+        if (w.g > 0) rc = settle_walked(c, &w, w.used < limit ? limit - w.used : 0, w.anchor - OLD_QUANTA, &held);
+        if (held) lock_give(c, LOCK_CHUNKS);
+    }
     key_unlock(c, &kc);
-    if (rc == 0)
-        result = Py_BuildValue("(LL)", (long long)s.used, (long long)(s.live ? leaves_in(c, s.t_oldest, now) : 0));
+    if (rc == 0) result = Py_BuildValue("(LL)", (long long)w.used, (long long)reset);
 out:
     return key_leave(c, &kc, result);
+}
+
+/* The repair of a key row lock whose holder died inside "moving_settle" or "moving_hit": the
+ * row's run word recomputed from its run (a junk run is left as it is: its next call refuses
+ * it). */
+static void repair_run(Core *c, int64_t slot) {
+    Run r;
+    Cur at;
+    int64_t total = 0;
+    if (run_open(c, slot, &r, &at) < 0) {
+        PyErr_Clear();
+        return;
+    }
+    while (at.e != NULL) {
+        total = add_hits(total, hits_of(LOAD(at.e)));
+        if (run_next(c, &r, &at) < 0) {
+            PyErr_Clear();
+            return;
+        }
+    }
+    STORE(r.st + MOVING_STATE_RUN, run_word(total, at.nth));
 }
 
 /* ---- key names: a moving log's rows keep digests; the tools read the names here --------- *
@@ -373,9 +537,10 @@ static int moving_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) {
 }
 
 /* LOCK_CHUNKS's holder died inside "chunk_alloc" or "chunk_free": the free list, rebuilt from
- * the chains (chunks.c). A row lock's: nothing (entries are written one store each). */
-static void moving_repair(Core *c, int i, int64_t Py_UNUSED(slot)) {
+ * the chains (chunks.c). A row lock's, inside "moving_settle" or "moving_hit": the run word. */
+static void moving_repair(Core *c, int i, int64_t slot) {
     if (i == LOCK_CHUNKS) repair_chunks(c);
+    else if (slot >= 0) repair_run(c, slot);
 }
 
 static const RoleHooks moving_hooks = {

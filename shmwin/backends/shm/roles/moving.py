@@ -18,8 +18,12 @@ from ..format import (
     CHUNKS_TOP_OFF,
     MOVING_HITS_MAX,
     MOVING_INLINE,
+    MOVING_INLINE_SHIFT,
+    MOVING_LAST_SHIFT,
+    MOVING_LINK_MASK,
     MOVING_STAMP_SHIFT,
     MOVING_STATE_BYTES,
+    MOVING_TAIL_SHIFT,
     WORD_BYTES,
     key_header_bytes,
     moving_quantum_shift,
@@ -68,21 +72,14 @@ class MovingEngine(RoleEngine):
             top = state_value(top_word, CHUNKS_TOP_OFF, backend.meta.hash_key, lay.n_chunks)
         except CorruptSegmentError:
             top = 0
-        longest, first = chunks_per_key(ring.n_buckets), lay.ring_words[0]
+        longest, first = chunks_per_key(ring.n_buckets) + 2, lay.ring_words[0]
         out = []
         for row, key, last_ns, generation in keys.entries_with_generation():
             if keys.is_idle(row, now_ns):
                 continue
             at = (lay.rows_off + row * lay.row_bytes) // WORD_BYTES + first
-            chain, *words = (int(x) for x in q[at : at + 1 + MOVING_INLINE])
-            for _ in range(longest):
-                if not 0 < chain <= top:
-                    break
-                at = (lay.chunks_off + (chain - 1) * CHUNK_BYTES) // WORD_BYTES
-                chunk = [int(x) & ((1 << 64) - 1) for x in q[at : at + CHUNK_BYTES // WORD_BYTES]]
-                next_word = chunk[CHUNK_NEXT_OFF // WORD_BYTES]
-                chain = next_word >> (8 * (CHUNK_NEXT_OFF % WORD_BYTES)) & 0xFFFFFFFF
-                words += chunk[CHUNK_ENTRIES_OFF // WORD_BYTES :]
+            chain, _run, *inline = (int(x) & ((1 << 64) - 1) for x in q[at : at + 2 + MOVING_INLINE])
+            words = run_words(q, lay.chunks_off, chain, inline, top, longest)
             if keys.generation(row) != generation:
                 continue  # the row holds another key now: its words are not this key's
             entries = times(words, last_ns, shift)
@@ -107,6 +104,27 @@ def geometry(limit: int, period_ns: int, times: int, capacity: int | None) -> Ge
 def chunks_per_key(entries: int) -> int:
     """Chunks a key of ``entries`` hit times needs beyond its row's inline ones."""
     return -(-max(entries - MOVING_INLINE, 0) // CHUNK_ENTRIES)
+
+
+def run_words(q: Any, chunks_off: int, chain: int, inline: list[int], top: int, longest: int) -> list[int]:
+    """A key's run of entry words, oldest first, as its chain word ``chain`` shapes it: from the
+    oldest chunk's ``tail`` entry through the chain to the newest chunk, then its row's
+    ``inline`` entries in the run (a junk word or link ends the reading there)."""
+    first, last = (chain & MOVING_LINK_MASK) - 1, (chain >> MOVING_LAST_SHIFT & MOVING_LINK_MASK) - 1
+    tail, count = chain >> MOVING_TAIL_SHIFT & 3, chain >> MOVING_INLINE_SHIFT & 3
+    words: list[int] = []
+    link = first + 1 if first >= 0 else 0
+    for _ in range(longest):
+        if not 0 < link <= top:
+            break
+        at = (chunks_off + (link - 1) * CHUNK_BYTES) // WORD_BYTES
+        chunk = [int(x) & ((1 << 64) - 1) for x in q[at : at + CHUNK_BYTES // WORD_BYTES]]
+        entries = chunk[CHUNK_ENTRIES_OFF // WORD_BYTES :]
+        words += entries[tail if link == first + 1 else 0 :]
+        if link == last + 1:
+            break
+        link = chunk[CHUNK_NEXT_OFF // WORD_BYTES] >> (8 * (CHUNK_NEXT_OFF % WORD_BYTES)) & 0xFFFFFFFF
+    return words + inline[: min(count, MOVING_INLINE)]
 
 
 def times(words: list[int], last_ns: int, shift: int) -> list[tuple[int, int]]:

@@ -1,0 +1,166 @@
+"""limits' moving window on shm:// (role "moving-log", core/moving.c: each key's entries one run
+in time order, walked from its oldest end) against a model of the exact log, driven from three
+real processes -- this one and two forked workers, each with its own clock set by hand -- with
+hits, reads and clears in random order, over enough hits that a key's run crosses chunks.
+
+A clock that only moves forward (times on whole quanta, so that rounding a hit's time up to
+the quantum changes nothing): every answer is the model's, hits and what a read counts and
+when its oldest hit leaves. Clocks that step back and forth: strict (every reading counts at
+least what the admitted hits hold in its window, up to the limit; no interval of P of the
+clocks' frame admits more than the limit), and once past every hit by P the key admits
+exactly the limit again."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from support.clock_steps import SteppingClock, busiest_period
+
+import shmwin
+from shmwin.backends.shm import format as layout
+from shmwin.integrations.limits_moving import MovingLogs
+
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
+
+S = 1_000_000_000
+P = S
+QUANTUM_NS = 1 << layout.moving_quantum_shift(P)
+T0 = 1_000_000 * S  # a whole quantum
+LIMIT = 40  # 2 entries in the row, then chunks of 3
+
+
+class ExactLog:
+    """limits' rule: a hit counts while t >= now - P (a time ahead of now counts)."""
+
+    def __init__(self) -> None:
+        self.hits: list[tuple[int, int]] = []  # (t, cost)
+
+    def counting(self, now: int) -> list[tuple[int, int]]:
+        return [(t, c) for t, c in self.hits if t >= now - P]
+
+    def hit(self, now: int, cost: int) -> bool:
+        if sum(c for _, c in self.counting(now)) + cost > LIMIT:
+            return False
+        self.hits.append((now, cost))
+        return True
+
+    def get(self, now: int) -> tuple[int, int]:
+        """(hits counted, ns until the oldest of them leaves; 0: none)."""
+        held = self.counting(now)
+        if not held:
+            return 0, 0
+        return sum(c for _, c in held), min(t for t, _ in held) + P + 1 - now
+
+
+def run(m: MovingLogs, clock: SteppingClock, op: str, now: int, cost: int) -> Any:
+    clock.set(now)
+    if op == "hit":
+        return m.hit("k", cost)
+    if op == "get":
+        return tuple(m.used_and_reset("k"))
+    m.clear("k")
+    return None
+
+
+def _worker(name: str, conn: Any) -> None:
+    clock = SteppingClock(T0)
+    m = MovingLogs.open(name, 0, 0, 0, clock, None, create=False)
+    assert m is not None
+    try:
+        while (job := conn.recv()) is not None:
+            conn.send(run(m, clock, *job))
+    finally:
+        m.close()
+
+
+@contextmanager
+def three_processes(name: str) -> Iterator[Any]:
+    """``ask(who, op, now, cost)``: run op in process who (0: this one, 1 and 2: forked)."""
+    clock = SteppingClock(T0)
+    m = MovingLogs.open(name, LIMIT, P, 1_024, clock, 16, create=True)
+    assert m is not None
+    ctx = mp.get_context("fork")
+    pipes, procs = [], []
+    try:
+        for _ in range(2):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(name, theirs), daemon=True)
+            p.start()
+            pipes.append(mine)
+            procs.append(p)
+
+        def ask(who: int, op: str, now: int, cost: int) -> Any:
+            if who == 0:
+                return run(m, clock, op, now, cost)
+            pipes[who - 1].send((op, now, cost))
+            return pipes[who - 1].recv()
+
+        yield ask
+        for conn in pipes:
+            conn.send(None)
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+        top = m.chunks()[0]
+        ask(0, "clear", clock(), 0)
+        assert m.chunks()[:2] == (top, top), "a chunk leaked"
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        m.close()
+        shmwin.unlink(name)
+
+
+OPS = ["hit"] * 7 + ["get", "get", "clear"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_forward_clocks_answer_as_the_exact_log(name, seed):
+    rng, model, t = random.Random(seed), ExactLog(), T0
+    steps = (0, QUANTUM_NS, 977 * QUANTUM_NS, P // 4, P // 2, P, P + QUANTUM_NS)  # whole quanta
+    with three_processes(name) as ask:
+        for i in range(700):
+            t += rng.choice(steps) if rng.random() < 0.3 else rng.choice((0, QUANTUM_NS))
+            op, cost, who = rng.choice(OPS), rng.choice((1, 1, 1, 2, 5)), rng.randrange(3)
+            if op == "clear" and rng.random() < 0.9:
+                op = "hit"  # clears are rare: most of the run holds hits
+            got = ask(who, op, t, cost)
+            if op == "hit":
+                want: Any = model.hit(t, cost)
+            elif op == "get":
+                want = model.get(t)
+            else:
+                model.hits, want = [], None
+            assert got == want, (i, who, op, (t - T0) / S, cost, got, want)
+
+
+def step(rng: random.Random) -> int:
+    """Mostly forward; one in five back, by a little, about P, or far."""
+    sign = -1 if rng.random() < 0.2 else 1
+    return sign * rng.choice((rng.randrange(P // 3), P - 1, P, P + 1, 3 * P, rng.randrange(10 * P)))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stepping_clocks_stay_strict_and_open_again(name, seed):
+    rng, t, latest = random.Random(f"steps-{seed}"), T0, T0
+    admitted: list[tuple[int, int]] = []
+    with three_processes(name) as ask:
+        for i in range(500):
+            t = max(0, t + step(rng) // 8)
+            latest = max(latest, t)
+            who, cost = rng.randrange(3), rng.choice((1, 1, 1, 2, LIMIT))
+            if ask(who, "hit", t, cost):
+                admitted.append((t, cost))
+            held = sum(c for at, c in admitted if at >= t - P)
+            used = ask(rng.randrange(3), "get", t, 0)[0]
+            assert used >= min(LIMIT, held), (i, (t - T0) / S, used, held)
+        assert busiest_period(admitted, P, closed=True) <= LIMIT
+        assert sum(c for _, c in admitted) >= 5 * LIMIT  # strict, not shut
+        t = latest + 3 * P
+        assert [ask(i % 3, "hit", t, 1) for i in range(LIMIT + 1)] == [True] * LIMIT + [False]
