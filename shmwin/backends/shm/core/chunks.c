@@ -33,7 +33,7 @@
  * checked word, reserved) and their owner checked before a chunk is read; a chain longer than
  * a key can hold is a cycle. A junk chain is a CorruptSegmentError.
  */
-#include "core.h"
+#include "moving.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -51,7 +51,7 @@
  * (chunks.c); hit counts saturate. A row lock's repair (repair_run) recomputes the run word.
  * The type (MovingLogCore) and its hooks are at the end.
  */
-#include "core.h"
+#include "moving.h"
 
 /* ---- entries: stamp << 32 | hits ----------------------------------------------------------- */
 
