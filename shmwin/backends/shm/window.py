@@ -155,6 +155,8 @@ class ShmWindow:
         except BaseException:
             seg.close()
             raise
+        # which file: a limiter's live move replaces the name's (live.py)
+        self._ino = os.fstat(seg.fd).st_ino if seg.fd >= 0 else 0
         seg.release_fd()  # the core keeps its own (a keyed table grows through it)
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name

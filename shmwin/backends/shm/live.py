@@ -1,0 +1,207 @@
+"""Live limits on shared memory: a limiter's rates changed while every process uses it.
+
+A limiter opened with other rates than its segment holds (or ``shmwin set``) changes the
+segment's rates for every process, by ``on_change``:
+
+- ``"carry"`` (the default). The same periods and buckets, other limits: in place. The new
+  limits go into the header's live words and its generation word moves on (``core/live.c``);
+  every process's next call reads them (one load per call), whatever rates its own code
+  passed. The counts stay as they are. Other periods, buckets, or a limit past what a
+  compact ring's counts hold: the name gets a new segment (:func:`move`), seeded with each
+  key's hits -- the most any old rate of the key holds, counted as made at the change, so
+  they weigh on every new rate for a whole new period. Hits the old segment had already
+  forgotten (older than its longest period) are not seen.
+- ``"reset"``: a new segment, empty.
+- ``"raise"``: :class:`~shmwin.errors.GeometryMismatchError`, as before live limits.
+
+A move: under an exclusive ``flock`` of the old segment's file (movers take turns; a mover
+that dies lets go), the new segment is made under a passing name, the old one *retired* (its
+generation word's LIVE_MOVED bit: from then on no call counts there), each key's counts read
+under its row lock and carried, and the new file renamed over the name. A process still
+mapping the old segment meets the bit at its next call; its limiter's hook reopens the name
+(:func:`reopen`, waiting while a mover works, taking over from one that died) and makes the
+call there. The newest rates win: the last open with other rates, or ``shmwin set``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import time
+from contextlib import suppress
+
+from ..._core import LimiterCore
+from ...errors import GeometryMismatchError, SegmentNotReadyError
+from ...geometry import Geometry, Ring
+from . import native
+from .format import COUNT32_MAX, LIVE_MOVED
+from .window import ShmOptions, ShmWindow
+
+ON_CHANGE = ("carry", "reset", "raise")
+DEFAULT_ON_CHANGE = "carry"
+POLL_S = 0.002  # a reopen's wait for a mover's lock, between tries
+
+
+def _core_of(window: ShmWindow) -> LimiterCore:
+    return native.core_as(window._core, LimiterCore)
+
+
+def check_on_change(on_change: str) -> str:
+    if on_change not in ON_CHANGE:
+        raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")
+    return on_change
+
+
+def generation(window: ShmWindow) -> tuple[int, int, tuple[int, ...]]:
+    """(live generation word, when its limits last changed (wall ns, 0: never), limits in force)."""
+    gen, changed_ns, limits = _core_of(window).live()
+    return int(gen), int(changed_ns), tuple(limits)
+
+
+def moved(window: ShmWindow) -> bool:
+    return bool(generation(window)[0] & LIVE_MOVED)
+
+
+def live_geometry(window: ShmWindow) -> Geometry:
+    """The window's geometry with the limits in force (the header's live words, once changed)."""
+    g = window.geometry
+    limits = generation(window)[2]
+    rings = tuple(dataclasses.replace(r, limit=n) for r, n in zip(g.rings, limits, strict=True))
+    return dataclasses.replace(g, rings=rings)
+
+
+def fits_in_place(have: Geometry, want: Geometry) -> bool:
+    """Can ``want`` be ``have`` with other limits written in place? Everything but the limits
+    alike, and each compact ring's counts as wide as the new limit needs."""
+    if len(have.rings) != len(want.rings):
+        return False
+    if dataclasses.replace(want, rings=have.rings) != have:
+        return False
+    return all(_ring_fits(h, w) for h, w in zip(have.rings, want.rings, strict=True))
+
+
+def _ring_fits(have: Ring, want: Ring) -> bool:
+    if dataclasses.replace(want, limit=have.limit) != have:
+        return False
+    narrow = not have.log and have.limit <= COUNT32_MAX  # 4-byte counts (format.ring_count_bytes)
+    return not (narrow and want.limit > COUNT32_MAX)
+
+
+def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) -> ShmWindow:
+    """The name's segment holding ``want``'s rates, by ``on_change`` (the module docstring):
+    ``window`` itself (same rates, or changed in place), or the name's new segment (``window``
+    is then closed)."""
+    check_on_change(on_change)
+    while True:
+        have = live_geometry(window)
+        if have == want:
+            return window
+        if on_change == "raise":
+            window.close()
+            raise GeometryMismatchError(
+                f"window {window.name!r} exists with geometry [{have}], not the requested [{want}] "
+                "(on_change='carry' changes its rates live)"
+            )
+        if on_change == "carry" and fits_in_place(window.geometry, want):
+            limits = tuple(r.limit for r in want.rings)
+            try:
+                _core_of(window).set_limits((limits, time.time_ns()))
+                return window
+            except Exception:
+                if not moved(window):
+                    raise
+        window = move(window, want, carry=on_change == "carry", opts=opts)
+
+
+def move(old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions) -> ShmWindow:
+    """Give the name a new segment of ``want`` (seeded with ``old``'s counts if ``carry``) and
+    close ``old``: the name's segment after (another mover's, if one came first)."""
+    name, path = old.name, old._seg.path
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW) if _same_file(path, old) else -1
+    try:
+        ours = fd >= 0 and _lock(fd, opts.ready_timeout) and os.fstat(fd).st_ino == old._ino
+        if not ours or not _same_file(path, old):
+            old.close()
+            return reopen(name, opts)  # moved by another process meanwhile
+        _replace(old, want, carry, opts)
+    finally:
+        if fd >= 0:
+            os.close(fd)  # lets go of the flock
+    old.close()
+    return reopen(name, opts)
+
+
+def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> None:
+    """Holding the old file's lock: make, seed and rename the new segment over the name."""
+    passing = f"{old.name[:150]}.moving-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
+    new = ShmWindow.create(passing, want, opts)
+    try:
+        _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
+        if carry:
+            _carry(old, new)
+        os.rename(new._seg.path, old._seg.path)
+    except BaseException:
+        new.close()
+        with suppress(FileNotFoundError):
+            os.unlink(new._seg.path)
+        raise
+    new.close()
+
+
+def _carry(old: ShmWindow, new: ShmWindow) -> None:
+    """Each key's hits as the most any old rate holds, counted in the new segment now: as
+    recent as they could be (so they weigh on every new rate for its whole period)."""
+    for key in old.keys():  # noqa: SIM118  (a window's keys, not a dict's)
+        used = _core_of(old).check(key, 0, False, False)[1]  # under the key's row lock
+        held = max(used, default=0)
+        if held > 0:
+            _core_of(new).charge(key, held)
+
+
+def reopen(name: str, opts: ShmOptions) -> ShmWindow:
+    """The name's segment, once not retired: waits (up to ``opts.ready_timeout``) while a mover
+    works, and finishes the move of one that died (its own rates, carried)."""
+    deadline = time.monotonic() + opts.ready_timeout
+    while True:
+        window = ShmWindow.attach(name, opts)
+        if not moved(window):
+            return window
+        fd = -1
+        with suppress(FileNotFoundError):
+            fd = os.open(window._seg.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            if fd >= 0 and _lock(fd, 0) and _same_file(window._seg.path, window):
+                _replace(window, live_geometry(window), True, opts)  # its mover died: finish it
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        window.close()
+        if time.monotonic() > deadline:
+            raise SegmentNotReadyError(f"window {name!r} is being replaced (new rates): not ready in time")
+        time.sleep(POLL_S)
+
+
+def _lock(fd: int, timeout_s: float) -> bool:
+    """An exclusive flock of ``fd``, waited for up to ``timeout_s``: whether held."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+
+
+def _same_file(path: str, window: ShmWindow) -> bool:
+    """Is the file under ``path`` still the one ``window`` maps?"""
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == window._ino
+    except FileNotFoundError:
+        return False
+
+
+__all__ = ["DEFAULT_ON_CHANGE", "ON_CHANGE", "change", "check_on_change", "generation", "live_geometry",
+           "move", "moved", "reopen"]  # fmt: skip
