@@ -68,12 +68,13 @@ class ShmLimiter(ShmDecider):
     @classmethod
     def open(cls, req: Request) -> ShmLimiter:
         """The registry's entry: create-or-attach ``req.geometry``, or attach (``None``). An
-        existing limiter of other rates changes by ``on_change`` (``live.py``)."""
+        existing limiter of other rates changes by ``on_change`` (``live.py``); not given (shmwin's
+        own parts: a local share, an adaptive limiter), it raises as it always did."""
         opts = ShmOptions.of(req)
         if req.geometry is None:
             # a retired one: its first call follows the name
             return cls(open_window(req, _is_limiter, "a limiter"), opts)
-        on_change = live.check_on_change(req.option("on_change", live.DEFAULT_ON_CHANGE))
+        on_change = live.check_on_change(req.option("on_change", "raise"))
         try:
             window = open_window(req, _is_limiter, "a limiter")
         except GeometryMismatchError:
@@ -110,7 +111,9 @@ class ShmLimiter(ShmDecider):
 
     @property
     def rates(self) -> list[Rate]:
-        """The rates in force: the live ones, once changed."""
+        """The rates in force: the live ones, once changed (the name's new segment, once moved)."""
+        if live.moved(self._window):
+            self._moved("live", self._core)  # follow the name now, as the next call would
         return rates_of(live.live_geometry(self._window))
 
     def _set_rates(self, want: Geometry, on_change: str = live.DEFAULT_ON_CHANGE) -> None:

@@ -140,6 +140,7 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
         if carry:
             _carry(old, new)
+        _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))  # when: for show
         os.rename(new._seg.path, old._seg.path)
     except BaseException:
         new.close()
@@ -203,5 +204,5 @@ def _same_file(path: str, window: ShmWindow) -> bool:
         return False
 
 
-__all__ = ["DEFAULT_ON_CHANGE", "ON_CHANGE", "change", "check_on_change", "generation", "live_geometry",
+__all__ = ["DEFAULT_ON_CHANGE", "LIVE_MOVED", "ON_CHANGE", "change", "check_on_change", "generation", "live_geometry",
            "move", "moved", "reopen"]  # fmt: skip
