@@ -221,7 +221,7 @@ class Limiter(Front):
         """Change this limiter's rates for every process (shared memory): its buckets per period
         and ``exact`` kept; ``on_change`` "carry" (the counts carried over, see
         docs/operating.md) or "reset". Each process follows at its next call."""
-        choice("on_change", on_change, ON_CHANGE)
+        choice("on_change", on_change, ("carry", "reset"))
         set_rates = getattr(self._backend, "_set_rates", None)
         if set_rates is None:
             raise NotSupportedError(f"{self.url.split(':')[0]}: rates change live on shared memory only")

@@ -77,9 +77,9 @@ class ShmLimiter(ShmDecider):
         on_change = live.check_on_change(req.option("on_change", "raise"))
         try:
             window = open_window(req, _is_limiter, "a limiter")
-        except GeometryMismatchError:
+        except GeometryMismatchError as exc:
             if on_change == "raise":
-                raise
+                raise GeometryMismatchError(f"{exc} (on_change='carry' changes its rates live)") from None
             window = live.reopen(req.name, opts)
             if not _is_limiter(window.geometry):
                 window.close()
