@@ -282,8 +282,7 @@ def live_of(w: Any) -> dict[str, Any] | None:
     """A shared-memory limiter's live limits (backends/shm/live.py): ``changes`` made since it
     was created, when the last was (``changed``: Unix seconds, None: never), and its
     ``geometry`` with the limits in force. None for anything else."""
-    from ..backends.shm import ShmWindow
-    from ..backends.shm import live
+    from ..backends.shm import ShmWindow, live
 
     backend = getattr(w, "_backend", None)
     if not isinstance(backend, ShmWindow) or backend.geometry.kind != "limiter":

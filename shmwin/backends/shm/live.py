@@ -28,13 +28,14 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import re
 import time
 from contextlib import suppress
 
 from ..._core import LimiterCore
 from ...errors import GeometryMismatchError, SegmentNotReadyError
 from ...geometry import Geometry, Ring
-from . import native
+from . import native, segment
 from .format import COUNT32_MAX, LIVE_MOVED
 from .window import ShmOptions, ShmWindow
 
@@ -134,7 +135,7 @@ def move(old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions) -> Sh
 
 def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> None:
     """Holding the old file's lock: make, seed and rename the new segment over the name."""
-    passing = f"{old.name[:150]}.moving-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
+    passing = f"{_passing_prefix(old.name)}{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
     new = ShmWindow.create(passing, want, opts)
     try:
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
@@ -173,7 +174,8 @@ def reopen(name: str, opts: ShmOptions) -> ShmWindow:
             fd = os.open(window._seg.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             if fd >= 0 and _lock(fd, 0) and _same_file(window._seg.path, window):
-                _replace(window, live_geometry(window), True, opts)  # its mover died: finish it
+                _drop_passing(name)  # its mover died (or gave up): what it made goes,
+                _replace(window, live_geometry(window), True, opts)  # and the move is done here
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -181,6 +183,21 @@ def reopen(name: str, opts: ShmOptions) -> ShmWindow:
         if time.monotonic() > deadline:
             raise SegmentNotReadyError(f"window {name!r} is being replaced (new rates): not ready in time")
         time.sleep(POLL_S)
+
+
+def _passing_prefix(name: str) -> str:
+    """The passing names of a move of ``name``'s segment: PREFIX<pid>-<n>."""
+    return f"{name[:150]}.moving-"
+
+
+def _drop_passing(name: str) -> None:
+    """Remove the passing segments a dead mover of ``name`` left: called holding the lock of the
+    file under the name, which every mover of it holds while its passing segment exists."""
+    prefix = _passing_prefix(name)
+    for found in segment.names():
+        rest = found[len(prefix):] if found.startswith(prefix) else ""
+        if re.fullmatch(r"[0-9]+-[0-9]+", rest):
+            segment.unlink(found)
 
 
 def _lock(fd: int, timeout_s: float) -> bool:
@@ -204,5 +221,5 @@ def _same_file(path: str, window: ShmWindow) -> bool:
         return False
 
 
-__all__ = ["DEFAULT_ON_CHANGE", "LIVE_MOVED", "ON_CHANGE", "change", "check_on_change", "generation", "live_geometry",
-           "move", "moved", "reopen"]  # fmt: skip
+__all__ = ["DEFAULT_ON_CHANGE", "LIVE_MOVED", "ON_CHANGE", "change", "check_on_change", "generation",
+           "live_geometry", "move", "moved", "reopen"]  # fmt: skip

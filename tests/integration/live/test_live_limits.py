@@ -66,8 +66,9 @@ def run(name: str, clock: ManualClock, clock_path: str) -> Iterator[Callable[...
 
 def _set(name: str, rates: str, *extra: str) -> None:
     """``shmwin set`` as an operator types it."""
-    done = subprocess.run([sys.executable, "-m", "shmwin", "set", name, rates, *extra], capture_output=True,
-                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)  # fmt: skip
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "shmwin", "set", name, rates, *extra]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"-> {rates}" in done.stdout
 
@@ -108,7 +109,7 @@ def test_other_periods_carry_every_held_hit_as_recent(name, run, clock):
 def test_other_buckets_and_exact_logs_move_too(name, run, clock):
     """A bucketed 6/minute -> an exact 6/minute (a log of hit times): other rings, so a move; the
     held hits carried, strict across."""
-    admitted, changed_ns = run("6/minute", lambda: Limiter(name, "6/minute", exact=True, clock=clock),
+    admitted, _ = run("6/minute", lambda: Limiter(name, "6/minute", exact=True, clock=clock),
                                steps=1500, at=300)  # fmt: skip
     assert_strict(admitted, parse_many("6/minute"), since_ns=0)
 
