@@ -48,6 +48,10 @@ from .segment import Segment, path_of
 from .stripes import StripeTable
 
 _W = layout.WORD_BYTES
+# a window's buckets cannot change under its writers (a limiter's rates can: live.py)
+_DROP_HINT = (": a window's buckets do not change live. To start it anew with the new ones, drop it: "
+              "`shmwin rm {name}` (add --force while processes still hold it: they keep counting "
+              "into the dropped one until they open it again); its counts go")  # fmt: skip
 LOCK_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 5.0
 PERM = 0o600
@@ -114,6 +118,7 @@ class ShmWindow:
                 self.close()
                 raise GeometryMismatchError(
                     f"window {name!r} exists with geometry [{have}], not the requested [{want}]"
+                    + (_DROP_HINT.format(name=name) if have.kind == "window" == want.kind else "")
                 )
             return self
         raise ShmwinError(f"window {name!r} kept appearing and disappearing; gave up")
