@@ -16,7 +16,7 @@ from ..backends.shm import segment
 from ..errors import ShmwinError
 from ..inspector import snapshots
 from ..inspector.attached import Attached, attached_many
-from .text import human_s, safe
+from .text import clip, human_s, safe
 from .views import ls_lines, window_lines
 from .watch import watch
 
@@ -195,6 +195,9 @@ def cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
         some = ", ".join(names[:5])
         raise ValueError(f"{args.name!r} matches {len(names)} windows ({some}...); watch shows one")
     name = names[0]
+    apps = _metrics_apps([name]) if args.backend is None else None
+    if apps:  # an app's prometheus_client metrics: what a scrape serves, redrawn
+        return _watch_metrics(apps[0], name, args, out)
     cpu = HostCpuReading() if args.backend is None else None
     with opened(name, args.backend) as w:
 
@@ -203,6 +206,19 @@ def cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
             return window_lines(snap, cols)
 
         return watch(render, args.interval, out, f"shmwin watch {safe(name)}", _gone(name, args.backend))
+
+
+def _watch_metrics(app: str, name: str, args: argparse.Namespace, out: TextIO) -> int:
+    """``shmwin watch APP.metrics``: the samples a scrape of the app serves (comments left out),
+    each line clipped to the terminal's width."""
+    from ..integrations.prometheus_shm import exposition as metrics_text
+
+    def render(cols: int) -> list[str]:
+        samples = [line for line in metrics_text(app).splitlines() if line and not line.startswith("#")]
+        head = f"{name} (prometheus_client metrics of app {app!r}): {len(samples)} samples"
+        return [clip(safe(line), cols) for line in (head, *samples)]
+
+    return watch(render, args.interval, out, f"shmwin watch {safe(name)}", _gone(name, None))
 
 
 def _gone(name: str, backend: str | None) -> Any:

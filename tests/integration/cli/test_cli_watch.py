@@ -10,8 +10,10 @@ import re
 import select
 import signal
 import struct
+import subprocess
 import sys
 import termios
+import textwrap
 import time
 
 import pytest
@@ -261,3 +263,33 @@ def test_watch_a_token_bucket_follows_its_keys_tokens(make_name):
         assert w.finish() == 0
         check_restored(w)
         tb.unlink()
+
+
+def test_watch_an_apps_metrics_follows_its_samples(make_name):
+    """``shmwin watch APP.metrics`` redraws what a scrape of the app serves (it once said the
+    segment's header was corrupt): a counter incremented in another process while watch runs
+    shows its new value in a later frame; every frame fits 80 x 24."""
+    app = make_name("app")
+    child = textwrap.dedent(f"""
+        import sys
+        from shmwin.integrations import prometheus as shp
+        shp.multiprocess({app!r})
+        from prometheus_client import Counter
+        c = Counter("jobs", "jobs done", ["queue"])
+        c.labels("mail").inc(float(sys.argv[1]))
+    """)
+    try:
+        subprocess.run([sys.executable, "-c", child, "3"], check=True, env=ENV, timeout=60)
+        w = Watch([f"{app}.metrics", "--interval", "0.2"], 80, 24)
+        w.read_until('jobs_total{queue="mail"} 3.0')
+        subprocess.run([sys.executable, "-c", child, "4"], check=True, env=ENV, timeout=60)
+        w.read_until('jobs_total{queue="mail"} 7.0')
+        lines = check_frame(w.frames(1)[-1], 80, 24)
+        assert lines[1].startswith(f"{app}.metrics (prometheus_client metrics of app")
+        os.write(w.fd, b"q")
+        assert w.finish() == 0
+        check_restored(w)
+    finally:
+        from shmwin.integrations import prometheus as shp
+
+        shp.reset(app)
