@@ -304,9 +304,11 @@ class TokenBucket(Front):
         timeout: float | None = None,
         shadow: bool = False,
         decisions: bool = True,
+        on_change: str = DEFAULT_ON_CHANGE,
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
+        choice("on_change", on_change, ON_CHANGE)
         rates = parse_many(rate)
         if len(rates) != 1:
             raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
@@ -315,7 +317,7 @@ class TokenBucket(Front):
         opened = backends.open("token-bucket",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout,
+            ready_timeout=ready_timeout, **live_option(backend, on_change),
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
         self._bind_decisions(shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
@@ -350,8 +352,20 @@ class TokenBucket(Front):
 
     def _bind(self, opened: Any, clock: Clock | None, on_full: str, on_error: str) -> None:
         self._bind_front(opened, clock, on_full, on_error)
-        self.rate: Rate = self._rate_given or opened.rate
-        self.burst: int = opened.burst
+
+    @property
+    def rate(self) -> Rate:
+        """The rate in force (on shared memory, the segment's: another process may have changed
+        it live), as given when it is the one this bucket was opened with."""
+        rate: Rate = self._backend.rate
+        given = self._rate_given
+        if given is not None and token_geometry(given, 1, 1).rings[0] == token_geometry(rate, 1, 1).rings[0]:
+            return given
+        return rate
+
+    @property
+    def burst(self) -> int:
+        return int(self._backend.burst)
 
     @property
     def rates(self) -> list[Rate]:

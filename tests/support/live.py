@@ -13,21 +13,34 @@ from typing import Any
 
 from support.helpers import ROOT
 
-from shmwin import Limiter, ManualClock, Rate
+from shmwin import Limiter, ManualClock, Rate, TokenBucket
 
 WORKER = """
 import sys
-from shmwin import Limiter, ManualClock
-lim = Limiter(sys.argv[1], sys.argv[2], clock=ManualClock(path=sys.argv[3]))
+from shmwin import Limiter, ManualClock, TokenBucket
+rates, _, burst = sys.argv[2].partition(" burst=")
+clock = ManualClock(path=sys.argv[3])
+if burst:
+    lim = TokenBucket(sys.argv[1], rates, burst=int(burst), clock=clock)
+else:
+    lim = Limiter(sys.argv[1], rates, clock=clock)
 print("ready", flush=True)
 for line in sys.stdin:
     print(int(lim.hit(line.strip())), flush=True)
 """
 
 
+def open_front(name: str, rates: str, clock: ManualClock) -> Any:
+    """``rates`` of a limiter ("10/minute"), or of a token bucket ("10/second burst=5")."""
+    rate, _, burst = rates.partition(" burst=")
+    if burst:
+        return TokenBucket(name, rate, burst=int(burst), clock=clock)
+    return Limiter(name, rates, clock=clock)
+
+
 def _serve(name: str, rates: str, clock_path: str, conn: Any) -> None:
     """A forked or spawned worker: open with ``rates`` once, then hit each key it is sent."""
-    lim = Limiter(name, rates, clock=ManualClock(path=clock_path))
+    lim = open_front(name, rates, ManualClock(path=clock_path))
     conn.send("ready")
     while (key := conn.recv()) is not None:
         conn.send(int(lim.hit(key)))
@@ -95,6 +108,17 @@ def busiest(admitted: Iterable[int], rate: Rate, since_ns: int, counted_from_ns:
         if t >= since_ns:
             most = max(most, sum(1 for u in times if t - rate.period_ns < u <= t))
     return most
+
+
+def assert_bucket_strict(admitted: list[int], rate: Rate, burst: int, since_ns: int) -> None:
+    """A token bucket's bound from ``since_ns`` on: in any interval [a, b], at most
+    burst + (b - a) / T tokens taken (T: the emission interval, rounded up as the core does)."""
+    interval_ns = -(-rate.period_ns // rate.limit)
+    times = sorted(t for t in admitted if t >= since_ns)
+    for i, a in enumerate(times):
+        for j in range(i, len(times)):
+            allowed = burst + (times[j] - a) // interval_ns
+            assert j - i + 1 <= allowed, f"{j - i + 1} tokens in [{a}, {times[j]}]: the bound is {allowed}"
 
 
 def assert_strict(admitted: list[int], rates: list[Rate], since_ns: int, counted_from_ns: int = -1) -> None:

@@ -31,8 +31,9 @@ import os
 import re
 import time
 from contextlib import suppress
+from typing import Any
 
-from ..._core import LimiterCore
+from ..._core import LimiterCore, TokenBucketCore
 from ...errors import GeometryMismatchError, SegmentNotReadyError
 from ...geometry import Geometry, Ring
 from . import native, segment
@@ -44,7 +45,10 @@ DEFAULT_ON_CHANGE = "carry"
 POLL_S = 0.002  # a reopen's wait for a mover's lock, between tries
 
 
-def _core_of(window: ShmWindow) -> LimiterCore:
+def _core_of(window: ShmWindow) -> Any:
+    """A limiter's or a token bucket's core (the roles whose rates change live)."""
+    if isinstance(window._core, TokenBucketCore):
+        return window._core
     return native.core_as(window._core, LimiterCore)
 
 
@@ -75,8 +79,8 @@ def live_geometry(window: ShmWindow) -> Geometry:
 def fits_in_place(have: Geometry, want: Geometry) -> bool:
     """Can ``want`` be ``have`` with other limits written in place? Everything but the limits
     alike, and each compact ring's counts as wide as the new limit needs."""
-    if len(have.rings) != len(want.rings):
-        return False
+    if have.kind != "limiter" or len(have.rings) != len(want.rings):
+        return False  # a token bucket's rate or burst: always a move
     if dataclasses.replace(want, rings=have.rings) != have:
         return False
     return all(_ring_fits(h, w) for h, w in zip(have.rings, want.rings, strict=True))
@@ -139,9 +143,12 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
     new = ShmWindow.create(passing, want, opts)
     try:
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
-        if carry:
+        if carry and want.kind == "limiter":
             _carry(old, new)
-        _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))  # when: for show
+        elif carry:
+            _carry_tokens(old, new)
+        if want.kind == "limiter":  # when it changed, for shmwin show
+            _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))
         os.rename(new._seg.path, old._seg.path)
     except BaseException:
         new.close()
@@ -159,6 +166,16 @@ def _carry(old: ShmWindow, new: ShmWindow) -> None:
         held = max(used, default=0)
         if held > 0:
             _core_of(new).charge(key, held)
+
+
+def _carry_tokens(old: ShmWindow, new: ShmWindow) -> None:
+    """A token bucket's keys: the tokens each has used (the old burst less what it holds) taken
+    from its new bucket now, up to the new burst (bucket4j's "as is")."""
+    old_burst, new_burst = old.geometry.rings[0].n_buckets, new.geometry.rings[0].n_buckets
+    for key in old.keys():  # noqa: SIM118  (a window's keys, not a dict's)
+        used = min(old_burst - _core_of(old).token_check(key, 0, False)[1], new_burst)
+        if used > 0:
+            _core_of(new).token_check(key, used, True)
 
 
 def reopen(name: str, opts: ShmOptions) -> ShmWindow:

@@ -18,7 +18,7 @@
  *
  * Only limits change in place: periods, buckets and a compact ring's count width are the
  * segment's layout. For those, shmwin/live.py makes a new segment under the name, seeded with
- * the old counts, and retires this one: bit LIVE_MOVED of live_gen (section "retire", one
+ * the old counts, and retires this one (a token bucket's rate or burst: always so): bit LIVE_MOVED of live_gen (section "retire", one
  * store under LOCK_KEY_TABLE; a death before it leaves the segment live, as it was). Every
  * keyed call of a retired segment raises WindowMovedError (but the retiring core's own: the
  * mover reads each key's counts under its row lock, so none is counted there after); a limiter's methods answer it with
@@ -142,6 +142,10 @@ PyObject *Core_set_limits(Core *c, PyObject *arg) {
         }
     }
     Py_DECREF(fast);
+    if (!c->limiter) {
+        PyErr_Format(PyExc_ValueError, "window %R: only a limiter's limits change in place", c->name);
+        return NULL;
+    }
     if (live_lock(c) < 0) return NULL;
     int64_t gen = LOAD(W(c, LIVE_GEN_OFF));
     if (gen & LIVE_MOVED || gen < 0) {
