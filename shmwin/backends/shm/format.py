@@ -54,10 +54,10 @@ from .format_series import *  # noqa: F403
 from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 9  # 4: the role word (offset 168); 5: the key table's checked words;
+FORMAT_VERSION = 10  # 4: the role word (offset 168); 5: the key table's checked words;
 # 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log");
 # 8: a moving log's one-word entries, 32-byte chunks and digest keys
-# and a limiter's compact rings; 9: a compact ring's ghost word (a clock stepped back)
+# and a limiter's compact rings; 9: a compact ring's ghost word (a clock stepped back); 10: live limits
 
 # -- sizes and bounds ---------------------------------------------------------------------
 

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION               9
+#define FORMAT_VERSION               10
 #define WORD_BYTES                   8
 #define PAGE_BYTES                   4096
 #define HEADER_BYTES                 4096
