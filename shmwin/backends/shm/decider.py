@@ -78,21 +78,22 @@ class ShmDecider:
         hit, check = self._methods
         self.hit = getattr(self._core, hit)  # the native hot path, nothing in between
         self.check = getattr(self._core, check)
-        ref = weakref.ref(self)  # the core holds its hook: no cycle through it
-        core = self._core
+        ref = weakref.ref(self)  # the core holds its hook: no cycle through it (nor through the core)
+        core_id, name = id(self._core), self.name
 
         def hook(method: str) -> Any:
             me = ref()
             if me is None:
-                raise GeometryMismatchError(f"{core!r}: its segment was replaced and its backend is gone")
-            return me._moved(method, core)
+                raise GeometryMismatchError(f"{name!r}: its segment was replaced and its backend is gone")
+            return me._moved(method, core_id)
 
         self._core.set_on_moved(hook)
 
-    def _moved(self, method: str, core: Any) -> Any:
-        """The hook of a core whose segment was replaced: the method to call instead, on the
-        name's segment now (reopened once, then every front told)."""
-        if core is self._core:
+    def _moved(self, method: str, core_id: int) -> Any:
+        """The hook of a core (``id(core)``; it is alive: its call is running) whose segment was
+        replaced: the method to call instead, on the name's segment now (reopened once, then
+        every front told)."""
+        if core_id == id(self._core):
             self._follow(live.reopen(self.name, self._opts))
         return getattr(self._core, method)
 
@@ -120,7 +121,7 @@ class ShmDecider:
     def _current(self) -> ShmWindow:
         """The window under the name now: this one, or the one it moved to."""
         if live.moved(self._window):
-            self._moved("live", self._core)  # follow the name now, as the next call would
+            self._moved("live", id(self._core))  # follow the name now, as the next call would
         return self._window
 
     @property

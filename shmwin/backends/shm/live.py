@@ -29,6 +29,7 @@ import dataclasses
 import fcntl
 import os
 import re
+import stat
 import time
 from contextlib import suppress
 from typing import Any
@@ -129,7 +130,8 @@ def move(old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions) -> Sh
         if not ours or not _same_file(path, old):
             old.close()
             return reopen(name, opts)  # moved by another process meanwhile
-        _replace(old, want, carry, opts)
+        perm = stat.S_IMODE(os.fstat(fd).st_mode)  # the new segment is trusted as the old one was
+        _replace(old, want, carry, dataclasses.replace(opts, perm=perm))
     finally:
         if fd >= 0:
             os.close(fd)  # lets go of the flock
@@ -192,7 +194,8 @@ def reopen(name: str, opts: ShmOptions) -> ShmWindow:
         try:
             if fd >= 0 and _lock(fd, 0) and _same_file(window._seg.path, window):
                 _drop_passing(name)  # its mover died (or gave up): what it made goes,
-                _replace(window, live_geometry(window), True, opts)  # and the move is done here
+                kept = dataclasses.replace(opts, perm=stat.S_IMODE(os.fstat(fd).st_mode))
+                _replace(window, live_geometry(window), True, kept)  # and the move is done here
         finally:
             if fd >= 0:
                 os.close(fd)

@@ -5,6 +5,7 @@ stale process follows the newest rates at its next call."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -139,3 +140,17 @@ def test_a_bad_on_change_is_refused(name):
     with pytest.raises(ValueError, match="on_change"):
         Limiter(name, "5/minute").set_rates("6/minute", on_change="raise")
     shmwin.unlink(name)
+
+
+def test_a_move_keeps_the_segments_mode_and_its_stale_users_follow(name, clock):
+    """A limiter made 0o600 moved by a process that would make its segments 0o660 (perm=): the
+    new segment keeps 0o600, the mode its users trust; the old handle follows the name."""
+    from shmwin.backends.shm.segment import path_of
+
+    with Limiter(name, "5/minute", clock=clock) as old:
+        assert old.hit("k")
+        with Limiter(name, "5/second", clock=clock, perm=0o660) as new:
+            assert os.stat(path_of(name)).st_mode & 0o777 == 0o600
+            assert [str(r) for r in old.rates] == ["5/second"] and new.stats("k").used == 1
+            assert old.hit("k") and new.stats("k").used == 2
+        old.unlink()
