@@ -50,12 +50,16 @@ int live_reload(Core *c) {
     int64_t limits[MAX_RINGS];
     for (int tries = 0; tries < RELOAD_TRIES; tries++) {
         int64_t gen = LOAD(W(c, LIVE_GEN_OFF));
+        if (gen < 0) {  /* junk: bit 63 is never set (and a negative word has bit 62 too) */
+            PyErr_Format(c->st->corrupt, "window %R has a junk live generation (%lld)", c->name, (long long)gen);
+            return -1;
+        }
         if (gen & LIVE_MOVED) return moved_error(c);
         if (!c->limiter) {  /* only a limiter's limits change: any other role's stay its layout's */
             c->live_gen = gen;
             return 0;
         }
-        if (gen <= 0 || gen < c->live_gen) {
+        if (gen == 0 || gen < c->live_gen) {
             PyErr_Format(c->st->corrupt, "window %R has a junk live generation (%lld)", c->name, (long long)gen);
             return -1;
         }
