@@ -140,11 +140,15 @@ def move(old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions) -> Sh
 
 
 def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> None:
-    """Holding the old file's lock: make, seed and rename the new segment over the name."""
+    """Holding the old file's lock: make, seed and rename the new segment over the name. An
+    exception rolls back -- the new segment goes and the old one is live again, as it was
+    (a kill is a dead mover's: the next call takes over, :func:`reopen`)."""
     passing = f"{_passing_prefix(old.name)}{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
     new = ShmWindow.create(passing, want, opts)
+    retired = False
     try:
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
+        retired = True
         if carry and want.kind == "limiter":
             _carry(old, new)
         elif carry:
@@ -156,6 +160,8 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
         new.close()
         with suppress(FileNotFoundError):
             os.unlink(new._seg.path)
+        if retired:
+            _core_of(old).unretire()  # roll back: the old segment counts again
         raise
     new.close()
 

@@ -469,6 +469,7 @@ static inline PyObject *moved_retry(Core *c, PyObject *result, const char *metho
 }
 PyObject *Core_set_limits(Core *c, PyObject *limits);
 PyObject *Core_retire(Core *c, PyObject *Py_UNUSED(ignored));
+PyObject *Core_unretire(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_live(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_set_on_moved(Core *c, PyObject *hook);
 #define LIVE_METHODS                                                                                        \
@@ -477,6 +478,8 @@ PyObject *Core_set_on_moved(Core *c, PyObject *hook);
      "changed wall ns); the new generation."},                                                             \
     {"retire", (PyCFunction)Core_retire, METH_NOARGS,                                                       \
      "retire($self, /)\n--\n\nMark the segment replaced under its name: every call raises WindowMovedError."}, \
+    {"unretire", (PyCFunction)Core_unretire, METH_NOARGS,                                                   \
+     "unretire($self, /)\n--\n\nA failed move's roll back: the segment live again, its limits as they were."}, \
     {"live", (PyCFunction)Core_live, METH_NOARGS,                                                           \
      "live($self, /)\n--\n\n(generation word, changed wall ns, the limits in force) as this process sees them."}, \
     {"set_on_moved", (PyCFunction)Core_set_on_moved, METH_O,                                               \

@@ -179,17 +179,54 @@ PyObject *Core_retire(Core *c, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
-/* live() -> (generation word, changed wall ns, limits in force): after a reload, unless moved. */
+/* unretire(): a mover that failed after retire() (a carry that could not store every key's hits,
+ * an exception) gives the segment back, as it was: the bit cleared under LOCK_KEY_TABLE. The
+ * retired segment's counts and live words did not change meanwhile (no call counts there, and
+ * set_limits refuses it), and its new segment never had the name: nothing else to undo. */
+PyObject *Core_unretire(Core *c, PyObject *Py_UNUSED(ignored)) {
+    if (live_lock(c) < 0) return NULL;
+    int64_t gen = LOAD(W(c, LIVE_GEN_OFF)) & ~(int64_t)LIVE_MOVED;
+    STORE(W(c, LIVE_GEN_OFF), gen);
+    c->live_gen = gen;
+    live_unlock(c);
+    Py_RETURN_NONE;
+}
+
+/* The limits of generation `gen` of a retired segment, into `limits`: 0, or -1 with
+ * CorruptSegmentError set. No reader race: once retired, set_limits refuses the segment, so the
+ * table of its last generation stays as it was published. */
+static int retired_limits(Core *c, int64_t gen, int64_t *limits) {
+    const int64_t *t = live_table(c, gen);
+    for (int i = 0; i < c->n_rings; i++) {
+        limits[i] = LOAD(&t[i]);
+        if (!limit_fits(c, i, limits[i])) {
+            PyErr_Format(c->st->corrupt, "window %R has a junk live limit (%lld)", c->name, (long long)limits[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* live() -> (generation word, changed wall ns, limits in force): after a reload; once moved, the
+ * newest limits the segment had (its live words, not this core's: a core attached after the
+ * retire never read them, and a takeover must move the rates in force, not the ring table's). */
 PyObject *Core_live(Core *c, PyObject *Py_UNUSED(ignored)) {
+    int64_t in_force[MAX_RINGS];
     if (enter(c) < 0) return NULL;
     int64_t gen = LOAD(W(c, LIVE_GEN_OFF)), changed = LOAD(W(c, LIVE_CHANGED_NS_OFF));
+    int64_t base = gen & ~(int64_t)LIVE_MOVED;
     if (!(gen & LIVE_MOVED) && gen != c->live_gen && live_reload(c) < 0) {
+        leave(c);
+        return NULL;
+    }
+    for (int i = 0; i < c->n_rings; i++) in_force[i] = c->rings[i].limit;
+    if (gen & LIVE_MOVED && c->limiter && base > 0 && retired_limits(c, base, in_force) < 0) {
         leave(c);
         return NULL;
     }
     PyObject *limits = PyTuple_New(c->n_rings);
     for (int i = 0; limits != NULL && i < c->n_rings; i++) {
-        PyObject *v = PyLong_FromLongLong(c->rings[i].limit);
+        PyObject *v = PyLong_FromLongLong(in_force[i]);
         if (v == NULL) Py_CLEAR(limits);
         else PyTuple_SET_ITEM(limits, i, v);
     }

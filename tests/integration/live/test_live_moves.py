@@ -1,0 +1,64 @@
+"""A live move's edges (shmwin/backends/shm/live.py): a mover that dies or fails after it
+retired the old segment, a carry the new segment cannot hold, an opener's smaller capacity, and
+a process still mapping a moved segment. Each time, the rates in force and every key's held
+hits survive: never the limiter's original rates, never a silent over-admission."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shmwin import Limiter, ManualClock
+from shmwin.backends.shm import live, segment
+
+pytestmark = pytest.mark.integration
+
+T0_NS = 10**12
+
+
+def _retire_and_die(name: str) -> None:
+    """A forked mover: retires the segment (as a move does right after making its passing one),
+    then is gone before it renames anything."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            mover = Limiter.attach(name, clock=ManualClock(T0_NS))
+            live._core_of(mover._backend._window).retire()
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_a_takeover_keeps_the_rates_changed_in_place(name):
+    """100/minute, changed in place to 10/minute, then a mover dies after retire(): the next
+    call's takeover moves the rates in force (10/minute), not the segment's original ones."""
+    with Limiter(name, "100/minute", clock=ManualClock(T0_NS)) as lim:
+        assert all(lim.hit("k") for _ in range(5))
+        lim.set_rates("10/minute")
+        _retire_and_die(name)
+        assert sum(lim.hit("k") for _ in range(50)) == 5  # 5 held of 10
+        assert [str(r) for r in lim.rates] == ["10/minute"]
+        with Limiter.attach(name, clock=ManualClock(T0_NS)) as other:
+            assert [str(r) for r in other.rates] == ["10/minute"]
+        lim.unlink()
+
+
+def test_a_mover_failing_after_retire_rolls_back(name, monkeypatch):
+    """An exception in the carry (a Ctrl-C in a long one): the old segment is live again, with
+    its rates and counts; no passing segment is left."""
+    with Limiter(name, "10/minute", clock=ManualClock(T0_NS)) as lim:
+        assert all(lim.hit("k") for _ in range(6))
+
+        def interrupted(old: object, new: object) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(live, "_carry", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            lim.set_rates("5/second;10/minute")
+        assert not live.moved(lim._backend._window)
+        assert [str(r) for r in lim.rates] == ["10/minute"]
+        assert sum(lim.hit("k") for _ in range(10)) == 4
+        assert not [n for n in segment.names() if n.startswith(f"{name}.moving-")]
+        lim.unlink()
+
