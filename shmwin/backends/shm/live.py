@@ -35,7 +35,7 @@ from contextlib import suppress
 from typing import Any
 
 from ..._core import LimiterCore, TokenBucketCore
-from ...errors import GeometryMismatchError, SegmentNotReadyError
+from ...errors import GeometryMismatchError, KeyTableFullError, SegmentNotReadyError
 from ...geometry import Geometry, Ring
 from . import native, segment
 from .format import COUNT32_MAX, LIVE_MOVED
@@ -99,6 +99,7 @@ def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) 
     ``window`` itself (same rates, or changed in place), or the name's new segment (``window``
     is then closed)."""
     check_on_change(on_change)
+    want = at_least(want, window.geometry)
     while True:
         have = live_geometry(window)
         if have == want:
@@ -140,11 +141,13 @@ def move(old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions) -> Sh
 
 
 def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> None:
-    """Holding the old file's lock: make, seed and rename the new segment over the name. An
-    exception rolls back -- the new segment goes and the old one is live again, as it was
+    """Holding the old file's lock: make, seed and rename the new segment over the name. All or
+    nothing: a carry that cannot store every key's hits (a full key table, a full /dev/shm) or
+    any exception rolls back -- the new segment goes and the old one is live again, as it was
     (a kill is a dead mover's: the next call takes over, :func:`reopen`)."""
     passing = f"{_passing_prefix(old.name)}{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
-    new = ShmWindow.create(passing, want, opts)
+    want = at_least(want, old.geometry)
+    new = ShmWindow.create(passing, want, dataclasses.replace(opts, on_full="raise"))  # no hit dropped
     retired = False
     try:
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
@@ -153,6 +156,8 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
             _carry(old, new)
         elif carry:
             _carry_tokens(old, new)
+        if new.full_count():
+            raise KeyTableFullError(f"window {old.name!r}: its new segment could not hold every key's hits")
         if want.kind == "limiter":  # when it changed, for shmwin show
             _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))
         os.rename(new._seg.path, old._seg.path)
@@ -164,6 +169,14 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
             _core_of(old).unretire()  # roll back: the old segment counts again
         raise
     new.close()
+
+
+def at_least(want: Geometry, have: Geometry) -> Geometry:
+    """``want`` with room for every key ``have`` holds: the larger of the two capacities (an
+    opener's smaller capacity never drops keys, nor their carried hits)."""
+    if not want.keyed or want.capacity >= have.capacity:
+        return want
+    return dataclasses.replace(want, capacity=have.capacity)
 
 
 def _carry(old: ShmWindow, new: ShmWindow) -> None:

@@ -5,10 +5,12 @@ hits survive: never the limiter's original rates, never a silent over-admission.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
+import shmwin
 from shmwin import Limiter, ManualClock
 from shmwin.backends.shm import live, segment
 
@@ -61,4 +63,42 @@ def test_a_mover_failing_after_retire_rolls_back(name, monkeypatch):
         assert sum(lim.hit("k") for _ in range(10)) == 4
         assert not [n for n in segment.names() if n.startswith(f"{name}.moving-")]
         lim.unlink()
+
+
+def test_a_smaller_capacity_keeps_every_keys_hits(name):
+    """500 keys at their limit under capacity=1000, reopened with other periods and
+    capacity=10: the new segment holds them all (the larger capacity), none admitted again."""
+    clock = ManualClock(T0_NS)
+    keys = [f"k{i}" for i in range(500)]
+    with Limiter(name, "3/minute", capacity=1000, clock=clock) as lim:
+        for key in keys:
+            assert all(lim.hit(key) for _ in range(3))
+        with Limiter(name, "3/second;3/minute", capacity=10, clock=clock) as moved:
+            assert moved._backend.geometry.capacity >= 1000
+            assert not any(moved.hit(key) for key in keys)
+        lim.unlink()
+
+
+def test_a_carry_that_does_not_fit_fails_loudly_and_keeps_the_old_segment(name, monkeypatch):
+    """A new segment too small for the keys (here forced): the move raises, the old segment
+    stays live with every key's hits, and nothing is left under a passing name."""
+    clock = ManualClock(T0_NS)
+    keys = [f"k{i}" for i in range(200)]
+    with Limiter(name, "3/minute", capacity=1000, clock=clock) as lim:
+        for key in keys:
+            assert all(lim.hit(key) for _ in range(3))
+        monkeypatch.setattr(live, "at_least", lambda want, have: want)
+        backend = lim._backend
+        small = dataclasses.replace(backend._window.geometry, capacity=10)
+        with pytest.raises(shmwin.KeyTableFullError):
+            live.move(backend._window, small, carry=True, opts=backend._opts)
+        assert not any(lim.hit(key) for key in keys)
+        assert not [n for n in segment.names() if n.startswith(f"{name}.moving-")]
+        lim.unlink()
+
+
+def _with(g, **changes):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return dataclasses.replace(g, **changes)
 
