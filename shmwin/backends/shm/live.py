@@ -101,6 +101,10 @@ def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) 
     check_on_change(on_change)
     want = at_least(want, window.geometry)
     while True:
+        if moved(window):  # a stale mapping: the newest rates are the name's segment's
+            window.close()
+            window = reopen(window.name, opts)
+            want = at_least(want, window.geometry)
         have = live_geometry(window)
         if have == want:
             return window

@@ -102,3 +102,17 @@ def _with(g, **changes):  # type: ignore[no-untyped-def]
 
     return dataclasses.replace(g, **changes)
 
+
+def test_set_rates_from_a_stale_mapping_follows_the_move(name):
+    """A -> B (another opener moves the name) -> A from the process still mapping A's segment:
+    A is in force again, for everyone."""
+    clock = ManualClock(T0_NS)
+    a = "3/10seconds;8/minute"
+    with Limiter(name, a, clock=clock) as stale:
+        assert stale.hit("k")
+        with Limiter(name, "5/minute", clock=clock) as mover:
+            assert [str(r) for r in mover.rates] == ["5/minute"]
+            stale.set_rates(a)
+            assert [str(r) for r in mover.rates] == ["3/10 seconds", "8/minute"]
+        assert [str(r) for r in stale.rates] == ["3/10 seconds", "8/minute"]
+        stale.unlink()
