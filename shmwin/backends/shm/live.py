@@ -149,6 +149,7 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
     nothing: a carry that cannot store every key's hits (a full key table, a full /dev/shm) or
     any exception rolls back -- the new segment goes and the old one is live again, as it was
     (a kill is a dead mover's: the next call takes over, :func:`reopen`)."""
+    _drop_passing(old.name)  # a dead mover's (we hold the lock every mover holds while it has one)
     passing = f"{_passing_prefix(old.name)}{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
     want = at_least(want, old.geometry)
     new = ShmWindow.create(passing, want, dataclasses.replace(opts, on_full="raise"))  # no hit dropped
@@ -216,9 +217,9 @@ def reopen(name: str, opts: ShmOptions) -> ShmWindow:
             fd = os.open(window._seg.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             if fd >= 0 and _lock(fd, 0) and _same_file(window._seg.path, window):
-                _drop_passing(name)  # its mover died (or gave up): what it made goes,
+                # its mover died (or gave up): what it made goes (_replace), and the move is done here
                 kept = dataclasses.replace(opts, perm=stat.S_IMODE(os.fstat(fd).st_mode))
-                _replace(window, live_geometry(window), True, kept)  # and the move is done here
+                _replace(window, live_geometry(window), True, kept)
         finally:
             if fd >= 0:
                 os.close(fd)

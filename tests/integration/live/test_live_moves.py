@@ -52,8 +52,13 @@ def test_a_mover_failing_after_retire_rolls_back(name, monkeypatch):
     with Limiter(name, "10/minute", clock=ManualClock(T0_NS)) as lim:
         assert all(lim.hit("k") for _ in range(6))
 
+        carry, calls = live._carry, []
+
         def interrupted(old: object, new: object) -> None:
-            raise KeyboardInterrupt
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyboardInterrupt  # once: a takeover after it may carry
+            carry(old, new)  # type: ignore[arg-type]
 
         monkeypatch.setattr(live, "_carry", interrupted)
         with pytest.raises(KeyboardInterrupt):
@@ -116,3 +121,44 @@ def test_set_rates_from_a_stale_mapping_follows_the_move(name):
             assert [str(r) for r in mover.rates] == ["3/10 seconds", "8/minute"]
         assert [str(r) for r in stale.rates] == ["3/10 seconds", "8/minute"]
         stale.unlink()
+
+
+def _die_after_passing(name: str) -> None:
+    """A forked mover killed after it made its passing segment, before retire()."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            create = live.ShmWindow.create
+
+            def create_and_die(*args: object, **kwargs: object) -> None:
+                create(*args, **kwargs)  # type: ignore[arg-type]
+                os._exit(0)
+
+            live.ShmWindow.create = create_and_die  # type: ignore[method-assign,assignment]
+            Limiter(name, "5/second;10/minute", clock=ManualClock(T0_NS))
+        finally:
+            os._exit(1)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def _passing(name: str) -> list[str]:
+    return [n for n in segment.names() if n.startswith(f"{name}.moving-")]
+
+
+def test_the_next_mover_removes_a_dead_movers_passing_segment(name):
+    with Limiter(name, "10/minute", clock=ManualClock(T0_NS)) as lim:
+        assert all(lim.hit("k") for _ in range(6))
+        _die_after_passing(name)
+        assert len(_passing(name)) == 1 and not live.moved(lim._backend._window)
+        lim.set_rates("10/minute;20/hour")
+        assert not _passing(name)
+        assert sum(lim.hit("k") for _ in range(10)) == 4
+        lim.unlink()
+
+
+def test_unlink_removes_a_dead_movers_passing_segment(name):
+    with Limiter(name, "10/minute", clock=ManualClock(T0_NS)) as lim:
+        _die_after_passing(name)
+        assert len(_passing(name)) == 1
+        lim.unlink()
+        assert not _passing(name)
