@@ -6,6 +6,7 @@ change admitted more than the rates in force."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -73,8 +74,8 @@ class ScriptWorker:
         self.kind = "python -c"
         self._proc = subprocess.Popen(
             [sys.executable, "-c", WORKER, name, rates, clock_path], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        )  # fmt: skip
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )  # fmt: skip  (the environment kept: a sanitized core's run needs its preloads)
         assert self._read() == "ready"
 
     def _read(self) -> str:

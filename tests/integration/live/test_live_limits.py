@@ -67,7 +67,7 @@ def run(name: str, clock: ManualClock, clock_path: str) -> Iterator[Callable[...
 
 def _set(name: str, rates: str, *extra: str) -> None:
     """``shmwin set`` as an operator types it."""
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # kept: a sanitized core's run needs its preloads
     command = [sys.executable, "-m", "shmwin", "set", name, rates, *extra]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
