@@ -8,9 +8,12 @@ segment's rates for every process, by ``on_change``:
   every process's next call reads them (one load per call), whatever rates its own code
   passed. The counts stay as they are. Other periods, buckets, or a limit past what a
   compact ring's counts hold: the name gets a new segment (:func:`move`), seeded with each
-  key's hits -- the most any old rate of the key holds, counted as made at the change, so
+  key's hits -- the most any old rate of the key holds, counted as made at the change (or,
+  when the mover's clock is not the users', at the key's newest write: ``_StampClock``), so
   they weigh on every new rate for a whole new period. Hits the old segment had already
-  forgotten (older than its longest period) are not seen.
+  forgotten (older than its longest period) are not seen. Every key's hits are carried, or
+  the move fails (rolled back, the old segment live): the new segment holds at least the old
+  one's capacity.
 - ``"reset"``: a new segment, empty.
 - ``"raise"``: :class:`~shmwin.errors.GeometryMismatchError`, as before live limits.
 
@@ -31,12 +34,15 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
 
 from ..._core import LimiterCore, TokenBucketCore
+from ...clock import host_clock
 from ...errors import GeometryMismatchError, KeyTableFullError, SegmentNotReadyError
 from ...geometry import Geometry, Ring
+from ..contract import Key
 from . import native, segment
 from .format import COUNT32_MAX, LIVE_MOVED
 from .window import ShmOptions, ShmWindow
@@ -148,19 +154,32 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
     """Holding the old file's lock: make, seed and rename the new segment over the name. All or
     nothing: a carry that cannot store every key's hits (a full key table, a full /dev/shm) or
     any exception rolls back -- the new segment goes and the old one is live again, as it was
-    (a kill is a dead mover's: the next call takes over, :func:`reopen`)."""
+    (a kill is a dead mover's: the next call takes over, :func:`reopen`). The carry runs on the
+    segment's own clock (:class:`_StampClock`), whatever clock the mover runs."""
     _drop_passing(old.name)  # a dead mover's (we hold the lock every mover holds while it has one)
     passing = f"{_passing_prefix(old.name)}{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
     want = at_least(want, old.geometry)
-    new = ShmWindow.create(passing, want, dataclasses.replace(opts, on_full="raise"))  # no hit dropped
+    stamps = _StampClock(int((opts.clock or host_clock())()), old.geometry.span_ns)
+    reader = ShmWindow.attach(old.name, dataclasses.replace(opts, clock=stamps))
+    try:
+        if reader._ino != old._ino:
+            raise SegmentNotReadyError(f"window {old.name!r} was replaced under a mover's lock")
+        new = ShmWindow.create(passing, want, dataclasses.replace(opts, on_full="raise", clock=stamps))
+        _seed(reader, new, want, carry, stamps)
+    finally:
+        reader.close()
+
+
+def _seed(old: ShmWindow, new: ShmWindow, want: Geometry, carry: bool, stamps: _StampClock) -> None:
+    """_replace's all or nothing, ``old`` being the mover's own core of the old segment."""
     retired = False
     try:
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
         retired = True
         if carry and want.kind == "limiter":
-            _carry(old, new)
+            _carry(old, new, stamps)
         elif carry:
-            _carry_tokens(old, new)
+            _carry_tokens(old, new, stamps)
         if new.full_count():
             raise KeyTableFullError(f"window {old.name!r}: its new segment could not hold every key's hits")
         if want.kind == "limiter":  # when it changed, for shmwin show
@@ -176,6 +195,33 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
     new.close()
 
 
+class _StampClock:
+    """The mover's clock while it carries, per key: the mover's own now, if the key was written
+    within the old segment's longest period before it (the same clock as its users, as far as
+    anyone can tell: the hits are counted as recent as they could be); else the key's newest
+    write (its row's last_ns, on the clock its users run -- a ManualClock, another time
+    namespace -- which ``shmwin set`` on the host clock cannot know). Either way, a key's
+    counts read then are the most it still held, and charged then they weigh on every new rate
+    in every interval that holds one of the real hits (each was made at or before it, and every
+    later call is later)."""
+
+    def __init__(self, mover_ns: int, span_ns: int) -> None:
+        self.mover_ns, self.span_ns = mover_ns, span_ns
+        self.now_ns = mover_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def keys(self, window: ShmWindow) -> Iterator[Key]:
+        """``window``'s written keys, each with this clock set to its time."""
+        assert window._keys is not None  # a limiter's or a token bucket's: keyed
+        for _, key, last_ns in window._keys.entries():
+            if last_ns > 0:
+                recent = last_ns <= self.mover_ns <= last_ns + self.span_ns
+                self.now_ns = self.mover_ns if recent else last_ns
+                yield key
+
+
 def at_least(want: Geometry, have: Geometry) -> Geometry:
     """``want`` with room for every key ``have`` holds: the larger of the two capacities (an
     opener's smaller capacity never drops keys, nor their carried hits)."""
@@ -184,21 +230,21 @@ def at_least(want: Geometry, have: Geometry) -> Geometry:
     return dataclasses.replace(want, capacity=have.capacity)
 
 
-def _carry(old: ShmWindow, new: ShmWindow) -> None:
-    """Each key's hits as the most any old rate holds, counted in the new segment now: as
-    recent as they could be (so they weigh on every new rate for its whole period)."""
-    for key in old.keys():  # noqa: SIM118  (a window's keys, not a dict's)
+def _carry(old: ShmWindow, new: ShmWindow, stamps: _StampClock) -> None:
+    """Each key's hits as the most any old rate holds, counted in the new segment at the key's
+    newest write (:class:`_StampClock`)."""
+    for key in stamps.keys(old):
         used = _core_of(old).check(key, 0, False, False)[1]  # under the key's row lock
         held = max(used, default=0)
         if held > 0:
             _core_of(new).charge(key, held)
 
 
-def _carry_tokens(old: ShmWindow, new: ShmWindow) -> None:
+def _carry_tokens(old: ShmWindow, new: ShmWindow, stamps: _StampClock) -> None:
     """A token bucket's keys: the tokens each has used (the old burst less what it holds) taken
-    from its new bucket now, up to the new burst (bucket4j's "as is")."""
+    from its new bucket at the key's newest write, up to the new burst (bucket4j's "as is")."""
     old_burst, new_burst = old.geometry.rings[0].n_buckets, new.geometry.rings[0].n_buckets
-    for key in old.keys():  # noqa: SIM118  (a window's keys, not a dict's)
+    for key in stamps.keys(old):
         used = min(old_burst - _core_of(old).token_check(key, 0, False)[1], new_burst)
         if used > 0:
             _core_of(new).token_check(key, used, True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -54,11 +56,11 @@ def test_a_mover_failing_after_retire_rolls_back(name, monkeypatch):
 
         carry, calls = live._carry, []
 
-        def interrupted(old: object, new: object) -> None:
+        def interrupted(*args: object) -> None:
             calls.append(1)
             if len(calls) == 1:
                 raise KeyboardInterrupt  # once: a takeover after it may carry
-            carry(old, new)  # type: ignore[arg-type]
+            carry(*args)  # type: ignore[arg-type]
 
         monkeypatch.setattr(live, "_carry", interrupted)
         with pytest.raises(KeyboardInterrupt):
@@ -162,3 +164,20 @@ def test_unlink_removes_a_dead_movers_passing_segment(name):
         assert len(_passing(name)) == 1
         lim.unlink()
         assert not _passing(name)
+
+
+def test_shmwin_set_carries_hits_on_the_users_clock(name, tmp_path):
+    """Processes on a ManualClock hold 6 of 10/minute; `shmwin set` from the shell (the host
+    clock, far from theirs) moves the name to other periods: the 6 stay counted for them."""
+    clock = ManualClock(T0_NS, path=tmp_path / "clock")
+    with Limiter(name, "10/minute", clock=clock) as lim:
+        assert all(lim.hit("k") for _ in range(6))
+        done = subprocess.run(
+            [sys.executable, "-m", "shmwin", "set", name, "5/second;10/minute"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert sum(lim.hit("k") for _ in range(10)) == 0  # 6 held: over 5/second
+        clock.advance(2)
+        assert sum(lim.hit("k") for _ in range(10)) == 4  # and 10/minute holds 4 more
+        lim.unlink()
