@@ -172,10 +172,9 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
 
 def _seed(old: ShmWindow, new: ShmWindow, want: Geometry, carry: bool, stamps: _StampClock) -> None:
     """_replace's all or nothing, ``old`` being the mover's own core of the old segment."""
-    retired = False
+    retired = True  # retire() may raise after its store
     try:
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
-        retired = True
         if carry and want.kind == "limiter":
             _carry(old, new, stamps)
         elif carry:
@@ -215,11 +214,10 @@ class _StampClock:
     def keys(self, window: ShmWindow) -> Iterator[Key]:
         """``window``'s written keys, each with this clock set to its time."""
         assert window._keys is not None  # a limiter's or a token bucket's: keyed
-        for _, key, last_ns in window._keys.entries():
-            if last_ns > 0:
-                recent = last_ns <= self.mover_ns <= last_ns + self.span_ns
-                self.now_ns = self.mover_ns if recent else last_ns
-                yield key
+        for _, key, last_ns in window._keys.entries():  # 0 too: a clock may start there
+            recent = last_ns <= self.mover_ns <= last_ns + self.span_ns
+            self.now_ns = self.mover_ns if recent else last_ns
+            yield key
 
 
 def at_least(want: Geometry, have: Geometry) -> Geometry:

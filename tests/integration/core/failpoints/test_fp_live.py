@@ -102,3 +102,35 @@ def test_live_limits_move(make_name, tmp_path, sig):
             shmwin.unlink(name)
 
     assert fp.every_store(strike_at) == 1  # the generation word's bit
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_live_limits_move_after_an_in_place_change(make_name, tmp_path, sig):
+    """A move struck after its retire, once the limits were changed in place (10 -> 8/minute):
+    the takeover, or the struck mover's roll back, keeps 8/minute -- never the ring table's
+    original 10/minute -- and the held hits."""
+
+    def strike_at(n: int) -> bool:
+        name, clock_path = make_name(f"moved{n}"), tmp_path / f"clock{n}"
+        mine = _limiter(name, clock_path)
+        try:
+            assert all(mine.hit("k") for _ in range(HELD))
+            mine.set_rates("8/minute")
+
+            def before(report):
+                report[PROGRESS] = 1
+                return None
+
+            change = lambda _: Limiter(name, "8/hour", clock=ManualClock(path=clock_path))  # noqa: E731
+            with fp.strike("retire", n, sig, before, change) as s:
+                got = [int(fp.promptly(mine.hit, "k")) for _ in range(10)]
+                assert sum(got) == 8 - HELD, f"{got}: not the limits in force, or the held hits lost"
+                assert [str(r) for r in mine.rates] in (["8/minute"], ["8/hour"])
+                rates, _ = fp.in_child(_hits, name, clock_path, 0)
+                assert rates in (["8/minute"], ["8/hour"]), rates
+            return s.fired
+        finally:
+            mine.close()
+            shmwin.unlink(name)
+
+    assert fp.every_store(strike_at) == 1  # the generation word's bit
