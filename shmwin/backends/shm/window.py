@@ -53,6 +53,13 @@ _DROP_HINT = (": a window's buckets do not change live. To start it anew with th
               "`shmwin rm {name}` (add --force while processes still hold it: they keep counting "
               "into the dropped one until they open it again); its counts go")  # fmt: skip
 LOCK_TIMEOUT_S = 10.0
+
+
+def _plain_windows(have: Geometry, want: Geometry) -> bool:
+    """Both a plain window (no role: a concurrency segment is a window of its own role)."""
+    return have.kind == "window" == want.kind and not have.role and not want.role
+
+
 READY_TIMEOUT_S = 5.0
 PERM = 0o600
 
@@ -118,7 +125,7 @@ class ShmWindow:
                 self.close()
                 raise GeometryMismatchError(
                     f"window {name!r} exists with geometry [{have}], not the requested [{want}]"
-                    + (_DROP_HINT.format(name=name) if have.kind == "window" == want.kind else "")
+                    + (_DROP_HINT.format(name=name) if _plain_windows(have, want) else "")
                 )
             return self
         raise ShmwinError(f"window {name!r} kept appearing and disappearing; gave up")
