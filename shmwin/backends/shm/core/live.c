@@ -211,7 +211,7 @@ static int retired_limits(Core *c, int64_t gen, int64_t *limits) {
  * newest limits the segment had (its live words, not this core's: a core attached after the
  * retire never read them, and a takeover must move the rates in force, not the ring table's). */
 PyObject *Core_live(Core *c, PyObject *Py_UNUSED(ignored)) {
-    int64_t in_force[MAX_RINGS];
+    int64_t in_force[MAX_RINGS] = {0};  /* whole: the analyzer cannot tell n_rings stays put */
     if (enter(c) < 0) return NULL;
     int64_t gen = LOAD(W(c, LIVE_GEN_OFF)), changed = LOAD(W(c, LIVE_CHANGED_NS_OFF));
     int64_t base = gen & ~(int64_t)LIVE_MOVED;
