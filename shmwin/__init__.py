@@ -116,6 +116,7 @@ from .errors import (
     UntrustedSegmentError,
     WindowClosedError,
     WindowExistsError,
+    WindowMovedError,
     WindowNotFoundError,
     WindowPermissionError,
 )
@@ -167,6 +168,7 @@ __all__ = [
     "Window",
     "WindowClosedError",
     "WindowExistsError",
+    "WindowMovedError",
     "WindowNotFoundError",
     "WindowPermissionError",
     "names",

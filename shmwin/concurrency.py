@@ -43,6 +43,7 @@ from .rate import Duration, to_ns
 from .window import Window
 
 ROLE = "concurrency"
+ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live); see _other_limit
 FIELD = "holders"
 DEFAULT_PROCESSES = 128  # processes that may hold slots at once (one stripe each)
 NS_PER_S = 1_000_000_000
@@ -64,6 +65,24 @@ def geometry(limit: int, processes: int, idle_ns: int, capacity: int | None) -> 
     return dataclasses.replace(g, rings=(Ring(idle_ns, 1, limit),), n_stripes=processes, role=ROLE)
 
 
+def _other_limit(name: str, limit: int, clock: Clock | None) -> GeometryMismatchError | None:
+    """The error for a concurrency segment under ``name`` with another limit (None: not that).
+    Its limit does not change live yet, whatever ``on_change``: the slots held are their
+    processes' entries in that segment's rows, sized for its limit, and cannot move."""
+    try:
+        with Window.attach(name, clock=clock) as window:
+            g = window.geometry
+    except Exception:  # gone meanwhile, or not a window: the first error says it
+        return None
+    if g.role != ROLE or g.rings[0].limit == limit:
+        return None
+    return GeometryMismatchError(
+        f"concurrency {name!r} exists with limit {g.rings[0].limit}, not {limit}: a concurrency limit "
+        f"does not change live (the slots held stay in its segment). Open it with limit={g.rings[0].limit}, "
+        f"or, once no process holds it, remove it (`shmwin rm {name}`) and open it with the new limit"
+    )
+
+
 class Concurrency:
     """``Concurrency(name, limit)``: at most ``limit`` holders of each key at once, counted
     over live processes (create the segment, or attach if it exists with the same limit).
@@ -72,6 +91,10 @@ class Concurrency:
     ``release(key)`` gives it back, ``count(key)`` says how many are held now;
     ``with conc.hold(key, timeout=1):`` does both, raising :class:`ConcurrencyLimitError`
     if no slot comes in time.
+
+    ``on_change`` is a Limiter's (``"carry"``, ``"reset"``, ``"raise"``), but a concurrency
+    limit does not change live yet: another limit than the segment's raises
+    :class:`GeometryMismatchError` saying what to do, whichever is given.
     """
 
     def __init__(
@@ -84,9 +107,16 @@ class Concurrency:
         capacity: int | None = None,
         clock: Clock | None = None,
         perm: int | None = None,
+        on_change: str = "carry",
     ):
         want = geometry(limit, processes, to_ns(idle, "idle"), capacity)
-        self._bind(Window.open_geometry(name, want, clock=clock, perm=perm), clock)
+        if on_change not in ON_CHANGE:
+            raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")
+        try:
+            window = Window.open_geometry(name, want, clock=clock, perm=perm)
+        except GeometryMismatchError as exc:
+            raise _other_limit(name, limit, clock) or exc from None
+        self._bind(window, clock)
 
     @classmethod
     def attach(cls, name: str, *, clock: Clock | None = None) -> Concurrency:

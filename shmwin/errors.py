@@ -24,6 +24,11 @@ class GeometryMismatchError(ShmwinError, ValueError):
     """The window exists with a geometry other than the one asked for."""
 
 
+class WindowMovedError(ShmwinError):
+    """The segment was replaced under its name (a limiter's rates changed periods): open it
+    again. A limiter's own methods do so themselves; this reaches only other callers."""
+
+
 class SegmentError(ShmwinError):
     """A shared-memory segment that cannot be used as a window."""
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import suppress
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -42,7 +43,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from . import backends
 from .backends.contract import MAX_NAME_CHARS, Key
 from .clock import Clock, host_clock
-from .errors import BackendUnavailableError, NotSupportedError, WindowNotFoundError
+from .errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError, WindowNotFoundError
 from .policy import fallback, pause_s
 from .rate import NS_PER_S, format_ns
 from .window import Window
@@ -79,7 +80,10 @@ def open_decisions(limiter: str, longest_period_ns: int, *, create: bool, clock:
     if create:
         buckets = BUCKETS if longest_period_ns % BUCKETS == 0 else 1
         span = format_ns(longest_period_ns)  # the shortest exact spelling
-        return Window._for_role("decisions", name, span, buckets, FIELDS, clock=clock, perm=perm)
+        try:
+            return Window._for_role("decisions", name, span, buckets, FIELDS, clock=clock, perm=perm)
+        except GeometryMismatchError:
+            pass  # the limiter's periods changed live: its decisions go on over the first longest one
     try:
         window = Window.attach(name, clock=clock)
     except WindowNotFoundError:
@@ -138,6 +142,15 @@ class Front:
         self._decisions: Window | None = None
         self.hit = opened.hit if on_error == "raise" else self._hit_or_fallback  # type: ignore[method-assign]
         self._local: Any = None  # on_error="local": the host's share that answers while the backend is away
+        on_rebind = getattr(opened, "_on_rebind", None)
+        if on_rebind is not None:  # its segment may move (live limits): follow it
+            on_rebind(_rebinder(weakref.ref(self)))
+
+    def _rebound(self) -> None:
+        """The backend's methods are another segment's now (live limits moved it)."""
+        self._window = None
+        if self.on_error == "raise":
+            self.hit = self._backend.hit  # type: ignore[method-assign]
 
     def _bind_decisions(
         self, shadow: bool, *, create: bool, longest_ns: int, perm: int | None = None
@@ -305,3 +318,14 @@ class Front:
             if pause is None:
                 return False
             yield pause
+
+
+def _rebinder(ref: weakref.ReferenceType[Front]) -> Callable[[], None]:
+    """A front's :meth:`Front._rebound`, held weakly (the backend holds it: no cycle)."""
+
+    def rebind() -> None:
+        front = ref()
+        if front is not None:
+            front._rebound()
+
+    return rebind

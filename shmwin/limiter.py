@@ -47,15 +47,18 @@ never comes back early), and on Redis rounded up to whole microseconds.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from . import backends
 from .backends.contract import Key
+from .backends.shm.live import DEFAULT_ON_CHANGE, ON_CHANGE
 from .backends.shm.roles import TokensEngine
 from .backends.shm.roles.tokens import tokens_at as tokens_at  # the GCRA arithmetic, a reader of its own
 from .clock import Clock
+from .errors import NotSupportedError
 from .front import Decisions, Front, read_decisions
-from .geometry import DEFAULT_BUCKETS, Geometry, limiter_geometry, token_geometry
+from .geometry import DEFAULT_BUCKETS, DEFAULT_LOG_ENTRIES, Geometry, limiter_geometry, token_geometry
 from .local_share import LocalShare, check_local
 from .policy import (
     DEFAULT_ON_FULL,
@@ -71,6 +74,37 @@ from .rate import NS_PER_S, LimitStats, Rate, parse_many
 from .window import Window
 
 Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
+
+# -- live limits: which backends take on_change, new rates in a limiter's layout ---------------
+# (what a change does on shared memory: backends/shm/live.py; the operator's view:
+# docs/operating.md, "Changing limits live")
+
+LIVE_SCHEMES = ("shm",)  # the backends whose limiters change live (Redis: a mismatch raises)
+
+
+def live_option(backend: str | None, on_change: str) -> dict[str, Any]:
+    """The ``on_change`` option for ``backends.open``: shared memory's; elsewhere a change of
+    rates raises as before, so only "reset" (which would need the backend) is refused."""
+    if backends.scheme_of(backend) in LIVE_SCHEMES:
+        return {"on_change": on_change}
+    if on_change == "reset":
+        scheme = backends.scheme_of(backend)
+        raise NotSupportedError(f"{scheme}: on_change='reset' needs shared memory (rates change live there)")
+    return {}
+
+
+def same_layout(g: Geometry, rates: list[Rate]) -> Geometry:
+    """A limiter geometry of ``rates`` kept as ``g`` keeps its rates: the same buckets per
+    period, or exact logs of as many times, the same capacity and role."""
+    first = g.rings[0]
+    if first.log:
+        short = [r.n_buckets for r in g.rings if r.n_buckets < r.limit]  # exact=N below a limit
+        exact: bool | int = short[0] if short else max(DEFAULT_LOG_ENTRIES, *(r.n_buckets for r in g.rings))
+        new = limiter_geometry(rates, 1, g.capacity, exact)
+    else:
+        new = limiter_geometry(rates, first.n_buckets - 1, g.capacity)
+    return dataclasses.replace(new, role=g.role)
+
 
 
 class Limiter(Front):
@@ -113,15 +147,17 @@ class Limiter(Front):
         shadow: bool = False,
         decisions: bool = True,
         fallback: Rates | None = None,
+        on_change: str = DEFAULT_ON_CHANGE,
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, LIMITER_ON_ERROR)
+        choice("on_change", on_change, ON_CHANGE)
         check_local(on_error, fallback, backend)
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
         opened = backends.open("limiter",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout,
+            ready_timeout=ready_timeout, **live_option(backend, on_change),
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error, fallback)
         self._keep_decisions(shadow, create=decisions, perm=perm)
@@ -171,10 +207,25 @@ class Limiter(Front):
         fallback: Rates | None = None,
     ) -> None:
         self._bind_front(opened, clock, on_full, on_error)
-        self.rates: list[Rate] = opened.rates
         if on_error == "local":
             self._local = LocalShare(opened, self.rates, fallback, clock, on_full, Limiter)
             self._local.bind(self)  # sets self.hit: the asking path, or while away the local one
+
+    @property
+    def rates(self) -> list[Rate]:
+        """The rates in force, shortest period first as given: on shared memory the segment's
+        newest (another process, or ``shmwin set``, may have changed them live)."""
+        return list(self._backend.rates)
+
+    def set_rates(self, rates: Rates, *, on_change: str = DEFAULT_ON_CHANGE) -> None:
+        """Change this limiter's rates for every process (shared memory): its buckets per period
+        and ``exact`` kept; ``on_change`` "carry" (the counts carried over, see
+        docs/operating.md) or "reset". Each process follows at its next call."""
+        choice("on_change", on_change, ("carry", "reset"))
+        set_rates = getattr(self._backend, "_set_rates", None)
+        if set_rates is None:
+            raise NotSupportedError(f"{self.url.split(':')[0]}: rates change live on shared memory only")
+        set_rates(same_layout(self._backend.geometry, parse_many(rates)), on_change)
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
         """Count decisions in ``NAME.decisions`` (made if ``create``, else attached if there),
@@ -253,9 +304,11 @@ class TokenBucket(Front):
         timeout: float | None = None,
         shadow: bool = False,
         decisions: bool = True,
+        on_change: str = DEFAULT_ON_CHANGE,
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
+        choice("on_change", on_change, ON_CHANGE)
         rates = parse_many(rate)
         if len(rates) != 1:
             raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
@@ -264,7 +317,7 @@ class TokenBucket(Front):
         opened = backends.open("token-bucket",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout,
+            ready_timeout=ready_timeout, **live_option(backend, on_change),
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
         self._bind_decisions(shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
@@ -299,8 +352,20 @@ class TokenBucket(Front):
 
     def _bind(self, opened: Any, clock: Clock | None, on_full: str, on_error: str) -> None:
         self._bind_front(opened, clock, on_full, on_error)
-        self.rate: Rate = self._rate_given or opened.rate
-        self.burst: int = opened.burst
+
+    @property
+    def rate(self) -> Rate:
+        """The rate in force (on shared memory, the segment's: another process may have changed
+        it live), as given when it is the one this bucket was opened with."""
+        rate: Rate = self._backend.rate
+        given = self._rate_given
+        if given is not None and token_geometry(given, 1, 1).rings[0] == token_geometry(rate, 1, 1).rings[0]:
+            return given
+        return rate
+
+    @property
+    def burst(self) -> int:
+        return int(self._backend.burst)
 
     @property
     def rates(self) -> list[Rate]:

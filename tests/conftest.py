@@ -244,7 +244,8 @@ def expected_core() -> None:
 # marked ``sanitize`` themselves: the bad-words fuzz)
 _SANITIZED = ("test_native.py", "test_crash.py", "test_bad_segments.py", "test_keys.py",
               "test_growth.py", "test_concurrency.py", "test_limiter_compact.py",
-              "test_moving_log.py", "test_twotier.py")  # fmt: skip
+              "test_moving_log.py", "test_twotier.py", "test_live_limits.py",
+              "test_live_attacks.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

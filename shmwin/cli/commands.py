@@ -1,4 +1,4 @@
-"""The commands: ls, show, watch, export, rm, gc. Each takes the parsed arguments and the
+"""The commands: ls, show, watch, export, rm, set, gc. Each takes the parsed arguments and the
 output stream and returns the exit status; errors they cannot explain propagate to main."""
 
 from __future__ import annotations
@@ -284,6 +284,21 @@ def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"no window named {name!r}\n")
             status = 1
     return status
+
+
+def cmd_set(args: argparse.Namespace, out: TextIO) -> int:
+    """A shared-memory limiter's rates changed live (Limiter.set_rates): carried, or --reset."""
+    if args.backend is not None:
+        raise ValueError("set changes shared-memory limiters; a Redis limiter's rates do not change live")
+    from ..limiter import Limiter  # imported late: ``shmwin ls`` needs no front
+
+    with Limiter.attach(args.name, ready_timeout=0.5) as lim:
+        before = ";".join(str(r) for r in lim.rates)
+        lim.set_rates(args.rates, on_change="reset" if args.reset else "carry")
+        after = ";".join(str(r) for r in lim.rates)
+    how = "counts reset" if args.reset else "counts carried"
+    out.write(f"{safe(args.name)}: {before} -> {after} ({how}; every process follows at its next call)\n")
+    return 0
 
 
 def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:

@@ -31,6 +31,8 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
         lines.append(clip(_decided(snap["decisions"]), width))
     if snap.get("fallback"):
         lines.append(clip(_fallback(snap["fallback"]), width))
+    if snap.get("live"):
+        lines.append(clip(_live(snap["live"]), width))
     if role == "concurrency" and "value" in snap:  # show --key
         lines.append(clip(f"  {snap['value']:,} of its {snap[role]['limit']:,} slots held now", width))
     fields = [safe(f) for f in snap["fields"]]
@@ -91,6 +93,17 @@ def _fallback(f: dict[str, Any]) -> str:
         return (f"  fallback: ACTIVE since {since} (this host's local share: the backend is away; "
                 f"{f['failures']:,} calls met it away in the last minute)")  # fmt: skip
     return f"  fallback: inactive (last active {since} to {last})"
+
+
+def _live(live: dict[str, Any]) -> str:
+    """A limiter's rates: as created, or changed live (``shmwin set``, an open with other rates)."""
+    if live["moved"]:
+        return "  rates: changed; this segment was replaced under its name (show it again)"
+    if not live["changes"]:
+        return "  rates: as created (never changed live)"
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live["changed"]))
+    times = "once" if live["changes"] == 1 else f"{live['changes']:,} times"
+    return f"  rates: changed live {times}, last at {at}"
 
 
 def _breaker(b: dict[str, Any]) -> list[str]:

@@ -268,11 +268,29 @@ def ring_labels(w: Any) -> list[str]:
 
 
 def limiter_rates(w: Any) -> list[Rate]:
-    """The rates of a limiter (empty for a window)."""
+    """The rates of a limiter in force (empty for a window): on shared memory, the live ones."""
     g = geometry_of(w)
     if g.kind != "limiter":
         return []
+    live = live_of(w)
+    if live is not None:
+        g = live.pop("geometry")
     return [Rate(r.limit, r.bucket_ns if r.log else r.bucket_ns * (r.n_buckets - 1)) for r in g.rings]
+
+
+def live_of(w: Any) -> dict[str, Any] | None:
+    """A shared-memory limiter's live limits (backends/shm/live.py): ``changes`` made since it
+    was created, when the last was (``changed``: Unix seconds, None: never), and its
+    ``geometry`` with the limits in force. None for anything else."""
+    from ..backends.shm import ShmWindow, live
+
+    backend = getattr(w, "_backend", None)
+    if not isinstance(backend, ShmWindow) or backend.geometry.kind != "limiter":
+        return None
+    gen, changed_ns, _ = live.generation(backend)
+    changes = gen & ~live.LIVE_MOVED
+    return {"changes": changes, "changed": changed_ns / NS_PER_S if changes else None,
+            "moved": bool(gen & live.LIVE_MOVED), "geometry": live.live_geometry(backend)}  # fmt: skip
 
 
 def token_rates(w: Any) -> list[str]:
@@ -349,6 +367,10 @@ def window_snapshot(
     role = out["role"] = role_of(w)
     if g.kind == "limiter" or role == "token-bucket":  # what it decided, if it keeps that
         out["decisions"] = decisions_of(w)
+    live = live_of(w)
+    if live is not None:  # its rates as they are now, and when they last changed (shmwin set)
+        live.pop("geometry")
+        out["live"] = live
     if role == "lease":  # a two-tier limiter's host tier: each key's lease, no buckets to sum
         view = out[role] = leases_view(w, top)
         out["resolutions"], out["keys"] = [], view["keys"]

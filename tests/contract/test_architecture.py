@@ -379,6 +379,7 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
         "on_full": lambda lim: lim.on_full,
         "rates": lambda lim: lim.rates,
         "refund": lambda lim: lim.refund("k", 1),
+        "set_rates": lambda lim: lim.set_rates("6/minute"),
         "shadow": lambda lim: lim.shadow,
         "stats": lambda lim: lim.stats("k"),
         "stats_all": lambda lim: lim.stats_all("k"),
@@ -396,7 +397,7 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
             elif url is not None and name == "decisions":
                 with pytest.raises(shmwin.NotSupportedError, match="keeps no decisions"):
                     call(lim)
-            elif url is not None and name in ("refund", "charge"):
+            elif url is not None and name in ("refund", "charge", "set_rates"):
                 with pytest.raises(shmwin.NotSupportedError, match="shared memory"):
                     call(lim)
             else:

@@ -166,10 +166,15 @@ def test_limiter_acquire_waits_exactly_as_long_as_needed(opened, name, clock):
     assert len(clock.sleeps) == 2
 
 
-def test_limiter_rates_must_match(opened, name, clock):
+def test_limiter_rates_must_match(opened, name, clock, backend):
     opened(Limiter, name, "5/minute", clock=clock).hit("k")
     with pytest.raises(shmwin.GeometryMismatchError):
-        opened(Limiter, name, "6/minute", clock=clock)
+        opened(Limiter, name, "6/minute", clock=clock, on_change="raise")
+    if backend is None:  # shared memory: other rates change the limiter live (on_change="carry")
+        assert opened(Limiter, name, "6/minute", clock=clock).rates == [shmwin.Rate(6, 60 * 10**9)]
+    else:  # elsewhere a change of rates still raises
+        with pytest.raises(shmwin.GeometryMismatchError):
+            opened(Limiter, name, "6/minute", clock=clock)
     with pytest.raises(ValueError, match="not a rate"):
         opened(Limiter, name + "x", "lots", clock=clock)
 

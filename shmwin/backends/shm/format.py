@@ -55,11 +55,9 @@ from .format_series import *  # noqa: F403
 from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 10  # 4: the role word (offset 168); 5: the key table's checked words;
-# 6: full_count, 16-byte index entries, a 64-byte key header; 7: the chunk heap (role "moving-log");
-# 8: a moving log's one-word entries, 32-byte chunks and digest keys
-# and a limiter's compact rings; 9: a compact ring's ghost word (a clock stepped back);
-# 10: a limiter's log ring (LOG_HDR_*) and a moving log's 64-byte row keep entries in time order
+FORMAT_VERSION = 10  # each version: CHANGELOG.md's table. 8: a moving log's one-word entries, a
+# limiter's compact rings; 9: a compact ring's ghost word; 10: live limits (LIVE_WORDS), a limiter's
+# log ring (LOG_HDR_*) and a moving log's 64-byte row keep their entries in time order
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -216,13 +214,14 @@ HEADER: tuple[Field, ...] = (
     ("chunks_top", 1096, "Q"),
     ("chunks_reserved", 1104, "Q"),
     ("chunk_free", 1112, "q"),
+    *LIVE_WORDS,  # noqa: F405  (the star's: a limiter's live limits, format_rows.py)
 )
 FIXED_HEADER_END = 192  # magic .. n_chunks: the fields packed and unpacked as one struct
 # the header words read or written in place (not just at attach): each gets F_OFF
 HEADER_WORDS = ("magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index",
                 "index_used", "keys", "rows_top", "rows_reserved", "free_head", "rebuilt_ns",
                 "full_count", "chunks_top", "chunks_reserved", "chunk_free", "sketch_bins", "sketch_error",
-                "sketch_low", "sketch_high")  # fmt: skip
+                "sketch_low", "sketch_high", "live_gen", "live_changed_ns", "live_limits")  # fmt: skip
 
 LOCK: tuple[Field, ...] = (
     ("mutex", 0, "mutex"),  # process-shared, robust
@@ -347,12 +346,12 @@ ON_FULL_DENY = ON_FULL.index("deny")
 (
     MAGIC_OFF, HEADER_CRC_OFF, FIELD_NAMES_OFF, RING_TABLE_OFF, ROWS_IN_USE_OFF, INDEX_OFF, INDEX_USED_OFF,
     KEYS_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, FREE_HEAD_OFF, REBUILT_NS_OFF, FULL_COUNT_OFF, CHUNKS_TOP_OFF,
-    CHUNKS_RESERVED_OFF, CHUNK_FREE_OFF,
+    CHUNKS_RESERVED_OFF, CHUNK_FREE_OFF, LIVE_GEN_OFF, LIVE_CHANGED_NS_OFF, LIVE_LIMITS_OFF,
 ) = _offsets(
     HEADER,
     "magic", "header_crc", "field_names", "ring_table", "rows_in_use", "index", "index_used", "keys",
     "rows_top", "rows_reserved", "free_head", "rebuilt_ns", "full_count", "chunks_top",
-    "chunks_reserved", "chunk_free",
+    "chunks_reserved", "chunk_free", "live_gen", "live_changed_ns", "live_limits",
 )
 SKETCH_BINS_OFF, SKETCH_ERROR_OFF, SKETCH_LOW_OFF, SKETCH_HIGH_OFF = _offsets(
     HEADER, "sketch_bins", "sketch_error", "sketch_low", "sketch_high"
@@ -459,7 +458,7 @@ _SCALARS = (
     "KEY_DIGEST_BYTES", "KEY_LONG_PREFIX", "KEY_HASH_BITS", "ENTRY_ROW_BITS", "KEY_HASH_MASK",
     "ENTRY_ROW_MASK", "IDENT_LEN_SHIFT", "IDENT_FLAGS_SHIFT", "MAX_GEN", "MAX_NOW_NS", "MAX_SPAN_NS",
     "EMPTY_EPOCH", "FULL_DENY_COUNT",
-    "RING_LOG", "KEY_FLAG_STR", "KEY_FLAG_DIGEST", "LOCK_STRIPE_TABLE", "LOCK_KEY_TABLE",
+    "RING_LOG", "LIVE_MOVED", "KEY_FLAG_STR", "KEY_FLAG_DIGEST", "LOCK_STRIPE_TABLE", "LOCK_KEY_TABLE",
     "LOCK_SHARED_ROW", "LOCK_CHUNKS", "FIRST_KEY_LOCK", "SLOT_EPOCH", "SLOT_VALUES", "WINDOW_HEAD_SLOTS",
     "LIMITER_HEAD_SLOTS", "RING_HEAD_SLOT", "RING_TAIL_SLOT", "LOG_TIME", "LOG_HITS",
     "LOG_HDR_POS", "LOG_HDR_TOTAL", "LOG_HDR_DEAD_TIME", "LOG_HDR_DEAD_HITS", "LOG_HDR_WORDS",

@@ -286,3 +286,15 @@ DIST_BIN_BYTES = 4
 DIST_BIN_MAX = (1 << 32) - 1
 DIST_BIN_ZERO, DIST_BIN_UNDER, DIST_BIN_OVER, DIST_FIRST_LOG_BIN = 0, 1, 2, 3
 DIST_MAX_BINS = 1 << 16
+
+# A limiter's live limits (core/live.c; layout.py, "Live limits"): words of the header page
+# (format.HEADER takes them), written under LOCK_KEY_TABLE. live_gen counts the changes (0:
+# none, the ring table's limits hold); its bit LIVE_MOVED says the segment was replaced under
+# its name. live_changed_ns: when the last change was made (wall ns). live_limits: two tables
+# of MAX_RINGS (8) limits, generation g's at table g & 1.
+LIVE_WORDS: tuple[Field, ...] = (
+    ("live_gen", 1120, "q"),
+    ("live_changed_ns", 1128, "q"),
+    ("live_limits", 1136, "128s"),
+)
+LIVE_MOVED = 1 << 62

@@ -80,6 +80,11 @@ corrupt word sends a process into the sparse file's holes (a SIGBUS on a full /d
     1096 8    C         chunks_top      role "moving-log", under lock 1 (LOCK_CHUNKS): chunks handed out
     1104 8    C         chunks_reserved chunks whose memory is reserved; >= chunks_top
     1112 8    i64       chunk_free      first chunk of the chunk free list, + 1 (0: empty)
+    1120 8    i64       live_gen        a limiter's live limits (core/live.c), under lock 0: the
+                                        changes made (0: none, the ring table's limits hold); bit
+                                        62 (LIVE_MOVED): the segment was replaced under its name
+    1128 8    i64       live_changed_ns when the last change was made (wall ns)
+    1136 128  i64[16]   live_limits     two tables of 8 limits; generation g's is table g & 1
 
 Lock table: ``n_locks`` x 64 bytes. Lock 0 guards the stripe table (unkeyed) or
 key insertion (keyed); lock 1 guards row 0 (unkeyed) or the chunk heap (keyed, role

@@ -17,32 +17,36 @@ between. Memory per key is fixed by ``buckets`` (and, 4 or 8 bytes a count, the 
 from __future__ import annotations
 
 from ..._core import LimiterCore
-from ...geometry import rates_of
+from ...geometry import Geometry, rates_of
 from ...rate import Rate
 from ..contract import Check, Key, Request
-from .decider import ShmDecider, open_window
-from .window import ShmWindow
+from . import live
+from .decider import ShmDecider, open_changing
+from .window import ShmOptions
+
+
+def _is_limiter(g: Geometry) -> bool:
+    return g.kind == "limiter"
 
 
 class ShmLimiter(ShmDecider):
-    """A limiter-kind :class:`ShmWindow` and its native core's check-and-count."""
+    """A limiter-kind :class:`ShmWindow` and its native core's check-and-count; its rates may
+    change live (``live.py``, :class:`ShmDecider`)."""
 
     _core_type = LimiterCore
     _core: LimiterCore
-
-    def __init__(self, window: ShmWindow):
-        super().__init__(window)
-        self.hit = self._core.hit  # type: ignore[method-assign]  # the native check-and-count
-        self.check = self._core.check  # type: ignore[method-assign]
+    _methods = ("hit", "check")
 
     @classmethod
     def open(cls, req: Request) -> ShmLimiter:
-        """The registry's entry: create-or-attach ``req.geometry``, or attach (``None``)."""
-        return cls(open_window(req, lambda g: g.kind == "limiter", "a limiter"))
+        """The registry's entry: create-or-attach ``req.geometry``, or attach (``None``); an
+        existing limiter of other rates changes by ``on_change`` (``decider.open_changing``)."""
+        return cls(open_changing(req, _is_limiter, "a limiter"), ShmOptions.of(req))
 
     @property
     def rates(self) -> list[Rate]:
-        return rates_of(self._window.geometry)
+        """The rates in force: the live ones, once changed (the name's new segment, once moved)."""
+        return rates_of(live.live_geometry(self._current()))
 
     def hit(self, key: Key, cost: int = 1) -> bool:
         """The instance's ``hit`` is the core's own method; this is its signature."""

@@ -280,8 +280,33 @@ class Segment:
 def unlink(name: str) -> bool:
     """Remove window ``name`` from the host; True if it existed. Processes that have it
     mapped keep their memory. A limiter's decisions window (``NAME.decisions``, see
-    :mod:`shmwin.front`) goes with it."""
+    :mod:`shmwin.front`) goes with it, and so do the passing segments of a live move whose mover
+    died (``NAME.moving-PID-N``, see :mod:`.live`)."""
     return _unlink_at(path_of(name), name)
+
+
+def _unlink_dead_passing(path: str, name: str) -> None:
+    """Remove the ``NAME.moving-PID-N`` segments beside ``path`` whose PID is gone: a live mover
+    makes one under the name's lock and renames it over the name, so one left behind is a dead
+    mover's."""
+    stem = path[: len(path) - len(name)]  # the directory, the prefix and the namespace
+    head, directory = f"{stem}{name[:150]}.moving-", os.path.dirname(path)  # live._passing_prefix
+    with suppress(OSError):
+        for entry in os.listdir(directory):
+            full = f"{directory}/{entry}"
+            pid, dash, n = full[len(head):].partition("-") if full.startswith(head) else ("", "", "")
+            if pid.isdigit() and dash and n.isdigit() and not _alive(int(pid)):
+                _unlink_path(full, full[len(stem):])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: alive
+    return True
 
 
 def _unlink_at(path: str, name: str) -> bool:
@@ -291,6 +316,7 @@ def _unlink_at(path: str, name: str) -> bool:
     decisions = name + ".decisions"
     if found and len(decisions) <= MAX_NAME_CHARS:
         _unlink_path(path + ".decisions", decisions)
+    _unlink_dead_passing(path, name)
     return found
 
 

@@ -12,8 +12,8 @@ from ..._core import TokenBucketCore
 from ...geometry import TOKEN_ROLE, token_rate_of
 from ...rate import Rate
 from ..contract import Key, Request, TokenCheck
-from .decider import ShmDecider, open_window
-from .window import ShmWindow
+from .decider import ShmDecider, open_changing
+from .window import ShmOptions
 
 # allowed, whole tokens left, wait_ns (None: never), ns until full
 
@@ -23,26 +23,23 @@ class ShmTokenBucket(ShmDecider):
 
     _core_type = TokenBucketCore
     _core: TokenBucketCore
-
-    def __init__(self, window: ShmWindow):
-        super().__init__(window)
-        self.hit = self._core.token_hit  # type: ignore[method-assign]  # the native take
-        self.check = self._core.token_check  # type: ignore[method-assign]
+    _methods = ("token_hit", "token_check")  # the native take
 
     @classmethod
     def open(cls, req: Request) -> ShmTokenBucket:
         """Create-or-attach ``req.geometry``, or attach (``None``): a segment of another kind
-        or role is a :class:`GeometryMismatchError`."""
+        or role is a :class:`GeometryMismatchError`; one of another rate or burst changes by
+        ``on_change`` (``live.py``: always a move, the tokens each key has used carried)."""
         accepts = lambda g: g.role == TOKEN_ROLE and g.kind == "window" and len(g.rings) == 1  # noqa: E731
-        return cls(open_window(req, accepts, "a token bucket"))
+        return cls(open_changing(req, accepts, "a token bucket"), ShmOptions.of(req))
 
     @property
     def rate(self) -> Rate:
-        return token_rate_of(self._window.geometry)[0]
+        return token_rate_of(self._current().geometry)[0]
 
     @property
     def burst(self) -> int:
-        return token_rate_of(self._window.geometry)[1]
+        return token_rate_of(self._current().geometry)[1]
 
     def hit(self, key: Key, cost: int = 1) -> bool:
         """The instance's ``hit`` is the core's own method; this is its signature."""

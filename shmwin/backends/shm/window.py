@@ -48,7 +48,18 @@ from .segment import Segment, path_of
 from .stripes import StripeTable
 
 _W = layout.WORD_BYTES
+# a window's buckets cannot change under its writers (a limiter's rates can: live.py)
+_DROP_HINT = (": a window's buckets do not change live. To start it anew with the new ones, drop it: "
+              "`shmwin rm {name}` (add --force while processes still hold it: they keep counting "
+              "into the dropped one until they open it again); its counts go")  # fmt: skip
 LOCK_TIMEOUT_S = 10.0
+
+
+def _plain_windows(have: Geometry, want: Geometry) -> bool:
+    """Both a plain window (no role: a concurrency segment is a window of its own role)."""
+    return have.kind == "window" == want.kind and not have.role and not want.role
+
+
 READY_TIMEOUT_S = 5.0
 PERM = 0o600
 
@@ -114,6 +125,7 @@ class ShmWindow:
                 self.close()
                 raise GeometryMismatchError(
                     f"window {name!r} exists with geometry [{have}], not the requested [{want}]"
+                    + (_DROP_HINT.format(name=name) if _plain_windows(have, want) else "")
                 )
             return self
         raise ShmwinError(f"window {name!r} kept appearing and disappearing; gave up")
@@ -155,6 +167,8 @@ class ShmWindow:
         except BaseException:
             seg.close()
             raise
+        # which file: a limiter's live move replaces the name's (live.py)
+        self._ino = os.fstat(seg.fd).st_ino if seg.fd >= 0 else 0
         seg.release_fd()  # the core keeps its own (a keyed table grows through it)
         self._g, self._lay, self.meta = g, lay, meta
         self.name = seg.name

@@ -136,9 +136,9 @@ def test_geometry_is_checked_and_bad_options_are_refused(name):
     with Limiter(name, "10/minute", exact=True) as lim:
         assert "log of 10 per 1m" in str(lim.window.geometry)
         with pytest.raises(GeometryMismatchError):
-            Limiter(name, "10/minute")  # bucketed: another geometry
+            Limiter(name, "10/minute", on_change="raise")  # bucketed: another geometry
         with pytest.raises(GeometryMismatchError):
-            Limiter(name, "10/minute", exact=5)
+            Limiter(name, "10/minute", exact=5, on_change="raise")
         Limiter(name, "10/minute", exact=True).close()  # the same: attaches
         Limiter(name, "10/minute", exact=10).close()  # min(limit, entries): the same too
         lim.hit("k")

@@ -191,7 +191,7 @@ def test_same_rates_attach_other_rates_refused(name, clock):
         with Limiter(name, "5 per minute", clock=clock) as b:
             assert b.stats("k").used == 1
         with pytest.raises(shmwin.GeometryMismatchError, match="limit=5"):
-            Limiter(name, "6/minute", clock=clock)
+            Limiter(name, "6/minute", clock=clock, on_change="raise")
         with Limiter.attach(name, clock=clock) as c:
             assert c.rates == [Rate(5, 60 * S)] and c.stats("k").used == 1
         with Window.attach(name, clock=clock) as view:

@@ -176,8 +176,14 @@ def test_the_wrong_kind_of_segment_is_a_clear_error(name, clock, backend):
             Limiter.attach(name, backend=backend)
         with pytest.raises(GeometryMismatchError):
             Limiter(name, "10/second", backend=backend)
-        with pytest.raises(GeometryMismatchError):
-            bucket(name, clock, backend, burst=6)  # the same name with another burst
+        with pytest.raises(GeometryMismatchError):  # the same name with another burst
+            TokenBucket(name, "10/second", burst=6, clock=clock, backend=backend, on_change="raise")
+        if backend is None:  # on shared memory the default changes it live (docs/operating.md)
+            with bucket(name, clock, backend, burst=6) as changed:
+                assert changed.burst == tb.burst == 6
+        else:
+            with pytest.raises(GeometryMismatchError):
+                bucket(name, clock, backend, burst=6)
         tb.unlink()
 
 

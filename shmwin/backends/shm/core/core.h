@@ -67,6 +67,7 @@ typedef struct {
     PyTypeObject *window_type;   /* a window's (a limiter's tally must be one) */
     PyTypeObject *role_types[MAX_ROLE_TYPES];  /* module.c's table's, in its order */
     PyObject *closed, *timeout, *corrupt, *full, *field, *space;  /* WindowClosedError ... */
+    PyObject *moved;  /* WindowMovedError (live.c) */
     PyTypeObject *series_map_type, *series_value_type;  /* role "series" (series.c) */
 } ModState;
 
@@ -136,6 +137,8 @@ typedef struct {
     int64_t key_bytes;  /* keyed: the key bytes a row stores (a moving log's: a digest) */
     int64_t names_off;  /* a moving log's key names (NAME_ENTRY x NAME_SLOTS), before the index; else -1 */
     int all_held;       /* this thread holds every lock (reset): emptying a row takes none (a moving log's chunks) */
+    int64_t live_gen;   /* the header's live_gen this core's limits were read at (live.c); 0: the ring table's */
+    PyObject *on_moved; /* a limiter's: callable(method name) -> the method to call instead, once moved (live.c) */
 } Core;
 
 /* ---- a role: its type, and the hooks the shared code calls it through ------------------- *
@@ -495,6 +498,34 @@ void forget(Core *c, PyObject *key);
 void cache_drop(Core *c);
 PyObject *Core_cache_probes(Core *c, PyObject *key);
 
+/* ---- live limits (live.c) ---------------------------------------------------------------- */
+
+int live_reload(Core *c);
+PyObject *moved_retry_slow(Core *c, const char *method, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+/* A limiter method's answer; NULL once moved: what the backend's hook says instead (live.c). */
+static inline PyObject *moved_retry(Core *c, PyObject *result, const char *method, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames) {
+    return __builtin_expect(result != NULL, 1) ? result : moved_retry_slow(c, method, args, nargs, kwnames);
+}
+PyObject *Core_set_limits(Core *c, PyObject *limits);
+PyObject *Core_retire(Core *c, PyObject *Py_UNUSED(ignored));
+PyObject *Core_unretire(Core *c, PyObject *Py_UNUSED(ignored));
+PyObject *Core_live(Core *c, PyObject *Py_UNUSED(ignored));
+PyObject *Core_set_on_moved(Core *c, PyObject *hook);
+#define LIVE_METHODS                                                                                        \
+    {"set_limits", (PyCFunction)Core_set_limits, METH_O,                                                   \
+     "set_limits($self, limits, /)\n--\n\nEvery process's limits from its next call: (limit per ring, "  \
+     "changed wall ns); the new generation."},                                                             \
+    {"retire", (PyCFunction)Core_retire, METH_NOARGS,                                                       \
+     "retire($self, /)\n--\n\nMark the segment replaced under its name: every call raises WindowMovedError."}, \
+    {"unretire", (PyCFunction)Core_unretire, METH_NOARGS,                                                   \
+     "unretire($self, /)\n--\n\nA failed move's roll back: the segment live again, its limits as they were."}, \
+    {"live", (PyCFunction)Core_live, METH_NOARGS,                                                           \
+     "live($self, /)\n--\n\n(generation word, changed wall ns, the limits in force) as this process sees them."}, \
+    {"set_on_moved", (PyCFunction)Core_set_on_moved, METH_O,                                               \
+     "set_on_moved($self, hook, /)\n--\n\nhook(method name) -> the method to call instead once moved (or None)."}
+
 /* ---- a keyed method's prologue and epilogue (inline: the hot path pays no call) --------- *
  * Every keyed method runs: parse its arguments -> key_enter -> its own checks -> key_lock (now,
  * then the key's row lock) -> its section -> key_unlock -> build its answer -> key_leave.
@@ -516,6 +547,9 @@ static inline int key_enter(Core *c, KeyCall *kc) {
 static inline int key_lock_at(Core *c, KeyCall *kc, PyObject *key, int create, int64_t now, int64_t *slot) {
     int got = lock_key(c, key, create, now, slot);
     if (got > 0) kc->lock = row_lock(c, *slot);
+    /* live limits (live.c): one load, under the row lock (a retired segment's counts are
+     * read under it: no hit counts there after); the newest limits from each next call */
+    if (__builtin_expect(got >= 0 && LOAD(W(c, LIVE_GEN_OFF)) != c->live_gen, 0) && live_reload(c) < 0) return -1;
     return got;
 }
 /* Now read once, before any lock (an injected clock is Python code), then the row locked. */

@@ -293,6 +293,7 @@ int core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(c->clock);
     Py_VISIT(c->claim);
     Py_VISIT(c->fields);
+    Py_VISIT(c->on_moved);
     return 0;
 }
 
@@ -300,6 +301,7 @@ int core_clear(Core *c) {
     Py_CLEAR(c->clock);
     Py_CLEAR(c->claim);
     Py_CLEAR(c->fields);
+    Py_CLEAR(c->on_moved);
     return 0;
 }
 

@@ -399,7 +399,7 @@ static PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs
         result = Py_NewRef(allowed || DECIDER(c)->shadow ? Py_True : Py_False);
     }
 out:
-    return key_leave(c, &kc, result);
+    return moved_retry(c, key_leave(c, &kc, result), "token_hit", args, nargs, kwnames);
 }
 
 /* token_check(key, cost, commit) -> (allowed, tokens, wait_ns | None, full_ns): take (commit)
@@ -444,7 +444,7 @@ static PyObject *Core_token_check(Core *c, PyObject *const *args, Py_ssize_t nar
     else result = Py_BuildValue("(OLLL)", allowed ? Py_True : Py_False, (long long)tokens, (long long)wait_ns,
                                 (long long)full_ns);
 out:
-    return key_leave(c, &kc, result);
+    return moved_retry(c, key_leave(c, &kc, result), "token_check", args, nargs, kwnames);
 }
 
 /* ---- the types: one per role ---------------------------------------------------------------- */
@@ -489,6 +489,7 @@ static PyMethodDef token_methods[] = {
      "token_check($self, /, key, cost, commit)\n--\n\n"
      "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
     SET_TALLY_METHOD,
+    LIVE_METHODS,  /* moved when its rate or burst changes (live.c; backends/shm/live.py) */
     {NULL},
 };
 

@@ -39,6 +39,7 @@
 #define EMPTY_EPOCH                  (-INT64_C(9223372036854775807) - 1)
 #define FULL_DENY_COUNT              INT64_C(4611686018427387904)
 #define RING_LOG                     1
+#define LIVE_MOVED                   INT64_C(4611686018427387904)
 #define KEY_FLAG_STR                 1
 #define KEY_FLAG_DIGEST              2
 #define LOCK_STRIPE_TABLE            0
@@ -167,6 +168,9 @@
 #define SKETCH_ERROR_OFF             200
 #define SKETCH_LOW_OFF               208
 #define SKETCH_HIGH_OFF              216
+#define LIVE_GEN_OFF                 1120
+#define LIVE_CHANGED_NS_OFF          1128
+#define LIVE_LIMITS_OFF              1136
 #define LOCK_MUTEX_OFF               0
 #define LOCK_INTENT_OFF              56
 #define LOCK_INTENT                  7
@@ -371,6 +375,7 @@
     X(EMPTY_EPOCH) \
     X(FULL_DENY_COUNT) \
     X(RING_LOG) \
+    X(LIVE_MOVED) \
     X(KEY_FLAG_STR) \
     X(KEY_FLAG_DIGEST) \
     X(LOCK_STRIPE_TABLE) \
@@ -499,6 +504,9 @@
     X(SKETCH_ERROR_OFF) \
     X(SKETCH_LOW_OFF) \
     X(SKETCH_HIGH_OFF) \
+    X(LIVE_GEN_OFF) \
+    X(LIVE_CHANGED_NS_OFF) \
+    X(LIVE_LIMITS_OFF) \
     X(LOCK_MUTEX_OFF) \
     X(LOCK_INTENT_OFF) \
     X(LOCK_INTENT) \
@@ -735,6 +743,9 @@ typedef struct {  /* generated: offsets asserted below */
     uint64_t chunks_top;
     uint64_t chunks_reserved;
     int64_t chunk_free;
+    int64_t live_gen;
+    int64_t live_changed_ns;
+    uint8_t live_limits[128];
 } ShmwinHeader;
 _Static_assert(offsetof(ShmwinHeader, magic) == 0, "ShmwinHeader.magic");
 _Static_assert(offsetof(ShmwinHeader, version) == 8, "ShmwinHeader.version");
@@ -783,6 +794,9 @@ _Static_assert(offsetof(ShmwinHeader, full_count) == 1088, "ShmwinHeader.full_co
 _Static_assert(offsetof(ShmwinHeader, chunks_top) == 1096, "ShmwinHeader.chunks_top");
 _Static_assert(offsetof(ShmwinHeader, chunks_reserved) == 1104, "ShmwinHeader.chunks_reserved");
 _Static_assert(offsetof(ShmwinHeader, chunk_free) == 1112, "ShmwinHeader.chunk_free");
+_Static_assert(offsetof(ShmwinHeader, live_gen) == 1120, "ShmwinHeader.live_gen");
+_Static_assert(offsetof(ShmwinHeader, live_changed_ns) == 1128, "ShmwinHeader.live_changed_ns");
+_Static_assert(offsetof(ShmwinHeader, live_limits) == 1136, "ShmwinHeader.live_limits");
 
 /* Records read word by word: each field fits before the next, each mutex in its room. */
 _Static_assert(LOCK_MUTEX_OFF + sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "LOCK.mutex");

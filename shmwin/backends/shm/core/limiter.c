@@ -148,7 +148,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
         result = Py_NewRef(v.allowed || DECIDER(c)->shadow ? Py_True : Py_False);
     }
 out:
-    return key_leave(c, &kc, result);
+    return moved_retry(c, key_leave(c, &kc, result), "hit", args, nargs, kwnames);
 }
 
 /* Parse (key, cost) for refund() and charge(): 0, or -1 with the error set. */
@@ -183,7 +183,7 @@ static PyObject *Core_refund(Core *c, PyObject *const *args, Py_ssize_t nargs, P
     }
     result = PyLong_FromLongLong(given);
 out:
-    return key_leave(c, &kc, result);
+    return moved_retry(c, key_leave(c, &kc, result), "refund", args, nargs, kwnames);
 }
 
 /* charge(key, cost): count cost hits in every rate without a check (section "hit" with
@@ -205,7 +205,7 @@ static PyObject *Core_charge(Core *c, PyObject *const *args, Py_ssize_t nargs, P
     key_unlock(c, &kc);
     if (rc == 0) result = Py_NewRef(Py_None);
 out:
-    return key_leave(c, &kc, result);
+    return moved_retry(c, key_leave(c, &kc, result), "charge", args, nargs, kwnames);
 }
 
 /* check(key, cost, commit, detail=True) -> (allowed, used, reset_ns, wait_ns | None): hit()
@@ -259,7 +259,7 @@ static PyObject *Core_check(Core *c, PyObject *const *args, Py_ssize_t nargs, Py
     if (v.wait_ns < 0) result = Py_BuildValue("(ONNO)", v.allowed ? Py_True : Py_False, used, reset, Py_None);
     else result = Py_BuildValue("(ONNL)", v.allowed ? Py_True : Py_False, used, reset, (long long)v.wait_ns);
 out:
-    return key_leave(c, &kc, result);
+    return moved_retry(c, key_leave(c, &kc, result), "check", args, nargs, kwnames);
 }
 
 /* ---- the type ----------------------------------------------------------------------------- */
@@ -294,6 +294,7 @@ static PyMethodDef limiter_methods[] = {
      "check($self, /, key, cost, commit, detail=True)\n--\n\n"
      "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
     SET_TALLY_METHOD,
+    LIVE_METHODS,
     {"refund", FASTCALL_KW(Core_refund),
      "refund($self, /, key, cost)\n--\n\nGive back up to cost of key's hits, most recent first: how much."},
     {"charge", FASTCALL_KW(Core_charge),

@@ -38,6 +38,8 @@
  *                  of hits from Redis, spent, sealed, installed under the key's row lock
  *   distribution.c  DistributionCore: role "distribution", shmwin.Distribution's record and
  *                  record_many, each value into every resolution's bucket of bins
+ *   live.c         live limits: a limiter's limits changed in place (a generation word each
+ *                  keyed call compares), a segment replaced under its name (moved)
  *   cache.c        CounterCacheCore: role "counter-cache", Django's cache of int counters: each
  *                  key's value and expiry, add/set/incr/touch/delete under the key's row lock
  *   rings.c        rows: the window's add, the limiter's check-and-count and its repair
@@ -79,6 +81,7 @@
  *   keys.c ->
  *   lease.c -> coretype.c index.c methods.c rings.c
  *   limiter.c -> coretype.c index.c methods.c rings.c
+ *   live.c ->
  *   locks.c -> coretype.c index.c words.c
  *   methods.c -> coretype.c index.c keycache.c keys.c rings.c stripes.c words.c
  *   module.c -> locks.c series.c threads.c
@@ -323,6 +326,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     Py_VISIT(st->full);
     Py_VISIT(st->field);
     Py_VISIT(st->space);
+    Py_VISIT(st->moved);
     Py_VISIT(st->series_map_type);
     Py_VISIT(st->series_value_type);
     return 0;
@@ -339,6 +343,7 @@ static int module_clear(PyObject *m) {
     Py_CLEAR(st->full);
     Py_CLEAR(st->field);
     Py_CLEAR(st->space);
+    Py_CLEAR(st->moved);
     Py_CLEAR(st->series_map_type);
     Py_CLEAR(st->series_value_type);
     return 0;
@@ -349,8 +354,10 @@ static void module_free(void *m) { module_clear((PyObject *)m); }
 /* The exception classes, from shmwin.errors (the one errors module): the module's state. */
 static int take_errors(ModState *st) {
     static const char *names[] = {"WindowClosedError", "LockTimeoutError", "CorruptSegmentError",
-                                  "KeyTableFullError", "UnknownFieldError", "OutOfSpaceError"};
-    PyObject **slots[] = {&st->closed, &st->timeout, &st->corrupt, &st->full, &st->field, &st->space};
+                                  "KeyTableFullError", "UnknownFieldError", "OutOfSpaceError",
+                                  "WindowMovedError"};
+    PyObject **slots[] = {&st->closed, &st->timeout, &st->corrupt, &st->full, &st->field, &st->space,
+                          &st->moved};
     PyObject *errors = PyImport_ImportModule("shmwin.errors");
     if (errors == NULL) return -1;
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
