@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import re
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +139,38 @@ def run_all(procs: list[Any], timeout_s: float = 120) -> None:
     for p in procs:
         p.join(timeout_s)
         assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+
+
+@contextmanager
+def forked_askers(
+    local: Callable[[str, int, int], Any], worker: Callable[[str, Any], None], name: str, n: int = 2
+) -> Iterator[Callable[[int, str, int, int], Any]]:
+    """``ask(who, op, now, cost)``: ``local(op, now, cost)`` for who 0 (this process), else the
+    answer of forked ``worker(name, conn)`` number ``who`` (1..n), which reads ``(op, now,
+    cost)`` from its pipe until None. On a clean exit each worker must have exited 0."""
+    ctx = mp.get_context("fork")
+    pipes, procs = [], []
+    try:
+        for _ in range(n):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=worker, args=(name, theirs), daemon=True)
+            p.start()
+            pipes.append(mine)
+            procs.append(p)
+
+        def ask(who: int, op: str, now: int, cost: int) -> Any:
+            if who == 0:
+                return local(op, now, cost)
+            pipes[who - 1].send((op, now, cost))
+            return pipes[who - 1].recv()
+
+        yield ask
+        for conn in pipes:
+            conn.send(None)
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()

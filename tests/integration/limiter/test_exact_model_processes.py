@@ -9,7 +9,6 @@ every hit by P the key admits exactly the limit again."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 from support.clock_steps import SteppingClock, busiest_period
+from support.helpers import forked_askers
 
 from shmwin import Limiter
 
@@ -82,35 +82,12 @@ def three_processes(name: str) -> Iterator[Any]:
     """``ask(who, op, now, cost)``: run op in process who (0: this one, 1 and 2: forked)."""
     clock = SteppingClock(T0)
     lim = Limiter(name, f"{LIMIT}/second", exact=True, clock=clock)
-    ctx = mp.get_context("fork")
-    pipes, procs = [], []
     try:
-        for _ in range(2):
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(name, theirs), daemon=True)
-            p.start()
-            pipes.append(mine)
-            procs.append(p)
-
-        def ask(who: int, op: str, now: int, cost: int) -> Any:
-            if who == 0:
-                return run(lim, clock, op, now, cost)
-            pipes[who - 1].send((op, now, cost))
-            return pipes[who - 1].recv()
-
-        yield ask
-        for conn in pipes:
-            conn.send(None)
-        for p in procs:
-            p.join(30)
-            assert p.exitcode == 0
+        with forked_askers(lambda op, now, cost: run(lim, clock, op, now, cost), _worker, name) as ask:
+            yield ask
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
         lim.unlink()
         lim.close()
-
 
 OPS = ["hit"] * 6 + ["test", "stats", "refund", "clear"]
 

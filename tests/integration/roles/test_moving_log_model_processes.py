@@ -12,7 +12,6 @@ exactly the limit again."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from support.clock_steps import SteppingClock, busiest_period
+from support.helpers import forked_askers
 
 import shmwin
 from shmwin.backends.shm import format as layout
@@ -84,38 +84,15 @@ def three_processes(name: str) -> Iterator[Any]:
     clock = SteppingClock(T0)
     m = MovingLogs.open(name, LIMIT, P, 1_024, clock, 16, create=True)
     assert m is not None
-    ctx = mp.get_context("fork")
-    pipes, procs = [], []
     try:
-        for _ in range(2):
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(name, theirs), daemon=True)
-            p.start()
-            pipes.append(mine)
-            procs.append(p)
-
-        def ask(who: int, op: str, now: int, cost: int) -> Any:
-            if who == 0:
-                return run(m, clock, op, now, cost)
-            pipes[who - 1].send((op, now, cost))
-            return pipes[who - 1].recv()
-
-        yield ask
-        for conn in pipes:
-            conn.send(None)
-        for p in procs:
-            p.join(30)
-            assert p.exitcode == 0
+        with forked_askers(lambda op, now, cost: run(m, clock, op, now, cost), _worker, name) as ask:
+            yield ask
         top = m.chunks()[0]
         ask(0, "clear", clock(), 0)
         assert m.chunks()[:2] == (top, top), "a chunk leaked"
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
         m.close()
         shmwin.unlink(name)
-
 
 OPS = ["hit"] * 7 + ["get", "get", "clear"]
 
