@@ -463,6 +463,9 @@ int64_t load_count(Core *c, int64_t off, int64_t most);
 Index index_copy(Core *c, int64_t index);
 int current_index(Core *c, Index *x);
 int rows_top(Core *c, int64_t *top);
+/* a heap's two checked state words (rows or chunks): what heap_top loads and names in its error */
+typedef struct { int64_t top_off, reserved_off; const char *top_word, *reserved_word, *heap, *unit; } HeapWords;
+int heap_top(Core *c, const HeapWords *h, int64_t most, int64_t *top);
 
 /* index.c: the index; find, insert, rebuild, reclaim, clear, and their repair */
 int row_idle(Core *c, int64_t slot, int64_t now);
