@@ -287,20 +287,16 @@ static int counter_cache_init(Core *c, PyObject *args, PyObject *kw) {
 }
 
 static PyMethodDef counter_cache_methods[] = {
-    {"counter_add", FASTCALL_KW(Core_counter_add),
-     "counter_add($self, /, key, value, timeout_ns=None)\n--\n\n"
-     "Set key's value for timeout_ns if it holds none live: whether it did."},
-    {"counter_set", FASTCALL_KW(Core_counter_set),
-     "counter_set($self, /, key, value, timeout_ns=None)\n--\n\n"
-     "Set key's value for timeout_ns: True, or False if a full key table refused it."},
-    {"counter_incr", FASTCALL_KW(Core_counter_incr),
-     "counter_incr($self, /, key, delta=1)\n--\n\nAdd delta to key's live value: the new value, or None."},
-    {"counter_get", (PyCFunction)Core_counter_get, METH_O,
-     "counter_get($self, key, /)\n--\n\nkey's live value, or None."},
-    {"counter_touch", FASTCALL_KW(Core_counter_touch),
-     "counter_touch($self, /, key, timeout_ns=None)\n--\n\nA new expiry for key's live value: whether it had one."},
-    {"counter_delete", (PyCFunction)Core_counter_delete, METH_O,
-     "counter_delete($self, key, /)\n--\n\nForget key's value: whether it held a live one."},
+    METHOD_KW(counter_add, Core_counter_add, "key, value, timeout_ns=None",
+        "Set key's value for timeout_ns if it holds none live: whether it did."),
+    METHOD_KW(counter_set, Core_counter_set, "key, value, timeout_ns=None",
+        "Set key's value for timeout_ns: True, or False if a full key table refused it."),
+    METHOD_KW(counter_incr, Core_counter_incr, "key, delta=1",
+        "Add delta to key's live value: the new value, or None."),
+    METHOD_O(counter_get, Core_counter_get, "key", "key's live value, or None."),
+    METHOD_KW(counter_touch, Core_counter_touch, "key, timeout_ns=None",
+        "A new expiry for key's live value: whether it had one."),
+    METHOD_O(counter_delete, Core_counter_delete, "key", "Forget key's value: whether it held a live one."),
     {NULL},
 };
 

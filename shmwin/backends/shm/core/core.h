@@ -575,14 +575,14 @@ static inline PyObject *key_leave(Core *c, KeyCall *kc, PyObject *result) {
 PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
 int decider_traverse(Core *c, visitproc visit, void *arg);
 int decider_clear(Core *c);
-#define SET_TALLY_METHOD                                                                          \
-    {"set_tally", (PyCFunction)(void (*)(void))Core_set_tally, METH_FASTCALL,                     \
-     "set_tally($self, tally, shadow, /)\n--\n\nCount decisions in tally (or None); shadow: hit() always True."}
+#define SET_TALLY_METHOD                                  \
+    METHOD_POS(set_tally, Core_set_tally, "tally, shadow", \
+               "Count decisions in tally (or None); shadow: hit() always True.")
 
 /* ---- the methods (methods.c) ------------------------------------------------------------- */
 
 extern PyMethodDef core_methods[];
-#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+#include "methodtable.h"  /* FASTCALL_KW and the METHOD_* entries */
 int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
           PyObject **out, const char *fname);
 int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);

@@ -464,30 +464,24 @@ static int sliding_init(Core *c, PyObject *args, PyObject *kw) { return core_ini
 static int token_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &token_hooks); }
 
 static PyMethodDef fixed_methods[] = {
-    {"fixed_incr", FASTCALL_KW(Core_fixed_incr),
-     "fixed_incr($self, /, key, amount=1)\n--\n\n"
-     "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."},
-    {"fixed_get", (PyCFunction)(void (*)(void))Core_fixed_get, METH_FASTCALL,
-     "fixed_get($self, key, now_ns=None, /)\n--\n\n(count, end ns) of key's live fixed window, or None."},
+    METHOD_KW(fixed_incr, Core_fixed_incr, "key, amount=1",
+        "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."),
+    METHOD_POS(fixed_get, Core_fixed_get, "key, now_ns=None", "(count, end ns) of key's live fixed window, or None."),
     {NULL},
 };
 
 static PyMethodDef sliding_methods[] = {
-    {"sliding_hit", FASTCALL_KW(Core_sliding_hit),
-     "sliding_hit($self, /, key, limit, amount=1)\n--\n\n"
-     "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."},
-    {"sliding_get", (PyCFunction)Core_sliding_get, METH_O,
-     "sliding_get($self, key, /)\n--\n\n(previous, current, ns into the current window, period ns)."},
+    METHOD_KW(sliding_hit, Core_sliding_hit, "key, limit, amount=1",
+        "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."),
+    METHOD_O(sliding_get, Core_sliding_get, "key", "(previous, current, ns into the current window, period ns)."),
     {NULL},
 };
 
 static PyMethodDef token_methods[] = {
-    {"token_hit", FASTCALL_KW(Core_token_hit),
-     "token_hit($self, /, key, cost=1)\n--\n\n"
-     "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."},
-    {"token_check", FASTCALL_KW(Core_token_check),
-     "token_check($self, /, key, cost, commit)\n--\n\n"
-     "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
+    METHOD_KW(token_hit, Core_token_hit, "key, cost=1",
+        "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."),
+    METHOD_KW(token_check, Core_token_check, "key, cost, commit",
+        "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."),
     SET_TALLY_METHOD,
     LIVE_METHODS,  /* moved when its rate or burst changes (live.c; backends/shm/live.py) */
     {NULL},

@@ -357,21 +357,15 @@ static const RoleHooks lease_hooks = {.role = "lease", .keyed_role = ROLE_LEASE,
 static int lease_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &lease_hooks); }
 
 static PyMethodDef lease_methods[] = {
-    {"lease_spend", FASTCALL_KW(Core_lease_spend),
-     "lease_spend($self, /, key, cost=1)\n--\n\n"
-     "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: "
-     "(its account or None,)."},
-    {"lease_install", FASTCALL_KW(Core_lease_install),
-     "lease_install($self, /, key, lease, granted, cost, start_ns, deadline_ns, grant_us)\n--\n\n"
-     "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."},
-    {"lease_deny", FASTCALL_KW(Core_lease_deny),
-     "lease_deny($self, /, key, until_ns)\n--\n\nRefuse key without asking Redis until until_ns."},
-    {"lease_refund", FASTCALL_KW(Core_lease_refund),
-     "lease_refund($self, /, key, cost)\n--\n\nGive up to cost hits back to key's live lease: how many."},
-    {"lease_seal", (PyCFunction)Core_lease_seal, METH_O,
-     "lease_seal($self, key, /)\n--\n\nSeal key's live lease: its account (to give back), or None."},
-    {"lease_get", (PyCFunction)Core_lease_get, METH_O,
-     "lease_get($self, key, /)\n--\n\nkey's lease words, or None (no row)."},
+    METHOD_KW(lease_spend, Core_lease_spend, "key, cost=1",
+        "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: (its "
+        "account or None,)."),
+    METHOD_KW(lease_install, Core_lease_install, "key, lease, granted, cost, start_ns, deadline_ns, grant_us",
+        "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."),
+    METHOD_KW(lease_deny, Core_lease_deny, "key, until_ns", "Refuse key without asking Redis until until_ns."),
+    METHOD_KW(lease_refund, Core_lease_refund, "key, cost", "Give up to cost hits back to key's live lease: how many."),
+    METHOD_O(lease_seal, Core_lease_seal, "key", "Seal key's live lease: its account (to give back), or None."),
+    METHOD_O(lease_get, Core_lease_get, "key", "key's lease words, or None (no row)."),
     {NULL},
 };
 

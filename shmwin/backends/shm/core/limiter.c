@@ -287,18 +287,14 @@ static const RoleHooks limiter_hooks = {.role = "limiter", .header = limiter_hea
 static int limiter_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &limiter_hooks); }
 
 static PyMethodDef limiter_methods[] = {
-    {"hit", FASTCALL_KW(Core_hit),
-     "hit($self, /, key, cost=1)\n--\n\n"
-     "Count cost hits for key if every rate allows them, else nothing: whether it did."},
-    {"check", FASTCALL_KW(Core_check),
-     "check($self, /, key, cost, commit, detail=True)\n--\n\n"
-     "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
+    METHOD_KW(hit, Core_hit, "key, cost=1",
+        "Count cost hits for key if every rate allows them, else nothing: whether it did."),
+    METHOD_KW(check, Core_check, "key, cost, commit, detail=True",
+        "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."),
     SET_TALLY_METHOD,
     LIVE_METHODS,
-    {"refund", FASTCALL_KW(Core_refund),
-     "refund($self, /, key, cost)\n--\n\nGive back up to cost of key's hits, most recent first: how much."},
-    {"charge", FASTCALL_KW(Core_charge),
-     "charge($self, /, key, cost)\n--\n\nCount cost hits for key without a check."},
+    METHOD_KW(refund, Core_refund, "key, cost", "Give back up to cost of key's hits, most recent first: how much."),
+    METHOD_KW(charge, Core_charge, "key, cost", "Count cost hits for key without a check."),
     {NULL},
 };
 

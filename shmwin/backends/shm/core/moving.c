@@ -551,13 +551,11 @@ static const RoleHooks moving_hooks = {
 static int moving_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &moving_hooks); }
 
 static PyMethodDef moving_methods[] = {
-    {"moving_hit", FASTCALL_KW(Core_moving_hit),
-     "moving_hit($self, /, key, cost=1)\n--\n\n"
-     "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it did."},
-    {"moving_get", (PyCFunction)Core_moving_get, METH_O,
-     "moving_get($self, key, /)\n--\n\n(hits counted, ns until the oldest of them is forgotten; 0: none)."},
-    {"moving_chunks", (PyCFunction)Core_moving_chunks, METH_NOARGS,
-     "moving_chunks($self, /)\n--\n\n(chunks handed out, on the free list, reserved, in the heap)."},
+    METHOD_KW(moving_hit, Core_moving_hit, "key, cost=1",
+        "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it "
+        "did."),
+    METHOD_O(moving_get, Core_moving_get, "key", "(hits counted, ns until the oldest of them is forgotten; 0: none)."),
+    METHOD_NOARGS(moving_chunks, Core_moving_chunks, "(chunks handed out, on the free list, reserved, in the heap)."),
     {NULL},
 };
 
