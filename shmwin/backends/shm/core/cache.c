@@ -300,17 +300,7 @@ static PyMethodDef counter_cache_methods[] = {
     {NULL},
 };
 
-static PyType_Slot counter_cache_slots[] = {
-    {Py_tp_doc, "A segment of role counter-cache: each key's int counter and its expiry, and what every "
-                "segment has (Core)."},
-    {Py_tp_init, counter_cache_init},
-    {Py_tp_methods, counter_cache_methods},
-    {0, NULL},
-};
-
-PyType_Spec counter_cache_spec = {
-    .name = "shmwin._core.CounterCacheCore",
-    .basicsize = sizeof(Core),
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = counter_cache_slots,
-};
+/* no object fields of its own: Core's GC support, inherited */
+ROLE_SPEC(counter_cache_spec, "CounterCacheCore", Core, counter_cache_init, counter_cache_methods,
+          "A segment of role counter-cache: each key's int counter and its expiry, and what every "
+          "segment has (Core).");

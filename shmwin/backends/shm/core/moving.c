@@ -559,16 +559,6 @@ static PyMethodDef moving_methods[] = {
     {NULL},
 };
 
-static PyType_Slot moving_slots[] = {
-    {Py_tp_doc, "A segment of role moving-log: each key's hit times, and what every segment has (Core)."},
-    {Py_tp_init, moving_init},
-    {Py_tp_methods, moving_methods},
-    {0, NULL},
-};
-
-PyType_Spec moving_log_spec = {
-    .name = "shmwin._core.MovingLogCore",
-    .basicsize = sizeof(Core),
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = moving_slots,
-};
+/* no object fields of its own: Core's GC support, inherited */
+ROLE_SPEC(moving_log_spec, "MovingLogCore", Core, moving_init, moving_methods,
+          "A segment of role moving-log: each key's hit times, and what every segment has (Core).");
