@@ -121,11 +121,7 @@ static int cc_lock_new(Core *c, KeyCall *kc, PyObject *const *args, Py_ssize_t n
                        const char *fname, int64_t *now, int64_t *value, int64_t *ttl_ns, int64_t *slot) {
     static const char *const names[] = {"key", "value", "timeout_ns"};
     PyObject *a[3];
-    if (parse(args, nargs, kwnames, names, 3, a, fname) < 0) return -1;
-    if (a[0] == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s() needs a key", fname);
-        return -1;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 3, a, fname) < 0) return -1;
     if (key_enter(c, kc) < 0 || value_of(a[1], value, "value") < 0 || ttl_of(c, a[2], ttl_ns) < 0 ||
         now_ns(c, now) < 0)
         return -1;
@@ -180,11 +176,7 @@ static PyObject *Core_counter_incr(Core *c, PyObject *const *args, Py_ssize_t na
     PyObject *a[2], *result = NULL;
     int64_t now = 0, delta = 1, slot, sum = 0;
     Counter k;
-    if (parse(args, nargs, kwnames, names, 2, a, "counter_incr") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "counter_incr() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "counter_incr") < 0) return NULL;
     if (key_enter(c, &kc) < 0 || (a[1] != NULL && value_of(a[1], &delta, "delta") < 0) || now_ns(c, &now) < 0)
         goto out;
     int got = key_lock_at(c, &kc, a[0], 0, now, &slot);  /* an incr makes no key */
@@ -242,11 +234,7 @@ static PyObject *Core_counter_touch(Core *c, PyObject *const *args, Py_ssize_t n
     PyObject *a[2], *result = NULL;
     int64_t now = 0, ttl_ns, slot;
     Counter k = {0, 0, 0};
-    if (parse(args, nargs, kwnames, names, 2, a, "counter_touch") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "counter_touch() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "counter_touch") < 0) return NULL;
     int got = key_enter(c, &kc) < 0 || ttl_of(c, a[1], &ttl_ns) < 0 ? -1 : cc_lock_read(c, &kc, a[0], &now, &slot, &k);
     if (got > 0 && k.live) cc_touch_row(c, slot, now, now + ttl_ns);
     key_unlock(c, &kc);

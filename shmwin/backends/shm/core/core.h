@@ -579,13 +579,9 @@ int decider_clear(Core *c);
     METHOD_POS(set_tally, Core_set_tally, "tally, shadow", \
                "Count decisions in tally (or None); shadow: hit() always True.")
 
-/* ---- the methods (methods.c) ------------------------------------------------------------- */
+/* ---- the methods (methods.c): a table's entries and the argument helpers ------------------ */
 
-extern PyMethodDef core_methods[];
-#include "methodtable.h"  /* FASTCALL_KW and the METHOD_* entries */
-int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
-          PyObject **out, const char *fname);
-int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);
+#include "methods.h"
 
 #pragma GCC visibility pop
 

@@ -97,11 +97,7 @@ static PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t narg
     PyObject *a[2], *result = NULL;
     int64_t amount, now = 0, slot;
     Fixed f;
-    if (parse(args, nargs, kwnames, names, 2, a, "fixed_incr") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "fixed_incr() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "fixed_incr") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &amount, 0) < 0 ||
         now_ns(c, &now) < 0)
@@ -365,16 +361,7 @@ static PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs
     int64_t cost = 1, now = 0, slot;
     int allowed = 0;
     Token t;
-    if (nargs == 1 && kwnames == NULL) {
-        a[0] = args[0];
-        a[1] = NULL;
-    } else if (parse(args, nargs, kwnames, names, 2, a, "token_hit") < 0) {
-        return NULL;
-    }
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "token_hit() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "token_hit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if ((a[1] != NULL && token_cost(c, a[1], &cost) < 0)) goto out;
     if (cost == 0) {  /* x/time/rate: taking nothing is always allowed (and makes no key) */

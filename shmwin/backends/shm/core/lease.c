@@ -131,16 +131,7 @@ static PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nar
     PyObject *a[2], *result = NULL;
     int64_t cost = 1, now = 0, slot;
     Lease l;
-    if (nargs == 1 && kwnames == NULL) {
-        a[0] = args[0];
-        a[1] = NULL;
-    } else if (parse(args, nargs, kwnames, names, 2, a, "lease_spend") < 0) {
-        return NULL;
-    }
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lease_spend() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "lease_spend") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
     if (key_lock(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */

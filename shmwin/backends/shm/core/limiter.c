@@ -121,16 +121,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot;
     Verdict v;
-    if (nargs == 1 && kwnames == NULL) {
-        a[0] = args[0];
-        a[1] = NULL;
-    } else if (parse(args, nargs, kwnames, names, 2, a, "hit") < 0) {
-        return NULL;
-    }
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "hit() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "hit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
     int got = key_lock(c, &kc, a[0], 1, &now, &slot);

@@ -1,4 +1,4 @@
-/* methods.c -- the argument helpers every method uses (parse, cost_of), and the methods every
+/* methods.c -- the argument helpers every method uses (parse, cost_of; methods.h: parse_keyed), and the methods every
  * segment has (clear, reset, find, the stripes', close): the base type Core's table, which every
  * role's type inherits (window.c, limiter.c, counters.c, concurrency.c, moving.c, lease.c).
  *

@@ -57,7 +57,8 @@
  *                  repairs
  *   series.h       role "series": what its three files share (SeriesMap, SeriesValue)
  *   moving.h       role "moving-log": what moving.c and chunks.c share (a run's shape, chunks)
- *   methodtable.h  a method table's entries (METHOD_KW, METHOD_O, ...): each text signature once
+ *   methods.h      what methods.c offers the role files: a method table's entries (METHOD_KW,
+ *                  METHOD_O, ...: each text signature once), parse, parse_keyed, cost_of
  *   series.c       role "series": prometheus_client's values of one app; the SeriesMap type
  *   seriesdir.c    a series segment's directory (lock, find, append, repair), its slots
  *   seriesval.c    SeriesValue: one prometheus_client value's cell (inc, set, get)

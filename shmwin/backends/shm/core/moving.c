@@ -414,11 +414,7 @@ static PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t narg
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot;
     int allowed = 0;
-    if (parse(args, nargs, kwnames, names, 2, a, "moving_hit") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "moving_hit() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "moving_hit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 0) < 0 || now_ns(c, &now) < 0) goto out;
     if (cost > c->rings[0].limit) {  /* as limits: never, and no key is made for it */
