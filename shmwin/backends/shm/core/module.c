@@ -65,13 +65,13 @@
  *   threads.c      per process: the fork generation, the time namespace's offset, the keeper
  *                  and the reserver threads
  *
- * Who calls whom (a -> b: a file calls a function that b defines; calls through core.h's
+ * Who calls whom (a -> b: a file calls a function that b defines; calls through core.h's (and methods.h's)
  * inline helpers and through a role's hooks not drawn). tests/unit/test_core_file_map.py holds
  * this map, and the one in docs/internals.md, to the files and their calls, and that no file
  * reaches itself through them (the role files on top, the key table below, no circle):
  *
  * CALLS-BEGIN
- *   cache.c -> coretype.c index.c methods.c
+ *   cache.c -> coretype.c index.c
  *   chunks.c -> space.c words.c
  *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
