@@ -39,6 +39,20 @@ def to_units(hits: Any) -> int:
     return min(units, MAX_UNITS)
 
 
+def attach_segment(name: str, role: str, clock: Clock, on_full: str) -> Window | None:
+    """Attach to the segment ``name`` of ``role`` (a limits counter's, or a moving log's): None
+    if it is not there, :class:`GeometryMismatchError` if it was made for another role."""
+    try:
+        w = Window.attach(name, clock=clock, on_full=on_full)
+    except WindowNotFoundError:
+        return None
+    if w.geometry.role != role:
+        found = w.geometry.role
+        w.close()
+        raise GeometryMismatchError(f"{name!r} is not a {role} segment (role {found!r})")
+    return w
+
+
 class CounterSegment:
     """One period's segment of a counter role: its window, its period and its role's engine."""
 
@@ -62,14 +76,7 @@ class CounterSegment:
         """Create or attach (``create``), or attach only: None if the segment is not there.
         ``on_full``: what the core answers a key that finds the table full (core/counters.c)."""
         if not create:
-            try:
-                w = Window.attach(name, clock=clock, on_full=on_full)
-            except WindowNotFoundError:
-                return None
-            if w.geometry.role != cls.role:
-                w.close()
-                role = w.geometry.role
-                raise GeometryMismatchError(f"{name!r} is not a {cls.role} segment (role {role!r})")
-            return cls(w, w.geometry.bucket_ns)
+            w = attach_segment(name, cls.role, clock, on_full)
+            return None if w is None else cls(w, w.geometry.bucket_ns)
         want = cls.created_as(period_ns, capacity)
         return cls(Window.open_geometry(name, want, clock=clock, on_full=on_full), period_ns)
