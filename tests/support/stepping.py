@@ -1,7 +1,8 @@
 """Clocks that step back and forth under an exact log, asked from three processes: the run the
 exact limiter's and the moving log's model tests share, and their random operations
 (``integration/limiter/test_exact_model_processes.py``,
-``integration/roles/test_moving_log_model_processes.py``).
+``integration/roles/test_moving_log_model_processes.py``); and limits' moving window stepped
+forward and back on shm:// and memory:// (the moving log's and its buckets' clock-step tests).
 
 Each test brings ``ask(who, op, now_ns, cost)`` (op "hit" answers whether it counted; ``read``
 answers what a key counts now) and its limit and period; the run holds the log strict (every
@@ -71,3 +72,44 @@ def strict_under_steps(
     assert sum(c for _, c in admitted) >= least_admitted  # strict, not shut
     t = latest + 3 * p
     assert [ask(i % 3, "hit", t, 1) for i in range(limit + 1)] == [True] * limit + [False]
+
+
+def forward_then_back(
+    name: str,
+    shm_uri: str,
+    item: Any,
+    jump_s: float,
+    back_s: float,
+    now: list[float],
+    shm_left: Callable[[int], bool],
+) -> dict[str, tuple[int, bool, int]]:
+    """limits' moving window on ``shm_uri`` (segments of ``name``, unlinked after) and on
+    memory://, each with the wall clock ``now[0]`` set by hand: the limit's hits at T, one hit
+    ``jump_s`` ahead, then the limit's hits again at T + ``back_s``. Answers, by scheme: (hits
+    admitted at T, whether the one ahead was, hits admitted back). ``shm_left``: what shm://
+    may have left at the end (``remaining``), asserted."""
+    from limits.storage import storage_from_string
+    from limits.strategies import MovingWindowRateLimiter
+
+    import shmwin
+    import shmwin.integrations.limits
+
+    answers = {}
+    try:
+        for uri in (shm_uri, "memory://"):
+            now[0] = 1_800_000_000.0
+            limiter = MovingWindowRateLimiter(storage_from_string(uri))
+            first = sum(limiter.hit(item, "k") for _ in range(item.amount))
+            now[0] += jump_s
+            jumped = limiter.hit(item, "k")
+            now[0] += back_s - jump_s
+            back = sum(limiter.hit(item, "k") for _ in range(item.amount))
+            if uri.startswith("shm"):
+                left = limiter.get_window_stats(item, "k").remaining
+                assert shm_left(left), left
+            answers[uri.split(":")[0]] = (first, jumped, back)
+    finally:
+        for n in shmwin.names():
+            if n.startswith(name + "."):
+                shmwin.unlink(n)
+    return answers
