@@ -259,28 +259,6 @@ out:
     return key_leave(c, &kc, result);
 }
 
-/* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
- * part goes back) and forget a cached refusal (clear()). */
-static PyObject *Core_lease_seal(Core *c, PyObject *key) {
-    KeyCall kc = KEY_CALL;
-    PyObject *result = NULL;
-    int64_t now = 0, slot;
-    Lease l;
-    if (key_enter(c, &kc) < 0) return NULL;
-    int got = key_lock(c, &kc, key, 0, &now, &slot);
-    if (got < 0) goto out;
-    if (got == 0) {
-        result = Py_NewRef(Py_None);
-        goto out;
-    }
-    lease_read(c, slot, &l);
-    if (l.lease > 0 || l.deny_ns != 0) seal_row(c, slot, 1);
-    key_unlock(c, &kc);
-    result = account(&l);
-out:
-    return key_leave(c, &kc, result);
-}
-
 /* Section "lease_refund": give up to cost hits back to the live lease, most recent first.
  * Caller holds the row lock. One store after the intent (spent); the tally of served hits is
  * not undone. Repair: none. lease_refund(key, cost) -> hits given back. */
@@ -317,9 +295,10 @@ out:
     return key_leave(c, &kc, result);
 }
 
-/* lease_get(key) -> None (no row) or (lease, granted, spent, deadline_ns, start_ns, grant_us,
- * last_ns, deny_ns, served, leases, refusals), as the row holds them (lease 0: none live). */
-static PyObject *Core_lease_get(Core *c, PyObject *key) {
+/* The key's lease words, read under its row lock: None if it has no row. seal: then the live
+ * lease is sealed (close(): its unused part goes back) and a cached refusal forgotten (clear()),
+ * and the answer is the lease's account. */
+static PyObject *lease_read_locked(Core *c, PyObject *key, int seal) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
@@ -332,14 +311,27 @@ static PyObject *Core_lease_get(Core *c, PyObject *key) {
         goto out;
     }
     lease_read(c, slot, &l);
+    if (seal && (l.lease > 0 || l.deny_ns != 0)) seal_row(c, slot, 1);
     key_unlock(c, &kc);
-    result = Py_BuildValue("(LLLLLLLLLLL)", (long long)l.lease, (long long)l.granted, (long long)l.spent,
-                           (long long)l.deadline_ns, (long long)l.start_ns, (long long)l.grant_us,
-                           (long long)l.last_ns, (long long)l.deny_ns, (long long)l.served, (long long)l.leases,
-                           (long long)l.refusals);
+    if (seal) {
+        result = account(&l);
+    } else {
+        result = Py_BuildValue("(LLLLLLLLLLL)", (long long)l.lease, (long long)l.granted, (long long)l.spent,
+                               (long long)l.deadline_ns, (long long)l.start_ns, (long long)l.grant_us,
+                               (long long)l.last_ns, (long long)l.deny_ns, (long long)l.served,
+                               (long long)l.leases, (long long)l.refusals);
+    }
 out:
     return key_leave(c, &kc, result);
 }
+
+/* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
+ * part goes back) and forget a cached refusal (clear()). */
+static PyObject *Core_lease_seal(Core *c, PyObject *key) { return lease_read_locked(c, key, 1); }
+
+/* lease_get(key) -> None (no row) or (lease, granted, spent, deadline_ns, start_ns, grant_us,
+ * last_ns, deny_ns, served, leases, refusals), as the row holds them (lease 0: none live). */
+static PyObject *Core_lease_get(Core *c, PyObject *key) { return lease_read_locked(c, key, 0); }
 
 /* ---- the type ----------------------------------------------------------------------------- */
 
