@@ -449,8 +449,7 @@ static PyObject *Core_moving_get(Core *c, PyObject *key) {
     int held = 0, rc = 0;
     Walk w;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (now_ns(c, &now) < 0) goto out;
-    int got = key_lock_at(c, &kc, key, 0, now, &slot);
+    int got = key_lock(c, &kc, key, 0, &now, &slot);  /* now, then the row */
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_BuildValue("(ii)", 0, 0);
