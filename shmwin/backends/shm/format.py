@@ -47,6 +47,7 @@ from .format_rows import (
     MOVING_KEY_BYTES,
     MOVING_STATE,
     NAME_ENTRY,
+    SEGMENT_PREFIX,
     SLIDING_STATE,
     TOKEN_STATE,
     Field,
@@ -159,10 +160,7 @@ RING_ENTRY: tuple[Field, ...] = (
 RING_ENTRY_BYTES = 24
 
 HEADER: tuple[Field, ...] = (
-    ("magic", 0, "8s"),
-    ("version", 8, "I"),
-    ("header_bytes", 12, "I"),
-    ("total_bytes", 16, "Q"),
+    *SEGMENT_PREFIX,
     ("header_crc", 24, "I"),
     ("reserved", 28, "I"),
     ("n_rings", 32, "I"),

@@ -121,6 +121,15 @@ from __future__ import annotations
 
 Field = tuple[str, int, str]  # (name, byte offset, type): every record of the format is of it
 
+# The words every segment's header page starts with, whatever its kind (a window's HEADER, a
+# series' SERIES_HDR): what a reader checks before it knows which header it holds.
+SEGMENT_PREFIX: tuple[Field, ...] = (
+    ("magic", 0, "8s"),
+    ("version", 8, "I"),
+    ("header_bytes", 12, "I"),
+    ("total_bytes", 16, "Q"),
+)
+
 # The per-key state of the counter roles, in a keyed row right after its key header (where a
 # window's first ring starts: core/counters.c). A keyed window of one ring of 1 bucket
 # (fixed) or 2 buckets (sliding) of the period P gives the room and the idle time (P, 2P).
