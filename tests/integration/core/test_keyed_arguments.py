@@ -13,7 +13,7 @@ import pytest
 import shmwin
 from shmwin.backends.shm.roles import cache, moving
 from shmwin.geometry import lease_geometry, token_geometry
-from shmwin.integrations import limits_fixed
+from shmwin.integrations import limits_fixed, limits_sliding
 from shmwin.rate import parse
 
 S = 10**9
@@ -78,3 +78,33 @@ def test_a_wrong_keyword_or_too_many_arguments_is_a_type_error(keyed):
         call("k", key="k")
     with pytest.raises(TypeError, match=rf"^{method}\(\) takes at most"):
         call("k", value, value, value, value, value, value, value, value)
+
+
+# (method, what its error says it needs, how to open a segment of its role): methods whose first
+# two arguments are both required (methods.h, parse_required)
+TWO_REQUIRED = {
+    "refund": ("a key and a cost", None),
+    "charge": ("a key and a cost", None),
+    "sliding_hit": ("a key and a limit", _open(lambda: limits_sliding.geometry(60 * S, 16))),
+    "lease_deny": ("key and until_ns", _open(lambda: lease_geometry([parse("10/second")], 16))),
+    "lease_refund": ("key and cost", _open(lambda: lease_geometry([parse("10/second")], 16))),
+}
+
+
+@pytest.mark.parametrize("method", sorted(TWO_REQUIRED))
+def test_a_call_missing_either_required_argument_says_both(name, method):
+    needs, opener = TWO_REQUIRED[method]
+    if opener is None:
+        front: Any = shmwin.Limiter(name, "100/minute")
+    else:
+        front = opener(name)
+    try:
+        call = getattr(front._backend._core, method)
+        for args, kwargs in (((), {}), (("k",), {}), ((), {"key": "k"})):
+            with pytest.raises(TypeError, match=rf"^{method}\(\) needs {needs}$"):
+                call(*args, **kwargs)
+        with pytest.raises(TypeError, match=rf"^{method}\(\) got an unexpected keyword argument 'nope'$"):
+            call("k", 1, nope=1)
+    finally:
+        front.close()
+        front.unlink()

@@ -231,11 +231,7 @@ static PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nar
     PyObject *a[4], *result = NULL;
     int64_t limit, amount, now = 0, slot, unit = 1;
     int allowed = 0;
-    if (parse(args, nargs, kwnames, names, 4, a, "sliding_hit") < 0) return NULL;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "sliding_hit() needs a key and a limit");
-        return NULL;
-    }
+    if (parse_required(args, nargs, kwnames, names, 4, 2, a, "sliding_hit", "a key and a limit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &limit, 0) < 0 ||
         cost_of(a[2], &amount, 0) < 0 || (a[3] != NULL && cost_of(a[3], &unit, 1) < 0) || now_ns(c, &now) < 0)

@@ -233,11 +233,7 @@ static PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t narg
     PyObject *a[2], *result = NULL;
     int64_t until, now = 0, slot;
     Lease l;
-    if (parse(args, nargs, kwnames, names, 2, a, "lease_deny") < 0) return NULL;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lease_deny() needs key and until_ns");
-        return NULL;
-    }
+    if (parse_required(args, nargs, kwnames, names, 2, 2, a, "lease_deny", "key and until_ns") < 0) return NULL;
     if (int64_arg(a[1], "until_ns", 0, &until) < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     int got = key_lock(c, &kc, a[0], 0, &now, &slot);
@@ -268,11 +264,7 @@ static PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t na
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot, back = 0;
     Lease l;
-    if (parse(args, nargs, kwnames, names, 2, a, "lease_refund") < 0) return NULL;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lease_refund() needs key and cost");
-        return NULL;
-    }
+    if (parse_required(args, nargs, kwnames, names, 2, 2, a, "lease_refund", "key and cost") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 0) < 0) goto out;
     int got = key_lock(c, &kc, a[0], 0, &now, &slot);

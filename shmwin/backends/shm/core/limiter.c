@@ -147,11 +147,7 @@ static int key_and_cost(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
                         int64_t *cost) {
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2];
-    if (parse(args, nargs, kwnames, names, 2, a, what) < 0) return -1;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s() needs a key and a cost", what);
-        return -1;
-    }
+    if (parse_required(args, nargs, kwnames, names, 2, 2, a, what, "a key and a cost") < 0) return -1;
     *key = a[0];
     return cost_of(a[1], cost, 0);
 }

@@ -34,6 +34,21 @@ int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char
 /* A cost (or an amount): a whole number >= at_least; NULL (not given) is 1 (methods.c). */
 int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);
 
+/* parse(), then the first `required` arguments must have been given: else a TypeError,
+ * "fname() needs <what>". */
+static inline int parse_required(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                 const char *const *names, int n, int required, PyObject **out, const char *fname,
+                                 const char *what) {
+    if (parse(args, nargs, kwnames, names, n, out, fname) < 0) return -1;
+    for (int i = 0; i < required; i++) {
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() needs %s", fname, what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* A keyed method's arguments: parse()'s, the first of them (the key) required. The key alone,
  * positional, is the hot path (hit(key)): taken as it is, inline, with no name looked at. */
 static inline int parse_keyed(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
@@ -43,12 +58,7 @@ static inline int parse_keyed(PyObject *const *args, Py_ssize_t nargs, PyObject 
         for (int i = 1; i < n; i++) out[i] = NULL;
         return 0;
     }
-    if (parse(args, nargs, kwnames, names, n, out, fname) < 0) return -1;
-    if (out[0] == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s() needs a key", fname);
-        return -1;
-    }
-    return 0;
+    return parse_required(args, nargs, kwnames, names, n, 1, out, fname, "a key");
 }
 
 #endif /* SHMWIN_METHODS_H */
