@@ -176,12 +176,12 @@ sys.exit(1 if left else 0)
 
 @pytest.mark.sanitize
 def test_processes_making_and_removing_segments_while_another_gets(storage, name):
-    first, last = 101, 161  # 60 periods of their own: 2 makers (30 each), 1 remover (30 of them)
+    first, last = 101, 125  # 24 periods of their own: 2 makers (12 each), 1 remover (every other)
     children = [
         subprocess.Popen([sys.executable, "-c", code, name, *map(str, span)], env=CHILD_ENV)
         for code, span in (
-            (_MAKER, (first, first + 30)),
-            (_MAKER, (first + 30, last)),
+            (_MAKER, (first, first + 12)),
+            (_MAKER, (first + 12, last)),
             (_REMOVER, (first, last)),
         )
     ]
@@ -194,10 +194,10 @@ def test_processes_making_and_removing_segments_while_another_gets(storage, name
             assert c.wait(timeout=120) == 0
     assert all(isinstance(a, int) and 0 <= a <= last - first for a in answers)
     kept = [n for n in shmwin.names() if n.startswith(f"{name}.fixed.")]
-    assert len(kept) == 30  # the odd periods' (from 101: every other one removed)
-    assert storage.get("user:42") == 30  # the last removal took the board: listed, as before boards
+    assert len(kept) == 12  # the even periods' (from 101: every other one removed)
+    assert storage.get("user:42") == 12  # the last removal took the board: listed, as before boards
     storage.incr("other", 7 * 86400)  # a new segment: a board again
-    assert storage.get("user:42") == 30 and storage._foreign_get("user:42") == 30
+    assert storage.get("user:42") == 12 and storage._foreign_get("user:42") == 12
 
 
 # -- junk: a clear error ---------------------------------------------------------------------------
