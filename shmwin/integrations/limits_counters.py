@@ -57,13 +57,14 @@ class CounterSegment:
     @classmethod
     def open(
         cls: type[S], name: str, period_ns: int, clock: Clock, capacity: int | None, create: bool,
-        on_full: str = WINDOW_ON_FULL,
+        on_full: str = WINDOW_ON_FULL, ready_timeout: float | None = None,
     ) -> S | None:
         """Create or attach (``create``), or attach only: None if the segment is not there.
-        ``on_full``: what the core answers a key that finds the table full (core/counters.c)."""
+        ``on_full``: what the core answers a key that finds the table full (core/counters.c);
+        ``ready_timeout``: how long an attach waits for its creator (None: the default)."""
         if not create:
             try:
-                w = Window.attach(name, clock=clock, on_full=on_full)
+                w = Window.attach(name, clock=clock, on_full=on_full, ready_timeout=ready_timeout)
             except WindowNotFoundError:
                 return None
             if w.geometry.role != cls.role:
