@@ -337,15 +337,14 @@ class StorageSegments:
         """Every fixed-window segment of this storage, for a key limits did not build. While the
         board (boards.py) holds the value read before they were listed, no segment was created
         or removed since: a memory load, no system call. Else list again: the board opened (made
-        if there is none and a fixed window is listed), its value read, then checked to be
+        if there is none and the last listing found a fixed window), its value read, then checked to be
         still the file at its path (a remover's board is gone), then /dev/shm listed (one stat
         when it did not change) and the segments held here checked against their files."""
         if self.foreign.holds():  # the board, and the once-a-second recheck (fixedsum.c)
             return self._fixed_seen[1]
-        # made again if missing, while a fixed window exists (whose removal will take it): the
-        # fast path comes back at the next call, and no board is left behind
-        fixed_named = any(_kind_of(self.prefix, n) == "fixed" for n in self._listed())
-        board = boards.Board.open(self.prefix, create=fixed_named)
+        # made again if missing while the last listing found a fixed window (whose removal will
+        # take it): the fast path comes back, and no board is left behind for a storage with none
+        board = boards.Board.open(self.prefix, create=bool(self._fixed_seen[1]))
         seen = board.value() if board is not None else None  # read before listing (see boards.py)
         if board is not None and not board.is_current():  # removed meanwhile: no board, look each call
             board = seen = None
