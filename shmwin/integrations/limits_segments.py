@@ -15,6 +15,14 @@ Segments, under the storage's prefix::
 ``/LIMIT/MULTIPLES/GRANULARITY``, so the one segment a key lives in is known from the key
 alone; keys of another shape (direct storage calls) are looked for in every segment.
 
+A key limits did not build ("user:42", an adapter's own; bytes too, kept apart from the equal
+str as memory:// keeps them) is summed over every fixed-window segment by one native call
+while the storage's board holds (boards.py, core/fixedsum.c). When it moved, the storage lists
+again, and lets go of every segment it holds whose file was removed or replaced (counts go
+where every process reads them). A fixed-window segment whose creator has not finished (or
+died before sizing it: a 0-byte file) holds no counts yet: such a get counts it as 0 at once,
+where an incr still waits for it (and repairs it) as any attach does.
+
 Time is the wall clock, read through ``time.time()`` at each call exactly as limits'
 memory storage does: reset times agree with the ones limits computes, and hiro, freezegun,
 time-machine or a patched ``time.time`` move shm:// exactly as they move memory://.

@@ -10,7 +10,11 @@
  * whole of limits' get: the clock read once, each core's row read under its row lock
  * (fixed_units_at, counters.c), the units summed and given in hits -- no Python frame a
  * segment, no tuple a segment. When the word moved, get answers None and the storage lists
- * again (its Python path), then calls sum(key), which reads no board.
+ * again (its Python path), then calls sum(key), which reads no board. It answers None too a
+ * second (recheck_ns) after set(), so that each process checks its board is still the file at
+ * its path (one removed by hand gets no new value), and for a key with a granularity after its
+ * last "/" (maybe limits' own: the storage reads that one period's segment). Bytes keys are
+ * summed as str ones (limits' memory storage keeps b"k" apart from "k", as the cores do).
  *
  * Safety. The object holds a reference to the tuple of cores, and each core its mapping: a
  * segment removed by another process stays mapped here until the storage lets it go, so a
