@@ -15,13 +15,10 @@ Segments, under the storage's prefix::
 ``/LIMIT/MULTIPLES/GRANULARITY``, so the one segment a key lives in is known from the key
 alone; keys of another shape (direct storage calls) are looked for in every segment.
 
-A key limits did not build ("user:42", an adapter's own; bytes too, kept apart from the equal
-str as memory:// keeps them) is summed over every fixed-window segment by one native call
-while the storage's board holds (boards.py, core/fixedsum.c). When it moved, the storage lists
-again, and lets go of every segment it holds whose file was removed or replaced (counts go
-where every process reads them). A fixed-window segment whose creator has not finished (or
-died before sizing it: a 0-byte file) holds no counts yet: such a get counts it as 0 at once,
-where an incr still waits for it (and repairs it) as any attach does.
+A key limits did not build ("user:42"; bytes apart from the equal str, as memory://) is summed
+over the fixed windows natively while the board holds (boards.py, core/fixedsum.c); a listing
+lets go of the segments removed or replaced since. One whose creator has not finished (or died
+before sizing it) holds no counts yet: a get counts it 0 at once; an incr waits as ever.
 
 Time is the wall clock, read through ``time.time()`` at each call exactly as limits'
 memory storage does: reset times agree with the ones limits computes, and hiro, freezegun,
