@@ -3,7 +3,8 @@ segment another process removed (or removed and made again) is let go at the nex
 no count goes where nobody reads and the new one is the one read; a board removed between a
 lister's open and its read, or by hand, is not kept; a segment whose creator died before
 sizing it counts 0 without a wait; a full /dev/shm while the board is made is no SIGBUS
-(boards.py, limits_segments._foreign_fixed, fixedsum.c). Red team's findings on getfast."""
+(boards.py, limits_segments._foreign_fixed, fixedsum.c). Red team's findings on getfast. The
+tests marked ``sanitize`` also run against the sanitized cores (scripts/checks.d/50-sanitizers.sh)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,7 @@ def test_the_remover_unlinks_the_board_before_its_new_value(storage, name):
     assert storage.get("user:42") == 0
 
 
+@pytest.mark.sanitize
 def test_a_board_removed_by_hand_is_noticed_at_the_recheck(storage, name):
     storage.incr("user:42", 60)
     assert storage.get("user:42") == 1
@@ -184,6 +186,7 @@ def test_a_fresh_storage_pickles_and_copies(make_name):
         copied.segments.close()
 
 
+@pytest.mark.sanitize
 def test_fixedsum_init_called_again_lets_go_of_its_board(storage):
     storage.incr("user:42", 60, 2)
     assert storage.get("user:42") == 2
@@ -195,6 +198,7 @@ def test_fixedsum_init_called_again_lets_go_of_its_board(storage):
     assert isinstance(pickle.loads(pickle.dumps(_core.FixedSum())), _core.FixedSum)
 
 
+@pytest.mark.sanitize
 def test_bytes_keys_are_counted_and_read_as_memory_storage_does(storage):
     memory = storage_from_string("memory://")
     for s in (storage, memory):
