@@ -1,7 +1,7 @@
 # The native core under the sanitizers: the tests marked `sanitize` (the native, fail-point,
 # crash, bad-segment, keys and growth tests, and the bad-words fuzz: see tests/conftest.py)
-# run against a core built with UndefinedBehaviorSanitizer and, at the same time, against one
-# built with AddressSanitizer. Any report fails the run, even one from a child process: each process
+# run against a core built with UndefinedBehaviorSanitizer, then against one built with
+# AddressSanitizer. Any report fails the run, even one from a child process: each process
 # writes its report to a file under reports/ (log_path), and a report ends the process.
 # Both builds are test builds (-DSHMWIN_TEST): the fail-point tests run under them too.
 #
@@ -20,20 +20,17 @@ source scripts/_core_build.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-sanitizers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# build_sanitized NAME CFLAGS...: the copy with its sanitized core, and its reports/ directory
-build_sanitized() {
-  local name=$1
+# run_sanitized NAME ENV... -- CFLAGS...: build, run the marked tests, fail on any report
+run_sanitized() {
+  local name=$1 copy="$work/$1" env=() started=$SECONDS
   shift
-  mkdir -p "$work/$name/reports"
-  core_copy "$work/$name" -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
+  while [ "$1" != "--" ]; do env+=("$1"); shift; done
+  shift
+  mkdir -p "$copy/reports"
+  core_copy "$copy" -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
   echo "sanitizers: $name: $*"
-}
-
-# test_sanitized NAME ENV...: run the marked tests against NAME's build, fail on any report
-test_sanitized() {
-  local name=$1 copy="$work/$1" started=$SECONDS status=0
-  shift
-  core_pytest "$copy" "$@" -- -n 2 -q -m sanitize "${files[@]}" "${extra[@]}" || status=$?
+  local status=0
+  core_pytest "$copy" "${env[@]}" -- -n 2 -q -m sanitize "${files[@]}" "${extra[@]}" || status=$?
   if compgen -G "$copy/reports/*" >/dev/null; then
     echo "sanitizers: $name: reports:" >&2
     for report in "$copy"/reports/*; do echo "== $report" >&2; cat "$report" >&2; done
@@ -51,24 +48,14 @@ extra=("$@")
 listing=$("$core_py" -m pytest -p no:cacheprovider --collect-only -q -m sanitize tests/integration 2>&1) ||
   { echo "$listing" >&2; echo "sanitizers: collecting the marked tests failed" >&2; exit 1; }
 mapfile -t files < <(sed -n 's/::.*//p' <<<"$listing" | sort -u)
-build_sanitized undefined -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
-build_sanitized address -fsanitize=address
-# The two builds' tests run at the same time, each on 2 workers: much of their time is waiting
-# (lock timeouts, victims forked and killed, servers), and each its own copy, reports and log.
-test_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$work/undefined/reports/ubsan" \
-  >"$work/undefined.log" 2>&1 &
-undefined=$!
+run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$work/undefined/reports/ubsan" \
+  -- -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
 # libasan first in every process (Python is not built with it); PyMem through malloc, so that
 # the core's PyMem buffers are checked too; CPython leaks by design. A quarantine of 64 MiB, not
 # the default 256: with every Python object through ASan's malloc, each of the hundreds of
 # processes the tests start kept touching fresh pages for it (the native and fail-point tests of
 # one file: 30 CPU-s with 256, 19 of them in the kernel; 22 with 64, as with 16 or 4); a freed
 # buffer of the core still waits behind 64 MiB of other frees before its memory is reused.
-status=0
-test_sanitized address LD_PRELOAD="$("$core_cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
-  ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=64:log_path=$work/address/reports/asan" \
-  >"$work/address.log" 2>&1 || status=1
-wait "$undefined" || status=1
-cat "$work/undefined.log" "$work/address.log"
-[ "$status" = 0 ] && echo "sanitizers: no report" || echo "sanitizers: a build failed its tests or reported" >&2
-exit "$status"
+run_sanitized address LD_PRELOAD="$("$core_cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
+  ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=64:log_path=$work/address/reports/asan" -- -fsanitize=address
+echo "sanitizers: no report"
