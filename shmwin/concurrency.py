@@ -14,6 +14,13 @@ with none of its parent's.
 
 A key holding no slot is idle after ``idle`` since its last acquire or release, and its row
 may be reused for another key; a key with a live holder is never reused, whatever its age.
+
+Live limits (docs/operating.md): opening with another limit than the segment's, or
+:meth:`Concurrency.set_limit`, changes it for every process at its next call, by ``on_change``:
+``"carry"`` (the default) in place -- each key's row has an entry per process stripe, room for
+every holder whatever the limit, so the slots held stay held and count against the new limit;
+``"reset"``: the name gets a new, empty segment (the slots held are forgotten: their holders'
+releases are plain no-ops in the old one); ``"raise"``: :class:`GeometryMismatchError`.
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from .backends.contract import Key
+from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
+from .backends.shm.window import PERM, ShmOptions, ShmWindow
 from .clock import Clock, host_clock
-from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError
+from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError, WindowMovedError
 from .geometry import (
     ADDRESS_BUDGET_BYTES,
     CONC_HOLDER_BYTES,
@@ -43,7 +52,7 @@ from .rate import Duration, to_ns
 from .window import Window
 
 ROLE = "concurrency"
-ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live); see _other_limit
+ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live)
 FIELD = "holders"
 DEFAULT_PROCESSES = 128  # processes that may hold slots at once (one stripe each)
 NS_PER_S = 1_000_000_000
@@ -53,33 +62,33 @@ MAX_PAUSE_S = 0.05
 
 def geometry(limit: int, processes: int, idle_ns: int, capacity: int | None) -> Geometry:
     """A keyed window of one ring: one bucket of ``idle_ns`` (a key's idle time) whose limit
-    is ``limit``; rows of a mark word and ``limit`` holder entries; ``processes`` stripes."""
+    is ``limit``; ``processes`` stripes, and rows of a top word and one holder entry per
+    stripe (room for every holder, whatever the limit: it changes live in place)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY:
         raise ValueError(f"limit must be an int in 1..{MAX_CONCURRENCY}, not {limit!r}")
     if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_STRIPES:
         raise ValueError(f"processes must be an int in 1..{MAX_STRIPES}, not {processes!r}")
     if capacity is None:  # as many keys as the address budget maps (a key's row is its holders)
-        per_key = 128 + CONC_HOLDER_BYTES * limit + 64 + 512
+        per_key = 128 + CONC_HOLDER_BYTES * processes + 64 + 512  # not the limit's: it changes
         capacity = max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
     g = window_geometry(f"{idle_ns}ns", 1, None, (FIELD,), "int64", None, None, capacity, keyed=True)
     return dataclasses.replace(g, rings=(Ring(idle_ns, 1, limit),), n_stripes=processes, role=ROLE)
 
 
-def _other_limit(name: str, limit: int, clock: Clock | None) -> GeometryMismatchError | None:
-    """The error for a concurrency segment under ``name`` with another limit (None: not that).
-    Its limit does not change live yet, whatever ``on_change``: the slots held are their
-    processes' entries in that segment's rows, sized for its limit, and cannot move."""
-    try:
-        with Window.attach(name, clock=clock) as window:
-            g = window.geometry
-    except Exception:  # gone meanwhile, or not a window: the first error says it
-        return None
-    if g.role != ROLE or g.rings[0].limit == limit:
-        return None
+def _same_but_limit(have: Geometry, want: Geometry) -> bool:
+    """Is ``have`` ``want`` but for the limit (a concurrency's, whose limit changes live)?"""
+    if have.role != ROLE or len(have.rings) != 1:
+        return False
+    rings = (dataclasses.replace(want.rings[0], limit=have.rings[0].limit),)
+    return dataclasses.replace(want, rings=rings) == have
+
+
+def _limit_error(name: str, have: int, want: int) -> GeometryMismatchError:
+    """``on_change="raise"``'s error: the limit in force, and what to do."""
     return GeometryMismatchError(
-        f"concurrency {name!r} exists with limit {g.rings[0].limit}, not {limit}: a concurrency limit "
-        f"does not change live (the slots held stay in its segment). Open it with limit={g.rings[0].limit}, "
-        f"or, once no process holds it, remove it (`shmwin rm {name}`) and open it with the new limit"
+        f"concurrency {name!r} exists with limit {have}, not {want} (on_change='raise'). Open it with "
+        f"limit={have}, change it live (on_change='carry', `shmwin set {name} {want}`), or, once no process "
+        f"holds it, remove it (`shmwin rm {name}`) and open it with the new limit"
     )
 
 
@@ -92,9 +101,10 @@ class Concurrency:
     ``with conc.hold(key, timeout=1):`` does both, raising :class:`ConcurrencyLimitError`
     if no slot comes in time.
 
-    ``on_change`` is a Limiter's (``"carry"``, ``"reset"``, ``"raise"``), but a concurrency
-    limit does not change live yet: another limit than the segment's raises
-    :class:`GeometryMismatchError` saying what to do, whichever is given.
+    Another limit than the segment's changes it for every process at its next call, by
+    ``on_change``: ``"carry"`` (in place: slots held stay held and count against the new
+    limit), ``"reset"`` (a new, empty segment: slots held are forgotten) or ``"raise"``
+    (:class:`GeometryMismatchError`). :meth:`set_limit` does the same without opening.
     """
 
     def __init__(
@@ -114,9 +124,19 @@ class Concurrency:
             raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")
         try:
             window = Window.open_geometry(name, want, clock=clock, perm=perm)
-        except GeometryMismatchError as exc:
-            raise _other_limit(name, limit, clock) or exc from None
+        except GeometryMismatchError:  # made with another limit? then it changes, by on_change
+            window = Window.attach(name, clock=clock, perm=perm)
+            if not _same_but_limit(window.geometry, want):
+                window.close()
+                raise
+        self._opts = ShmOptions(clock=clock, perm=PERM if perm is None else perm)
         self._bind(window, clock)
+        if self.limit != limit:  # made with another, or changed live since: the newest open wins
+            try:
+                self._change(limit, on_change)
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def attach(cls, name: str, *, clock: Clock | None = None) -> Concurrency:
@@ -127,13 +147,14 @@ class Concurrency:
             window.close()
             raise GeometryMismatchError(f"{name!r} is not a concurrency segment (role {role!r})")
         self = cls.__new__(cls)
+        self._opts = ShmOptions(clock=clock)
         self._bind(window, clock)
         return self
 
     def _bind(self, window: Window, clock: Clock | None) -> None:
         self.window = window
         self.name = window.name
-        self.limit = window.geometry.rings[0].limit
+        self._before: list[Window] = getattr(self, "_before", [])  # replaced segments still holding ours
         self._engine = ConcurrencyEngine(window)  # shared memory's: its sections
         self._take, self._give = self._engine.take, self._engine.give  # the core's own, for speed
         self._clock: Callable[[], int] = clock or host_clock()
@@ -144,7 +165,11 @@ class Concurrency:
 
     def try_acquire(self, key: Key) -> bool:
         """Take a slot of ``key`` if one is free now; never waits."""
-        taken, _ = self._take(key)
+        try:
+            taken, _ = self._take(key)
+        except WindowMovedError:  # reset under its name: take it in the name's segment now
+            self._follow()
+            taken, _ = self._take(key)
         return bool(taken)
 
     def acquire(self, key: Key, timeout: float | None = None) -> bool:
@@ -187,19 +212,69 @@ class Concurrency:
             pause = min(pause * 2, MAX_PAUSE_S)
 
     def release(self, key: Key) -> None:
-        """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none."""
-        if not self._give(key):
+        """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none
+        (a slot a reset forgot is given back in the segment it was taken in, counting nowhere)."""
+        if not self._give(key) and not any(ConcurrencyEngine(w).give(key) for w in self._before):
             raise NotHeldError(
                 f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
             )
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
-        return self._engine.count(key)
+        return int(self._following(lambda: self._engine.count(key)))
 
     def held(self, key: Key) -> int:
-        """Slots of ``key`` this handle holds."""
-        return self._engine.mine(key)
+        """Slots of ``key`` this handle holds (in the name's segment: not those a reset forgot)."""
+        return int(self._following(lambda: self._engine.mine(key)))
+
+    # -- live limits ------------------------------------------------------------------------------
+
+    @property
+    def limit(self) -> int:
+        """The limit in force: the segment's, as the last change left it (any process's)."""
+        return int(self._following(self._engine.limit))
+
+    def set_limit(self, limit: int, *, on_change: str = "carry") -> None:
+        """Change the limit for every process, at each one's next call: ``"carry"`` (in place,
+        the slots held count against it) or ``"reset"`` (a new, empty segment)."""
+        if on_change not in ("carry", "reset"):
+            raise ValueError(f"on_change must be 'carry' or 'reset', not {on_change!r}")
+        geometry(limit, 1, 1, 1)  # checks the limit as an open would
+        self._change(limit, on_change)
+
+    def _change(self, limit: int, on_change: str) -> None:
+        """The segment's limit made ``limit`` (this handle follows at once), by ``on_change``."""
+        if on_change == "raise":
+            raise _limit_error(self.name, self.limit, limit)
+        self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
+        if on_change == "reset":  # then a new segment under the name, empty, of that limit
+            g = self.window.geometry
+            want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
+            mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
+            try:
+                opened = live.move(mover, want, carry=False, opts=self._opts)
+            except BaseException:
+                mover.close()
+                raise
+            self._follow(Window._over(opened, self._opts.clock))
+
+    def _following(self, call: Callable[[], Any]) -> Any:
+        """``call()``, once again in the name's segment if this one was replaced (a reset)."""
+        try:
+            return call()
+        except WindowMovedError:
+            self._follow()
+            return call()
+
+    def _follow(self, window: Window | None = None) -> None:
+        """Bind the name's segment now (``window``, or reopened): the old one is kept for the
+        releases of the slots this handle took there (until :meth:`close`)."""
+        old = self.window
+        if window is None:
+            window = Window._over(live.reopen(self.name, self._opts), self._opts.clock)
+        if not old.closed:
+            self._before.append(old)
+        self._bind(window, self._opts.clock)
 
     @contextmanager
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
@@ -249,6 +324,9 @@ class Concurrency:
 
     def close(self) -> None:
         """Stop using the segment: this handle's slots are given back (its stripe is)."""
+        for old in self._before:
+            old.close()
+        self._before.clear()
         self.window.close()
 
     def unlink(self) -> bool:
@@ -262,7 +340,7 @@ class Concurrency:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<shmwin.Concurrency {self.name!r} limit={self.limit}>"
+        return f"<shmwin.Concurrency {self.name!r} limit={'?' if self.closed else self.limit}>"
 
 
 def is_concurrency(window: Any) -> bool:

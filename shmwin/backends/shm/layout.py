@@ -383,8 +383,9 @@ MAX_CHUNKS = _words.MOVING_LINK_MASK  # a chain word names a chunk in MOVING_LIN
 
 
 def state_words(g: Geometry) -> int:
-    """Words of a concurrency row's state: its mark word and ``limit`` holder entries."""
-    return (_words.CONC_STATE_BYTES + g.rings[0].limit * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+    """Words of a concurrency row's state: its top word and one holder entry per process
+    stripe (every holder there can be: a limit changed live needs no more room)."""
+    return (_words.CONC_STATE_BYTES + g.n_stripes * _words.CONC_HOLDER_BYTES) // WORD_BYTES
 
 
 def chunks_per_key(g: Geometry) -> int:
@@ -473,7 +474,7 @@ class Layout:
                 words += (head_slots + ring.n_buckets) * slot_words
         if g.keyed and g.role in STATE_BYTES:  # limits' per-key state, no ring: the row is its words
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
-        if g.keyed and g.role == "concurrency":  # a mark word, then one holder entry per slot
+        if g.keyed and g.role == "concurrency":  # a top word, then one holder entry per process
             words = ring_words[0] + state_words(g)
         bins_word, bin_stride = words, 0
         if g.sketch is not None:  # a distribution's bins: every bucket's, after the rings (distribution.c)
@@ -510,6 +511,8 @@ def empty_rings(g: Geometry, lay: Layout) -> bytes:
     first = lay.ring_words[0]
     if g.keyed and g.role in STATE_BYTES:  # a counter role's state: its first word EMPTY ("none")
         words[0] = EMPTY_EPOCH
+        return struct.pack(f"<{len(words)}q", *words)
+    if g.keyed and g.role == "concurrency":  # a top word of 0 and free entries: all 0s
         return struct.pack(f"<{len(words)}q", *words)
     for i, ring in enumerate(g.rings):
         at = lay.ring_words[i] - first

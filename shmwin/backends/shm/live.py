@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
 
-from ..._core import LimiterCore, TokenBucketCore
+from ..._core import ConcurrencyCore, LimiterCore, TokenBucketCore
 from ...clock import host_clock
 from ...errors import GeometryMismatchError, KeyTableFullError, SegmentNotReadyError
 from ...geometry import Geometry, Ring
@@ -53,8 +53,8 @@ POLL_S = 0.002  # a reopen's wait for a mover's lock, between tries
 
 
 def _core_of(window: ShmWindow) -> Any:
-    """A limiter's or a token bucket's core (the roles whose rates change live)."""
-    if isinstance(window._core, TokenBucketCore):
+    """A limiter's, a token bucket's or a concurrency's core (the roles whose limits change live)."""
+    if isinstance(window._core, (TokenBucketCore, ConcurrencyCore)):
         return window._core
     return native.core_as(window._core, LimiterCore)
 
@@ -177,12 +177,12 @@ def _seed(old: ShmWindow, new: ShmWindow, want: Geometry, carry: bool, stamps: _
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
         if carry and want.kind == "limiter":
             _carry(old, new, stamps)
-        elif carry:
-            _carry_tokens(old, new, stamps)
+        elif carry and want.role == "token-bucket":
+            _carry_tokens(old, new, stamps)  # a concurrency moves only to reset: nothing carried
         if new.full_count():
             raise KeyTableFullError(f"window {old.name!r}: its new segment could not hold every key's hits")
-        if want.kind == "limiter":  # when it changed, for shmwin show
-            _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))
+        # when it changed, for shmwin show (a token bucket's limits as they are: only the time)
+        _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))
         os.rename(new._seg.path, old._seg.path)
     except BaseException:
         new.close()

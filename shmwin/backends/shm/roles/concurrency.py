@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,14 @@ class ConcurrencyEngine(RoleEngine):
 
     def mine(self, key: Key) -> int:
         return int(self._core.conc_mine(key))
+
+    def limit(self) -> int:
+        """The limit in force (the header's live words, once changed: ``core/live.c``)."""
+        return int(self._core.live()[2][0])
+
+    def set_limit(self, limit: int) -> int:
+        """Every process's limit from its next call, in place (section "live"): the generation."""
+        return int(self._core.set_limits(((limit,), time.time_ns())))
 
     def values(self, now_ns: int) -> list[tuple[Key, int]]:
         """``(key, slots held now)`` of every key, idle or not (nothing written)."""
