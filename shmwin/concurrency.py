@@ -232,7 +232,8 @@ class Concurrency:
     @property
     def limit(self) -> int:
         """The limit in force: the segment's, as the last change left it (any process's)."""
-        return int(self._following(self._engine.limit))
+        self._follow_if_moved()
+        return int(self._engine.limit())
 
     def set_limit(self, limit: int, *, on_change: str = "carry") -> None:
         """Change the limit for every process, at each one's next call: ``"carry"`` (in place,
@@ -265,6 +266,11 @@ class Concurrency:
         except WindowMovedError:
             self._follow()
             return call()
+
+    def _follow_if_moved(self) -> None:
+        """Follow a reset now (the reads that meet no row lock: the limit, the keys)."""
+        if self._engine.moved():
+            self._follow()
 
     def _follow(self, window: Window | None = None) -> None:
         """Bind the name's segment now (``window``, or reopened): the old one is kept for the
@@ -305,6 +311,7 @@ class Concurrency:
 
     def keys(self) -> list[Key]:
         """The keys in the segment: held, or not reused yet (idle or not)."""
+        self._follow_if_moved()
         return all_keys(self.window)
 
     def holders(self) -> dict[Key, int]:

@@ -129,3 +129,17 @@ def test_the_newest_open_wins_and_the_same_limit_changes_nothing(name):
             pass
         assert mine.limit == 2
         mine.unlink()
+
+
+def test_a_stale_handle_reads_the_names_segment_after_a_reset(name):
+    """A handle that only reads (limit, keys, holders) after a reset follows it too, and a
+    later change made in the new segment is the one it reads."""
+    with Concurrency(name, 2) as stale, Concurrency.attach(name) as other:
+        assert stale.acquire("old", 0)
+        other.set_limit(3, on_change="reset")
+        assert other.acquire("new", 0)
+        other.set_limit(4)
+        assert stale.limit == 4 and stale.holders() == {"new": 1} and "old" not in stale.keys()
+        stale.release("old")  # forgotten, released cleanly
+        other.release("new")
+        stale.unlink()

@@ -9,6 +9,7 @@ from typing import Any
 
 from ...._core import ConcurrencyCore
 from ...contract import Key
+from ..format import LIVE_MOVED
 from .base import RoleEngine
 
 
@@ -39,6 +40,10 @@ class ConcurrencyEngine(RoleEngine):
 
     def mine(self, key: Key) -> int:
         return int(self._core.conc_mine(key))
+
+    def moved(self) -> bool:
+        """Was the segment replaced under its name (a reset's move)?"""
+        return bool(self._core.live()[0] & LIVE_MOVED)
 
     def limit(self) -> int:
         """The limit in force (the header's live words, once changed: ``core/live.c``)."""
