@@ -228,6 +228,33 @@ def test_idle_keys_are_reclaimed_held_keys_never(name):
     shmwin.unlink(name)
 
 
+def test_a_reused_row_starts_empty_past_dead_holders_entries(name):
+    """A key whose holders went (their entries left in its row) goes idle, and a new key takes
+    its row: the row is emptied as a copied empty row would be -- its top word 0, every entry
+    under the old top free -- writing only those entries (format 11's empty hook)."""
+    clock = ManualClock(1_000 * S)
+    with Concurrency(name, 3, capacity=2, idle="1s", processes=8, clock=clock) as c:
+        assert c.acquire("held", 0)
+        gone = [Concurrency.attach(name, clock=clock) for _ in range(2)]
+        assert all(g.acquire("gone", 0) for g in gone)
+        for g in gone:  # gone holding it: their stripes given back, their entries left behind
+            g.close()
+        q = c.window._backend._q  # type: ignore[attr-defined]
+        gone_top = _holder_word(c, "gone", 0) - 1
+        assert q[gone_top] == 2 and q[gone_top + 1] != 0 and q[gone_top + 3] != 0  # dead, still there
+        assert c.count("gone") == 0
+        clock.advance(5)
+        with pytest.raises(KeyTableFullError):
+            for i in range(64):
+                assert c.acquire(f"new{i}", 0)
+        new = next(k for k in c.keys() if k != "held")
+        top = _holder_word(c, new, 0) - 1
+        assert top == gone_top and q[top] == 1, "the new key did not take the row, or kept its top"
+        assert [q[top + 1 + 2 * i] != 0 for i in range(3)] == [True, False, False]
+        assert c.count(new) == 1 and c.acquire(new, 0) and c.acquire(new, 0) and not c.acquire(new, 0)
+    shmwin.unlink(name)
+
+
 # -- real processes ----------------------------------------------------------------------------
 
 

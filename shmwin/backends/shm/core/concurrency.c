@@ -342,11 +342,27 @@ static PyObject *Core_conc_mine(Core *c, PyObject *key) {
     return mine;
 }
 
+/* The empty hook: a row handed to a new key (its last key idle, no live holder: conc_busy)
+ * ends as an empty row's copy would -- every stripe word 0, the top 0 -- but only the entries
+ * under its top word are written (those from it on are free already), so a new key touches
+ * its row's first words, not 16 x n_stripes bytes. A claim word is read only beside a stripe
+ * word that is not 0: left as it is. One fail point after, as a copied row has. */
+static void conc_empty(Core *c, char *row, int64_t Py_UNUSED(slot)) {
+    int64_t *st = (int64_t *)(row + c->rings_off), top = top_of(c, st);
+    for (int64_t i = 0; i < top; i++) {
+        int64_t *h = HOLDER(st, i) + CONC_HOLDER_STRIPE;
+        if (LOAD(h) != 0) __atomic_store_n(h, 0, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(st + CONC_STATE_TOP, 0, __ATOMIC_RELEASE);
+    FAILPOINT();
+}
+
 /* ---- the type ----------------------------------------------------------------------------- */
 
 static const RoleHooks conc_hooks = {.role = "concurrency", .keyed_role = ROLE_CONCURRENCY, .state_zeroed = 1,
                                      .live_max = MAX_CONCURRENCY,
-                                     .header = conc_header, .check = is_conc, .busy = conc_busy};
+                                     .header = conc_header, .check = is_conc, .empty = conc_empty,
+                                     .busy = conc_busy};
 
 static int conc_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &conc_hooks); }
 
