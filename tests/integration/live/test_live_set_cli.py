@@ -42,6 +42,8 @@ def test_set_a_concurrency_limit_from_the_shell(name):
         assert "limit 1 holders per key" in shown and "limit: changed live once, last at" in shown
         live = json.loads(shmwin_cli("show", "--json", name).stdout)["live"]
         assert live["changes"] == 1 and live["changed"] > 0 and not live["moved"]
+        exported = shmwin_cli("export", "--format", "prometheus", name).stdout
+        assert f'shmwin_concurrency_limit{{window="{name}"}} 1.0' in exported  # the limit in force
         out = shmwin_cli("set", name, "2", "--reset").stdout
         assert "limit 1 -> 2 (slots held forgotten;" in out
         assert mine.count(KEY) == 0 and [h.limit() for h in hs] == [2, 2, 2]
