@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -81,6 +84,31 @@ def _same_but_limit(have: Geometry, want: Geometry) -> bool:
         return False
     rings = (dataclasses.replace(want.rings[0], limit=have.rings[0].limit),)
     return dataclasses.replace(want, rings=rings) == have
+
+
+_HANDLES: weakref.WeakSet[Concurrency] = weakref.WeakSet()  # their locks, new in a forked child
+
+
+def _after_fork_in_child() -> None:
+    """A handle's lock may have been held by another thread at the fork: the child's is new."""
+    for handle in list(_HANDLES):
+        handle._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Segment:
+    """One segment this handle has bound: its window, its engine's hot pair, and how many
+    slots this handle holds in it (a reset's old segment stays mapped only while some are)."""
+
+    __slots__ = ("engine", "give", "held", "take", "window")
+
+    def __init__(self, window: Window):
+        self.window = window
+        self.engine = ConcurrencyEngine(window)  # shared memory's: its sections
+        self.take, self.give = self.engine.take, self.engine.give  # the core's own, for speed
+        self.held = 0
 
 
 def _limit_error(name: str, have: int, want: int) -> GeometryMismatchError:
@@ -152,46 +180,73 @@ class Concurrency:
         return self
 
     def _bind(self, window: Window, clock: Clock | None) -> None:
-        self.window = window
         self.name = window.name
-        self._before: list[Window] = getattr(self, "_before", [])  # replaced segments still holding ours
-        self._engine = ConcurrencyEngine(window)  # shared memory's: its sections
-        self._take, self._give = self._engine.take, self._engine.give  # the core's own, for speed
+        # one lock per handle: its threads' takes, gives and follows of a reset in turn, so that a
+        # reset is followed once (the others see the new binding) and every slot is counted in
+        # the segment it was taken in (released there, whichever thread gives it back)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        _HANDLES.add(self)
+        self._before: list[_Segment] = []  # replaced segments this handle still holds slots in, oldest first
+        self._use(_Segment(window))
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+
+    def _use(self, seg: _Segment) -> None:
+        """Make ``seg`` the name's segment for this handle (the lock held, or at the bind)."""
+        self._seg = seg
+        self.window, self._engine = seg.window, seg.engine
 
     # -- slots --------------------------------------------------------------------------------
 
     def try_acquire(self, key: Key) -> bool:
         """Take a slot of ``key`` if one is free now; never waits."""
-        try:
-            taken, _ = self._take(key)
-        except WindowMovedError:  # reset under its name: take it in the name's segment now
-            self._follow()
-            taken, _ = self._take(key)
-        return bool(taken)
+        return self._take_in(key) is not None
+
+    def _take_in(self, key: Key) -> _Segment | None:
+        """Take a slot of ``key`` in the name's segment (following a reset): the segment it was
+        taken in (its release goes there), or None."""
+        while True:
+            with self._lock:
+                seg = self._seg
+                try:
+                    taken, _ = seg.take(key)
+                except WindowMovedError:  # reset under its name: take it in the name's segment now
+                    self._follow_locked(seg)
+                    continue
+                if not taken:
+                    return None
+                seg.held += 1
+                return seg
 
     def acquire(self, key: Key, timeout: float | None = None) -> bool:
         """Take a slot of ``key``, waiting (sleeping, not spinning) until one is free: False
         after ``timeout`` seconds (``0``: try once; ``None``: wait as long as it takes)."""
+        return self._acquire_in(key, timeout) is not None
+
+    def _acquire_in(self, key: Key, timeout: float | None) -> _Segment | None:
+        """:meth:`acquire`, answering the segment the slot was taken in (or None)."""
         tries = self._tries(key, timeout)
         try:
             while True:
                 self._sleep(next(tries))
         except StopIteration as done:
-            return bool(done.value)
+            return done.value  # type: ignore[no-any-return]
 
     async def acquire_async(self, key: Key, timeout: float | None = None) -> bool:
         """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
+        return await self._acquire_in_async(key, timeout) is not None
+
+    async def _acquire_in_async(self, key: Key, timeout: float | None) -> _Segment | None:
         tries = self._tries(key, timeout)
         try:
             while True:
                 await self._async_sleep(next(tries))
         except StopIteration as done:
-            return bool(done.value)
+            return done.value  # type: ignore[no-any-return]
 
-    def _tries(self, key: Key, timeout: float | None) -> Generator[float, None, bool]:
+    def _tries(self, key: Key, timeout: float | None) -> Generator[float, None, _Segment | None]:
         """The acquire loop, once for both: yields each pause (seconds), returns the verdict.
         A slot frees with no notice (a release, a holder's death), so it looks again after a
         pause that doubles, cut at the deadline."""
@@ -200,24 +255,48 @@ class Concurrency:
         deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
         pause = FIRST_PAUSE_S
         while True:
-            if self.try_acquire(key):
-                return True
+            seg = self._take_in(key)
+            if seg is not None:
+                return seg
             if deadline_ns is not None:
                 left_s = (deadline_ns - self._clock()) / NS_PER_S
                 if left_s <= 0:
-                    return False
+                    return None
                 yield min(pause, left_s)
             else:
                 yield pause
             pause = min(pause * 2, MAX_PAUSE_S)
 
     def release(self, key: Key) -> None:
-        """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none
-        (a slot a reset forgot is given back in the segment it was taken in, counting nowhere)."""
-        if not self._give(key) and not any(ConcurrencyEngine(w).give(key) for w in self._before):
-            raise NotHeldError(
-                f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
-            )
+        """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none.
+
+        A slot a reset forgot is given back in the segment it was taken in, counting nowhere:
+        the oldest segment holding one of ``key`` first, so that a release never frees a slot
+        taken after a reset while a slot taken before it is still held (``hold()`` gives back
+        in the very segment it took in)."""
+        with self._lock:
+            for seg in [*self._before, self._seg]:
+                if self._give_in(seg, key):
+                    return
+        raise NotHeldError(f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release")
+
+    def _give_in(self, seg: _Segment, key: Key) -> bool:
+        """Give back one of this handle's slots of ``key`` in ``seg`` (the lock held): whether it
+        held one; a replaced segment holding no more of ours is closed (unmapped) at once."""
+        if seg.window.closed or not seg.give(key):
+            return False
+        seg.held = max(0, seg.held - 1)
+        if seg is not self._seg and seg.held == 0:
+            self._before.remove(seg)
+            seg.window.close()
+        return True
+
+    def _release_in(self, seg: _Segment, key: Key) -> None:
+        """``hold()``'s release: in the segment its slot was taken in."""
+        with self._lock:
+            if self._give_in(seg, key):
+                return
+        self.release(key)  # not there (a close in between): as a bare release would
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
@@ -247,61 +326,86 @@ class Concurrency:
         """The segment's limit made ``limit`` (this handle follows at once), by ``on_change``."""
         if on_change == "raise":
             raise _limit_error(self.name, self.limit, limit)
-        self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
-        if on_change == "reset":  # then a new segment under the name, empty, of that limit
-            g = self.window.geometry
-            want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
-            mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
-            try:
-                opened = live.move(mover, want, carry=False, opts=self._opts)
-            except BaseException:
-                mover.close()
-                raise
-            self._follow(Window._over(opened, self._opts.clock))
+        if on_change == "carry":
+            self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
+            return
+        # reset: a new segment under the name, empty, of that limit -- all or nothing: a move that
+        # fails (a full /dev/shm) leaves the old segment and its limit as they were
+        self._follow_if_moved()
+        g = self.window.geometry
+        want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
+        mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
+        try:
+            opened = live.move(mover, want, carry=False, opts=self._opts)
+        except BaseException:
+            mover.close()
+            raise
+        new = Window._over(opened, self._opts.clock)
+        with self._lock:
+            self._follow_locked(self._seg, new)
 
     def _following(self, call: Callable[[], Any]) -> Any:
-        """``call()``, once again in the name's segment if this one was replaced (a reset)."""
-        try:
-            return call()
-        except WindowMovedError:
-            self._follow()
-            return call()
+        """``call()``, again in the name's segment while this one was replaced (a reset)."""
+        while True:
+            seg = self._seg
+            try:
+                return call()
+            except WindowMovedError:
+                with self._lock:
+                    self._follow_locked(seg)
 
     def _follow_if_moved(self) -> None:
         """Follow a reset now (the reads that meet no row lock: the limit, the keys)."""
-        if self._engine.moved():
-            self._follow()
+        seg = self._seg
+        if seg.engine.moved():
+            with self._lock:
+                self._follow_locked(seg)
 
-    def _follow(self, window: Window | None = None) -> None:
-        """Bind the name's segment now (``window``, or reopened): the old one is kept for the
-        releases of the slots this handle took there (until :meth:`close`)."""
-        old = self.window
+    def _follow_locked(self, seen: _Segment, window: Window | None = None) -> None:
+        """Bind the name's segment (``window``, or reopened), the lock held, if this handle is
+        still bound to ``seen`` (the one its caller found replaced): another thread that met the
+        reset first followed it already. The old segment is kept, for the releases of the slots
+        this handle took there, while it holds any; else closed at once (unmapped)."""
+        if self._seg is not seen:
+            if window is not None:
+                window.close()  # ours came second: the name's segment is bound already
+            return
         if window is None:
             window = Window._over(live.reopen(self.name, self._opts), self._opts.clock)
-        if not old.closed:
-            self._before.append(old)
-        self._bind(window, self._opts.clock)
+        if self._pid != os.getpid():  # a forked child holds none of its parent's slots
+            self._pid = os.getpid()
+            for old in self._before:
+                old.window.close()
+            self._before.clear()
+            seen.held = 0
+        if seen.held > 0 and not seen.window.closed:
+            self._before.append(seen)
+        else:
+            seen.window.close()
+        self._use(_Segment(window))
 
     @contextmanager
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
         """``with conc.hold(key, timeout=...):`` a slot of ``key`` for the block, given back
         after it; :class:`ConcurrencyLimitError` if none was free within ``timeout``."""
-        if not self.acquire(key, timeout):
+        seg = self._acquire_in(key, timeout)
+        if seg is None:
             raise self._full(key, timeout)
         try:
             yield self
         finally:
-            self.release(key)
+            self._release_in(seg, key)
 
     @asynccontextmanager
     async def hold_async(self, key: Key, timeout: float | None = None) -> AsyncIterator[Concurrency]:
         """:meth:`hold` for asyncio."""
-        if not await self.acquire_async(key, timeout):
+        seg = await self._acquire_in_async(key, timeout)
+        if seg is None:
             raise self._full(key, timeout)
         try:
             yield self
         finally:
-            self.release(key)
+            self._release_in(seg, key)
 
     def _full(self, key: Key, timeout: float | None) -> ConcurrencyLimitError:
         """What ``hold`` raises when no slot of ``key`` came free within ``timeout``."""
@@ -331,10 +435,11 @@ class Concurrency:
 
     def close(self) -> None:
         """Stop using the segment: this handle's slots are given back (its stripe is)."""
-        for old in self._before:
-            old.close()
-        self._before.clear()
-        self.window.close()
+        with self._lock:
+            for old in self._before:
+                old.window.close()
+            self._before.clear()
+            self.window.close()
 
     def unlink(self) -> bool:
         """Remove the segment from the host (idempotent); attached handles keep working."""
