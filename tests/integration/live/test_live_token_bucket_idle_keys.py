@@ -61,8 +61,9 @@ def test_shmwin_set_over_a_key_of_another_process_keeps_its_tokens(name):
     """Every process on the host clock: a worker takes 5 tokens, pauses past the bucket's refill
     (0.1 s: the pause may be any longer), takes 5 more and exits; `shmwin set` (its own process)
     changes the rate; the next process has 95 or more of 100 (before: none)."""
-    take = (f"import time\nfrom shmwin import TokenBucket\nt = TokenBucket({name!r}, '1000/second', burst=100)\n"
-            "n = sum(t.hit('k') for _ in range(5))\ntime.sleep(0.2)\nprint(n + sum(t.hit('k') for _ in range(5)))")
+    take = (f"import time\nimport shmwin\nt = shmwin.TokenBucket({name!r}, '1000/second', burst=100)\n"
+            "n = sum(t.hit('k') for _ in range(5))\ntime.sleep(0.2)\n"
+            "print(n + sum(t.hit('k') for _ in range(5)))")  # fmt: skip
     assert run(take) == "10"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-m", "shmwin", "set", name, "3/second", "--burst", "100"], check=True,
