@@ -111,6 +111,20 @@ class _Segment:
         self.held = 0
 
 
+def _shape(g: Geometry) -> str:
+    """What a concurrency's opener chooses but its limit: as its keyword arguments read."""
+    return f"processes={g.n_stripes}, idle={g.rings[0].span_ns}ns, capacity={g.capacity}"
+
+
+def _shape_error(name: str, have: Geometry, want: Geometry) -> GeometryMismatchError:
+    """Another shape than the segment's (a window's message would show two alike: it leaves
+    out the processes): what differs, and what to do."""
+    return GeometryMismatchError(
+        f"concurrency {name!r} exists with {_shape(have)}, not {_shape(want)}: only its limit changes live. "
+        f"Open it with those, or, once no process holds it, remove it (`shmwin rm {name}`)"
+    )
+
+
 def _limit_error(name: str, have: int, want: int) -> GeometryMismatchError:
     """``on_change="raise"``'s error: the limit in force, and what to do."""
     return GeometryMismatchError(
@@ -155,8 +169,11 @@ class Concurrency:
         except GeometryMismatchError:  # made with another limit? then it changes, by on_change
             window = Window.attach(name, clock=clock, perm=perm)
             if not _same_but_limit(window.geometry, want):
+                have = window.geometry
                 window.close()
-                raise
+                if have.role != ROLE:
+                    raise
+                raise _shape_error(name, have, want) from None
         self._opts = ShmOptions(clock=clock, perm=PERM if perm is None else perm)
         self._bind(window, clock)
         if self.limit != limit:  # made with another, or changed live since: the newest open wins

@@ -329,11 +329,10 @@ def _set_concurrency(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.burst is not None:
         raise ValueError(f"{args.name!r} is a concurrency: --burst is a token bucket's")
-    try:
-        limit = int(args.rates)
-    except ValueError:
-        wrong = f"a concurrency's limit is a whole number of holders, such as 8, not {args.rates!r}"
-        raise ValueError(wrong) from None
+    text = args.rates.strip()
+    if not (text.isascii() and text.isdigit()):  # int() takes "3_0", "+3" and other scripts' digits
+        raise ValueError(f"a concurrency's limit is a whole number of holders, such as 8, not {args.rates!r}")
+    limit = int(text)
     with Concurrency.attach(args.name) as conc:
         before = conc.limit
         conc.set_limit(limit, on_change="reset" if args.reset else "carry")

@@ -119,9 +119,12 @@ static int holder_live(Core *c, int64_t slot, int64_t *h, int64_t *slots, int ra
     *slots = 0;
     if (w == 0) return 0;
     if (r < 1 || r > c->n_stripes || n < 1 || n > MAX_CONCURRENCY) {  /* n may pass a lowered limit */
-        if (raise)
-            PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible holder entry %#llx: "
-                         "the segment is corrupt", c->name, (long long)slot, (unsigned long long)w);
+        if (raise) {  /* PyErr_Format has no %#llx: the word in hex made here */
+            char hex[24];
+            snprintf(hex, sizeof hex, "%#llx", (unsigned long long)w);
+            PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible holder entry %s: "
+                         "the segment is corrupt", c->name, (long long)slot, hex);
+        }
         return -1;
     }
     *slots = n;
