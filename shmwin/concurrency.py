@@ -38,6 +38,7 @@ from typing import Any
 from .backends.contract import Key
 from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
+from .backends.shm.roles.concurrency import canonical_holders, holders_of
 from .backends.shm.window import PERM, ShmOptions, ShmWindow
 from .clock import Clock, host_clock
 from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError, WindowMovedError
@@ -55,6 +56,8 @@ from .rate import Duration, to_ns
 from .window import Window
 
 ROLE = "concurrency"
+HOLDERS_PER_LIMIT = 2  # a key's default holder entries: twice its limit (room for a raise) ...
+MIN_HOLDERS = 8  # ... or this many, at most one per process
 ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live)
 FIELD = "holders"
 DEFAULT_PROCESSES = 128  # processes that may hold slots at once (one stripe each)
@@ -63,27 +66,44 @@ FIRST_PAUSE_S = 0.001  # a waiting acquire looks again after this, doubling up t
 MAX_PAUSE_S = 0.05
 
 
-def geometry(limit: int, processes: int, idle_ns: int, capacity: int | None) -> Geometry:
+def default_holders(limit: int, processes: int) -> int:
+    """A key's holder entries when not chosen: room for twice the limit's processes (a limit
+    raised live in place), at least MIN_HOLDERS, at most one per process."""
+    return min(processes, max(HOLDERS_PER_LIMIT * limit, MIN_HOLDERS))
+
+
+def geometry(
+    limit: int, processes: int, idle_ns: int, capacity: int | None, holders: int | None = None
+) -> Geometry:
     """A keyed window of one ring: one bucket of ``idle_ns`` (a key's idle time) whose limit
-    is ``limit``; ``processes`` stripes, and rows of a top word and one holder entry per
-    stripe (room for every holder, whatever the limit: it changes live in place)."""
+    is ``limit``; ``processes`` stripes, and rows of a top word and ``holders`` holder entries
+    (one per process holding the key at once: the limit in force bounds the slots, the entries
+    how many processes hold them)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY:
         raise ValueError(f"limit must be an int in 1..{MAX_CONCURRENCY}, not {limit!r}")
     if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_STRIPES:
         raise ValueError(f"processes must be an int in 1..{MAX_STRIPES}, not {processes!r}")
+    if holders is None:
+        holders = default_holders(limit, processes)
+    if isinstance(holders, bool) or not isinstance(holders, int) or not 1 <= holders <= MAX_STRIPES:
+        raise ValueError(f"holders must be an int in 1..{MAX_STRIPES}, not {holders!r}")
     if capacity is None:  # as many keys as the address budget maps (a key's row is its holders)
-        per_key = 128 + CONC_HOLDER_BYTES * processes + 64 + 512  # not the limit's: it changes
+        per_key = 128 + CONC_HOLDER_BYTES * holders + 64 + 512
         capacity = max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
     g = window_geometry(f"{idle_ns}ns", 1, None, (FIELD,), "int64", None, None, capacity, keyed=True)
-    return dataclasses.replace(g, rings=(Ring(idle_ns, 1, limit),), n_stripes=processes, role=ROLE)
+    ring = Ring(idle_ns, 1, limit)
+    g = dataclasses.replace(g, rings=(ring,), n_stripes=processes, role=ROLE, holders=holders)
+    return canonical_holders(g)  # as its header reads back (every entry its row's size holds)
 
 
-def _same_but_limit(have: Geometry, want: Geometry) -> bool:
-    """Is ``have`` ``want`` but for the limit (a concurrency's, whose limit changes live)?"""
+def _same_but_limit(have: Geometry, want: Geometry, holders_chosen: bool) -> bool:
+    """Is ``have`` ``want`` but for the limit (a concurrency's, whose limit changes live) and,
+    unless chosen, the holder entries (a default: the segment's stay)?"""
     if have.role != ROLE or len(have.rings) != 1:
         return False
     rings = (dataclasses.replace(want.rings[0], limit=have.rings[0].limit),)
-    return dataclasses.replace(want, rings=rings) == have
+    holders = want.holders if holders_chosen else have.holders
+    return dataclasses.replace(want, rings=rings, holders=holders) == have
 
 
 _HANDLES: weakref.WeakSet[Concurrency] = weakref.WeakSet()  # their locks, new in a forked child
@@ -113,7 +133,8 @@ class _Segment:
 
 def _shape(g: Geometry) -> str:
     """What a concurrency's opener chooses but its limit: as its keyword arguments read."""
-    return f"processes={g.n_stripes}, idle={g.rings[0].span_ns}ns, capacity={g.capacity}"
+    idle_ns = g.rings[0].span_ns
+    return f"processes={g.n_stripes}, idle={idle_ns}ns, capacity={g.capacity}, holders={holders_of(g)}"
 
 
 def _shape_error(name: str, have: Geometry, want: Geometry) -> GeometryMismatchError:
@@ -160,15 +181,16 @@ class Concurrency:
         clock: Clock | None = None,
         perm: int | None = None,
         on_change: str = "carry",
+        holders: int | None = None,
     ):
-        want = geometry(limit, processes, to_ns(idle, "idle"), capacity)
+        want = geometry(limit, processes, to_ns(idle, "idle"), capacity, holders)
         if on_change not in ON_CHANGE:
             raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")
         try:
             window = Window.open_geometry(name, want, clock=clock, perm=perm)
         except GeometryMismatchError:  # made with another limit? then it changes, by on_change
             window = Window.attach(name, clock=clock, perm=perm)
-            if not _same_but_limit(window.geometry, want):
+            if not _same_but_limit(window.geometry, want, holders is not None):
                 have = window.geometry
                 window.close()
                 if have.role != ROLE:

@@ -202,6 +202,7 @@ records, in ``format_rows.py``. The header page is packed and checked in ``heade
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -383,9 +384,26 @@ MAX_CHUNKS = _words.MOVING_LINK_MASK  # a chain word names a chunk in MOVING_LIN
 
 
 def state_words(g: Geometry) -> int:
-    """Words of a concurrency row's state: its top word and one holder entry per process
-    stripe (every holder there can be: a limit changed live needs no more room)."""
-    return (_words.CONC_STATE_BYTES + g.n_stripes * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+    """Words of a concurrency row's state: its top word and its holder entries (``g.holders``,
+    0: one per process stripe)."""
+    return (_words.CONC_STATE_BYTES + (g.holders or g.n_stripes) * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+
+
+def holders_in_row(row_bytes: int) -> int:
+    """The holder entries a concurrency row of ``row_bytes`` holds (its padding's too, as
+    core/concurrency.c reads them: the header stores no count, the row's size says it)."""
+    room = row_bytes - _words.key_header_bytes("concurrency") - _words.CONC_STATE_BYTES
+    return max(0, min(MAX_STRIPES, room // _words.CONC_HOLDER_BYTES))
+
+
+def canonical_holders(g: Geometry) -> Geometry:
+    """``g`` with its holder entries as its header reads back: every entry its row's size holds
+    (0 if that is one per stripe), so that a geometry and its segment's compare equal."""
+    if g.role != "concurrency":
+        return g
+    fill = holders_in_row(Layout.plan(g).row_bytes)
+    stripes = holders_in_row(Layout.plan(dataclasses.replace(g, holders=0)).row_bytes)
+    return dataclasses.replace(g, holders=0 if fill == stripes else fill)
 
 
 def chunks_per_key(g: Geometry) -> int:

@@ -37,7 +37,8 @@
 
 static int64_t *state_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot) + c->rings_off); }
 static int64_t limit_of(Core *c) { return c->rings[0].limit; }  /* in force (live.c reloads it) */
-static int64_t entries_of(Core *c) { return c->n_stripes; }
+/* its holder entries: as many as the row's state holds (conc_header: the row's size says it) */
+static int64_t entries_of(Core *c) { return (c->state_words * WORD_BYTES - CONC_STATE_BYTES) / CONC_HOLDER_BYTES; }
 
 /* The entries to look at: up to the row's top word; junk there, every one (more, never fewer). */
 static int64_t top_of(Core *c, int64_t *st) {
@@ -49,20 +50,27 @@ static int64_t top_of(Core *c, int64_t *st) {
 static int is_conc(Core *c) {
     if (c->role == ROLE_CONCURRENCY && c->keyed && !c->limiter && c->n_rings == 1 && c->n_stripes >= 1 &&
         c->n_stripes <= MAX_STRIPES && limit_of(c) >= 1 && limit_of(c) <= MAX_CONCURRENCY &&
+        entries_of(c) >= 1 && entries_of(c) <= MAX_STRIPES &&
         c->state_words == (CONC_STATE_BYTES + entries_of(c) * CONC_HOLDER_BYTES) / WORD_BYTES &&
         c->empty_bytes >= c->state_words * WORD_BYTES)
         return 0;
     return not_role(c);
 }
 
-/* The header hook: a row's state is a top word and one holder entry per process stripe. */
+/* The header hook: a row's state is a top word and its holder entries, as many as the row
+ * holds after its key header (the Python side's layout.holders_in_row: no word counts them),
+ * at most MAX_STRIPES (read_holders' dead list). */
 static int conc_header(Core *c, const ShmwinHeader *h) {
     int64_t limit = h->ring_table[0].limit;
-    if (h->n_rings != 1 || limit < 1 || limit > MAX_CONCURRENCY || c->n_stripes < 1 || c->n_stripes > MAX_STRIPES) {
-        PyErr_SetString(PyExc_ValueError, "Core: the segment's header holds an impossible concurrency limit");
+    int64_t room = c->row_bytes - (KEY_ROW_KEY_OFF + c->key_bytes) - CONC_STATE_BYTES;
+    int64_t entries = room < 0 ? 0 : room / CONC_HOLDER_BYTES;
+    if (entries > MAX_STRIPES) entries = MAX_STRIPES;
+    if (h->n_rings != 1 || limit < 1 || limit > MAX_CONCURRENCY || c->n_stripes < 1 || c->n_stripes > MAX_STRIPES ||
+        entries < 1) {
+        PyErr_SetString(PyExc_ValueError, "Core: the segment's header holds an impossible concurrency limit or row");
         return -1;
     }
-    c->state_words = (CONC_STATE_BYTES + c->n_stripes * CONC_HOLDER_BYTES) / WORD_BYTES;
+    c->state_words = (CONC_STATE_BYTES + entries * CONC_HOLDER_BYTES) / WORD_BYTES;
     return 0;
 }
 
@@ -188,14 +196,12 @@ static int acquire_row(Core *c, int64_t slot, int64_t now, int *allowed, int64_t
     int64_t *st = state_of(c, slot);
     Holders hs;
     if (read_holders(c, slot, &hs) < 0) return -1;
-    *allowed = hs.held < limit_of(c);
+    /* every entry a live holder's, none ours: the row's holder entries (its capacity, fewer than
+     * the stripes, a limit raised past it) bound the processes holding the key at once: refused,
+     * never a slot without an entry */
+    int no_room = hs.mine < 0 && hs.free_at < 0 && hs.n_dead == 0 && hs.top >= entries_of(c);
+    *allowed = hs.held < limit_of(c) && !no_room;
     *held = hs.held;
-    if (*allowed && hs.mine < 0 && hs.free_at < 0 && hs.n_dead == 0 && hs.top >= entries_of(c)) {
-        /* every entry a live holder's, none ours: more holders than stripes, only junk does that */
-        PyErr_Format(c->st->corrupt, "window %R: key row %lld holds more live holders than the segment has "
-                     "process stripes: the segment is corrupt", c->name, (long long)slot);
-        return -1;
-    }
     if (!*allowed && hs.n_dead == 0) return 0;
     SECTION("conc_acquire");
     STORE(intent_at(c, row_lock(c, slot)), slot);

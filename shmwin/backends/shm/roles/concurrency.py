@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...._core import ConcurrencyCore
+from ....geometry import Geometry
 from ...contract import Key
 from ..format import LIVE_MOVED
+from ..layout import Layout, canonical_holders, holders_in_row
 from .base import RoleEngine
 
 
@@ -56,3 +58,11 @@ class ConcurrencyEngine(RoleEngine):
     def values(self, now_ns: int) -> list[tuple[Key, int]]:
         """``(key, slots held now)`` of every key, idle or not (nothing written)."""
         return [(key, int(self._core.conc_count(key))) for key in self.all_keys()]
+
+
+def holders_of(g: Geometry) -> int:
+    """The holder entries of a concurrency's rows: the most processes holding a key at once."""
+    return holders_in_row(Layout.plan(g).row_bytes)
+
+
+__all__ = ["ConcurrencyEngine", "canonical_holders", "holders_of"]
