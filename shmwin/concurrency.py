@@ -214,10 +214,19 @@ class Concurrency:
     def release(self, key: Key) -> None:
         """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none
         (a slot a reset forgot is given back in the segment it was taken in, counting nowhere)."""
-        if not self._give(key) and not any(ConcurrencyEngine(w).give(key) for w in self._before):
-            raise NotHeldError(
-                f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
-            )
+        if not self._give(key):
+            raise self._not_held(key)
+
+    def _release_after_reset(self, key: Key) -> None:
+        """``release`` once this handle followed a reset (bound over it by :meth:`_follow`): a
+        slot the reset forgot goes first. Which of its threads holds which slot is not known,
+        so a forgotten one given back first keeps a counted one held until the last release:
+        never a holder inside that the name's segment does not count."""
+        if not any(ConcurrencyEngine(w).give(key) for w in self._before) and not self._give(key):
+            raise self._not_held(key)
+
+    def _not_held(self, key: Key) -> NotHeldError:
+        return NotHeldError(f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release")  # noqa: E501
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
@@ -280,6 +289,7 @@ class Concurrency:
             window = Window._over(live.reopen(self.name, self._opts), self._opts.clock)
         if not old.closed:
             self._before.append(old)
+            self.release = self._release_after_reset  # type: ignore[method-assign]
         self._bind(window, self._opts.clock)
 
     @contextmanager
