@@ -143,3 +143,21 @@ def test_a_stale_handle_reads_the_names_segment_after_a_reset(name):
         stale.release("old")  # forgotten, released cleanly
         other.release("new")
         stale.unlink()
+
+
+def test_after_a_reset_a_forgotten_slot_is_given_back_before_a_counted_one(name):
+    """A handle holding a slot from before a reset (forgotten) and one from after (counted):
+    which of its threads releases first is not known, so the forgotten slot goes first and the
+    counted one stays held until the last release (never a holder inside uncounted)."""
+    with Concurrency(name, 2) as mine, Concurrency.attach(name) as other:
+        assert mine.acquire(KEY, 0)  # thread A, before
+        other.set_limit(1, on_change="reset")
+        assert mine.acquire(KEY, 0)  # thread B, after: counted
+        mine.release(KEY)  # whichever finished first
+        assert other.count(KEY) == 1 and not other.acquire(KEY, 0), "a holder inside went uncounted"
+        mine.release(KEY)
+        assert other.count(KEY) == 0 and other.acquire(KEY, 0)
+        with pytest.raises(shmwin.NotHeldError):
+            mine.release(KEY)
+        other.release(KEY)
+        mine.unlink()
