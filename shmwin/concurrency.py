@@ -119,16 +119,30 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Segment:
-    """One segment this handle has bound: its window, its engine's hot pair, and how many
-    slots this handle holds in it (a reset's old segment stays mapped only while some are)."""
+    """One segment this handle has bound: its window, its engine's hot pair, and this handle's
+    slots in it (a reset's old segment stays mapped only while it holds some).
 
-    __slots__ = ("engine", "give", "held", "take", "window")
+    No lock on the hot path (a lock costs more than the take): ``slots`` has one item per slot
+    held or being taken (list append and pop are atomic under the GIL). A take reserves its
+    item first, then looks at ``retired``; a follow sets ``retired`` first, then looks at the
+    items: either the take sees the follow (and goes to the new segment) or the follow sees the
+    take (and keeps the old segment for its release)."""
+
+    __slots__ = ("engine", "give", "retired", "slots", "take", "window")
 
     def __init__(self, window: Window):
         self.window = window
         self.engine = ConcurrencyEngine(window)  # shared memory's: its sections
         self.take, self.give = self.engine.take, self.engine.give  # the core's own, for speed
-        self.held = 0
+        self.slots: list[None] = []
+        self.retired = False
+
+    def drop(self) -> None:
+        """One of this handle's slots here given back."""
+        try:  # noqa: SIM105 -- contextlib.suppress costs 300 ns on the hot path
+            self.slots.pop()
+        except IndexError:  # a forked child's inherited items: none to drop
+            pass
 
 
 def _shape(g: Geometry) -> str:
@@ -245,19 +259,28 @@ class Concurrency:
 
     def _take_in(self, key: Key) -> _Segment | None:
         """Take a slot of ``key`` in the name's segment (following a reset): the segment it was
-        taken in (its release goes there), or None."""
+        taken in (its release goes there), or None. Its item in ``slots`` goes first (_Segment)."""
         while True:
-            with self._lock:
-                seg = self._seg
-                try:
-                    taken, _ = seg.take(key)
-                except WindowMovedError:  # reset under its name: take it in the name's segment now
+            seg = self._seg
+            slots = seg.slots
+            slots.append(None)
+            if seg.retired:  # followed meanwhile: take in the name's segment
+                seg.drop()
+                continue
+            try:
+                taken, _ = seg.take(key)
+            except WindowMovedError:  # reset under its name: follow (once, whichever thread), again
+                seg.drop()
+                with self._lock:
                     self._follow_locked(seg)
-                    continue
-                if not taken:
-                    return None
-                seg.held += 1
-                return seg
+                continue
+            except BaseException:
+                seg.drop()
+                raise
+            if not taken:
+                seg.drop()
+                return None
+            return seg
 
     def acquire(self, key: Key, timeout: float | None = None) -> bool:
         """Take a slot of ``key``, waiting (sleeping, not spinning) until one is free: False
@@ -313,6 +336,14 @@ class Concurrency:
         the oldest segment holding one of ``key`` first, so that a release never frees a slot
         taken after a reset while a slot taken before it is still held (``hold()`` gives back
         in the very segment it took in)."""
+        seg = self._seg  # before _before: a follow appends the old one there before it binds the new
+        if not self._before and not seg.retired:  # the hot path: every slot of ours is in seg
+            try:
+                if seg.give(key):
+                    seg.drop()
+                    return
+            except Exception:  # closed by a follow meanwhile: the slow path says
+                pass
         with self._lock:
             for seg in [*self._before, self._seg]:
                 if self._give_in(seg, key):
@@ -324,8 +355,8 @@ class Concurrency:
         held one; a replaced segment holding no more of ours is closed (unmapped) at once."""
         if seg.window.closed or not seg.give(key):
             return False
-        seg.held = max(0, seg.held - 1)
-        if seg is not self._seg and seg.held == 0:
+        seg.drop()
+        if seg is not self._seg and not seg.slots and seg in self._before:
             self._before.remove(seg)
             seg.window.close()
         return True
@@ -411,14 +442,18 @@ class Concurrency:
             return
         if window is None:
             window = Window._over(live.reopen(self.name, self._opts), self._opts.clock)
+        seen.retired = True  # before its items are looked at (_Segment)
         if self._pid != os.getpid():  # a forked child holds none of its parent's slots
             self._pid = os.getpid()
             for old in self._before:
                 old.window.close()
             self._before.clear()
-            seen.held = 0
-        if seen.held > 0 and not seen.window.closed:
-            self._before.append(seen)
+            seen.slots.clear()
+        for old in [o for o in self._before if not o.slots]:  # given back on the hot path meanwhile
+            self._before.remove(old)
+            old.window.close()
+        if seen.slots and not seen.window.closed:
+            self._before.append(seen)  # before the new one is bound: release's hot path reads them so
         else:
             seen.window.close()
         self._use(_Segment(window))
