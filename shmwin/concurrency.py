@@ -399,9 +399,12 @@ class Concurrency:
         if on_change == "carry":
             self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
             return
-        # reset: a new segment under the name, empty, of that limit -- all or nothing: a move that
-        # fails (a full /dev/shm) leaves the old segment and its limit as they were
-        self._follow_if_moved()
+        # reset: the limit in place first (a process still in the old segment until it meets the
+        # retire obeys it; a mover killed midway is taken over with it), then a new segment under
+        # the name, empty, of that limit -- all or nothing: a move that fails (a full /dev/shm)
+        # puts the old limit back, the old segment as it was
+        before = self.limit
+        self._following(lambda: self._engine.set_limit(limit))
         g = self.window.geometry
         want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
         mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
@@ -409,6 +412,8 @@ class Concurrency:
             opened = live.move(mover, want, carry=False, opts=self._opts)
         except BaseException:
             mover.close()
+            if not self._engine.moved():
+                self._engine.set_limit(before)
             raise
         new = Window._over(opened, self._opts.clock)
         with self._lock:

@@ -76,9 +76,9 @@ def test_conc_live_limit_change(make_name, sig):
 def test_conc_reset_struck_at_its_retire(make_name, sig):
     """A reset (2 -> 3) struck after its retire: the old segment counts nothing, no new one is
     under the name. Killed: this process's next call takes the move over -- a new, empty
-    segment of the limit the old segment holds (2: a reset writes no limit in place, it is all
-    or nothing). Raised: the mover rolled back, the old segment live as it was, its 2 slots held
-    and the limit 2. Not struck: reset, empty, limit 3. Either way
+    segment of the limit the mover had set in place (3). Raised: the mover rolled back, the
+    old segment live as it was, its 2 slots held and the limit put back (2: a reset is all or
+    nothing). Not struck: reset, empty, limit 3. Either way
     this process's slots from before release cleanly, and nothing is left in /dev/shm but the
     name."""
 
@@ -97,7 +97,7 @@ def test_conc_reset_struck_at_its_retire(make_name, sig):
                 held = fp.promptly(mine.count, "k")
                 rolled_back = s.fired and not s.died
                 assert held == (2 if rolled_back else 0), f"{held} held after the strike"
-                limit = 2 if s.fired else 3  # struck: the old limit (rolled back, or taken over as it was)
+                limit = 2 if rolled_back else 3  # rolled back: the old limit put back
                 assert mine.limit == limit
                 _free_then_full(mine, name, limit - held)
                 mine.release("k")
