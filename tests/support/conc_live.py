@@ -147,6 +147,9 @@ def hold_loop(name: str, limit: int, log: str, stop: str, seed: int) -> None:
     the admission and its "in" line are one event), hold it a moment, write "out" and give it
     back (again one event); one slot at a time. It opened with ``limit`` and never again."""
     rng, conc, me = random.Random(seed), Concurrency(name, limit), os.getpid()
+    # opened: from here on its limit is the segment's (an open with another limit would be a
+    # change of its own, which the log does not show), so the driver waits for every holder
+    Path(f"{stop}.ready.{me}").touch()
     while not os.path.exists(stop):
         with _locked(Path(log)) as f:
             got = conc.acquire(KEY, timeout=0)
@@ -168,6 +171,15 @@ def loop_command(name: str, limit: int, log: Path, stop: Path, seed: int) -> lis
             "from support.conc_live import hold_loop; "
             f"hold_loop({name!r}, {limit}, {str(log)!r}, {str(stop)!r}, {seed})")  # fmt: skip
     return [sys.executable, "-c", code]
+
+
+def wait_opened(stop: Path, holders: int, timeout_s: float = 120.0) -> None:
+    """Wait until ``holders`` :func:`hold_loop` processes have opened the concurrency: one that
+    opened after a change would change the limit back to its own (the newest open wins)."""
+    deadline = time.monotonic() + timeout_s
+    while len(list(stop.parent.glob(stop.name + ".ready.*"))) < holders:
+        assert time.monotonic() < deadline, "the holders did not open in time"
+        time.sleep(0.01)
 
 
 def change(log: Path, limit: int, rule: str, set_limit: Callable[[int, str], None]) -> None:

@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from support.conc_live import change, check_log, hold_loop, loop_command
+from support.conc_live import change, check_log, hold_loop, loop_command, wait_opened
 
 from shmwin import Concurrency
 
@@ -33,6 +33,7 @@ def test_holders_on_their_own_never_pass_the_limit_in_force(name, tmp_path, rule
             p.start()
         cmds = [subprocess.Popen(loop_command(name, FIRST, log, stop, 10 + i)) for i in range(2)]
         try:
+            wait_opened(stop, len(procs) + len(cmds))
             for limit in LIMITS:
                 time.sleep(0.3)  # load between changes: not a timing assertion
                 change(log, limit, rule, lambda n, how: mine.set_limit(n, on_change=how))
