@@ -175,6 +175,7 @@ struct RoleHooks {
     int keyed_role;        /* the role word of the keyed windows it serves, checked first (0: its header hook checks) */
     int64_t state_bytes;   /* a keyed row's state after its key header, instead of rings; 0: rings */
     int state_zeroed;      /* an empty state is all zeros (else its first word is EMPTY_EPOCH) */
+    int64_t live_max;      /* a non-limiter whose one limit changes in place (live.c): its most; 0: none */
     int log_rings;         /* a window role whose rings may be logs (a limiter's may, whatever its role) */
     int chunk_heap;        /* its segment may hold a chunk heap after its rows (a moving log) */
     /* the role's own words of the header, read before the rows are placed (state size, key

@@ -75,7 +75,7 @@
  * CALLS-BEGIN
  *   cache.c -> coretype.c index.c
  *   chunks.c -> space.c words.c
- *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
+ *   concurrency.c -> coretype.c index.c keycache.c methods.c rings.c stripes.c threads.c
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
  *   counters.c -> coretype.c index.c limiter.c methods.c rings.c
  *   distribution.c -> coretype.c index.c methods.c
