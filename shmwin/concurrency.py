@@ -41,7 +41,13 @@ from .backends.shm.roles import ConcurrencyEngine
 from .backends.shm.roles.concurrency import canonical_holders, holders_of
 from .backends.shm.window import PERM, ShmOptions, ShmWindow
 from .clock import Clock, host_clock
-from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError, WindowMovedError
+from .errors import (
+    ConcurrencyLimitError,
+    GeometryMismatchError,
+    NotHeldError,
+    WindowClosedError,
+    WindowMovedError,
+)
 from .geometry import (
     ADDRESS_BUDGET_BYTES,
     CONC_HOLDER_BYTES,
@@ -342,7 +348,7 @@ class Concurrency:
                 if seg.give(key):
                     seg.drop()
                     return
-            except Exception:  # closed by a follow meanwhile: the slow path says
+            except WindowClosedError:  # closed by a follow meanwhile: the slow path says
                 pass
         with self._lock:
             for seg in [*self._before, self._seg]:
