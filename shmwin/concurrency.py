@@ -17,8 +17,9 @@ may be reused for another key; a key with a live holder is never reused, whateve
 
 Live limits (docs/operating.md): opening with another limit than the segment's, or
 :meth:`Concurrency.set_limit`, changes it for every process at its next call, by ``on_change``:
-``"carry"`` (the default) in place -- each key's row has an entry per process stripe, room for
-every holder whatever the limit, so the slots held stay held and count against the new limit;
+``"carry"`` (the default) in place -- the slots held stay held and count against the new
+limit (each key's row has ``holders`` entries, one per process holding it: a limit raised past
+them stays strict, a process finding no free entry is refused);
 ``"reset"``: the name gets a new, empty segment (the slots held are forgotten: their holders'
 releases are plain no-ops in the old one); ``"raise"``: :class:`GeometryMismatchError`.
 """
