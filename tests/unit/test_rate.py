@@ -182,3 +182,26 @@ def test_a_limiter_of_the_wrong_rates_type_says_what_it_takes(name):
     with pytest.raises(ValueError, match="at most 9223372036854775807"):
         shmwin.Limiter(name, "99999999999999999999/second")
     assert name not in shmwin.names()
+
+
+@pytest.mark.parametrize("text", ["3/second", "7/minute", "1000/hour", "1/day", "3/7 seconds",
+                                  "999999/second", "10/second", "1/month", "100/5 minutes"])  # fmt: skip
+def test_a_token_buckets_rate_reads_back_as_given(text):
+    """The emission interval is a whole number of ns, rounded up (3/second: 333,333,334 ns), so
+    limit x T can pass the period given; the rate read back is the roundest period with that T."""
+    from shmwin.geometry import token_geometry, token_rate_of
+
+    rate = parse(text)
+    geometry = token_geometry(rate, 5, 16)
+    back, burst = token_rate_of(geometry)
+    assert (str(back), burst) == (str(rate), 5)
+    assert token_geometry(back, 5, 16) == geometry
+
+
+def test_a_token_buckets_odd_period_reads_back_as_one_with_the_same_interval():
+    from shmwin.geometry import token_geometry, token_rate_of
+
+    rate = Rate(3, 10**9 + 1)  # T = 333,333,334 ns, as for 3/second: the roundest period wins
+    back, _ = token_rate_of(token_geometry(rate, 2, 16))
+    assert back == Rate(3, 10**9)
+    assert token_geometry(back, 2, 16) == token_geometry(rate, 2, 16)

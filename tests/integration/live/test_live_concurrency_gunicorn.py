@@ -92,7 +92,8 @@ def test_limit_changed_and_hupped_under_load(name, tmp_path, new, on_change):
         load = Load(server.port)
         time.sleep(1.5)  # the old limit under load (a duration of load, not a clock boundary)
         with ThreadPoolExecutor(6) as pool:
-            old_pids = {body.split()[0] for _, body in pool.map(lambda _: get(server.port, "/code"), range(12))}
+            answers = pool.map(lambda _: get(server.port, "/code"), range(12))
+            old_pids = {body.split()[0] for _, body in answers}
         limit_file.write_text(f"{new} {on_change}")
         os.kill(server.proc.pid, signal.SIGHUP)  # a deploy: new workers with the new limit
         _wait_for(server.port, new, old_pids)
