@@ -17,7 +17,7 @@ import json
 import multiprocessing as mp
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 # -- timed loops, one process -------------------------------------------------------------------
@@ -202,6 +202,18 @@ def targets_table(rows: Sequence[Target]) -> str:
         mark = "✓" if t.ok else "✗"
         lines.append(f"| {t.operation} | {t.measured} | {t.baseline} | {t.ratio} | {t.target} | {mark} |")
     return "\n".join(lines)
+
+
+def row(cells: Sequence[object]) -> str:
+    """A Markdown table's row."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def table(header: Sequence[str], aligns: str, rows: Iterable[Sequence[object]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule (``aligns``, a letter a column: "l" left,
+    "r" right, as numbers are), then the rows."""
+    assert len(aligns) == len(header), (aligns, header)
+    return [row(header), row(["---:" if a == "r" else "---" for a in aligns]), *(row(r) for r in rows)]
 
 
 def write_json(path: str, targets: Sequence[Target], details: str) -> None:

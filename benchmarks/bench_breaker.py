@@ -29,8 +29,11 @@ import time
 import uuid
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support/servers.py
+
 import _harness
 from _harness import FloorPairs, Target, fresh_loop, ns, write_json
+from support.servers import free_port, wait_listening
 
 import shmwin
 from shmwin import Limiter
@@ -139,11 +142,7 @@ async def _closed_loop(port: int, clients: int, seconds: float) -> float:
 
 class Gunicorn:
     def __init__(self, work: int, shed: str):
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         env = dict(
             os.environ,
             PYTHONPATH=f"{HERE}{os.pathsep}{ROOT}",
@@ -156,15 +155,7 @@ class Gunicorn:
         if hasattr(__import__("gunicorn.config").config, "ControlSocket"):  # gunicorn >= 24
             args.append("--no-control-socket")
         self.proc = subprocess.Popen(args, cwd=HERE, env=env)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise SystemExit("gunicorn did not start") from None
-                time.sleep(0.05)
+        wait_listening(self.proc, self.port, "gunicorn", timeout_s=30)
 
     def stop(self) -> None:
         self.proc.terminate()

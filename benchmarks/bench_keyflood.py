@@ -29,27 +29,17 @@ import string
 import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support/hashflood.py
 
 from _harness import FloorPairs, fresh_loop, ns
+from support.hashflood import KEY_CHARS, crafted_keys
 
 import shmwin
 from shmwin import Limiter
 
 CRAFTED_BITS = 13  # hash(k) & 8191 == 0: one home for every key in a table of up to 8,192 entries
-KEY_CHARS = 24
-
-
-def crafted_keys(k: int, bits: int = CRAFTED_BITS) -> list[str]:
-    """K distinct keys of KEY_CHARS characters whose hash() has its low ``bits`` bits 0."""
-    mask = (1 << bits) - 1
-    out: list[str] = []
-    i = 0
-    while len(out) < k:
-        key = f"client-{i:017d}"
-        if hash(key) & mask == 0:
-            out.append(key)
-        i += 1
-    return out
 
 
 def normal_keys(k: int, seed: int = 7) -> list[str]:
@@ -124,7 +114,7 @@ def main() -> None:
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     k = args.keys or (1_000 if args.quick else 4_000)
     rounds = args.rounds or (3 if args.quick else 7)
-    keys = {"normal": normal_keys(k), "crafted": crafted_keys(k)}
+    keys = {"normal": normal_keys(k), "crafted": crafted_keys(k, CRAFTED_BITS)}
     print(f"# {k:,} keys each of {KEY_CHARS} characters; crafted: hash(k) & {(1 << CRAFTED_BITS) - 1} == 0,"
           f" PYTHONHASHSEED=0", file=sys.stderr)  # fmt: skip
     pairs = FloorPairs(200_000)

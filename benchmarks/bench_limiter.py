@@ -16,15 +16,19 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support/servers.py
 
 import _harness
 from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec
+from support.servers import free_port, wait_listening
 
 from shmwin import Limiter
 
@@ -130,22 +134,14 @@ class RedisServer:
         exe = shutil.which("redis-server")
         if exe is None:
             raise SystemExit("redis-server not found: apt-get install redis-server (scripts/bench does)")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="shmwin-bench-redis-")
         self.proc = subprocess.Popen(
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", self.dir],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
-                return
-            except OSError:
-                time.sleep(0.025)
-        raise SystemExit("redis-server did not start")
+        wait_listening(self.proc, self.port, "redis-server", timeout_s=5)
 
     def stop(self) -> None:
         self.proc.terminate()

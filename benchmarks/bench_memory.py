@@ -27,19 +27,20 @@ import argparse
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support/servers.py
+
 import numpy as np
 from _harness import FloorPairs, Paired, fresh_loop, ns
+from support.servers import free_port, wait_listening
 
 import shmwin
 import shmwin.integrations.limits  # registers shm://
@@ -139,20 +140,12 @@ def redis_server() -> Iterator[str | None]:
     if exe is None:
         yield None
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     work = tempfile.mkdtemp(prefix="bench-redis-")
     proc = subprocess.Popen([exe, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", work],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_listening(proc, port, "redis-server", timeout_s=10)
         yield f"redis://127.0.0.1:{port}"
     finally:
         proc.terminate()

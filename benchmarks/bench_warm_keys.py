@@ -110,26 +110,29 @@ def main() -> None:
     args = parser.parse_args()
     sizes = args.keys or ([10_000] if args.quick else [100_000, 1_000_000])
     rounds = args.rounds or (3 if args.quick else 7)
-    targets, lines = [], []
+    targets, cells = [], []
     for keys in sizes:
         for case, (hit_ns, get_ns, ratio) in run(keys, rounds).items():
-            lines.append(f"| {keys:,} | {case} | {hit_ns:,.0f} | {get_ns:,.0f} | {ratio:.2f}× |")
+            cells.append((f"{keys:,}", case, f"{hit_ns:,.0f}", f"{get_ns:,.0f}", f"{ratio:.2f}×"))
             targets.append(
                 Target(f"warm-keys-{keys}-{case.split()[0]}",
                        f"`Limiter.hit()`, {keys:,} warm keys in random order, {case}",
                        f"{hit_ns:,.0f} ns", f"`dict.get` {get_ns:,.0f} ns", f"{ratio:.2f}×",
                        "≤ 1.25× `dict.get`", ratio <= 1.25)
             )  # fmt: skip
-            print(lines[-1], flush=True)
+            print(_harness.row(cells[-1]), flush=True)
     _harness.print_targets(targets)
     details = [
         "#### Warm keys in random order against `dict.get` (`bench_warm_keys.py`, issue #30)",
         "",
         f"load average {os.getloadavg()[0]:.1f}; {rounds} rounds; this thread's CPU ns per call, medians",
         "",
-        "| keys | keys as | `Limiter.hit` | `dict.get` | `Limiter.hit` / `dict.get` (median of rounds) |",
-        "| ---: | --- | ---: | ---: | ---: |",
-        *lines,
+        *_harness.table(
+            ["keys", "keys as", "`Limiter.hit`", "`dict.get`", "`Limiter.hit` / `dict.get`"
+             " (median of rounds)"],
+            "rlrrr",
+            cells,
+        ),
     ]
     _harness.finish(targets, details, args.json)
 

@@ -250,10 +250,10 @@ def main() -> None:
     details += [
         f"#### Window: total() over 3600 buckets × 64 stripes ({claimed} claimed by live processes)",
         "",
-        "| call | µs | ratio | earlier target |",
-        "| --- | ---: | ---: | ---: |",
-        f"| bare numpy masked sum, same shape | {bare_us:.0f} | 1.00× | |",
-        f"| shmwin total() | {mine_us:.0f} | {mine_us / bare_us:.2f}× | ≤ 3× {ok} |",
+        *_harness.table(["call", "µs", "ratio", "earlier target"], "lrrr", [
+            ("bare numpy masked sum, same shape", f"{bare_us:.0f}", "1.00×", ""),
+            ("shmwin total()", f"{mine_us:.0f}", f"{mine_us / bare_us:.2f}×", f"≤ 3× {ok}"),
+        ]),
         "",
     ]
     events = 100_000 if q else 1_000_000
@@ -261,9 +261,8 @@ def main() -> None:
     details += [
         f"#### Window: batch ingest, {events:,} events into resolutions 1m/1s, 1h/1m, 24h/1h, 1 process",
         "",
-        "| call | events/s | × loop of add() |",
-        "| --- | ---: | ---: |",
-        *(f"| {label} | {rate:,.0f} | {rate / rows[0][1]:,.0f}× |" for label, rate in rows),
+        *_harness.table(["call", "events/s", "× loop of add()"], "lrr",
+                        [(label, f"{rate:,.0f}", f"{rate / rows[0][1]:,.0f}×") for label, rate in rows]),
     ]
     _harness.finish(targets, details, args.json)
 

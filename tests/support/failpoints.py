@@ -210,6 +210,15 @@ def drop(front: Any, name: str) -> None:
     shmwin.unlink(name)
 
 
+@contextmanager
+def dropped(front: Any, name: str) -> Iterator[Any]:
+    """The test's own front for one strike, dropped (:func:`drop`) at the end however it ends."""
+    try:
+        yield front
+    finally:
+        drop(front, name)
+
+
 def every_store(strike_at: Callable[[int], bool], section: str = "", at_least: int = 0) -> int:
     """strike_at(1), strike_at(2), ... (each True if its fail point fired) until a run
     completes without firing; returns how many stores the section made, checked to be
@@ -219,6 +228,13 @@ def every_store(strike_at: Callable[[int], bool], section: str = "", at_least: i
             assert n - 1 >= at_least, f"section {section!r} made only {n - 1} stores"
             return n - 1
     raise AssertionError(f"the section still had stores after {MAX_STORES}")
+
+
+def every_store_unbroken(strike_at: Callable[[int], bool], broken: dict[int, str], who: str) -> None:
+    """:func:`every_store`, then no store after which a strike broke something (``broken``, that
+    ``strike_at`` fills: the store's number -> what went wrong)."""
+    every_store(strike_at)
+    assert not broken, f"{who} killed after store n (n: what went wrong): {broken}"
 
 
 def in_child(fn: Callable[..., Any], *args: Any) -> Any:

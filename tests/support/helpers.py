@@ -11,6 +11,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +95,29 @@ def wait_stopped(pid: int, timeout: float = 30) -> None:
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)  # a fenced block of Markdown
 
 
-def fenced_blocks(page: Path) -> list[tuple[int, str, str, str]]:
-    """``(line, language, code, the line before the fence)`` of each fenced block of a Markdown
-    page, in reading order: what the docs tests run, and the marker comment that may skip it."""
+@dataclass(frozen=True)
+class Block:
+    """A fenced block of a Markdown page: what the docs tests run."""
+
+    page: Path
+    line: int
+    lang: str
+    code: str
+    before: str  # the line before the fence: a marker comment there may skip the block
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def fenced_blocks(page: Path) -> list[Block]:
+    """Each fenced block of a Markdown page, in reading order."""
     text = page.read_text()
     found = []
     for m in FENCE.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
         before = text[: m.start()].rstrip("\n").rpartition("\n")[2]
-        found.append((line, m.group(1), m.group(2), before))
+        found.append(Block(page, line, m.group(1), m.group(2), before))
     return found
 
 

@@ -56,12 +56,18 @@ def root_skip_reason() -> str | None:
     return None if os.geteuid() == 0 else "needs root (to switch uid, give files away or mount)"
 
 
-@cache
-def setpriv_skip_reason() -> str | None:
+def tool_skip_reason(tool: str, purpose: str) -> str | None:
+    """Why a test needing root and util-linux's ``tool`` (for ``purpose``) cannot run here,
+    before it probes what the tool can do (None if both are here)."""
     if root_skip_reason():
         return root_skip_reason()
-    if not shutil.which("setpriv"):
-        return "needs setpriv (util-linux) to run a command as another uid"
+    return None if shutil.which(tool) else f"needs {tool} (util-linux) {purpose}"
+
+
+@cache
+def setpriv_skip_reason() -> str | None:
+    if reason := tool_skip_reason("setpriv", "to run a command as another uid"):
+        return reason
     probe = subprocess.run(command_as(NOBODY, NOBODY, ["true"]), capture_output=True, text=True)
     return None if probe.returncode == 0 else f"setpriv cannot switch to uid {NOBODY}: {probe.stderr.strip()}"
 
@@ -70,10 +76,8 @@ def setpriv_skip_reason() -> str | None:
 def namespace_skip_reason() -> str | None:
     """Why :func:`run_in_namespace` cannot work here (None if it can): root, unshare with
     mount and PID namespaces, proc with hidepid=2, tmpfs with size and nr_inodes."""
-    if root_skip_reason():
-        return root_skip_reason()
-    if not shutil.which("unshare"):
-        return "needs unshare (util-linux) for mount and PID namespaces"
+    if reason := tool_skip_reason("unshare", "for mount and PID namespaces"):
+        return reason
     probe = run_in_namespace(["true"], shm_size="64k", shm_inodes=16, timeout=30)
     if probe.returncode != 0:
         return f"cannot mount a private /proc (hidepid=2) and /dev/shm in a namespace: {probe.stderr.strip()}"

@@ -1,6 +1,7 @@
 """The sdists of installed peers, which ship their own tests: fetched into ``.peer-suites/`` by
-a script of ``scripts/test.d/`` (limits' and Flask-Limiter's, the adapters' peers'), for the
-peer-suite tests (``integration/limits/test_peer_suites.py``, ``integration/adapters/``); and
+a script of ``scripts/test.d/`` (limits' and Flask-Limiter's, the adapters' peers',
+prometheus_client's), for the peer-suite tests (``integration/limits/test_peer_suites.py``,
+``integration/adapters/``, ``integration/metrics/test_prometheus_client_suite.py``); and
 what a run of those tests reports (its JUnit XML)."""
 
 from __future__ import annotations

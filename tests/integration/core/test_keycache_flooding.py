@@ -18,7 +18,7 @@ import json
 import statistics
 
 import pytest
-from support.helpers import run_python
+from support.helpers import ROOT, run_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
 
@@ -30,28 +30,18 @@ FLOOD = """
 import json, random, sys
 import shmwin
 from shmwin import Limiter, ManualClock
+sys.path.insert(0, {tests_dir!r})
+from support.hashflood import crafted_keys
 
 assert sys.flags.hash_randomization == 0 and hash("k") == {seed0_hash}  # PYTHONHASHSEED=0
 prefix, n, bits = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-mask = (1 << bits) - 1
-
-
-def crafted(count):
-    # the attacker's search: names of 24 characters tried in turn, kept when the low bits are 0
-    out, i = [], 0
-    while len(out) < count:
-        key = f"client-{{i:017d}}"
-        if hash(key) & mask == 0:
-            out.append(key)
-        i += 1
-    return out
 
 
 def copy_of(key):
     return bytes(bytearray(key)) if isinstance(key, bytes) else "".join(list(key))
 
 
-flood = crafted(n + 200)
+flood = crafted_keys(n + 200, bits)  # the attacker's search, in this process
 rng = random.Random(5)
 sets = {{
     "normal": [f"client-{{rng.getrandbits(68):017x}}" for _ in range(n + 200)],
@@ -92,7 +82,8 @@ def flood(name: str, monkeypatch: pytest.MonkeyPatch, secret: str | None = None)
         monkeypatch.setenv("SHMWIN_CACHE_SECRET", secret)
     # hash("k") under PYTHONHASHSEED=0, so that the child checks the seed really is 0
     seed0 = int(run_python("print(hash('k'))").stdout)
-    proc = run_python(FLOOD.format(seed0_hash=seed0), name, str(N), str(BITS), timeout=240)
+    code = FLOOD.format(seed0_hash=seed0, tests_dir=str(ROOT / "tests"))
+    proc = run_python(code, name, str(N), str(BITS), timeout=240)
     return json.loads(proc.stdout)
 
 

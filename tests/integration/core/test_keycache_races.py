@@ -386,7 +386,8 @@ def test_a_forked_child_uses_the_inherited_cache_and_the_parent_its_stale_one(na
         lim.unlink()
 
 
-def _spawned(name: str, clock_path: str, keys: list[str], rounds: int) -> None:
+def _hit_rounds(name: str, clock_path: str, keys: list[str], rounds: int) -> None:
+    """Another process (spawned or forked) hits each key ``rounds`` times, by new equal objects."""
     lim = Limiter.attach(name, clock=ManualClock(path=clock_path))
     for _ in range(rounds):
         for key in keys:
@@ -400,7 +401,7 @@ def test_spawned_processes_and_this_one_hit_the_same_keys_through_their_caches(n
     keys = [f"sp-{i}" for i in range(300)] + ["é" * 128, "x" * 129, ""]
     with Limiter(name, RATE, clock=clock, decisions=False) as lim:
         ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_spawned, args=(name, str(clock_path), keys, 5)) for _ in range(2)]
+        procs = [ctx.Process(target=_hit_rounds, args=(name, str(clock_path), keys, 5)) for _ in range(2)]
         for p in procs:
             p.start()
         for _ in range(5):
@@ -416,14 +417,6 @@ def test_spawned_processes_and_this_one_hit_the_same_keys_through_their_caches(n
 # -- threads ---------------------------------------------------------------------------------------
 
 
-def _hammer(name: str, clock_path: str, keys: list[str], n: int) -> None:
-    lim = Limiter.attach(name, clock=ManualClock(path=clock_path))
-    for _ in range(n):
-        for key in keys:
-            assert lim.hit(copy_of(key))
-    os._exit(0)
-
-
 def test_threads_hitting_hot_keys_while_others_grow_and_churn_the_table(name, tmp_path):
     """Four threads hit four hot keys while two others insert and clear thousands of keys of
     the same Limiter (the table grows, is dropped, grows again) and another process hits the
@@ -432,7 +425,7 @@ def test_threads_hitting_hot_keys_while_others_grow_and_churn_the_table(name, tm
     clock = ManualClock(T0, path=clock_path)
     hot = [f"hot-{i}" for i in range(4)]
     with Limiter(name, RATE, clock=clock, decisions=False) as lim:
-        p = mp.get_context("fork").Process(target=_hammer, args=(name, str(clock_path), hot, 1500))
+        p = mp.get_context("fork").Process(target=_hit_rounds, args=(name, str(clock_path), hot, 1500))
         p.start()
         errors: list[BaseException] = []
 

@@ -11,13 +11,12 @@ not taken off: no sleeping is needed to see it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from functools import cache
 
 import pytest
-from support.rootenv import root_skip_reason
+from support.rootenv import tool_skip_reason
 
 from shmwin import Limiter, Window, _core
 from shmwin.clock import host_monotonic_ns, read_timens_offset_ns
@@ -29,10 +28,8 @@ PERIOD_S, LIMIT = 10, 20
 
 @cache
 def timens_skip_reason() -> str | None:
-    if root_skip_reason():
-        return root_skip_reason()
-    if not shutil.which("unshare"):
-        return "needs unshare (util-linux)"
+    if reason := tool_skip_reason("unshare", "for time namespaces"):
+        return reason
     probe = subprocess.run(["unshare", "-T", "--monotonic", "7", "cat", "/proc/self/timens_offsets"],
                            capture_output=True, text=True)  # fmt: skip
     if probe.returncode != 0 or "monotonic" not in probe.stdout:

@@ -25,11 +25,9 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from support.helpers import fenced_blocks
+from support.helpers import Block, fenced_blocks
 from support.servers import ROOT
 
 import shmwin
@@ -42,30 +40,14 @@ REDIS_URL = re.compile(r"redis://[^\s\"')]+")
 CLUSTER_URL = re.compile(r"redis\+cluster://[^\s\"')]+")
 
 
-@dataclass(frozen=True)
-class Block:
-    page: Path
-    line: int
-    lang: str
-    code: str
-    marker: str  # the line before the fence, if it is a marker comment; else ""
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+def _marker(b: Block) -> str:
+    """The line before the block's fence, if it is a marker comment; else ""."""
+    return b.before if MARKER.match(b.before) else ""
 
 
-def _blocks() -> list[Block]:
-    found = []
-    for page in PAGES:
-        for line, lang, code, before in fenced_blocks(page):
-            found.append(Block(page, line, lang, code, before if MARKER.match(before) else ""))
-    return found
-
-
-BLOCKS = _blocks()
+BLOCKS = [b for page in PAGES for b in fenced_blocks(page)]
 PYTHON = [b for b in BLOCKS if b.lang == "python"]
-TO_RUN = [b for b in PYTHON if not b.marker]
+TO_RUN = [b for b in PYTHON if not _marker(b)]
 
 
 def test_the_docs_have_python_blocks_to_run():
@@ -74,7 +56,7 @@ def test_the_docs_have_python_blocks_to_run():
 
 def test_every_marker_stands_before_a_python_block_and_says_why():
     """A marker only before a block (recipes may be any language), and a skip gives its reason."""
-    marked = {(b.page, b.line - 1) for b in BLOCKS if b.marker}
+    marked = {(b.page, b.line - 1) for b in BLOCKS if _marker(b)}
     for page in PAGES:
         for i, line in enumerate(page.read_text().splitlines(), 1):
             where = f"{page.relative_to(ROOT)}:{i}: {line!r}"
@@ -83,7 +65,7 @@ def test_every_marker_stands_before_a_python_block_and_says_why():
                 if line.startswith("<!-- snippet:"):
                     assert SKIP.fullmatch(line), f"{where}: write <!-- snippet: skip (reason) -->"
     for b in BLOCKS:
-        if b.marker.startswith("<!-- snippet:"):
+        if _marker(b).startswith("<!-- snippet:"):
             assert b.lang == "python", f"{b.where}: only python blocks are run; no need to skip {b.lang!r}"
 
 

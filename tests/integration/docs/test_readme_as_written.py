@@ -24,11 +24,10 @@ import shutil
 import subprocess
 import sys
 import venv
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.helpers import ROOT, fenced_blocks
+from support.helpers import ROOT, Block, fenced_blocks
 from support.rootenv import describe, namespace_argv, needs_namespace
 
 pytestmark = [pytest.mark.integration, needs_namespace]
@@ -40,37 +39,25 @@ CTRL_C = shlex.quote(str(ROOT / "tests" / "support" / "ctrl_c_after_frame.py"))
 VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-@dataclass(frozen=True)
-class Block:
-    page: str
-    line: int
-    lang: str
-    code: str
-    skip: str  # the reason given on the line before the fence; "" if it is run
-
-    @property
-    def where(self) -> str:
-        return f"{self.page}:{self.line}"
-
-
 def blocks() -> list[Block]:
     """Every fenced block of the two pages, in reading order."""
-    found = []
-    for page in PAGES:
-        for line, lang, code, before in fenced_blocks(page):
-            reason = SKIP.fullmatch(before)
-            found.append(Block(page.name, line, lang, code, reason.group(1) if reason else ""))
-    return found
+    return [b for page in PAGES for b in fenced_blocks(page)]
+
+
+def _skip(b: Block) -> str:
+    """The reason given on the line before the block's fence; "" if it is run."""
+    reason = SKIP.fullmatch(b.before)
+    return reason.group(1) if reason else ""
 
 
 def test_every_block_is_python_or_shell_and_few_are_skipped() -> None:
     found = blocks()
     assert {b.lang for b in found} <= {"python", "bash"}, [(b.where, b.lang) for b in found]
-    run = [b for b in found if not b.skip]
+    run = [b for b in found if not _skip(b)]
     assert len([b for b in run if b.lang == "python"]) >= 4 and len([b for b in run if b.lang == "bash"]) >= 4
-    skipped = [b for b in found if b.skip]
+    skipped = [b for b in found if _skip(b)]
     assert len(skipped) <= 4, [
-        (b.where, b.skip) for b in skipped
+        (b.where, _skip(b)) for b in skipped
     ]  # the README's first block: above Installing
     for page in PAGES:  # a skip marker stands right before a fence, or it skips nothing
         lines = page.read_text().splitlines()
@@ -95,7 +82,7 @@ def _script(found: list[Block], scripts: Path, env_bin: Path) -> str:
     that fails."""
     lines = ["set -e", f"export PATH={shlex.quote(str(env_bin))}:$PATH", "export COLUMNS=200"]
     for i, block in enumerate(found):
-        if block.skip:
+        if _skip(block):
             continue
         code = block.code
         if block.lang == "bash":
@@ -129,7 +116,7 @@ def test_the_readme_and_the_install_page_run_as_written(tmp_path: Path) -> None:
     assert proc.returncode == 0, describe(proc)
     assert "=== every block ran" in proc.stdout, describe(proc)
     for block in found:  # each ran, in order (the driver stops at the first failure)
-        assert block.skip or f"=== {block.where} ({block.lang})" in proc.stdout, block.where
+        assert _skip(block) or f"=== {block.where} ({block.lang})" in proc.stdout, block.where
 
     # what the blocks were about: the wheel is what got installed, and the CLI saw the snippets'
     # windows in the same private /dev/shm

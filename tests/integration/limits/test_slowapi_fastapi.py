@@ -23,13 +23,11 @@ from fastapi.responses import PlainTextResponse
 with warnings.catch_warnings():  # newer Starlette asks for httpx2 instead of httpx: not our concern
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
+from apps.slowapi_wiring import slowapi_fastapi
 from limits import parse
 from limits.aio.strategies import STRATEGIES as AIO_STRATEGIES
 from limits.storage import storage_from_string
 from limits.strategies import STRATEGIES as SYNC_STRATEGIES
-from slowapi import Limiter, _rate_limit_exceeded_handler
-from slowapi.errors import RateLimitExceeded
-from slowapi.util import get_remote_address
 
 import shmwin
 import shmwin.integrations.limits  # registers shm:// and async+shm://
@@ -56,10 +54,7 @@ def uri(name: str) -> Iterator[str]:
 
 
 def slowapi_app(uri: str, strategy: str) -> FastAPI:
-    limiter = Limiter(key_func=get_remote_address, storage_uri=uri, strategy=strategy, headers_enabled=True)
-    app = FastAPI()
-    app.state.limiter = limiter
-    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+    app, limiter = slowapi_fastapi(uri, strategy, headers_enabled=True)
 
     @app.get("/async")
     @limiter.limit("3/minute")

@@ -59,8 +59,7 @@ def test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry(make_name, tm
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"tornclear{n}"), tmp_path / f"clock{n}"
-        t = fp.Keyed(kind, name, clock_path, capacity=5, on_full="deny")  # 5 keys
-        try:
+        with fp.dropped(fp.Keyed(kind, name, clock_path, capacity=5, on_full="deny"), name) as t:  # 5 keys
             assert t.write("k", 10) == 10
             assert t.write("other", 4) == 4
             with fp.strike(
@@ -73,12 +72,9 @@ def test_a_torn_clear_leaves_no_live_counts_in_a_reclaimable_entry(make_name, tm
                         t.write(f"x{i}")
                 if t.units("k") != left or t.units("other") != 4:
                     broken[n] = f"'k' counted {left} after the kill, {t.units('k')} after other inserts"
-            return s.fired
-        finally:
-            fp.drop(t, name)
+        return s.fired
 
-    fp.every_store(strike_at)
-    assert not broken, f"clear killed after store n (n: what went wrong): {broken}"
+    fp.every_store_unbroken(strike_at, broken, "clear")
 
 
 def _add_and_die(name: str, clock_path: Path, n: int) -> None:

@@ -29,6 +29,11 @@ def _conc_dead_holder(name: str, key: str) -> None:
     assert fp.in_child(_conc_take, name, key, 1) == [True]
 
 
+def _count_k(c: Any) -> int:
+    """What a victim checks after its section (``again``): the slots of "k"."""
+    return int(c.count("k"))
+
+
 def _conc_after(mine: Any, name: str, live: int, limit: int) -> None:
     """From other processes: ``live`` slots held, the rest free, never one more."""
     assert fp.promptly(mine.count, "k") == live, "a dead holder counted, or a live one lost"
@@ -52,8 +57,7 @@ def test_conc_acquire(make_name, sig, held):
 
     def strike_at(n: int) -> bool:
         name = make_name(f"conc{n}")
-        mine = shmwin.Concurrency(name, limit)
-        try:
+        with fp.dropped(shmwin.Concurrency(name, limit), name) as mine:
             assert mine.acquire("other", 0)
             _conc_dead_holder(name, "k")
 
@@ -65,15 +69,13 @@ def test_conc_acquire(make_name, sig, held):
                     report[PROGRESS] += 1
                 return theirs
 
-            take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
-            with fp.strike("conc_acquire", n, sig, before, take, count) as s:
+            take = lambda t: t.acquire("k", 0)  # noqa: E731
+            with fp.strike("conc_acquire", n, sig, before, take, _count_k) as s:
                 assert s.report[PROGRESS] == held
                 live = 0 if s.died else held + 1  # a section that completed took its slot
                 _conc_after(mine, name, live, limit)
                 assert mine.count("other") == 1, "another key moved"
-            return s.fired
-        finally:
-            fp.drop(mine, name)
+        return s.fired
 
     fp.every_store(strike_at, "conc_acquire", at_least=3)
 
@@ -86,8 +88,7 @@ def test_conc_release(make_name, sig):
 
     def strike_at(n: int) -> bool:
         name = make_name(f"concrel{n}")
-        mine = shmwin.Concurrency(name, limit)
-        try:
+        with fp.dropped(shmwin.Concurrency(name, limit), name) as mine:
 
             def before(report):
                 theirs = shmwin.Concurrency.attach(name)
@@ -95,13 +96,11 @@ def test_conc_release(make_name, sig):
                 report[PROGRESS] += 2
                 return theirs
 
-            give, count = (lambda t: t.release("k")), (lambda t: t.count("k"))
-            with fp.strike("conc_release", n, sig, before, give, count) as s:
+            give = lambda t: t.release("k")  # noqa: E731
+            with fp.strike("conc_release", n, sig, before, give, _count_k) as s:
                 assert s.report[PROGRESS] == 2
                 _conc_after(mine, name, 0 if s.died else 1, limit)
-            return s.fired
-        finally:
-            fp.drop(mine, name)
+        return s.fired
 
     fp.every_store(strike_at, "conc_release", at_least=2)
 
@@ -115,23 +114,20 @@ def test_conc_claim(make_name, sig):
 
     def strike_at(n: int) -> bool:
         name = make_name(f"concclaim{n}")
-        mine = shmwin.Concurrency(name, limit, processes=2)
-        try:
+        with fp.dropped(shmwin.Concurrency(name, limit, processes=2), name) as mine:
             assert mine.acquire("other", 0)  # stripe 1
 
             def before(report):
                 return shmwin.Concurrency.attach(name)
 
-            take, count = (lambda t: t.acquire("k", 0)), (lambda t: t.count("k"))
-            with fp.strike("conc_claim", n, sig, before, take, count) as s:
+            take = lambda t: t.acquire("k", 0)  # noqa: E731
+            with fp.strike("conc_claim", n, sig, before, take, _count_k) as s:
                 if s.died:
                     _conc_after(mine, name, 0, limit)  # the survivor claims the dead victim's stripe
                 else:
                     assert fp.promptly(mine.count, "k") == 1
                     with pytest.raises(AssertionError, match="KeyTableFullError"):
                         fp.in_child(_conc_take, name, "k", 1)  # the live victim keeps its stripe
-            return s.fired
-        finally:
-            fp.drop(mine, name)
+        return s.fired
 
     fp.every_store(strike_at, "conc_claim", at_least=4)

@@ -140,8 +140,7 @@ def test_insert_over_a_reused_entry_keeps_what_cached_writers_counted(make_name,
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"reuse{n}"), tmp_path / f"clock{n}"
-        t = fp.Keyed(kind, name, clock_path, capacity=2, on_full="deny")  # 2 keys
-        try:
+        with fp.dropped(fp.Keyed(kind, name, clock_path, capacity=2, on_full="deny"), name) as t:  # 2 keys
             t.write("A")  # cached by this process
             t.write("F")
             t.clock.advance(120)  # both idle
@@ -161,9 +160,6 @@ def test_insert_over_a_reused_entry_keeps_what_cached_writers_counted(make_name,
                         broken[n] = f"{here} + {there} hits admitted for 'A' within one minute"
                 elif t.units("A") < here + there:
                     broken[n] = f"{here} + {there} adds to 'A' returned, {t.units('A')} counted"
-            return s.fired
-        finally:
-            fp.drop(t, name)
+        return s.fired
 
-    fp.every_store(strike_at)
-    assert not broken, f"inserter killed after store n (n: what went wrong): {broken}"
+    fp.every_store_unbroken(strike_at, broken, "inserter")

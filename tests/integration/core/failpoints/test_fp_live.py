@@ -4,13 +4,15 @@ The harness and the rules it checks are in tests/support/failpoints.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import failpoints as fp
 from support.failpoints import PROGRESS, SIGNALS, T0
 
-import shmwin
 from shmwin import Limiter, ManualClock
 
 pytestmark = [pytest.mark.integration, pytest.mark.failpoints]
@@ -24,8 +26,24 @@ def _hits(name: str, clock_path: Path, n: int) -> tuple[list[str], list[int]]:
         return [str(r) for r in lim.rates], [int(lim.hit("k")) for _ in range(n)]
 
 
-def _limiter(name: str, clock_path: Path) -> Limiter:
-    return Limiter(name, "10/minute", clock=ManualClock(path=clock_path))
+def _limiter(name: str, clock_path: Path, rates: str = "10/minute") -> Limiter:
+    return Limiter(name, rates, clock=ManualClock(path=clock_path))
+
+
+@contextmanager
+def _holding(name: str, clock_path: Path) -> Iterator[Limiter]:
+    """This process's limiter, HELD hits of "k" in it; closed and its segment unlinked after."""
+    mine = _limiter(name, clock_path)
+    try:
+        assert all(mine.hit("k") for _ in range(HELD))
+        yield mine
+    finally:
+        fp.drop(mine, name)
+
+
+def _started(report: Any) -> None:
+    """A victim's ``before`` with nothing to open first."""
+    report[PROGRESS] = 1
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -38,13 +56,11 @@ def test_live_limits_change(make_name, tmp_path, sig):
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"live{n}"), tmp_path / f"clock{n}"
         clock = ManualClock(T0, path=clock_path)
-        mine = _limiter(name, clock_path)
-        try:
-            assert all(mine.hit("k") for _ in range(HELD))
+        with _holding(name, clock_path) as mine:
 
             def before(report):
                 theirs = _limiter(name, clock_path)
-                report[PROGRESS] = 1
+                _started(report)
                 return theirs
 
             change, again = (lambda t: t.set_rates("4/minute")), (lambda t: t.hit("other"))
@@ -60,10 +76,7 @@ def test_live_limits_change(make_name, tmp_path, sig):
                 assert fp.promptly(mine.hit, "k") is False
                 clock.advance(70)
                 assert sum(fp.promptly(mine.hit, "k") for _ in range(12)) == (4 if changed else 10)
-            return s.fired
-        finally:
-            mine.close()
-            shmwin.unlink(name)
+        return s.fired
 
     stores = fp.every_store(strike_at)
     fp.assert_monotone(seen, "live")
@@ -80,26 +93,16 @@ def test_live_limits_move(make_name, tmp_path, sig):
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"move{n}"), tmp_path / f"clock{n}"
         clock = ManualClock(T0, path=clock_path)
-        mine = _limiter(name, clock_path)
-        try:
-            assert all(mine.hit("k") for _ in range(HELD))
-
-            def before(report):
-                report[PROGRESS] = 1
-                return None
-
-            change = lambda _: Limiter(name, "10/hour", clock=ManualClock(path=clock_path))  # noqa: E731
-            with fp.strike("retire", n, sig, before, change) as s:
+        with _holding(name, clock_path) as mine:
+            move = lambda _: _limiter(name, clock_path, "10/hour")  # noqa: E731
+            with fp.strike("retire", n, sig, _started, move) as s:
                 got = [int(fp.promptly(mine.hit, "k")) for _ in range(10)]
                 assert sum(got) == 10 - HELD, f"{got}: the held hits were not carried"
                 assert [str(r) for r in mine.rates] in (["10/minute"], ["10/hour"])
                 clock.advance(70)
                 rates, later = fp.in_child(_hits, name, clock_path, 3)
                 assert sum(later) == (3 if rates == ["10/minute"] else 0), (rates, later)
-            return s.fired
-        finally:
-            mine.close()
-            shmwin.unlink(name)
+        return s.fired
 
     assert fp.every_store(strike_at) == 1  # the generation word's bit
 
@@ -112,25 +115,15 @@ def test_live_limits_move_after_an_in_place_change(make_name, tmp_path, sig):
 
     def strike_at(n: int) -> bool:
         name, clock_path = make_name(f"moved{n}"), tmp_path / f"clock{n}"
-        mine = _limiter(name, clock_path)
-        try:
-            assert all(mine.hit("k") for _ in range(HELD))
+        with _holding(name, clock_path) as mine:
             mine.set_rates("8/minute")
-
-            def before(report):
-                report[PROGRESS] = 1
-                return None
-
-            change = lambda _: Limiter(name, "8/hour", clock=ManualClock(path=clock_path))  # noqa: E731
-            with fp.strike("retire", n, sig, before, change) as s:
+            move = lambda _: _limiter(name, clock_path, "8/hour")  # noqa: E731
+            with fp.strike("retire", n, sig, _started, move) as s:
                 got = [int(fp.promptly(mine.hit, "k")) for _ in range(10)]
                 assert sum(got) == 8 - HELD, f"{got}: not the limits in force, or the held hits lost"
                 assert [str(r) for r in mine.rates] in (["8/minute"], ["8/hour"])
                 rates, _ = fp.in_child(_hits, name, clock_path, 0)
                 assert rates in (["8/minute"], ["8/hour"]), rates
-            return s.fired
-        finally:
-            mine.close()
-            shmwin.unlink(name)
+        return s.fired
 
     assert fp.every_store(strike_at) == 1  # the generation word's bit
