@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from . import backends
 from .backends.contract import Key
+from .backends.options import CreatingAnywhere, Opening, OpeningAnywhere, spelled_out
 from .clock import Clock, host_clock
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
 from .geometry import (
@@ -47,6 +48,9 @@ from .policy import (
     values_of,
 )
 from .rate import NS_PER_S, Duration
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Number = int | float
 Fields = tuple[str, ...] | list[str] | str
@@ -79,6 +83,39 @@ class _OfGeometry(Generic[T]):
         raise AttributeError(f"Window.{self._name} is read-only")
 
 
+class Shape(TypedDict, total=False):
+    """A window's geometry beyond span, buckets and fields (``window_geometry``'s words)."""
+
+    resolutions: tuple[str, ...] | list[str] | None
+    dtype: str
+    mode: str | None
+    stripes: int | None
+    capacity: int | None
+    keyed: bool
+
+
+SHAPE_DEFAULTS = {"dtype": "int64", "keyed": False}  # the other shape words default to None
+BACKEND_SHAPE = ("mode", "stripes")  # shape words the backend is told too (one it cannot honour raises)
+
+
+class Created(Shape, CreatingAnywhere, total=False):
+    """``Window.create``'s keywords."""
+
+
+class Opened(Shape, OpeningAnywhere, total=False):
+    """``Window(...)``'s keywords, beyond ``on_error`` and ``on_full``."""
+
+
+def _asked(span: Duration | None, buckets: int | None, fields: Fields, options: Created | Opened
+           ) -> tuple[Geometry, dict[str, Any]]:  # fmt: skip
+    """The geometry a constructor asks for, and the keywords it passes to the backend."""
+    shape: dict[str, Any] = {**SHAPE_DEFAULTS, **options}
+    want = window_geometry(span, buckets, shape.get("resolutions"), fields, shape["dtype"], shape.get("mode"),
+                           shape.get("stripes"), shape.get("capacity"), shape["keyed"])  # fmt: skip
+    store = {k: v for k, v in options.items() if k not in Shape.__annotations__ or k in BACKEND_SHAPE}
+    return want, store
+
+
 class Window:
     """A sliding window of ``buckets`` time buckets over ``span``, shared by name.
 
@@ -104,6 +141,7 @@ class Window:
     through.
     """
 
+    @spelled_out(Opened, SHAPE_DEFAULTS)
     def __init__(
         self,
         name: str,
@@ -111,102 +149,61 @@ class Window:
         buckets: int | None = None,
         fields: Fields = ("count",),
         *,
-        resolutions: tuple[str, ...] | list[str] | None = None,
-        dtype: str = "int64",
-        mode: str | None = None,
-        stripes: int | None = None,
-        capacity: int | None = None,
-        keyed: bool = False,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        backend: str | None = None,
-        timeout: float | None = None,
         on_error: str = "raise",
         on_full: str = WINDOW_ON_FULL,
+        **options: Unpack[Opened],
     ):
         choice("on_error", on_error, WINDOW_ON_ERROR)
         choice("on_full", on_full, ON_FULL)
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
-        opened = backends.open("window",
-            name, want, backend=backend, clock=clock, on_error=on_error, on_full=on_full, perm=perm,
-            lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, timeout=timeout, mode=mode, stripes=stripes,
-        )  # fmt: skip
-        self._bind(opened, clock, on_error)
+        want, store = _asked(span, buckets, fields, options)
+        opened = backends.open("window", name, want, on_error=on_error, on_full=on_full, **store)
+        self._bind(opened, options.get("clock"), on_error)
 
     @classmethod
+    @spelled_out(Created, SHAPE_DEFAULTS)
     def create(
         cls,
         name: str,
         span: Duration | None = None,
         buckets: int | None = None,
         fields: Fields = ("count",),
-        *,
-        resolutions: tuple[str, ...] | list[str] | None = None,
-        dtype: str = "int64",
-        mode: str | None = None,
-        stripes: int | None = None,
-        capacity: int | None = None,
-        keyed: bool = False,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        backend: str | None = None,
-        timeout: float | None = None,
+        **options: Unpack[Created],
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
-        opened = backends.open("window",
-            name, want, backend=backend, exclusive=True, clock=clock, perm=perm, lock_timeout=lock_timeout,
-            timeout=timeout, mode=mode, stripes=stripes,
-        )  # fmt: skip
-        return cls._over(opened, clock)
+        want, store = _asked(span, buckets, fields, options)
+        return cls._over(backends.open("window", name, want, exclusive=True, **store), options.get("clock"))
 
     @classmethod
+    @spelled_out(OpeningAnywhere)
     def attach(
         cls,
         name: str,
         *,
-        clock: Clock | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        backend: str | None = None,
-        timeout: float | None = None,
         on_error: str = "raise",
-        perm: int | None = None,
         on_full: str = WINDOW_ON_FULL,
+        **options: Unpack[OpeningAnywhere],
     ) -> Window:
         """Attach to an existing window, geometry read from the store (the server must answer).
         ``perm`` (shared memory) trusts a segment group or others may write, as far as it goes;
         ``on_full`` answers a key that finds its table full, as when the window was opened."""
         choice("on_error", on_error, WINDOW_ON_ERROR)
-        opened = backends.open("window",
-            name, None, backend=backend, clock=clock, on_error=on_error, lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, timeout=timeout, perm=perm, on_full=on_full,
-        )  # fmt: skip
-        return cls._over(opened, clock, on_error)
+        opened = backends.open("window", name, None, on_error=on_error, on_full=on_full, **options)
+        return cls._over(opened, options.get("clock"), on_error)
 
     @classmethod
+    @spelled_out(Opening)
     def open_geometry(
         cls,
         name: str,
         want: Geometry,
         *,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
         on_full: str = WINDOW_ON_FULL,
         backend: str | None = None,
+        **options: Unpack[Opening],
     ) -> Window:
         """Create or attach a window of exactly ``want`` (a Geometry built by ``geometry.py``)."""
-        opened = backends.open("window",
-            name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout,
-        )  # fmt: skip
-        return cls._over(opened, clock)
+        opened = backends.open("window", name, want, backend=backend, on_full=on_full, **options)
+        return cls._over(opened, options.get("clock"))
 
     @classmethod
     def _for_role(
