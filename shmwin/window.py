@@ -226,6 +226,22 @@ class Window:
                                  backend=backend)  # fmt: skip
 
     @classmethod
+    def _attach_as(
+        cls,
+        name: str,
+        is_kind: Callable[[Window], bool],
+        refusal: Exception,
+        **options: Unpack[OpeningAnywhere],
+    ) -> Window:
+        """Attach the window of one of shmwin's own parts (a breaker, a shedder, ...): closed
+        again, and ``refusal`` raised, if ``is_kind`` says it is not one."""
+        window = cls.attach(name, **options)
+        if not is_kind(window):
+            window.close()
+            raise refusal
+        return window
+
+    @classmethod
     def _over(cls, opened: backends.WindowBackend, clock: Clock | None, on_error: str = "raise") -> Window:
         """A front over a backend window that is already open (``Limiter.window`` too)."""
         self = cls.__new__(cls)
