@@ -473,30 +473,27 @@ class Concurrency:
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
         """``with conc.hold(key, timeout=...):`` a slot of ``key`` for the block, given back
         after it; :class:`ConcurrencyLimitError` if none was free within ``timeout``."""
-        seg = self._acquire_in(key, timeout)
-        if seg is None:
-            raise self._full(key, timeout)
-        try:
+        with self._holding(self._acquire_in(key, timeout), key, timeout):
             yield self
-        finally:
-            self._release_in(seg, key)
 
     @asynccontextmanager
     async def hold_async(self, key: Key, timeout: float | None = None) -> AsyncIterator[Concurrency]:
         """:meth:`hold` for asyncio."""
-        seg = await self._acquire_in_async(key, timeout)
-        if seg is None:
-            raise self._full(key, timeout)
-        try:
+        with self._holding(await self._acquire_in_async(key, timeout), key, timeout):
             yield self
+
+    @contextmanager
+    def _holding(self, seg: _Segment | None, key: Key, timeout: float | None) -> Iterator[None]:
+        """The block of ``hold``/``hold_async`` around the slot ``seg`` took: given back after it,
+        whatever it raised; a ConcurrencyLimitError if no slot came free within ``timeout``."""
+        if seg is None:
+            raise ConcurrencyLimitError(
+                f"concurrency {self.name!r}: key {key!r} has {self.limit} holders (timeout {timeout}s)"
+            )
+        try:
+            yield
         finally:
             self._release_in(seg, key)
-
-    def _full(self, key: Key, timeout: float | None) -> ConcurrencyLimitError:
-        """What ``hold`` raises when no slot of ``key`` came free within ``timeout``."""
-        return ConcurrencyLimitError(
-            f"concurrency {self.name!r}: key {key!r} has {self.limit} holders (timeout {timeout}s)"
-        )
 
     def keys(self) -> list[Key]:
         """The keys in the segment: held, or not reused yet (idle or not)."""
