@@ -59,25 +59,27 @@ Fields = tuple[str, ...] | list[str] | str
 T = TypeVar("T")
 
 
-class _OfGeometry(Generic[T]):
+class _Of(Generic[T]):
     """A read-only attribute of a window that is its geometry's (``Window.buckets`` is
-    ``geometry.n_buckets``): one line each instead of a property each."""
+    ``geometry.n_buckets``) or, ``via="_backend"``, its backend's (``Window.nbytes``): one line
+    each instead of a property each."""
 
-    def __init__(self, attr: str) -> None:
+    def __init__(self, attr: str, via: str = "_g", doc: str | None = None) -> None:
         self._attr = self._name = attr
-        self.__doc__ = f"The geometry's ``{attr}`` (read-only)."
+        self._via = via
+        self.__doc__ = doc or f"The geometry's ``{attr}`` (read-only)."
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._name = name
 
     @overload
-    def __get__(self, window: None, owner: type | None = None) -> _OfGeometry[T]: ...
+    def __get__(self, window: None, owner: type | None = None) -> _Of[T]: ...
     @overload
     def __get__(self, window: Window, owner: type | None = None) -> T: ...
-    def __get__(self, window: Window | None, owner: type | None = None) -> T | _OfGeometry[T]:
+    def __get__(self, window: Window | None, owner: type | None = None) -> T | _Of[T]:
         if window is None:  # on the class: the descriptor itself (help(), the docs)
             return self
-        return cast(T, getattr(window._g, self._attr))
+        return cast(T, getattr(getattr(window, self._via), self._attr))
 
     def __set__(self, window: Window, value: object) -> None:  # read-only, as the properties were
         raise AttributeError(f"Window.{self._name} is read-only")
@@ -261,23 +263,19 @@ class Window:
 
     # -- geometry -------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        """The backend's URL ("" for shared memory)."""
-        return self._backend.url
-
+    url = _Of[str]("url", "_backend", 'The backend\'s URL ("" for shared memory).')
     @property
     def geometry(self) -> Geometry:
         return self._g
 
-    fields = _OfGeometry[tuple[str, ...]]("fields")
-    span_ns = _OfGeometry[int]("span_ns")
-    bucket_ns = _OfGeometry[int]("bucket_ns")
-    buckets = _OfGeometry[int]("n_buckets")
-    dtype = _OfGeometry[str]("dtype")
-    mode = _OfGeometry[str]("mode")
-    stripes = _OfGeometry[int]("n_stripes")
-    capacity = _OfGeometry[int]("capacity")
+    fields = _Of[tuple[str, ...]]("fields")
+    span_ns = _Of[int]("span_ns")
+    bucket_ns = _Of[int]("bucket_ns")
+    buckets = _Of[int]("n_buckets")
+    dtype = _Of[str]("dtype")
+    mode = _Of[str]("mode")
+    stripes = _Of[int]("n_stripes")
+    capacity = _Of[int]("capacity")
 
     @property
     def span(self) -> float:
@@ -289,19 +287,9 @@ class Window:
         """The resolutions, finest first, as "span/bucket" strings ("1m/1s", "1h/1m")."""
         return [resolution_name(r) for r in self._g.rings]
 
-    @property
-    def nbytes(self) -> int:
-        """Size of the shared segment in bytes (shared memory)."""
-        return self._backend.nbytes
-
-    @property
-    def meta(self) -> Meta:
-        """Who created the segment, and when (shared memory)."""
-        return self._backend.meta
-
-    @property
-    def closed(self) -> bool:
-        return self._backend.closed
+    nbytes = _Of[int]("nbytes", "_backend", "Size of the shared segment in bytes (shared memory).")
+    meta = _Of[Meta]("meta", "_backend", "Who created the segment, and when (shared memory).")
+    closed = _Of[bool]("closed", "_backend", "True once this process has closed the window.")
 
     # -- writing ----------------------------------------------------------------------
 
