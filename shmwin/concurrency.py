@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from .backends.contract import Key
+from .backends.contract import Closing, Key
 from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
 from .backends.shm.roles.concurrency import canonical_holders, holders_of
@@ -175,7 +175,7 @@ def _limit_error(name: str, have: int, want: int) -> GeometryMismatchError:
     )
 
 
-class Concurrency:
+class Concurrency(Closing):
     """``Concurrency(name, limit)``: at most ``limit`` holders of each key at once, counted
     over live processes (create the segment, or attach if it exists with the same limit).
 
@@ -526,12 +526,6 @@ class Concurrency:
     def unlink(self) -> bool:
         """Remove the segment from the host (idempotent); attached handles keep working."""
         return self.window.unlink()
-
-    def __enter__(self) -> Concurrency:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<shmwin.Concurrency {self.name!r} limit={'?' if self.closed else self.limit}>"

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import backends
-from .backends.contract import Key
+from .backends.contract import Closing, Key
 from .backends.options import Creating, Opening, spelled_out
 from .backends.shm.roles.distribution import DistributionEngine, Merged, check_quantile, quantiles_of
 from .errors import GeometryMismatchError
@@ -105,7 +105,7 @@ def _opened(
     return backends.open("window", name, want, exclusive=exclusive, **asked)  # on_full and the store's
 
 
-class Distribution:
+class Distribution(Closing):
     """A windowed distribution shared by name: ``record(v)``, then quantiles over ``last=``.
 
     ``Distribution(name, ...)`` creates it or attaches to it if it exists with the same
@@ -277,12 +277,6 @@ class Distribution:
     def unlink(self) -> bool:
         """Remove the distribution for everyone; True if it existed."""
         return bool(self._backend.unlink())
-
-    def __enter__(self) -> Distribution:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<shmwin.Distribution {getattr(self, 'name', '?')!r} [{getattr(self, '_g', '?')}]>"

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import backends
-from .backends.contract import Key
+from .backends.contract import Closing, Key
 from .backends.options import CreatingAnywhere, Opening, OpeningAnywhere, spelled_out
 from .clock import Clock, host_clock
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
@@ -118,7 +118,7 @@ def _asked(span: Duration | None, buckets: int | None, fields: Fields, options: 
     return want, store
 
 
-class Window:
+class Window(Closing):
     """A sliding window of ``buckets`` time buckets over ``span``, shared by name.
 
     ``Window(name, ...)`` creates the window or attaches to it if it exists with the
@@ -525,12 +525,6 @@ class Window:
     def _check_open(self) -> None:
         if self._backend.closed:
             raise WindowClosedError(f"window {self.name!r} is closed")
-
-    def __enter__(self) -> Window:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return repr(self._backend)

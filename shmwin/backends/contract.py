@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy.typing as npt
 
@@ -31,6 +31,23 @@ from ..policy import WINDOW_ON_FULL
 from ..rate import Rate
 
 Key = str | bytes  # what a keyed window or limiter is keyed by, on every backend
+
+H = TypeVar("H", bound="Closing")
+
+
+class Closing:
+    """A front's lifecycle as a context manager: ``with Window(...) as w:`` closes ``w`` after
+    the block -- this process's handle only; ``unlink()`` is what removes it for everyone."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: H) -> H:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 # -- names: one spelling on every backend ---------------------------------------------------
 MAX_NAME_CHARS = 200

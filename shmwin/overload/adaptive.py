@@ -28,7 +28,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..backends.contract import Key
+from ..backends.contract import Closing, Key
 from ..backends.options import spelled_out
 from ..clock import Clock, host_clock
 from ..errors import GeometryMismatchError, WindowNotFoundError
@@ -90,7 +90,7 @@ POLICY_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
-class AdaptiveLimiter:
+class AdaptiveLimiter(Closing):
     """``AdaptiveLimiter("api", "100/second")``: ``hit(key)`` as a Limiter's, at a rate that
     falls while ``record(ok=False)`` outcomes dominate the health window and recovers after.
 
@@ -264,12 +264,6 @@ class AdaptiveLimiter:
     def _close_health(self) -> None:
         if self._own_health:
             self.health.close()
-
-    def __enter__(self) -> AdaptiveLimiter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         rates = ";".join(str(r) for r in self.rates)
