@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import backends
-from .backends.contract import Closing, Key
+from .backends.contract import Closing, Key, Of
 from .backends.options import Creating, Opening, spelled_out
 from .backends.shm.roles.distribution import DistributionEngine, Merged, check_quantile, quantiles_of
 from .errors import GeometryMismatchError
@@ -258,14 +258,8 @@ class Distribution(Closing):
     def value_range(self) -> tuple[float, float]:
         return self._g.sketch.low, self._g.sketch.high  # type: ignore[union-attr]
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of /dev/shm the segment holds."""
-        return int(self._backend.nbytes)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._backend.closed)
+    nbytes = Of[int]("nbytes", "_backend", "Bytes of /dev/shm the segment holds.")
+    closed = Of[bool]("closed", "_backend", "True once this process has closed the distribution.")
 
     def close(self) -> None:
         """Detach this process (idempotent); a record or a read after it raises WindowClosedError."""

@@ -41,7 +41,7 @@ from contextlib import suppress
 from typing import Any, NamedTuple, Protocol
 
 from . import backends
-from .backends.contract import MAX_NAME_CHARS, Closing, Key
+from .backends.contract import MAX_NAME_CHARS, Closing, Key, Of
 from .clock import Clock, host_clock
 from .errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError, WindowNotFoundError
 from .policy import fallback, pause_s
@@ -229,14 +229,8 @@ class Front(Closing):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        """The backend's URL ("" for shared memory)."""
-        return str(self._backend.url)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._backend.closed)
+    url = Of[str]("url", "_backend", 'The backend\'s URL ("" for shared memory).')
+    closed = Of[bool]("closed", "_backend", "True once this process has closed it.")
 
     def close(self) -> None:
         self._backend.close()

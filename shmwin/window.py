@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from . import backends
-from .backends.contract import Closing, Key
+from .backends.contract import Closing, Key, Of
 from .backends.options import CreatingAnywhere, Opening, OpeningAnywhere, spelled_out
 from .clock import Clock, host_clock
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
@@ -54,35 +54,6 @@ if TYPE_CHECKING:
 
 Number = int | float
 Fields = tuple[str, ...] | list[str] | str
-
-
-T = TypeVar("T")
-
-
-class _Of(Generic[T]):
-    """A read-only attribute of a window that is its geometry's (``Window.buckets`` is
-    ``geometry.n_buckets``) or, ``via="_backend"``, its backend's (``Window.nbytes``): one line
-    each instead of a property each."""
-
-    def __init__(self, attr: str, via: str = "_g", doc: str | None = None) -> None:
-        self._attr = self._name = attr
-        self._via = via
-        self.__doc__ = doc or f"The geometry's ``{attr}`` (read-only)."
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, window: None, owner: type | None = None) -> _Of[T]: ...
-    @overload
-    def __get__(self, window: Window, owner: type | None = None) -> T: ...
-    def __get__(self, window: Window | None, owner: type | None = None) -> T | _Of[T]:
-        if window is None:  # on the class: the descriptor itself (help(), the docs)
-            return self
-        return cast(T, getattr(getattr(window, self._via), self._attr))
-
-    def __set__(self, window: Window, value: object) -> None:  # read-only, as the properties were
-        raise AttributeError(f"Window.{self._name} is read-only")
 
 
 class Shape(TypedDict, total=False):
@@ -263,19 +234,19 @@ class Window(Closing):
 
     # -- geometry -------------------------------------------------------------------
 
-    url = _Of[str]("url", "_backend", 'The backend\'s URL ("" for shared memory).')
+    url = Of[str]("url", "_backend", 'The backend\'s URL ("" for shared memory).')
     @property
     def geometry(self) -> Geometry:
         return self._g
 
-    fields = _Of[tuple[str, ...]]("fields")
-    span_ns = _Of[int]("span_ns")
-    bucket_ns = _Of[int]("bucket_ns")
-    buckets = _Of[int]("n_buckets")
-    dtype = _Of[str]("dtype")
-    mode = _Of[str]("mode")
-    stripes = _Of[int]("n_stripes")
-    capacity = _Of[int]("capacity")
+    fields = Of[tuple[str, ...]]("fields")
+    span_ns = Of[int]("span_ns")
+    bucket_ns = Of[int]("bucket_ns")
+    buckets = Of[int]("n_buckets")
+    dtype = Of[str]("dtype")
+    mode = Of[str]("mode")
+    stripes = Of[int]("n_stripes")
+    capacity = Of[int]("capacity")
 
     @property
     def span(self) -> float:
@@ -287,9 +258,9 @@ class Window(Closing):
         """The resolutions, finest first, as "span/bucket" strings ("1m/1s", "1h/1m")."""
         return [resolution_name(r) for r in self._g.rings]
 
-    nbytes = _Of[int]("nbytes", "_backend", "Size of the shared segment in bytes (shared memory).")
-    meta = _Of[Meta]("meta", "_backend", "Who created the segment, and when (shared memory).")
-    closed = _Of[bool]("closed", "_backend", "True once this process has closed the window.")
+    nbytes = Of[int]("nbytes", "_backend", "Size of the shared segment in bytes (shared memory).")
+    meta = Of[Meta]("meta", "_backend", "Who created the segment, and when (shared memory).")
+    closed = Of[bool]("closed", "_backend", "True once this process has closed the window.")
 
     # -- writing ----------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast, overload, runtime_checkable
 
 import numpy.typing as npt
 
@@ -47,6 +47,36 @@ class Closing:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+T = TypeVar("T")
+
+
+class Of(Generic[T]):
+    """A front's read-only attribute that is one of its parts': its geometry's (``Window.buckets``
+    is ``geometry.n_buckets``) or, ``via="_backend"``, its backend's (``Window.nbytes``): one
+    line each instead of a property each."""
+
+    def __init__(self, attr: str, via: str = "_g", doc: str | None = None) -> None:
+        self._attr = self._name = attr
+        self._via = via
+        self._owner = "?"
+        self.__doc__ = doc or f"The geometry's ``{attr}`` (read-only)."
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._owner, self._name = owner.__name__, name
+
+    @overload
+    def __get__(self, front: None, owner: type | None = None) -> Of[T]: ...
+    @overload
+    def __get__(self, front: object, owner: type | None = None) -> T: ...
+    def __get__(self, front: object | None, owner: type | None = None) -> T | Of[T]:
+        if front is None:  # on the class: the descriptor itself (help(), the docs)
+            return self
+        return cast(T, getattr(getattr(front, self._via), self._attr))
+
+    def __set__(self, front: object, value: object) -> None:  # read-only, as properties are
+        raise AttributeError(f"{self._owner}.{self._name} is read-only")
 
 
 # -- names: one spelling on every backend ---------------------------------------------------
