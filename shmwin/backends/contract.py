@@ -17,11 +17,12 @@ checked against these Protocols by mypy, through the registry's typed factories.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy.typing as npt
 
@@ -52,28 +53,28 @@ class Closing:
 T = TypeVar("T")
 
 
-class Of(Generic[T]):
+class Of(property, Generic[T]):
     """A front's read-only attribute that is one of its parts': its geometry's (``Window.buckets``
     is ``geometry.n_buckets``) or, ``via="_backend"``, its backend's (``Window.nbytes``): one
-    line each instead of a property each."""
+    line each instead of a property each. A property whose getter is an ``attrgetter``: the read
+    runs no Python frame at all."""
 
     def __init__(self, attr: str, via: str = "_g", doc: str | None = None) -> None:
-        self._attr = self._name = attr
-        self._via = via
-        self._owner = "?"
-        self.__doc__ = doc or f"The geometry's ``{attr}`` (read-only)."
+        doc = doc or f"The geometry's ``{attr}`` (read-only)."
+        super().__init__(operator.attrgetter(f"{via}.{attr}"))
+        self.__doc__ = doc  # on the instance: a property subclass's own docstring would shadow doc=
+        self._name, self._owner = attr, "?"
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._owner, self._name = owner.__name__, name
 
-    @overload
-    def __get__(self, front: None, owner: type | None = None) -> Of[T]: ...
-    @overload
-    def __get__(self, front: object, owner: type | None = None) -> T: ...
-    def __get__(self, front: object | None, owner: type | None = None) -> T | Of[T]:
-        if front is None:  # on the class: the descriptor itself (help(), the docs)
-            return self
-        return cast(T, getattr(getattr(front, self._via), self._attr))
+    if TYPE_CHECKING:  # what a read gives, for the type checker (property's own __get__ runs)
+
+        @overload
+        def __get__(self, front: None, owner: type | None = None) -> Of[T]: ...
+        @overload
+        def __get__(self, front: object, owner: type | None = None) -> T: ...
+        def __get__(self, front: object | None, owner: type | None = None) -> T | Of[T]: ...
 
     def __set__(self, front: object, value: object) -> None:  # read-only, as properties are
         raise AttributeError(f"{self._owner}.{self._name} is read-only")
