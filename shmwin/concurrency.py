@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from .backends.contract import Key
+from .backends.contract import Closing, Key
 from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
 from .backends.shm.roles.concurrency import canonical_holders, holders_of
@@ -176,7 +176,7 @@ def _limit_error(name: str, have: int, want: int) -> GeometryMismatchError:
     )
 
 
-class Concurrency:
+class Concurrency(Closing):
     """``Concurrency(name, limit)``: at most ``limit`` holders of each key at once, counted
     over live processes (create the segment, or attach if it exists with the same limit).
 
@@ -474,30 +474,27 @@ class Concurrency:
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
         """``with conc.hold(key, timeout=...):`` a slot of ``key`` for the block, given back
         after it; :class:`ConcurrencyLimitError` if none was free within ``timeout``."""
-        seg = self._acquire_in(key, timeout)
-        if seg is None:
-            raise self._full(key, timeout)
-        try:
+        with self._holding(self._acquire_in(key, timeout), key, timeout):
             yield self
-        finally:
-            self._release_in(seg, key)
 
     @asynccontextmanager
     async def hold_async(self, key: Key, timeout: float | None = None) -> AsyncIterator[Concurrency]:
         """:meth:`hold` for asyncio."""
-        seg = await self._acquire_in_async(key, timeout)
-        if seg is None:
-            raise self._full(key, timeout)
-        try:
+        with self._holding(await self._acquire_in_async(key, timeout), key, timeout):
             yield self
+
+    @contextmanager
+    def _holding(self, seg: _Segment | None, key: Key, timeout: float | None) -> Iterator[None]:
+        """The block of ``hold``/``hold_async`` around the slot ``seg`` took: given back after it,
+        whatever it raised; a ConcurrencyLimitError if no slot came free within ``timeout``."""
+        if seg is None:
+            raise ConcurrencyLimitError(
+                f"concurrency {self.name!r}: key {key!r} has {self.limit} holders (timeout {timeout}s)"
+            )
+        try:
+            yield
         finally:
             self._release_in(seg, key)
-
-    def _full(self, key: Key, timeout: float | None) -> ConcurrencyLimitError:
-        """What ``hold`` raises when no slot of ``key`` came free within ``timeout``."""
-        return ConcurrencyLimitError(
-            f"concurrency {self.name!r}: key {key!r} has {self.limit} holders (timeout {timeout}s)"
-        )
 
     def keys(self) -> list[Key]:
         """The keys in the segment: held, or not reused yet (idle or not)."""
@@ -530,12 +527,6 @@ class Concurrency:
     def unlink(self) -> bool:
         """Remove the segment from the host (idempotent); attached handles keep working."""
         return self.window.unlink()
-
-    def __enter__(self) -> Concurrency:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<shmwin.Concurrency {self.name!r} limit={'?' if self.closed else self.limit}>"

@@ -15,15 +15,15 @@ import math
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from . import backends
-from .backends.contract import Key
+from .backends.contract import Closing, Key, Of
+from .backends.options import Creating, Opening, spelled_out
 from .backends.shm.roles.distribution import DistributionEngine, Merged, check_quantile, quantiles_of
-from .clock import Clock
 from .errors import GeometryMismatchError
 from .geometry import (
     BIN_OVER,
@@ -37,6 +37,9 @@ from .geometry import (
     resolution_rings,
 )
 from .rate import Duration
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 DEFAULT_RESOLUTIONS = ("1m/1s", "1h/1m", "24h/1h")
 DEFAULT_RELATIVE_ERROR, DEFAULT_LOW, DEFAULT_HIGH = Sketch().relative_error, Sketch().low, Sketch().high
@@ -70,7 +73,39 @@ def distribution_geometry(
     return Geometry(rings, DIST_FIELDS, "float64", "locked", 0, cap, "window", "distribution", sketch)
 
 
-class Distribution:
+class Shape(TypedDict, total=False):
+    """A distribution's keywords beyond its resolutions (``distribution_geometry``'s, and ``on_full``)."""
+
+    relative_error: float
+    value_range: tuple[float, float]
+    keyed: bool
+    capacity: int | None
+    on_full: str
+
+
+SHAPE_DEFAULTS = {"relative_error": DEFAULT_RELATIVE_ERROR, "value_range": (DEFAULT_LOW, DEFAULT_HIGH),
+                  "keyed": False, "on_full": "raise"}  # fmt: skip
+
+
+class Created(Shape, Creating, total=False):
+    """``Distribution.create``'s keywords."""
+
+
+class Opened(Shape, Opening, total=False):
+    """``Distribution(...)``'s keywords."""
+
+
+def _opened(
+    name: str, resolutions: Sequence[str] | str, options: Created | Opened, exclusive: bool = False
+) -> Any:
+    """The backend window of the distribution asked for: made (``exclusive``), or made or attached."""
+    asked: dict[str, Any] = {**SHAPE_DEFAULTS, **options}
+    want = distribution_geometry(resolutions, asked.pop("relative_error"), asked.pop("value_range"),
+                                 asked.pop("keyed"), asked.pop("capacity", None))  # fmt: skip
+    return backends.open("window", name, want, exclusive=exclusive, **asked)  # on_full and the store's
+
+
+class Distribution(Closing):
     """A windowed distribution shared by name: ``record(v)``, then quantiles over ``last=``.
 
     ``Distribution(name, ...)`` creates it or attaches to it if it exists with the same
@@ -80,63 +115,28 @@ class Distribution:
     max are exact. With ``keyed=True`` every call takes ``key=`` (``capacity`` keys at most).
     """
 
+    @spelled_out(Opened, SHAPE_DEFAULTS)
     def __init__(
-        self,
-        name: str,
-        resolutions: Sequence[str] | str = DEFAULT_RESOLUTIONS,
-        *,
-        relative_error: float = DEFAULT_RELATIVE_ERROR,
-        value_range: tuple[float, float] = (DEFAULT_LOW, DEFAULT_HIGH),
-        keyed: bool = False,
-        capacity: int | None = None,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        on_full: str = "raise",
+        self, name: str, resolutions: Sequence[str] | str = DEFAULT_RESOLUTIONS, **options: Unpack[Opened]
     ):
-        want = distribution_geometry(resolutions, relative_error, value_range, keyed, capacity)
-        opened = backends.open("window",
-            name, want, clock=clock, on_full=on_full, perm=perm, lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout,
-        )  # fmt: skip
-        self._bind(opened)
+        self._bind(_opened(name, resolutions, options))
 
     @classmethod
+    @spelled_out(Created, SHAPE_DEFAULTS)
     def create(
-        cls,
-        name: str,
-        resolutions: Sequence[str] | str = DEFAULT_RESOLUTIONS,
-        *,
-        relative_error: float = DEFAULT_RELATIVE_ERROR,
-        value_range: tuple[float, float] = (DEFAULT_LOW, DEFAULT_HIGH),
-        keyed: bool = False,
-        capacity: int | None = None,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        on_full: str = "raise",
+        cls, name: str, resolutions: Sequence[str] | str = DEFAULT_RESOLUTIONS, **options: Unpack[Created]
     ) -> Distribution:
         """Create a new distribution; :class:`WindowExistsError` if the name is taken."""
-        want = distribution_geometry(resolutions, relative_error, value_range, keyed, capacity)
-        opened = backends.open("window",
-            name, want, exclusive=True, clock=clock, on_full=on_full, perm=perm, lock_timeout=lock_timeout,
-        )  # fmt: skip
         self = cls.__new__(cls)
-        self._bind(opened)
+        self._bind(_opened(name, resolutions, options, exclusive=True))
         return self
 
     @classmethod
-    def attach(
-        cls, name: str, *, clock: Clock | None = None, perm: int | None = None,
-        lock_timeout: float | None = None, ready_timeout: float | None = None,
-    ) -> Distribution:  # fmt: skip
+    @spelled_out(Opening)
+    def attach(cls, name: str, **options: Unpack[Opening]) -> Distribution:
         """Attach to an existing distribution, its geometry read from the segment."""
-        opened = backends.open("window",
-            name, None, clock=clock, perm=perm, lock_timeout=lock_timeout, ready_timeout=ready_timeout,
-        )  # fmt: skip
         self = cls.__new__(cls)
-        self._bind(opened)
+        self._bind(backends.open("window", name, None, **options))
         return self
 
     def _bind(self, opened: Any) -> None:
@@ -258,14 +258,8 @@ class Distribution:
     def value_range(self) -> tuple[float, float]:
         return self._g.sketch.low, self._g.sketch.high  # type: ignore[union-attr]
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of /dev/shm the segment holds."""
-        return int(self._backend.nbytes)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._backend.closed)
+    nbytes = Of[int]("nbytes", "_backend", "Bytes of /dev/shm the segment holds.")
+    closed = Of[bool]("closed", "_backend", "True once this process has closed the distribution.")
 
     def close(self) -> None:
         """Detach this process (idempotent); a record or a read after it raises WindowClosedError."""
@@ -277,12 +271,6 @@ class Distribution:
     def unlink(self) -> bool:
         """Remove the distribution for everyone; True if it existed."""
         return bool(self._backend.unlink())
-
-    def __enter__(self) -> Distribution:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<shmwin.Distribution {getattr(self, 'name', '?')!r} [{getattr(self, '_g', '?')}]>"

@@ -38,10 +38,10 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import suppress
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol
 
 from . import backends
-from .backends.contract import MAX_NAME_CHARS, Key
+from .backends.contract import MAX_NAME_CHARS, Closing, Key, Of
 from .clock import Clock, host_clock
 from .errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError, WindowNotFoundError
 from .policy import fallback, pause_s
@@ -112,10 +112,7 @@ class Checks(Protocol):
     def check(self, key: Key, cost: int, commit: bool) -> tuple[Any, ...]: ...
 
 
-F = TypeVar("F", bound="Front")
-
-
-class Front:
+class Front(Closing):
     """A limiter's or a token bucket's front over its backend (see the module docstring):
     ``acquire`` and ``acquire_async`` over a backend whose ``check(key, cost, True)`` answers a
     tuple holding the verdict first and, at ``_WAIT_AT``, the ns until the cost fits."""
@@ -232,14 +229,8 @@ class Front:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        """The backend's URL ("" for shared memory)."""
-        return str(self._backend.url)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._backend.closed)
+    url = Of[str]("url", "_backend", 'The backend\'s URL ("" for shared memory).')
+    closed = Of[bool]("closed", "_backend", "True once this process has closed it.")
 
     def close(self) -> None:
         self._backend.close()
@@ -256,12 +247,6 @@ class Front:
         if self._local is not None:
             self._local.unlink()
         return bool(self._backend.unlink())
-
-    def __enter__(self: F) -> F:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return repr(self._backend)

@@ -48,10 +48,11 @@ never comes back early), and on Redis rounded up to whole microseconds.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import backends
 from .backends.contract import Key
+from .backends.options import OpeningAnywhere, spelled_out
 from .backends.shm.live import DEFAULT_ON_CHANGE, ON_CHANGE
 from .backends.shm.roles import TokensEngine
 from .backends.shm.roles.tokens import tokens_at as tokens_at  # the GCRA arithmetic, a reader of its own
@@ -72,6 +73,9 @@ from .policy import (
 )
 from .rate import NS_PER_S, LimitStats, Rate, parse_many
 from .window import Window
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 
@@ -128,6 +132,7 @@ class Limiter(Front):
     _WAIT_AT = 3  # check() answers (allowed, used, reset_ns, wait_ns)
     _backend: backends.LimiterBackend
 
+    @spelled_out(OpeningAnywhere)
     def __init__(
         self,
         name: str,
@@ -137,58 +142,44 @@ class Limiter(Front):
         buckets: int = DEFAULT_BUCKETS,
         exact: bool | int = False,
         on_full: str = DEFAULT_ON_FULL,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        backend: str | None = None,
         on_error: str = "raise",
-        timeout: float | None = None,
         shadow: bool = False,
         decisions: bool = True,
         fallback: Rates | None = None,
         on_change: str = DEFAULT_ON_CHANGE,
+        **options: Unpack[OpeningAnywhere],
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, LIMITER_ON_ERROR)
         choice("on_change", on_change, ON_CHANGE)
-        check_local(on_error, fallback, backend)
+        check_local(on_error, fallback, options.get("backend"))
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
-        opened = backends.open("limiter",
-            name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
-            on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, **live_option(backend, on_change),
-        )  # fmt: skip
-        self._bind(opened, clock, on_full, on_error, fallback)
-        self._keep_decisions(shadow, create=decisions, perm=perm)
+        live = live_option(options.get("backend"), on_change)
+        opened = backends.open("limiter", name, want, on_full=on_full,
+                               on_error=opening_on_error(on_error, shadow), **options, **live)  # fmt: skip
+        self._bind(opened, options.get("clock"), on_full, on_error, fallback)
+        self._keep_decisions(shadow, create=decisions, perm=options.get("perm"))
 
     @classmethod
+    @spelled_out(OpeningAnywhere)
     def attach(
         cls,
         name: str,
         *,
         on_full: str = DEFAULT_ON_FULL,
-        clock: Clock | None = None,
-        backend: str | None = None,
         on_error: str = "raise",
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        timeout: float | None = None,
-        perm: int | None = None,
         shadow: bool = False,
         fallback: Rates | None = None,
+        **options: Unpack[OpeningAnywhere],
     ) -> Limiter:
         """Attach to an existing limiter; its rates are read from the store (which must answer).
         Its hits are counted in its decisions window if it has one (none is made)."""
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, LIMITER_ON_ERROR)
-        check_local(on_error, fallback, backend)
-        opened = backends.open("limiter",
-            name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
-            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
-        )  # fmt: skip
+        check_local(on_error, fallback, options.get("backend"))
+        opened = backends.open("limiter", name, None, on_full=on_full, on_error=on_error, **options)
         self = cls.__new__(cls)
-        self._bind(opened, clock, on_full, on_error, fallback)
+        self._bind(opened, options.get("clock"), on_full, on_error, fallback)
         self._keep_decisions(shadow, create=False)
         return self
 
@@ -287,6 +278,7 @@ class TokenBucket(Front):
     _WAIT_AT = 2  # check() answers (allowed, tokens, wait_ns, full_ns)
     _backend: Any
 
+    @spelled_out(OpeningAnywhere)
     def __init__(
         self,
         name: str,
@@ -295,16 +287,11 @@ class TokenBucket(Front):
         burst: int,
         capacity: int | None = None,
         on_full: str = DEFAULT_ON_FULL,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        backend: str | None = None,
         on_error: str = "raise",
-        timeout: float | None = None,
         shadow: bool = False,
         decisions: bool = True,
         on_change: str = DEFAULT_ON_CHANGE,
+        **options: Unpack[OpeningAnywhere],
     ):
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
@@ -314,39 +301,26 @@ class TokenBucket(Front):
             raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
         self._rate_given: Rate | None = rates[0]
         want = token_geometry(rates[0], burst, capacity)
-        opened = backends.open("token-bucket",
-            name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
-            on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, **live_option(backend, on_change),
-        )  # fmt: skip
-        self._bind(opened, clock, on_full, on_error)
+        live = live_option(options.get("backend"), on_change)
+        opened = backends.open("token-bucket", name, want, on_full=on_full,
+                               on_error=opening_on_error(on_error, shadow), **options, **live)  # fmt: skip
+        self._bind(opened, options.get("clock"), on_full, on_error)
+        perm = options.get("perm")
         self._bind_decisions(shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)
 
     @classmethod
+    @spelled_out(OpeningAnywhere)
     def attach(
-        cls,
-        name: str,
-        *,
-        on_full: str = DEFAULT_ON_FULL,
-        clock: Clock | None = None,
-        backend: str | None = None,
-        on_error: str = "raise",
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        timeout: float | None = None,
-        perm: int | None = None,
-        shadow: bool = False,
-    ) -> TokenBucket:
+        cls, name: str, *, on_full: str = DEFAULT_ON_FULL, on_error: str = "raise", shadow: bool = False,
+        **options: Unpack[OpeningAnywhere],
+    ) -> TokenBucket:  # fmt: skip
         """Attach to an existing token bucket; its rate and burst are read from the store."""
         choice("on_full", on_full, ON_FULL)
         choice("on_error", on_error, ON_ERROR)
-        opened = backends.open("token-bucket",
-            name, None, backend=backend, clock=clock, on_full=on_full, on_error=on_error,
-            lock_timeout=lock_timeout, ready_timeout=ready_timeout, timeout=timeout, perm=perm,
-        )  # fmt: skip
+        opened = backends.open("token-bucket", name, None, on_full=on_full, on_error=on_error, **options)
         self = cls.__new__(cls)
         self._rate_given = None
-        self._bind(opened, clock, on_full, on_error)
+        self._bind(opened, options.get("clock"), on_full, on_error)
         self._bind_decisions(shadow, create=False, longest_ns=self.rate.period_ns)
         return self
 

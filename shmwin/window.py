@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from . import backends
-from .backends.contract import Key
+from .backends.contract import Closing, Key, Of
+from .backends.options import CreatingAnywhere, Opening, OpeningAnywhere, spelled_out
 from .clock import Clock, host_clock
 from .errors import BackendUnavailableError, UnknownFieldError, WindowClosedError
 from .geometry import (
@@ -48,38 +49,47 @@ from .policy import (
 )
 from .rate import NS_PER_S, Duration
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 Number = int | float
 Fields = tuple[str, ...] | list[str] | str
 
 
-T = TypeVar("T")
+class Shape(TypedDict, total=False):
+    """A window's geometry beyond span, buckets and fields (``window_geometry``'s words)."""
+
+    resolutions: tuple[str, ...] | list[str] | None
+    dtype: str
+    mode: str | None
+    stripes: int | None
+    capacity: int | None
+    keyed: bool
 
 
-class _OfGeometry(Generic[T]):
-    """A read-only attribute of a window that is its geometry's (``Window.buckets`` is
-    ``geometry.n_buckets``): one line each instead of a property each."""
-
-    def __init__(self, attr: str) -> None:
-        self._attr = self._name = attr
-        self.__doc__ = f"The geometry's ``{attr}`` (read-only)."
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, window: None, owner: type | None = None) -> _OfGeometry[T]: ...
-    @overload
-    def __get__(self, window: Window, owner: type | None = None) -> T: ...
-    def __get__(self, window: Window | None, owner: type | None = None) -> T | _OfGeometry[T]:
-        if window is None:  # on the class: the descriptor itself (help(), the docs)
-            return self
-        return cast(T, getattr(window._g, self._attr))
-
-    def __set__(self, window: Window, value: object) -> None:  # read-only, as the properties were
-        raise AttributeError(f"Window.{self._name} is read-only")
+SHAPE_DEFAULTS = {"dtype": "int64", "keyed": False}  # the other shape words default to None
+BACKEND_SHAPE = ("mode", "stripes")  # shape words the backend is told too (one it cannot honour raises)
 
 
-class Window:
+class Created(Shape, CreatingAnywhere, total=False):
+    """``Window.create``'s keywords."""
+
+
+class Opened(Shape, OpeningAnywhere, total=False):
+    """``Window(...)``'s keywords, beyond ``on_error`` and ``on_full``."""
+
+
+def _asked(span: Duration | None, buckets: int | None, fields: Fields, options: Created | Opened
+           ) -> tuple[Geometry, dict[str, Any]]:  # fmt: skip
+    """The geometry a constructor asks for, and the keywords it passes to the backend."""
+    shape: dict[str, Any] = {**SHAPE_DEFAULTS, **options}
+    want = window_geometry(span, buckets, shape.get("resolutions"), fields, shape["dtype"], shape.get("mode"),
+                           shape.get("stripes"), shape.get("capacity"), shape["keyed"])  # fmt: skip
+    store = {k: v for k, v in options.items() if k not in Shape.__annotations__ or k in BACKEND_SHAPE}
+    return want, store
+
+
+class Window(Closing):
     """A sliding window of ``buckets`` time buckets over ``span``, shared by name.
 
     ``Window(name, ...)`` creates the window or attaches to it if it exists with the
@@ -104,6 +114,7 @@ class Window:
     through.
     """
 
+    @spelled_out(Opened, SHAPE_DEFAULTS)
     def __init__(
         self,
         name: str,
@@ -111,102 +122,61 @@ class Window:
         buckets: int | None = None,
         fields: Fields = ("count",),
         *,
-        resolutions: tuple[str, ...] | list[str] | None = None,
-        dtype: str = "int64",
-        mode: str | None = None,
-        stripes: int | None = None,
-        capacity: int | None = None,
-        keyed: bool = False,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        backend: str | None = None,
-        timeout: float | None = None,
         on_error: str = "raise",
         on_full: str = WINDOW_ON_FULL,
+        **options: Unpack[Opened],
     ):
         choice("on_error", on_error, WINDOW_ON_ERROR)
         choice("on_full", on_full, ON_FULL)
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
-        opened = backends.open("window",
-            name, want, backend=backend, clock=clock, on_error=on_error, on_full=on_full, perm=perm,
-            lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, timeout=timeout, mode=mode, stripes=stripes,
-        )  # fmt: skip
-        self._bind(opened, clock, on_error)
+        want, store = _asked(span, buckets, fields, options)
+        opened = backends.open("window", name, want, on_error=on_error, on_full=on_full, **store)
+        self._bind(opened, options.get("clock"), on_error)
 
     @classmethod
+    @spelled_out(Created, SHAPE_DEFAULTS)
     def create(
         cls,
         name: str,
         span: Duration | None = None,
         buckets: int | None = None,
         fields: Fields = ("count",),
-        *,
-        resolutions: tuple[str, ...] | list[str] | None = None,
-        dtype: str = "int64",
-        mode: str | None = None,
-        stripes: int | None = None,
-        capacity: int | None = None,
-        keyed: bool = False,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        backend: str | None = None,
-        timeout: float | None = None,
+        **options: Unpack[Created],
     ) -> Window:
         """Create a new window; :class:`WindowExistsError` if the name is taken."""
-        want = window_geometry(span, buckets, resolutions, fields, dtype, mode, stripes, capacity, keyed)
-        opened = backends.open("window",
-            name, want, backend=backend, exclusive=True, clock=clock, perm=perm, lock_timeout=lock_timeout,
-            timeout=timeout, mode=mode, stripes=stripes,
-        )  # fmt: skip
-        return cls._over(opened, clock)
+        want, store = _asked(span, buckets, fields, options)
+        return cls._over(backends.open("window", name, want, exclusive=True, **store), options.get("clock"))
 
     @classmethod
+    @spelled_out(OpeningAnywhere)
     def attach(
         cls,
         name: str,
         *,
-        clock: Clock | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
-        backend: str | None = None,
-        timeout: float | None = None,
         on_error: str = "raise",
-        perm: int | None = None,
         on_full: str = WINDOW_ON_FULL,
+        **options: Unpack[OpeningAnywhere],
     ) -> Window:
         """Attach to an existing window, geometry read from the store (the server must answer).
         ``perm`` (shared memory) trusts a segment group or others may write, as far as it goes;
         ``on_full`` answers a key that finds its table full, as when the window was opened."""
         choice("on_error", on_error, WINDOW_ON_ERROR)
-        opened = backends.open("window",
-            name, None, backend=backend, clock=clock, on_error=on_error, lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, timeout=timeout, perm=perm, on_full=on_full,
-        )  # fmt: skip
-        return cls._over(opened, clock, on_error)
+        opened = backends.open("window", name, None, on_error=on_error, on_full=on_full, **options)
+        return cls._over(opened, options.get("clock"), on_error)
 
     @classmethod
+    @spelled_out(Opening)
     def open_geometry(
         cls,
         name: str,
         want: Geometry,
         *,
-        clock: Clock | None = None,
-        perm: int | None = None,
-        lock_timeout: float | None = None,
-        ready_timeout: float | None = None,
         on_full: str = WINDOW_ON_FULL,
         backend: str | None = None,
+        **options: Unpack[Opening],
     ) -> Window:
         """Create or attach a window of exactly ``want`` (a Geometry built by ``geometry.py``)."""
-        opened = backends.open("window",
-            name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout,
-        )  # fmt: skip
-        return cls._over(opened, clock)
+        opened = backends.open("window", name, want, backend=backend, on_full=on_full, **options)
+        return cls._over(opened, options.get("clock"))
 
     @classmethod
     def _for_role(
@@ -229,6 +199,22 @@ class Window:
                                  backend=backend)  # fmt: skip
 
     @classmethod
+    def _attach_as(
+        cls,
+        name: str,
+        is_kind: Callable[[Window], bool],
+        refusal: Exception,
+        **options: Unpack[OpeningAnywhere],
+    ) -> Window:
+        """Attach the window of one of shmwin's own parts (a breaker, a shedder, ...): closed
+        again, and ``refusal`` raised, if ``is_kind`` says it is not one."""
+        window = cls.attach(name, **options)
+        if not is_kind(window):
+            window.close()
+            raise refusal
+        return window
+
+    @classmethod
     def _over(cls, opened: backends.WindowBackend, clock: Clock | None, on_error: str = "raise") -> Window:
         """A front over a backend window that is already open (``Limiter.window`` too)."""
         self = cls.__new__(cls)
@@ -248,23 +234,19 @@ class Window:
 
     # -- geometry -------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        """The backend's URL ("" for shared memory)."""
-        return self._backend.url
-
+    url = Of[str]("url", "_backend", 'The backend\'s URL ("" for shared memory).')
     @property
     def geometry(self) -> Geometry:
         return self._g
 
-    fields = _OfGeometry[tuple[str, ...]]("fields")
-    span_ns = _OfGeometry[int]("span_ns")
-    bucket_ns = _OfGeometry[int]("bucket_ns")
-    buckets = _OfGeometry[int]("n_buckets")
-    dtype = _OfGeometry[str]("dtype")
-    mode = _OfGeometry[str]("mode")
-    stripes = _OfGeometry[int]("n_stripes")
-    capacity = _OfGeometry[int]("capacity")
+    fields = Of[tuple[str, ...]]("fields")
+    span_ns = Of[int]("span_ns")
+    bucket_ns = Of[int]("bucket_ns")
+    buckets = Of[int]("n_buckets")
+    dtype = Of[str]("dtype")
+    mode = Of[str]("mode")
+    stripes = Of[int]("n_stripes")
+    capacity = Of[int]("capacity")
 
     @property
     def span(self) -> float:
@@ -276,19 +258,9 @@ class Window:
         """The resolutions, finest first, as "span/bucket" strings ("1m/1s", "1h/1m")."""
         return [resolution_name(r) for r in self._g.rings]
 
-    @property
-    def nbytes(self) -> int:
-        """Size of the shared segment in bytes (shared memory)."""
-        return self._backend.nbytes
-
-    @property
-    def meta(self) -> Meta:
-        """Who created the segment, and when (shared memory)."""
-        return self._backend.meta
-
-    @property
-    def closed(self) -> bool:
-        return self._backend.closed
+    nbytes = Of[int]("nbytes", "_backend", "Size of the shared segment in bytes (shared memory).")
+    meta = Of[Meta]("meta", "_backend", "Who created the segment, and when (shared memory).")
+    closed = Of[bool]("closed", "_backend", "True once this process has closed the window.")
 
     # -- writing ----------------------------------------------------------------------
 
@@ -524,12 +496,6 @@ class Window:
     def _check_open(self) -> None:
         if self._backend.closed:
             raise WindowClosedError(f"window {self.name!r} is closed")
-
-    def __enter__(self) -> Window:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return repr(self._backend)

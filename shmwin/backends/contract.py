@@ -17,11 +17,12 @@ checked against these Protocols by mypy, through the registry's typed factories.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy.typing as npt
 
@@ -31,6 +32,53 @@ from ..policy import WINDOW_ON_FULL
 from ..rate import Rate
 
 Key = str | bytes  # what a keyed window or limiter is keyed by, on every backend
+
+H = TypeVar("H", bound="Closing")
+
+
+class Closing:
+    """A front's lifecycle as a context manager: ``with Window(...) as w:`` closes ``w`` after
+    the block -- this process's handle only; ``unlink()`` is what removes it for everyone."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: H) -> H:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+T = TypeVar("T")
+
+
+class Of(property, Generic[T]):
+    """A front's read-only attribute that is one of its parts': its geometry's (``Window.buckets``
+    is ``geometry.n_buckets``) or, ``via="_backend"``, its backend's (``Window.nbytes``): one
+    line each instead of a property each. A property whose getter is an ``attrgetter``: the read
+    runs no Python frame at all."""
+
+    def __init__(self, attr: str, via: str = "_g", doc: str | None = None) -> None:
+        doc = doc or f"The geometry's ``{attr}`` (read-only)."
+        super().__init__(operator.attrgetter(f"{via}.{attr}"))
+        self.__doc__ = doc  # on the instance: a property subclass's own docstring would shadow doc=
+        self._name, self._owner = attr, "?"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._owner, self._name = owner.__name__, name
+
+    if TYPE_CHECKING:  # what a read gives, for the type checker (property's own __get__ runs)
+
+        @overload
+        def __get__(self, front: None, owner: type | None = None) -> Of[T]: ...
+        @overload
+        def __get__(self, front: object, owner: type | None = None) -> T: ...
+        def __get__(self, front: object | None, owner: type | None = None) -> T | Of[T]: ...
+
+    def __set__(self, front: object, value: object) -> None:  # read-only, as properties are
+        raise AttributeError(f"{self._owner}.{self._name} is read-only")
+
 
 # -- names: one spelling on every backend ---------------------------------------------------
 MAX_NAME_CHARS = 200

@@ -26,15 +26,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..backends.contract import Key
+from ..backends.contract import Closing, Key
+from ..backends.options import spelled_out
 from ..clock import Clock, host_clock
 from ..errors import GeometryMismatchError, WindowNotFoundError
 from ..geometry import DEFAULT_BUCKETS, limiter_geometry
 from ..limiter import Limiter
 from ..rate import Duration, LimitStats, Rate, parse_many, to_ns
 from ..window import Window
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 HEALTH_FIELDS = ("ok", "error")
 HEALTH_SUFFIX = ".health"  # the health window's name, after the limiter's
@@ -66,7 +70,27 @@ def factor_for(ok: int, errors: int, good: float, bad: float, floor: float, min_
     return 1.0 - (1.0 - floor) * (ratio - good) / (bad - good)
 
 
-class AdaptiveLimiter:
+class Policy(TypedDict, total=False):
+    """How an adaptive limiter judges its health window: each process's own (not stored)."""
+
+    ok_field: str
+    error_field: str
+    last: Duration | None
+    good: float
+    bad: float
+    floor: float
+    min_samples: int
+    refresh: Duration
+
+
+# last: None, the health window's span
+POLICY_DEFAULTS: dict[str, Any] = {
+    "ok_field": "ok", "error_field": "error", "good": 0.05, "bad": 0.5, "floor": 0.1, "min_samples": 20,
+    "refresh": "100ms",
+}  # fmt: skip
+
+
+class AdaptiveLimiter(Closing):
     """``AdaptiveLimiter("api", "100/second")``: ``hit(key)`` as a Limiter's, at a rate that
     falls while ``record(ok=False)`` outcomes dominate the health window and recovers after.
 
@@ -75,32 +99,26 @@ class AdaptiveLimiter:
     the rate ever allowed; ``scale`` the units per hit at the full rate.
     """
 
+    @spelled_out(Policy, POLICY_DEFAULTS)
     def __init__(
         self,
         name: str,
         rates: str | Rate | list[str | Rate] | tuple[str | Rate, ...],
         *,
         health: Window | None = None,
-        ok_field: str = "ok",
-        error_field: str = "error",
-        last: Duration | None = None,
-        good: float = 0.05,
-        bad: float = 0.5,
-        floor: float = 0.1,
-        min_samples: int = 20,
         scale: int = DEFAULT_SCALE,
-        refresh: Duration = "100ms",
         capacity: int = 10_000,
         clock: Clock | None = None,
         perm: int = 0o600,
+        **policy: Unpack[Policy],
     ):
-        self._configure(parse_many(rates), good, bad, floor, min_samples, scale, last, refresh, clock)
-        _check_fields(HEALTH_FIELDS if health is None else tuple(health.fields), ok_field, error_field)
+        self._configure(parse_many(rates), scale, clock, policy)
+        judged = HEALTH_FIELDS if health is None else tuple(health.fields)
+        _check_fields(judged, self._ok_field, self._error_field)
         self._own_health = health is None
         self.health: Any = health or Window._for_role(
             "health", name + HEALTH_SUFFIX, "10s", 10, HEALTH_FIELDS, clock=clock, perm=perm
         )
-        self._ok_field, self._error_field = ok_field, error_field
         scaled: list[str | Rate] = [Rate(r.limit * scale, r.period_ns) for r in self.rates]
         try:
             want = limiter_geometry(parse_many(scaled), DEFAULT_BUCKETS, capacity)
@@ -114,21 +132,15 @@ class AdaptiveLimiter:
         self.name = self.limiter.name
 
     @classmethod
+    @spelled_out(Policy, POLICY_DEFAULTS)
     def attach(
         cls,
         name: str,
         *,
         scale: int = DEFAULT_SCALE,
         health: Window | None = None,
-        ok_field: str = "ok",
-        error_field: str = "error",
-        last: Duration | None = None,
-        good: float = 0.05,
-        bad: float = 0.5,
-        floor: float = 0.1,
-        min_samples: int = 20,
-        refresh: Duration = "100ms",
         clock: Clock | None = None,
+        **policy: Unpack[Policy],
     ) -> AdaptiveLimiter:
         """Attach to an existing adaptive limiter: its rates are the limiter's divided by
         ``scale`` (not stored: give the one it was made with); its health window is
@@ -139,13 +151,11 @@ class AdaptiveLimiter:
             if any(r.limit % scale for r in limiter.rates):
                 raise GeometryMismatchError(f"{name!r} is not an adaptive limiter of scale {scale}")
             self = object.__new__(cls)
-            self._configure(
-                [Rate(r.limit // scale, r.period_ns) for r in limiter.rates],
-                good, bad, floor, min_samples, scale, last, refresh, clock,
-            )  # fmt: skip
+            rates = [Rate(r.limit // scale, r.period_ns) for r in limiter.rates]
+            self._configure(rates, scale, clock, policy)
             if health is None:
                 health = opened = Window.attach(name + HEALTH_SUFFIX, clock=clock)
-            _check_fields(tuple(health.fields), ok_field, error_field)
+            _check_fields(tuple(health.fields), self._ok_field, self._error_field)
         except BaseException:
             limiter.close()
             if opened is not None:
@@ -153,28 +163,20 @@ class AdaptiveLimiter:
             raise
         self._own_health = opened is not None
         self.health = health
-        self._ok_field, self._error_field = ok_field, error_field
         self.limiter = limiter
         self.name = limiter.name
         return self
 
-    def _configure(
-        self,
-        rates: list[Rate],
-        good: float,
-        bad: float,
-        floor: float,
-        min_samples: int,
-        scale: int,
-        last: Duration | None,
-        refresh: Duration,
-        clock: Clock | None,
-    ) -> None:
+    def _configure(self, rates: list[Rate], scale: int, clock: Clock | None, policy: Policy) -> None:
         """The policy, checked before anything is created or attached."""
+        given: dict[str, Any] = {**POLICY_DEFAULTS, **policy}
+        good, bad, floor, min_samples = given["good"], given["bad"], given["floor"], given["min_samples"]
         _check(good, bad, floor, min_samples, scale)
         self.rates = rates
         self.good, self.bad, self.floor, self.min_samples, self.scale = good, bad, floor, min_samples, scale
-        self._last = last
+        self._ok_field, self._error_field = given["ok_field"], given["error_field"]
+        self._last = given.get("last")
+        refresh = given["refresh"]
         self._refresh_ns = 0 if refresh == 0 else to_ns(refresh, "refresh")
         self._clock: Clock = clock or host_clock()
         self._cost = scale
@@ -262,12 +264,6 @@ class AdaptiveLimiter:
     def _close_health(self) -> None:
         if self._own_health:
             self.health.close()
-
-    def __enter__(self) -> AdaptiveLimiter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         rates = ";".join(str(r) for r in self.rates)

@@ -25,12 +25,16 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypedDict, TypeVar
 
+from ..backends.options import spelled_out
 from ..clock import Clock, host_clock
 from ..errors import GeometryMismatchError, ShmwinError
 from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 FIELDS = ("accepts", "failures", "drops")
 K = 1.5  # the defaults: go-zero's and the SRE book's
@@ -48,6 +52,21 @@ class Random(Protocol):
     """What the breaker draws from: ``random.Random``, the ``random`` module, or a test's stub."""
 
     def random(self) -> float: ...
+
+
+class Judging(TypedDict, total=False):
+    """A breaker's keywords beyond its shape: what counts as a failure, the randomness, the
+    clock, how often the shared counts are read, and where they live."""
+
+    is_failure: Callable[[BaseException], bool] | None
+    acceptable: Callable[[Any], bool] | None
+    rng: Random | None
+    clock: Clock | None
+    refresh: Duration
+    backend: str | None
+
+
+JUDGING_DEFAULTS: dict[str, Any] = {"refresh": "1ms"}  # the others: None
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,7 @@ class Breaker:
     this process, ``unlink()`` removes the counts for everyone.
     """
 
+    @spelled_out(Judging, JUDGING_DEFAULTS)
     def __init__(
         self,
         name: str,
@@ -107,42 +127,28 @@ class Breaker:
         k: float = K,
         protection: int = PROTECTION,
         *,
-        is_failure: Callable[[BaseException], bool] | None = None,
-        acceptable: Callable[[Any], bool] | None = None,
-        rng: Random | None = None,
-        clock: Clock | None = None,
-        refresh: Duration = "1ms",
-        backend: str | None = None,
         perm: int = 0o600,
+        **options: Unpack[Judging],
     ):
-        settings = _Settings.check(k, protection, refresh, is_failure, acceptable, rng)
+        settings = _Settings.check(k, protection, options)
         shm_only: dict[str, Any] = {} if perm == 0o600 else {"perm": perm}  # a remote backend: no modes
+        clock = options.get("clock")
         counts = Window._for_role(
-            "breaker", name, window, buckets, FIELDS, clock=clock, backend=backend, **shm_only
+            "breaker", name, window, buckets, FIELDS, clock=clock, backend=options.get("backend"), **shm_only
         )
         self._bind(counts, settings, clock)
 
     @classmethod
+    @spelled_out(Judging, JUDGING_DEFAULTS)
     def attach(
-        cls,
-        name: str,
-        *,
-        k: float = K,
-        protection: int = PROTECTION,
-        is_failure: Callable[[BaseException], bool] | None = None,
-        acceptable: Callable[[Any], bool] | None = None,
-        rng: Random | None = None,
-        clock: Clock | None = None,
-        refresh: Duration = "1ms",
-        backend: str | None = None,
+        cls, name: str, *, k: float = K, protection: int = PROTECTION, **options: Unpack[Judging]
     ) -> Breaker:
         """Attach to an existing breaker (its window and buckets are read from it). ``k`` and
         ``protection`` are each process's own: the shared counts do not record them."""
-        settings = _Settings.check(k, protection, refresh, is_failure, acceptable, rng)
-        counts = Window.attach(name, clock=clock, backend=backend)
-        if not is_breaker(counts):
-            counts.close()
-            raise GeometryMismatchError(f"{name!r} is not a breaker's window (fields {FIELDS})")
+        settings = _Settings.check(k, protection, options)
+        clock = options.get("clock")
+        refusal = GeometryMismatchError(f"{name!r} is not a breaker's window (fields {FIELDS})")
+        counts = Window._attach_as(name, is_breaker, refusal, clock=clock, backend=options.get("backend"))
         self = object.__new__(cls)
         self._bind(counts, settings, clock)
         return self
@@ -332,15 +338,9 @@ class _Settings:
     rng: Random
 
     @classmethod
-    def check(
-        cls,
-        k: float,
-        protection: int,
-        refresh: Duration,
-        is_failure: Callable[[BaseException], bool] | None = None,
-        acceptable: Callable[[Any], bool] | None = None,
-        rng: Random | None = None,
-    ) -> _Settings:
+    def check(cls, k: float, protection: int, options: Judging) -> _Settings:
+        is_failure, acceptable, rng = options.get("is_failure"), options.get("acceptable"), options.get("rng")
+        refresh = options.get("refresh", JUDGING_DEFAULTS["refresh"])
         if isinstance(k, bool) or not isinstance(k, int | float) or not 0 < k < float("inf"):
             raise ValueError(f"k must be a positive finite number, not {k!r}")
         if isinstance(protection, bool) or not isinstance(protection, int) or protection < 0:

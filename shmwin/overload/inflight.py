@@ -162,10 +162,8 @@ class InFlight:
 
     @classmethod
     def attach(cls, name: str, *, rescan: Duration = "100ms", clock: Clock | None = None) -> InFlight:
-        window = Window.attach(name, clock=clock)
-        if not is_inflight(window):
-            window.close()
-            raise ValueError(f"{name!r} is not an in-flight window (keyed, one field {FIELD!r})")
+        refusal = ValueError(f"{name!r} is not an in-flight window (keyed, one field {FIELD!r})")
+        window = Window._attach_as(name, is_inflight, refusal, clock=clock)
         self = object.__new__(cls)
         self._bind(window, rescan, clock)
         return self

@@ -205,10 +205,8 @@ class Shedder:
         """Attach to an existing shedder (for inspection: thresholds are each process's own)."""
         _check_threshold(cpu_threshold)
         cool_off_ns = to_ns(cool_off, "cool_off")
-        counts = Window.attach(name, clock=clock)
-        if not is_shedder(counts):
-            counts.close()
-            raise GeometryMismatchError(f"{name!r} is not a shedder's window (fields {FIELDS})")
+        refusal = GeometryMismatchError(f"{name!r} is not a shedder's window (fields {FIELDS})")
+        counts = Window._attach_as(name, is_shedder, refusal, clock=clock)
         try:
             flying = InFlight.attach(name + FLYING_SUFFIX, rescan=counts.bucket_ns / NS_PER_S, clock=clock)
         except BaseException:

@@ -13,7 +13,7 @@ from typing import Any
 from ..._core import LimiterCore, TokenBucketCore
 from ...errors import GeometryMismatchError
 from ...geometry import Geometry
-from ..contract import Key, Request
+from ..contract import Key, Of, Request
 from . import live, native
 from .window import ShmOptions, ShmWindow
 
@@ -128,13 +128,8 @@ class ShmDecider:
     def url(self) -> str:
         return ""  # shared memory: no URL
 
-    @property
-    def geometry(self) -> Geometry:
-        return self._window.geometry
-
-    @property
-    def closed(self) -> bool:
-        return self._window.closed
+    geometry = Of[Geometry]("geometry", "_window", "The segment's geometry.")
+    closed = Of[bool]("closed", "_window", "True once this process has closed the segment.")
 
     @property
     def window(self) -> ShmWindow:

@@ -18,6 +18,8 @@ from .. import native
 from ..window import ShmWindow
 
 E = TypeVar("E", bound="RoleEngine")
+# a hot path's doc: the core's own method, read through contract.Of("method", "_core")
+HOT_PATH = "The hot path, ``{}``: the core's own method (bind it once: no Python frame between)."
 
 
 class RoleEngine:

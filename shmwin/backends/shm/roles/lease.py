@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...._core import LeaseCore
-from ...contract import Key
-from .base import RoleEngine
+from ...contract import Key, Of
+from .base import HOT_PATH, RoleEngine
 
 
 class LeaseEngine(RoleEngine):
@@ -17,11 +17,7 @@ class LeaseEngine(RoleEngine):
     _core_type = LeaseCore
     _core: LeaseCore
 
-    @property
-    def spend(self) -> Callable[..., Any]:
-        """The hot path: the core's method itself (bind it once: one call per hit with no Python
-        frame between)."""
-        return self._core.lease_spend
+    spend = Of[Callable[..., Any]]("lease_spend", "_core", HOT_PATH.format("spend(key, cost)"))
 
     def install(self, key: Key, *lease: int) -> tuple[bool, Any]:
         """Install a lease from Redis: (installed, the account of the lease it replaced)."""

@@ -9,7 +9,7 @@ from typing import Any
 from ...._core import MovingLogCore
 from ....errors import CorruptSegmentError
 from ....geometry import ADDRESS_BUDGET_BYTES, DEFAULT_MAX_KEYS, Geometry, Ring
-from ...contract import Key
+from ...contract import Key, Of
 from ..format import (
     CHUNK_BYTES,
     CHUNK_ENTRIES,
@@ -29,7 +29,7 @@ from ..format import (
     moving_quantum_shift,
 )
 from ..header import state_value
-from .base import RoleEngine
+from .base import HOT_PATH, RoleEngine
 
 ROLE = "moving-log"
 ROW_BYTES = key_header_bytes(ROLE) + MOVING_STATE_BYTES  # a key's row: its header and inline entries
@@ -40,11 +40,9 @@ class MovingEngine(RoleEngine):
     _core_type = MovingLogCore
     _core: MovingLogCore
 
-    @property
-    def native_hit(self) -> Callable[[Key, int], bool]:
-        """limits' hot path, ``native_hit(key, cost)``: the core's own method (bind it once: no
-        Python frame between)."""
-        return self._core.moving_hit
+    native_hit = Of[Callable[[Key, int], bool]](
+        "moving_hit", "_core", HOT_PATH.format("native_hit(key, cost)")
+    )
 
     def hit(self, key: Key, cost: int) -> bool:
         """Count ``cost`` hits now if the last period's hits leave room for them under the limit."""

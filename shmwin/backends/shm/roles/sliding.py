@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from ...._core import SlidingCounterCore
 from ....geometry import EMPTY_EPOCH
-from ...contract import Key
-from .base import RoleEngine
+from ...contract import Key, Of
+from .base import HOT_PATH, RoleEngine
 from .counters import UNIT
 
 STATE_WORDS = 3  # window, current, previous
@@ -19,11 +19,9 @@ class SlidingEngine(RoleEngine):
     _core_type = SlidingCounterCore
     _core: SlidingCounterCore
 
-    @property
-    def native_hit(self) -> Callable[..., bool]:
-        """limits' hot path, ``native_hit(key, limit_units, units, UNIT)``: the core's own method
-        (bind it once: no Python frame between)."""
-        return self._core.sliding_hit
+    native_hit = Of[Callable[..., bool]](
+        "sliding_hit", "_core", HOT_PATH.format("native_hit(key, limit_units, units, UNIT)")
+    )
 
     def hit(self, key: str, limit_units: int, units: int) -> bool:
         """Count ``units`` if the weighted count, floored to whole hits, leaves room under the limit."""
