@@ -4,8 +4,12 @@
 # skips every test marked `failpoints` (tests/conftest.py). Here the same sources are built with
 # it into a copy of the package (scripts/_core_build.sh), and those tests run there; children
 # (PYTHONPATH = the copy) import the same build, and SHMWIN_EXPECT_CORE makes the run check it.
-# Run by scripts/test from the repository root, .venv ready; also on its own:
+# On its own (the quick way to the fail-point tests, no sanitizer), from the repository root, .venv
+# ready:
 #   bash scripts/checks.d/10-failpoints.sh [extra pytest arguments]
+# scripts/test leaves it out: 50-sanitizers.sh's UBSan run is this build (-O2 -DSHMWIN_TEST) with
+# UBSan's checks, and runs these tests with the sanitizer's (225 of these 227 were run by both).
+# stage: run by 50-sanitizers.sh (its UBSan run: the same -O2 test build, every test marked failpoints)
 set -euo pipefail
 source scripts/_core_build.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-failpoints.XXXXXX")
