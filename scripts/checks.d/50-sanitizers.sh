@@ -5,12 +5,11 @@
 # writes its report to a file under reports/ (log_path), and a report ends the process.
 # Both builds are test builds (-DSHMWIN_TEST): the fail-point tests run under them too.
 #
-# The UBSan run is also the fail-point job of the full run (scripts/checks.d/10-failpoints.sh,
-# left out of it): its build is 10-failpoints.sh's, -O2 -DSHMWIN_TEST, with UBSan's checks added,
-# and it runs every test marked `failpoints` besides those marked `sanitize`. The same 227
-# fail-point tests ran three times a run (the plain test build, UBSan, ASan) for 2 verdicts
-# (~150 CPU-s); the plain -O2 test build's code still runs them on every other CPython
-# (30-other-pythons.sh) and as zig cc's glibc-2.17 build (20-wheels.sh).
+# The UBSan build is the fail-point job's (10-failpoints.sh: -O2 -DSHMWIN_TEST) with UBSan's
+# checks added, so that the full run runs the fail-point tests marked `sanitize` (225 of 227)
+# here only: they ran three times a run (the plain test build, UBSan, ASan) for two verdicts.
+# The plain -O2 test build's code still runs them on every other CPython (30-other-pythons.sh)
+# and as zig cc's glibc-2.17 build (20-wheels.sh); run 10-failpoints.sh for it on this one.
 #
 # Two builds, not one -fsanitize=address,undefined: with gcc, libasan exports the
 # __sanitizer_set_report_path that libubsan calls, so a combined build writes UBSan's reports
@@ -27,8 +26,7 @@ source scripts/_core_build.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-sanitizers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# run_sanitized NAME ENV... -- CFLAGS...: build, run the tests marked $marks in $files, fail on
-# any report
+# run_sanitized NAME ENV... -- CFLAGS...: build, run the marked tests, fail on any report
 run_sanitized() {
   local name=$1 copy="$work/$1" env=() started=$SECONDS
   shift
@@ -36,9 +34,9 @@ run_sanitized() {
   shift
   mkdir -p "$copy/reports"
   core_copy "$copy" -g -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
-  echo "sanitizers: $name: $* (the tests marked $marks)"
+  echo "sanitizers: $name: $*"
   local status=0
-  core_pytest "$copy" "${env[@]}" -- -n 2 -q -m "$marks" "${files[@]}" "${extra[@]}" || status=$?
+  core_pytest "$copy" "${env[@]}" -- -n 2 -q -m sanitize "${files[@]}" "${extra[@]}" || status=$?
   if compgen -G "$copy/reports/*" >/dev/null; then
     echo "sanitizers: $name: reports:" >&2
     for report in "$copy"/reports/*; do echo "== $report" >&2; cat "$report" >&2; done
@@ -53,14 +51,11 @@ extra=("$@")
 # depend on it). Each process of a run collects what it is given; under ASan (every Python object
 # through its malloc) collecting all of tests/integration to keep the marked tests took 21.4 CPU-s
 # a process, these 51 files 9.7, for the same 775 tests; three processes a run.
-# (both runs': the fail-point tests outside them, 2 now, add a file or two to ASan's collection)
-listing=$("$core_py" -m pytest -p no:cacheprovider --collect-only -q -m "sanitize or failpoints" tests/integration 2>&1) ||
+listing=$("$core_py" -m pytest -p no:cacheprovider --collect-only -q -m sanitize tests/integration 2>&1) ||
   { echo "$listing" >&2; echo "sanitizers: collecting the marked tests failed" >&2; exit 1; }
 mapfile -t files < <(sed -n 's/::.*//p' <<<"$listing" | sort -u)
-marks="sanitize or failpoints"
 run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$work/undefined/reports/ubsan" \
   -- -O2 -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
-marks="sanitize"
 # libasan first in every process (Python is not built with it); PyMem through malloc, so that
 # the core's PyMem buffers are checked too; CPython leaks by design. A quarantine of 64 MiB, not
 # the default 256: with every Python object through ASan's malloc, each of the hundreds of
