@@ -4,21 +4,41 @@
 #   stage_bg NAME CMD...  start CMD in the background, its output kept in a log (shown when it
 #                         is collected, so interleaved jobs never mix their lines)
 #   stage_wait            collect every background stage: print its log, record it
-#   stage_table           the table of every stage (name, seconds, status) and the total; also
-#                         written to .stage-times (the last run's, for docs/internals.md)
+#   stage_table           the table of every stage (name, seconds, CPU-seconds, status) and the
+#                         totals; also written to .stage-times (the last run's, for docs/internals.md)
 #   stage_status          0 when every stage passed, 1 otherwise
+#   stage_cpu_ms          the CPU (user + sys, ms) of this shell and every child it has waited for
+#
+# CPU-seconds: each stage runs in a subshell that reads bash's `times` when its command ends, so
+# they count every process of the stage's tree that was waited for (pytest's workers, their
+# children, the compilers), not a daemon that detached itself. On a machine shared with other
+# work the wall clock stretches but the CPU-seconds hardly move: the run cannot be shorter than
+# their total over the 2 cores, and the table prints that bound.
 #
 # A failed stage does not stop the run: the table shows every stage, and the run fails at the end.
-stage_names=() stage_secs=() stage_codes=() stage_pids=() stage_bg_names=() stage_bg_starts=()
+stage_names=() stage_secs=() stage_cpus=() stage_codes=() stage_pids=() stage_bg_names=() stage_bg_starts=()
 stage_logs_dir=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-stages.XXXXXX")
 stage_started=$SECONDS
+
+stage_cpu_ms() {  # `times`: "0m1.250s 0m0.030s" (the shell), then the same for its children
+  local total=0 field minutes seconds file="$stage_logs_dir/times.$BASHPID"
+  times >"$file"  # not through $(...): a subshell's own times are nought
+  for field in $(cat "$file"); do
+    minutes=${field%%m*} seconds=${field#*m} seconds=${seconds%s}
+    total=$((total + minutes * 60000 + 10#${seconds%.*} * 1000 + 10#${seconds#*.}))
+  done
+  rm -f "$file"
+  echo "$total"
+}
 
 stage() {
   local name=$1 started=$SECONDS code=0
   shift
   echo "== stage: $name"
-  "$@" || code=$?
+  # in a subshell, so that its CPU is its own (a background stage reaped meanwhile is not counted)
+  ("$@" || code=$?; stage_cpu_ms >"$stage_logs_dir/fg.cpu"; exit "$code") || code=$?
   stage_names+=("$name") stage_secs+=($((SECONDS - started))) stage_codes+=("$code")
+  stage_cpus+=("$(cat "$stage_logs_dir/fg.cpu" 2>/dev/null || echo 0)")
   return 0
 }
 
@@ -29,7 +49,7 @@ stage_bg() {
   local i=${#stage_pids[@]}
   # the job writes its own seconds when it ends, so the table shows them, not its collection's
   (started=$SECONDS code=0; "$@" || code=$?; echo $((SECONDS - started)) >"$stage_logs_dir/$i.secs"
-   exit "$code") >"$stage_logs_dir/$i.log" 2>&1 &
+   stage_cpu_ms >"$stage_logs_dir/$i.cpu"; exit "$code") >"$stage_logs_dir/$i.log" 2>&1 &
   stage_pids+=($!) stage_bg_names+=("$name") stage_bg_starts+=("$SECONDS")
 }
 
@@ -42,20 +62,23 @@ stage_wait() {
     cat "$stage_logs_dir/$i.log"
     stage_names+=("${stage_bg_names[$i]} (bg)") stage_codes+=("$code")
     stage_secs+=("$(cat "$stage_logs_dir/$i.secs" 2>/dev/null || echo $((SECONDS - stage_bg_starts[i])))")
+    stage_cpus+=("$(cat "$stage_logs_dir/$i.cpu" 2>/dev/null || echo 0)")
   done
   stage_pids=() stage_bg_names=() stage_bg_starts=()
-  rm -f "$stage_logs_dir"/*.log "$stage_logs_dir"/*.secs
+  rm -f "$stage_logs_dir"/*.log "$stage_logs_dir"/*.secs "$stage_logs_dir"/*.cpu
 }
 
 stage_table() {
-  local i out
+  local i out cpu_ms=0
   out=$(
-    printf '%-44s %8s  %s\n' "stage" "seconds" "status"
+    printf '%-44s %8s %8s  %s\n' "stage" "seconds" "CPU-s" "status"
     for i in "${!stage_names[@]}"; do
-      printf '%-44s %8d  %s\n' "${stage_names[$i]}" "${stage_secs[$i]}" \
+      cpu_ms=$((cpu_ms + stage_cpus[i]))
+      printf '%-44s %8d %8d  %s\n' "${stage_names[$i]}" "${stage_secs[$i]}" $((stage_cpus[i] / 1000)) \
         "$([ "${stage_codes[$i]}" = 0 ] && echo ok || echo "FAILED (${stage_codes[$i]})")"
     done
-    printf '%-44s %8d\n' "total (wall clock)" $((SECONDS - stage_started))
+    printf '%-44s %8d %8d\n' "total (wall clock; CPU of every stage)" $((SECONDS - stage_started)) $((cpu_ms / 1000))
+    printf '%-44s %8d\n' "the CPU's bound on $(nproc) cores (CPU-s / cores)" $((cpu_ms / 1000 / $(nproc)))
   )
   echo "== stage times"
   echo "$out"

@@ -5,6 +5,12 @@
 # writes its report to a file under reports/ (log_path), and a report ends the process.
 # Both builds are test builds (-DSHMWIN_TEST): the fail-point tests run under them too.
 #
+# The UBSan build is the fail-point job's (10-failpoints.sh: -O2 -DSHMWIN_TEST) with UBSan's
+# checks added, so that the full run runs the fail-point tests marked `sanitize` (225 of 227)
+# here only: they ran three times a run (the plain test build, UBSan, ASan) for two verdicts.
+# The plain -O2 test build's code still runs them on every other CPython (30-other-pythons.sh)
+# and as zig cc's glibc-2.17 build (20-wheels.sh); run 10-failpoints.sh for it on this one.
+#
 # Two builds, not one -fsanitize=address,undefined: with gcc, libasan exports the
 # __sanitizer_set_report_path that libubsan calls, so a combined build writes UBSan's reports
 # to stderr whatever UBSAN_OPTIONS says -- a child's report would be lost.
@@ -27,7 +33,7 @@ run_sanitized() {
   while [ "$1" != "--" ]; do env+=("$1"); shift; done
   shift
   mkdir -p "$copy/reports"
-  core_copy "$copy" -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
+  core_copy "$copy" -g -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
   echo "sanitizers: $name: $*"
   local status=0
   core_pytest "$copy" "${env[@]}" -- -n 2 -q -m sanitize "${files[@]}" "${extra[@]}" || status=$?
@@ -49,7 +55,7 @@ listing=$("$core_py" -m pytest -p no:cacheprovider --collect-only -q -m sanitize
   { echo "$listing" >&2; echo "sanitizers: collecting the marked tests failed" >&2; exit 1; }
 mapfile -t files < <(sed -n 's/::.*//p' <<<"$listing" | sort -u)
 run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$work/undefined/reports/ubsan" \
-  -- -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
+  -- -O2 -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
 # libasan first in every process (Python is not built with it); PyMem through malloc, so that
 # the core's PyMem buffers are checked too; CPython leaks by design. A quarantine of 64 MiB, not
 # the default 256: with every Python object through ASan's malloc, each of the hundreds of
@@ -57,5 +63,5 @@ run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_pa
 # one file: 30 CPU-s with 256, 19 of them in the kernel; 22 with 64, as with 16 or 4); a freed
 # buffer of the core still waits behind 64 MiB of other frees before its memory is reused.
 run_sanitized address LD_PRELOAD="$("$core_cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
-  ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=64:log_path=$work/address/reports/asan" -- -fsanitize=address
+  ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=64:log_path=$work/address/reports/asan" -- -O1 -fsanitize=address
 echo "sanitizers: no report"
