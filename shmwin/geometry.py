@@ -414,20 +414,15 @@ def token_geometry(rate: Rate, burst: int, capacity: int | None) -> Geometry:
 
 
 def token_rate_of(g: Geometry) -> tuple[Rate, int]:
-    """A token bucket's ``(rate, burst)``, read back from its geometry. Every period in
-    ((T - 1) x limit, T x limit] rounds up to the same emission interval T: the one read back is
-    the roundest of them ("3/second", not "3/1000000002ns"), which makes the same geometry."""
+    """A token bucket's ``(rate, burst)``, read back from its geometry: of the periods in
+    ((T - 1) x limit, T x limit], which all round up to its emission interval T, the roundest
+    ("3/second", not "3/1000000002ns")."""
     ring = g.rings[0]
-    longest_ns = ring.bucket_ns * ring.limit
-    shortest_ns = longest_ns - ring.limit + 1
-    for unit_ns in _ROUND_UNITS_NS:
-        period_ns = -(-shortest_ns // unit_ns) * unit_ns
-        if period_ns <= longest_ns:
+    shortest_ns = (ring.bucket_ns - 1) * ring.limit + 1
+    for unit_ns in (86_400 * 10**9, 3_600 * 10**9, 60 * 10**9, 10**9, 10**6, 10**3, 1):
+        if (period_ns := -(-shortest_ns // unit_ns) * unit_ns) <= ring.bucket_ns * ring.limit:
             return Rate(ring.limit, period_ns), ring.n_buckets
-    return Rate(ring.limit, longest_ns), ring.n_buckets  # unreachable: 1 ns is a unit
-
-
-_ROUND_UNITS_NS = (86_400 * 10**9, 3_600 * 10**9, 60 * 10**9, 10**9, 10**6, 10**3, 1)
+    raise AssertionError("unreachable: 1 ns is a unit")
 
 
 LEASE_ROLE = "lease"
