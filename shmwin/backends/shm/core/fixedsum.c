@@ -217,6 +217,75 @@ static PyObject *hits_of(int64_t units) {
     return q;
 }
 
+/* A key's stored form and hash (encode_key) for the last segment hash key it was made with:
+ * the cores of one storage that share theirs share it (one SipHash a call, not one a core). */
+typedef struct {
+    StoredKey k;
+    uint64_t hk0, hk1;
+    int made;
+} KeyForm;
+
+static int form_for(Core *c, PyObject *key, KeyForm *f) {
+    if (f->made && f->hk0 == c->hk0 && f->hk1 == c->hk1 && c->key_bytes == MAX_STORED_KEY) return 0;
+    f->made = 0;
+    if (encode_key(c, key, &f->k) < 0) return -1;
+    f->hk0 = c->hk0, f->hk1 = c->hk1, f->made = c->key_bytes == MAX_STORED_KEY;  /* (a digest row's: never shared) */
+    return 0;
+}
+
+/* The live units of the key in row `slot` at generation `gen` of core c at now, read without
+ * the row's lock: 1 read, or 0 and the caller reads it under the lock (fixed_units_at, which
+ * waits for a section and raises what is wrong) -- a section under way or run meanwhile, the
+ * row given to another key, a word out of range. The row's generation, the same around the
+ * loads, says it was the key's throughout (generations never come back: index.c); its lock's
+ * seq, even and the same around them, that no section changed the state in between (core.h:
+ * fixed_incr and reset mark it). So the two words are one state a locked read could have read.
+ * verified 0: key's text is compared with the row's (a short key's cache entry found by its
+ * tag). Caller entered c. */
+static int peek_units(Core *c, PyObject *key, int64_t slot, int64_t gen, int verified, int64_t now,
+                      int64_t *units) {
+    char *row = ROW(c, slot);
+    const int64_t *seq = seq_at(c, row_lock(c, slot)), *st = (const int64_t *)(row + c->rings_off);
+    int64_t q = LOAD(seq);
+    if ((q & 1) || LOAD(RGEN(row)) != gen || (!verified && !row_holds_text(row, key))) return 0;
+    int64_t start = LOAD(st + FIXED_STATE_START), count = LOAD(st + FIXED_STATE_COUNT);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);  /* every load above (the text's too) before the re-checks */
+    if (LOAD(seq) != q || LOAD(RGEN(row)) != gen) return 0;
+    if (start == EMPTY_EPOCH) {
+        *units = 0;
+        return 1;
+    }
+    if (start < 0 || start >= MAX_NOW_NS || count < 0) return 0;  /* junk: the locked read raises it */
+    *units = now < start + c->rings[0].bucket_ns ? count : 0;  /* counters.c's fixed_read */
+    return 1;
+}
+
+/* key's live units in core c at now. Its row from this process's key cache, else from the
+ * index (lock-free, as lock_key looks: a key it does not find counts 0, no lock taken), then
+ * read without its lock (peek_units) if it can, else under it. */
+static int units_in(Core *c, PyObject *key, KeyForm *form, int64_t now, int64_t *units) {
+    int64_t slot, gen;
+    int verified = 1, read = 0, found;
+    if (enter(c) < 0) return -1;
+    if (LOAD(W(c, LIVE_GEN_OFF)) != c->live_gen) {  /* live limits moved: the locked path reloads them */
+        leave(c);
+        return fixed_units_at(c, key, now, units);
+    }
+    found = cache_hint(c, key, &slot, &gen, &verified);
+    if (!found) {
+        found = form_for(c, key, form) < 0 ? -1 : find_key(c, &form->k, &slot, &gen);
+        if (found > 0 && (read = peek_units(c, key, slot, gen, 1, now, units))) remember(c, key, slot, gen);
+    } else {
+        read = peek_units(c, key, slot, gen, verified, now, units);
+    }
+    leave(c);
+    if (found <= 0) {
+        *units = 0;
+        return found;  /* -1: an error (a key that cannot be encoded, a corrupt index) */
+    }
+    return read ? 0 : fixed_units_at(c, key, now, units);
+}
+
 /* The key's count in hits: its live windows' units in every core, summed (saturating, as the
  * cores count), at one now. */
 static PyObject *sum_of(FixedSum *s, PyObject *key) {
@@ -231,8 +300,9 @@ static PyObject *sum_of(FixedSum *s, PyObject *key) {
     }
     if (now_of(s, &now) < 0) return NULL;
     PyObject *cores = Py_NewRef(s->cores);  /* ours for the call, whatever set() does meanwhile */
+    KeyForm form = {.made = 0};
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cores); i++) {
-        if (fixed_units_at((Core *)PyTuple_GET_ITEM(cores, i), key, now, &units) < 0) {
+        if (units_in((Core *)PyTuple_GET_ITEM(cores, i), key, &form, now, &units) < 0) {
             Py_DECREF(cores);
             return NULL;
         }
