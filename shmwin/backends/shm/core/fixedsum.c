@@ -30,7 +30,7 @@
  * computes it in Python: a float's product truncated; or the storage's own clock, called.
  */
 #include "core.h"
-#include <structmember.h>  /* T_LONGLONG: recheck_ns */
+#include <structmember.h>  /* T_LONGLONG: recheck_ns; T_PYSSIZET: StorageGet's vectorcall */
 
 #define UNITS_PER_HIT 1000  /* roles/counters.py UNIT: counts are kept in thousandths of a hit */
 /* How long get trusts a listing without looking at the board's file (a board removed by hand,
@@ -403,10 +403,104 @@ static PyType_Spec fs_spec = {
     .slots = fs_slots,
 };
 
+/* ---- StorageGet: ShmStorage.get itself (integrations/limits.py), with no Python frame ------ *
+ * limits wraps each storage's get (Storage.__init_subclass__) and calls what the class holds
+ * with (storage, key). This object is that: the storage's FixedSum (its attribute named
+ * first) answers; when it gives None (the board moved, maybe limits' own key), the storage's
+ * Python path does (storage.<segments>.get(key)). Not a descriptor: limits' wrapper is the
+ * function the instances bind. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *sum_name, *segments_name, *get_name;
+} StorageGet;
+
+static PyObject *sg_call(StorageGet *g, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "get() takes the storage and a key");
+        return NULL;
+    }
+    PyObject *sum = PyObject_GetAttr(args[0], g->sum_name), *got;
+    if (sum == NULL) return NULL;
+    if (Py_TYPE(sum)->tp_init != (initproc)fs_init) {
+        PyErr_Format(PyExc_TypeError, "the storage's %U is a %.80s, not a FixedSum", g->sum_name, Py_TYPE(sum)->tp_name);
+        Py_DECREF(sum);
+        return NULL;
+    }
+    got = fs_get((FixedSum *)sum, args[1]);
+    Py_DECREF(sum);
+    if (got != Py_None) return got;  /* the count, or NULL: an error */
+    Py_DECREF(got);
+    PyObject *segments = PyObject_GetAttr(args[0], g->segments_name);
+    if (segments == NULL) return NULL;
+    got = PyObject_CallMethodOneArg(segments, g->get_name, args[1]);
+    Py_DECREF(segments);
+    return got;
+}
+
+/* StorageGet(sum_attr, segments_attr): the names of the storage's FixedSum and of what answers
+ * get(key) in Python. */
+static PyObject *sg_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+    PyObject *sum_name, *segments_name;
+    if ((kw != NULL && PyDict_GET_SIZE(kw) != 0) || !PyArg_ParseTuple(args, "UU:StorageGet", &sum_name, &segments_name))
+        return NULL;
+    StorageGet *g = (StorageGet *)tp->tp_alloc(tp, 0);
+    if (g == NULL) return NULL;
+    g->vectorcall = (vectorcallfunc)sg_call;
+    g->sum_name = Py_NewRef(sum_name);
+    g->segments_name = Py_NewRef(segments_name);
+    g->get_name = PyUnicode_InternFromString("get");
+    PyUnicode_InternInPlace(&g->sum_name);
+    PyUnicode_InternInPlace(&g->segments_name);
+    if (g->get_name == NULL) Py_CLEAR(g);
+    return (PyObject *)g;
+}
+
+static int sg_traverse(StorageGet *g, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(g));
+    return 0;  /* its fields are str: no cycle through them */
+}
+
+static void sg_dealloc(StorageGet *g) {
+    PyTypeObject *tp = Py_TYPE(g);
+    PyObject_GC_UnTrack(g);
+    Py_CLEAR(g->sum_name);
+    Py_CLEAR(g->segments_name);
+    Py_CLEAR(g->get_name);
+    tp->tp_free((PyObject *)g);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef sg_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(StorageGet, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot sg_slots[] = {
+    {Py_tp_doc, "StorageGet(sum_attr, segments_attr)\n--\n\n"
+                "ShmStorage.get: (storage, key) -> the storage's FixedSum's answer, else storage.<segments_attr>.get(key)."},
+    {Py_tp_new, sg_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, sg_members},
+    {Py_tp_traverse, sg_traverse},
+    {Py_tp_dealloc, sg_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec sg_spec = {
+    .name = "shmwin._core.StorageGet",
+    .basicsize = sizeof(StorageGet),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = sg_slots,
+};
+
 int fixedsum_add_type(PyObject *m) {
-    PyObject *t = PyType_FromModuleAndSpec(m, &fs_spec, NULL);
+    PyObject *t = PyType_FromModuleAndSpec(m, &fs_spec, NULL), *g = NULL;
     if (t == NULL) return -1;
     int rc = PyModule_AddType(m, (PyTypeObject *)t);
+    if (rc == 0) g = PyType_FromModuleAndSpec(m, &sg_spec, NULL);
+    if (rc == 0) rc = g == NULL ? -1 : PyModule_AddType(m, (PyTypeObject *)g);
     Py_DECREF(t);
+    Py_XDECREF(g);
     return rc;
 }
