@@ -7,9 +7,10 @@
  * only when its board (backends/shm/boards.py: one word each creator of a fixed-window segment
  * changes) no longer holds the value read before its last listing; then it hands this object
  * the board, that value and the cores it found (set). While the word holds it, get(key) is the
- * whole of limits' get: the clock read once, each core's row read under its row lock
- * (fixed_units_at, counters.c), the units summed and given in hits -- no Python frame a
- * segment, no tuple a segment. When the word moved, get answers None and the storage lists
+ * whole of limits' get: the clock read once, each core's row read without its row lock
+ * (peek_units: a seqlock on the lock's seq word, format 12; under the lock, fixed_units_at in
+ * counters.c, when the word moved), the units summed and given in hits -- no Python frame a
+ * segment, no tuple a segment; StorageGet (at the end) is ShmStorage.get itself. When the word moved, get answers None and the storage lists
  * again (its Python path), then calls sum(key), which reads no board. It answers None too a
  * second (recheck_ns) after set(), so that each process checks its board is still the file at
  * its path (one removed by hand gets no new value), and for a key with a granularity after its
@@ -22,8 +23,8 @@
  * threads) replaces the tuple the call no longer reads from, as the call holds its own
  * reference. The board is an export of the storage's mapping of it (8 bytes, aligned): one
  * acquire load. Every core's own checks hold (a closed core raises WindowClosedError, a junk
- * word CorruptSegmentError); this file stores nothing in shared memory: no section, no
- * fail point.
+ * word CorruptSegmentError: the locked read a junk word sends it to); this file stores nothing
+ * in shared memory (counters.c heals an odd seq word under the lock): no section, no fail point.
  *
  * Time. As limits' memory storage: time.time(), looked up in the time module at each call
  * (hiro, freezegun, time-machine and a patched time.time move it), as int(time.time() * 10**9)
