@@ -26,7 +26,7 @@ from shmwin.backends.shm import layout
 from shmwin.backends.shm.segment import path_of
 from shmwin.integrations.limits_fixed import FixedWindows
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sanitize]  # sanitize: 50-sanitizers.sh too
 
 NS = 10**9
 T0 = 1_900_000_000 * NS
