@@ -346,16 +346,19 @@ static int maybe_limits_key(PyObject *key) {
 /* get(key, /): the key's count in hits while the board holds the value set() was given (and
  * set() was less than RECHECK_NS ago) and the key is not one limits may have built (bytes
  * never are: limits builds str); else None, and the storage looks (its Python path). */
-static PyObject *fs_get(FixedSum *s, PyObject *key) {
+static int answers(FixedSum *s, PyObject *key) {  /* get's: 1 sum it, 0 None, -1 an error */
     if (!PyUnicode_Check(key) && !PyBytes_Check(key)) {
         PyErr_Format(PyExc_TypeError, "a limits key is a str or bytes, not %.80s", Py_TYPE(key)->tp_name);
-        return NULL;
+        return -1;
     }
-    if (!holds(s)) Py_RETURN_NONE;
+    if (!holds(s)) return 0;
     int maybe = PyUnicode_Check(key) ? maybe_limits_key(key) : 0;
-    if (maybe < 0) return NULL;
-    if (maybe) Py_RETURN_NONE;
-    return sum_of(s, key);
+    return maybe < 0 ? -1 : !maybe;
+}
+static PyObject *fs_get(FixedSum *s, PyObject *key) {
+    int a = answers(s, key);
+    if (a == 0) Py_RETURN_NONE;
+    return a < 0 ? NULL : sum_of(s, key);
 }
 
 /* __reduce__: a copy (pickle, deepcopy of a storage) holds nothing: its first get looks. */
@@ -428,10 +431,10 @@ static PyObject *sg_call(StorageGet *g, PyObject *const *args, size_t nargsf, Py
         Py_DECREF(sum);
         return NULL;
     }
-    got = fs_get((FixedSum *)sum, args[1]);
+    int a = answers((FixedSum *)sum, args[1]);
+    got = a > 0 ? sum_of((FixedSum *)sum, args[1]) : NULL;
     Py_DECREF(sum);
-    if (got != Py_None) return got;  /* the count, or NULL: an error */
-    Py_DECREF(got);
+    if (a != 0) return got;  /* the count, or NULL: an error */
     PyObject *segments = PyObject_GetAttr(args[0], g->segments_name);
     if (segments == NULL) return NULL;
     got = PyObject_CallMethodOneArg(segments, g->get_name, args[1]);
