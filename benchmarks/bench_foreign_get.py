@@ -18,7 +18,7 @@ around a storage method that does nothing, and the native call alone.
 
     taskset -c 1 .venv/bin/python benchmarks/bench_foreign_get.py [--quick] [--json FILE]
 
-(scripts/bench runs it: its target row, shm:// with 3 periods <= 2x memory://, issue #30.)
+(scripts/bench runs it: its target rows, shm:// with 3 and with 10 periods <= 2x memory://, issue #30.)
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ BUSY = 300
 KEY = "user:42"
 SLASHED = "ip:10.0.0.1/api/login"  # a "/" but no granularity after the last: not limits' own
 TEN = (1, 2, 5, 10, 30, 60, 600, 3600, 7200, 86400)  # periods (s) of a storage with ten
+SIXTEEN = (*TEN, 3, 4, 6, 7, 8, 9)  # and with sixteen
+NOWHERE = "user:7"  # a key counted in no segment: each one hashes it and probes its index
 _LOOP = """
 def loop(fn, key, n, cpu_ns):
     t = cpu_ns()
@@ -86,6 +88,7 @@ def main() -> None:
     shm, memory = storage_from_string(f"shm://{tag}"), storage_from_string("memory://")
     one = storage_from_string(f"shm://{tag}-one")  # a storage of one fixed-window period
     ten = storage_from_string(f"shm://{tag}-ten")  # ten periods: the cost grows with them
+    sixteen = storage_from_string(f"shm://{tag}-sixteen")
     try:
         for storage in (shm, memory):
             for expiry in (60, 3600, 86400):
@@ -94,7 +97,10 @@ def main() -> None:
         one.incr(KEY, 60)
         for expiry in TEN:
             ten.incr(KEY, expiry)
+        for expiry in SIXTEEN:
+            sixteen.incr(KEY, expiry)
         assert shm.get(KEY) == memory.get(KEY) == 3 and one.get(KEY) == 1 and ten.get(KEY) == len(TEN)
+        assert sixteen.get(KEY) == len(SIXTEEN) and ten.get(NOWHERE) == memory.get(NOWHERE) == 0
         assert shm.get(SLASHED) == memory.get(SLASHED) == 3
         nothing = _Nothing()
         rows = {
@@ -102,6 +108,10 @@ def main() -> None:
             "shm://, 3 fixed-window periods": timer(shm.get),
             "shm://, 1 fixed-window period": timer(one.get),
             "shm://, 10 fixed-window periods": timer(ten.get),
+            "shm://, 16 fixed-window periods": timer(sixteen.get),
+            f'memory://, "{NOWHERE}" (counted nowhere)': timer(memory.get, NOWHERE),
+            f'shm://, 10 periods, "{NOWHERE}" (counted nowhere)': timer(ten.get, NOWHERE),
+            f'shm://, 16 periods, "{NOWHERE}" (counted nowhere)': timer(sixteen.get, NOWHERE),
             f'memory://, "{SLASHED}"': timer(memory.get, SLASHED),
             f'shm://, 3 periods, "{SLASHED}"': timer(shm.get, SLASHED),
             "limits' wrapper around a method that does nothing": timer(nothing.wrapped),
@@ -110,6 +120,7 @@ def main() -> None:
         if hasattr(shm, "_foreign_get"):  # (not in a build before the native sum: the "before" runs)
             rows["shm://'s native call alone, 3 periods"] = timer(shm._foreign_get)
             rows["shm://'s native call alone, 1 period"] = timer(one._foreign_get)
+            rows["shm://'s native call alone, 16 periods"] = timer(sixteen._foreign_get)
         taken: dict[str, list[float]] = {label: [] for label in rows}
         for r in range(rounds):
             for label in list(rows) if r % 2 == 0 else list(rows)[::-1]:
@@ -124,18 +135,25 @@ def main() -> None:
 
         again = statistics.median(timer(look_again)(max(n // 50, 10)) for _ in range(5))
         mem = taken["memory://"]
+        nowhere = f'memory://, "{NOWHERE}" (counted nowhere)'
+        peer_of = {label: nowhere for label in rows if NOWHERE in label and label != nowhere}
+        peer_of[f'shm://, 3 periods, "{SLASHED}"'] = f'memory://, "{SLASHED}"'
 
         def ratio(label: str) -> float:
-            against = taken[f'memory://, "{SLASHED}"'] if SLASHED in label else mem  # the same key
+            against = taken[peer_of.get(label, "memory://")]  # memory:// with the same key
             return statistics.median(s / m for s, m in zip(taken[label], against, strict=True))
 
-        three = "shm://, 3 fixed-window periods"
+        three, ten_periods = "shm://, 3 fixed-window periods", "shm://, 10 fixed-window periods"
         slashed, memory_slashed = f'shm://, 3 periods, "{SLASHED}"', f'memory://, "{SLASHED}"'
         targets = [
             Target("foreign-get", '`shm://` `get("user:42")` through limits, 3 fixed-window periods',
                    f"{statistics.median(taken[three]):,.0f} ns",
                    f"`memory://` {statistics.median(mem):,.0f} ns",
                    f"{ratio(three):.2f}×", "≤ 2× `memory://`", ratio(three) <= 2),
+            Target("foreign-get-10", '`shm://` `get("user:42")` through limits, 10 fixed-window periods',
+                   f"{statistics.median(taken[ten_periods]):,.0f} ns",
+                   f"`memory://` {statistics.median(mem):,.0f} ns",
+                   f"{ratio(ten_periods):.2f}×", "≤ 2× `memory://`", ratio(ten_periods) <= 2),
             Target("foreign-get-slash", f'`shm://` `get("{SLASHED}")`, 3 fixed-window periods',
                    f"{statistics.median(taken[slashed]):,.0f} ns",
                    f"`memory://` {statistics.median(taken[memory_slashed]):,.0f} ns",
@@ -157,13 +175,13 @@ def main() -> None:
         ]
         _harness.finish(targets, details, args.json)
     finally:
-        for opened in (shm, one, ten):
+        for opened in (shm, one, ten, sixteen):
             opened.segments.close()  # type: ignore[attr-defined]
         for w in busy:
             w.unlink()
             w.close()
         for name in shmwin.names():
-            if name.startswith((tag + ".", tag + "-one.", tag + "-ten.")):
+            if name.startswith((tag + ".", tag + "-one.", tag + "-ten.", tag + "-sixteen.")):
                 shmwin.unlink(name)
 
 

@@ -37,11 +37,12 @@ Costs are whole numbers: ``2`` and ``2.0`` count two hits; ``1.5`` raises ``Valu
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
 
+from ..backends.shm.boards import StorageGet
 from ..backends.shm.segment import SHM_DIR
 from .limits_segments import SegmentsStorage, StorageOptionError, StorageSegments
 
@@ -56,7 +57,8 @@ class ShmStorage(
     def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any):
         self.segments = StorageSegments(uri, options)
         self._moving_hits = self.segments.moving_hits  # acquire_entry's hot path: one lookup
-        self._foreign_get = self.segments.foreign.get  # get's: the native sum over fixed windows
+        self._foreign_sum = self.segments.foreign.native  # get (StorageGet): the native sum
+        self._foreign_get = self._foreign_sum.get
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
 
     # -- fixed window -----------------------------------------------------------------------
@@ -64,11 +66,15 @@ class ShmStorage(
     def incr(self, key: str, expiry: int, amount: int | float = 1) -> int:
         return self.segments.incr(key, expiry, amount)  # type: ignore[return-value]  # a float: a fractional cost
 
-    def get(self, key: str) -> int:
-        # the hot path: a key limits did not build, summed natively while no fixed-window segment
-        # was made or removed since this process last looked (None: look, in segments.get)
-        got = self._foreign_get(key)
-        return self.segments.get(key) if got is None else got  # type: ignore[return-value]  # a float: a fractional cost
+    if TYPE_CHECKING:
+
+        def get(self, key: str) -> int: ...
+
+    else:
+        # the hot path, native with no Python frame (core/fixedsum.c): a key limits did not build,
+        # summed by self._foreign_sum while no fixed-window segment was made or removed since this
+        # process last looked; else (None) self.segments.get(key) looks
+        get = StorageGet("_foreign_sum", "segments")
 
     def get_expiry(self, key: str) -> float:
         return self.segments.get_expiry(key)

@@ -29,9 +29,11 @@ import os
 import random
 from collections.abc import Callable, Sequence
 
-from ..._core import FixedSum
+from ..._core import FixedSum, StorageGet
 from .roles.fixed import FixedEngine
 from .segment import board_path
+
+__all__ = ["Board", "ForeignSum", "StorageGet", "path_of", "touch"]  # StorageGet: ShmStorage.get
 
 _WORD_BYTES = 8
 _FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -106,6 +108,7 @@ class ForeignSum:
 
     def __init__(self) -> None:
         self._native = FixedSum()
+        self.native = self._native  # ShmStorage.get's (core/fixedsum.c StorageGet)
         self.get: Callable[[str | bytes], int | float | None] = self._native.get
         self.sum: Callable[[str], int | float] = self._native.sum
         self.holds: Callable[[], bool] = self._native.holds  # the last listing still holds

@@ -56,9 +56,9 @@ from .format_series import *  # noqa: F403
 from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 11  # each version: CHANGELOG.md's table. 8: one-word moving log entries, compact
+FORMAT_VERSION = 12  # each version: CHANGELOG.md's table. 8: one-word moving log entries, compact
 # rings; 9: a compact ring's ghost word; 10: live limits (LIVE_WORDS), logs in time order (LOG_HDR_*,
-# the 64-byte moving row); 11: a concurrency row's entry per process stripe behind a top word
+# the 64-byte moving row); 11: a concurrency row's entry per process stripe behind a top word; 12: LOCK.seq
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -223,6 +223,7 @@ HEADER_WORDS = ("magic", "header_crc", "field_names", "ring_table", "rows_in_use
 
 LOCK: tuple[Field, ...] = (
     ("mutex", 0, "mutex"),  # process-shared, robust
+    ("seq", 48, "q"),  # odd while a section changes a fixed window's row in place (core.h seq_at)
     ("intent", 56, "q"),  # the row (lock 0 of a keyed window: index entry) a section works on, -1
 )
 LOCK_BYTES = 64
@@ -357,8 +358,9 @@ SKETCH_BINS_OFF, SKETCH_ERROR_OFF, SKETCH_LOW_OFF, SKETCH_HIGH_OFF = _offsets(
 # value | tag << 32 (header.state_word)
 CHECKED_WORDS = (INDEX_OFF, ROWS_TOP_OFF, ROWS_RESERVED_OFF, CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF)
 
-LOCK_MUTEX_OFF, LOCK_INTENT_OFF = _offsets(LOCK, "mutex", "intent")
+LOCK_MUTEX_OFF, LOCK_SEQ_OFF, LOCK_INTENT_OFF = _offsets(LOCK, "mutex", "seq", "intent")
 LOCK_INTENT = _at(LOCK, "intent") // WORD_BYTES
+LOCK_SEQ = _at(LOCK, "seq") // WORD_BYTES
 
 (
     STRIPE_OWNER_OFF, STRIPE_OWNER_START_OFF, STRIPE_OWNER_PID_OFF, STRIPE_CLAIMED_NS_OFF, STRIPE_CLAIMS_OFF,

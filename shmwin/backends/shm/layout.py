@@ -92,7 +92,9 @@ key insertion (keyed); lock 1 guards row 0 (unkeyed) or the chunk heap (keyed, r
 by lock ``2 + s % (n_locks - 2)``. Each entry::
 
     off  size type      name     meaning
-    0    <=56 mutex     mutex    process-shared *robust* pthread mutex (owner-dead on death)
+    0    <=48 mutex     mutex    process-shared *robust* pthread mutex (owner-dead on death)
+    48   8    i64       seq      odd while a section changes a fixed window's row in place
+                                 under the lock (or died in one): lock-free readers recheck it
     56   8    i64       intent   row (lock 0 of a keyed window: index entry) the holder's section
                                  works on, -1 = none;
                                  what an EOWNERDEAD repair looks at (see core/locks.c)

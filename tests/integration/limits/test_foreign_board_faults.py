@@ -14,6 +14,7 @@ import pickle
 
 import pytest
 from limits.storage import storage_from_string
+from support.foreign import shm_storage
 from support.helpers import run_python
 from support.rootenv import describe, needs_namespace, python_argv, run_in_namespace
 
@@ -25,14 +26,8 @@ from shmwin.backends.shm import boards, segment
 
 @pytest.fixture
 def storage(name: str):
-    s = storage_from_string(f"shm://{name}")
-    yield s
-    s.segments.close()
-    for n in shmwin.names():
-        if n.startswith(name + "."):
-            shmwin.unlink(n)
-    if os.path.exists(boards.path_of(name)):
-        os.unlink(boards.path_of(name))
+    with shm_storage(name) as s:
+        yield s
 
 
 _ELSEWHERE = """

@@ -15,6 +15,7 @@ import time
 
 import pytest
 from limits.storage import storage_from_string
+from support.foreign import shm_storage
 from support.helpers import ROOT, run_python
 
 import shmwin
@@ -33,12 +34,8 @@ T0 = 1_900_000_000.5  # a wall time in seconds, as time.time() gives it (x 10**9
 
 @pytest.fixture
 def storage(name: str):
-    s = storage_from_string(f"shm://{name}")
-    yield s
-    s.segments.close()
-    for n in shmwin.names():
-        if n.startswith(name + "."):
-            shmwin.unlink(n)
+    with shm_storage(name) as s:
+        yield s
 
 
 def _fixed(storage, period_s: int) -> FixedWindows:

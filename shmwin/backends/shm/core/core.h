@@ -313,6 +313,12 @@ static inline pthread_mutex_t *mutex_at(Core *c, int i) {
 static inline int64_t *intent_at(Core *c, int i) {
     return W(c, c->locks_off + (int64_t)i * LOCK_BYTES + LOCK_INTENT_OFF);
 }
+/* Lock i's seq (format 12): odd while a section that changes a fixed window's row in place runs
+ * under lock i, or died in one; fixedsum.c reads rows without the lock against it. Not fail points. */
+static inline int64_t *seq_at(Core *c, int i) { return W(c, c->locks_off + (int64_t)i * LOCK_BYTES + LOCK_SEQ_OFF); }
+#define SEQ_STORE(c, i, v) __atomic_store_n(seq_at((c), (i)), (int64_t)(v), __ATOMIC_RELEASE)
+static inline void seq_open(Core *c, int i) { SEQ_STORE(c, i, (uint64_t)LOAD(seq_at(c, i)) | 1); }
+static inline void seq_close(Core *c, int i) { SEQ_STORE(c, i, ((uint64_t)LOAD(seq_at(c, i)) | 1) + 1); }
 static inline int row_lock(Core *c, int64_t slot) {
     return FIRST_KEY_LOCK + (int)(slot % c->n_key_locks);
 }
@@ -503,6 +509,7 @@ typedef struct CacheEntry {
 
 void remember(Core *c, PyObject *key, int64_t slot, int64_t gen);
 void forget(Core *c, PyObject *key);
+int cache_hint(Core *c, PyObject *key, int64_t *slot, int64_t *gen, int *verified);
 void cache_drop(Core *c);
 PyObject *Core_cache_probes(Core *c, PyObject *key);
 

@@ -73,9 +73,11 @@ static int fixed_read(Core *c, int64_t slot, int64_t now, Fixed *f) {
  * Repair: none (nothing derived; the intent is stored as in every keyed section). */
 static int fixed_incr_row(Core *c, int64_t slot, int64_t now, int64_t amount, Fixed *f) {
     int64_t *st = state_of(c, slot);
+    int lock = row_lock(c, slot);
     if (fixed_read(c, slot, now, f) < 0) return -1;
     SECTION("fixed_incr");
-    STORE(intent_at(c, row_lock(c, slot)), slot);
+    seq_open(c, lock);  /* readers without the lock (fixedsum.c) see no half of it: core.h */
+    STORE(intent_at(c, lock), slot);
     if (!f->live || f->count == 0) {
         STORE(st + FIXED_STATE_START, now);
         STORE(st + FIXED_STATE_COUNT, amount);
@@ -85,6 +87,7 @@ static int fixed_incr_row(Core *c, int64_t slot, int64_t now, int64_t amount, Fi
         STORE(st + FIXED_STATE_COUNT, f->count);
     }
     touch_last(ROW(c, slot), f->start > now ? f->start : now);
+    seq_close(c, lock);
     END_SECTION();
     return 0;
 }
@@ -165,6 +168,7 @@ int fixed_units_at(Core *c, PyObject *key, int64_t now, int64_t *units) {
     if (key_enter(c, &kc) < 0) return -1;
     int rc = key_lock_at(c, &kc, key, 0, now, &slot);
     if (rc > 0) {
+        if (LOAD(seq_at(c, kc.lock)) & 1) seq_close(c, kc.lock);  /* odd under our lock: a section died inside */
         rc = fixed_read(c, slot, now, &f);
         if (rc == 0 && f.live) *units = f.count;
     }

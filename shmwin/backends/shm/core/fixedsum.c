@@ -7,9 +7,10 @@
  * only when its board (backends/shm/boards.py: one word each creator of a fixed-window segment
  * changes) no longer holds the value read before its last listing; then it hands this object
  * the board, that value and the cores it found (set). While the word holds it, get(key) is the
- * whole of limits' get: the clock read once, each core's row read under its row lock
- * (fixed_units_at, counters.c), the units summed and given in hits -- no Python frame a
- * segment, no tuple a segment. When the word moved, get answers None and the storage lists
+ * whole of limits' get: the clock read once, each core's row read without its row lock
+ * (peek_units: a seqlock on the lock's seq word, format 12; under the lock, fixed_units_at in
+ * counters.c, when the word moved), the units summed and given in hits -- no Python frame a
+ * segment, no tuple a segment; StorageGet (at the end) is ShmStorage.get itself. When the word moved, get answers None and the storage lists
  * again (its Python path), then calls sum(key), which reads no board. It answers None too a
  * second (recheck_ns) after set(), so that each process checks its board is still the file at
  * its path (one removed by hand gets no new value), and for a key with a granularity after its
@@ -22,15 +23,15 @@
  * threads) replaces the tuple the call no longer reads from, as the call holds its own
  * reference. The board is an export of the storage's mapping of it (8 bytes, aligned): one
  * acquire load. Every core's own checks hold (a closed core raises WindowClosedError, a junk
- * word CorruptSegmentError); this file stores nothing in shared memory: no section, no
- * fail point.
+ * word CorruptSegmentError: the locked read a junk word sends it to); this file stores nothing
+ * in shared memory (counters.c heals an odd seq word under the lock): no section, no fail point.
  *
  * Time. As limits' memory storage: time.time(), looked up in the time module at each call
  * (hiro, freezegun, time-machine and a patched time.time move it), as int(time.time() * 10**9)
  * computes it in Python: a float's product truncated; or the storage's own clock, called.
  */
 #include "core.h"
-#include <structmember.h>  /* T_LONGLONG: recheck_ns */
+#include <structmember.h>  /* T_LONGLONG: recheck_ns; T_PYSSIZET: StorageGet's vectorcall */
 
 #define UNITS_PER_HIT 1000  /* roles/counters.py UNIT: counts are kept in thousandths of a hit */
 /* How long get trusts a listing without looking at the board's file (a board removed by hand,
@@ -217,6 +218,75 @@ static PyObject *hits_of(int64_t units) {
     return q;
 }
 
+/* A key's stored form and hash (encode_key) for the last segment hash key it was made with:
+ * the cores of one storage that share theirs share it (one SipHash a call, not one a core). */
+typedef struct {
+    StoredKey k;
+    uint64_t hk0, hk1;
+    int made;
+} KeyForm;
+
+static int form_for(Core *c, PyObject *key, KeyForm *f) {
+    if (f->made && f->hk0 == c->hk0 && f->hk1 == c->hk1 && c->key_bytes == MAX_STORED_KEY) return 0;
+    f->made = 0;
+    if (encode_key(c, key, &f->k) < 0) return -1;
+    f->hk0 = c->hk0, f->hk1 = c->hk1, f->made = c->key_bytes == MAX_STORED_KEY;  /* (a digest row's: never shared) */
+    return 0;
+}
+
+/* The live units of the key in row `slot` at generation `gen` of core c at now, read without
+ * the row's lock: 1 read, or 0 and the caller reads it under the lock (fixed_units_at, which
+ * waits for a section and raises what is wrong) -- a section under way or run meanwhile, the
+ * row given to another key, a word out of range. The row's generation, the same around the
+ * loads, says it was the key's throughout (generations never come back: index.c); its lock's
+ * seq, even and the same around them, that no section changed the state in between (core.h:
+ * fixed_incr and reset mark it). So the two words are one state a locked read could have read.
+ * verified 0: key's text is compared with the row's (a short key's cache entry found by its
+ * tag). Caller entered c. */
+static int peek_units(Core *c, PyObject *key, int64_t slot, int64_t gen, int verified, int64_t now,
+                      int64_t *units) {
+    char *row = ROW(c, slot);
+    const int64_t *seq = seq_at(c, row_lock(c, slot)), *st = (const int64_t *)(row + c->rings_off);
+    int64_t q = LOAD(seq);
+    if ((q & 1) || LOAD(RGEN(row)) != gen || (!verified && !row_holds_text(row, key))) return 0;
+    int64_t start = LOAD(st + FIXED_STATE_START), count = LOAD(st + FIXED_STATE_COUNT);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);  /* every load above (the text's too) before the re-checks */
+    if (LOAD(seq) != q || LOAD(RGEN(row)) != gen) return 0;
+    if (start == EMPTY_EPOCH) {
+        *units = 0;
+        return 1;
+    }
+    if (start < 0 || start >= MAX_NOW_NS || count < 0) return 0;  /* junk: the locked read raises it */
+    *units = now < start + c->rings[0].bucket_ns ? count : 0;  /* counters.c's fixed_read */
+    return 1;
+}
+
+/* key's live units in core c at now. Its row from this process's key cache, else from the
+ * index (lock-free, as lock_key looks: a key it does not find counts 0, no lock taken), then
+ * read without its lock (peek_units) if it can, else under it. */
+static int units_in(Core *c, PyObject *key, KeyForm *form, int64_t now, int64_t *units) {
+    int64_t slot, gen;
+    int verified = 1, read = 0, found;
+    if (enter(c) < 0) return -1;
+    if (LOAD(W(c, LIVE_GEN_OFF)) != c->live_gen) {  /* live limits moved: the locked path reloads them */
+        leave(c);
+        return fixed_units_at(c, key, now, units);
+    }
+    found = cache_hint(c, key, &slot, &gen, &verified);
+    if (!found) {
+        found = form_for(c, key, form) < 0 ? -1 : find_key(c, &form->k, &slot, &gen);
+        if (found > 0 && (read = peek_units(c, key, slot, gen, 1, now, units))) remember(c, key, slot, gen);
+    } else {
+        read = peek_units(c, key, slot, gen, verified, now, units);
+    }
+    leave(c);
+    if (found <= 0) {
+        *units = 0;
+        return found;  /* -1: an error (a key that cannot be encoded, a corrupt index) */
+    }
+    return read ? 0 : fixed_units_at(c, key, now, units);
+}
+
 /* The key's count in hits: its live windows' units in every core, summed (saturating, as the
  * cores count), at one now. */
 static PyObject *sum_of(FixedSum *s, PyObject *key) {
@@ -231,8 +301,9 @@ static PyObject *sum_of(FixedSum *s, PyObject *key) {
     }
     if (now_of(s, &now) < 0) return NULL;
     PyObject *cores = Py_NewRef(s->cores);  /* ours for the call, whatever set() does meanwhile */
+    KeyForm form = {.made = 0};
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cores); i++) {
-        if (fixed_units_at((Core *)PyTuple_GET_ITEM(cores, i), key, now, &units) < 0) {
+        if (units_in((Core *)PyTuple_GET_ITEM(cores, i), key, &form, now, &units) < 0) {
             Py_DECREF(cores);
             return NULL;
         }
@@ -275,16 +346,19 @@ static int maybe_limits_key(PyObject *key) {
 /* get(key, /): the key's count in hits while the board holds the value set() was given (and
  * set() was less than RECHECK_NS ago) and the key is not one limits may have built (bytes
  * never are: limits builds str); else None, and the storage looks (its Python path). */
-static PyObject *fs_get(FixedSum *s, PyObject *key) {
+static int answers(FixedSum *s, PyObject *key) {  /* get's: 1 sum it, 0 None, -1 an error */
     if (!PyUnicode_Check(key) && !PyBytes_Check(key)) {
         PyErr_Format(PyExc_TypeError, "a limits key is a str or bytes, not %.80s", Py_TYPE(key)->tp_name);
-        return NULL;
+        return -1;
     }
-    if (!holds(s)) Py_RETURN_NONE;
+    if (!holds(s)) return 0;
     int maybe = PyUnicode_Check(key) ? maybe_limits_key(key) : 0;
-    if (maybe < 0) return NULL;
-    if (maybe) Py_RETURN_NONE;
-    return sum_of(s, key);
+    return maybe < 0 ? -1 : !maybe;
+}
+static PyObject *fs_get(FixedSum *s, PyObject *key) {
+    int a = answers(s, key);
+    if (a == 0) Py_RETURN_NONE;
+    return a < 0 ? NULL : sum_of(s, key);
 }
 
 /* __reduce__: a copy (pickle, deepcopy of a storage) holds nothing: its first get looks. */
@@ -333,10 +407,104 @@ static PyType_Spec fs_spec = {
     .slots = fs_slots,
 };
 
+/* ---- StorageGet: ShmStorage.get itself (integrations/limits.py), with no Python frame ------ *
+ * limits wraps each storage's get (Storage.__init_subclass__) and calls what the class holds
+ * with (storage, key). This object is that: the storage's FixedSum (its attribute named
+ * first) answers; when it gives None (the board moved, maybe limits' own key), the storage's
+ * Python path does (storage.<segments>.get(key)). Not a descriptor: limits' wrapper is the
+ * function the instances bind. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *sum_name, *segments_name, *get_name;
+} StorageGet;
+
+static PyObject *sg_call(StorageGet *g, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "get() takes the storage and a key");
+        return NULL;
+    }
+    PyObject *sum = PyObject_GetAttr(args[0], g->sum_name), *got;
+    if (sum == NULL) return NULL;
+    if (Py_TYPE(sum)->tp_init != (initproc)fs_init) {
+        PyErr_Format(PyExc_TypeError, "the storage's %U is a %.80s, not a FixedSum", g->sum_name, Py_TYPE(sum)->tp_name);
+        Py_DECREF(sum);
+        return NULL;
+    }
+    int a = answers((FixedSum *)sum, args[1]);
+    got = a > 0 ? sum_of((FixedSum *)sum, args[1]) : NULL;
+    Py_DECREF(sum);
+    if (a != 0) return got;  /* the count, or NULL: an error */
+    PyObject *segments = PyObject_GetAttr(args[0], g->segments_name);
+    if (segments == NULL) return NULL;
+    got = PyObject_CallMethodOneArg(segments, g->get_name, args[1]);
+    Py_DECREF(segments);
+    return got;
+}
+
+/* StorageGet(sum_attr, segments_attr): the names of the storage's FixedSum and of what answers
+ * get(key) in Python. */
+static PyObject *sg_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+    PyObject *sum_name, *segments_name;
+    if ((kw != NULL && PyDict_GET_SIZE(kw) != 0) || !PyArg_ParseTuple(args, "UU:StorageGet", &sum_name, &segments_name))
+        return NULL;
+    StorageGet *g = (StorageGet *)tp->tp_alloc(tp, 0);
+    if (g == NULL) return NULL;
+    g->vectorcall = (vectorcallfunc)sg_call;
+    g->sum_name = Py_NewRef(sum_name);
+    g->segments_name = Py_NewRef(segments_name);
+    g->get_name = PyUnicode_InternFromString("get");
+    PyUnicode_InternInPlace(&g->sum_name);
+    PyUnicode_InternInPlace(&g->segments_name);
+    if (g->get_name == NULL) Py_CLEAR(g);
+    return (PyObject *)g;
+}
+
+static int sg_traverse(StorageGet *g, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(g));
+    return 0;  /* its fields are str: no cycle through them */
+}
+
+static void sg_dealloc(StorageGet *g) {
+    PyTypeObject *tp = Py_TYPE(g);
+    PyObject_GC_UnTrack(g);
+    Py_CLEAR(g->sum_name);
+    Py_CLEAR(g->segments_name);
+    Py_CLEAR(g->get_name);
+    tp->tp_free((PyObject *)g);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef sg_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(StorageGet, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyType_Slot sg_slots[] = {
+    {Py_tp_doc, "StorageGet(sum_attr, segments_attr)\n--\n\n"
+                "ShmStorage.get: (storage, key) -> the storage's FixedSum's answer, else storage.<segments_attr>.get(key)."},
+    {Py_tp_new, sg_new},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, sg_members},
+    {Py_tp_traverse, sg_traverse},
+    {Py_tp_dealloc, sg_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec sg_spec = {
+    .name = "shmwin._core.StorageGet",
+    .basicsize = sizeof(StorageGet),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = sg_slots,
+};
+
 int fixedsum_add_type(PyObject *m) {
-    PyObject *t = PyType_FromModuleAndSpec(m, &fs_spec, NULL);
+    PyObject *t = PyType_FromModuleAndSpec(m, &fs_spec, NULL), *g = NULL;
     if (t == NULL) return -1;
     int rc = PyModule_AddType(m, (PyTypeObject *)t);
+    if (rc == 0) g = PyType_FromModuleAndSpec(m, &sg_spec, NULL);
+    if (rc == 0) rc = g == NULL ? -1 : PyModule_AddType(m, (PyTypeObject *)g);
     Py_DECREF(t);
+    Py_XDECREF(g);
     return rc;
 }

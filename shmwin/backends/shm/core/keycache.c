@@ -261,6 +261,18 @@ void remember(Core *c, PyObject *key, int64_t slot, int64_t gen) {
     e->gen = (int32_t)gen;
 }
 
+/* key's (slot, generation) in this process's key cache: 1, or 0 if it holds none. No lock is
+ * taken and the row is not read: a hint for a reader that takes no row lock (fixedsum.c), which
+ * checks the generation around its loads. *verified: the entry holds key's own object or an
+ * equal one; else (a short key found by its tag) the caller compares the row's text. */
+int cache_hint(Core *c, PyObject *key, int64_t *slot, int64_t *gen, int *verified) {
+    CacheEntry *e = cache_get(c, key, PROBE_HIT, 0, verified);
+    if (e == NULL) return 0;
+    *slot = e->slot;
+    *gen = e->gen;
+    return 1;
+}
+
 void forget(Core *c, PyObject *key) {
     int verified;
     CacheEntry *hint = cache_get(c, key, PROBE_EQUAL, 0, &verified);

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION               11
+#define FORMAT_VERSION               12
 #define WORD_BYTES                   8
 #define PAGE_BYTES                   4096
 #define HEADER_BYTES                 4096
@@ -172,6 +172,8 @@
 #define LIVE_CHANGED_NS_OFF          1128
 #define LIVE_LIMITS_OFF              1136
 #define LOCK_MUTEX_OFF               0
+#define LOCK_SEQ_OFF                 48
+#define LOCK_SEQ                     6
 #define LOCK_INTENT_OFF              56
 #define LOCK_INTENT                  7
 #define STRIPE_OWNER_OFF             0
@@ -508,6 +510,8 @@
     X(LIVE_CHANGED_NS_OFF) \
     X(LIVE_LIMITS_OFF) \
     X(LOCK_MUTEX_OFF) \
+    X(LOCK_SEQ_OFF) \
+    X(LOCK_SEQ) \
     X(LOCK_INTENT_OFF) \
     X(LOCK_INTENT) \
     X(STRIPE_OWNER_OFF) \
@@ -799,7 +803,8 @@ _Static_assert(offsetof(ShmwinHeader, live_changed_ns) == 1128, "ShmwinHeader.li
 _Static_assert(offsetof(ShmwinHeader, live_limits) == 1136, "ShmwinHeader.live_limits");
 
 /* Records read word by word: each field fits before the next, each mutex in its room. */
-_Static_assert(LOCK_MUTEX_OFF + sizeof(pthread_mutex_t) <= LOCK_INTENT_OFF, "LOCK.mutex");
+_Static_assert(LOCK_MUTEX_OFF + sizeof(pthread_mutex_t) <= LOCK_SEQ_OFF, "LOCK.mutex");
+_Static_assert(LOCK_SEQ_OFF + 8 <= LOCK_INTENT_OFF, "LOCK.seq");
 _Static_assert(LOCK_INTENT_OFF + 8 <= LOCK_BYTES, "LOCK.intent");
 _Static_assert(STRIPE_OWNER_OFF + 8 <= STRIPE_OWNER_START_OFF, "STRIPE.owner");
 _Static_assert(STRIPE_OWNER_START_OFF + 8 <= STRIPE_OWNER_PID_OFF, "STRIPE.owner_start");

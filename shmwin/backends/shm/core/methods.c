@@ -96,8 +96,11 @@ static PyObject *Core_reset(Core *c, PyObject *Py_UNUSED(ignored)) {
     int64_t rows = c->n_rows;
     if (held == c->n_locks && (!c->keyed || rows_top(c, &rows) == 0)) {
         c->all_held = 1;  /* a role's rows give back what they hold (a moving log's chunks) under locks we hold */
+        int first_seq = c->keyed ? FIRST_KEY_LOCK : c->n_locks;  /* rows changed in place: their seqs (core.h) */
         SECTION("reset");
+        for (int i = first_seq; i < c->n_locks; i++) seq_open(c, i);
         for (int64_t r = 0; r < rows; r++) empty_rings(c, ROW(c, r));
+        for (int i = first_seq; i < c->n_locks; i++) seq_close(c, i);
         END_SECTION();
         c->all_held = 0;
     }

@@ -80,7 +80,7 @@
  *   counters.c -> coretype.c index.c limiter.c methods.c rings.c
  *   distribution.c -> coretype.c index.c methods.c
  *   exactlog.c ->
- *   fixedsum.c -> counters.c rings.c
+ *   fixedsum.c -> counters.c index.c keycache.c keys.c rings.c
  *   index.c -> keys.c rings.c space.c words.c
  *   keycache.c -> index.c keys.c
  *   keys.c ->
