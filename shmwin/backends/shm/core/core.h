@@ -70,6 +70,14 @@ typedef struct {
     PyObject *moved;  /* WindowMovedError (live.c) */
     PyTypeObject *series_map_type, *series_value_type;  /* role "series" (series.c) */
 } ModState;
+/* DO(ref) for each reference the state holds: the module's traverse and clear walk one list */
+#define MODSTATE_EACH(st, DO)                                                                          \
+    do {                                                                                               \
+        DO(st->core_type); DO(st->window_type); DO(st->closed); DO(st->timeout); DO(st->corrupt);      \
+        DO(st->full); DO(st->field); DO(st->space); DO(st->moved); DO(st->series_map_type);            \
+        DO(st->series_value_type);                                                                     \
+        for (int i_ = 0; i_ < MAX_ROLE_TYPES; i_++) DO(st->role_types[i_]);                            \
+    } while (0)
 
 int series_add_types(PyObject *m, ModState *st);  /* series.c: SeriesMap and SeriesValue */
 
@@ -521,18 +529,13 @@ PyObject *Core_retire(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_unretire(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_live(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_set_on_moved(Core *c, PyObject *hook);
-#define LIVE_METHODS                                                                                        \
-    {"set_limits", (PyCFunction)Core_set_limits, METH_O,                                                   \
-     "set_limits($self, limits, /)\n--\n\nEvery process's limits from its next call: (limit per ring, "  \
-     "changed wall ns); the new generation."},                                                             \
-    {"retire", (PyCFunction)Core_retire, METH_NOARGS,                                                       \
-     "retire($self, /)\n--\n\nMark the segment replaced under its name: every call raises WindowMovedError."}, \
-    {"unretire", (PyCFunction)Core_unretire, METH_NOARGS,                                                   \
-     "unretire($self, /)\n--\n\nA failed move's roll back: the segment live again, its limits as they were."}, \
-    {"live", (PyCFunction)Core_live, METH_NOARGS,                                                           \
-     "live($self, /)\n--\n\n(generation word, changed wall ns, the limits in force) as this process sees them."}, \
-    {"set_on_moved", (PyCFunction)Core_set_on_moved, METH_O,                                               \
-     "set_on_moved($self, hook, /)\n--\n\nhook(method name) -> the method to call instead once moved (or None)."}
+#define LIVE_METHODS                                                                                     \
+    METHOD_O(set_limits, Core_set_limits, "limits",                                                      \
+        "Every process's limits from its next call: (limit per ring, changed wall ns); the new generation."), \
+    METHOD_NOARGS(retire, Core_retire, "Mark the segment replaced under its name: every call raises WindowMovedError."), \
+    METHOD_NOARGS(unretire, Core_unretire, "A failed move's roll back: the segment live again, its limits as they were."), \
+    METHOD_NOARGS(live, Core_live, "(generation word, changed wall ns, the limits in force) as this process sees them."), \
+    METHOD_O(set_on_moved, Core_set_on_moved, "hook", "hook(method name) -> the method to call instead once moved (or None).")
 
 /* ---- a keyed method's prologue and epilogue (inline: the hot path pays no call) --------- *
  * Every keyed method runs: parse its arguments -> key_enter -> its own checks -> key_lock (now,

@@ -367,8 +367,7 @@ static const RoleHooks distribution_hooks = {.role = "distribution",
 
 static int dist_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &distribution_hooks); }
 
-#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
-
+/* record's signature (value positional, key a keyword) is neither METHOD_KW's nor METHOD_POS's: in full */
 static PyMethodDef dist_methods[] = {
     {"record", FASTCALL_KW(Dist_record),
      "record($self, value, /, key=None)\n--\n\nOne value (finite, >= 0) now, into every resolution."},

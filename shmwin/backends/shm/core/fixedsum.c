@@ -296,15 +296,12 @@ static PyObject *fs_reduce(FixedSum *s, PyObject *Py_UNUSED(ignored)) {
 static PyObject *fs_sum(FixedSum *s, PyObject *key) { return sum_of(s, key); }
 
 static PyMethodDef fs_methods[] = {
-    {"set", (PyCFunction)(void (*)(void))fs_set, METH_FASTCALL,
-     "set($self, board, seen, cores, clock, /)\n--\n\n"
-     "The storage's board (or None), its value before the listing, the fixed windows' cores found, the clock."},
-    {"get", (PyCFunction)fs_get, METH_O,
-     "get($self, key, /)\n--\n\nkey's count in hits over the cores, or None: the board moved, or maybe limits' key."},
-    {"holds", (PyCFunction)fs_holds, METH_NOARGS,
-     "holds($self, /)\n--\n\nWhether the board holds the value set() was given, within recheck_ns of it."},
-    {"__reduce__", (PyCFunction)fs_reduce, METH_NOARGS, "A copy holds nothing: its first get looks."},
-    {"sum", (PyCFunction)fs_sum, METH_O, "sum($self, key, /)\n--\n\nkey's count in hits over the cores."},
+    METHOD_POS(set, fs_set, "board, seen, cores, clock",
+        "The storage's board (or None), its value before the listing, the fixed windows' cores found, the clock."),
+    METHOD_O(get, fs_get, "key", "key's count in hits over the cores, or None: the board moved, or maybe limits' key."),
+    METHOD_NOARGS(holds, fs_holds, "Whether the board holds the value set() was given, within recheck_ns of it."),
+    {"__reduce__", (PyCFunction)fs_reduce, METH_NOARGS, "A copy holds nothing: its first get looks."},  /* no signature: pickle's */
+    METHOD_O(sum, fs_sum, "key", "key's count in hits over the cores."),
     {NULL},
 };
 

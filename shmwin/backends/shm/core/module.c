@@ -322,35 +322,13 @@ static PyMethodDef module_methods[] = {
 
 static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     ModState *st = PyModule_GetState(m);
-    Py_VISIT(st->core_type);
-    Py_VISIT(st->window_type);
-    for (int i = 0; i < MAX_ROLE_TYPES; i++) Py_VISIT(st->role_types[i]);
-    Py_VISIT(st->closed);
-    Py_VISIT(st->timeout);
-    Py_VISIT(st->corrupt);
-    Py_VISIT(st->full);
-    Py_VISIT(st->field);
-    Py_VISIT(st->space);
-    Py_VISIT(st->moved);
-    Py_VISIT(st->series_map_type);
-    Py_VISIT(st->series_value_type);
+    MODSTATE_EACH(st, Py_VISIT);
     return 0;
 }
 
 static int module_clear(PyObject *m) {
     ModState *st = PyModule_GetState(m);
-    Py_CLEAR(st->core_type);
-    Py_CLEAR(st->window_type);
-    for (int i = 0; i < MAX_ROLE_TYPES; i++) Py_CLEAR(st->role_types[i]);
-    Py_CLEAR(st->closed);
-    Py_CLEAR(st->timeout);
-    Py_CLEAR(st->corrupt);
-    Py_CLEAR(st->full);
-    Py_CLEAR(st->field);
-    Py_CLEAR(st->space);
-    Py_CLEAR(st->moved);
-    Py_CLEAR(st->series_map_type);
-    Py_CLEAR(st->series_value_type);
+    MODSTATE_EACH(st, Py_CLEAR);
     return 0;
 }
 
