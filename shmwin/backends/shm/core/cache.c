@@ -270,10 +270,6 @@ static const RoleHooks counter_cache_hooks = {
     .role = "counter-cache", .keyed_role = ROLE_COUNTER_CACHE, .state_bytes = CACHE_STATE_BYTES,
     .check = is_counter_cache};
 
-static int counter_cache_init(Core *c, PyObject *args, PyObject *kw) {
-    return core_init(c, args, kw, &counter_cache_hooks);
-}
-
 static PyMethodDef counter_cache_methods[] = {
     METHOD_KW(counter_add, Core_counter_add, "key, value, timeout_ns=None",
         "Set key's value for timeout_ns if it holds none live: whether it did."),
@@ -289,6 +285,6 @@ static PyMethodDef counter_cache_methods[] = {
 };
 
 /* no object fields of its own: Core's GC support, inherited */
-ROLE_SPEC(counter_cache_spec, "CounterCacheCore", Core, counter_cache_init, counter_cache_methods,
+ROLE_SPEC(counter_cache_spec, "CounterCacheCore", Core, counter_cache_hooks, counter_cache_methods,
           "A segment of role counter-cache: each key's int counter and its expiry, and what every "
           "segment has (Core).");

@@ -370,8 +370,6 @@ static const RoleHooks conc_hooks = {.role = "concurrency", .keyed_role = ROLE_C
                                      .header = conc_header, .check = is_conc, .empty = conc_empty,
                                      .busy = conc_busy};
 
-static int conc_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &conc_hooks); }
-
 static PyMethodDef conc_methods[] = {
     METHOD_KW(conc_acquire, Core_conc_acquire, "key",
         "Take one of key's slots for this process if its live holders leave room: (taken, holders after)."),
@@ -383,5 +381,5 @@ static PyMethodDef conc_methods[] = {
     {NULL},
 };
 
-ROLE_SPEC(concurrency_spec, "ConcurrencyCore", Core, conc_init, conc_methods,
+ROLE_SPEC(concurrency_spec, "ConcurrencyCore", Core, conc_hooks, conc_methods,
           "A segment of role concurrency: each key's holders, and what every segment has (Core).");

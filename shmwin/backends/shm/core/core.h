@@ -70,14 +70,7 @@ typedef struct {
     PyObject *moved;  /* WindowMovedError (live.c) */
     PyTypeObject *series_map_type, *series_value_type;  /* role "series" (series.c) */
 } ModState;
-/* DO(ref) for each reference the state holds: the module's traverse and clear walk one list */
-#define MODSTATE_EACH(st, DO)                                                                          \
-    do {                                                                                               \
-        DO(st->core_type); DO(st->window_type); DO(st->closed); DO(st->timeout); DO(st->corrupt);      \
-        DO(st->full); DO(st->field); DO(st->space); DO(st->moved); DO(st->series_map_type);            \
-        DO(st->series_value_type);                                                                     \
-        for (int i_ = 0; i_ < MAX_ROLE_TYPES; i_++) DO(st->role_types[i_]);                            \
-    } while (0)
+/* a reference added here is added to module.c's MODSTATE_EACH too (its traverse and clear) */
 
 int series_add_types(PyObject *m, ModState *st);  /* series.c: SeriesMap and SeriesValue */
 
@@ -160,15 +153,14 @@ typedef struct {
  * How a role adds its type (a role word of layout_words.ROLES, say ROLE_SERIES, in x.c):
  *   1. its hooks, every member optional (NULL / 0: what a plain window of rings does):
  *        static const RoleHooks series_hooks = {.role = "series", .keyed_role = ROLE_SERIES, ...};
- *   2. its init, which hands them over, and its methods (METH_FASTCALL | METH_KEYWORDS
- *      for hot ones; each keyed one runs key_enter ... key_leave, below):
- *        static int series_init(Core *c, PyObject *a, PyObject *kw) { return core_init(c, a, kw, &series_hooks); }
- *   3. its spec, Core's size (or a larger struct whose first member is the Core: object
+ *   2. its methods (METH_FASTCALL | METH_KEYWORDS for hot ones; each keyed one runs
+ *      key_enter ... key_leave, below), in a table of METHOD_* entries (methods.h)
+ *   3. its spec and its init (core_init with its hooks, which ROLE_SPEC writes), Core's size (or a larger struct whose first member is the Core: object
  *      fields of its own then need its Py_tp_traverse and Py_tp_clear, each ending in Core's
  *      (core_traverse, core_clear), and Py_TPFLAGS_HAVE_GC, which a type with its own traverse
  *      does not inherit: see DeciderObject), and the flags every type here has; ROLE_SPEC
  *      (below) writes it:
- *        ROLE_SPEC(series_spec, "SeriesCore", Core, series_init, series_methods, "...");
+ *        ROLE_SPEC(series_spec, "SeriesCore", Core, series_hooks, series_methods, "...");
  *   4. one row of module.c's role_types table, {KIND_WINDOW, ROLE_SERIES, &series_spec}, and
  *      `extern PyType_Spec series_spec;` with the others below; the type's name in
  *      shmwin/_core.pyi (class SeriesCore(Core)), its file in module.c's map and in
@@ -231,25 +223,30 @@ typedef struct {
 #define DECIDER(c) ((DeciderObject *)(c))  /* c: a LimiterCore or a TokenBucketCore */
 
 /* Step 3 of the recipe above, written once: a role type's spec, "shmwin._core.<type_name>",
- * its doc, init and methods. ROLE_SPEC for a role with no object field of its own (`object`:
+ * its doc, its methods, and its init, <spec>_init: core_init with the role's hooks. ROLE_SPEC for a role with no object field of its own (`object`:
  * Core, or a struct whose first member is the Core: Core's GC support, inherited);
  * DECIDER_SPEC for a deciding role (DeciderObject: its tally is an object field, so its own
  * traverse and clear, and Py_TPFLAGS_HAVE_GC, which a type with its own traverse does not
  * inherit). A type with other slots writes its spec out. */
-#define ROLE_SPEC(spec, type_name, object, init, methods, doc)                                      \
+#define ROLE_INIT(spec, hooks) \
+    static int spec##_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &(hooks)); }
+#define ROLE_SLOTS(spec, methods, doc) {Py_tp_doc, doc}, {Py_tp_init, spec##_init}, {Py_tp_methods, methods}
+#define ROLE_SPEC(spec, type_name, object, hooks, methods, doc)                                     \
+    ROLE_INIT(spec, hooks)                                                                          \
     PyType_Spec spec = {                                                                            \
         .name = "shmwin._core." type_name,                                                          \
         .basicsize = sizeof(object),                                                                \
         .flags = ROLE_TYPE_FLAGS,                                                                   \
-        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods}, {0, NULL}}, \
+        .slots = (PyType_Slot[]){ROLE_SLOTS(spec, methods, doc), {0, NULL}},                        \
     }
-#define DECIDER_SPEC(spec, type_name, init, methods, doc)                                           \
+#define DECIDER_SPEC(spec, type_name, hooks, methods, doc)                                          \
+    ROLE_INIT(spec, hooks)                                                                          \
     PyType_Spec spec = {                                                                            \
         .name = "shmwin._core." type_name,                                                          \
         .basicsize = sizeof(DeciderObject),                                                         \
         .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,                                              \
-        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods},   \
-                                 {Py_tp_traverse, decider_traverse}, {Py_tp_clear, decider_clear}, {0, NULL}}, \
+        .slots = (PyType_Slot[]){ROLE_SLOTS(spec, methods, doc), {Py_tp_traverse, decider_traverse}, \
+                                 {Py_tp_clear, decider_clear}, {0, NULL}},                          \
     }
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))

@@ -172,9 +172,9 @@ int fixed_units_at(Core *c, PyObject *key, int64_t now, int64_t *units) {
     return rc < 0 ? -1 : 0;
 }
 
-/* Is `o` a FixedWindowCore? Its type is the one whose init is fixed_init (role types are final). */
-static int fixed_init(Core *c, PyObject *args, PyObject *kw);
-int is_fixed_core(PyObject *o) { return Py_TYPE(o)->tp_init == (initproc)fixed_init; }
+/* Is `o` a FixedWindowCore? Its type is the one whose init is its spec's (role types are final). */
+static int fixed_window_spec_init(Core *c, PyObject *args, PyObject *kw);  /* ROLE_SPEC's, below */
+int is_fixed_core(PyObject *o) { return Py_TYPE(o)->tp_init == (initproc)fixed_window_spec_init; }
 
 /* ---- sliding window counter ------------------------------------------------------------- */
 
@@ -464,10 +464,6 @@ static const RoleHooks sliding_hooks = {
 static const RoleHooks token_hooks = {
     .role = "token-bucket", .keyed_role = ROLE_TOKEN_BUCKET, .state_bytes = TOKEN_STATE_BYTES, .check = is_token};
 
-static int fixed_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &fixed_hooks); }
-static int sliding_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &sliding_hooks); }
-static int token_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &token_hooks); }
-
 static PyMethodDef fixed_methods[] = {
     METHOD_KW(fixed_incr, Core_fixed_incr, "key, amount=1",
         "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."),
@@ -492,10 +488,10 @@ static PyMethodDef token_methods[] = {
     {NULL},
 };
 
-ROLE_SPEC(fixed_window_spec, "FixedWindowCore", Core, fixed_init, fixed_methods,
+ROLE_SPEC(fixed_window_spec, "FixedWindowCore", Core, fixed_hooks, fixed_methods,
           "A segment of role fixed-window: limits' fixed windows, and what every segment has (Core).");
-ROLE_SPEC(sliding_counter_spec, "SlidingCounterCore", Core, sliding_init, sliding_methods,
+ROLE_SPEC(sliding_counter_spec, "SlidingCounterCore", Core, sliding_hooks, sliding_methods,
           "A segment of role sliding-counter: limits' sliding window counters, and what every segment has.");
 /* a decider: its tally is an object field of its own (DeciderObject, limiter.c) */
-DECIDER_SPEC(token_bucket_spec, "TokenBucketCore", token_init, token_methods,
+DECIDER_SPEC(token_bucket_spec, "TokenBucketCore", token_hooks, token_methods,
              "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has.");

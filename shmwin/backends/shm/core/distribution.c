@@ -365,8 +365,6 @@ static int is_distribution(Core *c) {
 static const RoleHooks distribution_hooks = {.role = "distribution",
                                              .check = is_distribution};
 
-static int dist_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &distribution_hooks); }
-
 /* record's signature (value positional, key a keyword) is neither METHOD_KW's nor METHOD_POS's: in full */
 static PyMethodDef dist_methods[] = {
     {"record", FASTCALL_KW(Dist_record),
@@ -377,6 +375,6 @@ static PyMethodDef dist_methods[] = {
 };
 
 /* no object fields of its own: Core's GC support, inherited */
-ROLE_SPEC(distribution_spec, "DistributionCore", Dist, dist_init, dist_methods,
+ROLE_SPEC(distribution_spec, "DistributionCore", Dist, distribution_hooks, dist_methods,
           "DistributionCore(buffer, /, *, name, timeout_ns, clock=None, on_full=0, claim=None, fd=-1)\n--\n\n"
           "A Core whose segment is a distribution's (role \"distribution\"): record(), record_many().");

@@ -329,8 +329,6 @@ static PyObject *Core_lease_get(Core *c, PyObject *key) { return lease_read_lock
 
 static const RoleHooks lease_hooks = {.role = "lease", .keyed_role = ROLE_LEASE, .state_bytes = LEASE_STATE_BYTES, .check = is_lease};
 
-static int lease_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &lease_hooks); }
-
 static PyMethodDef lease_methods[] = {
     METHOD_KW(lease_spend, Core_lease_spend, "key, cost=1",
         "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: (its "
@@ -344,5 +342,5 @@ static PyMethodDef lease_methods[] = {
     {NULL},
 };
 
-ROLE_SPEC(lease_spec, "LeaseCore", Core, lease_init, lease_methods,
+ROLE_SPEC(lease_spec, "LeaseCore", Core, lease_hooks, lease_methods,
           "A segment of role lease: each key's lease of hits, and what every segment has (Core).");

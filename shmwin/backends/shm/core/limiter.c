@@ -271,8 +271,6 @@ static void limiter_repair(Core *c, int Py_UNUSED(i), int64_t slot) {
 
 static const RoleHooks limiter_hooks = {.role = "limiter", .header = limiter_header, .repair = limiter_repair};
 
-static int limiter_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &limiter_hooks); }
-
 static PyMethodDef limiter_methods[] = {
     METHOD_KW(hit, Core_hit, "key, cost=1",
         "Count cost hits for key if every rate allows them, else nothing: whether it did."),
@@ -285,5 +283,5 @@ static PyMethodDef limiter_methods[] = {
     {NULL},
 };
 
-DECIDER_SPEC(limiter_spec, "LimiterCore", limiter_init, limiter_methods,
+DECIDER_SPEC(limiter_spec, "LimiterCore", limiter_hooks, limiter_methods,
              "A limiter's segment: its check-and-count, its decisions, and what every segment has (Core).");

@@ -98,7 +98,7 @@
  *   space.c -> threads.c words.c
  *   stripes.c -> threads.c
  *   threads.c ->
- *   window.c -> coretype.c index.c keycache.c methods.c module.c rings.c
+ *   window.c -> index.c keycache.c methods.c module.c rings.c
  *   words.c ->
  * CALLS-END
  *
@@ -319,6 +319,15 @@ static PyMethodDef module_methods[] = {
 };
 
 /* ---- the module: its state, and its exec ------------------------------------------------------ */
+
+/* DO(ref) for each reference the state (core.h's ModState) holds: the module's traverse and clear walk one list */
+#define MODSTATE_EACH(st, DO)                                                                          \
+    do {                                                                                               \
+        DO(st->core_type); DO(st->window_type); DO(st->closed); DO(st->timeout); DO(st->corrupt);      \
+        DO(st->full); DO(st->field); DO(st->space); DO(st->moved); DO(st->series_map_type);            \
+        DO(st->series_value_type);                                                                     \
+        for (int i_ = 0; i_ < MAX_ROLE_TYPES; i_++) DO(st->role_types[i_]);                            \
+    } while (0)
 
 static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     ModState *st = PyModule_GetState(m);

@@ -543,8 +543,6 @@ static const RoleHooks moving_hooks = {
     .header = moving_header, .check = is_moving, .empty = moving_empty, .inserted = name_key, .repair = moving_repair,
     .late_lock = LOCK_CHUNKS};
 
-static int moving_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &moving_hooks); }
-
 static PyMethodDef moving_methods[] = {
     METHOD_KW(moving_hit, Core_moving_hit, "key, cost=1",
         "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it "
@@ -555,5 +553,5 @@ static PyMethodDef moving_methods[] = {
 };
 
 /* no object fields of its own: Core's GC support, inherited */
-ROLE_SPEC(moving_log_spec, "MovingLogCore", Core, moving_init, moving_methods,
+ROLE_SPEC(moving_log_spec, "MovingLogCore", Core, moving_hooks, moving_methods,
           "A segment of role moving-log: each key's hit times, and what every segment has (Core).");
