@@ -77,29 +77,26 @@ static int fs_init(FixedSum *s, PyObject *args, PyObject *kw) {
     return s->cores != NULL && s->time_module != NULL && s->time_name != NULL ? 0 : -1;
 }
 
+/* DO(ref) for each object a FixedSum holds that may close a cycle (time_name, an interned str: cleared only) */
+#define FS_REFS(s, DO) do { DO(s->cores); DO(s->clock); DO(s->time_module); } while (0)
+
 static int fs_traverse(FixedSum *s, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(s));
-    Py_VISIT(s->cores);
-    Py_VISIT(s->clock);
-    Py_VISIT(s->time_module);
+    FS_REFS(s, Py_VISIT);
     return 0;
 }
 
 static int fs_clear(FixedSum *s) {
     drop_board(s);
-    Py_CLEAR(s->cores);
-    Py_CLEAR(s->clock);
-    Py_CLEAR(s->time_module);
+    FS_REFS(s, Py_CLEAR);
     Py_CLEAR(s->time_name);
     return 0;
 }
 
 static void fs_dealloc(FixedSum *s) {
-    PyTypeObject *tp = Py_TYPE(s);
     PyObject_GC_UnTrack(s);
     fs_clear(s);
-    tp->tp_free((PyObject *)s);
-    Py_DECREF(tp);
+    free_instance((PyObject *)s);
 }
 
 /* set(board, seen, cores, clock, /): what the storage found at its listing. board: an object
@@ -316,9 +313,7 @@ static PyType_Slot fs_slots[] = {
     {Py_tp_doc, "FixedSum()\n--\n\nA key's count over one limits storage's fixed windows (fixedsum.c)."},
     {Py_tp_init, fs_init},
     {Py_tp_new, PyType_GenericNew},
-    {Py_tp_dealloc, fs_dealloc},
-    {Py_tp_traverse, fs_traverse},
-    {Py_tp_clear, fs_clear},
+    GC_SLOTS(fs_dealloc, fs_traverse, fs_clear),
     {Py_tp_methods, fs_methods},
     {0, NULL},
 };

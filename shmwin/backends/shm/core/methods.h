@@ -11,6 +11,9 @@
  *   METHOD_O       one positional argument (METH_O): "name($self, arg, /)"
  *   METHOD_NOARGS  none (METH_NOARGS): "name($self, /)"
  *
+ * and what every type's slots repeat: GC_SLOTS (its dealloc, traverse and clear), free_instance
+ * (the end of its dealloc).
+ *
  * An entry of another shape (positional then keyword arguments) is written out in full.
  */
 #ifndef SHMWIN_METHODS_H
@@ -24,6 +27,17 @@
     {#name, (PyCFunction)(void (*)(void))(f), METH_FASTCALL, SIGNATURE_HEAD(name, ", " args ", /") doc}
 #define METHOD_O(name, f, arg, doc) {#name, (PyCFunction)(f), METH_O, SIGNATURE_HEAD(name, ", " arg ", /") doc}
 #define METHOD_NOARGS(name, f, doc) {#name, (PyCFunction)(f), METH_NOARGS, SIGNATURE_HEAD(name, ", /") doc}
+
+/* A type's GC slots, each named once: {Py_tp_dealloc, ...}, {Py_tp_traverse, ...}, {Py_tp_clear, ...} */
+#define GC_SLOTS(dealloc, traverse, clear) {Py_tp_dealloc, dealloc}, {Py_tp_traverse, traverse}, {Py_tp_clear, clear}
+
+/* The end of every dealloc here: the object freed, then the reference to its heap type that
+ * each instance holds (PEP 630) given back. */
+static inline void free_instance(PyObject *o) {
+    PyTypeObject *tp = Py_TYPE(o);
+    tp->tp_free(o);
+    Py_DECREF(tp);
+}
 
 /* the base type's table (methods.c), which every role's type inherits */
 extern PyMethodDef core_methods[];
