@@ -223,31 +223,21 @@ typedef struct {
 #define DECIDER(c) ((DeciderObject *)(c))  /* c: a LimiterCore or a TokenBucketCore */
 
 /* Step 3 of the recipe above, written once: a role type's spec, "shmwin._core.<type_name>",
- * its doc, its methods, and its init, <spec>_init: core_init with the role's hooks. ROLE_SPEC for a role with no object field of its own (`object`:
- * Core, or a struct whose first member is the Core: Core's GC support, inherited);
- * DECIDER_SPEC for a deciding role (DeciderObject: its tally is an object field, so its own
- * traverse and clear, and Py_TPFLAGS_HAVE_GC, which a type with its own traverse does not
- * inherit). A type with other slots writes its spec out. */
-#define ROLE_INIT(spec, hooks) \
-    static int spec##_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &(hooks)); }
+ * its doc, its methods, and its init, <spec>_init: core_init with the role's hooks. ROLE_SPEC
+ * for a role with no object field of its own (`object`: Core, or a struct whose first member is
+ * the Core: Core's GC support, inherited); DECIDER_SPEC for a deciding role (DeciderObject: its
+ * tally is an object field, so its own traverse and clear, and Py_TPFLAGS_HAVE_GC, which a type
+ * with its own traverse does not inherit). A type with other slots writes its spec out. */
+#define ROLE_TYPE(spec, type_name, object, hooks, more_flags, ...)                                          \
+    static int spec##_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &(hooks)); } \
+    PyType_Spec spec = {.name = "shmwin._core." type_name, .basicsize = sizeof(object),                   \
+                        .flags = ROLE_TYPE_FLAGS | (more_flags), .slots = (PyType_Slot[]){__VA_ARGS__, {0, NULL}}}
 #define ROLE_SLOTS(spec, methods, doc) {Py_tp_doc, doc}, {Py_tp_init, spec##_init}, {Py_tp_methods, methods}
-#define ROLE_SPEC(spec, type_name, object, hooks, methods, doc)                                     \
-    ROLE_INIT(spec, hooks)                                                                          \
-    PyType_Spec spec = {                                                                            \
-        .name = "shmwin._core." type_name,                                                          \
-        .basicsize = sizeof(object),                                                                \
-        .flags = ROLE_TYPE_FLAGS,                                                                   \
-        .slots = (PyType_Slot[]){ROLE_SLOTS(spec, methods, doc), {0, NULL}},                        \
-    }
-#define DECIDER_SPEC(spec, type_name, hooks, methods, doc)                                          \
-    ROLE_INIT(spec, hooks)                                                                          \
-    PyType_Spec spec = {                                                                            \
-        .name = "shmwin._core." type_name,                                                          \
-        .basicsize = sizeof(DeciderObject),                                                         \
-        .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,                                              \
-        .slots = (PyType_Slot[]){ROLE_SLOTS(spec, methods, doc), {Py_tp_traverse, decider_traverse}, \
-                                 {Py_tp_clear, decider_clear}, {0, NULL}},                          \
-    }
+#define ROLE_SPEC(spec, type_name, object, hooks, methods, doc) \
+    ROLE_TYPE(spec, type_name, object, hooks, 0, ROLE_SLOTS(spec, methods, doc))
+#define DECIDER_SPEC(spec, type_name, hooks, methods, doc)                                         \
+    ROLE_TYPE(spec, type_name, DeciderObject, hooks, Py_TPFLAGS_HAVE_GC, ROLE_SLOTS(spec, methods, doc), \
+              {Py_tp_traverse, decider_traverse}, {Py_tp_clear, decider_clear})
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
 #define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
@@ -481,6 +471,13 @@ int heap_top(Core *c, const HeapWords *h, int64_t most, int64_t *top);
 int row_idle(Core *c, int64_t slot, int64_t now);
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen);
 void repair_keys(Core *c);
+/* A repair's marks, a zeroed byte per row (or chunk) below top; NULL, the error cleared, if its
+ * heap's words could not be read (ok 0) or there is no memory: the next caller meets the damage. */
+static inline unsigned char *repair_marks(int ok, int64_t top) {
+    unsigned char *marks = ok ? PyMem_Calloc((size_t)(top > 0 ? top : 1), 1) : NULL;
+    if (marks == NULL) PyErr_Clear();
+    return marks;
+}
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot, int64_t *gen);
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
 int clear_key(Core *c, PyObject *key);
@@ -580,9 +577,10 @@ static inline PyObject *key_leave(Core *c, KeyCall *kc, PyObject *result) {
 PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
 int decider_traverse(Core *c, visitproc visit, void *arg);
 int decider_clear(Core *c);
-#define SET_TALLY_METHOD                                  \
-    METHOD_POS(set_tally, Core_set_tally, "tally, shadow", \
-               "Count decisions in tally (or None); shadow: hit() always True.")
+/* what every decider's table holds: its tally, and its live limits (live.c) */
+#define DECIDER_METHODS                                                                                         \
+    METHOD_POS(set_tally, Core_set_tally, "tally, shadow", "Count decisions in tally (or None); shadow: hit() always True."), \
+    LIVE_METHODS
 
 /* ---- the methods (methods.c): a table's entries and the argument helpers ------------------ */
 

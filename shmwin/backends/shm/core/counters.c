@@ -93,16 +93,13 @@ static int fixed_incr_row(Core *c, int64_t slot, int64_t now, int64_t amount, Fi
  * window ends. */
 static PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
-    static const char *const names[] = {"key", "amount"};
-    PyObject *a[2], *result = NULL;
+    PyObject *key, *result = NULL;
     int64_t amount, now = 0, slot;
     Fixed f;
-    if (parse_keyed(args, nargs, kwnames, names, 2, a, "fixed_incr") < 0) return NULL;
-    if (key_enter(c, &kc) < 0) return NULL;
-    if (cost_of(a[1], &amount, 0) < 0 ||
+    if (enter_key_cost(c, &kc, args, nargs, kwnames, "fixed_incr", "amount", &key, &amount, 0) < 0 ||
         now_ns(c, &now) < 0)
         goto out;
-    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+    if (key_lock_at(c, &kc, key, 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
         if (met_full(c, 1))  /* admitted: counted nowhere; refused: a count over any limit */
             result = Py_BuildValue("(LL)", (long long)(full_allows(c) ? 0 : FULL_DENY_COUNT),
                                    (long long)(now + c->rings[0].bucket_ns));
@@ -483,8 +480,7 @@ static PyMethodDef token_methods[] = {
         "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."),
     METHOD_KW(token_check, Core_token_check, "key, cost, commit",
         "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."),
-    SET_TALLY_METHOD,
-    LIVE_METHODS,  /* moved when its rate or burst changes (live.c; backends/shm/live.py) */
+    DECIDER_METHODS,  /* its live limits: moved when its rate or burst changes (live.c; backends/shm/live.py) */
     {NULL},
 };
 

@@ -127,14 +127,11 @@ static int spendable(Core *c, const Lease *l, int64_t now, int64_t cost) {
  * new lease. A full key table: on_full's answer. */
 static PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
-    static const char *const names[] = {"key", "cost"};
-    PyObject *a[2], *result = NULL;
-    int64_t cost = 1, now = 0, slot;
+    PyObject *key, *result = NULL;
+    int64_t cost, now = 0, slot;
     Lease l;
-    if (parse_keyed(args, nargs, kwnames, names, 2, a, "lease_spend") < 0) return NULL;
-    if (key_enter(c, &kc) < 0) return NULL;
-    if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
-    if (key_lock(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+    if (enter_key_cost(c, &kc, args, nargs, kwnames, "lease_spend", "cost", &key, &cost, 1) < 0) goto out;
+    if (key_lock(c, &kc, key, 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
         if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);
         goto out;
     }

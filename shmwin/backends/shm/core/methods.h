@@ -75,4 +75,18 @@ static inline int parse_keyed(PyObject *const *args, Py_ssize_t nargs, PyObject 
     return parse_required(args, nargs, kwnames, names, n, 1, out, fname, "a key");
 }
 
+/* The prologue of a (key, <cost>=1) method (hit, fixed_incr, lease_spend, moving_hit): its
+ * arguments parsed as parse_keyed does (`cost_name`: the second's), the Core entered (key_enter),
+ * then the cost read: a whole number >= at_least, 1 if not given. 0; or -1 with the error set,
+ * where the method's key_leave gives back what kc says is held. */
+static inline int enter_key_cost(Core *c, KeyCall *kc, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                 const char *fname, const char *cost_name, PyObject **key, int64_t *cost,
+                                 int64_t at_least) {
+    const char *const names[] = {"key", cost_name};
+    PyObject *a[2];
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, fname) < 0 || key_enter(c, kc) < 0) return -1;
+    *key = a[0];
+    return cost_of(a[1], cost, at_least);
+}
+
 #endif /* SHMWIN_METHODS_H */

@@ -60,7 +60,8 @@
  *   series.h       role "series": what its three files share (SeriesMap, SeriesValue)
  *   moving.h       role "moving-log": what moving.c and chunks.c share (a run's shape, chunks)
  *   methods.h      what methods.c offers the role files: a method table's entries (METHOD_KW,
- *                  METHOD_O, ...: each text signature once), parse, parse_keyed, cost_of
+ *                  METHOD_O, ...: each text signature once), parse, parse_keyed, cost_of,
+ *                  enter_key_cost; a type's GC_SLOTS and free_instance
  *   series.c       role "series": prometheus_client's values of one app; the SeriesMap type
  *   seriesdir.c    a series segment's directory (lock, find, append, repair), its slots
  *   seriesval.c    SeriesValue: one prometheus_client value's cell (inc, set, get)
@@ -90,7 +91,7 @@
  *   locks.c -> coretype.c index.c words.c
  *   methods.c -> coretype.c index.c keycache.c keys.c rings.c stripes.c words.c
  *   module.c -> fixedsum.c locks.c series.c threads.c
- *   moving.c -> chunks.c coretype.c index.c methods.c words.c
+ *   moving.c -> chunks.c coretype.c index.c words.c
  *   rings.c -> exactlog.c
  *   series.c -> coretype.c seriesdir.c seriesval.c
  *   seriesdir.c -> threads.c
