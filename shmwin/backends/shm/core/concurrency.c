@@ -373,8 +373,7 @@ static const RoleHooks conc_hooks = {.role = "concurrency", .keyed_role = ROLE_C
 static PyMethodDef conc_methods[] = {
     METHOD_KW(conc_acquire, Core_conc_acquire, "key",
         "Take one of key's slots for this process if its live holders leave room: (taken, holders after)."),
-    METHOD_O(conc_release, Core_conc_release, "key",
-        "Give back one of this process's slots of key: False if it holds none."),
+    METHOD_O(conc_release, Core_conc_release, "key", "Give back one of this process's slots of key: False if it holds none."),
     METHOD_O(conc_count, Core_conc_count, "key", "Slots of key held now by live processes."),
     METHOD_O(conc_mine, Core_conc_mine, "key", "Slots of key this process (this Core) holds."),
     LIVE_METHODS,  /* its limit changes in place (live.c; shmwin/concurrency.py), or it moves (a reset) */
