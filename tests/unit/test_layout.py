@@ -198,6 +198,29 @@ def test_the_c_header_is_generated_from_the_description_and_fresh():
     )
 
 
+def test_the_c_header_asserts_each_mutex_room_and_check_fits_every_other_field():
+    """layout.h asserts what only the compiler knows, each mutex's room (sizeof(pthread_mutex_t)
+    is the platform's); every other field's fit before the next is format.check()'s, which
+    format_c runs before it writes the header."""
+    text = format_c.c_header()
+    mutexes = [
+        (prefix, name)
+        for prefix, (fields, _size) in layout_words.RECORDS.items()
+        for name, _offset, kind in fields
+        if kind == "mutex"
+    ]
+    assert mutexes  # the lock table's and the stripes'
+    for prefix, name in mutexes:
+        assert f"_Static_assert({prefix}_{name.upper()}_OFF + sizeof(pthread_mutex_t) <= " in text
+    assert text.count("+ sizeof(pthread_mutex_t) <=") == len(mutexes)
+
+
+def test_check_finds_a_field_that_does_not_fit_before_the_next(monkeypatch):
+    bad = ((("a", 0, "q"), ("b", 4, "q")), "LOCK_BYTES")  # an 8-byte word, and a field 4 bytes on
+    monkeypatch.setitem(layout_words.RECORDS, "BAD", bad)
+    assert "BAD.a at 0 does not fit before 4" in layout_words.check()
+
+
 def test_every_constant_is_named_once_with_one_value():
     names = layout_words.constants()
     assert len(names) > 90

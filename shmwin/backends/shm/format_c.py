@@ -71,6 +71,24 @@ def _c_struct(name: str, fields: tuple[Field, ...], size: int | None) -> list[st
     return lines
 
 
+def _mutex_rooms() -> list[str]:
+    """A record's mutex in its room up to the next field: the one fit only the compiler knows
+    (``sizeof(pthread_mutex_t)`` is the platform's). Every other field's fit before the next is
+    :func:`format.check`'s, run before this file is written, so it is not asserted twice."""
+    lines = [
+        "/* Records read word by word: each mutex in its room (format.check() fits every other field). */"
+    ]
+    for prefix, (fields, size_name) in RECORDS.items():
+        for i, (name, _offset, kind) in enumerate(fields):
+            if kind != "mutex":
+                continue
+            after = fields[i + 1] if i + 1 < len(fields) else None
+            end = size_name if after is None or after[0] == "reserved" else f"{prefix}_{after[0].upper()}_OFF"
+            room = f"{prefix}_{name.upper()}_OFF + sizeof(pthread_mutex_t) <= {end}"
+            lines.append(f'_Static_assert({room}, "{prefix}.{name}");')
+    return lines
+
+
 def c_header() -> str:
     """``layout.h``: every constant of :func:`constants` as a ``#define``, the header page and a
     ring table entry as structs, and ``_Static_assert`` s on every offset and size."""
@@ -96,15 +114,7 @@ def c_header() -> str:
     out += _c_struct("ShmwinRingEntry", RING_ENTRY, RING_ENTRY_BYTES)
     out += [""]
     out += _c_struct("ShmwinHeader", HEADER, None)
-    out += ["", "/* Records read word by word: each field fits before the next, each mutex in its room. */"]
-    for prefix, (fields, size_name) in RECORDS.items():
-        for i, (name, _offset, kind) in enumerate(fields):
-            if name == "reserved":
-                continue
-            after = fields[i + 1] if i + 1 < len(fields) else None
-            end = size_name if after is None or after[0] == "reserved" else f"{prefix}_{after[0].upper()}_OFF"
-            need = "sizeof(pthread_mutex_t)" if kind == "mutex" else str(size_of(kind))
-            out.append(f'_Static_assert({prefix}_{name.upper()}_OFF + {need} <= {end}, "{prefix}.{name}");')
+    out += ["", *_mutex_rooms()]
     out += [
         '_Static_assert(KEY_ROW_KEY_OFF + MAX_STORED_KEY == KEY_HEADER_BYTES, "a key row\'s key bytes");',
         '_Static_assert(KEY_LONG_PREFIX + KEY_DIGEST_BYTES == MAX_STORED_KEY, "a long key");',

@@ -206,18 +206,6 @@ static int cc_lock_read(Core *c, KeyCall *kc, PyObject *key, int64_t *now, int64
     return cc_read(c, *slot, *now, k) < 0 ? -1 : 1;
 }
 
-/* counter_get(key) -> the live value, or None. */
-static PyObject *Core_counter_get(Core *c, PyObject *key) {
-    KeyCall kc = KEY_CALL;
-    PyObject *result = NULL;
-    int64_t now = 0, slot;
-    Counter k = {0, 0, 0};
-    int got = cc_lock_read(c, &kc, key, &now, &slot, &k);
-    key_unlock(c, &kc);
-    if (got >= 0) result = k.live ? PyLong_FromLongLong(k.value) : Py_NewRef(Py_None);
-    return key_leave(c, &kc, result);
-}
-
 /* Section "counter_touch": one store, the new expiry. Repair: none. */
 static void cc_touch_row(Core *c, int64_t slot, int64_t now, int64_t expires_ns) {
     SECTION("counter_touch");
@@ -250,29 +238,33 @@ static void cc_delete_row(Core *c, int64_t slot) {
     END_SECTION();
 }
 
-/* counter_delete(key) -> bool: forget the value; whether a live one was there. The row stays the
- * key's until the key table reclaims it (its last write then says so). */
-static PyObject *Core_counter_delete(Core *c, PyObject *key) {
+/* get and delete: the key's counter read under its row lock, and forgotten there if `forget`;
+ * then the answer, after the unlock: get's live value or None, delete's whether one was live. */
+static PyObject *cc_read_locked(Core *c, PyObject *key, int forget) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
     Counter k = {0, 0, 0};
     int got = cc_lock_read(c, &kc, key, &now, &slot, &k);
-    if (got > 0 && k.expires_ns != EMPTY_EPOCH) cc_delete_row(c, slot);
+    if (forget && got > 0 && k.expires_ns != EMPTY_EPOCH) cc_delete_row(c, slot);
     key_unlock(c, &kc);
-    if (got >= 0) result = Py_NewRef(k.live ? Py_True : Py_False);
+    if (got >= 0 && forget) result = Py_NewRef(k.live ? Py_True : Py_False);
+    else if (got >= 0) result = k.live ? PyLong_FromLongLong(k.value) : Py_NewRef(Py_None);
     return key_leave(c, &kc, result);
 }
+
+/* counter_get(key) -> the live value, or None. */
+static PyObject *Core_counter_get(Core *c, PyObject *key) { return cc_read_locked(c, key, 0); }
+
+/* counter_delete(key) -> bool: forget the value; whether a live one was there. The row stays the
+ * key's until the key table reclaims it (its last write then says so). */
+static PyObject *Core_counter_delete(Core *c, PyObject *key) { return cc_read_locked(c, key, 1); }
 
 /* ---- the type ----------------------------------------------------------------------------- */
 
 static const RoleHooks counter_cache_hooks = {
     .role = "counter-cache", .keyed_role = ROLE_COUNTER_CACHE, .state_bytes = CACHE_STATE_BYTES,
     .check = is_counter_cache};
-
-static int counter_cache_init(Core *c, PyObject *args, PyObject *kw) {
-    return core_init(c, args, kw, &counter_cache_hooks);
-}
 
 static PyMethodDef counter_cache_methods[] = {
     METHOD_KW(counter_add, Core_counter_add, "key, value, timeout_ns=None",
@@ -289,6 +281,6 @@ static PyMethodDef counter_cache_methods[] = {
 };
 
 /* no object fields of its own: Core's GC support, inherited */
-ROLE_SPEC(counter_cache_spec, "CounterCacheCore", Core, counter_cache_init, counter_cache_methods,
+ROLE_SPEC(counter_cache_spec, "CounterCacheCore", Core, counter_cache_hooks, counter_cache_methods,
           "A segment of role counter-cache: each key's int counter and its expiry, and what every "
           "segment has (Core).");

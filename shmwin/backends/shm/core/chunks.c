@@ -203,16 +203,10 @@ void moving_empty(Core *c, char *row, int64_t slot) {
  * "chunk_alloc" or "chunk_free": the free list rebuilt from the chains (see the invariant at
  * the top). Bounded by rows_top x the longest chain + chunks_top. */
 void repair_chunks(Core *c) {
-    int64_t top, rows, head = 0;
-    if (chunks_top(c, &top) < 0 || rows_top(c, &rows) < 0) {
-        PyErr_Clear();  /* reported to the next caller */
-        return;
-    }
-    unsigned char *held = PyMem_Calloc((size_t)(top > 0 ? top : 1), 1);
-    if (held == NULL) {
-        PyErr_Clear();
-        return;
-    }
+    int64_t top = 0, rows = 0, head = 0;
+    int ok = chunks_top(c, &top) == 0 && rows_top(c, &rows) == 0;
+    unsigned char *held = repair_marks(ok, top);
+    if (held == NULL) return;  /* reported to the next caller */
     SECTION("chunk_repair");
     STORE(intent_at(c, LOCK_CHUNKS), -1);
     for (int64_t r = 0; r < rows; r++) {

@@ -333,23 +333,20 @@ out:
     return key_leave(c, &kc, result);
 }
 
-/* conc_count(key) -> slots held now by live processes. */
-static PyObject *Core_conc_count(Core *c, PyObject *key) {
+/* One of holders_of's two counts: 0, the live holders' slots; 1, this Core's. */
+static PyObject *holders_item(Core *c, PyObject *key, Py_ssize_t i) {
     PyObject *both = holders_of(c, key);
     if (both == NULL) return NULL;
-    PyObject *held = Py_NewRef(PyTuple_GET_ITEM(both, 0));
+    PyObject *item = Py_NewRef(PyTuple_GET_ITEM(both, i));
     Py_DECREF(both);
-    return held;
+    return item;
 }
 
+/* conc_count(key) -> slots held now by live processes. */
+static PyObject *Core_conc_count(Core *c, PyObject *key) { return holders_item(c, key, 0); }
+
 /* conc_mine(key) -> slots of the key this Core holds. */
-static PyObject *Core_conc_mine(Core *c, PyObject *key) {
-    PyObject *both = holders_of(c, key);
-    if (both == NULL) return NULL;
-    PyObject *mine = Py_NewRef(PyTuple_GET_ITEM(both, 1));
-    Py_DECREF(both);
-    return mine;
-}
+static PyObject *Core_conc_mine(Core *c, PyObject *key) { return holders_item(c, key, 1); }
 
 /* The empty hook: a row handed to a new key (its last key idle, no live holder: conc_busy)
  * ends as an empty row's copy would -- every stripe word 0, the top 0 -- but only the entries
@@ -373,21 +370,15 @@ static const RoleHooks conc_hooks = {.role = "concurrency", .keyed_role = ROLE_C
                                      .header = conc_header, .check = is_conc, .empty = conc_empty,
                                      .busy = conc_busy};
 
-static int conc_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &conc_hooks); }
-
 static PyMethodDef conc_methods[] = {
-    {"conc_acquire", FASTCALL_KW(Core_conc_acquire),
-     "conc_acquire($self, /, key)\n--\n\n"
-     "Take one of key's slots for this process if its live holders leave room: (taken, holders after)."},
-    {"conc_release", (PyCFunction)Core_conc_release, METH_O,
-     "conc_release($self, key, /)\n--\n\nGive back one of this process's slots of key: False if it holds none."},
-    {"conc_count", (PyCFunction)Core_conc_count, METH_O,
-     "conc_count($self, key, /)\n--\n\nSlots of key held now by live processes."},
-    {"conc_mine", (PyCFunction)Core_conc_mine, METH_O,
-     "conc_mine($self, key, /)\n--\n\nSlots of key this process (this Core) holds."},
+    METHOD_KW(conc_acquire, Core_conc_acquire, "key",
+        "Take one of key's slots for this process if its live holders leave room: (taken, holders after)."),
+    METHOD_O(conc_release, Core_conc_release, "key", "Give back one of this process's slots of key: False if it holds none."),
+    METHOD_O(conc_count, Core_conc_count, "key", "Slots of key held now by live processes."),
+    METHOD_O(conc_mine, Core_conc_mine, "key", "Slots of key this process (this Core) holds."),
     LIVE_METHODS,  /* its limit changes in place (live.c; shmwin/concurrency.py), or it moves (a reset) */
     {NULL},
 };
 
-ROLE_SPEC(concurrency_spec, "ConcurrencyCore", Core, conc_init, conc_methods,
+ROLE_SPEC(concurrency_spec, "ConcurrencyCore", Core, conc_hooks, conc_methods,
           "A segment of role concurrency: each key's holders, and what every segment has (Core).");

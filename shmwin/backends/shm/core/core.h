@@ -70,6 +70,7 @@ typedef struct {
     PyObject *moved;  /* WindowMovedError (live.c) */
     PyTypeObject *series_map_type, *series_value_type;  /* role "series" (series.c) */
 } ModState;
+/* a reference added here is added to module.c's MODSTATE_EACH too (its traverse and clear) */
 
 int series_add_types(PyObject *m, ModState *st);  /* series.c: SeriesMap and SeriesValue */
 
@@ -152,15 +153,14 @@ typedef struct {
  * How a role adds its type (a role word of layout_words.ROLES, say ROLE_SERIES, in x.c):
  *   1. its hooks, every member optional (NULL / 0: what a plain window of rings does):
  *        static const RoleHooks series_hooks = {.role = "series", .keyed_role = ROLE_SERIES, ...};
- *   2. its init, which hands them over, and its methods (METH_FASTCALL | METH_KEYWORDS
- *      for hot ones; each keyed one runs key_enter ... key_leave, below):
- *        static int series_init(Core *c, PyObject *a, PyObject *kw) { return core_init(c, a, kw, &series_hooks); }
- *   3. its spec, Core's size (or a larger struct whose first member is the Core: object
+ *   2. its methods (METH_FASTCALL | METH_KEYWORDS for hot ones; each keyed one runs
+ *      key_enter ... key_leave, below), in a table of METHOD_* entries (methods.h)
+ *   3. its spec and its init (core_init with its hooks, which ROLE_SPEC writes), Core's size (or a larger struct whose first member is the Core: object
  *      fields of its own then need its Py_tp_traverse and Py_tp_clear, each ending in Core's
  *      (core_traverse, core_clear), and Py_TPFLAGS_HAVE_GC, which a type with its own traverse
  *      does not inherit: see DeciderObject), and the flags every type here has; ROLE_SPEC
  *      (below) writes it:
- *        ROLE_SPEC(series_spec, "SeriesCore", Core, series_init, series_methods, "...");
+ *        ROLE_SPEC(series_spec, "SeriesCore", Core, series_hooks, series_methods, "...");
  *   4. one row of module.c's role_types table, {KIND_WINDOW, ROLE_SERIES, &series_spec}, and
  *      `extern PyType_Spec series_spec;` with the others below; the type's name in
  *      shmwin/_core.pyi (class SeriesCore(Core)), its file in module.c's map and in
@@ -223,26 +223,21 @@ typedef struct {
 #define DECIDER(c) ((DeciderObject *)(c))  /* c: a LimiterCore or a TokenBucketCore */
 
 /* Step 3 of the recipe above, written once: a role type's spec, "shmwin._core.<type_name>",
- * its doc, init and methods. ROLE_SPEC for a role with no object field of its own (`object`:
- * Core, or a struct whose first member is the Core: Core's GC support, inherited);
- * DECIDER_SPEC for a deciding role (DeciderObject: its tally is an object field, so its own
- * traverse and clear, and Py_TPFLAGS_HAVE_GC, which a type with its own traverse does not
- * inherit). A type with other slots writes its spec out. */
-#define ROLE_SPEC(spec, type_name, object, init, methods, doc)                                      \
-    PyType_Spec spec = {                                                                            \
-        .name = "shmwin._core." type_name,                                                          \
-        .basicsize = sizeof(object),                                                                \
-        .flags = ROLE_TYPE_FLAGS,                                                                   \
-        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods}, {0, NULL}}, \
-    }
-#define DECIDER_SPEC(spec, type_name, init, methods, doc)                                           \
-    PyType_Spec spec = {                                                                            \
-        .name = "shmwin._core." type_name,                                                          \
-        .basicsize = sizeof(DeciderObject),                                                         \
-        .flags = ROLE_TYPE_FLAGS | Py_TPFLAGS_HAVE_GC,                                              \
-        .slots = (PyType_Slot[]){{Py_tp_doc, doc}, {Py_tp_init, init}, {Py_tp_methods, methods},   \
-                                 {Py_tp_traverse, decider_traverse}, {Py_tp_clear, decider_clear}, {0, NULL}}, \
-    }
+ * its doc, its methods, and its init, <spec>_init: core_init with the role's hooks. ROLE_SPEC
+ * for a role with no object field of its own (`object`: Core, or a struct whose first member is
+ * the Core: Core's GC support, inherited); DECIDER_SPEC for a deciding role (DeciderObject: its
+ * tally is an object field, so its own traverse and clear, and Py_TPFLAGS_HAVE_GC, which a type
+ * with its own traverse does not inherit). A type with other slots writes its spec out. */
+#define ROLE_TYPE(spec, type_name, object, hooks, more_flags, ...)                                          \
+    static int spec##_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &(hooks)); } \
+    PyType_Spec spec = {.name = "shmwin._core." type_name, .basicsize = sizeof(object),                   \
+                        .flags = ROLE_TYPE_FLAGS | (more_flags), .slots = (PyType_Slot[]){__VA_ARGS__, {0, NULL}}}
+#define ROLE_SLOTS(spec, methods, doc) {Py_tp_doc, doc}, {Py_tp_init, spec##_init}, {Py_tp_methods, methods}
+#define ROLE_SPEC(spec, type_name, object, hooks, methods, doc) \
+    ROLE_TYPE(spec, type_name, object, hooks, 0, ROLE_SLOTS(spec, methods, doc))
+#define DECIDER_SPEC(spec, type_name, hooks, methods, doc)                                         \
+    ROLE_TYPE(spec, type_name, DeciderObject, hooks, Py_TPFLAGS_HAVE_GC, ROLE_SLOTS(spec, methods, doc), \
+              {Py_tp_traverse, decider_traverse}, {Py_tp_clear, decider_clear})
 
 #define W(c, off) ((int64_t *)((c)->base + (off)))
 #define ROW(c, r) ((c)->base + (c)->rows_off + (int64_t)(r) * (c)->row_bytes)
@@ -482,6 +477,13 @@ int heap_top(Core *c, const HeapWords *h, int64_t most, int64_t *top);
 int row_idle(Core *c, int64_t slot, int64_t now);
 int find_key(Core *c, const StoredKey *k, int64_t *slot, int64_t *gen);
 void repair_keys(Core *c);
+/* A repair's marks, a zeroed byte per row (or chunk) below top; NULL, the error cleared, if its
+ * heap's words could not be read (ok 0) or there is no memory: the next caller meets the damage. */
+static inline unsigned char *repair_marks(int ok, int64_t top) {
+    unsigned char *marks = ok ? PyMem_Calloc((size_t)(top > 0 ? top : 1), 1) : NULL;
+    if (marks == NULL) PyErr_Clear();
+    return marks;
+}
 int insert_key(Core *c, PyObject *key, const StoredKey *k, int64_t now, int64_t *slot, int64_t *gen);
 int lock_key(Core *c, PyObject *key, int create, int64_t now, int64_t *slot);
 int clear_key(Core *c, PyObject *key);
@@ -528,18 +530,13 @@ PyObject *Core_retire(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_unretire(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_live(Core *c, PyObject *Py_UNUSED(ignored));
 PyObject *Core_set_on_moved(Core *c, PyObject *hook);
-#define LIVE_METHODS                                                                                        \
-    {"set_limits", (PyCFunction)Core_set_limits, METH_O,                                                   \
-     "set_limits($self, limits, /)\n--\n\nEvery process's limits from its next call: (limit per ring, "  \
-     "changed wall ns); the new generation."},                                                             \
-    {"retire", (PyCFunction)Core_retire, METH_NOARGS,                                                       \
-     "retire($self, /)\n--\n\nMark the segment replaced under its name: every call raises WindowMovedError."}, \
-    {"unretire", (PyCFunction)Core_unretire, METH_NOARGS,                                                   \
-     "unretire($self, /)\n--\n\nA failed move's roll back: the segment live again, its limits as they were."}, \
-    {"live", (PyCFunction)Core_live, METH_NOARGS,                                                           \
-     "live($self, /)\n--\n\n(generation word, changed wall ns, the limits in force) as this process sees them."}, \
-    {"set_on_moved", (PyCFunction)Core_set_on_moved, METH_O,                                               \
-     "set_on_moved($self, hook, /)\n--\n\nhook(method name) -> the method to call instead once moved (or None)."}
+#define LIVE_METHODS                                                                                     \
+    METHOD_O(set_limits, Core_set_limits, "limits",                                                      \
+        "Every process's limits from its next call: (limit per ring, changed wall ns); the new generation."), \
+    METHOD_NOARGS(retire, Core_retire, "Mark the segment replaced under its name: every call raises WindowMovedError."), \
+    METHOD_NOARGS(unretire, Core_unretire, "A failed move's roll back: the segment live again, its limits as they were."), \
+    METHOD_NOARGS(live, Core_live, "(generation word, changed wall ns, the limits in force) as this process sees them."), \
+    METHOD_O(set_on_moved, Core_set_on_moved, "hook", "hook(method name) -> the method to call instead once moved (or None).")
 
 /* ---- a keyed method's prologue and epilogue (inline: the hot path pays no call) --------- *
  * Every keyed method runs: parse its arguments -> key_enter -> its own checks -> key_lock (now,
@@ -587,9 +584,10 @@ static inline PyObject *key_leave(Core *c, KeyCall *kc, PyObject *result) {
 PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
 int decider_traverse(Core *c, visitproc visit, void *arg);
 int decider_clear(Core *c);
-#define SET_TALLY_METHOD                                  \
-    METHOD_POS(set_tally, Core_set_tally, "tally, shadow", \
-               "Count decisions in tally (or None); shadow: hit() always True.")
+/* what every decider's table holds: its tally, and its live limits (live.c) */
+#define DECIDER_METHODS                                                                                         \
+    METHOD_POS(set_tally, Core_set_tally, "tally, shadow", "Count decisions in tally (or None); shadow: hit() always True."), \
+    LIVE_METHODS
 
 /* ---- the methods (methods.c): a table's entries and the argument helpers ------------------ */
 

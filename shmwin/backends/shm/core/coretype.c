@@ -288,36 +288,31 @@ const RoleHooks plain_hooks = {.role = "plain"};
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &plain_hooks); }
 
+/* DO(ref) for each object a Core holds that may close a cycle (its name, a str, goes at dealloc) */
+#define CORE_REFS(c, DO) do { DO(c->clock); DO(c->claim); DO(c->fields); DO(c->on_moved); } while (0)
+
 int core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(c));
-    Py_VISIT(c->clock);
-    Py_VISIT(c->claim);
-    Py_VISIT(c->fields);
-    Py_VISIT(c->on_moved);
+    CORE_REFS(c, Py_VISIT);
     return 0;
 }
 
 int core_clear(Core *c) {
-    Py_CLEAR(c->clock);
-    Py_CLEAR(c->claim);
-    Py_CLEAR(c->fields);
-    Py_CLEAR(c->on_moved);
+    CORE_REFS(c, Py_CLEAR);
     return 0;
 }
 
 static void Core_dealloc(Core *c) {
-    PyTypeObject *type = Py_TYPE(c);
     PyObject_GC_UnTrack(c);
     c->closed = 1;
     c->busy = 0;
     release_map(c);
-    type->tp_clear((PyObject *)c);  /* its type's: a role's own object fields too (DeciderObject) */
+    Py_TYPE(c)->tp_clear((PyObject *)c);  /* its type's: a role's own object fields too (DeciderObject) */
     Py_CLEAR(c->name);
     cache_drop(c);
     PyMem_Free(c->empty);
     if (c->fd >= 0) close(c->fd);
-    type->tp_free((PyObject *)c);
-    Py_DECREF(type);
+    free_instance((PyObject *)c);
 }
 
 static PyObject *Core_get_closed(Core *c, void *Py_UNUSED(x)) { return PyBool_FromLong(c->closed); }
@@ -361,9 +356,7 @@ static PyType_Slot core_slots[] = {
                 "Every write to one mapped shmwin segment, whose header layout.unpack_header validated."},
     {Py_tp_new, Core_new},
     {Py_tp_init, Core_init},
-    {Py_tp_dealloc, Core_dealloc},
-    {Py_tp_traverse, core_traverse},
-    {Py_tp_clear, core_clear},
+    GC_SLOTS(Core_dealloc, core_traverse, core_clear),
     {Py_tp_methods, core_methods},
     {Py_tp_getset, Core_getset},
     {0, NULL},

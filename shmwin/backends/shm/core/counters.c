@@ -96,16 +96,13 @@ static int fixed_incr_row(Core *c, int64_t slot, int64_t now, int64_t amount, Fi
  * window ends. */
 static PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
-    static const char *const names[] = {"key", "amount"};
-    PyObject *a[2], *result = NULL;
+    PyObject *key, *result = NULL;
     int64_t amount, now = 0, slot;
     Fixed f;
-    if (parse_keyed(args, nargs, kwnames, names, 2, a, "fixed_incr") < 0) return NULL;
-    if (key_enter(c, &kc) < 0) return NULL;
-    if (cost_of(a[1], &amount, 0) < 0 ||
+    if (enter_key_cost(c, &kc, args, nargs, kwnames, "fixed_incr", "amount", &key, &amount, 0) < 0 ||
         now_ns(c, &now) < 0)
         goto out;
-    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+    if (key_lock_at(c, &kc, key, 1, now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
         if (met_full(c, 1))  /* admitted: counted nowhere; refused: a count over any limit */
             result = Py_BuildValue("(LL)", (long long)(full_allows(c) ? 0 : FULL_DENY_COUNT),
                                    (long long)(now + c->rings[0].bucket_ns));
@@ -176,9 +173,9 @@ int fixed_units_at(Core *c, PyObject *key, int64_t now, int64_t *units) {
     return rc < 0 ? -1 : 0;
 }
 
-/* Is `o` a FixedWindowCore? Its type is the one whose init is fixed_init (role types are final). */
-static int fixed_init(Core *c, PyObject *args, PyObject *kw);
-int is_fixed_core(PyObject *o) { return Py_TYPE(o)->tp_init == (initproc)fixed_init; }
+/* Is `o` a FixedWindowCore? Its type is the one whose init is its spec's (role types are final). */
+static int fixed_window_spec_init(Core *c, PyObject *args, PyObject *kw);  /* ROLE_SPEC's, below */
+int is_fixed_core(PyObject *o) { return Py_TYPE(o)->tp_init == (initproc)fixed_window_spec_init; }
 
 /* ---- sliding window counter ------------------------------------------------------------- */
 
@@ -468,10 +465,6 @@ static const RoleHooks sliding_hooks = {
 static const RoleHooks token_hooks = {
     .role = "token-bucket", .keyed_role = ROLE_TOKEN_BUCKET, .state_bytes = TOKEN_STATE_BYTES, .check = is_token};
 
-static int fixed_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &fixed_hooks); }
-static int sliding_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &sliding_hooks); }
-static int token_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &token_hooks); }
-
 static PyMethodDef fixed_methods[] = {
     METHOD_KW(fixed_incr, Core_fixed_incr, "key, amount=1",
         "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."),
@@ -491,15 +484,14 @@ static PyMethodDef token_methods[] = {
         "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."),
     METHOD_KW(token_check, Core_token_check, "key, cost, commit",
         "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."),
-    SET_TALLY_METHOD,
-    LIVE_METHODS,  /* moved when its rate or burst changes (live.c; backends/shm/live.py) */
+    DECIDER_METHODS,  /* its live limits: moved when its rate or burst changes (live.c; backends/shm/live.py) */
     {NULL},
 };
 
-ROLE_SPEC(fixed_window_spec, "FixedWindowCore", Core, fixed_init, fixed_methods,
+ROLE_SPEC(fixed_window_spec, "FixedWindowCore", Core, fixed_hooks, fixed_methods,
           "A segment of role fixed-window: limits' fixed windows, and what every segment has (Core).");
-ROLE_SPEC(sliding_counter_spec, "SlidingCounterCore", Core, sliding_init, sliding_methods,
+ROLE_SPEC(sliding_counter_spec, "SlidingCounterCore", Core, sliding_hooks, sliding_methods,
           "A segment of role sliding-counter: limits' sliding window counters, and what every segment has.");
 /* a decider: its tally is an object field of its own (DeciderObject, limiter.c) */
-DECIDER_SPEC(token_bucket_spec, "TokenBucketCore", token_init, token_methods,
+DECIDER_SPEC(token_bucket_spec, "TokenBucketCore", token_hooks, token_methods,
              "A segment of role token-bucket: each key's bucket (GCRA), its decisions, and what every segment has.");

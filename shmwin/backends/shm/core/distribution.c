@@ -365,10 +365,7 @@ static int is_distribution(Core *c) {
 static const RoleHooks distribution_hooks = {.role = "distribution",
                                              .check = is_distribution};
 
-static int dist_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &distribution_hooks); }
-
-#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
-
+/* record's signature (value positional, key a keyword) is neither METHOD_KW's nor METHOD_POS's: in full */
 static PyMethodDef dist_methods[] = {
     {"record", FASTCALL_KW(Dist_record),
      "record($self, value, /, key=None)\n--\n\nOne value (finite, >= 0) now, into every resolution."},
@@ -378,6 +375,6 @@ static PyMethodDef dist_methods[] = {
 };
 
 /* no object fields of its own: Core's GC support, inherited */
-ROLE_SPEC(distribution_spec, "DistributionCore", Dist, dist_init, dist_methods,
+ROLE_SPEC(distribution_spec, "DistributionCore", Dist, distribution_hooks, dist_methods,
           "DistributionCore(buffer, /, *, name, timeout_ns, clock=None, on_full=0, claim=None, fd=-1)\n--\n\n"
           "A Core whose segment is a distribution's (role \"distribution\"): record(), record_many().");

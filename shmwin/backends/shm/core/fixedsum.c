@@ -78,29 +78,26 @@ static int fs_init(FixedSum *s, PyObject *args, PyObject *kw) {
     return s->cores != NULL && s->time_module != NULL && s->time_name != NULL ? 0 : -1;
 }
 
+/* DO(ref) for each object a FixedSum holds that may close a cycle (time_name, an interned str: cleared only) */
+#define FS_REFS(s, DO) do { DO(s->cores); DO(s->clock); DO(s->time_module); } while (0)
+
 static int fs_traverse(FixedSum *s, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(s));
-    Py_VISIT(s->cores);
-    Py_VISIT(s->clock);
-    Py_VISIT(s->time_module);
+    FS_REFS(s, Py_VISIT);
     return 0;
 }
 
 static int fs_clear(FixedSum *s) {
     drop_board(s);
-    Py_CLEAR(s->cores);
-    Py_CLEAR(s->clock);
-    Py_CLEAR(s->time_module);
+    FS_REFS(s, Py_CLEAR);
     Py_CLEAR(s->time_name);
     return 0;
 }
 
 static void fs_dealloc(FixedSum *s) {
-    PyTypeObject *tp = Py_TYPE(s);
     PyObject_GC_UnTrack(s);
     fs_clear(s);
-    tp->tp_free((PyObject *)s);
-    Py_DECREF(tp);
+    free_instance((PyObject *)s);
 }
 
 /* set(board, seen, cores, clock, /): what the storage found at its listing. board: an object
@@ -370,15 +367,12 @@ static PyObject *fs_reduce(FixedSum *s, PyObject *Py_UNUSED(ignored)) {
 static PyObject *fs_sum(FixedSum *s, PyObject *key) { return sum_of(s, key); }
 
 static PyMethodDef fs_methods[] = {
-    {"set", (PyCFunction)(void (*)(void))fs_set, METH_FASTCALL,
-     "set($self, board, seen, cores, clock, /)\n--\n\n"
-     "The storage's board (or None), its value before the listing, the fixed windows' cores found, the clock."},
-    {"get", (PyCFunction)fs_get, METH_O,
-     "get($self, key, /)\n--\n\nkey's count in hits over the cores, or None: the board moved, or maybe limits' key."},
-    {"holds", (PyCFunction)fs_holds, METH_NOARGS,
-     "holds($self, /)\n--\n\nWhether the board holds the value set() was given, within recheck_ns of it."},
-    {"__reduce__", (PyCFunction)fs_reduce, METH_NOARGS, "A copy holds nothing: its first get looks."},
-    {"sum", (PyCFunction)fs_sum, METH_O, "sum($self, key, /)\n--\n\nkey's count in hits over the cores."},
+    METHOD_POS(set, fs_set, "board, seen, cores, clock",
+        "The storage's board (or None), its value before the listing, the fixed windows' cores found, the clock."),
+    METHOD_O(get, fs_get, "key", "key's count in hits over the cores, or None: the board moved, or maybe limits' key."),
+    METHOD_NOARGS(holds, fs_holds, "Whether the board holds the value set() was given, within recheck_ns of it."),
+    {"__reduce__", (PyCFunction)fs_reduce, METH_NOARGS, "A copy holds nothing: its first get looks."},  /* no signature: pickle's */
+    METHOD_O(sum, fs_sum, "key", "key's count in hits over the cores."),
     {NULL},
 };
 
@@ -393,9 +387,7 @@ static PyType_Slot fs_slots[] = {
     {Py_tp_doc, "FixedSum()\n--\n\nA key's count over one limits storage's fixed windows (fixedsum.c)."},
     {Py_tp_init, fs_init},
     {Py_tp_new, PyType_GenericNew},
-    {Py_tp_dealloc, fs_dealloc},
-    {Py_tp_traverse, fs_traverse},
-    {Py_tp_clear, fs_clear},
+    GC_SLOTS(fs_dealloc, fs_traverse, fs_clear),
     {Py_tp_methods, fs_methods},
     {0, NULL},
 };

@@ -199,16 +199,10 @@ static int rebuild(Core *c, int64_t now) {
  * row is left out, named and freed by none, rather than given a generation computed from junk. */
 void repair_keys(Core *c) {
     Index x;
-    int64_t top, used = 0, keys = 0, head = 0;
-    if (current_index(c, &x) < 0 || rows_top(c, &top) < 0) {
-        PyErr_Clear();  /* reported to the next caller by find_key */
-        return;
-    }
-    unsigned char *named = PyMem_Calloc((size_t)(top > 0 ? top : 1), 1);
-    if (named == NULL) {
-        PyErr_Clear();
-        return;
-    }
+    int64_t top = 0, used = 0, keys = 0, head = 0;
+    int ok = current_index(c, &x) == 0 && rows_top(c, &top) == 0;
+    unsigned char *named = repair_marks(ok, top);
+    if (named == NULL) return;  /* reported to the next caller by find_key */
     SECTION("rollback");
     for (int64_t p = 0; p < x.slots; p++) {
         int64_t *e = ENT(&x, p), g = LOAD(e + INDEX_ENTRY_GEN);

@@ -127,14 +127,11 @@ static int spendable(Core *c, const Lease *l, int64_t now, int64_t cost) {
  * new lease. A full key table: on_full's answer. */
 static PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
-    static const char *const names[] = {"key", "cost"};
-    PyObject *a[2], *result = NULL;
-    int64_t cost = 1, now = 0, slot;
+    PyObject *key, *result = NULL;
+    int64_t cost, now = 0, slot;
     Lease l;
-    if (parse_keyed(args, nargs, kwnames, names, 2, a, "lease_spend") < 0) return NULL;
-    if (key_enter(c, &kc) < 0) return NULL;
-    if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
-    if (key_lock(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
+    if (enter_key_cost(c, &kc, args, nargs, kwnames, "lease_spend", "cost", &key, &cost, 1) < 0) goto out;
+    if (key_lock(c, &kc, key, 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
         if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);
         goto out;
     }
@@ -329,8 +326,6 @@ static PyObject *Core_lease_get(Core *c, PyObject *key) { return lease_read_lock
 
 static const RoleHooks lease_hooks = {.role = "lease", .keyed_role = ROLE_LEASE, .state_bytes = LEASE_STATE_BYTES, .check = is_lease};
 
-static int lease_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &lease_hooks); }
-
 static PyMethodDef lease_methods[] = {
     METHOD_KW(lease_spend, Core_lease_spend, "key, cost=1",
         "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: (its "
@@ -344,5 +339,5 @@ static PyMethodDef lease_methods[] = {
     {NULL},
 };
 
-ROLE_SPEC(lease_spec, "LeaseCore", Core, lease_init, lease_methods,
+ROLE_SPEC(lease_spec, "LeaseCore", Core, lease_hooks, lease_methods,
           "A segment of role lease: each key's lease of hits, and what every segment has (Core).");

@@ -117,14 +117,11 @@ PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs) {
 /* hit(key, cost=1) -> bool: count cost hits if every rate allows them, else nothing. */
 static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
-    static const char *const names[] = {"key", "cost"};
-    PyObject *a[2], *result = NULL;
+    PyObject *key, *result = NULL;
     int64_t cost, now = 0, slot;
     Verdict v;
-    if (parse_keyed(args, nargs, kwnames, names, 2, a, "hit") < 0) return NULL;
-    if (key_enter(c, &kc) < 0) return NULL;
-    if (cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
-    int got = key_lock(c, &kc, a[0], 1, &now, &slot);
+    if (enter_key_cost(c, &kc, args, nargs, kwnames, "hit", "cost", &key, &cost, 1) < 0 || tally_ready(c) < 0) goto out;
+    int got = key_lock(c, &kc, key, 1, &now, &slot);
     if (got < 0) {
         if (met_full(c, 1)) {  /* on_full answers: admitted uncounted, or refused */
             note_decision(c, now, full_allows(c), 0);
@@ -271,19 +268,16 @@ static void limiter_repair(Core *c, int Py_UNUSED(i), int64_t slot) {
 
 static const RoleHooks limiter_hooks = {.role = "limiter", .header = limiter_header, .repair = limiter_repair};
 
-static int limiter_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &limiter_hooks); }
-
 static PyMethodDef limiter_methods[] = {
     METHOD_KW(hit, Core_hit, "key, cost=1",
         "Count cost hits for key if every rate allows them, else nothing: whether it did."),
     METHOD_KW(check, Core_check, "key, cost, commit, detail=True",
         "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."),
-    SET_TALLY_METHOD,
-    LIVE_METHODS,
+    DECIDER_METHODS,
     METHOD_KW(refund, Core_refund, "key, cost", "Give back up to cost of key's hits, most recent first: how much."),
     METHOD_KW(charge, Core_charge, "key, cost", "Count cost hits for key without a check."),
     {NULL},
 };
 
-DECIDER_SPEC(limiter_spec, "LimiterCore", limiter_init, limiter_methods,
+DECIDER_SPEC(limiter_spec, "LimiterCore", limiter_hooks, limiter_methods,
              "A limiter's segment: its check-and-count, its decisions, and what every segment has (Core).");

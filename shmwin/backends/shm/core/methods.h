@@ -11,6 +11,9 @@
  *   METHOD_O       one positional argument (METH_O): "name($self, arg, /)"
  *   METHOD_NOARGS  none (METH_NOARGS): "name($self, /)"
  *
+ * and what every type's slots repeat: GC_SLOTS (its dealloc, traverse and clear), free_instance
+ * (the end of its dealloc).
+ *
  * An entry of another shape (positional then keyword arguments) is written out in full.
  */
 #ifndef SHMWIN_METHODS_H
@@ -24,6 +27,17 @@
     {#name, (PyCFunction)(void (*)(void))(f), METH_FASTCALL, SIGNATURE_HEAD(name, ", " args ", /") doc}
 #define METHOD_O(name, f, arg, doc) {#name, (PyCFunction)(f), METH_O, SIGNATURE_HEAD(name, ", " arg ", /") doc}
 #define METHOD_NOARGS(name, f, doc) {#name, (PyCFunction)(f), METH_NOARGS, SIGNATURE_HEAD(name, ", /") doc}
+
+/* A type's GC slots, each named once: {Py_tp_dealloc, ...}, {Py_tp_traverse, ...}, {Py_tp_clear, ...} */
+#define GC_SLOTS(dealloc, traverse, clear) {Py_tp_dealloc, dealloc}, {Py_tp_traverse, traverse}, {Py_tp_clear, clear}
+
+/* The end of every dealloc here: the object freed, then the reference to its heap type that
+ * each instance holds (PEP 630) given back. */
+static inline void free_instance(PyObject *o) {
+    PyTypeObject *tp = Py_TYPE(o);
+    tp->tp_free(o);
+    Py_DECREF(tp);
+}
 
 /* the base type's table (methods.c), which every role's type inherits */
 extern PyMethodDef core_methods[];
@@ -59,6 +73,20 @@ static inline int parse_keyed(PyObject *const *args, Py_ssize_t nargs, PyObject 
         return 0;
     }
     return parse_required(args, nargs, kwnames, names, n, 1, out, fname, "a key");
+}
+
+/* The prologue of a (key, <cost>=1) method (hit, fixed_incr, lease_spend, moving_hit): its
+ * arguments parsed as parse_keyed does (`cost_name`: the second's), the Core entered (key_enter),
+ * then the cost read: a whole number >= at_least, 1 if not given. 0; or -1 with the error set,
+ * where the method's key_leave gives back what kc says is held. */
+static inline int enter_key_cost(Core *c, KeyCall *kc, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                 const char *fname, const char *cost_name, PyObject **key, int64_t *cost,
+                                 int64_t at_least) {
+    const char *const names[] = {"key", cost_name};
+    PyObject *a[2];
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, fname) < 0 || key_enter(c, kc) < 0) return -1;
+    *key = a[0];
+    return cost_of(a[1], cost, at_least);
 }
 
 #endif /* SHMWIN_METHODS_H */

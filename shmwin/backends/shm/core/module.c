@@ -60,7 +60,8 @@
  *   series.h       role "series": what its three files share (SeriesMap, SeriesValue)
  *   moving.h       role "moving-log": what moving.c and chunks.c share (a run's shape, chunks)
  *   methods.h      what methods.c offers the role files: a method table's entries (METHOD_KW,
- *                  METHOD_O, ...: each text signature once), parse, parse_keyed, cost_of
+ *                  METHOD_O, ...: each text signature once), parse, parse_keyed, cost_of,
+ *                  enter_key_cost; a type's GC_SLOTS and free_instance
  *   series.c       role "series": prometheus_client's values of one app; the SeriesMap type
  *   seriesdir.c    a series segment's directory (lock, find, append, repair), its slots
  *   seriesval.c    SeriesValue: one prometheus_client value's cell (inc, set, get)
@@ -90,7 +91,7 @@
  *   locks.c -> coretype.c index.c words.c
  *   methods.c -> coretype.c index.c keycache.c keys.c rings.c stripes.c words.c
  *   module.c -> fixedsum.c locks.c series.c threads.c
- *   moving.c -> chunks.c coretype.c index.c methods.c words.c
+ *   moving.c -> chunks.c coretype.c index.c words.c
  *   rings.c -> exactlog.c
  *   series.c -> coretype.c seriesdir.c seriesval.c
  *   seriesdir.c -> threads.c
@@ -98,7 +99,7 @@
  *   space.c -> threads.c words.c
  *   stripes.c -> threads.c
  *   threads.c ->
- *   window.c -> coretype.c index.c keycache.c methods.c module.c rings.c
+ *   window.c -> index.c keycache.c methods.c module.c rings.c
  *   words.c ->
  * CALLS-END
  *
@@ -320,37 +321,24 @@ static PyMethodDef module_methods[] = {
 
 /* ---- the module: its state, and its exec ------------------------------------------------------ */
 
+/* DO(ref) for each reference the state (core.h's ModState) holds: the module's traverse and clear walk one list */
+#define MODSTATE_EACH(st, DO)                                                                          \
+    do {                                                                                               \
+        DO(st->core_type); DO(st->window_type); DO(st->closed); DO(st->timeout); DO(st->corrupt);      \
+        DO(st->full); DO(st->field); DO(st->space); DO(st->moved); DO(st->series_map_type);            \
+        DO(st->series_value_type);                                                                     \
+        for (int i_ = 0; i_ < MAX_ROLE_TYPES; i_++) DO(st->role_types[i_]);                            \
+    } while (0)
+
 static int module_traverse(PyObject *m, visitproc visit, void *arg) {
     ModState *st = PyModule_GetState(m);
-    Py_VISIT(st->core_type);
-    Py_VISIT(st->window_type);
-    for (int i = 0; i < MAX_ROLE_TYPES; i++) Py_VISIT(st->role_types[i]);
-    Py_VISIT(st->closed);
-    Py_VISIT(st->timeout);
-    Py_VISIT(st->corrupt);
-    Py_VISIT(st->full);
-    Py_VISIT(st->field);
-    Py_VISIT(st->space);
-    Py_VISIT(st->moved);
-    Py_VISIT(st->series_map_type);
-    Py_VISIT(st->series_value_type);
+    MODSTATE_EACH(st, Py_VISIT);
     return 0;
 }
 
 static int module_clear(PyObject *m) {
     ModState *st = PyModule_GetState(m);
-    Py_CLEAR(st->core_type);
-    Py_CLEAR(st->window_type);
-    for (int i = 0; i < MAX_ROLE_TYPES; i++) Py_CLEAR(st->role_types[i]);
-    Py_CLEAR(st->closed);
-    Py_CLEAR(st->timeout);
-    Py_CLEAR(st->corrupt);
-    Py_CLEAR(st->full);
-    Py_CLEAR(st->field);
-    Py_CLEAR(st->space);
-    Py_CLEAR(st->moved);
-    Py_CLEAR(st->series_map_type);
-    Py_CLEAR(st->series_value_type);
+    MODSTATE_EACH(st, Py_CLEAR);
     return 0;
 }
 

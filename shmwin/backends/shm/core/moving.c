@@ -410,18 +410,17 @@ static int hit_key(Core *c, int64_t slot, int64_t now, int64_t cost, int *allowe
 /* moving_hit(key, cost=1) -> bool: whether cost was counted (at most limit hits in any period). */
 static PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
-    static const char *const names[] = {"key", "cost"};
-    PyObject *a[2], *result = NULL;
+    PyObject *key, *result = NULL;
     int64_t cost, now = 0, slot;
     int allowed = 0;
-    if (parse_keyed(args, nargs, kwnames, names, 2, a, "moving_hit") < 0) return NULL;
-    if (key_enter(c, &kc) < 0) return NULL;
-    if (cost_of(a[1], &cost, 0) < 0 || now_ns(c, &now) < 0) goto out;
+    if (enter_key_cost(c, &kc, args, nargs, kwnames, "moving_hit", "cost", &key, &cost, 0) < 0 ||
+        now_ns(c, &now) < 0)
+        goto out;
     if (cost > c->rings[0].limit) {  /* as limits: never, and no key is made for it */
         result = Py_NewRef(Py_False);
         goto out;
     }
-    if (key_lock_at(c, &kc, a[0], 1, now, &slot) < 0) {
+    if (key_lock_at(c, &kc, key, 1, now, &slot) < 0) {
         if (met_full(c, 1)) result = Py_NewRef(full_allows(c) ? Py_True : Py_False);  /* on_full answers */
         goto out;
     }
@@ -543,8 +542,6 @@ static const RoleHooks moving_hooks = {
     .header = moving_header, .check = is_moving, .empty = moving_empty, .inserted = name_key, .repair = moving_repair,
     .late_lock = LOCK_CHUNKS};
 
-static int moving_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &moving_hooks); }
-
 static PyMethodDef moving_methods[] = {
     METHOD_KW(moving_hit, Core_moving_hit, "key, cost=1",
         "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it "
@@ -555,5 +552,5 @@ static PyMethodDef moving_methods[] = {
 };
 
 /* no object fields of its own: Core's GC support, inherited */
-ROLE_SPEC(moving_log_spec, "MovingLogCore", Core, moving_init, moving_methods,
+ROLE_SPEC(moving_log_spec, "MovingLogCore", Core, moving_hooks, moving_methods,
           "A segment of role moving-log: each key's hit times, and what every segment has (Core).");

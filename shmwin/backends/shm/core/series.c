@@ -342,14 +342,12 @@ static int sm_init(SeriesMap *s, PyObject *args, PyObject *kw) {
 }
 
 static void sm_dealloc(SeriesMap *s) {
-    PyTypeObject *tp = Py_TYPE(s);
     PyObject_GC_UnTrack(s);
     s->closed = 1;
     s->busy = 0;
     series_release(s);
     Py_CLEAR(s->name);
-    tp->tp_free((PyObject *)s);
-    Py_DECREF(tp);
+    free_instance((PyObject *)s);
 }
 
 static int sm_traverse(SeriesMap *s, visitproc visit, void *arg) {

@@ -127,14 +127,12 @@ static PyObject *sv_get(SeriesValue *v, PyObject *Py_UNUSED(x)) {
 static PyObject *sv_set_exemplar(SeriesValue *Py_UNUSED(v), PyObject *Py_UNUSED(e)) { Py_RETURN_NONE; }
 static PyObject *sv_get_exemplar(SeriesValue *Py_UNUSED(v), PyObject *Py_UNUSED(x)) { Py_RETURN_NONE; }
 
-static void sv_dealloc(SeriesValue *v) {
-    PyTypeObject *tp = Py_TYPE(v);
-    PyObject_GC_UnTrack(v);
-    Py_CLEAR(v->map);
+/* The callables a value holds, which may hold it back (a cycle): visited and cleared. Its map
+ * is visited but never cleared, only dropped at dealloc: every method reads it. */
+static int sv_clear(SeriesValue *v) {
     Py_CLEAR(v->rebind);
     Py_CLEAR(v->pid_fn);
-    tp->tp_free((PyObject *)v);
-    Py_DECREF(tp);
+    return 0;
 }
 
 static int sv_traverse(SeriesValue *v, visitproc visit, void *arg) {
@@ -145,10 +143,11 @@ static int sv_traverse(SeriesValue *v, visitproc visit, void *arg) {
     return 0;
 }
 
-static int sv_clear(SeriesValue *v) {
-    Py_CLEAR(v->rebind);
-    Py_CLEAR(v->pid_fn);
-    return 0;
+static void sv_dealloc(SeriesValue *v) {
+    PyObject_GC_UnTrack(v);
+    sv_clear(v);
+    Py_CLEAR(v->map);
+    free_instance((PyObject *)v);
 }
 
 static PyMethodDef sv_methods[] = {
@@ -163,9 +162,7 @@ static PyMethodDef sv_methods[] = {
 
 static PyType_Slot sv_slots[] = {
     {Py_tp_doc, "A prometheus_client value in a series segment's cell (SeriesMap.value)."},
-    {Py_tp_dealloc, sv_dealloc},
-    {Py_tp_traverse, sv_traverse},
-    {Py_tp_clear, sv_clear},
+    GC_SLOTS(sv_dealloc, sv_traverse, sv_clear),
     {Py_tp_methods, sv_methods},
     {0, NULL},
 };

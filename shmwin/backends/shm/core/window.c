@@ -357,8 +357,6 @@ static int window_header(Core *c, const ShmwinHeader *Py_UNUSED(h)) {
 
 static const RoleHooks window_hooks = {.role = "window", .header = window_header};
 
-static int window_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &window_hooks); }
-
 static PyMethodDef window_methods[] = {
     METHOD_KW(add, Core_add, "n=1, field=None, key=None",
         "Count n now in field's current bucket: this process's stripe, the shared row, or the key's row."),
@@ -370,5 +368,5 @@ static PyMethodDef window_methods[] = {
 };
 
 /* a WindowObject: its TallyNote, for when it is a limiter's tally */
-ROLE_SPEC(window_spec, "WindowCore", WindowObject, window_init, window_methods,
+ROLE_SPEC(window_spec, "WindowCore", WindowObject, window_hooks, window_methods,
           "A window's segment: its adds, and what every segment has (Core).");
