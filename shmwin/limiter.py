@@ -79,13 +79,18 @@ Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 # (what a change does on shared memory: backends/shm/live.py; the operator's view:
 # docs/operating.md, "Changing limits live")
 
-LIVE_SCHEMES = ("shm",)  # the backends whose limiters change live (Redis: a mismatch raises)
+LIVE_SCHEMES = ("shm",)  # the backends whose limiters and token buckets change live
+# limiters on redis:// change live too (backends/redis/live.py); shm+redis:// and token buckets
+# on redis raise as before
+LIVE_REDIS_LIMITERS = frozenset(backends.REDIS_SCHEMES)
 
 
-def live_option(backend: str | None, on_change: str) -> dict[str, Any]:
-    """The ``on_change`` option for ``backends.open``: shared memory's; elsewhere a change of
-    rates raises as before, so only "reset" (which would need the backend) is refused."""
-    if backends.scheme_of(backend) in LIVE_SCHEMES:
+def live_option(backend: str | None, on_change: str, limiter: bool = False) -> dict[str, Any]:
+    """The ``on_change`` option for ``backends.open``: shared memory's (and a redis limiter's);
+    elsewhere a change of rates raises as before, so only "reset" (which would need the backend)
+    is refused."""
+    scheme = backends.scheme_of(backend)
+    if scheme in LIVE_SCHEMES or (limiter and scheme in LIVE_REDIS_LIMITERS):
         return {"on_change": on_change}
     if on_change == "reset":
         scheme = backends.scheme_of(backend)
@@ -157,7 +162,7 @@ class Limiter(Front):
         opened = backends.open("limiter",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, **live_option(backend, on_change),
+            ready_timeout=ready_timeout, **live_option(backend, on_change, limiter=True),
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error, fallback)
         self._keep_decisions(shadow, create=decisions, perm=perm)
@@ -218,13 +223,14 @@ class Limiter(Front):
         return list(self._backend.rates)
 
     def set_rates(self, rates: Rates, *, on_change: str = DEFAULT_ON_CHANGE) -> None:
-        """Change this limiter's rates for every process (shared memory): its buckets per period
-        and ``exact`` kept; ``on_change`` "carry" (the counts carried over, see
+        """Change this limiter's rates for every process (shared memory, redis://): its buckets
+        per period and ``exact`` kept; ``on_change`` "carry" (the counts carried over, see
         docs/operating.md) or "reset". Each process follows at its next call."""
         choice("on_change", on_change, ("carry", "reset"))
         set_rates = getattr(self._backend, "_set_rates", None)
         if set_rates is None:
-            raise NotSupportedError(f"{self.url.split(':')[0]}: rates change live on shared memory only")
+            scheme = self.url.split(":")[0]
+            raise NotSupportedError(f"{scheme}: rates change live on shared memory and redis:// only")
         set_rates(same_layout(self._backend.geometry, parse_many(rates)), on_change)
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:

@@ -28,7 +28,7 @@ from .urls import host_ports, split_url
 
 NS_PER_US = 1000
 TIMEOUT_S = 1.0
-OPTIONS = frozenset({"timeout"})  # what only this backend honours
+OPTIONS = frozenset({"timeout", "on_change"})  # what only this backend honours (on_change: limiters')
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})  # rediss: TLS
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 # Valkey speaks the same protocol and runs the same Lua: its schemes are other spellings
@@ -310,6 +310,10 @@ class RedisBase:
         self._check_open()
         if not self._claimed:
             self._claim()
+        return self._eval(script, keys, args)
+
+    def _eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """``_run`` without the claim: what the claim itself runs (a limiter's change.lua)."""
         now = "" if self._clock is None else str(self._clock() // NS_PER_US)
         try:
             if self._replicas:

@@ -11,42 +11,98 @@ expires by itself a span (plus two buckets) after the bucket of its last hit ope
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from typing import Any
 
-from ...errors import GeometryMismatchError, NotSupportedError
+from ...errors import GeometryMismatchError, NotSupportedError, WindowExistsError, WindowNotFoundError
 from ...geometry import Geometry, limiter_geometry, rates_of
 from ...policy import cost_of
 from ...rate import Rate
 from ..contract import Check, Key, Request, WindowBackend
-from . import scripts
+from . import live, scripts
 from .client import NS_PER_US, RedisBase, key_text, not_supported, spread_groups, unavailable
 
 DEFAULT_CAPACITY = 10_000  # what an attach reports: redis keys have no table to fill
 
 
 class RedisLimiter(RedisBase):
-    """``Limiter`` on Redis: strict multi-rate check-and-count in one atomic script."""
+    """``Limiter`` on Redis: strict multi-rate check-and-count in one atomic script; its rates
+    change live (``live.py``): every hit carries the generation of the rates it knows."""
 
     def __init__(self, req: Request, g: Geometry, claim: bool):
         if any(r.bucket_ns % NS_PER_US for r in g.rings):
             raise ValueError("the redis backend keeps whole-microsecond buckets")
-        self._g = g
-        self._rings = g.rings
+        self._groups = spread_groups(req.url)  # ?spread=N on a cluster: N hash tags, else the name's one
+        self._on_change = live.check_on_change(req.option("on_change", "raise"))
+        self._plain = req.clock is None
+        self._hit1_runner: Any = None  # EVALSHA of the lean script, once the name is claimed
+        self._seen_us = 0  # the newest time of the name a hit answered: earlier layouts' rows expire by it
+        self._adopt(g, live.LiveState(_limiter_spec(g, self._groups), 0, 0, (), 0, 0, False))
+        super().__init__(req, self._spec_of_g if claim else None)
+        if not claim:
+            self._refresh()
+
+    def _adopt(self, g: Geometry, state: live.LiveState) -> None:
+        """Take ``g`` (the rates of ``state``) as this process's: a hit's constants and rows."""
+        self._g, self._rings, self._state = g, g.rings, state
+        self._spec_of_g = _limiter_spec(g, self._groups)
         words, self._args = 0, []
         for r in g.rings:  # each rate's words: head, total, then n x (epoch, hits)
             self._args += [str(r.bucket_ns // NS_PER_US), str(r.n_buckets), str(r.limit), str(words)]
             words += 2 + 2 * r.n_buckets
         self._ttl_ms = max(r.span_ns + r.bucket_ns for r in g.rings) // 1_000_000 + 1
         ring = g.rings[0]
-        self._hit1 = scripts.hit_one(self._ttl_ms, ring.bucket_ns // NS_PER_US, ring.n_buckets, ring.limit)
-        self._hit1_runner: Any = None  # EVALSHA of the lean script, once the name is claimed
-        self._lean = len(g.rings) == 1 and req.clock is None
-        self._groups = spread_groups(req.url)  # ?spread=N on a cluster: N hash tags, else the name's one
-        spec = _limiter_spec(g, self._groups)
-        super().__init__(req, spec if claim else None)
-        if not claim:
-            self._on_claimed()
+        self._hit1 = scripts.hit_one(self._ttl_ms, ring.bucket_ns // NS_PER_US, ring.n_buckets, ring.limit,
+                                     state.gen)  # fmt: skip
+        self._infix = live.row_infix(state.layout)
+        self._olds = live.live_olds(state.olds, self._seen_us)
+        self._lean = len(g.rings) == 1 and self._plain and not self._olds
+        self._on_claimed()
+
+    def _claim(self, exclusive: bool = False) -> None:
+        """Claim the name for these rates, or change its rates by ``on_change`` (change.lua)."""
+        meta = self._prefix + "meta"
+        if exclusive and not self._call(self._redis.hsetnx, meta, "geometry", self._spec_of_g):
+            raise WindowExistsError(f"window {self.name!r} already exists on redis")
+        self._change(self._spec_of_g, "raise" if exclusive else self._on_change)
+        self._claimed = True
+        self._on_claimed()
+
+    def _change(self, spec: str, mode: str) -> None:
+        """Run change.lua (``mode``: an on_change, or "attach" to read the state) and follow it."""
+        keys = [self._prefix + "meta", self._clock_key, self._prefix + "gen"]
+        out = self._eval(scripts.CHANGE, keys, [spec, mode])
+        if int(out[0]) != 1:
+            have = out[1].decode() if isinstance(out[1], bytes) else str(out[1])
+            if not have:
+                raise WindowNotFoundError(f"no limiter named {self.name!r} on redis")
+            raise GeometryMismatchError(
+                f"{self.name!r} exists on redis with geometry [{have}], not the requested [{spec}]"
+                + ("" if have.partition(";")[0] != spec.partition(";")[0] else
+                   " (on_change='carry' changes its rates live)")
+            )  # fmt: skip
+        state = live.parse_state(out)
+        rates, buckets = _parse_limiter_spec(state.spec, self._groups)
+        capacity = self._g.capacity or DEFAULT_CAPACITY
+        self._adopt(dataclasses.replace(limiter_geometry(rates, buckets, capacity), role=self._g.role), state)
+        if state.moved and self._groups:  # each group's generation, raised before the change returns
+            for group in range(self._groups):
+                self._eval(scripts.GEN, [self._group_prefix(group) + "gen"], [state.gen])
+
+    def _refresh(self) -> None:
+        """Read the name's rates anew: a hit met a newer generation than this process knew."""
+        self._change("", "attach")
+
+    def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
+        """Change the rates for every process (``Limiter.set_rates``): "carry" or "reset"."""
+        self._check_open()
+        self._change(_limiter_spec(want, self._groups), live.check_on_change(on_change))
+
+    @property
+    def live_state(self) -> live.LiveState:
+        """The name's state as this process last read it (generation, layout, last change)."""
+        return self._state
 
     @classmethod
     def open(cls, req: Request) -> RedisLimiter:
@@ -59,18 +115,24 @@ class RedisLimiter(RedisBase):
         return cls(req, req.geometry, claim=True)
 
     def _on_claimed(self) -> None:
-        if self._lean and not self._replicas:  # a sentinel's WAIT goes through _run: no bare EVALSHA
-            self._hit1_runner = self._redis.evalsha
+        # a sentinel's WAIT goes through _run; before RedisBase set the connection up, nothing
+        lean = self._lean and getattr(self, "_claimed", False) and not self._replicas
+        self._hit1_runner = self._redis.evalsha if lean else None
 
-    def _keys_of(self, key: Key) -> tuple[str, str]:
-        """A key's row and the clock key its scripts keep time with. Spread (``?spread=N``): the
-        row and the clock of group crc32(key) % N, under hash tag ``{NAME#group}``, so a name's
-        keys fall on N slots -- on every master -- and each group's time never goes back."""
-        text = key_text(_limiter_key(key))
+    def _tag_of(self, text: str) -> str:
+        """The hash tag's prefix of a key's rows, clock and generation: the name's, or spread
+        (``?spread=N``), group crc32(key) % N's, ``{NAME#group}``, so a name's keys fall on N
+        slots -- on every master -- and each group's time never goes back."""
         if not self._groups:
-            return self._prefix + "k:" + text, self._clock_key
-        tag = self._group_prefix(zlib.crc32(text.encode("utf-8", "surrogatepass")) % self._groups)
-        return tag + "k:" + text, tag + "clock"
+            return self._prefix
+        return self._group_prefix(zlib.crc32(text.encode("utf-8", "surrogatepass")) % self._groups)
+
+    def _keys_of(self, key: Key) -> list[str]:
+        """hit.lua's KEYS: the key's row, its clock, its generation, its rows of earlier layouts."""
+        text = key_text(_limiter_key(key))
+        tag = self._tag_of(text)
+        olds = [tag + live.row_infix(old.layout) + text for old in self._olds]
+        return [tag + self._infix + text, tag + "clock", tag + "gen", *olds]
 
     def _group_prefix(self, group: int) -> str:
         return f"shmwin:{{{self.name}#{group}}}:"
@@ -102,32 +164,63 @@ class RedisLimiter(RedisBase):
 
     def hit(self, key: Key, cost: int = 1) -> bool:
         """Count ``cost`` hits for ``key`` if every rate allows them: one round trip."""
-        evalsha = self._hit1_runner
-        if evalsha is not None and type(key) is str and type(cost) is int and cost > 0:
-            # the common case: EVALSHA of the lean script, nothing in between (spread: the key's
-            # group's row and clock)
-            row, clock = self._keys_of(key) if self._groups else (self._prefix + "k:" + key, self._clock_key)
+        for _ in range(live.RETRIES):
+            evalsha = self._hit1_runner
+            if evalsha is None or type(key) is not str or type(cost) is not int or cost <= 0:
+                return self.check(key, cost_of(cost, 1), True, False)[0]
+            # the common case: EVALSHA of the lean script, nothing in between
+            tag = self._tag_of(key) if self._groups else self._prefix
+            keys = (tag + self._infix + key, tag + "clock", tag + "gen")
             try:
-                return bool(evalsha(self._hit1.sha, 2, row, clock, "", cost))
+                got = evalsha(self._hit1.sha, 3, *keys, "", cost)
             except self._no_script:  # a restarted server (a cluster's new master) forgot it: EVAL caches it
-                return bool(self._run(self._hit1, [row, clock], [cost]))
+                got = self._run(self._hit1, keys, [cost])
             except self._errors as exc:
                 raise unavailable(self.url, exc) from exc
-        return self.check(key, cost_of(cost, 1), True, False)[0]
+            if got != live.STALE:
+                return bool(got)
+            self._refresh()  # the rates changed: the newest win
+        raise self._changing()
 
     def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
         """One round trip: the native core's answer (see ``lua/hit.lua``'s Returns)."""
         cost = cost_of(cost, 1 if commit else 0)
-        row, clock = self._keys_of(key)
+        for _ in range(live.RETRIES):
+            out = self._hit(key, cost, int(commit), detail)
+            if out is not None:
+                return out
+            self._refresh()
+        raise self._changing()
+
+    def _hit(self, key: Key, cost: int, commit: int, detail: bool) -> Check | None:
+        """hit.lua (or the lean script) with this process's rates; None if they are stale."""
+        keys = self._keys_of(key)
         n_rates = len(self._g.rings)
-        if commit and not detail and n_rates == 1:  # a plain hit: the lean script
-            return bool(self._run(self._hit1, [row, clock], [cost])), (), (), 0
-        args = [cost, int(commit), int(detail), self._ttl_ms, *self._args]
-        out = self._run(scripts.HIT, [row, clock], args)
+        if commit and not detail and n_rates == 1 and not self._olds:  # a plain hit: the lean script
+            got = self._run(self._hit1, keys[:3], [cost])
+            return None if got == live.STALE else (bool(got), (), (), 0)
+        olds = live.old_args(self._olds)
+        args = [cost, commit, int(detail), self._ttl_ms, self._state.gen, *olds, *self._args]
+        out = self._run(scripts.HIT, keys, args)
+        if int(out[0]) == live.STALE:
+            return None
+        self._seen(int(out[1]))
         used = tuple(int(v) for v in out[2 : 2 + n_rates])
         reset_ns = tuple(int(v) * NS_PER_US for v in out[2 + n_rates : 2 + 2 * n_rates])
         wait = int(out[2 + 2 * n_rates])
         return bool(out[0]), used, reset_ns, None if wait < 0 else wait * NS_PER_US
+
+    def _seen(self, now_us: int) -> None:
+        """The name's time a hit answered: the earlier layouts it outlived are left out from now
+        on (their rows hold no live hit), and a one-rate limiter goes back to the lean script."""
+        self._seen_us = max(self._seen_us, now_us)
+        if self._olds and live.live_olds(self._olds, self._seen_us) != self._olds:
+            self._adopt(self._g, self._state)
+
+    def _changing(self) -> GeometryMismatchError:
+        return GeometryMismatchError(
+            f"the rates of {self.name!r} on redis changed at each of {live.RETRIES} reads: try again"
+        )
 
     def refund(self, key: Key, cost: int) -> int:
         raise NotSupportedError("refund() needs shared memory: the redis backend keeps no per-hit order")
@@ -139,12 +232,16 @@ class RedisLimiter(RedisBase):
         """Count ``cost`` hits whatever the rates say: what a host admitted on its local share
         while the server was away (on_error="local"), carried back. Not the public charge():
         only the fallback may push a key past its limit on Redis."""
-        args = [cost_of(cost, 1), 2, 0, self._ttl_ms, *self._args]
-        self._run(scripts.HIT, list(self._keys_of(key)), args)
+        for _ in range(live.RETRIES):
+            if self._hit(key, cost_of(cost, 1), 2, False) is not None:
+                return
+            self._refresh()
+        raise self._changing()
 
     def clear(self, key: Key) -> None:
-        """Forget every hit of ``key``."""
-        self._call(self._redis.delete, self._keys_of(key)[0])
+        """Forget every hit of ``key`` (its rows of earlier layouts too)."""
+        keys = self._keys_of(key)
+        self._call(self._redis.delete, keys[0], *keys[3:])
 
     def close(self) -> None:
         self._hit1_runner = None

@@ -187,7 +187,7 @@ def test_on_error_applies_when_built_while_the_server_is_down(own_redis, name):
     window.add(3)
     assert window.total() == 3
     with pytest.raises(shmwin.GeometryMismatchError):
-        Limiter(name, "3/minute", backend=url)  # the name was claimed with the rates given
+        Limiter(name, "3/minute", backend=url, on_change="raise")  # the name was claimed with the rates given
     for obj in (fail_open, fail_closed, window):
         obj.unlink()
         obj.close()

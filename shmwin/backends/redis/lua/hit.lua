@@ -5,6 +5,8 @@
 --            [head epoch][running total of the live buckets] then n x [bucket epoch][hits]
 --          (0 = empty: real epochs are positive)
 -- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
+-- KEYS[3]  the name's generation key: shmwin:{NAME}:gen (see change.lua)
+-- KEYS[4..] the key's rows in earlier layouts (change.lua's history), newest first
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count (0 with ARGV[3] = '0' only reads)
 -- ARGV[3]  '1' to count the cost if every rate allows it, '0' to only check, '2' to count it
@@ -12,11 +14,20 @@
 -- ARGV[4]  '1' to also return when each rate's oldest hit leaves and when the cost would fit,
 --          '0' not to (both then 0)
 -- ARGV[5]  the key's time to live in milliseconds (the longest span + 2 buckets)
--- then per rate, 4 entries each (ARGV[6 .. 9] for the first rate, ARGV[10 .. 13] next, ...):
---          bucket width in microseconds, number of buckets, limit (hits per window),
---          word offset of the rate's ring in KEYS[1]
+-- ARGV[6]  the generation of the rates given here (see change.lua)
+-- ARGV[7]  H, the earlier layouts' rows given as KEYS[4 ..]; then for each: the time (us) its
+--          hits are all gone, its rates R, then R x (bucket width us, buckets, word offset)
+-- then per rate, 4 entries each: bucket width in microseconds, number of buckets, limit
+--          (hits per window), word offset of the rate's ring in KEYS[1]
 --
--- Returns: {allowed (1 or 0), now in microseconds, hits in use per rate (after counting),
+-- A key with no row in this layout whose rows of earlier layouts hold live hits starts with
+-- them (the carry of a change of periods or buckets): for each such row, the most hits any of
+-- its rates still counts, all counted now in every rate (they leave later than they would
+-- have, never sooner); the old rows go.
+--
+-- Returns: {-1} if the rates changed since ARGV[6] (nothing is written: the caller reads them
+--          and asks again); else
+--          {allowed (1 or 0), now in microseconds, hits in use per rate (after counting),
 --          per rate the microseconds until its oldest counted hit leaves (0: none),
 --          microseconds until the cost would fit (0: it fits; -1: never, it exceeds a limit)}
 --          -- the answer of the native core's check(), computed as its timing() does.
@@ -25,16 +36,30 @@
 -- counts -- in every rate or in none. The TTL is refreshed when a hit opens a bucket: the
 -- key then outlives every later write in that bucket by at least a span.
 
+local gen = tonumber(ARGV[6])
+local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
+if gen < seen then return {-1} end  -- a stale process: the newest rates win
+if gen > seen then redis.call('SET', KEYS[3], ARGV[6]) end  -- a spread group not yet raised
+
 local now = now_us(KEYS[2])
 local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[4] == '1'
 local force = ARGV[3] == '2'
 local ttl_ms = ARGV[5]
+local olds, at = {}, 8  -- olds[h] = {row, gone_at, rates = {{bucket_us, n, word}, ...}}
+for h = 1, tonumber(ARGV[7]) do
+  local old = {row = KEYS[3 + h], gone_at = tonumber(ARGV[at]), rates = {}}
+  for r = 1, tonumber(ARGV[at + 1]) do
+    local w = at + 2 + (r - 1) * 3
+    old.rates[r] = {bucket_us = tonumber(ARGV[w]), n = tonumber(ARGV[w + 1]), word = tonumber(ARGV[w + 2])}
+  end
+  olds[h], at = old, at + 2 + 3 * #old.rates
+end
 local rates = {}  -- rates[r] = {bucket_us, n, limit, word}
-for r = 1, (#ARGV - 5) / 4 do
-  local at = 5 + (r - 1) * 4
+for r = 1, (#ARGV - at + 1) / 4 do
+  local w = at + (r - 1) * 4
   rates[r] = {
-    bucket_us = tonumber(ARGV[at + 1]), n = tonumber(ARGV[at + 2]),
-    limit = tonumber(ARGV[at + 3]), word = tonumber(ARGV[at + 4]),
+    bucket_us = tonumber(ARGV[w]), n = tonumber(ARGV[w + 1]),
+    limit = tonumber(ARGV[w + 2]), word = tonumber(ARGV[w + 3]),
   }
 end
 
@@ -55,6 +80,50 @@ end
 -- the word of the bucket of epoch e in a rate's ring
 local function slot_word(rate, e) return rate.word + 2 + 2 * (e % rate.n) end
 
+-- a rate's running total at now_e: its total less the buckets that left the window since head
+local function live(row, rate, head, total, now_e)
+  if head == 0 or now_e - head >= rate.n then return 0 end
+  if now_e > head then
+    local f = {}
+    for gone = head - rate.n + 1, now_e - rate.n do get_pair(f, slot_word(rate, gone)) end
+    local ev = redis.call('BITFIELD', row, unpack(f))
+    local gone = head - rate.n + 1
+    for i = 1, #ev, 2 do
+      if ev[i] == gone then total = total - ev[i + 1] end
+      gone = gone + 1
+    end
+  end
+  return total
+end
+
+-- the carry: a key new in this layout starts with what its rows of earlier layouts hold
+if #olds > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  local carried = 0
+  for _, old in ipairs(olds) do
+    if old.gone_at > now and redis.call('EXISTS', old.row) == 1 then
+      local most = 0
+      for _, rate in ipairs(old.rates) do
+        local g = {}
+        get_pair(g, rate.word)
+        local ht = redis.call('BITFIELD', old.row, unpack(g))
+        most = math.max(most, live(old.row, rate, ht[1], ht[2], math.floor(now / rate.bucket_us)))
+      end
+      carried = carried + most
+    end
+    redis.call('DEL', old.row)
+  end
+  if carried > 0 then
+    local set = {}
+    for _, rate in ipairs(rates) do
+      local now_e = math.floor(now / rate.bucket_us)
+      set_pair(set, rate.word, now_e, carried)
+      set_pair(set, slot_word(rate, now_e), now_e, carried)
+    end
+    redis.call('BITFIELD', KEYS[1], unpack(set))
+    redis.call('PEXPIRE', KEYS[1], ttl_ms)
+  end
+end
+
 -- one BITFIELD: every rate's head and total, and its current bucket
 local get = {}
 for _, rate in ipairs(rates) do
@@ -70,18 +139,7 @@ for r, rate in ipairs(rates) do
   local at = (r - 1) * 4
   local head, total = got[at + 1], got[at + 2]
   rate.bucket_e, rate.bucket_v = got[at + 3], got[at + 4]
-  if head == 0 or rate.now_e - head >= rate.n then
-    total = 0
-  elseif rate.now_e > head then  -- the buckets that left the window since head leave the total
-    local f = {}
-    for gone = head - rate.n + 1, rate.now_e - rate.n do get_pair(f, slot_word(rate, gone)) end
-    local ev = redis.call('BITFIELD', KEYS[1], unpack(f))
-    local gone = head - rate.n + 1
-    for i = 1, #ev, 2 do
-      if ev[i] == gone then total = total - ev[i + 1] end
-      gone = gone + 1
-    end
-  end
+  total = live(KEYS[1], rate, head, total, rate.now_e)
   used[r] = total
   if total + cost > rate.limit then allowed = false end
 end

@@ -6,18 +6,23 @@
 --            [head epoch][running total of the live buckets] then N x [bucket epoch][hits]
 --          (0 = empty: real epochs are positive); the layout hit.lua reads with BITFIELD
 -- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
+-- KEYS[3]  the name's generation key: shmwin:{NAME}:gen (see change.lua)
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count, a positive integer
 -- Constants: TTL_MS the key's time to live in milliseconds (span + 2 buckets),
 --            BUCKET_US bucket width in microseconds, N buckets in the ring,
---            LIMIT hits allowed in the window
+--            LIMIT hits allowed in the window, GEN the generation of the rates above
 --
--- Returns: 1 if the hits fit and were counted, 0 if not (nothing is written then).
+-- Returns: 1 if the hits fit and were counted, 0 if not (nothing is written then), -1 if the
+--          rates changed since GEN (nothing is written: the caller reads them and asks again).
 -- Guarantees: atomic, one round trip, one GET and at most one SET of the ring (and of the
 -- clock, clock.lua's: the time never goes back); the TTL starts again
 -- when a hit opens a bucket, so the key outlives every later write in it by a span.
 
-local TTL_MS, BUCKET_US, N, LIMIT = ${ttl_ms}, ${bucket_us}, ${n}, ${limit}
+local TTL_MS, BUCKET_US, N, LIMIT, GEN = ${ttl_ms}, ${bucket_us}, ${n}, ${limit}, ${gen}
+local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
+if GEN < seen then return -1 end  -- a stale process: the newest rates win
+if GEN > seen then redis.call('SET', KEYS[3], '${gen}') end  -- a spread group not yet raised
 local now = now_us(KEYS[2])
 local cost = tonumber(ARGV[2])
 

@@ -1,0 +1,86 @@
+-- change.lua: claim a limiter's name, or change its rates live, in one atomic step (the
+-- contract is docs/operating.md's "Changing limits live"; its Redis side is docs/redis.md's).
+--
+-- KEYS[1]  shmwin:{NAME}:meta, a hash:
+--            geometry  the spec in force, 'limiter[/spread=N];<bucket ns>,<n>,<limit>;...'
+--            gen       the name's generation: the name's time (us) of its claim or last change;
+--                      every hit carries the generation its process knows (see gen below)
+--            layout    the generation whose change made the rows' layout (0: the first one):
+--                      a key's row of layout L is k:KEY for L = 0, else kL:KEY
+--            history   earlier layouts whose rows may still hold live hits, ';'-separated
+--                      'L:<bucket ns>,<n>,...:<until us>' (until: the time its hits are all gone)
+--            changed   the name's time (us) of its last change, changes: how many
+-- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
+-- KEYS[3]  the name's generation key, shmwin:{NAME}:gen: the newest generation any hit saw
+-- ARGV[1]  now in microseconds, or '' to read the server's TIME
+-- ARGV[2]  the spec wanted
+-- ARGV[3]  'raise' (another spec is refused), 'carry' (changed: in place when only the limits
+--          differ, else a new layout whose first hit of each key carries the old row's hits),
+--          'reset' (changed: a new layout, the old rows forgotten), or 'attach' (no change)
+--
+-- Returns: {1, spec, gen, layout, history, changed, changes, moved ('1' if this call changed
+--          the rates, else '0')} -- the name's state after the call;
+--          {0, spec in force} if it was refused (another kind or spread, or 'raise').
+-- Guarantees: atomic, one round trip. A generation never goes back (the name's time, one past
+-- the previous one at least), so a hit of a process that has not seen the change is refused by
+-- the hit scripts (their generation check), and that process reads this state again.
+
+local meta, gen_key = KEYS[1], KEYS[3]
+local want, mode = ARGV[2], ARGV[3]
+local now = now_us(KEYS[2])
+
+local f = redis.call('HMGET', meta, 'geometry', 'gen', 'layout', 'history', 'changed', 'changes')
+local have = f[1]
+local gen, layout, history = tonumber(f[2] or '0'), tonumber(f[3] or '0'), f[4] or ''
+local changed, changes = tonumber(f[5] or '0'), tonumber(f[6] or '0')
+
+local moved = '0'
+local function state(spec)
+  return {1, spec, string.format('%.0f', gen), string.format('%.0f', layout), history,
+          string.format('%.0f', changed), changes, moved}
+end
+local function kind(spec) return string.match(spec, '^[^;]*') end
+local function shape(spec)  -- the rings without their limits: what a row's layout depends on
+  local out = {}
+  for b, n in string.gmatch(spec, ';(%d+),(%d+),%d+') do out[#out + 1] = b .. ',' .. n end
+  return table.concat(out, ',')
+end
+local function life_us(spec)  -- a hit written now is gone from every ring of spec by now + this
+  local most = 0
+  for b, n in string.gmatch(spec, ';(%d+),(%d+),%d+') do
+    most = math.max(most, math.ceil(tonumber(b) / 1000) * (tonumber(n) + 1))
+  end
+  return most
+end
+local function next_gen()  -- the name's time, and after every generation handed out before
+  gen = math.max(now, gen + 1, tonumber(redis.call('GET', gen_key) or '0') + 1)
+  redis.call('SET', gen_key, string.format('%.0f', gen))
+end
+
+if not have then  -- a new name (or one unlinked): claimed as wanted
+  if mode == 'attach' then return {0, ''} end
+  next_gen()
+  redis.call('HSET', meta, 'geometry', want, 'gen', string.format('%.0f', gen))
+  return state(want)
+end
+if have == want or mode == 'attach' then return state(have) end
+if mode == 'raise' or kind(have) ~= kind(want) then return {0, have} end
+
+next_gen()
+changed, changes, moved = gen, changes + 1, '1'
+if mode == 'carry' and shape(have) == shape(want) then
+  -- in place: the rows keep their layout, the hits their buckets; only the limits move
+else
+  local kept = {}
+  if mode == 'carry' then
+    for entry in string.gmatch(history, '[^;]+') do
+      if tonumber(string.match(entry, ':(%d+)$')) > now then kept[#kept + 1] = entry end
+    end
+    kept[#kept + 1] = string.format('%.0f:%s:%.0f', layout, shape(have), now + life_us(have))
+  end
+  history, layout = table.concat(kept, ';'), gen
+end
+redis.call('HSET', meta, 'geometry', want, 'gen', string.format('%.0f', gen),
+           'layout', string.format('%.0f', layout), 'history', history,
+           'changed', string.format('%.0f', changed), 'changes', changes)
+return state(want)
