@@ -10,9 +10,11 @@ Needs redis-server and redis-cli (Debian's). On a machine with fewer cores than 
 ``--master-cpu F`` emulates what production has, a core per master: every node of the cluster
 (masters and replicas) is capped at F of one core with cgroup v1's cpu controller (root only,
 see ``cgroup_cpu.py``), so a master saturates at its cap while the clients still have CPU to
-spare. The run then reports, per variant, whether the masters were the bottleneck: the CPU the
-masters that took traffic used (against their cap) and the share of their scheduling periods in
-which they hit it, and the clients' CPU (against their share of what the caps leave).
+spare; the clients get a cgroup of high ``cpu.shares`` (they take a core before the machine's
+other work, as on hosts of their own; nothing caps them). The run then reports, per variant,
+whether the masters were the bottleneck: the CPU the masters that took traffic used (against
+their cap) and the share of their scheduling periods in which they hit it, and the clients' CPU
+(against their share of what the caps leave) and time spent waiting for a core.
 ``--twotier`` adds ``shm+redis+cluster://`` (leases spent in shared memory) to the turns.
 """
 
@@ -41,6 +43,7 @@ from shmwin import Limiter
 PROCS = 6
 KEYS = 1000
 GROUPS = 16
+CLIENT_SHARES = 16 * 1024  # --master-cpu: the clients' cpu.shares, 16 of the root's processes
 
 
 def run_delay_ns() -> int:
@@ -73,7 +76,7 @@ class Variant:
     walls: list[float] = field(default_factory=list)  # per round: seconds the masters were sampled
 
 
-def aggregate(url: str, name: str, n: int) -> tuple[float, float, float]:
+def aggregate(url: str, name: str, n: int, favoured: Path | None) -> tuple[float, float, float]:
     """(hits/s, a client's mean CPU in cores, a client's mean share of its time waiting for a
     core) of one round."""
     ctx = mp.get_context("fork")
@@ -81,6 +84,8 @@ def aggregate(url: str, name: str, n: int) -> tuple[float, float, float]:
     procs = [ctx.Process(target=_worker, args=(url, name, n, barrier, out)) for _ in range(PROCS)]
     for p in procs:
         p.start()
+        if favoured is not None:
+            favoured.write_text(str(p.pid))
     results = []
     while len(results) < PROCS:
         try:
@@ -112,12 +117,15 @@ def master_report(v: Variant, share: float) -> str:
 
 def run(cluster: RedisCluster, variants: list[Variant], rounds: int, n: int, caps: CpuCaps | None) -> None:
     masters = cluster.ports[: RedisCluster.MASTERS]
+    # the clients get a core before the machine's other work (other jobs on a shared machine):
+    # on their own hosts they would not wait for one
+    favoured = caps.favour("clients", CLIENT_SHARES) if caps else None
     for r in range(rounds):
         order = variants if r % 2 == 0 else variants[::-1]
         for v in order:
             name = f"bench-spread-{os.getpid()}-{r}-{v.tag}"
             before, started = caps.sample() if caps else {}, time.perf_counter()
-            rate, cpu, waiting = aggregate(v.url, name, n)
+            rate, cpu, waiting = aggregate(v.url, name, n, favoured)
             after, wall = caps.sample() if caps else {}, time.perf_counter() - started
             v.rates.append(rate)
             v.client_cpu.append(cpu)

@@ -54,6 +54,7 @@ class CpuCaps:
         self.period_us = max(PERIOD_US, -(-MIN_QUOTA_US * 1000 // int(core_share * 1000)))
         self.quota_us = int(core_share * self.period_us)
         self.groups: dict[str, tuple[Path, Path]] = {}
+        self.favoured: set[str] = set()
 
     def cap(self, label: str, pid: int) -> None:
         """Put process ``pid`` (all its threads) into a capped group of its own."""
@@ -65,6 +66,17 @@ class CpuCaps:
         (cpu / "cpu.cfs_quota_us").write_text(str(self.quota_us))
         (cpu / "cgroup.procs").write_text(str(pid))
         (acct / "cgroup.procs").write_text(str(pid))
+
+    def favour(self, label: str, shares: int) -> Path:
+        """A group of ``shares`` (the root's processes weigh 1024 each) with no cap: what the
+        caller puts into it gets a core before the machine's other work. Its cgroup.procs."""
+        cpu, acct = CPU_ROOT / f"{self.prefix}-{label}", ACCT_ROOT / f"{self.prefix}-{label}"
+        self.groups[label] = (cpu, acct)
+        cpu.mkdir()
+        acct.mkdir()
+        (cpu / "cpu.shares").write_text(str(shares))
+        self.favoured.add(label)
+        return cpu / "cgroup.procs"
 
     def sample(self) -> dict[str, CpuSample]:
         out = {}

@@ -127,7 +127,12 @@ class RedisLimiter(RedisBase):
             return self._prefix
         return self._group_prefix(zlib.crc32(text.encode("utf-8", "surrogatepass")) % self._groups)
 
-    def _keys_of(self, key: Key) -> list[str]:
+    def _keys_of(self, key: Key) -> tuple[str, str]:
+        """A key's row and the clock key its scripts keep time with."""
+        row, clock, *_ = self._script_keys(key)
+        return row, clock
+
+    def _script_keys(self, key: Key) -> list[str]:
         """hit.lua's KEYS: the key's row, its clock, its generation, its rows of earlier layouts."""
         text = key_text(_limiter_key(key))
         tag = self._tag_of(text)
@@ -194,7 +199,7 @@ class RedisLimiter(RedisBase):
 
     def _hit(self, key: Key, cost: int, commit: int, detail: bool) -> Check | None:
         """hit.lua (or the lean script) with this process's rates; None if they are stale."""
-        keys = self._keys_of(key)
+        keys = self._script_keys(key)
         n_rates = len(self._g.rings)
         if commit and not detail and n_rates == 1 and not self._olds:  # a plain hit: the lean script
             got = self._run(self._hit1, keys[:3], [cost])
@@ -240,7 +245,7 @@ class RedisLimiter(RedisBase):
 
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key`` (its rows of earlier layouts too)."""
-        keys = self._keys_of(key)
+        keys = self._script_keys(key)
         self._call(self._redis.delete, keys[0], *keys[3:])
 
     def close(self) -> None:

@@ -4,7 +4,8 @@
 -- ARGV[1]  unused (the time every script is sent; this one reads none)
 -- ARGV[2]  the name's new generation (see change.lua)
 --
--- Returns: the group's generation after the call. Spread over N hash tags, a change cannot set
+-- Returns: the group's generation after the call.
+-- Guarantees: atomic, one round trip, one GET and at most one SET. Spread over N hash tags, a change cannot set
 -- every group's key in its own atomic step (they are on other slots): the changer raises each
 -- one after change.lua, so that from its return on no process that has not seen the change
 -- counts a hit in any group.
