@@ -569,11 +569,13 @@ def redis_info(name: str, url: str) -> Info:
 def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float = 2.0) -> list[str]:
     """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only)."""
     client = _redis(url, timeout)
-    prefix = f"shmwin:{{{name}}}:k:"
-    out: list[str] = []
+    prefix = f"shmwin:{{{name}}}:"  # rows are k:KEY, or k<layout>:KEY after a change of periods
+    out: set[str] = set()
     try:
-        for found in client.scan_iter(match=_redis_escape(prefix) + "*", count=1000):
-            out.append(found.decode("latin-1")[len(prefix) :])
+        for found in client.scan_iter(match=_redis_escape(prefix) + "k*", count=1000):
+            infix, sep, key = found.decode("latin-1")[len(prefix) :].partition(":")
+            if sep and (infix == "k" or infix[1:].isdigit()):
+                out.add(key)
             if len(out) >= limit:
                 break
     finally:

@@ -20,6 +20,7 @@ import pytest
 import shmwin
 from shmwin import Limiter, ManualClock, TokenBucket
 from shmwin.backends.redis.testing import ServerTime
+from shmwin.inspector.snapshots import redis_keys
 from shmwin.rate import parse_many
 
 redis = pytest.importorskip("redis")
@@ -174,7 +175,9 @@ def test_after_the_old_rows_expire_a_one_rate_limiter_is_lean_again(redis_server
     try:
         lim.hit("a")
         lim.set_rates("5/10second")  # another period: the old layout's rows are carried on first touch
+        assert redis_keys(redis_server.url, name) == ["a"]  # shmwin show: the old layout's row
         assert lim.stats("a").used == 1
+        assert redis_keys(redis_server.url, name) == ["a"]  # ... and the new one
         clock.advance(120)  # past the old layout's longest period: no row of it holds a live hit
         lim.hit("b")
         assert lim._backend._olds == ()  # the earlier layout is left out: the lean script again
