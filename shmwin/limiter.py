@@ -80,17 +80,18 @@ Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 # docs/operating.md, "Changing limits live")
 
 LIVE_SCHEMES = ("shm",)  # the backends whose limiters and token buckets change live
-# limiters on redis:// change live too (backends/redis/live.py); shm+redis:// and token buckets
-# on redis raise as before
+# on redis too (backends/redis/live.py): limiters on redis://, token buckets on redis:// and
+# shm+redis:// (a token bucket there is redis's); a two-tier limiter raises as before
 LIVE_REDIS_LIMITERS = frozenset(backends.REDIS_SCHEMES)
+LIVE_REDIS_BUCKETS = LIVE_REDIS_LIMITERS | {"shm+" + scheme for scheme in backends.REDIS_SCHEMES}
 
 
-def live_option(backend: str | None, on_change: str, limiter: bool = False) -> dict[str, Any]:
-    """The ``on_change`` option for ``backends.open``: shared memory's (and a redis limiter's);
-    elsewhere a change of rates raises as before, so only "reset" (which would need the backend)
-    is refused."""
+def live_option(backend: str | None, on_change: str, redis: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The ``on_change`` option for ``backends.open``: shared memory's, and on the ``redis``
+    schemes given; elsewhere a change of rates raises as before, so only "reset" (which would
+    need the backend) is refused."""
     scheme = backends.scheme_of(backend)
-    if scheme in LIVE_SCHEMES or (limiter and scheme in LIVE_REDIS_LIMITERS):
+    if scheme in LIVE_SCHEMES or scheme in redis:
         return {"on_change": on_change}
     if on_change == "reset":
         scheme = backends.scheme_of(backend)
@@ -162,7 +163,7 @@ class Limiter(Front):
         opened = backends.open("limiter",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, **live_option(backend, on_change, limiter=True),
+            ready_timeout=ready_timeout, **live_option(backend, on_change, LIVE_REDIS_LIMITERS),
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error, fallback)
         self._keep_decisions(shadow, create=decisions, perm=perm)
@@ -323,7 +324,7 @@ class TokenBucket(Front):
         opened = backends.open("token-bucket",
             name, want, backend=backend, clock=clock, on_full=on_full, perm=perm, timeout=timeout,
             on_error=opening_on_error(on_error, shadow), lock_timeout=lock_timeout,
-            ready_timeout=ready_timeout, **live_option(backend, on_change),
+            ready_timeout=ready_timeout, **live_option(backend, on_change, LIVE_REDIS_BUCKETS),
         )  # fmt: skip
         self._bind(opened, clock, on_full, on_error)
         self._bind_decisions(shadow, create=decisions, longest_ns=self.rate.period_ns, perm=perm)

@@ -15,7 +15,7 @@ import dataclasses
 import zlib
 from typing import Any
 
-from ...errors import GeometryMismatchError, NotSupportedError, WindowExistsError, WindowNotFoundError
+from ...errors import GeometryMismatchError, NotSupportedError, WindowExistsError
 from ...geometry import Geometry, limiter_geometry, rates_of
 from ...policy import cost_of
 from ...rate import Rate
@@ -71,18 +71,7 @@ class RedisLimiter(RedisBase):
 
     def _change(self, spec: str, mode: str) -> None:
         """Run change.lua (``mode``: an on_change, or "attach" to read the state) and follow it."""
-        keys = [self._prefix + "meta", self._clock_key, self._prefix + "gen"]
-        out = self._eval(scripts.CHANGE, keys, [spec, mode])
-        if int(out[0]) != 1:
-            have = out[1].decode() if isinstance(out[1], bytes) else str(out[1])
-            if not have:
-                raise WindowNotFoundError(f"no limiter named {self.name!r} on redis")
-            raise GeometryMismatchError(
-                f"{self.name!r} exists on redis with geometry [{have}], not the requested [{spec}]"
-                + ("" if have.partition(";")[0] != spec.partition(";")[0] else
-                   " (on_change='carry' changes its rates live)")
-            )  # fmt: skip
-        state = live.parse_state(out)
+        state = live.run_change(self, spec, mode)
         rates, buckets = _parse_limiter_spec(state.spec, self._groups)
         capacity = self._g.capacity or DEFAULT_CAPACITY
         self._adopt(dataclasses.replace(limiter_geometry(rates, buckets, capacity), role=self._g.role), state)

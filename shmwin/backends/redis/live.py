@@ -83,6 +83,26 @@ def live_olds(olds: tuple[OldLayout, ...], now_us: int) -> tuple[OldLayout, ...]
     return tuple(old for old in olds if old.until_us > now_us)
 
 
+def run_change(base: Any, spec: str, mode: str) -> LiveState:
+    """change.lua for the name of ``base`` (a RedisBase; ``mode``: an on_change, or "attach" to
+    read the state): the state after it, or the error an opener of ``spec`` gets."""
+    from ...errors import GeometryMismatchError, WindowNotFoundError
+    from . import scripts
+
+    keys = [base._prefix + "meta", base._clock_key, base._prefix + "gen"]
+    out = base._eval(scripts.CHANGE, keys, [spec, mode])
+    if int(out[0]) == 1:
+        return parse_state(out)
+    have = _text(out[1])
+    if not have:
+        raise WindowNotFoundError(f"no limiter or token bucket named {base.name!r} on redis")
+    same_kind = have.partition(";")[0] == spec.partition(";")[0]
+    hint = " (on_change='carry' changes its rates live)" if same_kind else ""
+    raise GeometryMismatchError(
+        f"{base.name!r} exists on redis with geometry [{have}], not the requested [{spec}]{hint}"
+    )
+
+
 def check_on_change(on_change: str) -> str:
     if on_change not in ON_CHANGE:
         raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")

@@ -186,17 +186,39 @@ def test_after_the_old_rows_expire_a_one_rate_limiter_is_lean_again(redis_server
         lim.unlink()
 
 
-def test_the_two_tier_backend_and_token_buckets_on_redis_still_raise(redis_server, name):
+@pytest.mark.parametrize("scheme", ["", "shm+"], ids=["redis", "shm+redis"])
+def test_a_token_bucket_carries_the_tokens_in_use_and_a_stale_handle_follows(redis_server, name, scheme):
+    url, clock = scheme + redis_server.url, ManualClock(T0)
+    old = TokenBucket(name, "10/minute", burst=5, backend=url, clock=ServerTime(clock))
+    try:
+        assert sum(old.hit("k") for _ in range(4)) == 4  # 4 of 5 in use
+        new = TokenBucket(name, "10/minute", burst=3, backend=url, clock=ServerTime(clock))
+        assert [old.hit("k"), new.hit("k")] == [False, False]  # 4 in use, at most the new burst: none left
+        assert old.burst == 3  # the stale handle follows at its next call
+        clock.advance(6)  # one token back at 10/minute
+        assert sum(old.hit("k") for _ in range(3)) == 1
+        taken = []  # from the change on, any interval of t takes at most burst + rate x t
+        for second in range(120):
+            taken += [second] * sum(new.hit("k") for _ in range(2))
+            clock.advance(1)
+        for start in range(120):
+            for length in (1, 10, 60):
+                assert sum(start <= s < start + length for s in taken) <= 3 + length * 10 // 60
+        with pytest.raises(shmwin.GeometryMismatchError, match="on_change='carry'"):
+            TokenBucket(name, "20/minute", burst=3, backend=url, clock=ServerTime(clock), on_change="raise")
+        TokenBucket(name, "20/minute", burst=3, backend=url, clock=ServerTime(clock), on_change="reset")
+        assert sum(old.hit("j") for _ in range(5)) == 3 and old.rate == shmwin.Rate(20, 60 * S)
+    finally:
+        old.unlink()
+
+
+def test_the_two_tier_limiter_still_raises(redis_server, name):
     url = redis_server.url
-    bucket = TokenBucket(name + "-tb", "10/minute", burst=5, backend=url)
     twotier = Limiter(name + "-tt", "10/minute", backend="shm+" + url)
     try:
-        with pytest.raises(shmwin.GeometryMismatchError):
-            TokenBucket(name + "-tb", "20/minute", burst=5, backend=url)
         with pytest.raises(shmwin.GeometryMismatchError):
             Limiter(name + "-tt", "20/minute", backend="shm+" + url)
         with pytest.raises(shmwin.NotSupportedError, match="reset"):
             Limiter(name + "-tt", "20/minute", backend="shm+" + url, on_change="reset")
     finally:
-        bucket.unlink()
         twotier.unlink()
