@@ -16,8 +16,7 @@ from pathlib import Path
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 ACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
-PERIOD_US = 10_000  # a short period: throttling in 10 ms slices, not 100 ms stalls
-MIN_QUOTA_US = 1_000  # the kernel's least quota: below 10 % of a core the period grows
+MIN_QUOTA_US = 1_000  # the kernel's least quota (and period)
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,9 @@ class CpuCaps:
         if not 0.01 <= core_share <= 1:
             raise ValueError(f"a core share is 0.01 to 1 of a core, not {core_share}")
         self.prefix = prefix
-        self.period_us = max(PERIOD_US, -(-MIN_QUOTA_US * 1000 // int(core_share * 1000)))
+        # the shortest period the kernel takes (a quota of 1 ms): a capped process runs in the
+        # finest slices, closest to a slower core, not in long runs and stalls
+        self.period_us = max(MIN_QUOTA_US, -(-MIN_QUOTA_US * 1000 // int(core_share * 1000)))
         self.quota_us = int(core_share * self.period_us)
         self.groups: dict[str, tuple[Path, Path]] = {}
         self.favoured: set[str] = set()
