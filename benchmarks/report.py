@@ -2,11 +2,12 @@
 
     scripts/bench [--quick] [--no-write] [--section NAME] [--title TEXT] [--rev REV]
 
-Runs bench_window.py, bench_limiter.py, bench_breaker.py, bench_token_bucket.py and
-bench_twotier.py (their own output goes to stderr as they run; ``--quick`` runs bench_breaker
-without its gunicorn load test), then prints a markdown section: the targets table of issues "native core" and
-"breaker" (every ratio against the floor or a peer measured in the same run), then each
-benchmark's other tables.
+Runs bench_window.py, bench_limiter.py, bench_breaker.py, bench_token_bucket.py,
+bench_twotier.py, bench_foreign_get.py and bench_warm_keys.py (their own output goes to
+stderr as they run; ``--quick`` runs bench_breaker without its gunicorn load test), then
+prints a markdown section: the targets table of issues "native core", "breaker" and #30
+(every ratio against the floor or a peer measured in the same run), then each benchmark's
+other tables.
 That section replaces the block of the same NAME in benchmarks/README.md, between
 ``<!-- bench-results:NAME -->`` and ``<!-- /bench-results:NAME -->``; a new NAME is added
 above the ``<!-- bench-results:insert-above -->`` line. Nothing else in the README changes,
@@ -36,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 README = HERE / "README.md"
 BENCHES = ["bench_window.py", "bench_limiter.py", "bench_breaker.py", "bench_token_bucket.py",
-           "bench_twotier.py"]  # fmt: skip
+           "bench_twotier.py", "bench_foreign_get.py", "bench_warm_keys.py"]  # fmt: skip
 QUICK_ARGS = {"bench_breaker.py": ["--quick", "--no-load"]}  # the load test alone takes ~40 s
 # a --rev without it has nothing to measure
 NEEDS = {"bench_breaker.py": "shmwin/breaker.py", "bench_token_bucket.py": "shmwin/token_bucket.py",
@@ -107,7 +108,7 @@ def _section(args, command, source, machine, took, others, targets, details) -> 
         f"Produced by `{command}` (took {took:.0f} s).",
         _quiet(others),
         "",
-        f'#### Targets (issues "native core" and "breaker"): {passed} of {len(targets)} met',
+        f'#### Targets (issues "native core", "breaker" and #30): {passed} of {len(targets)} met',
         "",
         targets_table(targets),
         "",

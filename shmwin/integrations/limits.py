@@ -56,6 +56,7 @@ class ShmStorage(
     def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any):
         self.segments = StorageSegments(uri, options)
         self._moving_hits = self.segments.moving_hits  # acquire_entry's hot path: one lookup
+        self._foreign_get = self.segments.foreign.get  # get's: the native sum over fixed windows
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
 
     # -- fixed window -----------------------------------------------------------------------
@@ -64,7 +65,10 @@ class ShmStorage(
         return self.segments.incr(key, expiry, amount)  # type: ignore[return-value]  # a float: a fractional cost
 
     def get(self, key: str) -> int:
-        return self.segments.get(key)  # type: ignore[return-value]  # as limits' memory storage
+        # the hot path: a key limits did not build, summed natively while no fixed-window segment
+        # was made or removed since this process last looked (None: look, in segments.get)
+        got = self._foreign_get(key)
+        return self.segments.get(key) if got is None else got  # type: ignore[return-value]  # a float: a fractional cost
 
     def get_expiry(self, key: str) -> float:
         return self.segments.get_expiry(key)

@@ -15,7 +15,6 @@ when the key has none live (or one whose count is 0); a window is live while
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 from ..backends.contract import Key
 from ..backends.shm.roles import FixedEngine
@@ -47,9 +46,9 @@ class FixedWindows(CounterSegment):
         return 0 if live is None else to_hits(live[0])
 
     @property
-    def native_get(self) -> Callable[[str, int], tuple[int, int] | None]:
-        """The core's own get: (count in units, end ns) of the key's live window, or None."""
-        return self._engine.native_get
+    def fixed_engine(self) -> FixedEngine:
+        """Its engine: a storage sums a key limits did not build over its segments' (boards.ForeignSum)."""
+        return self._engine
 
     def end_ns(self, key: str) -> int | None:
         """When ``key``'s live window ends, or None if it has none."""

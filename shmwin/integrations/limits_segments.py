@@ -49,7 +49,7 @@ from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_E
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
 from ..rate import MAX_LIMIT, MAX_NS, NS_PER_S, Rate, format_ns, to_ns
-from .limits_counters import to_hits, to_units
+from .limits_counters import to_units
 from .limits_fixed import FixedWindows
 from .limits_moving import MovingLogs
 from .limits_sliding import SlidingCounters
@@ -140,7 +140,9 @@ class StorageSegments:
         # a foreign key's fixed windows (_foreign_fixed): the board's value read before the
         # listing that found them, the board (None: none yet), the listing it was looked for at
         self._fixed_seen: tuple[int | None, list[FixedWindows]] = (None, [])
-        self._fixed_gets: list[Callable[[str, int], tuple[int, int] | None]] = []  # their cores' fixed_get
+        # their sum in one native call: ShmStorage.get calls foreign.get, which answers while the
+        # board holds what it held at the listing (else None: get below lists again)
+        self.foreign = boards.ForeignSum()
         self._board: boards.Board | None = None
         self._board_sought: tuple[str, ...] | None = None
         self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
@@ -310,19 +312,15 @@ class StorageSegments:
         return windows.incr(key, cost)
 
     def get(self, key: str) -> int | float:
+        """limits' ``get``: a key limits built is read in its period's segment; any other
+        ("user:42") is summed over every fixed-window segment of the storage (one native call,
+        after a listing if a segment was made or removed since the last: _foreign_fixed).
+        ShmStorage.get asks ``foreign.get`` first, which answers without this frame while the
+        board holds."""
         if "/" in key and _limit_of_key(key) is not None:  # no "/": not limits' (a quick no)
             return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
-        board = self._board
-        if board is None or board.value() != self._fixed_seen[0]:  # else: no segment made or removed
-            self._foreign_fixed()
-        # limits' wall clock read here once (time.time looked up at each call, for the mocks)
-        now_ns = int(time.time() * NS_PER_S) if self.clock is wall_ns else self.clock()
-        units = 0  # summed in units, as one counter of memory:// holds them
-        for fixed_get in self._fixed_gets:  # the cores' own: no Python frame a segment
-            live = fixed_get(key, now_ns)
-            if live is not None:
-                units += live[0]
-        return to_hits(units)
+        self._foreign_fixed()
+        return self.foreign.sum(key)  # the clock read once, in hits as memory:// counts them
 
     def _fixed_of(self, key: str) -> list[Segments] | list[FixedWindows]:
         """The fixed windows ``key`` may live in: the one of its period if limits built it, else
@@ -347,7 +345,8 @@ class StorageSegments:
             if isinstance(w, FixedWindows)
         ]  # fmt: skip
         self._board, self._fixed_seen = board, (seen, found)
-        self._fixed_gets = [w.native_get for w in found]
+        clock = None if self.clock is wall_ns else self.clock  # None: time.time(), read natively
+        self.foreign.found(board, seen, [w.fixed_engine for w in found], clock)
         return found
 
     def get_expiry(self, key: str) -> float:
@@ -451,6 +450,8 @@ class StorageSegments:
         self._open.clear()
         self._by_spec.clear()
         self.moving_hits.clear()
+        self._board, self._fixed_seen = None, (None, [])  # closed cores: a next get lists again
+        self.foreign.forget()
 
 
 def counted(limiter: Limiter, key: Key, detail: bool = True) -> tuple[int, int]:

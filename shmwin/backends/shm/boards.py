@@ -22,7 +22,10 @@ from __future__ import annotations
 import mmap
 import os
 import random
+from collections.abc import Callable, Sequence
 
+from ..._core import FixedSum
+from .roles.fixed import FixedEngine
 from .segment import board_path
 
 _WORD_BYTES = 8
@@ -60,6 +63,11 @@ class Board:
     def value(self) -> int:
         return self._word[0]
 
+    @property
+    def mapped(self) -> mmap.mmap:
+        """The word's mapping (FixedSum reads the word from it: one load in C)."""
+        return self._mapped
+
     def touch(self) -> None:
         """A value no reader holds (random 63 bits: one aligned 8-byte store, never torn)."""
         self._word[0] = random.getrandbits(63)
@@ -70,3 +78,34 @@ def touch(prefix: str) -> None:
     board = Board.open(prefix, create=True)
     if board is not None:
         board.touch()
+
+
+class ForeignSum:
+    """limits' ``get`` of a key its strategies did not build, summed over a storage's fixed
+    windows in one native call (core/fixedsum.c). :attr:`get` is the native method itself:
+    ``get(key)`` -> the key's count in hits, or None when the board no longer holds the value
+    :meth:`found` was given (or the key has a "/": maybe limits' own), and the storage lists
+    again, then calls :meth:`found` and :attr:`sum`."""
+
+    def __init__(self) -> None:
+        self._native = FixedSum()
+        self.get: Callable[[str], int | float | None] = self._native.get
+        self.sum: Callable[[str], int | float] = self._native.sum
+        self.forget()
+
+    def found(
+        self,
+        board: Board | None,
+        seen: int | None,
+        engines: Sequence[FixedEngine],
+        clock: Callable[[], int] | None,
+    ) -> None:
+        """What a listing found: the board (None: none, every get looks again), its value read
+        before the listing, the fixed windows' engines, and the clock (None: limits' wall
+        clock, ``time.time()`` looked up at each call, as the storage reads it)."""
+        mapped, value = (None, 0) if board is None or seen is None else (board.mapped, seen)
+        self._native.set(mapped, value, tuple(e._core for e in engines), clock)
+
+    def forget(self) -> None:
+        """No board, no segment: every get looks again (a closed storage's cores let go)."""
+        self._native.set(None, 0, (), None)

@@ -363,6 +363,10 @@ extern PyType_Spec core_spec;
 extern PyType_Spec window_spec, limiter_spec, fixed_window_spec, sliding_counter_spec, token_bucket_spec,
     concurrency_spec, moving_log_spec, lease_spec, distribution_spec, counter_cache_spec;
 int role_has_type(int kind, int role);
+/* limits' fixed windows (counters.c), summed over a storage's by FixedSum (fixedsum.c) */
+int fixed_units_at(Core *c, PyObject *key, int64_t now, int64_t *units);
+int is_fixed_core(PyObject *o);
+int fixedsum_add_type(PyObject *m);
 
 /* ---- rows, stripes, log rings, the limiter (rings.c) ------------------------------------- */
 

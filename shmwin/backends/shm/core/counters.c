@@ -158,6 +158,28 @@ out:
     return key_leave(c, &kc, result);
 }
 
+/* A key's live count in units at `now` (0: no live window, or no such key), read under its row
+ * lock as fixed_get reads it, with no answer to build: FixedSum (fixedsum.c) sums it over a
+ * storage's fixed windows. 0, or -1 with an exception set (closed, corrupt, a lock timeout). */
+int fixed_units_at(Core *c, PyObject *key, int64_t now, int64_t *units) {
+    KeyCall kc = KEY_CALL;
+    int64_t slot;
+    Fixed f;
+    *units = 0;
+    if (key_enter(c, &kc) < 0) return -1;
+    int rc = key_lock_at(c, &kc, key, 0, now, &slot);
+    if (rc > 0) {
+        rc = fixed_read(c, slot, now, &f);
+        if (rc == 0 && f.live) *units = f.count;
+    }
+    key_leave(c, &kc, NULL);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Is `o` a FixedWindowCore? Its type is the one whose init is fixed_init (role types are final). */
+static int fixed_init(Core *c, PyObject *args, PyObject *kw);
+int is_fixed_core(PyObject *o) { return Py_TYPE(o)->tp_init == (initproc)fixed_init; }
+
 /* ---- sliding window counter ------------------------------------------------------------- */
 
 typedef struct {

@@ -30,6 +30,8 @@
  *   limiter.c      LimiterCore: a limiter's hit, check, refund, charge; its decisions' tally
  *   counters.c     FixedWindowCore, SlidingCounterCore, TokenBucketCore: limits' fixed window
  *                  and sliding window counter; the token bucket
+ *   fixedsum.c     FixedSum: limits' get of a key its strategies did not build, summed over
+ *                  every fixed-window segment of one storage in one call, while its board holds
  *   concurrency.c  ConcurrencyCore: per-key concurrency, holders over live processes
  *   moving.c       MovingLogCore: limits' moving window, each key's hit times in its row and
  *                  in chunks; its key names
@@ -76,6 +78,7 @@
  *   counters.c -> coretype.c index.c limiter.c methods.c rings.c
  *   distribution.c -> coretype.c index.c methods.c
  *   exactlog.c ->
+ *   fixedsum.c -> counters.c rings.c
  *   index.c -> keys.c rings.c space.c words.c
  *   keycache.c -> index.c keys.c
  *   keys.c ->
@@ -84,7 +87,7 @@
  *   live.c ->
  *   locks.c -> coretype.c index.c words.c
  *   methods.c -> coretype.c index.c keycache.c keys.c rings.c stripes.c words.c
- *   module.c -> locks.c series.c threads.c
+ *   module.c -> fixedsum.c locks.c series.c threads.c
  *   moving.c -> chunks.c coretype.c index.c methods.c words.c
  *   rings.c -> exactlog.c
  *   series.c -> coretype.c seriesdir.c seriesval.c
@@ -414,6 +417,7 @@ static int module_exec(PyObject *m) {
         if (role_types[i].spec == &window_spec) st->window_type = (PyTypeObject *)Py_NewRef(t);
     }
     if (series_add_types(m, st) < 0) return -1;  /* series.c: its own types, not Core's */
+    if (fixedsum_add_type(m) < 0) return -1;      /* fixedsum.c: limits' get over a storage's fixed windows */
     PyObject *layout = layout_names();
     if (layout == NULL || PyModule_AddObjectRef(m, "LAYOUT", layout) < 0) {
         Py_XDECREF(layout);

@@ -3,8 +3,6 @@ changed together by one native section (``core/counters.c``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ...._core import FixedWindowCore
 from ....geometry import EMPTY_EPOCH
 from ...contract import Key
@@ -23,12 +21,6 @@ class FixedEngine(RoleEngine):
         """Count ``units``; the key's count after it, in units."""
         count, _ = self._core.fixed_incr(key, units)
         return int(count)
-
-    @property
-    def native_get(self) -> Callable[[str, int], tuple[int, int] | None]:
-        """The core's own ``fixed_get(key, now_ns)``: (count in units, end ns) or None (limits'
-        ``get`` of a foreign key sums it over segments, the clock read once, no Python frame)."""
-        return self._core.fixed_get
 
     def get(self, key: str) -> tuple[int, int] | None:
         """``(count in units, end ns)`` of the key's live window, or None if it has none."""

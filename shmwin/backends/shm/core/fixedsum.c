@@ -1,0 +1,274 @@
+/* fixedsum.c -- FixedSum: limits' get of a key its strategies did not build ("user:42":
+ * django-ratelimit's, pyrate-limiter's, an app's own) over every fixed-window segment of one
+ * limits storage, in one call.
+ *
+ * Such a key names no period, so its count is the sum of its live windows in all of the
+ * storage's fixed-window segments (integrations/limits_segments.py). The storage lists them
+ * only when its board (backends/shm/boards.py: one word each creator of a fixed-window segment
+ * changes) no longer holds the value read before its last listing; then it hands this object
+ * the board, that value and the cores it found (set). While the word holds it, get(key) is the
+ * whole of limits' get: the clock read once, each core's row read under its row lock
+ * (fixed_units_at, counters.c), the units summed and given in hits -- no Python frame a
+ * segment, no tuple a segment. When the word moved, get answers None and the storage lists
+ * again (its Python path), then calls sum(key), which reads no board.
+ *
+ * Safety. The object holds a reference to the tuple of cores, and each core its mapping: a
+ * segment removed by another process stays mapped here until the storage lets it go, so a
+ * call never reads unmapped memory; set() during a call (a clock or a lock wait may run other
+ * threads) replaces the tuple the call no longer reads from, as the call holds its own
+ * reference. The board is an export of the storage's mapping of it (8 bytes, aligned): one
+ * acquire load. Every core's own checks hold (a closed core raises WindowClosedError, a junk
+ * word CorruptSegmentError); this file stores nothing in shared memory: no section, no
+ * fail point.
+ *
+ * Time. As limits' memory storage: time.time(), looked up in the time module at each call
+ * (hiro, freezegun, time-machine and a patched time.time move it), as int(time.time() * 10**9)
+ * computes it in Python: a float's product truncated; or the storage's own clock, called.
+ */
+#include "core.h"
+
+#define UNITS_PER_HIT 1000  /* roles/counters.py UNIT: counts are kept in thousandths of a hit */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *cores;    /* a tuple of FixedWindowCore: the storage's fixed windows, as last listed */
+    Py_buffer board;    /* the storage's board, mapped (has_board); its word at board.buf */
+    int has_board;
+    int64_t seen;       /* the board's value read before that listing */
+    PyObject *clock;    /* NULL: limits' wall clock (time.time); else callable() -> int ns */
+    PyObject *time_module, *time_name;
+} FixedSum;
+
+static int fs_init(FixedSum *s, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kw != NULL && PyDict_GET_SIZE(kw) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "FixedSum() takes no arguments (set() gives it its cores)");
+        return -1;
+    }
+    Py_XSETREF(s->cores, PyTuple_New(0));
+    Py_XSETREF(s->time_module, PyImport_ImportModule("time"));
+    Py_XSETREF(s->time_name, PyUnicode_InternFromString("time"));
+    return s->cores != NULL && s->time_module != NULL && s->time_name != NULL ? 0 : -1;
+}
+
+static void drop_board(FixedSum *s) {
+    if (s->has_board) PyBuffer_Release(&s->board);
+    s->has_board = 0;
+}
+
+static int fs_traverse(FixedSum *s, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(s));
+    Py_VISIT(s->cores);
+    Py_VISIT(s->clock);
+    Py_VISIT(s->time_module);
+    return 0;
+}
+
+static int fs_clear(FixedSum *s) {
+    drop_board(s);
+    Py_CLEAR(s->cores);
+    Py_CLEAR(s->clock);
+    Py_CLEAR(s->time_module);
+    Py_CLEAR(s->time_name);
+    return 0;
+}
+
+static void fs_dealloc(FixedSum *s) {
+    PyTypeObject *tp = Py_TYPE(s);
+    PyObject_GC_UnTrack(s);
+    fs_clear(s);
+    tp->tp_free((PyObject *)s);
+    Py_DECREF(tp);
+}
+
+/* set(board, seen, cores, clock, /): what the storage found at its listing. board: an object
+ * exporting the board's 8 bytes (its mmap), or None (none: get answers None each call);
+ * seen: the word's value read before that listing; cores: a tuple of FixedWindowCore; clock:
+ * None (time.time) or a callable returning ns. */
+static PyObject *fs_set(FixedSum *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "set() takes board, seen, cores and clock, not %zd arguments", nargs);
+        return NULL;
+    }
+    PyObject *board = args[0], *cores = args[2], *clock = args[3];
+    int64_t seen = 0;
+    if (!PyTuple_CheckExact(cores)) {
+        PyErr_Format(PyExc_TypeError, "set(): cores must be a tuple, not %.80s", Py_TYPE(cores)->tp_name);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cores); i++)
+        if (!is_fixed_core(PyTuple_GET_ITEM(cores, i))) {
+            PyErr_Format(PyExc_TypeError, "set(): cores[%zd] is a %.80s, not a FixedWindowCore", i,
+                         Py_TYPE(PyTuple_GET_ITEM(cores, i))->tp_name);
+            return NULL;
+        }
+    if (clock != Py_None && !PyCallable_Check(clock)) {
+        PyErr_SetString(PyExc_TypeError, "set(): clock must be None or a callable returning ns");
+        return NULL;
+    }
+    Py_buffer b = {0};
+    if (board != Py_None) {
+        if (!PyLong_Check(args[1])) {
+            PyErr_SetString(PyExc_TypeError, "set(): seen must be the board's value, an int");
+            return NULL;
+        }
+        seen = PyLong_AsLongLong(args[1]);
+        if (seen == -1 && PyErr_Occurred()) return NULL;
+        if (PyObject_GetBuffer(board, &b, PyBUF_SIMPLE) < 0) return NULL;
+        if (b.len < WORD_BYTES || (uintptr_t)b.buf % WORD_BYTES != 0) {
+            PyBuffer_Release(&b);
+            PyErr_SetString(PyExc_ValueError, "set(): a board is 8 aligned bytes");
+            return NULL;
+        }
+    }
+    drop_board(s);
+    if (board != Py_None) s->board = b, s->has_board = 1;
+    s->seen = seen;
+    Py_XSETREF(s->cores, Py_NewRef(cores));
+    Py_XSETREF(s->clock, clock == Py_None ? NULL : Py_NewRef(clock));
+    Py_RETURN_NONE;
+}
+
+/* seconds (time.time()'s answer) as int(seconds * 10**9) computes it: a float's product,
+ * truncated; any other number (a mock's int) through Python's own arithmetic; not a number
+ * (a str would be repeated 10**9 times): a TypeError. */
+static int ns_of_seconds(PyObject *t, int64_t *now) {
+    if (PyFloat_Check(t)) {
+        double ns = PyFloat_AS_DOUBLE(t) * 1e9;
+        if (ns >= 0 && ns < 0x1p63) {
+            *now = (int64_t)ns;
+            return 0;
+        }
+    } else if (!PyNumber_Check(t)) {
+        PyErr_Format(PyExc_TypeError, "time.time() gave %.80s, not a number of seconds", Py_TYPE(t)->tp_name);
+        return -1;
+    } else {
+        PyObject *billion = PyLong_FromLong(1000000000L), *product = NULL, *whole = NULL;
+        if (billion != NULL) product = PyNumber_Multiply(t, billion);
+        if (product != NULL) whole = PyNumber_Long(product);
+        Py_XDECREF(billion);
+        Py_XDECREF(product);
+        if (whole == NULL) return -1;
+        *now = PyLong_AsLongLong(whole);
+        Py_DECREF(whole);
+        if (*now == -1 && PyErr_Occurred()) return -1;
+        if (*now >= 0) return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "the clock read %R: not a time since 1970 in range", t);
+    return -1;
+}
+
+/* Now, in ns: time.time() looked up at each call, or the storage's clock. No lock is held. */
+static int now_of(FixedSum *s, int64_t *now) {
+    PyObject *t;
+    if (s->clock == NULL) {
+        PyObject *f = PyObject_GetAttr(s->time_module, s->time_name);
+        if (f == NULL) return -1;
+        t = PyObject_CallNoArgs(f);
+        Py_DECREF(f);
+        if (t == NULL) return -1;
+        int rc = ns_of_seconds(t, now);
+        Py_DECREF(t);
+        return rc;
+    }
+    t = PyObject_CallNoArgs(s->clock);
+    if (t == NULL) return -1;
+    *now = PyLong_Check(t) ? PyLong_AsLongLong(t) : -1;
+    Py_DECREF(t);
+    if (*now == -1 && PyErr_Occurred()) return -1;
+    if (*now < 0) {
+        PyErr_SetString(PyExc_ValueError, "the storage's clock must return an int of ns >= 0");
+        return -1;
+    }
+    return 0;
+}
+
+/* Units as hits, as roles/counters.py to_hits gives them: an int when whole, else units / 1000
+ * (a float, correctly rounded: Python's own division past 2**53). */
+static PyObject *hits_of(int64_t units) {
+    if (units % UNITS_PER_HIT == 0) return PyLong_FromLongLong(units / UNITS_PER_HIT);
+    if (units < (INT64_C(1) << 53)) return PyFloat_FromDouble((double)units / UNITS_PER_HIT);
+    PyObject *n = PyLong_FromLongLong(units), *d = PyLong_FromLong(UNITS_PER_HIT), *q = NULL;
+    if (n != NULL && d != NULL) q = PyNumber_TrueDivide(n, d);
+    Py_XDECREF(n);
+    Py_XDECREF(d);
+    return q;
+}
+
+/* The key's count in hits: its live windows' units in every core, summed (saturating, as the
+ * cores count), at one now. */
+static PyObject *sum_of(FixedSum *s, PyObject *key) {
+    int64_t now, total = 0, units;
+    if (s->cores == NULL || s->time_name == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "FixedSum was never initialised");
+        return NULL;
+    }
+    if (!PyUnicode_Check(key) && !PyBytes_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "a key is a str or bytes, not %.80s", Py_TYPE(key)->tp_name);
+        return NULL;
+    }
+    if (now_of(s, &now) < 0) return NULL;
+    PyObject *cores = Py_NewRef(s->cores);  /* ours for the call, whatever set() does meanwhile */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cores); i++) {
+        if (fixed_units_at((Core *)PyTuple_GET_ITEM(cores, i), key, now, &units) < 0) {
+            Py_DECREF(cores);
+            return NULL;
+        }
+        total = sat_add(total, units);
+    }
+    Py_DECREF(cores);
+    return hits_of(total);
+}
+
+/* get(key, /): the key's count in hits while the board holds the value set() was given and
+ * the key is one limits did not build (no "/" in it: limits' keys end in /LIMIT/N/UNIT);
+ * else None, and the storage looks (its Python path). */
+static PyObject *fs_get(FixedSum *s, PyObject *key) {
+    if (!PyUnicode_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "a limits key is a str, not %.80s", Py_TYPE(key)->tp_name);
+        return NULL;
+    }
+    if (!s->has_board || LOAD((int64_t *)s->board.buf) != s->seen) Py_RETURN_NONE;
+    Py_ssize_t slash = PyUnicode_FindChar(key, '/', 0, PyUnicode_GET_LENGTH(key), 1);
+    if (slash == -2) return NULL;
+    if (slash >= 0) Py_RETURN_NONE;
+    return sum_of(s, key);
+}
+
+/* sum(key, /): the key's count in hits over the cores set() was given, the board not read. */
+static PyObject *fs_sum(FixedSum *s, PyObject *key) { return sum_of(s, key); }
+
+static PyMethodDef fs_methods[] = {
+    {"set", (PyCFunction)(void (*)(void))fs_set, METH_FASTCALL,
+     "set($self, board, seen, cores, clock, /)\n--\n\n"
+     "The storage's board (or None), its value before the listing, the fixed windows' cores found, the clock."},
+    {"get", (PyCFunction)fs_get, METH_O,
+     "get($self, key, /)\n--\n\nkey's count in hits over the cores, or None: the board moved, or a \"/\" in key."},
+    {"sum", (PyCFunction)fs_sum, METH_O, "sum($self, key, /)\n--\n\nkey's count in hits over the cores."},
+    {NULL},
+};
+
+static PyType_Slot fs_slots[] = {
+    {Py_tp_doc, "FixedSum()\n--\n\nA key's count over one limits storage's fixed windows (fixedsum.c)."},
+    {Py_tp_init, fs_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, fs_dealloc},
+    {Py_tp_traverse, fs_traverse},
+    {Py_tp_clear, fs_clear},
+    {Py_tp_methods, fs_methods},
+    {0, NULL},
+};
+
+static PyType_Spec fs_spec = {
+    .name = "shmwin._core.FixedSum",
+    .basicsize = sizeof(FixedSum),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = fs_slots,
+};
+
+int fixedsum_add_type(PyObject *m) {
+    PyObject *t = PyType_FromModuleAndSpec(m, &fs_spec, NULL);
+    if (t == NULL) return -1;
+    int rc = PyModule_AddType(m, (PyTypeObject *)t);
+    Py_DECREF(t);
+    return rc;
+}
