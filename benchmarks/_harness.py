@@ -218,6 +218,24 @@ def target_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+# A benchmark's sizes: its option -> (what the option sizes, its --quick value, its full value)
+Sizes = dict[str, tuple[str, int, int]]
+
+
+def sized_args(doc: str | None, sizes: Sizes) -> tuple[argparse.Namespace, list[int]]:
+    """The target command line (:func:`target_parser`) and an ``--option N`` for each size (its
+    help: what it sizes and its full value), parsed: the arguments, and each size in the order of
+    ``sizes``, as given, else its --quick value or its full value."""
+    parser = target_parser(doc)
+    for option, (what, _, full) in sizes.items():
+        parser.add_argument(f"--{option}", type=int, help=f"{what} ({full:,})")
+    args = parser.parse_args()
+    chosen = []
+    for option, (_, quick, full) in sizes.items():
+        chosen.append(getattr(args, option.replace("-", "_")) or (quick if args.quick else full))
+    return args, chosen
+
+
 def print_targets(targets: Sequence[Target]) -> None:
     """A benchmark's targets as scripts/bench's report reads them: a heading and the table."""
     print("\n#### Targets\n")

@@ -29,6 +29,17 @@ from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleave
 from shmwin import Limiter
 
 NEVER = f"{10**12}/hour"  # a limit the 1-process loops never reach
+# option: (what it sizes, --quick, full)
+SIZES: _harness.Sizes = {
+    "hits": ("shmwin, 2 processes: hits per process per run", 20_000, 100_000),
+    "peer-hits": ("redis and pyrate peers: hits per process", 300, 4_000),
+    "repeat": ("rounds of the in-memory contenders", 1, 5),
+    "slow-repeat": ("rounds of the redis and pyrate contenders", 1, 3),
+    "single-ops": ("1 process, one key: hits per sample", 30_000, 200_000),
+    "single-repeat": ("1 process, one key: rounds", 3, 9),
+    "keys": ("1 process: distinct keys", 20_000, 100_000),
+    "key-repeat": ("1 process, many keys: rounds", 1, 5),
+}
 
 # -- contenders: (setup in the parent) -> per-process loop returning (seconds, admitted) ---------
 
@@ -202,25 +213,7 @@ def bench_single(pairs: FloorPairs, rounds: int, keys: int, key_rounds: int, war
 
 
 def main() -> None:
-    parser = _harness.target_parser(__doc__)
-    parser.add_argument("--hits", type=int, help="shmwin, 2 processes: hits per process per run (100,000)")
-    parser.add_argument("--peer-hits", type=int, help="redis and pyrate peers: hits per process (4,000)")
-    parser.add_argument("--repeat", type=int, help="rounds of the in-memory contenders (5)")
-    parser.add_argument("--slow-repeat", type=int, help="rounds of the redis and pyrate contenders (3)")
-    parser.add_argument("--single-ops", type=int, help="1 process, one key: hits per sample (200,000)")
-    parser.add_argument("--single-repeat", type=int, help="1 process, one key: rounds (9)")
-    parser.add_argument("--keys", type=int, help="1 process: distinct keys (100,000)")
-    parser.add_argument("--key-repeat", type=int, help="1 process, many keys: rounds (5)")
-    args = parser.parse_args()
-    q = args.quick
-    n = args.hits or (20_000 if q else 100_000)
-    slow_n = args.peer_hits or (300 if q else 4_000)
-    r = args.repeat or (1 if q else 5)
-    slow_r = args.slow_repeat or (1 if q else 3)
-    n1 = args.single_ops or (30_000 if q else 200_000)
-    r1 = args.single_repeat or (3 if q else 9)
-    keys = args.keys or (20_000 if q else 100_000)
-    key_r = args.key_repeat or (1 if q else 5)
+    args, (n, slow_n, r, slow_r, n1, r1, keys, key_r) = _harness.sized_args(__doc__, SIZES)
     warm_rounds = max(1, n1 // keys)
 
     print(f"# bench_limiter: {platform.python_implementation()} {platform.python_version()}, "

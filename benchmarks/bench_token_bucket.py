@@ -19,6 +19,7 @@ import platform
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 
 import _harness
 from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleaved, ns, per_sec
@@ -58,31 +59,19 @@ def bench_single(pairs: FloorPairs, rounds: int) -> dict[str, float]:
     return {"ratio": statistics.median(per_round)}
 
 
-def tb_loop(name: str) -> Loop:
+def hit_loop(attach: Callable[[str], TokenBucket | Limiter], name: str) -> Loop:
+    """A forked process's loop: ``attach(name)`` (a token bucket's or a limiter's), then n hits
+    of one key, timed: (seconds, hits admitted)."""
+
     def run(n: int) -> tuple[float, int]:
-        tb = TokenBucket.attach(name)
-        hit = tb.hit
+        front = attach(name)
+        hit = front.hit
         t = time.perf_counter()
         admitted = 0
         for _ in range(n):
             admitted += hit("client")
         elapsed = time.perf_counter() - t
-        tb.close()
-        return elapsed, admitted
-
-    return run
-
-
-def lim_loop(name: str) -> Loop:
-    def run(n: int) -> tuple[float, int]:
-        lim = Limiter.attach(name)
-        hit = lim.hit
-        t = time.perf_counter()
-        admitted = 0
-        for _ in range(n):
-            admitted += hit("client")
-        elapsed = time.perf_counter() - t
-        lim.close()
+        front.close()
         return elapsed, admitted
 
     return run
@@ -106,12 +95,12 @@ def main() -> None:
     def bucket() -> Loop:  # 2 x n offered, n admitted: the bucket's burst (refills once an hour)
         tb = TokenBucket(f"bench-tb2-{uuid.uuid4().hex[:8]}", "1/hour", burst=n, capacity=1000)
         made.append(tb)
-        return tb_loop(tb.name)
+        return hit_loop(TokenBucket.attach, tb.name)
 
     def limiter() -> Loop:
         lim = Limiter(f"bench-lim2-{uuid.uuid4().hex[:8]}", f"{n}/hour", capacity=1000)
         made.append(lim)
-        return lim_loop(lim.name)
+        return hit_loop(Limiter.attach, lim.name)
 
     hot_tb = Contender("shmwin TokenBucket.hit()", bucket, n, 2, n)
     hot_lim = Contender("shmwin Limiter.hit()", limiter, n, 2, n)

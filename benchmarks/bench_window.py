@@ -24,6 +24,14 @@ from _harness import Contender, FloorPairs, Loop, Target, fresh_loop, interleave
 
 from shmwin import Window
 
+# option: (what it sizes, --quick, full)
+SIZES: _harness.Sizes = {
+    "ops": ("2 processes: ops per process per run", 30_000, 300_000),
+    "repeat": ("2 processes: rounds", 1, 5),
+    "single-ops": ("1 process: calls per sample", 30_000, 200_000),
+    "single-repeat": ("1 process: rounds", 3, 9),
+}
+
 # -- 2-process contenders: each process runs loop(n) -> (seconds, 0) ------------------------------
 
 
@@ -188,17 +196,8 @@ def bench_add_many(n: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    parser = _harness.target_parser(__doc__)
-    parser.add_argument("--ops", type=int, help="2 processes: ops per process per run (300,000)")
-    parser.add_argument("--repeat", type=int, help="2 processes: rounds (5)")
-    parser.add_argument("--single-ops", type=int, help="1 process: calls per sample (200,000)")
-    parser.add_argument("--single-repeat", type=int, help="1 process: rounds (9)")
-    args = parser.parse_args()
+    args, (n, r, n1, r1) = _harness.sized_args(__doc__, SIZES)
     q = args.quick
-    n = args.ops or (30_000 if q else 300_000)
-    r = args.repeat or (1 if q else 5)
-    n1 = args.single_ops or (30_000 if q else 200_000)
-    r1 = args.single_repeat or (3 if q else 9)
 
     print(f"# bench_window: {platform.python_implementation()} {platform.python_version()}, "
           f"{os.cpu_count()} cores; 1 process: {n1:,} calls/sample, median of {r1}; "

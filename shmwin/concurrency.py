@@ -14,21 +14,40 @@ with none of its parent's.
 
 A key holding no slot is idle after ``idle`` since its last acquire or release, and its row
 may be reused for another key; a key with a live holder is never reused, whatever its age.
+
+Live limits (docs/operating.md): opening with another limit than the segment's, or
+:meth:`Concurrency.set_limit`, changes it for every process at its next call, by ``on_change``:
+``"carry"`` (the default) in place -- each key's row has an entry per process stripe, room for
+every holder whatever the limit, so the slots held stay held and count against the new limit;
+``"reset"``: the name gets a new, empty segment (the slots held are forgotten: their holders'
+releases are plain no-ops in the old one); ``"raise"``: :class:`GeometryMismatchError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from .backends.contract import Key
+from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
+from .backends.shm.roles.concurrency import canonical_holders, holders_of
+from .backends.shm.window import PERM, ShmOptions, ShmWindow
 from .clock import Clock, host_clock
-from .errors import ConcurrencyLimitError, GeometryMismatchError, NotHeldError
+from .errors import (
+    ConcurrencyLimitError,
+    GeometryMismatchError,
+    NotHeldError,
+    WindowClosedError,
+    WindowMovedError,
+)
 from .geometry import (
     ADDRESS_BUDGET_BYTES,
     CONC_HOLDER_BYTES,
@@ -43,7 +62,9 @@ from .rate import Duration, to_ns
 from .window import Window
 
 ROLE = "concurrency"
-ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live); see _other_limit
+HOLDERS_PER_LIMIT = 2  # a key's default holder entries: twice its limit (room for a raise) ...
+MIN_HOLDERS = 8  # ... or this many, at most one per process
+ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live)
 FIELD = "holders"
 DEFAULT_PROCESSES = 128  # processes that may hold slots at once (one stripe each)
 NS_PER_S = 1_000_000_000
@@ -51,35 +72,106 @@ FIRST_PAUSE_S = 0.001  # a waiting acquire looks again after this, doubling up t
 MAX_PAUSE_S = 0.05
 
 
-def geometry(limit: int, processes: int, idle_ns: int, capacity: int | None) -> Geometry:
+def default_holders(limit: int, processes: int) -> int:
+    """A key's holder entries when not chosen: room for twice the limit's processes (a limit
+    raised live in place), at least MIN_HOLDERS, at most one per process."""
+    return min(processes, max(HOLDERS_PER_LIMIT * limit, MIN_HOLDERS))
+
+
+def geometry(
+    limit: int, processes: int, idle_ns: int, capacity: int | None, holders: int | None = None
+) -> Geometry:
     """A keyed window of one ring: one bucket of ``idle_ns`` (a key's idle time) whose limit
-    is ``limit``; rows of a mark word and ``limit`` holder entries; ``processes`` stripes."""
+    is ``limit``; ``processes`` stripes, and rows of a top word and ``holders`` holder entries
+    (one per process holding the key at once: the limit in force bounds the slots, the entries
+    how many processes hold them)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY:
         raise ValueError(f"limit must be an int in 1..{MAX_CONCURRENCY}, not {limit!r}")
     if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_STRIPES:
         raise ValueError(f"processes must be an int in 1..{MAX_STRIPES}, not {processes!r}")
+    if holders is None:
+        holders = default_holders(limit, processes)
+    if isinstance(holders, bool) or not isinstance(holders, int) or not 1 <= holders <= MAX_STRIPES:
+        raise ValueError(f"holders must be an int in 1..{MAX_STRIPES}, not {holders!r}")
     if capacity is None:  # as many keys as the address budget maps (a key's row is its holders)
-        per_key = 128 + CONC_HOLDER_BYTES * limit + 64 + 512
+        per_key = 128 + CONC_HOLDER_BYTES * holders + 64 + 512
         capacity = max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
     g = window_geometry(f"{idle_ns}ns", 1, None, (FIELD,), "int64", None, None, capacity, keyed=True)
-    return dataclasses.replace(g, rings=(Ring(idle_ns, 1, limit),), n_stripes=processes, role=ROLE)
+    ring = Ring(idle_ns, 1, limit)
+    g = dataclasses.replace(g, rings=(ring,), n_stripes=processes, role=ROLE, holders=holders)
+    return canonical_holders(g)  # as its header reads back (every entry its row's size holds)
 
 
-def _other_limit(name: str, limit: int, clock: Clock | None) -> GeometryMismatchError | None:
-    """The error for a concurrency segment under ``name`` with another limit (None: not that).
-    Its limit does not change live yet, whatever ``on_change``: the slots held are their
-    processes' entries in that segment's rows, sized for its limit, and cannot move."""
-    try:
-        with Window.attach(name, clock=clock) as window:
-            g = window.geometry
-    except Exception:  # gone meanwhile, or not a window: the first error says it
-        return None
-    if g.role != ROLE or g.rings[0].limit == limit:
-        return None
+def _same_but_limit(have: Geometry, want: Geometry, holders_chosen: bool) -> bool:
+    """Is ``have`` ``want`` but for the limit (a concurrency's, whose limit changes live) and,
+    unless chosen, the holder entries (a default: the segment's stay)?"""
+    if have.role != ROLE or len(have.rings) != 1:
+        return False
+    rings = (dataclasses.replace(want.rings[0], limit=have.rings[0].limit),)
+    holders = want.holders if holders_chosen else have.holders
+    return dataclasses.replace(want, rings=rings, holders=holders) == have
+
+
+_HANDLES: weakref.WeakSet[Concurrency] = weakref.WeakSet()  # their locks, new in a forked child
+
+
+def _after_fork_in_child() -> None:
+    """A handle's lock may have been held by another thread at the fork: the child's is new."""
+    for handle in list(_HANDLES):
+        handle._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Segment:
+    """One segment this handle has bound: its window, its engine's hot pair, and this handle's
+    slots in it (a reset's old segment stays mapped only while it holds some).
+
+    No lock on the hot path (a lock costs more than the take): ``slots`` has one item per slot
+    held or being taken (list append and pop are atomic under the GIL). A take reserves its
+    item first, then looks at ``retired``; a follow sets ``retired`` first, then looks at the
+    items: either the take sees the follow (and goes to the new segment) or the follow sees the
+    take (and keeps the old segment for its release)."""
+
+    __slots__ = ("engine", "give", "retired", "slots", "take", "window")
+
+    def __init__(self, window: Window):
+        self.window = window
+        self.engine = ConcurrencyEngine(window)  # shared memory's: its sections
+        self.take, self.give = self.engine.take, self.engine.give  # the core's own, for speed
+        self.slots: list[None] = []
+        self.retired = False
+
+    def drop(self) -> None:
+        """One of this handle's slots here given back."""
+        try:  # noqa: SIM105 -- contextlib.suppress costs 300 ns on the hot path
+            self.slots.pop()
+        except IndexError:  # a forked child's inherited items: none to drop
+            pass
+
+
+def _shape(g: Geometry) -> str:
+    """What a concurrency's opener chooses but its limit: as its keyword arguments read."""
+    idle_ns = g.rings[0].span_ns
+    return f"processes={g.n_stripes}, idle={idle_ns}ns, capacity={g.capacity}, holders={holders_of(g)}"
+
+
+def _shape_error(name: str, have: Geometry, want: Geometry) -> GeometryMismatchError:
+    """Another shape than the segment's (a window's message would show two alike: it leaves
+    out the processes): what differs, and what to do."""
     return GeometryMismatchError(
-        f"concurrency {name!r} exists with limit {g.rings[0].limit}, not {limit}: a concurrency limit "
-        f"does not change live (the slots held stay in its segment). Open it with limit={g.rings[0].limit}, "
-        f"or, once no process holds it, remove it (`shmwin rm {name}`) and open it with the new limit"
+        f"concurrency {name!r} exists with {_shape(have)}, not {_shape(want)}: only its limit changes live. "
+        f"Open it with those, or, once no process holds it, remove it (`shmwin rm {name}`)"
+    )
+
+
+def _limit_error(name: str, have: int, want: int) -> GeometryMismatchError:
+    """``on_change="raise"``'s error: the limit in force, and what to do."""
+    return GeometryMismatchError(
+        f"concurrency {name!r} exists with limit {have}, not {want} (on_change='raise'). Open it with "
+        f"limit={have}, change it live (on_change='carry', `shmwin set {name} {want}`), or, once no process "
+        f"holds it, remove it (`shmwin rm {name}`) and open it with the new limit"
     )
 
 
@@ -92,9 +184,10 @@ class Concurrency:
     ``with conc.hold(key, timeout=1):`` does both, raising :class:`ConcurrencyLimitError`
     if no slot comes in time.
 
-    ``on_change`` is a Limiter's (``"carry"``, ``"reset"``, ``"raise"``), but a concurrency
-    limit does not change live yet: another limit than the segment's raises
-    :class:`GeometryMismatchError` saying what to do, whichever is given.
+    Another limit than the segment's changes it for every process at its next call, by
+    ``on_change``: ``"carry"`` (in place: slots held stay held and count against the new
+    limit), ``"reset"`` (a new, empty segment: slots held are forgotten) or ``"raise"``
+    (:class:`GeometryMismatchError`). :meth:`set_limit` does the same without opening.
     """
 
     def __init__(
@@ -108,15 +201,29 @@ class Concurrency:
         clock: Clock | None = None,
         perm: int | None = None,
         on_change: str = "carry",
+        holders: int | None = None,
     ):
-        want = geometry(limit, processes, to_ns(idle, "idle"), capacity)
+        want = geometry(limit, processes, to_ns(idle, "idle"), capacity, holders)
         if on_change not in ON_CHANGE:
             raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")
         try:
             window = Window.open_geometry(name, want, clock=clock, perm=perm)
-        except GeometryMismatchError as exc:
-            raise _other_limit(name, limit, clock) or exc from None
+        except GeometryMismatchError:  # made with another limit? then it changes, by on_change
+            window = Window.attach(name, clock=clock, perm=perm)
+            if not _same_but_limit(window.geometry, want, holders is not None):
+                have = window.geometry
+                window.close()
+                if have.role != ROLE:
+                    raise
+                raise _shape_error(name, have, want) from None
+        self._opts = ShmOptions(clock=clock, perm=PERM if perm is None else perm)
         self._bind(window, clock)
+        if self.limit != limit:  # made with another, or changed live since: the newest open wins
+            try:
+                self._change(limit, on_change)
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def attach(cls, name: str, *, clock: Clock | None = None) -> Concurrency:
@@ -127,46 +234,87 @@ class Concurrency:
             window.close()
             raise GeometryMismatchError(f"{name!r} is not a concurrency segment (role {role!r})")
         self = cls.__new__(cls)
+        self._opts = ShmOptions(clock=clock)
         self._bind(window, clock)
         return self
 
     def _bind(self, window: Window, clock: Clock | None) -> None:
-        self.window = window
         self.name = window.name
-        self.limit = window.geometry.rings[0].limit
-        self._engine = ConcurrencyEngine(window)  # shared memory's: its sections
-        self._take, self._give = self._engine.take, self._engine.give  # the core's own, for speed
+        # one lock per handle: its threads' takes, gives and follows of a reset in turn, so that a
+        # reset is followed once (the others see the new binding) and every slot is counted in
+        # the segment it was taken in (released there, whichever thread gives it back)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        _HANDLES.add(self)
+        self._before: list[_Segment] = []  # replaced segments this handle still holds slots in, oldest first
+        self._use(_Segment(window))
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
         self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+
+    def _use(self, seg: _Segment) -> None:
+        """Make ``seg`` the name's segment for this handle (the lock held, or at the bind)."""
+        self._seg = seg
+        self.window, self._engine = seg.window, seg.engine
 
     # -- slots --------------------------------------------------------------------------------
 
     def try_acquire(self, key: Key) -> bool:
         """Take a slot of ``key`` if one is free now; never waits."""
-        taken, _ = self._take(key)
-        return bool(taken)
+        return self._take_in(key) is not None
+
+    def _take_in(self, key: Key) -> _Segment | None:
+        """Take a slot of ``key`` in the name's segment (following a reset): the segment it was
+        taken in (its release goes there), or None. Its item in ``slots`` goes first (_Segment)."""
+        while True:
+            seg = self._seg
+            slots = seg.slots
+            slots.append(None)
+            if seg.retired:  # followed meanwhile: take in the name's segment
+                seg.drop()
+                continue
+            try:
+                taken, _ = seg.take(key)
+            except WindowMovedError:  # reset under its name: follow (once, whichever thread), again
+                seg.drop()
+                with self._lock:
+                    self._follow_locked(seg)
+                continue
+            except BaseException:
+                seg.drop()
+                raise
+            if not taken:
+                seg.drop()
+                return None
+            return seg
 
     def acquire(self, key: Key, timeout: float | None = None) -> bool:
         """Take a slot of ``key``, waiting (sleeping, not spinning) until one is free: False
         after ``timeout`` seconds (``0``: try once; ``None``: wait as long as it takes)."""
+        return self._acquire_in(key, timeout) is not None
+
+    def _acquire_in(self, key: Key, timeout: float | None) -> _Segment | None:
+        """:meth:`acquire`, answering the segment the slot was taken in (or None)."""
         tries = self._tries(key, timeout)
         try:
             while True:
                 self._sleep(next(tries))
         except StopIteration as done:
-            return bool(done.value)
+            return done.value  # type: ignore[no-any-return]
 
     async def acquire_async(self, key: Key, timeout: float | None = None) -> bool:
         """:meth:`acquire` for asyncio: waits with ``asyncio.sleep``, never blocking the loop."""
+        return await self._acquire_in_async(key, timeout) is not None
+
+    async def _acquire_in_async(self, key: Key, timeout: float | None) -> _Segment | None:
         tries = self._tries(key, timeout)
         try:
             while True:
                 await self._async_sleep(next(tries))
         except StopIteration as done:
-            return bool(done.value)
+            return done.value  # type: ignore[no-any-return]
 
-    def _tries(self, key: Key, timeout: float | None) -> Generator[float, None, bool]:
+    def _tries(self, key: Key, timeout: float | None) -> Generator[float, None, _Segment | None]:
         """The acquire loop, once for both: yields each pause (seconds), returns the verdict.
         A slot frees with no notice (a release, a holder's death), so it looks again after a
         pause that doubles, cut at the deadline."""
@@ -175,52 +323,174 @@ class Concurrency:
         deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
         pause = FIRST_PAUSE_S
         while True:
-            if self.try_acquire(key):
-                return True
+            seg = self._take_in(key)
+            if seg is not None:
+                return seg
             if deadline_ns is not None:
                 left_s = (deadline_ns - self._clock()) / NS_PER_S
                 if left_s <= 0:
-                    return False
+                    return None
                 yield min(pause, left_s)
             else:
                 yield pause
             pause = min(pause * 2, MAX_PAUSE_S)
 
     def release(self, key: Key) -> None:
-        """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none."""
-        if not self._give(key):
-            raise NotHeldError(
-                f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release"
-            )
+        """Give back one of this handle's slots of ``key``; :class:`NotHeldError` if it holds none.
+
+        A slot a reset forgot is given back in the segment it was taken in, counting nowhere:
+        the oldest segment holding one of ``key`` first, so that a release never frees a slot
+        taken after a reset while a slot taken before it is still held (``hold()`` gives back
+        in the very segment it took in)."""
+        seg = self._seg  # before _before: a follow appends the old one there before it binds the new
+        if not self._before and not seg.retired:  # the hot path: every slot of ours is in seg
+            try:
+                if seg.give(key):
+                    seg.drop()
+                    return
+            except WindowClosedError:  # closed by a follow meanwhile: the slow path says
+                pass
+        with self._lock:
+            for seg in [*self._before, self._seg]:
+                if self._give_in(seg, key):
+                    return
+        raise NotHeldError(f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release")
+
+    def _give_in(self, seg: _Segment, key: Key) -> bool:
+        """Give back one of this handle's slots of ``key`` in ``seg`` (the lock held): whether it
+        held one; a replaced segment holding no more of ours is closed (unmapped) at once."""
+        if seg.window.closed or not seg.give(key):
+            return False
+        seg.drop()
+        if seg is not self._seg and not seg.slots and seg in self._before:
+            self._before.remove(seg)
+            seg.window.close()
+        return True
+
+    def _release_in(self, seg: _Segment, key: Key) -> None:
+        """``hold()``'s release: in the segment its slot was taken in."""
+        with self._lock:
+            if self._give_in(seg, key):
+                return
+        self.release(key)  # not there (a close in between): as a bare release would
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
-        return self._engine.count(key)
+        return int(self._following(lambda: self._engine.count(key)))
 
     def held(self, key: Key) -> int:
-        """Slots of ``key`` this handle holds."""
-        return self._engine.mine(key)
+        """Slots of ``key`` this handle holds (in the name's segment: not those a reset forgot)."""
+        return int(self._following(lambda: self._engine.mine(key)))
+
+    # -- live limits ------------------------------------------------------------------------------
+
+    @property
+    def limit(self) -> int:
+        """The limit in force: the segment's, as the last change left it (any process's)."""
+        self._follow_if_moved()
+        return int(self._engine.limit())
+
+    def set_limit(self, limit: int, *, on_change: str = "carry") -> None:
+        """Change the limit for every process, at each one's next call: ``"carry"`` (in place,
+        the slots held count against it) or ``"reset"`` (a new, empty segment)."""
+        if on_change not in ("carry", "reset"):
+            raise ValueError(f"on_change must be 'carry' or 'reset', not {on_change!r}")
+        geometry(limit, 1, 1, 1)  # checks the limit as an open would
+        self._change(limit, on_change)
+
+    def _change(self, limit: int, on_change: str) -> None:
+        """The segment's limit made ``limit`` (this handle follows at once), by ``on_change``."""
+        if on_change == "raise":
+            raise _limit_error(self.name, self.limit, limit)
+        if on_change == "carry":
+            self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
+            return
+        # reset: the limit in place first (a process still in the old segment until it meets the
+        # retire obeys it; a mover killed midway is taken over with it), then a new segment under
+        # the name, empty, of that limit -- all or nothing: a move that fails (a full /dev/shm)
+        # puts the old limit back, the old segment as it was
+        before = self.limit
+        self._following(lambda: self._engine.set_limit(limit))
+        g = self.window.geometry
+        want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
+        mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
+        try:
+            opened = live.move(mover, want, carry=False, opts=self._opts)
+        except BaseException:
+            mover.close()
+            if not self._engine.moved():
+                self._engine.set_limit(before)
+            raise
+        new = Window._over(opened, self._opts.clock)
+        with self._lock:
+            self._follow_locked(self._seg, new)
+
+    def _following(self, call: Callable[[], Any]) -> Any:
+        """``call()``, again in the name's segment while this one was replaced (a reset)."""
+        while True:
+            seg = self._seg
+            try:
+                return call()
+            except WindowMovedError:
+                with self._lock:
+                    self._follow_locked(seg)
+
+    def _follow_if_moved(self) -> None:
+        """Follow a reset now (the reads that meet no row lock: the limit, the keys)."""
+        seg = self._seg
+        if seg.engine.moved():
+            with self._lock:
+                self._follow_locked(seg)
+
+    def _follow_locked(self, seen: _Segment, window: Window | None = None) -> None:
+        """Bind the name's segment (``window``, or reopened), the lock held, if this handle is
+        still bound to ``seen`` (the one its caller found replaced): another thread that met the
+        reset first followed it already. The old segment is kept, for the releases of the slots
+        this handle took there, while it holds any; else closed at once (unmapped)."""
+        if self._seg is not seen:
+            if window is not None:
+                window.close()  # ours came second: the name's segment is bound already
+            return
+        if window is None:
+            window = Window._over(live.reopen(self.name, self._opts), self._opts.clock)
+        seen.retired = True  # before its items are looked at (_Segment)
+        if self._pid != os.getpid():  # a forked child holds none of its parent's slots
+            self._pid = os.getpid()
+            for old in self._before:
+                old.window.close()
+            self._before.clear()
+            seen.slots.clear()
+        for old in [o for o in self._before if not o.slots]:  # given back on the hot path meanwhile
+            self._before.remove(old)
+            old.window.close()
+        if seen.slots and not seen.window.closed:
+            self._before.append(seen)  # before the new one is bound: release's hot path reads them so
+        else:
+            seen.window.close()
+        self._use(_Segment(window))
 
     @contextmanager
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
         """``with conc.hold(key, timeout=...):`` a slot of ``key`` for the block, given back
         after it; :class:`ConcurrencyLimitError` if none was free within ``timeout``."""
-        if not self.acquire(key, timeout):
+        seg = self._acquire_in(key, timeout)
+        if seg is None:
             raise self._full(key, timeout)
         try:
             yield self
         finally:
-            self.release(key)
+            self._release_in(seg, key)
 
     @asynccontextmanager
     async def hold_async(self, key: Key, timeout: float | None = None) -> AsyncIterator[Concurrency]:
         """:meth:`hold` for asyncio."""
-        if not await self.acquire_async(key, timeout):
+        seg = await self._acquire_in_async(key, timeout)
+        if seg is None:
             raise self._full(key, timeout)
         try:
             yield self
         finally:
-            self.release(key)
+            self._release_in(seg, key)
 
     def _full(self, key: Key, timeout: float | None) -> ConcurrencyLimitError:
         """What ``hold`` raises when no slot of ``key`` came free within ``timeout``."""
@@ -230,6 +500,7 @@ class Concurrency:
 
     def keys(self) -> list[Key]:
         """The keys in the segment: held, or not reused yet (idle or not)."""
+        self._follow_if_moved()
         return all_keys(self.window)
 
     def holders(self) -> dict[Key, int]:
@@ -249,7 +520,11 @@ class Concurrency:
 
     def close(self) -> None:
         """Stop using the segment: this handle's slots are given back (its stripe is)."""
-        self.window.close()
+        with self._lock:
+            for old in self._before:
+                old.window.close()
+            self._before.clear()
+            self.window.close()
 
     def unlink(self) -> bool:
         """Remove the segment from the host (idempotent); attached handles keep working."""
@@ -262,7 +537,7 @@ class Concurrency:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<shmwin.Concurrency {self.name!r} limit={self.limit}>"
+        return f"<shmwin.Concurrency {self.name!r} limit={'?' if self.closed else self.limit}>"
 
 
 def is_concurrency(window: Any) -> bool:

@@ -158,6 +158,9 @@ class Geometry:
     kind: str = "window"
     role: str = ""  # ROLES: what shmwin made it for, when the tools must know ("" = plain)
     sketch: Sketch | None = None  # role "distribution": its bins; else None
+    # role "concurrency": the holder entries of a key's row, the most processes holding a key
+    # at once (0: one per process stripe); else 0
+    holders: int = 0
 
     def __post_init__(self) -> None:
         _check_geometry(self)
@@ -268,6 +271,8 @@ def _check_geometry(g: Geometry) -> None:
         raise ValueError("a locked window has no stripes")  # but a concurrency's: one per process
     if g.role == "concurrency" and not (g.keyed and 1 <= g.n_stripes <= MAX_STRIPES):
         raise ValueError(f"a concurrency segment is keyed, with 1..{MAX_STRIPES} process stripes")
+    if not 0 <= g.holders <= (MAX_STRIPES if g.role == "concurrency" else 0):
+        raise ValueError(f"a concurrency row holds 1..{MAX_STRIPES} holder entries, not {g.holders}")
     if g.role == "concurrency" and not (len(g.rings) == 1 and 1 <= g.rings[0].limit <= MAX_CONCURRENCY):
         raise ValueError(f"a concurrency limit is 1..{MAX_CONCURRENCY} holders per key")
     if g.keyed and g.mode != "locked":

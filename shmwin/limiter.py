@@ -374,6 +374,24 @@ class TokenBucket(Front):
     def burst(self) -> int:
         return int(self._backend.burst)
 
+    def set_rate(
+        self, rate: str | Rate, *, burst: int | None = None, on_change: str = DEFAULT_ON_CHANGE
+    ) -> None:
+        """Change this bucket's rate (and ``burst``; None: kept) for every process (shared
+        memory): a move, ``on_change`` "carry" (the tokens each key used carried, see
+        docs/operating.md) or "reset" (every bucket full). Each process follows at its next call."""
+        choice("on_change", on_change, ("carry", "reset"))
+        set_rates = getattr(self._backend, "_set_rates", None)
+        if set_rates is None:
+            raise NotSupportedError(f"{self.url.split(':')[0]}: rates change live on shared memory only")
+        rates = parse_many(rate)
+        if len(rates) != 1:
+            raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
+        capacity = self._backend.geometry.capacity
+        want = token_geometry(rates[0], self.burst if burst is None else burst, capacity)
+        set_rates(want, on_change)
+        self._rate_given = rates[0]
+
     @property
     def rates(self) -> list[Rate]:
         """``[rate]``, as a Limiter's (the tools and middlewares read it)."""

@@ -248,10 +248,20 @@ _SANITIZED = ("test_native.py", "test_crash.py", "test_bad_segments.py", "test_k
               "test_live_attacks.py")  # fmt: skip
 
 
+# the files of the suite's slowest tests, slowest first (10-60 s each, most of it waiting on sleeps, servers
+# and child processes: the limits peer suites, 31 s each, use 2.3 CPU-s), first in the order, so
+# that pytest-xdist starts them first and the run does not end on one of them alone
+_SLOW_FIRST = ("test_readme_as_written.py", "test_fallback_hosts.py", "test_docs_recipes.py",
+               "test_peer_suites.py", "test_pyrate_peer_suite.py", "test_redis_sentinel.py",
+               "test_memory_tmpfs.py", "test_bad_words.py", "test_twotier_hosts.py", "test_wheel.py",
+               "test_keycache_attacks.py")  # fmt: skip
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each test carries the marker of its ring (its directory), so ``-m unit`` selects it.
     A test marked ``failpoints`` is skipped against a production core (the one setup.py
-    builds, which has no fail point): it says which job runs it."""
+    builds, which has no fail point): it says which job runs it. The slowest files run first
+    (a stable sort: the order within each file, and of the other files, is kept)."""
     from shmwin import _core
 
     no_failpoints = pytest.mark.skip(
@@ -267,3 +277,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.sanitize)
         if item.get_closest_marker("failpoints") and not hasattr(_core, "failpoint"):
             item.add_marker(no_failpoints)
+    slow_rank = {name: rank for rank, name in enumerate(_SLOW_FIRST)}
+    items.sort(key=lambda item: slow_rank.get(item.path.name, len(_SLOW_FIRST)))

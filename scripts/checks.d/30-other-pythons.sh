@@ -50,6 +50,8 @@ for version in $versions; do
   CFLAGS="${CFLAGS:-} -DSHMWIN_TEST" "${enter[@]}" "$env_dir/bin/python" setup.py -q build_ext --inplace --force \
     >"$env_dir/build.log" 2>&1 ||
     { cat "$env_dir/build.log" >&2; echo "other pythons: the extension failed to build for $version" >&2; exit 1; }
+  # this version's bytecode beside .venv's (scripts/_core_build.sh's core_bytecode says why)
+  "${enter[@]}" "$env_dir/bin/python" -m compileall -q -j 0 shmwin tests >/dev/null
   echo "other pythons: $version ($py)"
   "${enter[@]}" "$env_dir/bin/python" -m pytest -n auto -q -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
   ran+=("$version")

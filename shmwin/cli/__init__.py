@@ -93,12 +93,17 @@ def parser() -> argparse.ArgumentParser:
                    help="remove even windows in use (their processes keep the old one)")  # fmt: skip
     p.set_defaults(run=commands.cmd_rm)
 
-    p = command("set", "Change a live limiter's rates for every process that uses it, at each one's "
-                "next call (the counts carried over: docs/operating.md, \"Changing limits live\").",
-                "shmwin set api '200/minute;5000/hour'")  # fmt: skip
-    p.add_argument("name", help="a shared-memory limiter's name")
-    p.add_argument("rates", help="its new rates, such as '200/minute' or '10/second;200/minute'")
-    p.add_argument("--reset", action="store_true", help="start the counts again from zero")
+    p = command("set", "Change a live limiter's rates (a token bucket's rate and burst, a concurrency's "
+                "limit) for every process that uses it, at each one's next call (the counts carried "
+                "over: docs/operating.md, \"Changing limits live\").",
+                "shmwin set api '200/minute;5000/hour'; shmwin set tb 10/second --burst 20; "
+                "shmwin set conc 8")  # fmt: skip
+    p.add_argument("name", help="a shared-memory limiter's, token bucket's or concurrency's name")
+    p.add_argument("rates", help="its new rates, such as '200/minute' or '10/second;200/minute' (a token "
+                   "bucket's rate; a concurrency's limit: a whole number of holders)")  # fmt: skip
+    p.add_argument("--burst", type=_count, default=None, help="a token bucket's new burst (default: kept)")
+    p.add_argument("--reset", action="store_true", help="start the counts again from zero (a concurrency: "
+                   "the slots held are forgotten)")  # fmt: skip
     p.set_defaults(run=commands.cmd_set)
 
     p = command("gc", "Remove windows idle for a whole span that no live process has open.",

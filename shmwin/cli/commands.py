@@ -287,11 +287,20 @@ def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_set(args: argparse.Namespace, out: TextIO) -> int:
-    """A shared-memory limiter's rates changed live (Limiter.set_rates): carried, or --reset."""
+    """A shared-memory limiter's rates changed live (Limiter.set_rates), a token bucket's rate
+    and burst (TokenBucket.set_rate), a concurrency's limit (Concurrency.set_limit): carried,
+    or --reset."""
     if args.backend is not None:
         raise ValueError("set changes shared-memory limiters; a Redis limiter's rates do not change live")
     from ..limiter import Limiter  # imported late: ``shmwin ls`` needs no front
+    from ..window import Window
 
+    with Window.attach(args.name, ready_timeout=0.5) as w:
+        role = w.geometry.role
+    if role in SETTERS:
+        return SETTERS[role](args, out)
+    if args.burst is not None:
+        raise ValueError(f"{args.name!r} is not a token bucket: --burst is a token bucket's")
     with Limiter.attach(args.name, ready_timeout=0.5) as lim:
         before = ";".join(str(r) for r in lim.rates)
         lim.set_rates(args.rates, on_change="reset" if args.reset else "carry")
@@ -299,6 +308,42 @@ def cmd_set(args: argparse.Namespace, out: TextIO) -> int:
     how = "counts reset" if args.reset else "counts carried"
     out.write(f"{safe(args.name)}: {before} -> {after} ({how}; every process follows at its next call)\n")
     return 0
+
+
+def _set_tokens(args: argparse.Namespace, out: TextIO) -> int:
+    """``shmwin set`` of a token bucket: its rate (and --burst; else its burst kept)."""
+    from ..limiter import TokenBucket
+
+    with TokenBucket.attach(args.name, ready_timeout=0.5) as tb:
+        before = f"{tb.rate} burst {tb.burst}"
+        tb.set_rate(args.rates, burst=args.burst, on_change="reset" if args.reset else "carry")
+        after = f"{tb.rate} burst {tb.burst}"
+    how = "buckets full again" if args.reset else "tokens used carried"
+    out.write(f"{safe(args.name)}: {before} -> {after} ({how}; every process follows at its next call)\n")
+    return 0
+
+
+def _set_concurrency(args: argparse.Namespace, out: TextIO) -> int:
+    """``shmwin set`` of a concurrency: its limit, a whole number of holders."""
+    from ..concurrency import Concurrency
+
+    if args.burst is not None:
+        raise ValueError(f"{args.name!r} is a concurrency: --burst is a token bucket's")
+    text = args.rates.strip()
+    if not (text.isascii() and text.isdigit()):  # int() takes "3_0", "+3" and other scripts' digits
+        raise ValueError(f"a concurrency's limit is a whole number of holders, such as 8, not {args.rates!r}")
+    limit = int(text)
+    with Concurrency.attach(args.name) as conc:
+        before = conc.limit
+        conc.set_limit(limit, on_change="reset" if args.reset else "carry")
+        after = conc.limit
+    how = "slots held forgotten" if args.reset else "slots held kept"
+    out.write(f"{safe(args.name)}: limit {before} -> {after} ({how}; every process follows at its next call)"
+              "\n")
+    return 0
+
+
+SETTERS = {"token-bucket": _set_tokens, "concurrency": _set_concurrency}
 
 
 def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:

@@ -32,7 +32,7 @@ def window_lines(snap: dict[str, Any], width: int) -> list[str]:
     if snap.get("fallback"):
         lines.append(clip(_fallback(snap["fallback"]), width))
     if snap.get("live"):
-        lines.append(clip(_live(snap["live"]), width))
+        lines.append(clip(_live(snap["live"], LIVE_WORDS.get(role or "", "rates")), width))
     if role == "concurrency" and "value" in snap:  # show --key
         lines.append(clip(f"  {snap['value']:,} of its {snap[role]['limit']:,} slots held now", width))
     fields = [safe(f) for f in snap["fields"]]
@@ -95,15 +95,19 @@ def _fallback(f: dict[str, Any]) -> str:
     return f"  fallback: inactive (last active {since} to {last})"
 
 
-def _live(live: dict[str, Any]) -> str:
-    """A limiter's rates: as created, or changed live (``shmwin set``, an open with other rates)."""
+LIVE_WORDS = {"token-bucket": "rate and burst", "concurrency": "limit"}  # what changes live; else rates
+
+
+def _live(live: dict[str, Any], what: str = "rates") -> str:
+    """A limiter's rates (a token bucket's rate and burst, a concurrency's limit): as created,
+    or changed live (``shmwin set``, an open with others)."""
     if live["moved"]:
-        return "  rates: changed; this segment was replaced under its name (show it again)"
+        return f"  {what}: changed; this segment was replaced under its name (show it again)"
     if not live["changes"]:
-        return "  rates: as created (never changed live)"
+        return f"  {what}: as created (never changed live)"
     at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live["changed"]))
     times = "once" if live["changes"] == 1 else f"{live['changes']:,} times"
-    return f"  rates: changed live {times}, last at {at}"
+    return f"  {what}: changed live {times}, last at {at}"
 
 
 def _breaker(b: dict[str, Any]) -> list[str]:

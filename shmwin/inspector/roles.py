@@ -56,7 +56,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from ..backends.shm.roles import ENGINES, LeaseEngine
+from ..backends.shm.roles import ENGINES, ConcurrencyEngine, LeaseEngine
 from ..errors import ShmwinError
 from ..rate import NS_PER_S, to_ns
 
@@ -198,7 +198,7 @@ def counters_view(w: Any, role: str, top: int = TOP_KEYS) -> dict[str, Any]:
     found.sort(key=lambda kv: kv[1], reverse=True)
     if role == "concurrency":
         return {
-            "limit": w.geometry.rings[0].limit,
+            "limit": ConcurrencyEngine(w).limit(),  # in force: changed live, maybe (shmwin set)
             "idle_s": w.geometry.bucket_ns / NS_PER_S,
             "value": "holders",
             "keys": len(found),

@@ -279,13 +279,15 @@ def limiter_rates(w: Any) -> list[Rate]:
 
 
 def live_of(w: Any) -> dict[str, Any] | None:
-    """A shared-memory limiter's live limits (backends/shm/live.py): ``changes`` made since it
-    was created, when the last was (``changed``: Unix seconds, None: never), and its
-    ``geometry`` with the limits in force. None for anything else."""
+    """A shared-memory limiter's, token bucket's or concurrency's live limits
+    (backends/shm/live.py): ``changes`` made since its segment was created (a move makes a new
+    one: 1), when the last was (``changed``: Unix seconds, None: never), and its ``geometry``
+    with the limits in force. None for anything else."""
     from ..backends.shm import ShmWindow, live
 
     backend = getattr(w, "_backend", None)
-    if not isinstance(backend, ShmWindow) or backend.geometry.kind != "limiter":
+    live_roles = ("token-bucket", "concurrency")  # a limiter's kind, or these roles
+    if not isinstance(backend, ShmWindow) or not (backend.geometry.kind == "limiter" or role_of(w) in live_roles):  # noqa: E501
         return None
     gen, changed_ns, _ = live.generation(backend)
     changes = gen & ~live.LIVE_MOVED

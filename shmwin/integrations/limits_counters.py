@@ -39,6 +39,23 @@ def to_units(hits: Any) -> int:
     return min(units, MAX_UNITS)
 
 
+def attach_segment(
+    name: str, role: str, clock: Clock, on_full: str, ready_timeout: float | None = None
+) -> Window | None:
+    """Attach to the segment ``name`` of ``role`` (a limits counter's, or a moving log's): None
+    if it is not there, :class:`GeometryMismatchError` if it was made for another role;
+    ``ready_timeout``: how long it waits for its creator (None: the default)."""
+    try:
+        w = Window.attach(name, clock=clock, on_full=on_full, ready_timeout=ready_timeout)
+    except WindowNotFoundError:
+        return None
+    if w.geometry.role != role:
+        found = w.geometry.role
+        w.close()
+        raise GeometryMismatchError(f"{name!r} is not a {role} segment (role {found!r})")
+    return w
+
+
 class CounterSegment:
     """One period's segment of a counter role: its window, its period and its role's engine."""
 
@@ -57,19 +74,13 @@ class CounterSegment:
     @classmethod
     def open(
         cls: type[S], name: str, period_ns: int, clock: Clock, capacity: int | None, create: bool,
-        on_full: str = WINDOW_ON_FULL,
+        on_full: str = WINDOW_ON_FULL, ready_timeout: float | None = None,
     ) -> S | None:
         """Create or attach (``create``), or attach only: None if the segment is not there.
-        ``on_full``: what the core answers a key that finds the table full (core/counters.c)."""
+        ``on_full``: what the core answers a key that finds the table full (core/counters.c);
+        ``ready_timeout``: how long an attach waits for its creator (None: the default)."""
         if not create:
-            try:
-                w = Window.attach(name, clock=clock, on_full=on_full)
-            except WindowNotFoundError:
-                return None
-            if w.geometry.role != cls.role:
-                w.close()
-                role = w.geometry.role
-                raise GeometryMismatchError(f"{name!r} is not a {cls.role} segment (role {role!r})")
-            return cls(w, w.geometry.bucket_ns)
+            w = attach_segment(name, cls.role, clock, on_full, ready_timeout)
+            return None if w is None else cls(w, w.geometry.bucket_ns)
         want = cls.created_as(period_ns, capacity)
         return cls(Window.open_geometry(name, want, clock=clock, on_full=on_full), period_ns)

@@ -27,9 +27,9 @@ from ..backends.contract import Key
 from ..backends.shm.roles import MovingEngine
 from ..backends.shm.roles.moving import geometry as geometry
 from ..clock import Clock
-from ..errors import GeometryMismatchError, WindowNotFoundError
 from ..policy import WINDOW_ON_FULL
 from ..window import Window
+from .limits_counters import attach_segment
 
 ROLE = MovingEngine.role
 
@@ -56,15 +56,8 @@ class MovingLogs:
         """Create or attach (``create``), or attach only: None if the segment is not there.
         ``on_full``: what the core answers a key that finds the table full (core/moving.c)."""
         if not create:
-            try:
-                w = Window.attach(name, clock=clock, on_full=on_full)
-            except WindowNotFoundError:
-                return None
-            if w.geometry.role != ROLE:
-                role = w.geometry.role
-                w.close()
-                raise GeometryMismatchError(f"{name!r} is not a {ROLE} segment (role {role!r})")
-            return cls(w)
+            w = attach_segment(name, ROLE, clock, on_full)
+            return None if w is None else cls(w)
         want = geometry(limit, period_ns, times, capacity)
         return cls(Window.open_geometry(name, want, clock=clock, on_full=on_full))
 

@@ -15,6 +15,11 @@ Segments, under the storage's prefix::
 ``/LIMIT/MULTIPLES/GRANULARITY``, so the one segment a key lives in is known from the key
 alone; keys of another shape (direct storage calls) are looked for in every segment.
 
+A key limits did not build ("user:42"; bytes apart from the equal str, as memory://) is summed
+over the fixed windows natively while the board holds (boards.py, core/fixedsum.c); a listing
+lets go of the segments removed or replaced since. One whose creator has not finished (or died
+before sizing it) holds no counts yet: a get counts it 0 at once; an incr waits as ever.
+
 Time is the wall clock, read through ``time.time()`` at each call exactly as limits'
 memory storage does: reset times agree with the ones limits computes, and hiro, freezegun,
 time-machine or a patched ``time.time`` move shm:// exactly as they move memory://.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -42,9 +48,15 @@ from limits.errors import ConfigurationError
 from ..backends.contract import Key
 from ..backends.shm import boards
 from ..backends.shm.segment import PREFIX as SEGMENT_PREFIX
-from ..backends.shm.segment import SHM_DIR, check_name, listed_names, namespace
+from ..backends.shm.segment import SHM_DIR, check_name, listed_names, namespace, path_of
 from ..clock import Clock
-from ..errors import GeometryMismatchError, OutOfSpaceError, ShmwinError, WindowNotFoundError
+from ..errors import (
+    GeometryMismatchError,
+    OutOfSpaceError,
+    SegmentNotReadyError,
+    ShmwinError,
+    WindowNotFoundError,
+)
 from ..geometry import DEFAULT_LOG_ENTRIES, MAX_BUCKETS, MAX_CAPACITY, MAX_LOG_ENTRIES
 from ..limiter import ON_FULL, Limiter
 from ..policy import DEFAULT_ON_FULL
@@ -144,7 +156,6 @@ class StorageSegments:
         # board holds what it held at the listing (else None: get below lists again)
         self.foreign = boards.ForeignSum()
         self._board: boards.Board | None = None
-        self._board_sought: tuple[str, ...] | None = None
         self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
         self.buckets = _int_option(uri, given, "buckets", DEFAULT_BUCKETS, 1, MAX_BUCKETS - 1)
         self.times = _int_option(uri, given, "times", DEFAULT_LOG_ENTRIES, 1, MAX_LOG_ENTRIES)
@@ -317,7 +328,7 @@ class StorageSegments:
         after a listing if a segment was made or removed since the last: _foreign_fixed).
         ShmStorage.get asks ``foreign.get`` first, which answers without this frame while the
         board holds."""
-        if "/" in key and _limit_of_key(key) is not None:  # no "/": not limits' (a quick no)
+        if _limit_of_key(key) is not None:  # else not limits' (bytes never are: limits builds str)
             return sum(w.get(key) for w in self._segments_of(key, "fixed") if isinstance(w, FixedWindows))
         self._foreign_fixed()
         return self.foreign.sum(key)  # the clock read once, in hits as memory:// counts them
@@ -330,24 +341,68 @@ class StorageSegments:
     def _foreign_fixed(self) -> list[FixedWindows]:
         """Every fixed-window segment of this storage, for a key limits did not build. While the
         board (boards.py) holds the value read before they were listed, no segment was created
-        since: a memory load, no system call. Else (a segment made or removed since, or no
-        board) list again: one stat() of /dev/shm, a listing if it changed, and an open() of the
-        board when the listing changed."""
-        board, (seen, found) = self._board, self._fixed_seen
-        if board is not None and board.value() == seen:
-            return found
-        listed = listed_names()
-        if board is not None or listed is not self._board_sought:
-            board, self._board_sought = boards.Board.open(self.prefix, create=False), listed
+        or removed since: a memory load, no system call. Else list again: the board opened (made
+        if there is none and the last listing found a fixed window), its value read, then checked to be
+        still the file at its path (a remover's board is gone), then /dev/shm listed (one stat
+        when it did not change) and the segments held here checked against their files."""
+        if self.foreign.holds():  # the board, and the once-a-second recheck (fixedsum.c)
+            return self._fixed_seen[1]
+        # made again if missing while the last listing found a fixed window (whose removal will
+        # take it): the fast path comes back, and no board is left behind for a storage with none
+        board = boards.Board.open(self.prefix, create=bool(self._fixed_seen[1]))
         seen = board.value() if board is not None else None  # read before listing (see boards.py)
-        found = [
-            w for w in (self._by_name(n) for n in self._listed() if _kind_of(self.prefix, n) == "fixed")
-            if isinstance(w, FixedWindows)
-        ]  # fmt: skip
+        if board is not None and not board.is_current():  # removed meanwhile: no board, look each call
+            board = seen = None
+        self._drop_removed()
+        found = []
+        for name in self._listed():
+            if _kind_of(self.prefix, name) == "fixed":
+                windows = self._fixed_if_ready(name)
+                if windows is not None:
+                    found.append(windows)
         self._board, self._fixed_seen = board, (seen, found)
         clock = None if self.clock is wall_ns else self.clock  # None: time.time(), read natively
         self.foreign.found(board, seen, [w.fixed_engine for w in found], clock)
         return found
+
+    def _fixed_if_ready(self, name: str) -> FixedWindows | None:
+        """A fixed-window segment for a foreign key's sum, not waited for: one whose creator has
+        not finished (or died before sizing it) holds no counts yet, so it counts 0 (not kept:
+        the next listing looks again; incr still waits for it, and repairs it, as ever)."""
+        _, _, expiry = _name_parts(self.prefix, name)
+        found = self._by_spec.get(("fixed", 0, expiry)) or self._open.get(name)
+        if found is None:
+            try:
+                found = FixedWindows.open(
+                    name, _expiry_ns(expiry), self.clock, self.capacity, False, self.on_full, ready_timeout=0
+                )
+            except SegmentNotReadyError:
+                return None
+            if found is None:
+                return None
+            self._open[name] = found
+            self._by_spec["fixed", 0, expiry] = found
+        return found if isinstance(found, FixedWindows) else None
+
+    def _drop_removed(self) -> None:
+        """Let go of every segment held here whose file was removed or replaced since it was
+        opened (another process's ``shmwin.unlink``, ``shmwin rm``, a new one made under the
+        name): the next use opens the one at its name, so no count goes where nobody reads. One
+        stat() a segment, at a listing only (when the board moved)."""
+        for name, segment in list(self._open.items()):
+            inode = _inode_of(segment)
+            try:
+                current = os.stat(path_of(name), follow_symlinks=False).st_ino
+            except OSError:
+                current = None
+            if inode and current == inode:
+                continue
+            del self._open[name]
+            for spec, held in list(self._by_spec.items()):
+                if held is segment:
+                    del self._by_spec[spec]
+                    if spec[0] == "moving":
+                        self.moving_hits.pop((spec[1], spec[2]), None)
 
     def get_expiry(self, key: str) -> float:
         for w in self._fixed_of(key):
@@ -454,6 +509,12 @@ class StorageSegments:
         self.foreign.forget()
 
 
+def _inode_of(segment: Segments) -> int:
+    """The inode of the file a segment was opened from (0: not known, e.g. a closed one)."""
+    window = segment.window if isinstance(segment, Limiter) else segment.counts
+    return int(getattr(getattr(window, "_backend", None), "_ino", 0))
+
+
 def counted(limiter: Limiter, key: Key, detail: bool = True) -> tuple[int, int]:
     """(hits counted, ns until the oldest is forgotten) for a one-rate limiter: one native
     call, the backend contract's ``check`` (``Limiter.stats`` builds what is not needed here)."""
@@ -485,7 +546,10 @@ def _expiry_ns(expiry: float) -> int:
 
 
 def _limit_of_key(key: str) -> tuple[int, int] | None:
-    """(limit, expiry in seconds) from a key limits built: ``.../LIMIT/MULTIPLES/GRANULARITY``."""
+    """(limit, expiry in seconds) from a key limits built: ``.../LIMIT/MULTIPLES/GRANULARITY``
+    (None for any other key, and for bytes: limits builds str keys)."""
+    if not isinstance(key, str) or "/" not in key:  # a quick no
+        return None
     parts = key.rsplit("/", 3)
     if len(parts) != 4:
         return None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "shmwin" / "backends" / "shm" / "core"
 MODULE_C = CORE / "module.c"
@@ -61,23 +63,18 @@ def docs_map() -> tuple[set[str], dict[str, list[str]]]:
     return files, drawn_calls(block.splitlines())
 
 
-def test_module_c_names_every_file_of_the_core_and_no_other() -> None:
-    files, _ = module_map()
+MAPS = {"module.c": module_map, "docs/internals.md": docs_map}  # where each map is drawn
+
+
+@pytest.mark.parametrize("where", sorted(MAPS))
+def test_the_map_names_every_file_of_the_core_and_no_other(where: str) -> None:
+    files, _ = MAPS[where]()
     assert files == source_files()
 
 
-def test_docs_internals_names_every_file_of_the_core_and_no_other() -> None:
-    files, _ = docs_map()
-    assert files == source_files()
-
-
-def test_the_calls_drawn_in_module_c_are_the_calls_the_files_make() -> None:
-    _, drawn = module_map()
-    assert drawn == calls_in_code()
-
-
-def test_the_calls_drawn_in_docs_internals_are_the_calls_the_files_make() -> None:
-    _, drawn = docs_map()
+@pytest.mark.parametrize("where", sorted(MAPS))
+def test_the_calls_drawn_in_the_map_are_the_calls_the_files_make(where: str) -> None:
+    _, drawn = MAPS[where]()
     assert drawn == calls_in_code()
 
 

@@ -91,18 +91,21 @@ def test_everything_is_cache_line_aligned_but_keyed_rows_which_are_packed():
 
 def test_a_concurrency_segment_is_keyed_with_a_stripe_table_of_processes():
     """Role "concurrency": a keyed segment with ``n_stripes + 1`` stripe entries (processes)
-    between its locks and its key table, rows of a key header, a mark word and one 16-byte
-    holder entry per slot of the limit; it round-trips through the header."""
+    between its locks and its key table, rows of a key header, a top word and one 16-byte
+    holder entry per process stripe, whatever the limit (format 11: the limit changes live);
+    it round-trips through the header."""
     g = Geometry((Ring(10**9, 1, limit=5),), ("holders",), mode="locked", n_stripes=8, capacity=100,
                  role="concurrency")  # fmt: skip
     lay = Layout.plan(g)
     assert lay.stripes_off == lay.locks_off + g.n_locks * layout.LOCK_BYTES
     assert lay.keys_off >= lay.stripes_off + 9 * layout.STRIPE_ENTRY_BYTES and lay.keys_off % 64 == 0
-    assert lay.row_bytes == 192 and lay.ring_words == (7,)  # 56 + 8 + 5 x 16 = 144: whole lines, 3
-    row = layout_words.KEY_HEADER_BYTES + layout_words.CONC_STATE_BYTES + 5 * layout_words.CONC_HOLDER_BYTES
-    assert row == 144
+    assert lay.row_bytes == 192 and lay.ring_words == (7,)  # 56 + 8 + 8 x 16 = 192: whole lines, 3
+    row = layout_words.KEY_HEADER_BYTES + layout_words.CONC_STATE_BYTES + 8 * layout_words.CONC_HOLDER_BYTES
+    assert row == 192
     two = dataclasses.replace(g, rings=(Ring(10**9, 1, limit=2),))
-    assert Layout.plan(two).row_bytes == 56 + 8 + 32  # packed
+    assert Layout.plan(two).row_bytes == lay.row_bytes  # the limit sizes nothing
+    few = dataclasses.replace(g, n_stripes=2)
+    assert Layout.plan(few).row_bytes == 56 + 8 + 32  # packed
     assert lay.first_bytes >= lay.keys_off  # the stripe table is reserved at creation
     page = bytearray(header_page.pack_header(g, lay, META))
     page[0:8] = layout.MAGIC

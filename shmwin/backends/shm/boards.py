@@ -10,11 +10,16 @@ was created since, and the segments found then are still all there are.
 
 Writers: a process that creates a fixed-window segment writes a fresh random value after the
 segment exists (so a reader that read the word before listing either listed the segment or
-sees a new value). Removing one of the storage's fixed-window segments writes a new value,
-then removes the board (segment._forget_board, at every unlink): a reader then finds no board
-and lists again, as every reader did before boards (each call: a stat, a listing when the
-directory changed), until a process creates a fixed-window segment again. The name has a
-``#``: no window's name, so ``shmwin.names()`` and the tools never list it.
+sees a new value). Removing one of the storage's fixed-window segments removes the board,
+then writes a new value into it (segment._forget_board, at every unlink): a reader holding it
+sees the value move and lists again. A lister reads the value, then checks that its mapping
+is still the file at the path (:meth:`Board.is_current`): one that read the remover's value
+finds the board gone, and makes a new one (the next lister makes the board again: the fast
+path comes back at once). A board removed by hand (no value written) is noticed within a
+second: FixedSum.get lists again once a second (fixedsum.c RECHECK_NS). The page is
+allocated before it is mapped (posix_fallocate): a full /dev/shm is no board (every get
+lists), never a SIGBUS. The name has a ``#``: no window's name, so ``shmwin.names()`` and the
+tools never list it.
 """
 
 from __future__ import annotations
@@ -39,22 +44,26 @@ path_of = board_path
 class Board:
     """A storage's board, mapped: :meth:`value` is a load, :meth:`touch` a store."""
 
-    def __init__(self, mapped: mmap.mmap):
+    def __init__(self, mapped: mmap.mmap, path: str, inode: int):
         self._mapped = mapped
         self._word = memoryview(mapped).cast("q")
+        self.path, self.inode = path, inode
 
     @classmethod
     def open(cls, prefix: str, *, create: bool) -> Board | None:
         """The board of ``prefix`` (made if ``create``); None if there is none or it cannot be
         opened (another user's, /dev/shm full): callers then list /dev/shm as before."""
+        path = path_of(prefix)
         try:
-            fd = os.open(path_of(prefix), _FLAGS | (os.O_CREAT if create else 0), 0o600)
+            fd = os.open(path, _FLAGS | (os.O_CREAT if create else 0), 0o600)
         except OSError:
             return None
         try:
-            if os.fstat(fd).st_size < _WORD_BYTES:
-                os.ftruncate(fd, _WORD_BYTES)  # zeros: a value like any other
-            return cls(mmap.mmap(fd, _WORD_BYTES))
+            # the page itself, before mapping: a store into a page tmpfs cannot find (/dev/shm
+            # full) is a SIGBUS; posix_fallocate says ENOSPC instead (and sizes a new file: zeros,
+            # a value like any other). A no-op on a board already made.
+            os.posix_fallocate(fd, 0, _WORD_BYTES)
+            return cls(mmap.mmap(fd, _WORD_BYTES), path, os.fstat(fd).st_ino)
         except OSError:
             return None
         finally:
@@ -62,6 +71,14 @@ class Board:
 
     def value(self) -> int:
         return self._word[0]
+
+    def is_current(self) -> bool:
+        """Whether this mapping is still the board at its path (not removed since, by a remover
+        of a segment or by hand): one stat()."""
+        try:
+            return os.stat(self.path, follow_symlinks=False).st_ino == self.inode
+        except OSError:
+            return False
 
     @property
     def mapped(self) -> mmap.mmap:
@@ -89,8 +106,9 @@ class ForeignSum:
 
     def __init__(self) -> None:
         self._native = FixedSum()
-        self.get: Callable[[str], int | float | None] = self._native.get
+        self.get: Callable[[str | bytes], int | float | None] = self._native.get
         self.sum: Callable[[str], int | float] = self._native.sum
+        self.holds: Callable[[], bool] = self._native.holds  # the last listing still holds
         self.forget()
 
     def found(

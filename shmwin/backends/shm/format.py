@@ -47,6 +47,7 @@ from .format_rows import (
     MOVING_KEY_BYTES,
     MOVING_STATE,
     NAME_ENTRY,
+    SEGMENT_PREFIX,
     SLIDING_STATE,
     TOKEN_STATE,
     Field,
@@ -55,9 +56,9 @@ from .format_series import *  # noqa: F403
 from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
 
 MAGIC = b"SHMWIN\x00\x00"
-FORMAT_VERSION = 10  # each version: CHANGELOG.md's table. 8: a moving log's one-word entries, a
-# limiter's compact rings; 9: a compact ring's ghost word; 10: live limits (LIVE_WORDS), a limiter's
-# log ring (LOG_HDR_*) and a moving log's 64-byte row keep their entries in time order
+FORMAT_VERSION = 11  # each version: CHANGELOG.md's table. 8: one-word moving log entries, compact
+# rings; 9: a compact ring's ghost word; 10: live limits (LIVE_WORDS), logs in time order (LOG_HDR_*,
+# the 64-byte moving row); 11: a concurrency row's entry per process stripe behind a top word
 
 # -- sizes and bounds ---------------------------------------------------------------------
 
@@ -159,10 +160,7 @@ RING_ENTRY: tuple[Field, ...] = (
 RING_ENTRY_BYTES = 24
 
 HEADER: tuple[Field, ...] = (
-    ("magic", 0, "8s"),
-    ("version", 8, "I"),
-    ("header_bytes", 12, "I"),
-    ("total_bytes", 16, "Q"),
+    *SEGMENT_PREFIX,
     ("header_crc", 24, "I"),
     ("reserved", 28, "I"),
     ("n_rings", 32, "I"),
@@ -404,8 +402,8 @@ FIXED_STATE_START, FIXED_STATE_COUNT = _words(FIXED_STATE, "start", "count")
     SLIDING_STATE_WINDOW, SLIDING_STATE_CURRENT, SLIDING_STATE_PREVIOUS,
 ) = _words(SLIDING_STATE, "window", "current", "previous")
 
-CONC_STATE_MARK_OFF = _at(CONC_STATE, "mark")
-CONC_STATE_MARK = _at(CONC_STATE, "mark") // WORD_BYTES
+CONC_STATE_TOP_OFF = _at(CONC_STATE, "top")
+CONC_STATE_TOP = _at(CONC_STATE, "top") // WORD_BYTES
 
 CONC_HOLDER_STRIPE_OFF, CONC_HOLDER_CLAIM_OFF = _offsets(CONC_HOLDER, "stripe", "claim")
 CONC_HOLDER_STRIPE, CONC_HOLDER_CLAIM = _words(CONC_HOLDER, "stripe", "claim")

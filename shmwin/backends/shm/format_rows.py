@@ -32,14 +32,17 @@ rate's limit; the span burst x T is the key's idle time (its bucket is full agai
 
 Concurrency rows (role "concurrency", ``shmwin.Concurrency``; ``core/concurrency.c``): a keyed
 window of one ring of 1 bucket, whose width is a key's idle time and whose limit is the
-concurrency limit L (1..MAX_CONCURRENCY); after the key header, a mark word (CONC_STATE),
-then L holder entries (CONC_HOLDER), one per process holding slots of the key. An entry
-counts while its stripe's claims word is the claim it names and the stripe's liveness mutex
-is held: a dead holder's slots stop counting when the kernel marks its mutex owner-dead.
-A key with a live holder is never idle::
+concurrency limit L (1..MAX_CONCURRENCY) as created (live limits: the header's live words
+once changed, as a limiter's); after the key header, a top word (CONC_STATE), then one holder
+entry (CONC_HOLDER) per process stripe (n_stripes): an entry is one process's slots of the key,
+so a row has room for every holder there can be, whatever the limit (format 11; 10 had L
+entries, and a limit could not change). An entry counts while its stripe's claims word is the
+claim it names and the stripe's liveness mutex is held: a dead holder's slots stop counting
+when the kernel marks its mutex owner-dead. A key with a live holder is never idle::
 
     off  size type  name      meaning
-    0    8    i64   mark      EMPTY_EPOCH in an emptied row; never read
+    0    8    i64   top       entries from this one on are all free (0 in an emptied row);
+                              junk (< 0, > n_stripes): every entry is looked at
 
 and each holder entry (16 bytes, entry *i* at 8 + 16 *i*)::
 
@@ -121,6 +124,15 @@ from __future__ import annotations
 
 Field = tuple[str, int, str]  # (name, byte offset, type): every record of the format is of it
 
+# The words every segment's header page starts with, whatever its kind (a window's HEADER, a
+# series' SERIES_HDR): what a reader checks before it knows which header it holds.
+SEGMENT_PREFIX: tuple[Field, ...] = (
+    ("magic", 0, "8s"),
+    ("version", 8, "I"),
+    ("header_bytes", 12, "I"),
+    ("total_bytes", 16, "Q"),
+)
+
 # The per-key state of the counter roles, in a keyed row right after its key header (where a
 # window's first ring starts: core/counters.c). A keyed window of one ring of 1 bucket
 # (fixed) or 2 buckets (sliding) of the period P gives the room and the idle time (P, 2P).
@@ -135,16 +147,16 @@ SLIDING_STATE: tuple[Field, ...] = (  # role "sliding-counter": limits' sliding 
     ("previous", 16, "q"),  # hits in the window before it
 )
 SLIDING_STATE_BYTES = 24
-# role "concurrency": a mark word (EMPTY_EPOCH in an emptied row, never read), then `limit`
-# holder entries of CONC_HOLDER_BYTES (the ring's limit; the ring's span is the idle time)
-CONC_STATE: tuple[Field, ...] = (("mark", 0, "q"),)
+# role "concurrency": a top word (entries from it on are free; 0 in an emptied row), then one
+# holder entry of CONC_HOLDER_BYTES per process stripe (the ring's span is the idle time)
+CONC_STATE: tuple[Field, ...] = (("top", 0, "q"),)
 CONC_STATE_BYTES = 8
 CONC_HOLDER: tuple[Field, ...] = (  # one process's slots of the key
     ("stripe", 0, "q"),  # its stripe row r (1..n_stripes) | slots held << 32; 0 = a free entry
     ("claim", 8, "q"),  # that stripe's claims when this process took it: dead once they differ
 )
 CONC_HOLDER_BYTES = 16
-MAX_CONCURRENCY = 1024  # holders per key at most (a row holds one entry per slot)
+MAX_CONCURRENCY = 1024  # slots per key at most (a row holds one entry per process stripe)
 # role "token-bucket": a TokenBucket's GCRA state (core/counters.c). Its keyed window has one ring
 # of `burst` buckets of the emission interval T (ns per token): the row's room and its idle time
 # burst x T, after which the bucket is full again; the ring's limit is the rate's limit.

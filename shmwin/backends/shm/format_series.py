@@ -17,15 +17,12 @@ entries (append-only, SERIES_ENTRY then the identity's bytes, padded to a word) 
 
 from __future__ import annotations
 
-from .format_rows import Field
+from .format_rows import SEGMENT_PREFIX, Field
 
 _WORD_BYTES = 8
 
 SERIES_HDR: tuple[Field, ...] = (
-    ("magic", 0, "8s"),
-    ("version", 8, "I"),
-    ("header_bytes", 12, "I"),
-    ("total_bytes", 16, "Q"),
+    *SEGMENT_PREFIX,
     ("hash_key", 152, "16s"),  # random at creation: label values cannot be chosen to collide
     ("role", 168, "I"),
     ("max_series", 192, "Q"),  # cells (and at most as many entries)

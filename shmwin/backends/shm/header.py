@@ -7,6 +7,7 @@ of ``layout.py``; its words come from ``format.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from typing import TYPE_CHECKING
@@ -46,7 +47,7 @@ from .format import (
     ROWS_RESERVED_OFF,
     ROWS_TOP_OFF,
 )
-from .layout import Layout
+from .layout import Layout, canonical_holders, holders_in_row
 
 _FIXED = _words.fixed_struct()  # magic .. role, by name: _words.fixed_names()
 _FIXED_NAMES = _words.fixed_names()
@@ -112,6 +113,9 @@ def unpack_header(page: bytes, actual_bytes: int) -> tuple[Geometry, Layout, Met
             _read_rings(page, n_rings), _read_fields(page, n_fields),
             DTYPES[dtype], MODES[mode], n_stripes, capacity, KINDS[kind], ROLES[role], _read_sketch(page),
         )  # fmt: skip
+        if g.role == "concurrency":  # its holder entries: as many as its rows hold (no word of their own)
+            held = holders_in_row(h["row_bytes"])
+            g = canonical_holders(dataclasses.replace(g, holders=held)) if held else g
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptSegmentError(f"segment header holds an impossible geometry: {exc}") from exc
     lay = Layout.plan(g)

@@ -202,6 +202,7 @@ records, in ``format_rows.py``. The header page is packed and checked in ``heade
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -383,8 +384,26 @@ MAX_CHUNKS = _words.MOVING_LINK_MASK  # a chain word names a chunk in MOVING_LIN
 
 
 def state_words(g: Geometry) -> int:
-    """Words of a concurrency row's state: its mark word and ``limit`` holder entries."""
-    return (_words.CONC_STATE_BYTES + g.rings[0].limit * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+    """Words of a concurrency row's state: its top word and its holder entries (``g.holders``,
+    0: one per process stripe)."""
+    return (_words.CONC_STATE_BYTES + (g.holders or g.n_stripes) * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+
+
+def holders_in_row(row_bytes: int) -> int:
+    """The holder entries a concurrency row of ``row_bytes`` holds (its padding's too, as
+    core/concurrency.c reads them: the header stores no count, the row's size says it)."""
+    room = row_bytes - _words.key_header_bytes("concurrency") - _words.CONC_STATE_BYTES
+    return max(0, min(MAX_STRIPES, room // _words.CONC_HOLDER_BYTES))
+
+
+def canonical_holders(g: Geometry) -> Geometry:
+    """``g`` with its holder entries as its header reads back: every entry its row's size holds
+    (0 if that is one per stripe), so that a geometry and its segment's compare equal."""
+    if g.role != "concurrency":
+        return g
+    fill = holders_in_row(Layout.plan(g).row_bytes)
+    stripes = holders_in_row(Layout.plan(dataclasses.replace(g, holders=0)).row_bytes)
+    return dataclasses.replace(g, holders=0 if fill == stripes else fill)
 
 
 def chunks_per_key(g: Geometry) -> int:
@@ -473,7 +492,7 @@ class Layout:
                 words += (head_slots + ring.n_buckets) * slot_words
         if g.keyed and g.role in STATE_BYTES:  # limits' per-key state, no ring: the row is its words
             words = ring_words[0] + STATE_BYTES[g.role] // WORD_BYTES
-        if g.keyed and g.role == "concurrency":  # a mark word, then one holder entry per slot
+        if g.keyed and g.role == "concurrency":  # a top word, then one holder entry per process
             words = ring_words[0] + state_words(g)
         bins_word, bin_stride = words, 0
         if g.sketch is not None:  # a distribution's bins: every bucket's, after the rings (distribution.c)
@@ -510,6 +529,8 @@ def empty_rings(g: Geometry, lay: Layout) -> bytes:
     first = lay.ring_words[0]
     if g.keyed and g.role in STATE_BYTES:  # a counter role's state: its first word EMPTY ("none")
         words[0] = EMPTY_EPOCH
+        return struct.pack(f"<{len(words)}q", *words)
+    if g.keyed and g.role == "concurrency":  # a top word of 0 and free entries: all 0s
         return struct.pack(f"<{len(words)}q", *words)
     for i, ring in enumerate(g.rings):
         at = lay.ring_words[i] - first

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
 
-from ..._core import LimiterCore, TokenBucketCore
+from ..._core import ConcurrencyCore, LimiterCore, TokenBucketCore
 from ...clock import host_clock
 from ...errors import GeometryMismatchError, KeyTableFullError, SegmentNotReadyError
 from ...geometry import Geometry, Ring
@@ -53,8 +53,8 @@ POLL_S = 0.002  # a reopen's wait for a mover's lock, between tries
 
 
 def _core_of(window: ShmWindow) -> Any:
-    """A limiter's or a token bucket's core (the roles whose rates change live)."""
-    if isinstance(window._core, TokenBucketCore):
+    """A limiter's, a token bucket's or a concurrency's core (the roles whose limits change live)."""
+    if isinstance(window._core, (TokenBucketCore, ConcurrencyCore)):
         return window._core
     return native.core_as(window._core, LimiterCore)
 
@@ -159,7 +159,8 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
     _drop_passing(old.name)  # a dead mover's (we hold the lock every mover holds while it has one)
     passing = f"{_passing_prefix(old.name)}{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
     want = at_least(want, old.geometry)
-    stamps = _StampClock(int((opts.clock or host_clock())()), old.geometry.span_ns)
+    mover_ns = int((opts.clock or host_clock())())
+    stamps = _StampClock(mover_ns, old.geometry.span_ns, _tokens_since(old, want, opts))
     reader = ShmWindow.attach(old.name, dataclasses.replace(opts, clock=stamps))
     try:
         if reader._ino != old._ino:
@@ -177,12 +178,12 @@ def _seed(old: ShmWindow, new: ShmWindow, want: Geometry, carry: bool, stamps: _
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
         if carry and want.kind == "limiter":
             _carry(old, new, stamps)
-        elif carry:
-            _carry_tokens(old, new, stamps)
+        elif carry and want.role == "token-bucket":
+            _carry_tokens(old, new, stamps)  # a concurrency moves only to reset: nothing carried
         if new.full_count():
             raise KeyTableFullError(f"window {old.name!r}: its new segment could not hold every key's hits")
-        if want.kind == "limiter":  # when it changed, for shmwin show
-            _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))
+        # when it changed, for shmwin show (a token bucket's limits as they are: only the time)
+        _core_of(new).set_limits((tuple(r.limit for r in want.rings), time.time_ns()))
         os.rename(new._seg.path, old._seg.path)
     except BaseException:
         new.close()
@@ -194,6 +195,17 @@ def _seed(old: ShmWindow, new: ShmWindow, want: Geometry, carry: bool, stamps: _
     new.close()
 
 
+def _tokens_since(old: ShmWindow, want: Geometry, opts: ShmOptions) -> int | None:
+    """A token bucket's carry: from when on the mover's clock is its users' (:class:`_StampClock`):
+    always, when the mover runs a clock it was given (a handle's own: ``set_rate``, an open
+    with other rates); else (the host clock: ``shmwin set``) from the old segment's creation on
+    the host's clock -- a key's users on the host clock wrote it then or later, a
+    ``ManualClock``'s are seen before. None: not a token bucket."""
+    if want.role != "token-bucket":
+        return None
+    return -(1 << 63) if opts.clock is not None else int(old.meta.created_mono_ns)
+
+
 class _StampClock:
     """The mover's clock while it carries, per key: the mover's own now, if the key was written
     within the old segment's longest period before it (the same clock as its users, as far as
@@ -202,10 +214,18 @@ class _StampClock:
     namespace -- which ``shmwin set`` on the host clock cannot know). Either way, a key's
     counts read then are the most it still held, and charged then they weigh on every new rate
     in every interval that holds one of the real hits (each was made at or before it, and every
-    later call is later)."""
+    later call is later).
 
-    def __init__(self, mover_ns: int, span_ns: int) -> None:
-        self.mover_ns, self.span_ns = mover_ns, span_ns
+    A token bucket's row stamp is not its newest write but its tat less the burst's time (the
+    key is idle once its bucket is full again), so a key used once more after a pause reads,
+    at that stamp, as an empty bucket: its whole burst would be carried as used, and the new
+    bucket emptied for a burst at the new rate (9 of 1000 admitted at 3/second burst 1000, in
+    the red team's run). Its keys are read at the mover's now whenever the mover's clock is
+    its users' (``tokens_since_ns``: from when on a stamp shows it, ``_tokens_since``): at the
+    mover's now the tokens used are what they are."""
+
+    def __init__(self, mover_ns: int, span_ns: int, tokens_since_ns: int | None = None) -> None:
+        self.mover_ns, self.span_ns, self.tokens_since_ns = mover_ns, span_ns, tokens_since_ns
         self.now_ns = mover_ns
 
     def __call__(self) -> int:
@@ -216,6 +236,8 @@ class _StampClock:
         assert window._keys is not None  # a limiter's or a token bucket's: keyed
         for _, key, last_ns in window._keys.entries():  # 0 too: a clock may start there
             recent = last_ns <= self.mover_ns <= last_ns + self.span_ns
+            if not recent and self.tokens_since_ns is not None:  # last_ns + span_ns: the key's tat
+                recent = last_ns <= self.mover_ns and last_ns + self.span_ns >= self.tokens_since_ns
             self.now_ns = self.mover_ns if recent else last_ns
             yield key
 

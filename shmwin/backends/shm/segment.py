@@ -450,16 +450,18 @@ def board_path(prefix: str) -> str:
 
 
 def _forget_board(segment_name: str) -> None:
-    """One of a limits storage's fixed-window segments was removed: a new value on its board
-    (the readers that keep it mapped list /dev/shm again), then the board goes (boards.py)."""
+    """One of a limits storage's fixed-window segments was removed: the board goes, then a new
+    value in it (boards.py). In that order: a reader that reads the new value finds the board
+    gone when it checks its path, and one that opened it before sees the value move."""
     prefix = segment_name.rpartition(".fixed.")[0]
     try:
         fd = os.open(board_path(prefix), _OPEN)
     except OSError:  # none (or not ours to write): nobody reads it
         return
     try:
+        if os.stat(board_path(prefix), follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+            os.unlink(board_path(prefix))  # not a board made since by a lister (boards.py)
         os.pwrite(fd, os.urandom(8), 0)
-        os.unlink(board_path(prefix))
     except OSError:
         pass
     finally:

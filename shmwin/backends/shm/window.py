@@ -29,6 +29,7 @@ from ... import _core
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
 from ...errors import (
     GeometryMismatchError,
+    IncompatibleVersionError,
     NotSupportedError,
     ShmwinError,
     WindowClosedError,
@@ -155,7 +156,13 @@ class ShmWindow:
         self._seg = seg
         self._closed = True  # until fully bound, close() must not touch views
         try:
-            g, lay, meta = header.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
+            try:
+                g, lay, meta = header.unpack_header(seg.mm[: layout.HEADER_BYTES], seg.size)
+            except IncompatibleVersionError as exc:  # whose, and what to do (the header knows no name)
+                raise IncompatibleVersionError(
+                    f"window {seg.name!r}: {exc} (a segment made by another shmwin version: once no process "
+                    f"uses it, remove it with `shmwin rm {seg.name}`, and it is made again at the next open)"
+                ) from None
             check_lock_table(seg.mm, lay.locks_off, g.n_locks)
             header.check_key_state(seg.mm, g, lay, meta.hash_key)
             # the core holds its window (through the claim callback): a bound ``w.add`` kept

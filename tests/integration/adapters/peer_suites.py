@@ -3,14 +3,13 @@ pytest run on a copy of its tests in a subprocess, read back from its JUnit repo
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support.sdists import fetched_sdist, outcomes_of
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -19,13 +18,7 @@ FETCH = ROOT / "scripts" / "test.d" / "21-adapter-suites.sh"
 
 def suite(dist: str) -> Path:
     """The extracted sdist of the installed ``dist``, fetched by the script if missing."""
-    version = importlib.metadata.version(dist)
-    where = ROOT / ".peer-suites" / f"{dist}-{version}"
-    if not (where / ".complete").exists():
-        fetched = subprocess.run(["bash", str(FETCH)], capture_output=True, text=True, timeout=600)
-        if fetched.returncode != 0:
-            pytest.fail(f"{FETCH.name} could not fetch the {dist} {version} sdist:\n{fetched.stderr}")
-    return where
+    return fetched_sdist(dist, FETCH)
 
 
 def run_pytest(args: list[str], cwd: Path, report: Path, env: dict[str, str]) -> dict[str, list[str]]:
@@ -92,15 +85,3 @@ def node_id(test: str, cwd: Path) -> str:
         if (cwd / path).exists():
             return "::".join([path, *parts[cut:], name])
     return classname.replace(".", "/") + ".py::" + name
-
-
-def outcomes_of(report: Path) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {"passed": [], "failed": [], "error": [], "skipped": []}
-    if not report.exists():
-        return out
-    for case in ET.parse(report).getroot().iter("testcase"):
-        test = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
-        kind = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
-        out[{"failure": "failed"}.get(kind, kind)].append(test)
-    return out

@@ -121,6 +121,13 @@ def check_restored(w: Watch) -> None:
     assert "MODES echo=True icanon=True" in text
 
 
+def quit_restored(w: Watch) -> None:
+    """Quit with "q": the view exits 0 and gives the terminal back as it found it."""
+    os.write(w.fd, b"q")
+    assert w.finish() == 0
+    check_restored(w)
+
+
 @pytest.fixture
 def windows(make_name):
     """A busy keyed window with long fields and keys, and a limiter of four rates."""
@@ -149,9 +156,7 @@ def test_watch_fits_the_terminal_and_restores_it_on_q(windows, cols, rows):
         assert "1h/1m" in frames[-1] or "1000/minute" in frames[-1]
         if cols > 200 and name == api:  # the room is used: a 60-bucket sparkline in full
             assert max(cells(line) for line in lines) > 120
-        os.write(w.fd, b"q")
-        assert w.finish() == 0
-        check_restored(w)
+        quit_restored(w)
 
 
 def test_watch_restores_the_terminal_on_ctrl_c_sigterm_and_an_exception(windows):
@@ -224,9 +229,7 @@ def test_watch_a_shedder_follows_its_requests_in_flight(make_name):
         lines = check_frame(frames[-1], 80, 24)
         assert lines[1].startswith(f"{name} (shedder)")
         assert re.search(r"host cpu \d+\.\d%", frames[-1])
-        os.write(w.fd, b"q")
-        assert w.finish() == 0
-        check_restored(w)
+        quit_restored(w)
         for ticket in (first, second):
             assert ticket is not None
             ticket.done()
@@ -259,9 +262,7 @@ def test_watch_a_token_bucket_follows_its_keys_tokens(make_name):
         w.read_until("2 keys below a full bucket, 7 tokens taken in all")
         lines = check_frame(w.frames(1)[-1], 80, 24)
         assert lines[1].startswith(f"{name} (token bucket)")
-        os.write(w.fd, b"q")
-        assert w.finish() == 0
-        check_restored(w)
+        quit_restored(w)
         tb.unlink()
 
 
@@ -286,9 +287,7 @@ def test_watch_an_apps_metrics_follows_its_samples(make_name):
         w.read_until('jobs_total{queue="mail"} 7.0')
         lines = check_frame(w.frames(1)[-1], 80, 24)
         assert lines[1].startswith(f"{app}.metrics (prometheus_client metrics of app")
-        os.write(w.fd, b"q")
-        assert w.finish() == 0
-        check_restored(w)
+        quit_restored(w)
     finally:
         from shmwin.integrations import prometheus as shp
 

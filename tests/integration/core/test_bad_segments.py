@@ -56,6 +56,19 @@ def test_other_format_version(name):
     shmwin.unlink(name)
 
 
+def test_other_format_version_names_the_segment_and_what_to_do(name):
+    """The version error names the segment and the command that removes it (before: "segment
+    has format version 10; this shmwin reads version 11", no name, no hint)."""
+    _make(name).close()
+    _poke(name, 8, (layout.FORMAT_VERSION - 1).to_bytes(4, "little"))
+    with pytest.raises(shmwin.IncompatibleVersionError) as err:
+        Window.attach(name)
+    message = str(err.value)
+    assert f"window {name!r}" in message and f"version {layout.FORMAT_VERSION - 1}" in message
+    assert f"`shmwin rm {name}`" in message
+    shmwin.unlink(name)
+
+
 @pytest.mark.parametrize("new_size", [64, 4096, 8192, "bigger"])
 def test_truncated_or_resized_segment(name, new_size):
     w = _make(name)

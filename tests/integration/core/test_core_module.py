@@ -76,6 +76,11 @@ def test_every_signature_of_the_stub_is_the_module_s():
             cls = getattr(_core, node.name)
             members = {}
             for item in node.body:
+                if isinstance(item, ast.AnnAssign):  # an attribute: the type has it
+                    attribute = item.target.id  # type: ignore[union-attr]
+                    assert hasattr(cls, attribute), f"{node.name}.{attribute}"
+                    members[attribute] = item
+                    continue
                 assert isinstance(item, ast.FunctionDef)
                 members[item.name] = item
                 if item.name == "__init__":

@@ -11,6 +11,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from support.helpers import wait_stopped
@@ -95,6 +98,24 @@ def keys_off_lock(lim: Limiter, avoid: str, n: int, tag: str) -> list[str]:
         other.close()
 
 
+@contextmanager
+def k_held_elsewhere(
+    name: str, tmp_path: Path, tag: str
+) -> Iterator[tuple[Limiter, ManualClock, Telling, list[str], str, mp.Process]]:
+    """A limiter (its clock told, under a ManualClock of a file) whose "k" is counted once, 2999
+    keys of other locks made by another Core (``keys_off_lock``), one more key kept aside
+    (``last``), and a process holding k's row lock, stopped (``start_holder``): (limiter, clock,
+    told, keys, last, holder). The limiter is closed after the test (which unlinks it)."""
+    clock_path = tmp_path / "clock"
+    clock = ManualClock(T0, path=clock_path)
+    told = Telling(clock)
+    with Limiter(name, RATE, clock=told, decisions=False) as lim:
+        assert lim.hit("k")
+        keys = keys_off_lock(lim, "k", 3000, tag)
+        last = keys.pop()
+        yield lim, clock, told, keys, last, start_holder(name, clock_path)
+
+
 @pytest.mark.failpoints
 @pytest.mark.parametrize("clear_it", [False, True])
 def test_a_thread_waiting_on_a_row_lock_survives_the_table_grown_and_dropped(name, tmp_path, clear_it):
@@ -103,15 +124,8 @@ def test_a_thread_waiting_on_a_row_lock_survives_the_table_grown_and_dropped(nam
     entries, then clears those keys and drops the table (churn), and maybe another thread
     clears "k" while both wait. The waiting hit then counts exactly once, on "k", never through
     the old table (the sanitizer job sees any read of it)."""
-    clock_path = tmp_path / "clock"
-    clock = ManualClock(T0, path=clock_path)
-    told = Telling(clock)
-    with Limiter(name, RATE, clock=told, decisions=False) as lim:
+    with k_held_elsewhere(name, tmp_path, "grow") as (lim, clock, told, keys, last, holder):
         core = lim._backend._core
-        assert lim.hit("k")
-        keys = keys_off_lock(lim, "k", 3000, "grow")
-        last = keys.pop()
-        holder = start_holder(name, clock_path)
         threads: list[threading.Thread] = []
         errors: list[BaseException] = []
 
@@ -167,15 +181,8 @@ def test_a_signal_handler_hitting_other_keys_while_a_hit_waits_on_its_row_lock(n
     A signal handler runs inside that wait and hits 3000 other keys of this Limiter (the table
     grows to 4096 entries), clears them and drops the table (churn), lets the holder finish,
     and maybe clears "k". The interrupted hit then counts exactly once on "k"."""
-    clock_path = tmp_path / "clock"
-    clock = ManualClock(T0, path=clock_path)
-    told = Telling(clock)
-    with Limiter(name, RATE, clock=told, decisions=False) as lim:
+    with k_held_elsewhere(name, tmp_path, "sig") as (lim, clock, told, keys, last, holder):
         core = lim._backend._core
-        assert lim.hit("k")
-        keys = keys_off_lock(lim, "k", 3000, "sig")
-        last = keys.pop()
-        holder = start_holder(name, clock_path)
         state: dict[str, object] = {"ran": False, "sizes": []}
         handled = threading.Event()
         errors: list[BaseException] = []

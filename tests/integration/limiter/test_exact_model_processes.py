@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from support.clock_steps import SteppingClock, busiest_period
+from support.clock_steps import SteppingClock
 from support.helpers import forked_askers
+from support.stepping import pick_op, strict_under_steps
 
 from shmwin import Limiter
 
@@ -98,9 +99,7 @@ def test_forward_clocks_answer_as_the_exact_log(name, seed):
     with three_processes(name) as ask:
         for i in range(600):
             t += rng.choice((0, 1, rng.randrange(P // 4), P // 2, P, P + 1))
-            op, cost, who = rng.choice(OPS), rng.choice((1, 1, 1, 2, 5)), rng.randrange(3)
-            if op == "clear" and rng.random() < 0.9:
-                op = "hit"  # clears are rare: most of the run holds hits
+            op, cost, who = pick_op(rng, OPS)
             got = ask(who, op, t, cost)
             if op == "hit":
                 want: Any = model.hit(t, cost)
@@ -115,28 +114,15 @@ def test_forward_clocks_answer_as_the_exact_log(name, seed):
             assert got == want, (i, who, op, (t - T0) / S, cost, got, want)
 
 
-def step(rng: random.Random) -> int:
-    """Mostly forward; one in five back, by a little, about P, or far."""
-    sign = -1 if rng.random() < 0.2 else 1
-    return sign * rng.choice((rng.randrange(P // 3), P - 1, P, P + 1, 3 * P, rng.randrange(10 * P)))
+def _test_answers_with_its_reading(ask: Any, rng: random.Random, now_ns: int, used: int) -> None:
+    assert ask(rng.randrange(3), "test", now_ns, 1) == (used < LIMIT)
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_stepping_clocks_stay_strict_and_open_again(name, seed):
-    rng, t, latest = random.Random(f"steps-{seed}"), T0, T0
-    admitted: list[tuple[int, int]] = []
     with three_processes(name) as ask:
-        for i in range(500):
-            t = max(0, t + step(rng))
-            latest = max(latest, t)
-            who, cost = rng.randrange(3), rng.choice((1, 1, 1, 2, LIMIT))
-            if ask(who, "hit", t, cost):
-                admitted.append((t, cost))
-            held = sum(c for at, c in admitted if at >= t - P)
-            used = ask(rng.randrange(3), "stats", t, 0)
-            assert used >= min(LIMIT, held), (i, (t - T0) / S, used, held)
-            assert ask(rng.randrange(3), "test", t, 1) == (used < LIMIT)
-        assert busiest_period(admitted, P, closed=True) <= LIMIT
-        assert sum(c for _, c in admitted) >= 10 * LIMIT  # strict, not shut
-        t = latest + 3 * P
-        assert [ask(i % 3, "hit", t, 1) for i in range(LIMIT + 1)] == [True] * LIMIT + [False]
+        strict_under_steps(
+            ask, seed, limit=LIMIT, period_ns=P, t0_ns=T0, least_admitted=10 * LIMIT,
+            read=lambda ask, who, now_ns: ask(who, "stats", now_ns, 0),
+            after_read=_test_answers_with_its_reading,
+        )  # fmt: skip

@@ -145,15 +145,21 @@ def test_hits_refunds_and_stepping_clocks_are_strict_in_every_interval(exact_lim
 MS = 1_000_000
 
 
+def hits_then_behind(lim: Limiter, clock: SteppingClock, n: int) -> Limiter:
+    """``lim`` after one hit of "k" at each of T0 + 1 ms ... T0 + n ms, its clock then set back
+    to T0: behind all n entries."""
+    for i in range(1, n + 1):
+        clock.set(T0 + i * MS)
+        assert lim.hit("k")
+    clock.set(T0)
+    return lim
+
+
 def test_a_clock_a_few_entries_behind_stays_exact(exact_limiter):
     """Processes whose clocks read a little apart: a hit behind up to 8 newer entries is kept at
     its own time, in order, and forgotten exactly one period after it."""
     clock = SteppingClock(T0)
-    lim = exact_limiter("100/second", True, clock)
-    for i in range(1, 9):
-        clock.set(T0 + i * MS)
-        assert lim.hit("k")
-    clock.set(T0)  # behind all 8
+    lim = hits_then_behind(exact_limiter("100/second", True, clock), clock, 8)  # behind all 8
     assert lim.hit("k")
     clock.set(T0 + S + 1)  # the hit at T0 leaves exactly a period later
     assert lim.stats("k").used == 8
@@ -164,11 +170,7 @@ def test_a_clock_far_behind_joins_a_later_entry_and_is_forgotten_later_never_ear
     a hit never shifts more than 8 entries, whatever the log holds): it stays counted past its
     own period, until that entry's."""
     clock = SteppingClock(T0)
-    lim = exact_limiter("100/second", True, clock)
-    for i in range(1, 21):
-        clock.set(T0 + i * MS)
-        assert lim.hit("k")
-    clock.set(T0)  # behind all 20
+    lim = hits_then_behind(exact_limiter("100/second", True, clock), clock, 20)  # behind all 20
     assert lim.hit("k", 3)
     assert lim.stats("k").used == 23
     clock.set(T0 + S + 12 * MS + 1)  # the entries at 1..12 ms have left; the one at 13 ms holds the 3

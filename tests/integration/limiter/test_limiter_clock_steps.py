@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 from support.clock_steps import SteppingClock, busiest_period, skewed_turns
@@ -27,14 +27,17 @@ T0 = 1_000_000 * S
 
 
 @contextmanager
-def limiter(name: str, rates: str | list[str], buckets: int, clock: Clock) -> Iterator[Limiter]:
-    """A Limiter on a fresh name, unlinked whatever the test found."""
-    lim = Limiter(name, rates, buckets=buckets, clock=clock)
+def dropped_after(lim: Limiter) -> Iterator[Limiter]:
+    """``lim`` (on a fresh name), unlinked and closed whatever the test found."""
     try:
         yield lim
     finally:
         lim.unlink()
         lim.close()
+
+
+def limiter(name: str, rates: str | list[str], buckets: int, clock: Clock) -> AbstractContextManager[Limiter]:
+    return dropped_after(Limiter(name, rates, buckets=buckets, clock=clock))
 
 
 def in_window(t_ns: int, x_ns: int, period_ns: int, buckets: int) -> bool:
@@ -274,11 +277,5 @@ def test_exact_random_steps_never_pass_the_limit_in_the_clocks_frame(name, limit
         assert [lim.hit("k") for _ in range(limit + 1)] == [True] * limit + [False]
 
 
-@contextmanager
-def exact_limiter(name: str, rate: str, exact: bool | int, clock: Clock) -> Iterator[Limiter]:
-    lim = Limiter(name, rate, exact=exact, clock=clock)
-    try:
-        yield lim
-    finally:
-        lim.unlink()
-        lim.close()
+def exact_limiter(name: str, rate: str, exact: bool | int, clock: Clock) -> AbstractContextManager[Limiter]:
+    return dropped_after(Limiter(name, rate, exact=exact, clock=clock))

@@ -112,11 +112,12 @@ def test_a_segment_another_process_removes_is_no_longer_counted(storage, name):
     storage.incr("user:42", 60)
     storage.incr("user:42", 3600)
     assert storage.get("user:42") == 2
+    first_board = os.stat(boards.path_of(name)).st_ino
     _in_another_process("import sys, shmwin; assert shmwin.unlink(sys.argv[1])", f"{name}.fixed.1h")
-    assert storage.get("user:42") == 1  # no crash, and the removed one (still mapped here) is gone
     assert not os.path.exists(boards.path_of(name))  # its removal took the board with it
-    _incr_in_another_process(name, "user:42", 86400, 3)  # a new segment: a new board
-    assert os.path.exists(boards.path_of(name))
+    assert storage.get("user:42") == 1  # no crash, and the removed one (still mapped here) is gone
+    assert os.stat(boards.path_of(name)).st_ino != first_board  # the lister made a new one
+    _incr_in_another_process(name, "user:42", 86400, 3)  # a new segment: a new value on it
     assert storage.get("user:42") == 4
 
 

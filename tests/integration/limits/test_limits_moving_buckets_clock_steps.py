@@ -6,6 +6,7 @@ between; neither may shm:// (a hit is forgotten between P and P + P/buckets afte
 from __future__ import annotations
 
 import pytest
+from support.stepping import forward_then_back
 
 pytestmark = [pytest.mark.integration, pytest.mark.sanitize]
 
@@ -23,34 +24,16 @@ def test_forward_then_back_answers_as_memory(name, monkeypatch, rate, period_s, 
     neither does shm:// (it admitted up to L - 1: the later hit's head move forgot them)."""
     pytest.importorskip("limits")
     from limits import parse
-    from limits.storage import storage_from_string
-    from limits.strategies import MovingWindowRateLimiter
-
-    import shmwin.integrations.limits  # registers shm://
 
     now = [1_800_000_000.0]
     monkeypatch.setattr("time.time", lambda: now[0])
     item = parse(rate)
     jump_s = 10**6 if jump == "1e6s" else int(jump) * period_s
     back_s = 1 if period_s > 1 else 0.5
-    answers = {}
-    try:
-        for uri in (f"shm://{name}?buckets={buckets}", "memory://"):
-            now[0] = 1_800_000_000.0
-            limiter = MovingWindowRateLimiter(storage_from_string(uri))
-            first = sum(limiter.hit(item, "k") for _ in range(item.amount))
-            now[0] += jump_s
-            jumped = limiter.hit(item, "k")
-            now[0] += back_s - jump_s
-            back = sum(limiter.hit(item, "k") for _ in range(item.amount))
-            if uri.startswith("shm"):
-                assert limiter.get_window_stats(item, "k").remaining <= 0  # the hit ahead counts too
-            answers[uri.split(":")[0]] = (first, jumped, back)
-        assert answers["shm"] == answers["memory"] == (item.amount, True, 0)
-    finally:
-        for n in shmwin.names():
-            if n.startswith(name + "."):
-                shmwin.unlink(n)
+    # the hit ahead counts too: shm:// has nothing left
+    answers = forward_then_back(name, f"shm://{name}?buckets={buckets}", item, jump_s, back_s, now,
+                                lambda left: left <= 0)  # fmt: skip
+    assert answers["shm"] == answers["memory"] == (item.amount, True, 0)
 
 
 def test_a_key_idle_at_the_newest_reading_is_forgotten_as_memory_forgets_it(name, monkeypatch):

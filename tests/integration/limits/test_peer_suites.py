@@ -13,15 +13,14 @@ Every test must pass except the ones listed below, each with its reason; the doc
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support.sdists import fetched_sdist, outcomes_of
 
 pytestmark = pytest.mark.integration
 
@@ -46,12 +45,7 @@ LIMITS_ASYNC = ["tests/aio/test_strategy.py", "tests/aio/test_storage.py"]
 
 def _suite(dist: str) -> Path:
     """The extracted sdist of the installed ``dist``, fetched by the script if missing."""
-    version = importlib.metadata.version(dist)
-    where = ROOT / ".peer-suites" / f"{dist}-{version}"
-    if not (where / ".complete").exists():
-        fetched = subprocess.run(["bash", str(FETCH)], capture_output=True, text=True, timeout=600)
-        if fetched.returncode != 0:
-            pytest.fail(f"{FETCH.name} could not fetch the {dist} {version} sdist:\n{fetched.stderr}")
+    where = fetched_sdist(dist, FETCH)
     assert (where / "tests").is_dir(), f"{where} holds no tests/"
     return where
 
@@ -76,7 +70,7 @@ def _run(dist: str, paths: list[str], deselected: dict[str, str], prefix: str, t
     )
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run(args, cwd=copy, env=env, capture_output=True, text=True, timeout=900)
-    outcomes = _outcomes(report)
+    outcomes = outcomes_of(report)
     if proc.returncode not in (0, 1) or not report.exists():
         pytest.fail(
             f"the {dist} suite did not run ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -84,19 +78,6 @@ def _run(dist: str, paths: list[str], deselected: dict[str, str], prefix: str, t
     bad = outcomes["failed"] + outcomes["error"]
     assert not bad, f"{dist}'s own tests failed on shm://: {bad}\n{proc.stdout[-6000:]}"
     return outcomes
-
-
-def _outcomes(report: Path) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {"passed": [], "failed": [], "error": [], "skipped": []}
-    if not report.exists():
-        return out
-    for case in ET.parse(report).getroot().iter("testcase"):
-        test = f"{case.get('classname')}::{case.get('name')}"
-        kinds = [child.tag for child in case]
-        outcome = "failed" if "failure" in kinds else "error" if "error" in kinds else "skipped" if (
-            "skipped" in kinds) else "passed"  # fmt: skip
-        out[outcome].append(test)
-    return out
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""A concurrency segment opened with another limit: on_change= is accepted as a Limiter's, and
-the error says what to do for a concurrency limit (not a window's buckets)."""
+"""A concurrency segment opened with another limit: on_change= is a Limiter's; "raise" says what
+to do for a concurrency limit (not a window's buckets), "carry" and "reset" change it live."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from shmwin import Concurrency
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("on_change", ["carry", "reset", "raise"])
+@pytest.mark.parametrize("on_change", ["raise"])  # "carry" and "reset": tests/integration/live/
 def test_another_limit_is_a_clear_error(name, on_change):
     with Concurrency(name, 3) as conc:
         assert conc.acquire("k", timeout=0)

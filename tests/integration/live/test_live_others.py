@@ -40,11 +40,18 @@ def test_a_window_of_other_buckets_says_to_drop_it_and_rm_does(name):
     old.close()
 
 
-def test_a_token_bucket_is_not_set_from_the_shell(name):
+def test_a_token_bucket_is_set_from_the_shell_a_window_is_not(name, make_name):
+    """`shmwin set` takes a token bucket's rate since issue 31's last parts (it was refused: not
+    a limiter); a plain window's span and buckets are its layout: a clear error still."""
     with TokenBucket(name, "10/second", burst=5) as tb:
-        assert _shmwin("set", name, "20/second").returncode == 2  # not a limiter: a clear error
-        assert str(tb.rate) == "10/second"
+        assert _shmwin("set", name, "20/second").returncode == 0
+        assert str(tb.rate) == "20/second" and tb.burst == 5
         tb.unlink()
+    plain = make_name("plain")
+    with Window(plain, span=30, buckets=30, fields=("ok",)) as w:
+        refused = _shmwin("set", plain, "20/second")
+        assert refused.returncode == 2 and "limiter" in refused.stderr, refused.stderr
+        w.unlink()
 
 
 @pytest.mark.parametrize("strategy", ["fixed-window", "moving-window", "sliding-window-counter"])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from support.helpers import run_python
@@ -30,6 +32,17 @@ class Constant:
 
 def _breaker(name, clock=None, rng=None, **kwargs) -> Breaker:
     return Breaker(name, clock=clock or ManualClock(S), rng=rng or random.Random(12345), **kwargs)
+
+
+@contextmanager
+def breaking(name, clock=None, rng=None, **kwargs) -> Iterator[Breaker]:
+    """A breaker for the test (as :func:`_breaker` makes it), unlinked and closed after it."""
+    b = _breaker(name, clock, rng, **kwargs)
+    try:
+        yield b
+    finally:
+        b.unlink()
+        b.close()
 
 
 def _fill(b: Breaker, accepts: int, failures: int) -> None:
@@ -78,8 +91,7 @@ def _measure(b: Breaker, calls: int, accepts: int, total: int) -> tuple[int, flo
     ids=["empty", "at-protection", "accepts-eq-total", "interior", "past-protection", "all-failing", "wide"],
 )
 def test_measured_drops_match_the_formula_within_binomial_error(name, accepts, failures):
-    b = _breaker(name)
-    try:
+    with breaking(name) as b:
         _fill(b, accepts, failures)
         drops, expected, variance = _measure(b, 4000, accepts, accepts + failures)
         if variance == 0:
@@ -89,14 +101,10 @@ def test_measured_drops_match_the_formula_within_binomial_error(name, accepts, f
         stats = b.stats()  # every drop was counted as a request, in the shared window
         assert (stats.accepts, stats.failures, stats.drops) == (accepts, failures, drops)
         assert stats.drop_ratio == pytest.approx(drop_ratio(accepts, stats.total, 1.5, 5))
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_a_draw_below_p_drops_and_one_at_or_above_passes(name):
-    b = _breaker(name, rng=Constant(1 / 7 - 1e-9))
-    try:
+    with breaking(name, rng=Constant(1 / 7 - 1e-9)) as b:
         _fill(b, 0, 6)
         assert not b.allow()  # p = 1/7
         b.unlink()
@@ -104,27 +112,19 @@ def test_a_draw_below_p_drops_and_one_at_or_above_passes(name):
         b = _breaker(name, rng=Constant(1 / 7))
         _fill(b, 0, 6)
         assert b.allow()
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_custom_k_and_protection(name):
-    b = _breaker(name, k=2.0, protection=0, rng=Constant(0.3))
-    try:
+    with breaking(name, k=2.0, protection=0, rng=Constant(0.3)) as b:
         b.reject()
         assert not b.allow()  # (1 - 0 - 0) / 2 = 0.5 > 0.3: dropped, a request too
         b.accept()
         assert b.allow()  # (3 - 0 - 2 * 1) / 4 = 0.25 <= 0.3
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_failures_age_out_with_the_window(name):
     clock = ManualClock(S)
-    b = _breaker(name, clock=clock, rng=Constant(0.0), window="10s", buckets=40)
-    try:
+    with breaking(name, clock=clock, rng=Constant(0.0), window="10s", buckets=40) as b:
         _fill(b, 0, 20)
         assert not b.allow()
         clock.advance(9.5)
@@ -132,17 +132,13 @@ def test_failures_age_out_with_the_window(name):
         clock.advance(0.75)
         assert b.stats().total == 1  # only the drop of 9.5 s ago is left
         assert b.allow()
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_recovers_when_the_backend_does(name):
     """All failing, then the backend heals: with a real (seeded) RNG a share of calls still
     goes through, each success weighs k, and the drop ratio falls back to 0."""
     clock = ManualClock(S)
-    b = _breaker(name, clock=clock)
-    try:
+    with breaking(name, clock=clock) as b:
         _fill(b, 0, 50)
         assert b.stats().drop_ratio > 0.8
         passed = []
@@ -156,17 +152,14 @@ def test_recovers_when_the_backend_does(name):
         assert sum(passed[:100]) >= 1  # a share got through while it was still failing
         assert b.stats().drop_ratio == 0  # the successes outweigh what is left of the failures
         assert all(passed[-100:]) and all(b.allow() for _ in range(100))
-    finally:
-        b.unlink()
-        b.close()
 
 
 # -- what counts as a failure --------------------------------------------------------------------
 
 
 def test_call_decorator_and_context_manager_record_outcomes(name):
-    b = _breaker(name, is_failure=lambda exc: not isinstance(exc, KeyError), acceptable=lambda r: r != "bad")
-    try:
+    not_key_error = lambda exc: not isinstance(exc, KeyError)  # noqa: E731
+    with breaking(name, is_failure=not_key_error, acceptable=lambda r: r != "bad") as b:
 
         @b
         def work(result, exc=None):
@@ -189,14 +182,10 @@ def test_call_decorator_and_context_manager_record_outcomes(name):
         assert b.call(lambda x: x * 2, 21) == 42
         stats = b.stats()
         assert (stats.accepts, stats.failures, stats.drops) == (4, 3, 0)
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_async_decorator_and_context_manager(name):
-    b = _breaker(name)
-    try:
+    with breaking(name) as b:
 
         @b
         async def fetch(fail: bool) -> str:
@@ -219,9 +208,6 @@ def test_async_decorator_and_context_manager(name):
         assert asyncio.iscoroutinefunction(fetch)
         stats = b.stats()
         assert (stats.accepts, stats.failures) == (2, 1)
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_a_dropped_call_raises_and_never_runs(name):
@@ -249,8 +235,7 @@ def test_another_process_failures_reach_this_one_after_refresh(name, tmp_path):
     cached view lasts one ``refresh`` of its clock, here a manual one shared by file)."""
     clock_path = tmp_path / "clock"
     clock = ManualClock(S, path=clock_path)
-    b = _breaker(name, clock=clock, rng=Constant(0.0), refresh="1ms")
-    try:
+    with breaking(name, clock=clock, rng=Constant(0.0), refresh="1ms") as b:
         assert b.allow()  # reads the (empty) shared counts
         run_python(
             """
@@ -269,14 +254,10 @@ def test_another_process_failures_reach_this_one_after_refresh(name, tmp_path):
         clock.advance(ns=1_000_000)
         assert not b.allow()  # 10 failures of the other process: p = 5/11 > 0
         assert b.stats().failures == 10
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_attach_and_describe(name):
-    b = _breaker(name)
-    try:
+    with breaking(name) as b:
         _fill(b, 3, 7)
         other = Breaker.attach(name, clock=ManualClock(S))
         info = other.describe()
@@ -287,9 +268,6 @@ def test_attach_and_describe(name):
         }  # fmt: skip
         assert shmwin.overload.breaker.describe(name)["kind"] == "breaker"  # (its clock: the counts aged)
         assert is_breaker(b.window)
-    finally:
-        b.unlink()
-        b.close()
 
 
 def test_attach_refuses_a_plain_window(name):

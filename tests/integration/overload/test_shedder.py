@@ -16,6 +16,7 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 from support.helpers import ROOT
@@ -48,6 +49,16 @@ def _shedder(name, clock, cpu, **kwargs) -> Shedder:
 def _drop(s: Shedder) -> None:
     s.unlink()
     s.close()
+
+
+@contextlib.contextmanager
+def shedding(name, clock, cpu, **kwargs) -> Iterator[Shedder]:
+    """A shedder for the test (as :func:`_shedder` makes it), unlinked and closed after it."""
+    s = _shedder(name, clock, cpu, **kwargs)
+    try:
+        yield s
+    finally:
+        _drop(s)
 
 
 # -- go-zero's conditions, written out independently --------------------------------------------
@@ -142,22 +153,18 @@ def test_drops_exactly_when_go_zeros_conditions_hold(name, seed):
 
 def test_never_drops_below_the_cpu_threshold_without_a_recent_drop(name):
     clock, cpu = ManualClock(S), Cpu(899)
-    s = _shedder(name, clock, cpu)
-    try:
+    with shedding(name, clock, cpu) as s:
         tickets = [s.allow() for _ in range(200)]
         for t in tickets[:100]:
             t.done()  # avg_flying climbs towards 100
         assert all(tickets) and s.allow() is not None
         cpu.value = 900
         assert s.allow() is None  # hot: 101 in flight, avg ~ 100 > max_flight 10
-    finally:
-        _drop(s)
 
 
 def test_cool_off_keeps_dropping_for_a_second_after_the_cpu_calms(name):
     clock, cpu = ManualClock(S), Cpu(1000)
-    s = _shedder(name, clock, cpu)
-    try:
+    with shedding(name, clock, cpu) as s:
         held = [s.allow() for _ in range(30)]  # 30 in flight before anything looks hot
         cpu.value = 0
         for t in [s.allow() for _ in range(20)]:
@@ -173,15 +180,12 @@ def test_cool_off_keeps_dropping_for_a_second_after_the_cpu_calms(name):
         cpu.value = 500
         assert s.allow() is not None  # and no drop since: not hot again until the CPU is
         assert len(held) == 30
-    finally:
-        _drop(s)
 
 
 def test_max_flight_comes_from_the_completed_buckets(name):
     """40 passes of 5 ms each in one 100 ms bucket: max_flight = 40 * 5 ms * 10/s / 1000 = 2."""
     clock, cpu = ManualClock(S), Cpu(900)
-    s = _shedder(name, clock, cpu)
-    try:
+    with shedding(name, clock, cpu) as s:
         tickets = [s.allow() for _ in range(40)]
         clock.advance(0.005)
         for t in tickets:
@@ -192,16 +196,13 @@ def test_max_flight_comes_from_the_completed_buckets(name):
         assert stats.passes == 40 and stats.drops == 0
         assert overload_factor(1000, 900) == 0.1 and overload_factor(950, 900) == 0.5
         assert overload_factor(100, 900) == 1.0
-    finally:
-        _drop(s)
 
 
 def test_min_rt_is_the_shortest_response_not_the_lowest_bucket_mean(name):
     """1 ms and 9 ms requests in one bucket: go-zero's window says 5 ms (their mean); the
     shedder's distribution of response times says 1 ms, and max_flight is 5x lower."""
     clock, cpu = ManualClock(S), Cpu(900)
-    s = _shedder(name, clock, cpu)
-    try:
+    with shedding(name, clock, cpu) as s:
         quick, slow = [s.allow() for _ in range(20)], [s.allow() for _ in range(20)]
         clock.advance(0.001)
         for t in quick:
@@ -214,14 +215,11 @@ def test_min_rt_is_the_shortest_response_not_the_lowest_bucket_mean(name):
         assert (stats.max_pass, stats.min_rt_ms) == (40, 1.0)
         assert stats.max_flight == max(1.0, 40 * 1.0 * 10 / 1000)
         assert Shedder.attach(name, cpu=cpu, clock=clock).stats().min_rt_ms == 1.0
-    finally:
-        _drop(s)
 
 
 def test_admit_and_tickets(name):
     clock, cpu = ManualClock(S), Cpu(0)
-    s = _shedder(name, clock, cpu)
-    try:
+    with shedding(name, clock, cpu) as s:
         held = [s.admit() for _ in range(5)]
         with s.admit():
             assert s.flying.count() == 6
@@ -239,8 +237,6 @@ def test_admit_and_tickets(name):
             t.done()  # a second end does nothing
         assert s.flying.count() == 0 and s.stats().passes == 26 and s.stats().drops == 1
         assert isinstance(OverloadedError("x"), shmwin.ShmwinError)
-    finally:
-        _drop(s)
 
 
 @pytest.mark.parametrize(
@@ -440,8 +436,7 @@ def _wsgi_call(app, path="/"):
 
 def test_wsgi_middleware(name):
     clock, cpu = ManualClock(S), Cpu(0)
-    s = _shedder(name, clock, cpu)
-    try:
+    with shedding(name, clock, cpu) as s:
 
         def inner(environ, start_response):
             if environ["PATH_INFO"] == "/boom":
@@ -469,8 +464,6 @@ def test_wsgi_middleware(name):
             ShedderMiddleware(inner, s, cpu=cpu)  # options only for a shedder given by name
         with pytest.raises(ValueError, match="retry_after"):
             ShedderMiddleware(inner, s, retry_after=-1)
-    finally:
-        _drop(s)
 
 
 def test_asgi_middleware(name):

@@ -177,7 +177,9 @@ def test_attach_reads_the_limit_and_refuses_other_segments(name, make_name):
         finally:
             a.close()
         with pytest.raises(GeometryMismatchError):
-            Concurrency(name, 5)  # another limit: not the same segment
+            Concurrency(name, 5, on_change="raise")  # another limit, refused
+        with Concurrency(name, 5) as again:  # another limit: changed live (on_change="carry")
+            assert again.limit == c.limit == 5 and again.count("k") == 0
     shmwin.unlink(name)
     plain = make_name("plain")
     w = Window(plain, capacity=8)
@@ -223,6 +225,33 @@ def test_idle_keys_are_reclaimed_held_keys_never(name):
         clock.advance(3600)
         assert c.acquire("held", 0) and c.count("held") == 2  # never dropped: its holder lives
         assert not c.acquire("held", 0)
+    shmwin.unlink(name)
+
+
+def test_a_reused_row_starts_empty_past_dead_holders_entries(name):
+    """A key whose holders went (their entries left in its row) goes idle, and a new key takes
+    its row: the row is emptied as a copied empty row would be -- its top word 0, every entry
+    under the old top free -- writing only those entries (format 11's empty hook)."""
+    clock = ManualClock(1_000 * S)
+    with Concurrency(name, 3, capacity=2, idle="1s", processes=8, clock=clock) as c:
+        assert c.acquire("held", 0)
+        gone = [Concurrency.attach(name, clock=clock) for _ in range(2)]
+        assert all(g.acquire("gone", 0) for g in gone)
+        for g in gone:  # gone holding it: their stripes given back, their entries left behind
+            g.close()
+        q = c.window._backend._q  # type: ignore[attr-defined]
+        gone_top = _holder_word(c, "gone", 0) - 1
+        assert q[gone_top] == 2 and q[gone_top + 1] != 0 and q[gone_top + 3] != 0  # dead, still there
+        assert c.count("gone") == 0
+        clock.advance(5)
+        with pytest.raises(KeyTableFullError):
+            for i in range(64):
+                assert c.acquire(f"new{i}", 0)
+        new = next(k for k in c.keys() if k != "held")
+        top = _holder_word(c, new, 0) - 1
+        assert top == gone_top and q[top] == 1, "the new key did not take the row, or kept its top"
+        assert [q[top + 1 + 2 * i] != 0 for i in range(3)] == [True, False, False]
+        assert c.count(new) == 1 and c.acquire(new, 0) and c.acquire(new, 0) and not c.acquire(new, 0)
     shmwin.unlink(name)
 
 
@@ -489,20 +518,58 @@ def _holder_word(c: Concurrency, key: str, entry: int) -> int:
     return (b._lay.rows_off + row * b._lay.row_bytes) // 8 + b._lay.ring_words[0] + 1 + 2 * entry
 
 
-@pytest.mark.parametrize("junk", [-1, 2**63 - 1, 1, 1 | 4 << 32, 1000 | 1 << 32, 0 | 1 << 32])
+# slots past MAX_CONCURRENCY (a slot count past the limit is sound since format 11: a lowered limit)
+TOO_MANY = 1 | (MAX_CONCURRENCY + 1) << 32
+
+
+@pytest.mark.parametrize("junk", [-1, 2**63 - 1, 1, TOO_MANY, 1000 | 1 << 32, 0 | 1 << 32])
 def test_a_junk_holder_entry_is_a_corrupt_segment_error(name, junk):
     from shmwin.errors import CorruptSegmentError
 
     with Concurrency(name, 3, processes=8) as c:
         assert c.acquire("k", 0) and c.acquire("ok", 0)
         q = c.window._backend._q  # type: ignore[attr-defined]
-        q[_holder_word(c, "k", 1)] = junk  # a free entry, spoilt
+        q[_holder_word(c, "k", 1)] = junk  # a free entry, spoilt, below the row's top word:
+        q[_holder_word(c, "k", 0) - 1] = 2  # (an entry past it is never read: format 11)
         for call in (lambda: c.acquire("k", 0), lambda: c.count("k"), lambda: c.release("k")):
             with pytest.raises(CorruptSegmentError, match="impossible holder entry"):
                 call()
         assert c.count("ok") == 1 and c.acquire("ok", 0)  # other keys go on
         q[_holder_word(c, "k", 1)] = 0
         assert c.count("k") == 1
+    shmwin.unlink(name)
+
+
+@pytest.mark.parametrize("top", [-1, 9, 2**63 - 1, -(2**63)])
+def test_a_junk_top_word_looks_at_every_entry(name, top):
+    """The row's top word bounds the entries read: junk there (outside 0..processes) reads
+    them all, so a holder past it is still counted -- more read, never a holder fewer."""
+    with Concurrency(name, 2, processes=8) as c, Concurrency.attach(name) as other:
+        assert c.acquire("k", 0) and other.acquire("k", 0)
+        q = c.window._backend._q  # type: ignore[attr-defined]
+        q[_holder_word(c, "k", 0) - 1] = top
+        assert c.count("k") == 2 and not c.acquire("k", 0)
+        other.release("k")
+        assert c.acquire("k", 0) and c.count("k") == 2
+    shmwin.unlink(name)
+
+
+def test_the_top_word_goes_down_as_the_last_holders_leave(name):
+    """Entries from the top on are free: it goes up as holders come, down when the last one
+    under it leaves (so a call reads as many entries as the key has holders, not processes)."""
+    with Concurrency(name, 3, processes=8) as a, Concurrency.attach(name) as b, Concurrency.attach(name) as d:
+        q = a.window._backend._q  # type: ignore[attr-defined]
+        assert a.acquire("k", 0) and b.acquire("k", 0) and d.acquire("k", 0)
+        top = _holder_word(a, "k", 0) - 1
+        assert q[top] == 3
+        b.release("k")
+        assert q[top] == 3  # a free entry under a held one
+        d.release("k")
+        assert q[top] == 1  # the last two gone: down past both
+        assert b.acquire("k", 0) and q[top] == 2
+        a.release("k")
+        b.release("k")
+        assert q[top] == 0
     shmwin.unlink(name)
 
 

@@ -18,6 +18,9 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from support.helpers import ROOT, open_core_as
@@ -45,6 +48,17 @@ def moving(name: str, clock: ManualClock, limit: int, times: int = 1024, capacit
     return found
 
 
+@contextmanager
+def opened(name: str, clock: ManualClock, limit: int, **sizes: Any) -> Iterator[MovingLogs]:
+    """A fresh moving log (as :func:`moving` makes it), closed and unlinked after the test."""
+    m = moving(name, clock, limit, **sizes)
+    try:
+        yield m
+    finally:
+        m.close()
+        shmwin.unlink(name)
+
+
 def state_at(m: MovingLogs, key: str) -> int:
     """The word index (in the mapping, as int64 words) of ``key``'s state: its chain word."""
     b = m.counts._backend
@@ -62,8 +76,7 @@ def words(m: MovingLogs) -> memoryview:
 def test_a_hit_is_forgotten_exactly_one_period_after_it(name):
     """Times on the segment's quantum (64 ns for P = 10 s): exact to the nanosecond."""
     clock = ManualClock(T0)
-    m = moving(name, clock, 3)
-    try:
+    with opened(name, clock, 3) as m:
         assert m.used_and_reset("k") == (0, 0) and m.test("k", 3) and not m.test("k", 4)
         assert m.hit("k", 1)
         clock.set(T0 + Q)
@@ -79,9 +92,6 @@ def test_a_hit_is_forgotten_exactly_one_period_after_it(name):
         assert m.used_and_reset("k")[0] == 1
         clock.set(T0 + 2 * P + Q + 1)  # the last hit (T0 + P + 1, stamped T0 + P + Q) gone too
         assert m.used_and_reset("k") == (0, 0)
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 @pytest.mark.parametrize("period_ns", [S // 4, P, 86_400 * S])
@@ -133,8 +143,7 @@ def test_an_entry_that_left_never_comes_back_when_its_stamp_wraps(name):
 
 def test_costs_are_counted_whole_and_refused_whole(name):
     clock = ManualClock(T0)
-    m = moving(name, clock, 10)
-    try:
+    with opened(name, clock, 10) as m:
         assert not m.hit("k", 11) and m.counts.keys() == []  # over the limit: never, no key made
         assert m.hit("k", 4) and m.hit("k", 6) and not m.hit("k", 1)
         assert m.hit("k", 0) and m.used_and_reset("k")[0] == 10  # a cost of 0 counts nothing, fits
@@ -145,9 +154,6 @@ def test_costs_are_counted_whole_and_refused_whole(name):
         assert m.reset() == 2 and m.used_and_reset("other") == (0, 0)
         with pytest.raises(ValueError, match="cost"):
             m.hit("k", -1)
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 def test_many_hits_take_chunks_and_give_them_back_for_other_keys(name):
@@ -190,8 +196,7 @@ def test_past_times_entries_the_oldest_merge_later_never_earlier(name):
     """limit 50, times=5: 50 hits at 50 instants all fit (counts merged into the newer time),
     the 51st is refused, and the merged hits leave later than they came (strict), never sooner."""
     clock = ManualClock(T0)
-    m = moving(name, clock, 50, times=5)
-    try:
+    with opened(name, clock, 50, times=5) as m:
         for i in range(50):
             clock.set(T0 + i * S // 10)
             assert m.hit("k", 1)
@@ -201,17 +206,13 @@ def test_past_times_entries_the_oldest_merge_later_never_earlier(name):
         assert m.used_and_reset("k")[0] == 50 and not m.hit("k", 1)
         clock.set(T0 + 49 * S // 10 + P + 1)  # every hit's time has passed a period ago
         assert m.used_and_reset("k") == (0, 0) and m.hit("k", 50)
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 def test_an_idle_keys_row_and_chunks_are_reused(name):
     """capacity 2: a third key takes the row of an idle one (its newest hit over a period old),
     and with it that key's chunks go back."""
     clock = ManualClock(T0)
-    m = moving(name, clock, 100, capacity=2)
-    try:
+    with opened(name, clock, 100, capacity=2) as m:
         for key in ("a", "b"):
             for _ in range(40):
                 assert m.hit(key, 1)
@@ -222,9 +223,6 @@ def test_an_idle_keys_row_and_chunks_are_reused(name):
             assert m.hit("c", 1)
         assert m.chunks()[0] == top, "the idle keys' chunks were reused"
         assert m.used_and_reset("a") == (0, 0) and m.used_and_reset("c")[0] == 40
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 def test_a_moving_log_is_not_written_as_a_plain_window(name):
@@ -265,8 +263,7 @@ def test_keys_are_named_for_the_tools_while_names_last(name):
     """NAME_SLOTS names: past them (4 probes from a key's hash), a key shows as its digest;
     once named keys are idle and their rows reused, their names' entries go to new keys."""
     clock = ManualClock(T0)
-    m = moving(name, clock, 5, capacity=4 * layout.NAME_SLOTS)
-    try:
+    with opened(name, clock, 5, capacity=4 * layout.NAME_SLOTS) as m:
         first = [f"client-{i}" for i in range(3 * layout.NAME_SLOTS)]
         for key in first:
             assert m.hit(key, 1)
@@ -282,15 +279,11 @@ def test_keys_are_named_for_the_tools_while_names_last(name):
             assert m.hit(key, 1)
         shown = {str(k): v for k, v in limits_moving.values(m.counts, clock())}
         assert len(shown) == 200 and sum(key in shown for key in later) >= 180, "stale names were not reused"
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 def test_junk_in_the_names_area_shows_digests_never_a_crash(name):
     clock = ManualClock(T0)
-    m = moving(name, clock, 5)
-    try:
+    with opened(name, clock, 5) as m:
         for key in ("a", "b", "c"):
             assert m.hit(key, 1)
         lay = m.counts._backend._lay
@@ -303,9 +296,6 @@ def test_junk_in_the_names_area_shows_digests_never_a_crash(name):
         assert sorted(shown.values()) == [1, 1, 1] and all(str(k).startswith("\u2026") for k in shown)
         assert m.hit("a", 1) and m.used_and_reset("a")[0] == 2  # counting never reads names
         assert m.hit("d", 1) and "d" in dict(limits_moving.values(m.counts, clock()))  # named again
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 # -- junk in the chain words: an error, never a crash --------------------------------------------
@@ -314,8 +304,7 @@ def test_junk_in_the_names_area_shows_digests_never_a_crash(name):
 @pytest.mark.parametrize("junk", [-1, 10**9, "self", "cycle", "foreign"])
 def test_junk_chain_words_are_a_corrupt_segment_error(name, junk):
     clock = ManualClock(T0)
-    m = moving(name, clock, 100)
-    try:
+    with opened(name, clock, 100) as m:
         for key, at in (("k", T0), ("other", T0 + P // 2)):
             clock.set(at)
             for _ in range(30):
@@ -346,9 +335,6 @@ def test_junk_chain_words_are_a_corrupt_segment_error(name, junk):
         m.clear("k")  # its row emptied: the junk chain cut, the key usable again
         clock.set(T0 + 2 * P)  # a whole quantum
         assert m.hit("k", 1) and m.used_and_reset("k") == (1, P + 1)
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 @pytest.mark.parametrize("word", ["chunks_top", "chunks_reserved", "chunk_free"])
@@ -369,16 +355,12 @@ def test_junk_heap_words_refuse_the_segment(name, word):
 
 def test_junk_heap_words_met_by_a_live_core_are_an_error(name):
     clock = ManualClock(T0)
-    m = moving(name, clock, 100)
-    try:
+    with opened(name, clock, 100) as m:
         for _ in range(30):
             m.hit("k", 1)
         words(m)[layout.CHUNKS_TOP_OFF // 8] = 3  # no tag
         with pytest.raises(CorruptSegmentError, match="chunks_top"):
             m.hit("k", 1)
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 def test_a_truncated_moving_log_is_refused(name):
@@ -428,8 +410,7 @@ def test_processes_on_the_same_keys_admit_exactly_the_limit(name, tmp_path):
     clock_path = tmp_path / "clock"
     clock = ManualClock(T0, path=clock_path)
     limit = 2_500  # reachable by the three together only
-    m = moving(name, clock, limit, times=4_096)
-    try:
+    with opened(name, clock, limit, times=4_096) as m:
         other = subprocess.Popen(
             [sys.executable, "-c", ATTACH, name, str(clock_path), str(2 * HAMMER)],
             stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -442,9 +423,6 @@ def test_processes_on_the_same_keys_admit_exactly_the_limit(name, tmp_path):
         assert m.used_and_reset("k")[0] == limit and m.used_and_reset("j")[0] == limit
         per_key = -(-(limit - layout.MOVING_INLINE) // layout.CHUNK_ENTRIES)
         assert m.chunks()[0] == 2 * per_key
-    finally:
-        m.close()
-        shmwin.unlink(name)
 
 
 # -- memory: what a key costs ------------------------------------------------------------------------

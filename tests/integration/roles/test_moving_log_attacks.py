@@ -257,12 +257,15 @@ def test_processes_racing_across_moving_time_never_admit_past_the_limit(name, tm
 
 # -- clocks that differ between processes (each its own ManualClock file) ----------------------
 
-SKEWED_CHILD = """
+# how each child script starts: the moving log named argv[1], attached under a ManualClock at argv[2]
+ATTACHED = """
 import sys
 from shmwin import ManualClock
 from shmwin.integrations.limits_moving import MovingLogs
 clock = ManualClock(int(sys.argv[2]))
 m = MovingLogs.open(sys.argv[1], 0, 0, 0, clock, None, create=False)
+"""
+SKEWED_CHILD = ATTACHED + """
 print(m.hit(sys.argv[3], int(sys.argv[4])), *m.used_and_reset(sys.argv[3]))
 m.close()
 """
@@ -418,12 +421,7 @@ def test_a_reused_row_shows_its_new_key_never_the_old_name(name):
         shmwin.unlink(name)
 
 
-NAMES_WRITER = """
-import sys
-from shmwin import ManualClock
-from shmwin.integrations.limits_moving import MovingLogs
-clock = ManualClock(int(sys.argv[2]))
-m = MovingLogs.open(sys.argv[1], 0, 0, 0, clock, None, create=False)
+NAMES_WRITER = ATTACHED + """
 for rnd in range(int(sys.argv[3])):
     for i in range(40):
         key = f"key-{rnd % 7}-{i}" if i % 2 else f"key-{rnd % 7}-{i}".encode()
@@ -478,13 +476,10 @@ def test_a_reader_racing_a_writer_never_shows_a_wrong_name(name):
 
 # -- junk words: a clear error, never a crash or a hang ---------------------------------------------
 
-JUNK_CHILD = """
-import random, sys
-from shmwin import ManualClock
+JUNK_CHILD = ATTACHED + """
+import random
 from shmwin.errors import ShmwinError
-from shmwin.integrations.limits_moving import MovingLogs, values
-clock = ManualClock(int(sys.argv[2]))
-m = MovingLogs.open(sys.argv[1], 0, 0, 0, clock, None, create=False)
+from shmwin.integrations.limits_moving import values
 q = m.counts._backend._q
 lay = m.counts._backend._lay
 rng = random.Random(int(sys.argv[3]))

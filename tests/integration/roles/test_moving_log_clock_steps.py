@@ -14,6 +14,7 @@ import random
 import pytest
 from support.clock_steps import SteppingClock, busiest_period, skewed_turns
 from support.helpers import run_python
+from support.stepping import forward_then_back
 
 import shmwin
 from shmwin import ManualClock
@@ -58,32 +59,13 @@ def test_limits_clock_forward_then_back_answers_as_memory(name, monkeypatch, rat
     clock took the entries that counted nothing at its now)."""
     pytest.importorskip("limits")
     from limits import parse
-    from limits.storage import storage_from_string
-    from limits.strategies import MovingWindowRateLimiter
-
-    import shmwin.integrations.limits  # registers shm://
 
     now = [1_800_000_000.0]
     monkeypatch.setattr("time.time", lambda: now[0])
     item = parse(rate)
-    answers = {}
-    try:
-        for uri in (f"shm://{name}", "memory://"):
-            now[0] = 1_800_000_000.0
-            limiter = MovingWindowRateLimiter(storage_from_string(uri))
-            first = sum(limiter.hit(item, "k") for _ in range(item.amount))
-            now[0] += jump_s
-            jumped = limiter.hit(item, "k")
-            now[0] -= jump_s - 1
-            back = sum(limiter.hit(item, "k") for _ in range(item.amount))
-            answers[uri.split(":")[0]] = (first, jumped, back)
-            if uri.startswith("shm"):  # the L hits at T, at least, inside [T + 1 s - P, T + 1 s]
-                assert limiter.get_window_stats(item, "k").remaining == 0
-        assert answers["shm"] == answers["memory"] == (item.amount, True, 0)
-    finally:
-        for n in shmwin.names():
-            if n.startswith(name + "."):
-                shmwin.unlink(n)
+    # the L hits at T, at least, inside [T + 1 s - P, T + 1 s]: shm:// has nothing left
+    answers = forward_then_back(name, f"shm://{name}", item, jump_s, 1, now, lambda left: left == 0)
+    assert answers["shm"] == answers["memory"] == (item.amount, True, 0)
 
 
 # -- a model over random steps, forward and back ----------------------------------------------------

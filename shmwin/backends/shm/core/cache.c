@@ -121,11 +121,7 @@ static int cc_lock_new(Core *c, KeyCall *kc, PyObject *const *args, Py_ssize_t n
                        const char *fname, int64_t *now, int64_t *value, int64_t *ttl_ns, int64_t *slot) {
     static const char *const names[] = {"key", "value", "timeout_ns"};
     PyObject *a[3];
-    if (parse(args, nargs, kwnames, names, 3, a, fname) < 0) return -1;
-    if (a[0] == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s() needs a key", fname);
-        return -1;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 3, a, fname) < 0) return -1;
     if (key_enter(c, kc) < 0 || value_of(a[1], value, "value") < 0 || ttl_of(c, a[2], ttl_ns) < 0 ||
         now_ns(c, now) < 0)
         return -1;
@@ -180,11 +176,7 @@ static PyObject *Core_counter_incr(Core *c, PyObject *const *args, Py_ssize_t na
     PyObject *a[2], *result = NULL;
     int64_t now = 0, delta = 1, slot, sum = 0;
     Counter k;
-    if (parse(args, nargs, kwnames, names, 2, a, "counter_incr") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "counter_incr() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "counter_incr") < 0) return NULL;
     if (key_enter(c, &kc) < 0 || (a[1] != NULL && value_of(a[1], &delta, "delta") < 0) || now_ns(c, &now) < 0)
         goto out;
     int got = key_lock_at(c, &kc, a[0], 0, now, &slot);  /* an incr makes no key */
@@ -242,11 +234,7 @@ static PyObject *Core_counter_touch(Core *c, PyObject *const *args, Py_ssize_t n
     PyObject *a[2], *result = NULL;
     int64_t now = 0, ttl_ns, slot;
     Counter k = {0, 0, 0};
-    if (parse(args, nargs, kwnames, names, 2, a, "counter_touch") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "counter_touch() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "counter_touch") < 0) return NULL;
     int got = key_enter(c, &kc) < 0 || ttl_of(c, a[1], &ttl_ns) < 0 ? -1 : cc_lock_read(c, &kc, a[0], &now, &slot, &k);
     if (got > 0 && k.live) cc_touch_row(c, slot, now, now + ttl_ns);
     key_unlock(c, &kc);
@@ -287,34 +275,20 @@ static int counter_cache_init(Core *c, PyObject *args, PyObject *kw) {
 }
 
 static PyMethodDef counter_cache_methods[] = {
-    {"counter_add", FASTCALL_KW(Core_counter_add),
-     "counter_add($self, /, key, value, timeout_ns=None)\n--\n\n"
-     "Set key's value for timeout_ns if it holds none live: whether it did."},
-    {"counter_set", FASTCALL_KW(Core_counter_set),
-     "counter_set($self, /, key, value, timeout_ns=None)\n--\n\n"
-     "Set key's value for timeout_ns: True, or False if a full key table refused it."},
-    {"counter_incr", FASTCALL_KW(Core_counter_incr),
-     "counter_incr($self, /, key, delta=1)\n--\n\nAdd delta to key's live value: the new value, or None."},
-    {"counter_get", (PyCFunction)Core_counter_get, METH_O,
-     "counter_get($self, key, /)\n--\n\nkey's live value, or None."},
-    {"counter_touch", FASTCALL_KW(Core_counter_touch),
-     "counter_touch($self, /, key, timeout_ns=None)\n--\n\nA new expiry for key's live value: whether it had one."},
-    {"counter_delete", (PyCFunction)Core_counter_delete, METH_O,
-     "counter_delete($self, key, /)\n--\n\nForget key's value: whether it held a live one."},
+    METHOD_KW(counter_add, Core_counter_add, "key, value, timeout_ns=None",
+        "Set key's value for timeout_ns if it holds none live: whether it did."),
+    METHOD_KW(counter_set, Core_counter_set, "key, value, timeout_ns=None",
+        "Set key's value for timeout_ns: True, or False if a full key table refused it."),
+    METHOD_KW(counter_incr, Core_counter_incr, "key, delta=1",
+        "Add delta to key's live value: the new value, or None."),
+    METHOD_O(counter_get, Core_counter_get, "key", "key's live value, or None."),
+    METHOD_KW(counter_touch, Core_counter_touch, "key, timeout_ns=None",
+        "A new expiry for key's live value: whether it had one."),
+    METHOD_O(counter_delete, Core_counter_delete, "key", "Forget key's value: whether it held a live one."),
     {NULL},
 };
 
-static PyType_Slot counter_cache_slots[] = {
-    {Py_tp_doc, "A segment of role counter-cache: each key's int counter and its expiry, and what every "
-                "segment has (Core)."},
-    {Py_tp_init, counter_cache_init},
-    {Py_tp_methods, counter_cache_methods},
-    {0, NULL},
-};
-
-PyType_Spec counter_cache_spec = {
-    .name = "shmwin._core.CounterCacheCore",
-    .basicsize = sizeof(Core),
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = counter_cache_slots,
-};
+/* no object fields of its own: Core's GC support, inherited */
+ROLE_SPEC(counter_cache_spec, "CounterCacheCore", Core, counter_cache_init, counter_cache_methods,
+          "A segment of role counter-cache: each key's int counter and its expiry, and what every "
+          "segment has (Core).");

@@ -44,17 +44,11 @@
 #define POPULATE_WRITE 23  /* Linux 5.14+; older kernels answer EINVAL */
 #endif
 
-/* Chunks handed out, every one reserved: 0, or -1 with a CorruptSegmentError. */
+/* Chunks handed out, every one reserved (words.c, heap_top): 0, or -1 with a CorruptSegmentError. */
 int chunks_top(Core *c, int64_t *top) {
-    int64_t t = load_state(c, CHUNKS_TOP_OFF, c->n_chunks, "chunks_top"), reserved;
-    if (t < 0 || (reserved = load_state(c, CHUNKS_RESERVED_OFF, c->n_chunks, "chunks_reserved")) < 0) return -1;
-    if (t > reserved) {
-        PyErr_Format(c->st->corrupt, "window %R: its chunk heap hands out %lld chunks but reserved only %lld: "
-                     "the segment is corrupt", c->name, (long long)t, (long long)reserved);
-        return -1;
-    }
-    *top = t;
-    return 0;
+    static const HeapWords chunks = {CHUNKS_TOP_OFF, CHUNKS_RESERVED_OFF, "chunks_top", "chunks_reserved",
+                                     "chunk heap", "chunks"};
+    return heap_top(c, &chunks, c->n_chunks, top);
 }
 
 int64_t junk_chain(Core *c, int64_t slot, int64_t v) {

@@ -1,10 +1,16 @@
 /* concurrency.c -- the concurrency type (ConcurrencyCore): at most `limit` holders of a key,
  * over live processes.
  *
- * The segment is keyed, role "concurrency" (layout_words.py: CONC_STATE, CONC_HOLDER): its one
- * ring gives the limit (the ring's limit) and the idle time (its span), and each key's row holds,
- * after its key header, a mark word (EMPTY_EPOCH when emptied, never read) and `limit` holder
- * entries: (stripe r | slots << 32, claim). Who a holder is, is the kernel's word, as for the
+ * The segment is keyed, role "concurrency" (format_rows.py: CONC_STATE, CONC_HOLDER): its one
+ * ring gives the limit as created (the ring's limit; live.c's words once changed, read at each
+ * call as a limiter's) and the idle time (its span), and each key's row holds, after its key
+ * header, a top word and one holder entry per process stripe: (stripe r | slots << 32, claim).
+ * A stripe's holder has one entry per key (its slots counted in it), so n_stripes entries hold
+ * every holder there can be, whatever the limit: a limit changes in place, lower or higher,
+ * and a slot taken before the change stays in its entry, for its release or its holder's death.
+ * The top word bounds the entries looked at: every entry from it on is free (taking one there
+ * stores the top first; a release that frees the last lowers it after), so a call reads as
+ * many entries as the key ever had holders at once, not n_stripes. Who a holder is, is the kernel's word, as for the
  * stripes of a striped window (rings.c, "the keeper" in threads.c): the segment has a stripe
  * table of n_stripes process entries; a process takes one for its Core at its first call -- its
  * keeper thread holds that stripe's robust liveness mutex, and the stripe's claims word goes
@@ -17,8 +23,8 @@
  * the mutex. A dead one may be counted a moment longer (a new claimer holds the mutex before it
  * bumps the claims word): refusals early, never a holder too many.
  *
- * Junk never reaches undefined behaviour: an entry naming no stripe, or slots outside 1..limit,
- * is a CorruptSegmentError (and keeps the key from being reclaimed as idle).
+ * Junk never reaches undefined behaviour: an entry naming no stripe, or slots outside
+ * 1..MAX_CONCURRENCY, is a CorruptSegmentError; a junk top word, every entry looked at (and keeps the key from being reclaimed as idle).
  */
 #include "core.h"
 
@@ -30,26 +36,41 @@
 #define HOLDER_WORD(r, n) ((int64_t)((uint64_t)(n) << 32 | (uint64_t)(r)))
 
 static int64_t *state_of(Core *c, int64_t slot) { return (int64_t *)(ROW(c, slot) + c->rings_off); }
-static int64_t limit_of(Core *c) { return c->rings[0].limit; }
+static int64_t limit_of(Core *c) { return c->rings[0].limit; }  /* in force (live.c reloads it) */
+/* its holder entries: as many as the row's state holds (conc_header: the row's size says it) */
+static int64_t entries_of(Core *c) { return (c->state_words * WORD_BYTES - CONC_STATE_BYTES) / CONC_HOLDER_BYTES; }
+
+/* The entries to look at: up to the row's top word; junk there, every one (more, never fewer). */
+static int64_t top_of(Core *c, int64_t *st) {
+    int64_t top = LOAD(st + CONC_STATE_TOP);
+    return top >= 0 && top <= entries_of(c) ? top : entries_of(c);
+}
 
 /* At open (the type's check hook): a concurrency segment whose rows hold its holders? */
 static int is_conc(Core *c) {
     if (c->role == ROLE_CONCURRENCY && c->keyed && !c->limiter && c->n_rings == 1 && c->n_stripes >= 1 &&
-        limit_of(c) >= 1 && limit_of(c) <= MAX_CONCURRENCY &&
-        c->state_words == (CONC_STATE_BYTES + limit_of(c) * CONC_HOLDER_BYTES) / WORD_BYTES &&
+        c->n_stripes <= MAX_STRIPES && limit_of(c) >= 1 && limit_of(c) <= MAX_CONCURRENCY &&
+        entries_of(c) >= 1 && entries_of(c) <= MAX_STRIPES &&
+        c->state_words == (CONC_STATE_BYTES + entries_of(c) * CONC_HOLDER_BYTES) / WORD_BYTES &&
         c->empty_bytes >= c->state_words * WORD_BYTES)
         return 0;
     return not_role(c);
 }
 
-/* The header hook: a row's state is a mark word and one holder entry per slot of the limit. */
+/* The header hook: a row's state is a top word and its holder entries, as many as the row
+ * holds after its key header (the Python side's layout.holders_in_row: no word counts them),
+ * at most MAX_STRIPES (read_holders' dead list). */
 static int conc_header(Core *c, const ShmwinHeader *h) {
     int64_t limit = h->ring_table[0].limit;
-    if (h->n_rings != 1 || limit < 1 || limit > MAX_CONCURRENCY || c->n_stripes < 1) {
-        PyErr_SetString(PyExc_ValueError, "Core: the segment's header holds an impossible concurrency limit");
+    int64_t room = c->row_bytes - (KEY_ROW_KEY_OFF + c->key_bytes) - CONC_STATE_BYTES;
+    int64_t entries = room < 0 ? 0 : room / CONC_HOLDER_BYTES;
+    if (entries > MAX_STRIPES) entries = MAX_STRIPES;
+    if (h->n_rings != 1 || limit < 1 || limit > MAX_CONCURRENCY || c->n_stripes < 1 || c->n_stripes > MAX_STRIPES ||
+        entries < 1) {
+        PyErr_SetString(PyExc_ValueError, "Core: the segment's header holds an impossible concurrency limit or row");
         return -1;
     }
-    c->state_words = (CONC_STATE_BYTES + limit * CONC_HOLDER_BYTES) / WORD_BYTES;
+    c->state_words = (CONC_STATE_BYTES + entries * CONC_HOLDER_BYTES) / WORD_BYTES;
     return 0;
 }
 
@@ -105,10 +126,13 @@ static int holder_live(Core *c, int64_t slot, int64_t *h, int64_t *slots, int ra
     int64_t r = HOLDER_ROW(w), n = HOLDER_SLOTS(w);
     *slots = 0;
     if (w == 0) return 0;
-    if (r < 1 || r > c->n_stripes || n < 1 || n > limit_of(c)) {
-        if (raise)
-            PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible holder entry %#llx: "
-                         "the segment is corrupt", c->name, (long long)slot, (unsigned long long)w);
+    if (r < 1 || r > c->n_stripes || n < 1 || n > MAX_CONCURRENCY) {  /* n may pass a lowered limit */
+        if (raise) {  /* PyErr_Format has no %#llx: the word in hex made here */
+            char hex[24];
+            snprintf(hex, sizeof hex, "%#llx", (unsigned long long)w);
+            PyErr_Format(c->st->corrupt, "window %R: key row %lld holds an impossible holder entry %s: "
+                         "the segment is corrupt", c->name, (long long)slot, hex);
+        }
         return -1;
     }
     *slots = n;
@@ -125,9 +149,9 @@ static int is_mine(Core *c, int64_t *h) {
 /* Does the key's row hold a live process's slot (or junk, kept to be looked at)? The busy hook
  * of the key table's idle(): a key with holders is never idle, whatever its age. */
 static int conc_busy(Core *c, int64_t slot) {
-    if (c->state_words < 1 || limit_of(c) < 1 || limit_of(c) > MAX_CONCURRENCY) return 0;
-    int64_t *st = state_of(c, slot), n;
-    for (int64_t i = 0; i < limit_of(c); i++)
+    if (c->state_words < 1 || entries_of(c) < 1 || entries_of(c) > MAX_STRIPES) return 0;
+    int64_t *st = state_of(c, slot), n, top = top_of(c, st);
+    for (int64_t i = 0; i < top; i++)
         if (holder_live(c, slot, HOLDER(st, i), &n, 0) != 0) return 1;
     return 0;
 }
@@ -135,16 +159,17 @@ static int conc_busy(Core *c, int64_t slot) {
 typedef struct {
     int64_t held;       /* slots of live holders */
     int64_t mine;       /* our entry, or -1 */
-    int64_t free_at;    /* a free entry, or -1 */
+    int64_t free_at;    /* a free entry below the top, or -1 */
+    int64_t top;        /* the row's top word, as read (junk: every entry) */
     int64_t n_dead;
-    int64_t dead[MAX_CONCURRENCY];
+    int64_t dead[MAX_STRIPES];
 } Holders;
 
 /* The key's holders, checked. Caller holds the row lock. */
 static int read_holders(Core *c, int64_t slot, Holders *hs) {
     int64_t *st = state_of(c, slot), n;
-    hs->held = 0, hs->mine = hs->free_at = -1, hs->n_dead = 0;
-    for (int64_t i = 0; i < limit_of(c); i++) {
+    hs->held = 0, hs->mine = hs->free_at = -1, hs->n_dead = 0, hs->top = top_of(c, st);
+    for (int64_t i = 0; i < hs->top; i++) {
         int64_t *h = HOLDER(st, i);
         int live = holder_live(c, slot, h, &n, 1);
         if (live < 0) return -1;
@@ -158,18 +183,24 @@ static int read_holders(Core *c, int64_t slot, Holders *hs) {
 }
 
 /* Section "conc_acquire": drop the entries of dead holders, then take a slot for this process
- * if the live holders' slots leave room under the limit. Caller holds the row lock.
- * Invariant between stores: the live holders' slots never pass the limit -- dead entries are
- * cleared one store each (they counted nothing), and the slot taken is the last store: our
+ * if the live holders' slots leave room under the limit in force (a lowered limit: none until
+ * enough were given back; slots held past it are kept, never taken away). Caller holds the row
+ * lock. Invariant between stores: the live holders' slots never pass the limit -- dead entries
+ * are cleared one store each (they counted nothing), and the slot taken is the last store: our
  * entry's count, one store, or a free entry's claim word, then its stripe word (the entry
- * counts from that store on; a tear before it leaves a free entry). The key's last write
- * goes after, never backwards. Repair: none (nothing derived; a dead holder's entries are the
- * next acquire's to clear). */
+ * counts from that store on; a tear before it leaves a free entry); a free entry at the top is
+ * preceded by the top word past it (every entry from the top on is free: a tear after it leaves
+ * one more free entry looked at). The key's last write goes after, never backwards. Repair:
+ * none (nothing derived; a dead holder's entries are the next acquire's to clear). */
 static int acquire_row(Core *c, int64_t slot, int64_t now, int *allowed, int64_t *held) {
     int64_t *st = state_of(c, slot);
     Holders hs;
     if (read_holders(c, slot, &hs) < 0) return -1;
-    *allowed = hs.held < limit_of(c);
+    /* every entry a live holder's, none ours: the row's holder entries (its capacity, fewer than
+     * the stripes, a limit raised past it) bound the processes holding the key at once: refused,
+     * never a slot without an entry */
+    int no_room = hs.mine < 0 && hs.free_at < 0 && hs.n_dead == 0 && hs.top >= entries_of(c);
+    *allowed = hs.held < limit_of(c) && !no_room;
     *held = hs.held;
     if (!*allowed && hs.n_dead == 0) return 0;
     SECTION("conc_acquire");
@@ -183,7 +214,11 @@ static int acquire_row(Core *c, int64_t slot, int64_t now, int *allowed, int64_t
             int64_t *h = HOLDER(st, hs.mine);
             int64_t n = HOLDER_SLOTS(LOAD(h + CONC_HOLDER_STRIPE));
             STORE(h + CONC_HOLDER_STRIPE, HOLDER_WORD(c->stripe_row, n + 1));
-        } else {  /* held < limit: fewer than limit live entries, so one is free (or was dead) */
+        } else {  /* a free entry below the top, a dead one's, or the top's (checked above) */
+            if (hs.free_at < 0) {
+                hs.free_at = hs.top;
+                STORE(st + CONC_STATE_TOP, hs.top + 1);
+            }
             int64_t *h = HOLDER(st, hs.free_at);
             STORE(h + CONC_HOLDER_CLAIM, c->stripe_claim);
             STORE(h + CONC_HOLDER_STRIPE, HOLDER_WORD(c->stripe_row, 1));
@@ -196,18 +231,24 @@ static int acquire_row(Core *c, int64_t slot, int64_t now, int *allowed, int64_t
 }
 
 /* Section "conc_release": give back one of this process's slots of the key: one store (its
- * entry's count, or 0: a free entry), then the key's last write (never backwards). Caller holds
- * the row lock. 1 released, 0 nothing of ours there. Repair: none. */
+ * entry's count, or 0: a free entry); an entry freed just under the top lowers the top past the
+ * free entries under it (after: a tear leaves the top higher, more entries looked at, never
+ * fewer); then the key's last write (never backwards). Caller holds the row lock. 1 released,
+ * 0 nothing of ours there. Repair: none. */
 static int release_row(Core *c, int64_t slot, int64_t now) {
     int64_t *st = state_of(c, slot);
     Holders hs;
     if (read_holders(c, slot, &hs) < 0) return -1;
     if (hs.mine < 0) return 0;
     int64_t *h = HOLDER(st, hs.mine);
-    int64_t n = HOLDER_SLOTS(LOAD(h + CONC_HOLDER_STRIPE));
+    int64_t n = HOLDER_SLOTS(LOAD(h + CONC_HOLDER_STRIPE)), top = hs.mine;
     SECTION("conc_release");
     STORE(intent_at(c, row_lock(c, slot)), slot);
     STORE(h + CONC_HOLDER_STRIPE, n > 1 ? HOLDER_WORD(c->stripe_row, n - 1) : 0);
+    if (n == 1 && hs.mine == hs.top - 1 && LOAD(st + CONC_STATE_TOP) == hs.top) {
+        while (top > 0 && LOAD(HOLDER(st, top - 1) + CONC_HOLDER_STRIPE) == 0) top--;
+        STORE(st + CONC_STATE_TOP, top);
+    }
     touch_last(ROW(c, slot), now);
     END_SECTION();
     return 1;
@@ -254,7 +295,11 @@ static PyObject *Core_conc_release(Core *c, PyObject *key) {
         result = Py_NewRef(Py_False);
         goto out;
     }
-    int got = key_lock_at(c, &kc, key, 0, now, &slot);
+    /* the row locked without key_lock_at's look at the live words: a release gives back what a
+     * limit never needs, so it goes on in a segment replaced under its name (a reset's: the
+     * slots it holds there count nowhere, but its holder's release is a plain one, not an error) */
+    int got = lock_key(c, key, 0, now, &slot);
+    if (got > 0) kc.lock = row_lock(c, slot);
     if (got <= 0) {
         if (got == 0) result = Py_NewRef(Py_False);
         goto out;
@@ -306,10 +351,27 @@ static PyObject *Core_conc_mine(Core *c, PyObject *key) {
     return mine;
 }
 
+/* The empty hook: a row handed to a new key (its last key idle, no live holder: conc_busy)
+ * ends as an empty row's copy would -- every stripe word 0, the top 0 -- but only the entries
+ * under its top word are written (those from it on are free already), so a new key touches
+ * its row's first words, not 16 x n_stripes bytes. A claim word is read only beside a stripe
+ * word that is not 0: left as it is. One fail point after, as a copied row has. */
+static void conc_empty(Core *c, char *row, int64_t Py_UNUSED(slot)) {
+    int64_t *st = (int64_t *)(row + c->rings_off), top = top_of(c, st);
+    for (int64_t i = 0; i < top; i++) {
+        int64_t *h = HOLDER(st, i) + CONC_HOLDER_STRIPE;
+        if (LOAD(h) != 0) __atomic_store_n(h, 0, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(st + CONC_STATE_TOP, 0, __ATOMIC_RELEASE);
+    FAILPOINT();
+}
+
 /* ---- the type ----------------------------------------------------------------------------- */
 
-static const RoleHooks conc_hooks = {
-    .role = "concurrency", .keyed_role = ROLE_CONCURRENCY, .header = conc_header, .check = is_conc, .busy = conc_busy};
+static const RoleHooks conc_hooks = {.role = "concurrency", .keyed_role = ROLE_CONCURRENCY, .state_zeroed = 1,
+                                     .live_max = MAX_CONCURRENCY,
+                                     .header = conc_header, .check = is_conc, .empty = conc_empty,
+                                     .busy = conc_busy};
 
 static int conc_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &conc_hooks); }
 
@@ -323,6 +385,7 @@ static PyMethodDef conc_methods[] = {
      "conc_count($self, key, /)\n--\n\nSlots of key held now by live processes."},
     {"conc_mine", (PyCFunction)Core_conc_mine, METH_O,
      "conc_mine($self, key, /)\n--\n\nSlots of key this process (this Core) holds."},
+    LIVE_METHODS,  /* its limit changes in place (live.c; shmwin/concurrency.py), or it moves (a reset) */
     {NULL},
 };
 

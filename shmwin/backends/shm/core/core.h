@@ -175,6 +175,7 @@ struct RoleHooks {
     int keyed_role;        /* the role word of the keyed windows it serves, checked first (0: its header hook checks) */
     int64_t state_bytes;   /* a keyed row's state after its key header, instead of rings; 0: rings */
     int state_zeroed;      /* an empty state is all zeros (else its first word is EMPTY_EPOCH) */
+    int64_t live_max;      /* a non-limiter whose one limit changes in place (live.c): its most; 0: none */
     int log_rings;         /* a window role whose rings may be logs (a limiter's may, whatever its role) */
     int chunk_heap;        /* its segment may hold a chunk heap after its rows (a moving log) */
     /* the role's own words of the header, read before the rows are placed (state size, key
@@ -467,6 +468,9 @@ int64_t load_count(Core *c, int64_t off, int64_t most);
 Index index_copy(Core *c, int64_t index);
 int current_index(Core *c, Index *x);
 int rows_top(Core *c, int64_t *top);
+/* a heap's two checked state words (rows or chunks): what heap_top loads and names in its error */
+typedef struct { int64_t top_off, reserved_off; const char *top_word, *reserved_word, *heap, *unit; } HeapWords;
+int heap_top(Core *c, const HeapWords *h, int64_t most, int64_t *top);
 
 /* index.c: the index; find, insert, rebuild, reclaim, clear, and their repair */
 int row_idle(Core *c, int64_t slot, int64_t now);
@@ -576,17 +580,13 @@ static inline PyObject *key_leave(Core *c, KeyCall *kc, PyObject *result) {
 PyObject *Core_set_tally(Core *c, PyObject *const *args, Py_ssize_t nargs);
 int decider_traverse(Core *c, visitproc visit, void *arg);
 int decider_clear(Core *c);
-#define SET_TALLY_METHOD                                                                          \
-    {"set_tally", (PyCFunction)(void (*)(void))Core_set_tally, METH_FASTCALL,                     \
-     "set_tally($self, tally, shadow, /)\n--\n\nCount decisions in tally (or None); shadow: hit() always True."}
+#define SET_TALLY_METHOD                                  \
+    METHOD_POS(set_tally, Core_set_tally, "tally, shadow", \
+               "Count decisions in tally (or None); shadow: hit() always True.")
 
-/* ---- the methods (methods.c) ------------------------------------------------------------- */
+/* ---- the methods (methods.c): a table's entries and the argument helpers ------------------ */
 
-extern PyMethodDef core_methods[];
-#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
-int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
-          PyObject **out, const char *fname);
-int cost_of(PyObject *obj, int64_t *cost, int64_t at_least);
+#include "methods.h"
 
 #pragma GCC visibility pop
 

@@ -97,11 +97,7 @@ static PyObject *Core_fixed_incr(Core *c, PyObject *const *args, Py_ssize_t narg
     PyObject *a[2], *result = NULL;
     int64_t amount, now = 0, slot;
     Fixed f;
-    if (parse(args, nargs, kwnames, names, 2, a, "fixed_incr") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "fixed_incr() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "fixed_incr") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &amount, 0) < 0 ||
         now_ns(c, &now) < 0)
@@ -257,11 +253,7 @@ static PyObject *Core_sliding_hit(Core *c, PyObject *const *args, Py_ssize_t nar
     PyObject *a[4], *result = NULL;
     int64_t limit, amount, now = 0, slot, unit = 1;
     int allowed = 0;
-    if (parse(args, nargs, kwnames, names, 4, a, "sliding_hit") < 0) return NULL;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "sliding_hit() needs a key and a limit");
-        return NULL;
-    }
+    if (parse_required(args, nargs, kwnames, names, 4, 2, a, "sliding_hit", "a key and a limit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &limit, 0) < 0 ||
         cost_of(a[2], &amount, 0) < 0 || (a[3] != NULL && cost_of(a[3], &unit, 1) < 0) || now_ns(c, &now) < 0)
@@ -387,16 +379,7 @@ static PyObject *Core_token_hit(Core *c, PyObject *const *args, Py_ssize_t nargs
     int64_t cost = 1, now = 0, slot;
     int allowed = 0;
     Token t;
-    if (nargs == 1 && kwnames == NULL) {
-        a[0] = args[0];
-        a[1] = NULL;
-    } else if (parse(args, nargs, kwnames, names, 2, a, "token_hit") < 0) {
-        return NULL;
-    }
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "token_hit() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "token_hit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if ((a[1] != NULL && token_cost(c, a[1], &cost) < 0)) goto out;
     if (cost == 0) {  /* x/time/rate: taking nothing is always allowed (and makes no key) */
@@ -486,30 +469,24 @@ static int sliding_init(Core *c, PyObject *args, PyObject *kw) { return core_ini
 static int token_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &token_hooks); }
 
 static PyMethodDef fixed_methods[] = {
-    {"fixed_incr", FASTCALL_KW(Core_fixed_incr),
-     "fixed_incr($self, /, key, amount=1)\n--\n\n"
-     "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."},
-    {"fixed_get", (PyCFunction)(void (*)(void))Core_fixed_get, METH_FASTCALL,
-     "fixed_get($self, key, now_ns=None, /)\n--\n\n(count, end ns) of key's live fixed window, or None."},
+    METHOD_KW(fixed_incr, Core_fixed_incr, "key, amount=1",
+        "limits' fixed window: count amount in key's live window (one starts now if none is): (count, end ns)."),
+    METHOD_POS(fixed_get, Core_fixed_get, "key, now_ns=None", "(count, end ns) of key's live fixed window, or None."),
     {NULL},
 };
 
 static PyMethodDef sliding_methods[] = {
-    {"sliding_hit", FASTCALL_KW(Core_sliding_hit),
-     "sliding_hit($self, /, key, limit, amount=1)\n--\n\n"
-     "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."},
-    {"sliding_get", (PyCFunction)Core_sliding_get, METH_O,
-     "sliding_get($self, key, /)\n--\n\n(previous, current, ns into the current window, period ns)."},
+    METHOD_KW(sliding_hit, Core_sliding_hit, "key, limit, amount=1",
+        "limits' sliding window counter: count amount if the weighted count leaves room; whether it did."),
+    METHOD_O(sliding_get, Core_sliding_get, "key", "(previous, current, ns into the current window, period ns)."),
     {NULL},
 };
 
 static PyMethodDef token_methods[] = {
-    {"token_hit", FASTCALL_KW(Core_token_hit),
-     "token_hit($self, /, key, cost=1)\n--\n\n"
-     "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."},
-    {"token_check", FASTCALL_KW(Core_token_check),
-     "token_check($self, /, key, cost, commit)\n--\n\n"
-     "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."},
+    METHOD_KW(token_hit, Core_token_hit, "key, cost=1",
+        "A token bucket: take cost tokens from key's bucket if it holds them; whether it did."),
+    METHOD_KW(token_check, Core_token_check, "key, cost, commit",
+        "A token bucket's take (commit) or test: (allowed, tokens left, wait_ns or None, ns until full)."),
     SET_TALLY_METHOD,
     LIVE_METHODS,  /* moved when its rate or burst changes (live.c; backends/shm/live.py) */
     {NULL},

@@ -372,9 +372,8 @@ static int dist_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c
 static PyMethodDef dist_methods[] = {
     {"record", FASTCALL_KW(Dist_record),
      "record($self, value, /, key=None)\n--\n\nOne value (finite, >= 0) now, into every resolution."},
-    {"record_many", FASTCALL_KW(Dist_record_many),
-     "record_many($self, /, values, at=None, key=None)\n--\n\n"
-     "A float64 array in one section; at=: int64 stamps (ns, this clock), one per value."},
+    METHOD_KW(record_many, Dist_record_many, "values, at=None, key=None",
+        "A float64 array in one section; at=: int64 stamps (ns, this clock), one per value."),
     {NULL},
 };
 

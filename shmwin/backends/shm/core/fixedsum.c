@@ -10,7 +10,11 @@
  * whole of limits' get: the clock read once, each core's row read under its row lock
  * (fixed_units_at, counters.c), the units summed and given in hits -- no Python frame a
  * segment, no tuple a segment. When the word moved, get answers None and the storage lists
- * again (its Python path), then calls sum(key), which reads no board.
+ * again (its Python path), then calls sum(key), which reads no board. It answers None too a
+ * second (recheck_ns) after set(), so that each process checks its board is still the file at
+ * its path (one removed by hand gets no new value), and for a key with a granularity after its
+ * last "/" (maybe limits' own: the storage reads that one period's segment). Bytes keys are
+ * summed as str ones (limits' memory storage keeps b"k" apart from "k", as the cores do).
  *
  * Safety. The object holds a reference to the tuple of cores, and each core its mapping: a
  * segment removed by another process stays mapped here until the storage lets it go, so a
@@ -26,8 +30,14 @@
  * computes it in Python: a float's product truncated; or the storage's own clock, called.
  */
 #include "core.h"
+#include <structmember.h>  /* T_LONGLONG: recheck_ns */
 
 #define UNITS_PER_HIT 1000  /* roles/counters.py UNIT: counts are kept in thousandths of a hit */
+/* How long get trusts a listing without looking at the board's file (a board removed by hand,
+ * with no new value written, is noticed within this; the storage then stats the board and its
+ * segments: a few us a second). CLOCK_MONOTONIC_COARSE: a vDSO read of a few ns, whatever
+ * clock the storage counts with (a mocked or manual one may never move). */
+#define RECHECK_NS INT64_C(1000000000)
 
 typedef struct {
     PyObject_HEAD
@@ -35,24 +45,36 @@ typedef struct {
     Py_buffer board;    /* the storage's board, mapped (has_board); its word at board.buf */
     int has_board;
     int64_t seen;       /* the board's value read before that listing */
+    int64_t listed_ns;  /* CLOCK_MONOTONIC_COARSE at set(): get answers None recheck_ns later */
+    long long recheck_ns; /* RECHECK_NS; a test sets 0 (every get lists) */
     PyObject *clock;    /* NULL: limits' wall clock (time.time); else callable() -> int ns */
     PyObject *time_module, *time_name;
 } FixedSum;
+
+static void drop_board(FixedSum *s) {
+    if (s->has_board) PyBuffer_Release(&s->board);
+    s->has_board = 0;
+}
+
+static int64_t coarse_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static int fs_init(FixedSum *s, PyObject *args, PyObject *kw) {
     if (PyTuple_GET_SIZE(args) != 0 || (kw != NULL && PyDict_GET_SIZE(kw) != 0)) {
         PyErr_SetString(PyExc_TypeError, "FixedSum() takes no arguments (set() gives it its cores)");
         return -1;
     }
+    drop_board(s);  /* called again: nothing of the last set() is kept */
+    s->seen = 0;
+    s->recheck_ns = RECHECK_NS;
+    Py_CLEAR(s->clock);
     Py_XSETREF(s->cores, PyTuple_New(0));
     Py_XSETREF(s->time_module, PyImport_ImportModule("time"));
     Py_XSETREF(s->time_name, PyUnicode_InternFromString("time"));
     return s->cores != NULL && s->time_module != NULL && s->time_name != NULL ? 0 : -1;
-}
-
-static void drop_board(FixedSum *s) {
-    if (s->has_board) PyBuffer_Release(&s->board);
-    s->has_board = 0;
 }
 
 static int fs_traverse(FixedSum *s, visitproc visit, void *arg) {
@@ -123,6 +145,7 @@ static PyObject *fs_set(FixedSum *s, PyObject *const *args, Py_ssize_t nargs) {
     drop_board(s);
     if (board != Py_None) s->board = b, s->has_board = 1;
     s->seen = seen;
+    s->listed_ns = coarse_ns();
     Py_XSETREF(s->cores, Py_NewRef(cores));
     Py_XSETREF(s->clock, clock == Py_None ? NULL : Py_NewRef(clock));
     Py_RETURN_NONE;
@@ -219,19 +242,54 @@ static PyObject *sum_of(FixedSum *s, PyObject *key) {
     return hits_of(total);
 }
 
-/* get(key, /): the key's count in hits while the board holds the value set() was given and
- * the key is one limits did not build (no "/" in it: limits' keys end in /LIMIT/N/UNIT);
- * else None, and the storage looks (its Python path). */
+/* Whether the last listing still holds: the board holds the value read before it, and it was
+ * less than recheck_ns ago. */
+static int holds(FixedSum *s) {
+    return s->has_board && LOAD((int64_t *)s->board.buf) == s->seen && coarse_ns() - s->listed_ns < s->recheck_ns;
+}
+
+/* holds(): whether the storage may skip its listing (its Python path asks it too). */
+static PyObject *fs_holds(FixedSum *s, PyObject *Py_UNUSED(ignored)) { return PyBool_FromLong(holds(s)); }
+
+static const char *const GRANULARITIES[] = {"second", "minute", "hour", "day", "month", "year"};
+
+/* Whether key may be one limits built: a granularity after its last "/" (limits' keys end in
+ * /LIMIT/MULTIPLES/GRANULARITY). A cheap, wide test: the storage's Python path reads such a
+ * key exactly (limits_segments._limit_of_key); every other key ("user:42",
+ * "ip:10.0.0.1/api/login") is summed here. 1 yes, 0 no, -1 an error. */
+static int maybe_limits_key(PyObject *key) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(key), last = PyUnicode_FindChar(key, '/', 0, n, -1);
+    if (last < 0) return last == -2 ? -1 : 0;
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    for (size_t g = 0; g < sizeof GRANULARITIES / sizeof *GRANULARITIES; g++) {
+        const char *word = GRANULARITIES[g];
+        Py_ssize_t len = (Py_ssize_t)strlen(word), i = 0;
+        if (n - last - 1 != len) continue;
+        while (i < len && PyUnicode_READ(kind, data, last + 1 + i) == (Py_UCS4)(unsigned char)word[i]) i++;
+        if (i == len) return 1;
+    }
+    return 0;
+}
+
+/* get(key, /): the key's count in hits while the board holds the value set() was given (and
+ * set() was less than RECHECK_NS ago) and the key is not one limits may have built (bytes
+ * never are: limits builds str); else None, and the storage looks (its Python path). */
 static PyObject *fs_get(FixedSum *s, PyObject *key) {
-    if (!PyUnicode_Check(key)) {
-        PyErr_Format(PyExc_TypeError, "a limits key is a str, not %.80s", Py_TYPE(key)->tp_name);
+    if (!PyUnicode_Check(key) && !PyBytes_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "a limits key is a str or bytes, not %.80s", Py_TYPE(key)->tp_name);
         return NULL;
     }
-    if (!s->has_board || LOAD((int64_t *)s->board.buf) != s->seen) Py_RETURN_NONE;
-    Py_ssize_t slash = PyUnicode_FindChar(key, '/', 0, PyUnicode_GET_LENGTH(key), 1);
-    if (slash == -2) return NULL;
-    if (slash >= 0) Py_RETURN_NONE;
+    if (!holds(s)) Py_RETURN_NONE;
+    int maybe = PyUnicode_Check(key) ? maybe_limits_key(key) : 0;
+    if (maybe < 0) return NULL;
+    if (maybe) Py_RETURN_NONE;
     return sum_of(s, key);
+}
+
+/* __reduce__: a copy (pickle, deepcopy of a storage) holds nothing: its first get looks. */
+static PyObject *fs_reduce(FixedSum *s, PyObject *Py_UNUSED(ignored)) {
+    return Py_BuildValue("(O())", (PyObject *)Py_TYPE(s));
 }
 
 /* sum(key, /): the key's count in hits over the cores set() was given, the board not read. */
@@ -242,12 +300,22 @@ static PyMethodDef fs_methods[] = {
      "set($self, board, seen, cores, clock, /)\n--\n\n"
      "The storage's board (or None), its value before the listing, the fixed windows' cores found, the clock."},
     {"get", (PyCFunction)fs_get, METH_O,
-     "get($self, key, /)\n--\n\nkey's count in hits over the cores, or None: the board moved, or a \"/\" in key."},
+     "get($self, key, /)\n--\n\nkey's count in hits over the cores, or None: the board moved, or maybe limits' key."},
+    {"holds", (PyCFunction)fs_holds, METH_NOARGS,
+     "holds($self, /)\n--\n\nWhether the board holds the value set() was given, within recheck_ns of it."},
+    {"__reduce__", (PyCFunction)fs_reduce, METH_NOARGS, "A copy holds nothing: its first get looks."},
     {"sum", (PyCFunction)fs_sum, METH_O, "sum($self, key, /)\n--\n\nkey's count in hits over the cores."},
     {NULL},
 };
 
+static PyMemberDef fs_members[] = {
+    {"recheck_ns", T_LONGLONG, offsetof(FixedSum, recheck_ns), 0,
+     "How long get trusts a listing without looking at the board's file (ns; 1 s)."},
+    {NULL},
+};
+
 static PyType_Slot fs_slots[] = {
+    {Py_tp_members, fs_members},
     {Py_tp_doc, "FixedSum()\n--\n\nA key's count over one limits storage's fixed windows (fixedsum.c)."},
     {Py_tp_init, fs_init},
     {Py_tp_new, PyType_GenericNew},

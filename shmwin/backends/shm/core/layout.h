@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FORMAT_VERSION               10
+#define FORMAT_VERSION               11
 #define WORD_BYTES                   8
 #define PAGE_BYTES                   4096
 #define HEADER_BYTES                 4096
@@ -223,8 +223,8 @@
 #define SLIDING_STATE_CURRENT        1
 #define SLIDING_STATE_PREVIOUS_OFF   16
 #define SLIDING_STATE_PREVIOUS       2
-#define CONC_STATE_MARK_OFF          0
-#define CONC_STATE_MARK              0
+#define CONC_STATE_TOP_OFF           0
+#define CONC_STATE_TOP               0
 #define CONC_HOLDER_STRIPE_OFF       0
 #define CONC_HOLDER_STRIPE           0
 #define CONC_HOLDER_CLAIM_OFF        8
@@ -559,8 +559,8 @@
     X(SLIDING_STATE_CURRENT) \
     X(SLIDING_STATE_PREVIOUS_OFF) \
     X(SLIDING_STATE_PREVIOUS) \
-    X(CONC_STATE_MARK_OFF) \
-    X(CONC_STATE_MARK) \
+    X(CONC_STATE_TOP_OFF) \
+    X(CONC_STATE_TOP) \
     X(CONC_HOLDER_STRIPE_OFF) \
     X(CONC_HOLDER_STRIPE) \
     X(CONC_HOLDER_CLAIM_OFF) \
@@ -827,7 +827,7 @@ _Static_assert(FIXED_STATE_COUNT_OFF + 8 <= FIXED_STATE_BYTES, "FIXED_STATE.coun
 _Static_assert(SLIDING_STATE_WINDOW_OFF + 8 <= SLIDING_STATE_CURRENT_OFF, "SLIDING_STATE.window");
 _Static_assert(SLIDING_STATE_CURRENT_OFF + 8 <= SLIDING_STATE_PREVIOUS_OFF, "SLIDING_STATE.current");
 _Static_assert(SLIDING_STATE_PREVIOUS_OFF + 8 <= SLIDING_STATE_BYTES, "SLIDING_STATE.previous");
-_Static_assert(CONC_STATE_MARK_OFF + 8 <= CONC_STATE_BYTES, "CONC_STATE.mark");
+_Static_assert(CONC_STATE_TOP_OFF + 8 <= CONC_STATE_BYTES, "CONC_STATE.top");
 _Static_assert(CONC_HOLDER_STRIPE_OFF + 8 <= CONC_HOLDER_CLAIM_OFF, "CONC_HOLDER.stripe");
 _Static_assert(CONC_HOLDER_CLAIM_OFF + 8 <= CONC_HOLDER_BYTES, "CONC_HOLDER.claim");
 _Static_assert(TOKEN_STATE_TAT_OFF + 8 <= TOKEN_STATE_BYTES, "TOKEN_STATE.tat");

@@ -131,16 +131,7 @@ static PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nar
     PyObject *a[2], *result = NULL;
     int64_t cost = 1, now = 0, slot;
     Lease l;
-    if (nargs == 1 && kwnames == NULL) {
-        a[0] = args[0];
-        a[1] = NULL;
-    } else if (parse(args, nargs, kwnames, names, 2, a, "lease_spend") < 0) {
-        return NULL;
-    }
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lease_spend() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "lease_spend") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (a[1] != NULL && cost_of(a[1], &cost, 1) < 0) goto out;
     if (key_lock(c, &kc, a[0], 1, &now, &slot) < 0) {  /* a full table: on_full answers (or raises) */
@@ -242,11 +233,7 @@ static PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t narg
     PyObject *a[2], *result = NULL;
     int64_t until, now = 0, slot;
     Lease l;
-    if (parse(args, nargs, kwnames, names, 2, a, "lease_deny") < 0) return NULL;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lease_deny() needs key and until_ns");
-        return NULL;
-    }
+    if (parse_required(args, nargs, kwnames, names, 2, 2, a, "lease_deny", "key and until_ns") < 0) return NULL;
     if (int64_arg(a[1], "until_ns", 0, &until) < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     int got = key_lock(c, &kc, a[0], 0, &now, &slot);
@@ -268,28 +255,6 @@ out:
     return key_leave(c, &kc, result);
 }
 
-/* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
- * part goes back) and forget a cached refusal (clear()). */
-static PyObject *Core_lease_seal(Core *c, PyObject *key) {
-    KeyCall kc = KEY_CALL;
-    PyObject *result = NULL;
-    int64_t now = 0, slot;
-    Lease l;
-    if (key_enter(c, &kc) < 0) return NULL;
-    int got = key_lock(c, &kc, key, 0, &now, &slot);
-    if (got < 0) goto out;
-    if (got == 0) {
-        result = Py_NewRef(Py_None);
-        goto out;
-    }
-    lease_read(c, slot, &l);
-    if (l.lease > 0 || l.deny_ns != 0) seal_row(c, slot, 1);
-    key_unlock(c, &kc);
-    result = account(&l);
-out:
-    return key_leave(c, &kc, result);
-}
-
 /* Section "lease_refund": give up to cost hits back to the live lease, most recent first.
  * Caller holds the row lock. One store after the intent (spent); the tally of served hits is
  * not undone. Repair: none. lease_refund(key, cost) -> hits given back. */
@@ -299,11 +264,7 @@ static PyObject *Core_lease_refund(Core *c, PyObject *const *args, Py_ssize_t na
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot, back = 0;
     Lease l;
-    if (parse(args, nargs, kwnames, names, 2, a, "lease_refund") < 0) return NULL;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "lease_refund() needs key and cost");
-        return NULL;
-    }
+    if (parse_required(args, nargs, kwnames, names, 2, 2, a, "lease_refund", "key and cost") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 0) < 0) goto out;
     int got = key_lock(c, &kc, a[0], 0, &now, &slot);
@@ -326,9 +287,10 @@ out:
     return key_leave(c, &kc, result);
 }
 
-/* lease_get(key) -> None (no row) or (lease, granted, spent, deadline_ns, start_ns, grant_us,
- * last_ns, deny_ns, served, leases, refusals), as the row holds them (lease 0: none live). */
-static PyObject *Core_lease_get(Core *c, PyObject *key) {
+/* The key's lease words, read under its row lock: None if it has no row. seal: then the live
+ * lease is sealed (close(): its unused part goes back) and a cached refusal forgotten (clear()),
+ * and the answer is the lease's account. */
+static PyObject *lease_read_locked(Core *c, PyObject *key, int seal) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
     int64_t now = 0, slot;
@@ -341,14 +303,27 @@ static PyObject *Core_lease_get(Core *c, PyObject *key) {
         goto out;
     }
     lease_read(c, slot, &l);
+    if (seal && (l.lease > 0 || l.deny_ns != 0)) seal_row(c, slot, 1);
     key_unlock(c, &kc);
-    result = Py_BuildValue("(LLLLLLLLLLL)", (long long)l.lease, (long long)l.granted, (long long)l.spent,
-                           (long long)l.deadline_ns, (long long)l.start_ns, (long long)l.grant_us,
-                           (long long)l.last_ns, (long long)l.deny_ns, (long long)l.served, (long long)l.leases,
-                           (long long)l.refusals);
+    if (seal) {
+        result = account(&l);
+    } else {
+        result = Py_BuildValue("(LLLLLLLLLLL)", (long long)l.lease, (long long)l.granted, (long long)l.spent,
+                               (long long)l.deadline_ns, (long long)l.start_ns, (long long)l.grant_us,
+                               (long long)l.last_ns, (long long)l.deny_ns, (long long)l.served,
+                               (long long)l.leases, (long long)l.refusals);
+    }
 out:
     return key_leave(c, &kc, result);
 }
+
+/* lease_seal(key) -> account or None (no row): seal the live lease of key (close(): its unused
+ * part goes back) and forget a cached refusal (clear()). */
+static PyObject *Core_lease_seal(Core *c, PyObject *key) { return lease_read_locked(c, key, 1); }
+
+/* lease_get(key) -> None (no row) or (lease, granted, spent, deadline_ns, start_ns, grant_us,
+ * last_ns, deny_ns, served, leases, refusals), as the row holds them (lease 0: none live). */
+static PyObject *Core_lease_get(Core *c, PyObject *key) { return lease_read_locked(c, key, 0); }
 
 /* ---- the type ----------------------------------------------------------------------------- */
 
@@ -357,21 +332,15 @@ static const RoleHooks lease_hooks = {.role = "lease", .keyed_role = ROLE_LEASE,
 static int lease_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &lease_hooks); }
 
 static PyMethodDef lease_methods[] = {
-    {"lease_spend", FASTCALL_KW(Core_lease_spend),
-     "lease_spend($self, /, key, cost=1)\n--\n\n"
-     "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: "
-     "(its account or None,)."},
-    {"lease_install", FASTCALL_KW(Core_lease_install),
-     "lease_install($self, /, key, lease, granted, cost, start_ns, deadline_ns, grant_us)\n--\n\n"
-     "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."},
-    {"lease_deny", FASTCALL_KW(Core_lease_deny),
-     "lease_deny($self, /, key, until_ns)\n--\n\nRefuse key without asking Redis until until_ns."},
-    {"lease_refund", FASTCALL_KW(Core_lease_refund),
-     "lease_refund($self, /, key, cost)\n--\n\nGive up to cost hits back to key's live lease: how many."},
-    {"lease_seal", (PyCFunction)Core_lease_seal, METH_O,
-     "lease_seal($self, key, /)\n--\n\nSeal key's live lease: its account (to give back), or None."},
-    {"lease_get", (PyCFunction)Core_lease_get, METH_O,
-     "lease_get($self, key, /)\n--\n\nkey's lease words, or None (no row)."},
+    METHOD_KW(lease_spend, Core_lease_spend, "key, cost=1",
+        "Spend cost hits of key's lease (True); refuse while Redis's refusal holds (False); else seal it: (its "
+        "account or None,)."),
+    METHOD_KW(lease_install, Core_lease_install, "key, lease, granted, cost, start_ns, deadline_ns, grant_us",
+        "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."),
+    METHOD_KW(lease_deny, Core_lease_deny, "key, until_ns", "Refuse key without asking Redis until until_ns."),
+    METHOD_KW(lease_refund, Core_lease_refund, "key, cost", "Give up to cost hits back to key's live lease: how many."),
+    METHOD_O(lease_seal, Core_lease_seal, "key", "Seal key's live lease: its account (to give back), or None."),
+    METHOD_O(lease_get, Core_lease_get, "key", "key's lease words, or None (no row)."),
     {NULL},
 };
 

@@ -121,16 +121,7 @@ static PyObject *Core_hit(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot;
     Verdict v;
-    if (nargs == 1 && kwnames == NULL) {
-        a[0] = args[0];
-        a[1] = NULL;
-    } else if (parse(args, nargs, kwnames, names, 2, a, "hit") < 0) {
-        return NULL;
-    }
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "hit() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "hit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 1) < 0 || tally_ready(c) < 0) goto out;
     int got = key_lock(c, &kc, a[0], 1, &now, &slot);
@@ -156,11 +147,7 @@ static int key_and_cost(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
                         int64_t *cost) {
     static const char *const names[] = {"key", "cost"};
     PyObject *a[2];
-    if (parse(args, nargs, kwnames, names, 2, a, what) < 0) return -1;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s() needs a key and a cost", what);
-        return -1;
-    }
+    if (parse_required(args, nargs, kwnames, names, 2, 2, a, what, "a key and a cost") < 0) return -1;
     *key = a[0];
     return cost_of(a[1], cost, 0);
 }
@@ -287,18 +274,14 @@ static const RoleHooks limiter_hooks = {.role = "limiter", .header = limiter_hea
 static int limiter_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &limiter_hooks); }
 
 static PyMethodDef limiter_methods[] = {
-    {"hit", FASTCALL_KW(Core_hit),
-     "hit($self, /, key, cost=1)\n--\n\n"
-     "Count cost hits for key if every rate allows them, else nothing: whether it did."},
-    {"check", FASTCALL_KW(Core_check),
-     "check($self, /, key, cost, commit, detail=True)\n--\n\n"
-     "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."},
+    METHOD_KW(hit, Core_hit, "key, cost=1",
+        "Count cost hits for key if every rate allows them, else nothing: whether it did."),
+    METHOD_KW(check, Core_check, "key, cost, commit, detail=True",
+        "hit() (commit) or a test: (allowed, used, reset_ns, wait_ns or None)."),
     SET_TALLY_METHOD,
     LIVE_METHODS,
-    {"refund", FASTCALL_KW(Core_refund),
-     "refund($self, /, key, cost)\n--\n\nGive back up to cost of key's hits, most recent first: how much."},
-    {"charge", FASTCALL_KW(Core_charge),
-     "charge($self, /, key, cost)\n--\n\nCount cost hits for key without a check."},
+    METHOD_KW(refund, Core_refund, "key, cost", "Give back up to cost of key's hits, most recent first: how much."),
+    METHOD_KW(charge, Core_charge, "key, cost", "Count cost hits for key without a check."),
     {NULL},
 };
 

@@ -16,6 +16,11 @@
  * table; two changes in between change the word). So the newest limits hold from every
  * process's next call, whatever limits its code passed when it opened the segment.
  *
+ * A concurrency's limit changes in place the same way (its one ring's limit: 1..MAX_CONCURRENCY;
+ * its rows hold an entry per process, whatever the limit: concurrency.c). A token bucket's
+ * limits never change in place; set_limits with its own limits only says when it last changed
+ * (a moved bucket's new segment, for shmwin show).
+ *
  * Only limits change in place: periods, buckets and a compact ring's count width are the
  * segment's layout. For those, shmwin/live.py makes a new segment under the name, seeded with
  * the old counts, and retires this one (a token bucket's rate or burst: always so): bit LIVE_MOVED of live_gen (section "retire", one
@@ -27,6 +32,9 @@
 #include "core.h"
 
 #define RELOAD_TRIES 1000  /* a reader outrun by this many changes in a row: a LockTimeoutError */
+
+/* Do this segment's limits change in place (a limiter's, a concurrency's)? */
+static int changes_in_place(Core *c) { return c->limiter || c->hooks->live_max > 0; }
 
 static int64_t *live_table(Core *c, int64_t gen) {
     return W(c, LIVE_LIMITS_OFF + (gen & 1) * MAX_RINGS * WORD_BYTES);
@@ -41,6 +49,7 @@ static int moved_error(Core *c) {
 /* Can ring i hold `limit` in place? Its counts must fit their width (a compact ring's counts
  * never exceed COUNT32_MAX when 4 bytes wide). */
 static int limit_fits(Core *c, int i, int64_t limit) {
+    if (!c->limiter && c->hooks->live_max > 0) return limit >= 1 && limit <= c->hooks->live_max;  /* a concurrency's */
     return limit >= 0 && !(c->rings[i].cw == COUNT32_BYTES && limit > COUNT32_MAX);
 }
 
@@ -55,7 +64,7 @@ int live_reload(Core *c) {
             return -1;
         }
         if (gen & LIVE_MOVED) return moved_error(c);
-        if (!c->limiter) {  /* only a limiter's limits change: any other role's stay its layout's */
+        if (!changes_in_place(c)) {  /* a limiter's and a concurrency's change: others stay their layout's */
             c->live_gen = gen;
             return 0;
         }
@@ -146,9 +155,12 @@ PyObject *Core_set_limits(Core *c, PyObject *arg) {
         }
     }
     Py_DECREF(fast);
-    if (!c->limiter) {
-        PyErr_Format(PyExc_ValueError, "window %R: only a limiter's limits change in place", c->name);
-        return NULL;
+    for (int i = 0; !changes_in_place(c) && i < c->n_rings; i++) {
+        if (limits[i] != c->rings[i].limit) {  /* a token bucket's: when it changed (moved), no more */
+            PyErr_Format(PyExc_ValueError, "window %R: only a limiter's or a concurrency's limits change in place",
+                         c->name);
+            return NULL;
+        }
     }
     if (live_lock(c) < 0) return NULL;
     int64_t gen = LOAD(W(c, LIVE_GEN_OFF));
@@ -220,7 +232,7 @@ PyObject *Core_live(Core *c, PyObject *Py_UNUSED(ignored)) {
         return NULL;
     }
     for (int i = 0; i < c->n_rings; i++) in_force[i] = c->rings[i].limit;
-    if (gen & LIVE_MOVED && c->limiter && base > 0 && retired_limits(c, base, in_force) < 0) {
+    if (gen & LIVE_MOVED && changes_in_place(c) && base > 0 && retired_limits(c, base, in_force) < 0) {
         leave(c);
         return NULL;
     }

@@ -1,4 +1,4 @@
-/* methods.c -- the argument helpers every method uses (parse, cost_of), and the methods every
+/* methods.c -- the argument helpers every method uses (parse, cost_of; methods.h: parse_keyed), and the methods every
  * segment has (clear, reset, find, the stripes', close): the base type Core's table, which every
  * role's type inherits (window.c, limiter.c, counters.c, concurrency.c, moving.c, lease.c).
  *
@@ -192,18 +192,14 @@ static PyObject *Core_close(Core *c, PyObject *Py_UNUSED(ignored)) {
 
 /* The base type's methods: what every role's type inherits (each role's own are in its file). */
 PyMethodDef core_methods[] = {
-    {"clear", (PyCFunction)Core_clear, METH_O, "clear($self, key, /)\n--\n\nForget key and its counts."},
-    {"reset", (PyCFunction)Core_reset, METH_NOARGS, "reset($self, /)\n--\n\nEmpty every row, for everyone."},
-    {"find", (PyCFunction)Core_find, METH_O,
-     "find($self, key, /)\n--\n\n(row, generation) of key, or None: lock-free."},
-    {"cache_probes", (PyCFunction)Core_cache_probes, METH_O,
-     "cache_probes($self, key, /)\n--\n\nHow many entries of this process's key cache a lookup of key reads."},
-    {"free_stripes", (PyCFunction)Core_free_stripes, METH_NOARGS,
-     "free_stripes($self, /)\n--\n\nFree the stripes of dead owners: how many."},
-    {"stripe_owners", (PyCFunction)Core_stripe_owners, METH_NOARGS,
-     "stripe_owners($self, /)\n--\n\n[(row, pid, alive)] of every stripe with an owner."},
-    {"release_stripe", (PyCFunction)Core_release_stripe, METH_NOARGS,
-     "release_stripe($self, /)\n--\n\nHand this process's stripe back (data kept): its row, or 0."},
-    {"close", (PyCFunction)Core_close, METH_NOARGS, "close($self, /)\n--\n\nStop touching the mapping."},
+    METHOD_O(clear, Core_clear, "key", "Forget key and its counts."),
+    METHOD_NOARGS(reset, Core_reset, "Empty every row, for everyone."),
+    METHOD_O(find, Core_find, "key", "(row, generation) of key, or None: lock-free."),
+    METHOD_O(cache_probes, Core_cache_probes, "key",
+        "How many entries of this process's key cache a lookup of key reads."),
+    METHOD_NOARGS(free_stripes, Core_free_stripes, "Free the stripes of dead owners: how many."),
+    METHOD_NOARGS(stripe_owners, Core_stripe_owners, "[(row, pid, alive)] of every stripe with an owner."),
+    METHOD_NOARGS(release_stripe, Core_release_stripe, "Hand this process's stripe back (data kept): its row, or 0."),
+    METHOD_NOARGS(close, Core_close, "Stop touching the mapping."),
     {NULL},
 };

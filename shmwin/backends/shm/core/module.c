@@ -59,21 +59,23 @@
  *                  repairs
  *   series.h       role "series": what its three files share (SeriesMap, SeriesValue)
  *   moving.h       role "moving-log": what moving.c and chunks.c share (a run's shape, chunks)
+ *   methods.h      what methods.c offers the role files: a method table's entries (METHOD_KW,
+ *                  METHOD_O, ...: each text signature once), parse, parse_keyed, cost_of
  *   series.c       role "series": prometheus_client's values of one app; the SeriesMap type
  *   seriesdir.c    a series segment's directory (lock, find, append, repair), its slots
  *   seriesval.c    SeriesValue: one prometheus_client value's cell (inc, set, get)
  *   threads.c      per process: the fork generation, the time namespace's offset, the keeper
  *                  and the reserver threads
  *
- * Who calls whom (a -> b: a file calls a function that b defines; calls through core.h's
+ * Who calls whom (a -> b: a file calls a function that b defines; calls through core.h's (and methods.h's)
  * inline helpers and through a role's hooks not drawn). tests/unit/test_core_file_map.py holds
  * this map, and the one in docs/internals.md, to the files and their calls, and that no file
  * reaches itself through them (the role files on top, the key table below, no circle):
  *
  * CALLS-BEGIN
- *   cache.c -> coretype.c index.c methods.c
+ *   cache.c -> coretype.c index.c
  *   chunks.c -> space.c words.c
- *   concurrency.c -> coretype.c index.c methods.c rings.c stripes.c threads.c
+ *   concurrency.c -> coretype.c index.c keycache.c methods.c rings.c stripes.c threads.c
  *   coretype.c -> keycache.c rings.c stripes.c threads.c
  *   counters.c -> coretype.c index.c limiter.c methods.c rings.c
  *   distribution.c -> coretype.c index.c methods.c

@@ -414,11 +414,7 @@ static PyObject *Core_moving_hit(Core *c, PyObject *const *args, Py_ssize_t narg
     PyObject *a[2], *result = NULL;
     int64_t cost, now = 0, slot;
     int allowed = 0;
-    if (parse(args, nargs, kwnames, names, 2, a, "moving_hit") < 0) return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "moving_hit() needs a key");
-        return NULL;
-    }
+    if (parse_keyed(args, nargs, kwnames, names, 2, a, "moving_hit") < 0) return NULL;
     if (key_enter(c, &kc) < 0) return NULL;
     if (cost_of(a[1], &cost, 0) < 0 || now_ns(c, &now) < 0) goto out;
     if (cost > c->rings[0].limit) {  /* as limits: never, and no key is made for it */
@@ -453,8 +449,7 @@ static PyObject *Core_moving_get(Core *c, PyObject *key) {
     int held = 0, rc = 0;
     Walk w;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (now_ns(c, &now) < 0) goto out;
-    int got = key_lock_at(c, &kc, key, 0, now, &slot);
+    int got = key_lock(c, &kc, key, 0, &now, &slot);  /* now, then the row */
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_BuildValue("(ii)", 0, 0);
@@ -551,26 +546,14 @@ static const RoleHooks moving_hooks = {
 static int moving_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &moving_hooks); }
 
 static PyMethodDef moving_methods[] = {
-    {"moving_hit", FASTCALL_KW(Core_moving_hit),
-     "moving_hit($self, /, key, cost=1)\n--\n\n"
-     "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it did."},
-    {"moving_get", (PyCFunction)Core_moving_get, METH_O,
-     "moving_get($self, key, /)\n--\n\n(hits counted, ns until the oldest of them is forgotten; 0: none)."},
-    {"moving_chunks", (PyCFunction)Core_moving_chunks, METH_NOARGS,
-     "moving_chunks($self, /)\n--\n\n(chunks handed out, on the free list, reserved, in the heap)."},
+    METHOD_KW(moving_hit, Core_moving_hit, "key, cost=1",
+        "limits' moving window: count cost hits now if the last period's leave room under the limit; whether it "
+        "did."),
+    METHOD_O(moving_get, Core_moving_get, "key", "(hits counted, ns until the oldest of them is forgotten; 0: none)."),
+    METHOD_NOARGS(moving_chunks, Core_moving_chunks, "(chunks handed out, on the free list, reserved, in the heap)."),
     {NULL},
 };
 
-static PyType_Slot moving_slots[] = {
-    {Py_tp_doc, "A segment of role moving-log: each key's hit times, and what every segment has (Core)."},
-    {Py_tp_init, moving_init},
-    {Py_tp_methods, moving_methods},
-    {0, NULL},
-};
-
-PyType_Spec moving_log_spec = {
-    .name = "shmwin._core.MovingLogCore",
-    .basicsize = sizeof(Core),
-    .flags = ROLE_TYPE_FLAGS,
-    .slots = moving_slots,
-};
+/* no object fields of its own: Core's GC support, inherited */
+ROLE_SPEC(moving_log_spec, "MovingLogCore", Core, moving_init, moving_methods,
+          "A segment of role moving-log: each key's hit times, and what every segment has (Core).");

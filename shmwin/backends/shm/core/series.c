@@ -360,22 +360,17 @@ static int sm_traverse(SeriesMap *s, visitproc visit, void *arg) {
 static PyObject *sm_value(SeriesMap *s, PyObject *const *args, Py_ssize_t n);
 
 static PyMethodDef sm_methods[] = {
-    {"find", (PyCFunction)(void (*)(void))sm_find, METH_FASTCALL,
-     "find($self, key, hash, /)\n--\n\nThe entry of identity key: (offset, kind, cell, slot, lifetime, pid, flags), or None."},
-    {"insert", (PyCFunction)(void (*)(void))sm_insert, METH_FASTCALL,
-     "insert($self, key, hash, kind, lifetime, pid, /)\n--\n\n(entry, made): the entry of key, appended if missing."},
-    {"lifetime", (PyCFunction)sm_lifetime, METH_O,
-     "lifetime($self, pid, /)\n--\n\n(slot, lifetime) of this process, claimed at its first call."},
-    {"entries", (PyCFunction)sm_entries, METH_O,
-     "entries($self, start, /)\n--\n\n(end, [(entry, key), ...]): the entries from byte start."},
-    {"read", (PyCFunction)sm_read, METH_O,
-     "read($self, offsets, /)\n--\n\n[(value, stamp, live, pid)] of the entry at each offset."},
-    {"adopt", (PyCFunction)(void (*)(void))sm_adopt, METH_FASTCALL,
-     "adopt($self, offset, lifetime, pid, /)\n--\n\nA dead lifetime's entry of our slot, made ours."},
-    {"drop", (PyCFunction)sm_drop, METH_O, "drop($self, offset, /)\n--\n\nMark an entry removed."},
-    {"value", (PyCFunction)(void (*)(void))sm_value, METH_FASTCALL,
-     "value($self, cell, rebind, pid_fn, pid, /)\n--\n\nA SeriesValue on a cell; rebind=None: a shared cell."},
-    {"close", (PyCFunction)sm_close, METH_NOARGS, "close($self, /)\n--\n\nGive the slot back; unmap once idle."},
+    METHOD_POS(find, sm_find, "key, hash",
+        "The entry of identity key: (offset, kind, cell, slot, lifetime, pid, flags), or None."),
+    METHOD_POS(insert, sm_insert, "key, hash, kind, lifetime, pid",
+        "(entry, made): the entry of key, appended if missing."),
+    METHOD_O(lifetime, sm_lifetime, "pid", "(slot, lifetime) of this process, claimed at its first call."),
+    METHOD_O(entries, sm_entries, "start", "(end, [(entry, key), ...]): the entries from byte start."),
+    METHOD_O(read, sm_read, "offsets", "[(value, stamp, live, pid)] of the entry at each offset."),
+    METHOD_POS(adopt, sm_adopt, "offset, lifetime, pid", "A dead lifetime's entry of our slot, made ours."),
+    METHOD_O(drop, sm_drop, "offset", "Mark an entry removed."),
+    METHOD_POS(value, sm_value, "cell, rebind, pid_fn, pid", "A SeriesValue on a cell; rebind=None: a shared cell."),
+    METHOD_NOARGS(close, sm_close, "Give the slot back; unmap once idle."),
     {NULL},
 };
 

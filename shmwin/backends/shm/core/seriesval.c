@@ -152,12 +152,12 @@ static int sv_clear(SeriesValue *v) {
 }
 
 static PyMethodDef sv_methods[] = {
-    {"inc", (PyCFunction)sv_inc, METH_O, "inc($self, amount, /)\n--\n\nAdd amount."},
+    METHOD_O(inc, sv_inc, "amount", "Add amount."),
     {"set", (PyCFunction)(void (*)(void))sv_set, METH_FASTCALL | METH_KEYWORDS,
      "set($self, value, timestamp=None)\n--\n\nStore value (a gauge: with its timestamp)."},
-    {"get", (PyCFunction)sv_get, METH_NOARGS, "get($self, /)\n--\n\nThe value: a shared cell's total."},
-    {"set_exemplar", (PyCFunction)sv_set_exemplar, METH_O, "set_exemplar($self, exemplar, /)\n--\n\nIgnored."},
-    {"get_exemplar", (PyCFunction)sv_get_exemplar, METH_NOARGS, "get_exemplar($self, /)\n--\n\nNone."},
+    METHOD_NOARGS(get, sv_get, "The value: a shared cell's total."),
+    METHOD_O(set_exemplar, sv_set_exemplar, "exemplar", "Ignored."),
+    METHOD_NOARGS(get_exemplar, sv_get_exemplar, "None."),
     {NULL},
 };
 

@@ -51,6 +51,15 @@ int start_thread(void *(*main)(void *)) {
     return err;
 }
 
+/* A fork's child: a thread's mutex and condition as new, since the thread that held or waited
+ * on them stayed in the parent (both threads below start anew in the child, on first use). */
+static void fresh_sync(pthread_mutex_t *mu, pthread_cond_t *cv) {
+    pthread_mutex_t new_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t new_cv = PTHREAD_COND_INITIALIZER;
+    *mu = new_mu;
+    *cv = new_cv;
+}
+
 /* A process in a time namespace (a container started with one, a CRIU restore) reads
  * CLOCK_MONOTONIC shifted by its namespace's offset, so two processes of one host could
  * stamp one window with clocks seconds apart. Every time a segment holds is the host's
@@ -113,10 +122,7 @@ static void *keeper_main(void *unused) {
 }
 
 static void keeper_after_fork(void) {  /* the child: no keeper thread, nothing held */
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-    keep_mu = mu;
-    keep_cv = cv;
+    fresh_sync(&keep_mu, &keep_cv);
     keep_started = keep_state = 0;
 }
 
@@ -223,10 +229,7 @@ static void *reserver_main(void *unused) {
 }
 
 static void reserver_after_fork(void) {  /* the child: no reserver thread, no jobs */
-    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-    jobs_mu = mu;
-    jobs_cv = cv;
+    fresh_sync(&jobs_mu, &jobs_cv);
     reserver_started = 0;
     jobs_posted = jobs_done = jobs_used = 0;
     for (int i = 0; i < JOBS; i++) {

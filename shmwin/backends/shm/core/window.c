@@ -360,15 +360,12 @@ static const RoleHooks window_hooks = {.role = "window", .header = window_header
 static int window_init(Core *c, PyObject *args, PyObject *kw) { return core_init(c, args, kw, &window_hooks); }
 
 static PyMethodDef window_methods[] = {
-    {"add", FASTCALL_KW(Core_add),
-     "add($self, /, n=1, field=None, key=None)\n--\n\n"
-     "Count n now in field's current bucket: this process's stripe, the shared row, or the key's row."},
-    {"add_and_total", FASTCALL_KW(Core_add_and_total),
-     "add_and_total($self, /, n=1, field=None, key=None)\n--\n\n"
-     "Add, and the key's total over its longest ring with it (keyed windows)."},
-    {"add_batch", FASTCALL_KW(Core_add_batch),
-     "add_batch($self, /, items, field=None, key=None)\n--\n\n"
-     "Add (ring, epoch, value) triples in one section."},
+    METHOD_KW(add, Core_add, "n=1, field=None, key=None",
+        "Count n now in field's current bucket: this process's stripe, the shared row, or the key's row."),
+    METHOD_KW(add_and_total, Core_add_and_total, "n=1, field=None, key=None",
+        "Add, and the key's total over its longest ring with it (keyed windows)."),
+    METHOD_KW(add_batch, Core_add_batch, "items, field=None, key=None",
+        "Add (ring, epoch, value) triples in one section."),
     {NULL},
 };
 

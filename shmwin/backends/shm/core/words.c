@@ -51,16 +51,23 @@ int current_index(Core *c, Index *x) {
     return 0;
 }
 
-/* Rows that may be followed: those handed out, every one reserved. 0, or -1 with an error.
- * rows_top is loaded first: a writer stores rows_reserved before it, so top <= reserved. */
-int rows_top(Core *c, int64_t *top) {
-    int64_t t = load_state(c, ROWS_TOP_OFF, c->n_rows, "rows_top"), reserved;
-    if (t < 0 || (reserved = load_state(c, ROWS_RESERVED_OFF, c->n_rows, "rows_reserved")) < 0) return -1;
+/* What may be followed in a heap of rows or chunks: those handed out, every one reserved. 0, or
+ * -1 with a CorruptSegmentError. The top word is loaded first: a writer stores the reserved word
+ * before it, so top <= reserved. Lock-free: each caller says which lock it holds. */
+int heap_top(Core *c, const HeapWords *h, int64_t most, int64_t *top) {
+    int64_t t = load_state(c, h->top_off, most, h->top_word), reserved;
+    if (t < 0 || (reserved = load_state(c, h->reserved_off, most, h->reserved_word)) < 0) return -1;
     if (t > reserved) {
-        PyErr_Format(c->st->corrupt, "window %R: its key table hands out %lld rows but reserved only %lld: "
-                     "the segment is corrupt", c->name, (long long)t, (long long)reserved);
+        PyErr_Format(c->st->corrupt, "window %R: its %s hands out %lld %s but reserved only %lld: "
+                     "the segment is corrupt", c->name, h->heap, (long long)t, h->unit, (long long)reserved);
         return -1;
     }
     *top = t;
     return 0;
+}
+
+/* Rows that may be followed (the key table's heap of rows). */
+int rows_top(Core *c, int64_t *top) {
+    static const HeapWords rows = {ROWS_TOP_OFF, ROWS_RESERVED_OFF, "rows_top", "rows_reserved", "key table", "rows"};
+    return heap_top(c, &rows, c->n_rows, top);
 }

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from ...._core import ConcurrencyCore
+from ....geometry import Geometry
 from ...contract import Key
+from ..format import LIVE_MOVED
+from ..layout import Layout, canonical_holders, holders_in_row
 from .base import RoleEngine
 
 
@@ -39,6 +43,26 @@ class ConcurrencyEngine(RoleEngine):
     def mine(self, key: Key) -> int:
         return int(self._core.conc_mine(key))
 
+    def moved(self) -> bool:
+        """Was the segment replaced under its name (a reset's move)?"""
+        return bool(self._core.live()[0] & LIVE_MOVED)
+
+    def limit(self) -> int:
+        """The limit in force (the header's live words, once changed: ``core/live.c``)."""
+        return int(self._core.live()[2][0])
+
+    def set_limit(self, limit: int) -> int:
+        """Every process's limit from its next call, in place (section "live"): the generation."""
+        return int(self._core.set_limits(((limit,), time.time_ns())))
+
     def values(self, now_ns: int) -> list[tuple[Key, int]]:
         """``(key, slots held now)`` of every key, idle or not (nothing written)."""
         return [(key, int(self._core.conc_count(key))) for key in self.all_keys()]
+
+
+def holders_of(g: Geometry) -> int:
+    """The holder entries of a concurrency's rows: the most processes holding a key at once."""
+    return holders_in_row(Layout.plan(g).row_bytes)
+
+
+__all__ = ["ConcurrencyEngine", "canonical_holders", "holders_of"]

@@ -17,10 +17,11 @@ class LeaseEngine(RoleEngine):
     _core_type = LeaseCore
     _core: LeaseCore
 
-    def __init__(self, window: Any):
-        super().__init__(window)
-        # the hot path: the core's method itself, one call per hit with no Python frame between
-        self.spend: Callable[..., Any] = self._core.lease_spend
+    @property
+    def spend(self) -> Callable[..., Any]:
+        """The hot path: the core's method itself (bind it once: one call per hit with no Python
+        frame between)."""
+        return self._core.lease_spend
 
     def install(self, key: Key, *lease: int) -> tuple[bool, Any]:
         """Install a lease from Redis: (installed, the account of the lease it replaced)."""

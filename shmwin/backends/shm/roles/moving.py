@@ -40,10 +40,11 @@ class MovingEngine(RoleEngine):
     _core_type = MovingLogCore
     _core: MovingLogCore
 
-    def __init__(self, window: Any):
-        super().__init__(window)
-        # limits' hot path: the core's own method, ``native_hit(key, cost)``
-        self.native_hit: Callable[[Key, int], bool] = self._core.moving_hit
+    @property
+    def native_hit(self) -> Callable[[Key, int], bool]:
+        """limits' hot path, ``native_hit(key, cost)``: the core's own method (bind it once: no
+        Python frame between)."""
+        return self._core.moving_hit
 
     def hit(self, key: Key, cost: int) -> bool:
         """Count ``cost`` hits now if the last period's hits leave room for them under the limit."""

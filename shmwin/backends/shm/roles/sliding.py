@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ...._core import SlidingCounterCore
 from ....geometry import EMPTY_EPOCH
@@ -20,10 +19,11 @@ class SlidingEngine(RoleEngine):
     _core_type = SlidingCounterCore
     _core: SlidingCounterCore
 
-    def __init__(self, window: Any):
-        super().__init__(window)
-        # limits' hot path: the core's own method, ``native_hit(key, limit_units, units, UNIT)``
-        self.native_hit: Callable[..., bool] = self._core.sliding_hit
+    @property
+    def native_hit(self) -> Callable[..., bool]:
+        """limits' hot path, ``native_hit(key, limit_units, units, UNIT)``: the core's own method
+        (bind it once: no Python frame between)."""
+        return self._core.sliding_hit
 
     def hit(self, key: str, limit_units: int, units: int) -> bool:
         """Count ``units`` if the weighted count, floored to whole hits, leaves room under the limit."""

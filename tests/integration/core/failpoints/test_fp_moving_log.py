@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from support import failpoints as fp
 from support.failpoints import CTX, KILL, PROGRESS, RAISE, SIGNALS, T0, S
+from support.moving import assert_no_chunk_leaked
 
 import shmwin
 from shmwin import ManualClock, _core
@@ -125,9 +126,7 @@ def test_moving_hit(make_name, tmp_path, case, sig):
                 # every hit leaves: every chunk is back once each key is emptied (the chunk
                 # lock's repair rebuilt the free list if its holder died)
                 clock.advance(ns=3 * MOVING_P)
-                m.reset()
-                top, free, _, _ = m.chunks()
-                assert free == top, f"{top - free} chunks leaked"
+                top = assert_no_chunk_leaked(m)
                 load(m, clock, clock())
                 assert m.hit("k", 1)
                 assert m.chunks()[0] == top, "the same load took chunks past the heap's top"
@@ -169,9 +168,7 @@ def test_chunk_repair(make_name, tmp_path, sig):
                 used = m.used_and_reset("k")[0]
                 assert used <= 40 and sum(bool(m.hit("k", 1)) for _ in range(40)) == 40 - used
                 clock.advance(ns=3 * MOVING_P)
-                m.reset()
-                top, free, _, _ = m.chunks()
-                assert free == top, f"{top - free} chunks leaked"
+                assert_no_chunk_leaked(m)
             return s.fired
         finally:
             fp.drop(m, name)
