@@ -71,17 +71,44 @@ class RedisLimiter(RedisBase):
 
     def _change(self, spec: str, mode: str) -> None:
         """Run change.lua (``mode``: an on_change, or "attach" to read the state) and follow it."""
+        if self._groups and mode in live.ON_CHANGE:
+            self._pre_raise(spec)
         state = live.run_change(self, spec, mode)
+        self._follow(state)
+        if state.moved and self._groups:  # each group's generation, raised before the change returns
+            self._raise_groups(state.gen)
+
+    def _follow(self, state: live.LiveState) -> None:
         rates, buckets = _parse_limiter_spec(state.spec, self._groups)
         capacity = self._g.capacity or DEFAULT_CAPACITY
         self._adopt(dataclasses.replace(limiter_geometry(rates, buckets, capacity), role=self._g.role), state)
-        if state.moved and self._groups:  # each group's generation, raised before the change returns
-            for group in range(self._groups):
-                self._eval(scripts.GEN, [self._group_prefix(group) + "gen"], [state.gen])
+
+    def _pre_raise(self, spec: str) -> None:
+        """Spread, before a change commits: every group's generation one past the name's. Groups
+        are other slots, so no one step raises them all; raised first, a changer killed at any
+        point leaves no group where a stale process counts unseen: before its commit, a hit in a
+        raised group repairs the name (change.lua's 'sync': the old rates, a newer generation);
+        after it, the hit reads the new rates."""
+        have, gen = self._call(self._redis.hmget, self._prefix + "meta", "geometry", "gen")
+        if have is not None and have.decode() != spec:
+            self._raise_groups(int(gen or 0) + 1)
+
+    def _raise_groups(self, gen: int) -> None:
+        for group in range(self._groups):
+            self._eval(scripts.GEN, [self._group_prefix(group) + "gen"], [gen])
 
     def _refresh(self) -> None:
-        """Read the name's rates anew: a hit met a newer generation than this process knew."""
+        """Read the name's rates anew (an attach)."""
         self._change("", "attach")
+
+    def _sync(self, key: Key) -> None:
+        """A hit of ``key`` met another generation than this process knew: read the newest rates,
+        or repair a name wiped or rolled back (change.lua's 'sync'); spread, then make every
+        group's generation the name's (a changer may have died before it did)."""
+        tag = self._tag_of(key_text(_limiter_key(key)))
+        self._follow(live.sync(self, self._spec_of_g, self._state.gen, tag + "gen"))
+        if self._groups:
+            self._raise_groups(self._state.gen)
 
     def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
         """Change the rates for every process (``Limiter.set_rates``): "carry" or "reset"."""
@@ -173,7 +200,7 @@ class RedisLimiter(RedisBase):
                 raise unavailable(self.url, exc) from exc
             if got != live.STALE:
                 return bool(got)
-            self._refresh()  # the rates changed: the newest win
+            self._sync(key)  # the rates changed: the newest win
         raise self._changing()
 
     def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
@@ -183,7 +210,7 @@ class RedisLimiter(RedisBase):
             out = self._hit(key, cost, int(commit), detail)
             if out is not None:
                 return out
-            self._refresh()
+            self._sync(key)
         raise self._changing()
 
     def _hit(self, key: Key, cost: int, commit: int, detail: bool) -> Check | None:
@@ -229,7 +256,7 @@ class RedisLimiter(RedisBase):
         for _ in range(live.RETRIES):
             if self._hit(key, cost_of(cost, 1), 2, False) is not None:
                 return
-            self._refresh()
+            self._sync(key)
         raise self._changing()
 
     def clear(self, key: Key) -> None:

@@ -83,14 +83,15 @@ def live_olds(olds: tuple[OldLayout, ...], now_us: int) -> tuple[OldLayout, ...]
     return tuple(old for old in olds if old.until_us > now_us)
 
 
-def run_change(base: Any, spec: str, mode: str) -> LiveState:
-    """change.lua for the name of ``base`` (a RedisBase; ``mode``: an on_change, or "attach" to
-    read the state): the state after it, or the error an opener of ``spec`` gets."""
+def run_change(base: Any, spec: str, mode: str, known: int = 0, floor: int = 0) -> LiveState:
+    """change.lua for the name of ``base`` (a RedisBase; ``mode``: an on_change, "attach" to
+    read the state, or "sync" after a hit met generation ``floor`` while its process knows
+    ``known`` for ``spec``): the state after it, or the error an opener of ``spec`` gets."""
     from ...errors import GeometryMismatchError, WindowNotFoundError
     from . import scripts
 
     keys = [base._prefix + "meta", base._clock_key, base._prefix + "gen"]
-    out = base._eval(scripts.CHANGE, keys, [spec, mode])
+    out = base._eval(scripts.CHANGE, keys, [spec, mode, known, floor])
     if int(out[0]) == 1:
         return parse_state(out)
     have = _text(out[1])
@@ -101,6 +102,14 @@ def run_change(base: Any, spec: str, mode: str) -> LiveState:
     raise GeometryMismatchError(
         f"{base.name!r} exists on redis with geometry [{have}], not the requested [{spec}]{hint}"
     )
+
+
+def sync(base: Any, spec: str, known: int, gen_key: str) -> LiveState:
+    """A hit of ``base`` met another generation in ``gen_key`` than the ``known`` one of its
+    ``spec``: change.lua's 'sync' brings the meta and the generation key back in step (a change
+    read, or a wipe or rollback repaired) and answers the state to follow."""
+    floor = base._call(base._redis.get, gen_key)
+    return run_change(base, spec, "sync", known, int(floor or 0))
 
 
 def check_on_change(on_change: str) -> str:

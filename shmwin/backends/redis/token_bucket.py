@@ -98,7 +98,7 @@ class RedisTokenBucket(RedisBase):
             if int(out[0]) != live.STALE:
                 allowed, tokens, wait_us, full_us = (int(v) for v in out)
                 return bool(allowed), tokens, wait_us * NS_PER_US, full_us * NS_PER_US
-            self._refresh()
+            self._follow(live.sync(self, _spec(self._g), self._state.gen, keys[2]))
         raise GeometryMismatchError(
             f"the rate of {self.name!r} on redis changed at each of {live.RETRIES} tries: try again"
         )

@@ -10,12 +10,8 @@ how many it was admitted, so each admitted hit's time is known exactly.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
+from support.redis_live import Worker
 
 import shmwin
 from shmwin import Limiter, ManualClock, TokenBucket
@@ -26,51 +22,6 @@ from shmwin.rate import parse_many
 redis = pytest.importorskip("redis")
 S = 1_000_000_000
 T0 = 10**15  # a server time far from 0, as TIME is
-ROOT = Path(__file__).resolve().parents[3]
-
-WORKER = """
-import sys
-from shmwin import Limiter, ManualClock
-from shmwin.backends.redis.testing import ServerTime
-name, url, rates, on_change, clock_path = sys.argv[1:6]
-lim = Limiter(name, rates, backend=url, on_change=on_change, clock=ServerTime(ManualClock(path=clock_path)))
-print("ready", flush=True)
-for line in sys.stdin:
-    word, _, arg = line.split()[0], None, line.split()[1:]
-    if word == "hit":
-        print(sum(lim.hit(arg[0]) for _ in range(int(arg[1]))), flush=True)
-    elif word == "rates":
-        print(";".join(map(str, lim.rates)), flush=True)
-lim.close()
-"""
-
-
-class Worker:
-    """One process running ``Limiter(name, rates, on_change=...)``: the code it was started with."""
-
-    def __init__(self, name: str, url: str, rates: str, on_change: str, clock_path: Path):
-        args = [sys.executable, "-c", textwrap.dedent(WORKER), name, url, rates, on_change, str(clock_path)]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
-        assert self._read() == "ready"
-
-    def ask(self, line: str) -> str:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def _read(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        assert line, f"the worker died: exit {self.proc.poll()}"
-        return line
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        assert self.proc.wait(60) == 0
-
 
 @pytest.fixture(params=["server", "cluster", "spread"])
 def live_url(request: pytest.FixtureRequest) -> str:

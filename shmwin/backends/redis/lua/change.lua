@@ -15,18 +15,35 @@
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the spec wanted
 -- ARGV[3]  'raise' (another spec is refused), 'carry' (changed: in place when only the limits
---          differ, else a new layout whose first hit of each key carries the old row's hits),
---          'reset' (changed: a new layout, the old rows forgotten), or 'attach' (no change)
+--          differ, else a new layout whose first hit of each key carries the old rows' hits),
+--          'reset' (changed: a new layout, the old rows forgotten), 'attach' (no change), or
+--          'sync': a hit met another generation than its process knows (ARGV[4]) -- see Repair
+-- ARGV[4]  'sync' only: the generation the process knows (0: none), whose spec is ARGV[2]
+-- ARGV[5]  'sync' only: the generation the hit met in its (group's) generation key
 --
 -- Returns: {1, spec, gen, layout, history, changed, changes, moved ('1' if this call changed
 --          the rates, else '0')} -- the name's state after the call;
 --          {0, spec in force} if it was refused (another kind or spread, or 'raise').
 -- Guarantees: atomic, one round trip. A generation never goes back (the name's time, one past
 -- the previous one at least), so a hit of a process that has not seen the change is refused by
--- the hit scripts (their generation check), and that process reads this state again.
+-- the hit scripts (their generation check), and that process reads this state again. The
+-- generation key moves only here, with the meta, in one step: after any call they agree.
+-- Repair ('sync'): the meta and the generations the processes know can disagree only when the
+-- keys were wiped (FLUSHDB, a restart without persistence, an unlink) or rolled back (a restart
+-- from an older RDB snapshot). Then:
+--   - no meta: the first claim makes a fresh name with the claimer's spec, dated with the
+--     generation it knew; a process that knew a newer generation re-claims its spec at its
+--     next call (below), so the newest rates any live process knows win again;
+--   - the process knows a newer generation than the meta: its spec is re-claimed as a change
+--     with carry (the meta was rolled back past it);
+--   - the hit met a newer generation than the meta's (a generation key or a spread group's
+--     left ahead): the meta's spec is kept and its generation raised past it;
+--   - else the process simply reads the state (it was stale).
+-- Never an error: every case ends with a meta and a generation key that agree.
 
 local meta, gen_key = KEYS[1], KEYS[3]
 local want, mode = ARGV[2], ARGV[3]
+local known, floor = tonumber(ARGV[4] or '0') or 0, tonumber(ARGV[5] or '0') or 0
 local now = now_us(KEYS[2])
 
 local f = redis.call('HMGET', meta, 'geometry', 'gen', 'layout', 'history', 'changed', 'changes')
@@ -52,16 +69,41 @@ local function life_us(spec)  -- a hit written now is gone from every ring of sp
   end
   return most
 end
-local function next_gen()  -- the name's time, and after every generation handed out before
-  gen = math.max(now, gen + 1, tonumber(redis.call('GET', gen_key) or '0') + 1)
+local function gen_key_value() return tonumber(redis.call('GET', gen_key) or '0') end
+local function next_gen()  -- the name's time, and after every generation handed out or met before
+  gen = math.max(now, gen + 1, gen_key_value() + 1, known + 1, floor + 1)
+end
+local function save()  -- the meta and the generation key, together
+  redis.call('HSET', meta, 'geometry', have, 'gen', string.format('%.0f', gen),
+             'layout', string.format('%.0f', layout), 'history', history,
+             'changed', string.format('%.0f', changed), 'changes', changes)
   redis.call('SET', gen_key, string.format('%.0f', gen))
+  return state(have)
 end
 
-if not have then  -- a new name (or one unlinked): claimed as wanted
-  if mode == 'attach' then return {0, ''} end
-  next_gen()
-  redis.call('HSET', meta, 'geometry', want, 'gen', string.format('%.0f', gen))
-  return state(want)
+if not have then  -- a new name, or one wiped: claimed as wanted
+  if mode == 'attach' or want == '' then return {0, ''} end
+  if mode == 'sync' and known > math.max(gen_key_value(), floor) then
+    gen = known  -- dated as its claimer knew it: a process that knew a newer one re-claims
+  else
+    next_gen()
+  end
+  have, layout, history = want, 0, ''
+  return save()
+end
+if mode == 'sync' then
+  if known > gen and kind(have) == kind(want) and want ~= '' then  -- the meta went back past it
+    if have == want then
+      next_gen()
+      return save()
+    end
+    mode = 'carry'  -- its spec, claimed again below as a change
+  elseif floor > gen or gen_key_value() ~= gen then  -- a generation key ahead of (or behind) the meta
+    if floor > gen or gen_key_value() > gen then next_gen() end
+    return save()
+  else
+    return state(have)
+  end
 end
 if have == want or mode == 'attach' then return state(have) end
 if mode == 'raise' or kind(have) ~= kind(want) then return {0, have} end
@@ -73,14 +115,19 @@ if mode == 'carry' and shape(have) == shape(want) then
 else
   local kept = {}
   if mode == 'carry' then
+    -- every earlier layout whose rows may hold hits still inside a new rate's window stays
+    -- readable (hit.lua's carry sums them): the hits of a layout retired now are dated at most
+    -- now, so they count for at most the longest of its and the new rates' lives
+    local gone_by = now + math.max(life_us(have), life_us(want))
     for entry in string.gmatch(history, '[^;]+') do
-      if tonumber(string.match(entry, ':(%d+)$')) > now then kept[#kept + 1] = entry end
+      local l, s, u = string.match(entry, '^(%d+):([^:]*):(%d+)$')
+      if tonumber(u) > now then
+        kept[#kept + 1] = string.format('%s:%s:%.0f', l, s, math.max(tonumber(u), gone_by))
+      end
     end
-    kept[#kept + 1] = string.format('%.0f:%s:%.0f', layout, shape(have), now + life_us(have))
+    kept[#kept + 1] = string.format('%.0f:%s:%.0f', layout, shape(have), gone_by)
   end
   history, layout = table.concat(kept, ';'), gen
 end
-redis.call('HSET', meta, 'geometry', want, 'gen', string.format('%.0f', gen),
-           'layout', string.format('%.0f', layout), 'history', history,
-           'changed', string.format('%.0f', changed), 'changes', changes)
-return state(want)
+have = want
+return save()

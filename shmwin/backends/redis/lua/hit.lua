@@ -25,8 +25,8 @@
 -- its rates still counts, all counted now in every rate (they leave later than they would
 -- have, never sooner); the old rows go.
 --
--- Returns: {-1} if the rates changed since ARGV[6] (nothing is written: the caller reads them
---          and asks again); else
+-- Returns: {-1} if the generation key is not ARGV[6] (nothing is written: the caller syncs
+--          with change.lua and asks again); else
 --          {allowed (1 or 0), now in microseconds, hits in use per rate (after counting),
 --          per rate the microseconds until its oldest counted hit leaves (0: none),
 --          microseconds until the cost would fit (0: it fits; -1: never, it exceeds a limit)}
@@ -38,8 +38,7 @@
 
 local gen = tonumber(ARGV[6])
 local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
-if gen < seen then return {-1} end  -- a stale process: the newest rates win
-if gen > seen then redis.call('SET', KEYS[3], ARGV[6]) end  -- a spread group not yet raised
+if gen ~= seen then return {-1} end  -- stale, or a key left behind: change.lua's 'sync' repairs
 
 local now = now_us(KEYS[2])
 local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[4] == '1'

@@ -14,15 +14,14 @@
 --            LIMIT hits allowed in the window, GEN the generation of the rates above
 --
 -- Returns: 1 if the hits fit and were counted, 0 if not (nothing is written then), -1 if the
---          rates changed since GEN (nothing is written: the caller reads them and asks again).
+--          generation key is not GEN (nothing is written: the caller syncs and asks again).
 -- Guarantees: atomic, one round trip, one GET and at most one SET of the ring (and of the
 -- clock, clock.lua's: the time never goes back); the TTL starts again
 -- when a hit opens a bucket, so the key outlives every later write in it by a span.
 
 local TTL_MS, BUCKET_US, N, LIMIT, GEN = ${ttl_ms}, ${bucket_us}, ${n}, ${limit}, ${gen}
 local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
-if GEN < seen then return -1 end  -- a stale process: the newest rates win
-if GEN > seen then redis.call('SET', KEYS[3], '${gen}') end  -- a spread group not yet raised
+if GEN ~= seen then return -1 end  -- stale, or a key left behind: change.lua's 'sync' repairs
 local now = now_us(KEYS[2])
 local cost = tonumber(ARGV[2])
 

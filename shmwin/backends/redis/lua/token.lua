@@ -22,16 +22,15 @@
 -- Taking cost is allowed iff max(tat, now) + cost x T - BURST x T <= now; then
 -- tat = max(tat, now) + cost x T. Integers below 2**53 throughout: exact in Lua's doubles.
 --
--- Returns: {-1} if T and BURST changed since ARGV[6] (nothing is written: the caller reads them
---          and asks again); else {allowed 1/0, whole tokens left, us until cost tokens are there (0: now),
+-- Returns: {-1} if the generation key is not ARGV[6] (nothing is written: the caller syncs
+--          with change.lua and asks again); else {allowed 1/0, whole tokens left, us until cost tokens are there (0: now),
 --           us until the bucket is full}.
 -- Guarantees: atomic, one round trip, one GET and at most one SET; the key expires (PX) once
 -- its bucket is full again, when it would read as full anyway.
 
 local gen = tonumber(ARGV[6])
 local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
-if gen < seen then return {-1} end  -- a stale process: the newest rate and burst win
-if gen > seen then redis.call('SET', KEYS[3], ARGV[6]) end
+if gen ~= seen then return {-1} end  -- stale, or a key left behind: change.lua's 'sync' repairs
 
 local now = now_us(KEYS[2])
 local cost, commit = tonumber(ARGV[2]), ARGV[3] == '1'

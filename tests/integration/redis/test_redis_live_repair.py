@@ -1,0 +1,90 @@
+"""A limiter's live state on redis when its keys are lost or rolled back (docs/redis.md, "What a
+wipe or a rollback does"): the meta and the generation key must come back in step at the next
+call of any process -- never an error forever -- and the newest rates any live process knows win.
+
+Real processes (support.redis_live.Worker, the code each was started with) on one real server and
+one hand-driven clock; the wipe is FLUSHDB (a restart without persistence), the rollback the
+name's keys DUMPed before a change and RESTOREd after it (a restart from an older RDB snapshot).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.redis_live import Worker
+from support.servers import redis_client
+
+from shmwin import Limiter, ManualClock
+from shmwin.backends.redis.testing import ServerTime
+
+redis = pytest.importorskip("redis")
+T0 = 10**15
+
+
+def _workers(name: str, url: str, tmp_path: Path, *rates: str) -> list[Worker]:
+    ManualClock(T0, path=tmp_path / "clock")
+    return [Worker(name, url, r, "carry", tmp_path / "clock") for r in rates]
+
+
+def _meta_and_gen(url: str, name: str) -> tuple[bytes | None, bytes | None]:
+    client = redis_client(url)
+    return client.hget(f"shmwin:{{{name}}}:meta", "gen"), client.get(f"shmwin:{{{name}}}:gen")
+
+
+def test_a_rollback_to_a_snapshot_before_a_change_converges_to_the_newest_rates(redis_server, name, tmp_path):
+    url = redis_server.url
+    client = redis_client(url)
+    old, = _workers(name, url, tmp_path, "10/minute")
+    try:
+        assert old.ask("hit a 1") == "1"
+        snapshot = {k: client.dump(k) for k in client.keys(f"shmwin:{{{name}}}:*")}
+        new, = _workers(name, url, tmp_path, "20/minute")  # the change, after the snapshot
+        assert new.ask("hit a 1") == "1"
+        client.flushdb()  # the restart: the snapshot comes back, the change is gone from it
+        for key, value in snapshot.items():
+            client.restore(key, 0, value, replace=True)
+        # the running new code re-claims its rates (the meta went back past them), counts carried
+        assert new.ask("hit a 1") == "1"
+        assert old.ask("hit a 20") == "18"  # the stale follows: 20/minute; 2 counted (the snapshot lost one)
+        assert old.ask("rates") == new.ask("rates") == "20/minute"
+        clock = ServerTime(ManualClock(path=tmp_path / "clock"))
+        assert Limiter.attach(name, backend=url, clock=clock).stats("a").used == 20
+        meta_gen, gen = _meta_and_gen(url, name)
+        assert meta_gen is not None and meta_gen == gen  # the two agree again
+        for w in (old, new):
+            w.close()
+    finally:
+        Limiter.attach(name, backend=url).unlink()
+
+
+def test_a_wipe_makes_a_fresh_name_and_the_newest_known_rates_win_again(redis_server, name, tmp_path):
+    url = redis_server.url
+    stale, newest = _workers(name, url, tmp_path, "100/minute", "3/minute")  # the deploy: 3/minute wins
+    try:
+        assert stale.ask("rates") == "100/minute"  # it has not called since: it knows 100/minute only
+        redis_client(url).flushdb()
+        assert stale.ask("hit k 10") == "10"  # the first claim after the wipe: its rates, a fresh name
+        assert newest.ask("hit k 10") == "0"  # it knew newer rates: claimed again, the 10 carried
+        assert stale.ask("hit k 10") == "0"
+        assert stale.ask("rates") == newest.ask("rates") == "3/minute"
+        redis_client(url).flushdb()
+        assert newest.ask("hit j 2") == "2"  # now the newest code claims first ...
+        assert stale.ask("hit j 10") == "1"  # ... and the other follows it, strict: 3 in all
+        for w in (stale, newest):
+            w.close()
+    finally:
+        Limiter.attach(name, backend=url).unlink()
+
+
+def test_an_unlinked_name_is_claimed_again_by_a_stale_handle_with_on_error_allow(redis_server, name):
+    url = redis_server.url
+    stale = Limiter(name, "100/minute", backend=url, on_error="allow")
+    newest = Limiter(name, "3/minute", backend=url, on_error="allow")
+    try:
+        newest.unlink()
+        assert newest.hit("j")
+        assert [stale.hit("j") for _ in range(3)] == [True, True, False]  # no WindowNotFoundError
+        assert stale.rates == newest.rates
+    finally:
+        stale.unlink()
