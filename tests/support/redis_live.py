@@ -14,26 +14,29 @@ ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = """
 import sys
-from shmwin import Limiter, ManualClock
+from shmwin import Limiter, ManualClock, TokenBucket
 from shmwin.backends.redis.testing import ServerTime
-name, url, rates, on_change, clock_path = sys.argv[1:6]
-lim = Limiter(name, rates, backend=url, on_change=on_change, clock=ServerTime(ManualClock(path=clock_path)))
+name, url, rates, on_change, clock_path, burst = (sys.argv[1:] + [""])[:6]
+kw = dict(backend=url, on_change=on_change, clock=ServerTime(ManualClock(path=clock_path)))
+lim = TokenBucket(name, rates, burst=int(burst), **kw) if burst else Limiter(name, rates, **kw)
 print("ready", flush=True)
 for line in sys.stdin:
     word, _, arg = line.split()[0], None, line.split()[1:]
     if word == "hit":
         print(sum(lim.hit(arg[0]) for _ in range(int(arg[1]))), flush=True)
     elif word == "rates":
-        print(";".join(map(str, lim.rates)), flush=True)
+        print(";".join(map(str, lim.rates)) if burst == "" else f"{lim.rate} burst={lim.burst}", flush=True)
 lim.close()
 """
 
 
 class Worker:
-    """One process running ``Limiter(name, rates, on_change=...)``: the code it was started with."""
+    """One process running ``Limiter(name, rates, on_change=...)`` (with ``burst``, a
+    ``TokenBucket(name, rates, burst=...)``): the code it was started with."""
 
-    def __init__(self, name: str, url: str, rates: str, on_change: str, clock_path: Path):
+    def __init__(self, name: str, url: str, rates: str, on_change: str, clock_path: Path, burst: int = 0):
         args = [sys.executable, "-c", textwrap.dedent(WORKER), name, url, rates, on_change, str(clock_path)]
+        args += [str(burst)] if burst else []
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
         assert self._read() == "ready"

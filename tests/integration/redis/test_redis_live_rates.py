@@ -144,9 +144,11 @@ def test_a_token_bucket_carries_the_tokens_in_use_and_a_stale_handle_follows(red
     try:
         assert sum(old.hit("k") for _ in range(4)) == 4  # 4 of 5 in use
         new = TokenBucket(name, "10/minute", burst=3, backend=url, clock=ServerTime(clock))
-        assert [old.hit("k"), new.hit("k")] == [False, False]  # 4 in use, at most the new burst: none left
+        assert [old.hit("k"), new.hit("k")] == [False, False]  # 4 in use, past the new burst: none left
         assert old.burst == 3  # the stale handle follows at its next call
-        clock.advance(6)  # one token back at 10/minute
+        clock.advance(6)  # one token back at 10/minute: 3 in use still, the whole burst
+        assert sum(old.hit("k") for _ in range(3)) == 0  # a change never hands out a token
+        clock.advance(6)
         assert sum(old.hit("k") for _ in range(3)) == 1
         taken = []  # from the change on, any interval of t takes at most burst + rate x t
         for second in range(120):

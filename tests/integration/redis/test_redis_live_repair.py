@@ -15,8 +15,9 @@ import pytest
 from support.redis_live import Worker
 from support.servers import redis_client
 
-from shmwin import Limiter, ManualClock
+from shmwin import Limiter, ManualClock, TokenBucket
 from shmwin.backends.redis.testing import ServerTime
+from shmwin.rate import parse_many
 
 redis = pytest.importorskip("redis")
 T0 = 10**15
@@ -88,3 +89,50 @@ def test_an_unlinked_name_is_claimed_again_by_a_stale_handle_with_on_error_allow
         assert stale.rates == newest.rates
     finally:
         stale.unlink()
+
+
+def _unstrict(admitted: list[tuple[int, str]]) -> list[str]:
+    """The admitted hits (time, rates in force) whose rates were over: each hit admitted under a
+    rate counts every hit admitted before it (or with it) within that rate's period."""
+    bad = []
+    for i, (t, rates) in enumerate(admitted):
+        for rate in parse_many(rates):
+            inside = sum(t - rate.period_ns < u <= t for u, _ in admitted[: i + 1])
+            if inside > rate.limit:
+                bad.append(f"{(t - T0) / 1e9:.1f} s under {rate}: {inside}")
+    return bad
+
+
+def test_rates_flipping_back_and_forth_stay_strict_for_each_rate(redis_server, name, tmp_path):
+    """A rolling deploy's ping-pong: old and new workers re-open with "10/minute" and "5/second"
+    in turn; every layout still in a window is carried, so neither rate is ever over."""
+    url, clock = redis_server.url, ManualClock(T0, path=tmp_path / "clock")
+    admitted: list[tuple[int, str]] = []
+    try:
+        for _ in range(2):
+            for rates in ("10/minute", "5/second"):
+                worker = Worker(name, url, rates, "carry", tmp_path / "clock")  # opens: the change
+                admitted += [(clock(), rates)] * int(worker.ask("hit k 20"))
+                worker.close()
+                clock.advance(1.1)
+        assert _unstrict(admitted) == []
+        assert sum(r == "10/minute" for _, r in admitted) == 10  # the first worker's, then none
+    finally:
+        Limiter.attach(name, backend=url).unlink()
+
+
+def test_a_token_bucket_whose_burst_flips_hands_out_no_token(redis_server, name, tmp_path):
+    """Burst 5 <-> 6 at one instant, across processes: the tokens in use carry as in use (past the
+    new burst too), so all flips together hand out at most the larger burst."""
+    url = redis_server.url
+    ManualClock(T0, path=tmp_path / "clock")  # held still: no token comes back
+    taken = 0
+    try:
+        for burst in (5, 6, 5, 6):
+            worker = Worker(name, url, "1/minute", "carry", tmp_path / "clock", burst=burst)
+            taken += int(worker.ask("hit k 10"))
+            assert worker.ask("rates") == f"1/minute burst={burst}"
+            worker.close()
+        assert taken == 6
+    finally:
+        TokenBucket.attach(name, backend=url).unlink()

@@ -20,10 +20,9 @@
 -- then per rate, 4 entries each: bucket width in microseconds, number of buckets, limit
 --          (hits per window), word offset of the rate's ring in KEYS[1]
 --
--- A key with no row in this layout whose rows of earlier layouts hold live hits starts with
--- them (the carry of a change of periods or buckets): for each such row, the most hits any of
--- its rates still counts, all counted now in every rate (they leave later than they would
--- have, never sooner); the old rows go.
+-- A key with no row in this layout whose rows of earlier layouts hold hits starts with them
+-- (the carry of a change of periods or buckets): each old bucket's hits dated at its end, so in
+-- every new rate they leave later than they would have, never sooner (see the carry below).
 --
 -- Returns: {-1} if the generation key is not ARGV[6] (nothing is written: the caller syncs
 --          with change.lua and asks again); else
@@ -95,28 +94,52 @@ local function live(row, rate, head, total, now_e)
   return total
 end
 
--- the carry: a key new in this layout starts with what its rows of earlier layouts hold
+-- the carry: a key new in this layout starts with the hits its rows of earlier layouts hold,
+-- each dated at the end of its old bucket (never sooner than it was made): in every new rate,
+-- those of the last span count. Per old row the ring that holds the most of them (each of a
+-- row's rings counts every hit); every layout still live is read (they are not removed: a later
+-- layout may need them again, as ping-pong between two rates does), so hits carried twice
+-- are counted twice -- more, never less.
 if #olds > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  local carried = 0
+  local placed, carried = {}, 0  -- placed[r][new epoch] = hits
+  for r in ipairs(rates) do placed[r] = {} end
   for _, old in ipairs(olds) do
     if old.gone_at > now and redis.call('EXISTS', old.row) == 1 then
-      local most = 0
-      for _, rate in ipairs(old.rates) do
-        local g = {}
-        get_pair(g, rate.word)
-        local ht = redis.call('BITFIELD', old.row, unpack(g))
-        most = math.max(most, live(old.row, rate, ht[1], ht[2], math.floor(now / rate.bucket_us)))
+      local slots = {}  -- slots[o] = {epoch, hits, epoch, hits, ...}: every slot of old ring o
+      for o, ring in ipairs(old.rates) do
+        local f = {}
+        for i = 0, ring.n - 1 do get_pair(f, ring.word + 2 + 2 * i) end
+        slots[o] = redis.call('BITFIELD', old.row, unpack(f))
       end
-      carried = carried + most
+      for r, rate in ipairs(rates) do
+        local now_e = math.floor(now / rate.bucket_us)
+        local best, most = {}, 0
+        for o, ring in ipairs(old.rates) do
+          local per, sum, ev = {}, 0, slots[o]
+          for i = 1, #ev, 2 do
+            if ev[i] > 0 and ev[i + 1] > 0 then
+              local e = math.floor(math.min((ev[i] + 1) * ring.bucket_us - 1, now) / rate.bucket_us)
+              if now_e - e < rate.n then
+                per[e], sum = (per[e] or 0) + ev[i + 1], sum + ev[i + 1]
+              end
+            end
+          end
+          if sum > most then best, most = per, sum end
+        end
+        for e, v in pairs(best) do placed[r][e] = (placed[r][e] or 0) + v end
+        carried = carried + most
+      end
     end
-    redis.call('DEL', old.row)
   end
   if carried > 0 then
     local set = {}
-    for _, rate in ipairs(rates) do
-      local now_e = math.floor(now / rate.bucket_us)
-      set_pair(set, rate.word, now_e, carried)
-      set_pair(set, slot_word(rate, now_e), now_e, carried)
+    for r, rate in ipairs(rates) do
+      local now_e, total = math.floor(now / rate.bucket_us), 0
+      for e, v in pairs(placed[r]) do
+        set_pair(set, slot_word(rate, e), e, v)
+        total = total + v
+      end
+      set_pair(set, rate.word, now_e, total)
     end
     redis.call('BITFIELD', KEYS[1], unpack(set))
     redis.call('PEXPIRE', KEYS[1], ttl_ms)

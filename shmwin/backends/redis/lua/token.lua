@@ -16,7 +16,9 @@
 --
 -- A key with no state in this layout whose states of earlier layouts have tokens in use starts
 -- with them in use (the carry of a change of rate or burst, bucket4j's "as is"): the whole
--- tokens each old state has not given back yet, summed, at most BURST; the old states go.
+-- tokens each old state has not given back yet, summed -- past BURST too, so that a change
+-- never hands out a token (burst 6 -> 5 -> 6 with 6 in use leaves 6 in use, not 5); the old
+-- states go.
 --
 -- At now the bucket holds (now + BURST x T - tat) // T tokens (BURST when tat <= now).
 -- Taking cost is allowed iff max(tat, now) + cost x T - BURST x T <= now; then
@@ -44,13 +46,11 @@ if n_olds > 0 and redis.call('EXISTS', KEYS[1]) == 0 then  -- the carry
     local at = 8 + (h - 1) * 3
     local old_tat = tonumber(redis.call('GET', KEYS[3 + h]) or '')
     if old_tat and tonumber(ARGV[at]) > now and old_tat > now then
-      local old_T, old_burst = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
-      used = used + math.min(math.ceil((old_tat - now) / old_T), old_burst)
+      used = used + math.ceil((old_tat - now) / tonumber(ARGV[at + 1]))
     end
     redis.call('DEL', KEYS[3 + h])
   end
-  used = math.min(used, burst)
-  if used > 0 then
+  if used > 0 then  -- all of them, past BURST too: such a bucket waits until they come back
     redis.call('SET', KEYS[1], string.format('%.0f', now + used * T), 'PX', math.floor(used * T / 1000) + 1)
   end
 end
