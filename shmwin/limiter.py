@@ -80,10 +80,10 @@ Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 # docs/operating.md, "Changing limits live")
 
 LIVE_SCHEMES = ("shm",)  # the backends whose limiters and token buckets change live
-# on redis too (backends/redis/live.py): limiters on redis://, token buckets on redis:// and
-# shm+redis:// (a token bucket there is redis's); a two-tier limiter raises as before
-LIVE_REDIS_LIMITERS = frozenset(backends.REDIS_SCHEMES)
-LIVE_REDIS_BUCKETS = LIVE_REDIS_LIMITERS | {"shm+" + scheme for scheme in backends.REDIS_SCHEMES}
+# on redis too (backends/redis/live.py): limiters and token buckets on redis:// and shm+redis://
+# (a two-tier limiter's Redis tier: backends/twotier.py; a token bucket there is redis's)
+LIVE_REDIS_LIMITERS = frozenset(backends.REDIS_SCHEMES) | {"shm+" + s for s in backends.REDIS_SCHEMES}
+LIVE_REDIS_BUCKETS = LIVE_REDIS_LIMITERS
 
 
 def live_option(backend: str | None, on_change: str, redis: frozenset[str] = frozenset()) -> dict[str, Any]:

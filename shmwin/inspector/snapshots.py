@@ -570,14 +570,12 @@ def redis_info(name: str, url: str) -> Info:
 
 def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float = 2.0) -> list[str]:
     """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only)."""
-    client = _redis(url, timeout)
+    client, out = _redis(url, timeout), set[str]()
     prefix = f"shmwin:{{{name}}}:"  # rows are k:KEY, or k<layout>:KEY after a change of periods
-    out: set[str] = set()
     try:
         for found in client.scan_iter(match=_redis_escape(prefix) + "k*", count=1000):
             infix, sep, key = found.decode("latin-1")[len(prefix) :].partition(":")
-            if sep and (infix == "k" or infix[1:].isdigit()):
-                out.add(key)
+            out.update([key] if sep and (infix == "k" or infix[1:].isdigit()) else [])
             if len(out) >= limit:
                 break
     finally:

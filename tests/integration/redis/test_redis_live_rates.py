@@ -163,15 +163,3 @@ def test_a_token_bucket_carries_the_tokens_in_use_and_a_stale_handle_follows(red
         assert sum(old.hit("j") for _ in range(5)) == 3 and old.rate == shmwin.Rate(20, 60 * S)
     finally:
         old.unlink()
-
-
-def test_the_two_tier_limiter_still_raises(redis_server, name):
-    url = redis_server.url
-    twotier = Limiter(name + "-tt", "10/minute", backend="shm+" + url)
-    try:
-        with pytest.raises(shmwin.GeometryMismatchError):
-            Limiter(name + "-tt", "20/minute", backend="shm+" + url)
-        with pytest.raises(shmwin.NotSupportedError, match="reset"):
-            Limiter(name + "-tt", "20/minute", backend="shm+" + url, on_change="reset")
-    finally:
-        twotier.unlink()

@@ -110,8 +110,9 @@ if mode == 'raise' or kind(have) ~= kind(want) then return {0, have} end
 
 next_gen()
 changed, changes, moved = gen, changes + 1, '1'
-if mode == 'carry' and shape(have) == shape(want) then
-  -- in place: the rows keep their layout, the hits their buckets; only the limits move
+if mode == 'carry' and (shape(have) == shape(want) or kind(have) == 'lease-limiter') then
+  -- in place: the rows keep their layout, the hits their buckets; only the limits move (a
+  -- two-tier limiter's rows are logs of leases, whatever the rates: always in place)
 else
   local kept = {}
   if mode == 'carry' then
