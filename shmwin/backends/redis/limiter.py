@@ -53,8 +53,8 @@ class RedisLimiter(RedisBase):
             words += 2 + 2 * r.n_buckets
         self._ttl_ms = max(r.span_ns + r.bucket_ns for r in g.rings) // 1_000_000 + 1
         ring = g.rings[0]
-        self._hit1 = scripts.hit_one(self._ttl_ms, ring.bucket_ns // NS_PER_US, ring.n_buckets, ring.limit,
-                                     state.gen)  # fmt: skip
+        self._hit1 = scripts.hit_one(self._ttl_ms, ring.bucket_ns // NS_PER_US, ring.n_buckets)
+        self._hit1_args = (str(ring.limit), str(state.gen))  # ARGV[3:]: what changes live
         self._infix = live.row_infix(state.layout)
         self._olds = live.live_olds(state.olds, self._seen_us)
         self._lean = len(g.rings) == 1 and self._plain and not self._olds
@@ -193,9 +193,9 @@ class RedisLimiter(RedisBase):
             tag = self._tag_of(key) if self._groups else self._prefix
             keys = (tag + self._infix + key, tag + "clock", tag + "gen")
             try:
-                got = evalsha(self._hit1.sha, 3, *keys, "", cost)
+                got = evalsha(self._hit1.sha, 3, *keys, "", cost, *self._hit1_args)
             except self._no_script:  # a restarted server (a cluster's new master) forgot it: EVAL caches it
-                got = self._run(self._hit1, keys, [cost])
+                got = self._run(self._hit1, keys, [cost, *self._hit1_args])
             except self._errors as exc:
                 raise unavailable(self.url, exc) from exc
             if got != live.STALE:
@@ -217,8 +217,8 @@ class RedisLimiter(RedisBase):
         """hit.lua (or the lean script) with this process's rates; None if they are stale."""
         keys = self._script_keys(key)
         n_rates = len(self._g.rings)
-        if commit and not detail and n_rates == 1 and not self._olds:  # a plain hit: the lean script
-            got = self._run(self._hit1, keys[:3], [cost])
+        if commit == 1 and not detail and n_rates == 1 and not self._olds:  # a plain hit: the lean script
+            got = self._run(self._hit1, keys[:3], [cost, *self._hit1_args])
             return None if got == live.STALE else (bool(got), (), (), 0)
         olds = live.old_args(self._olds)
         args = [cost, commit, int(detail), self._ttl_ms, self._state.gen, *olds, *self._args]

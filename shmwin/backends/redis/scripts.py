@@ -65,12 +65,11 @@ HOSTS = _load("hosts.lua")  # the hosts seen recently: on_error="local" divides 
 
 
 @functools.lru_cache(maxsize=256)
-def hit_one(ttl_ms: int, bucket_us: int, n: int, limit: int, gen: int = 0) -> Script:
-    """The lean one-rate hit with this limiter's constants written in (one script per geometry
-    and generation of its rates)."""
-    text = string.Template(source("hit_one.lua")).substitute(
-        ttl_ms=int(ttl_ms), bucket_us=int(bucket_us), n=int(n), limit=int(limit), gen=int(gen)
-    )
+def hit_one(ttl_ms: int, bucket_us: int, n: int) -> Script:
+    """The lean one-rate hit with this ring's shape written in (one script per period and
+    buckets: the limit and the generation, which change live, are ARGV)."""
+    shape = {"ttl_ms": int(ttl_ms), "bucket_us": int(bucket_us), "n": int(n)}
+    text = string.Template(source("hit_one.lua")).substitute(shape)
     return Script.of("hit_one.lua", source(CLOCK_LIB) + "\n" + text)
 
 

@@ -136,3 +136,24 @@ def test_a_token_bucket_whose_burst_flips_hands_out_no_token(redis_server, name,
         assert taken == 6
     finally:
         TokenBucket.attach(name, backend=url).unlink()
+
+
+def test_changes_add_no_script_to_the_server_and_keep_a_short_history(redis_server, name):
+    """The lean hit takes the limit and the generation as ARGV: one cached script per period and
+    buckets, however many changes; and a storm of changes of period keeps 4 earlier layouts."""
+    url, client = redis_server.url, redis_client(redis_server.url)
+    lim = Limiter(name, "1000/minute", backend=url)
+    try:
+        lim.hit("k")
+        cached = client.info("memory")["number_of_cached_scripts"]
+        for limit in range(999, 979, -1):
+            lim.set_rates(f"{limit}/minute")
+            assert lim.hit("k")
+        assert client.info("memory")["number_of_cached_scripts"] == cached
+        for i in range(10):
+            lim.set_rates("1000/minute" if i % 2 else "1000/61second")
+            assert lim.hit("k")
+        history = client.hget(f"shmwin:{{{name}}}:meta", "history").split(b";")
+        assert len(history) == 4
+    finally:
+        lim.unlink()

@@ -41,6 +41,7 @@
 --   - else the process simply reads the state (it was stale).
 -- Never an error: every case ends with a meta and a generation key that agree.
 
+local MAX_OLDS = 4  -- earlier layouts kept readable (see the carry below)
 local meta, gen_key = KEYS[1], KEYS[3]
 local want, mode = ARGV[2], ARGV[3]
 local known, floor = tonumber(ARGV[4] or '0') or 0, tonumber(ARGV[5] or '0') or 0
@@ -127,6 +128,9 @@ else
       end
     end
     kept[#kept + 1] = string.format('%.0f:%s:%.0f', layout, shape(have), gone_by)
+    -- at most MAX_OLDS: each key's hit reads them all while they live (a storm of changes would
+    -- make every hit slower); the newest carry what the older ones held, dated, within their spans
+    while #kept > MAX_OLDS do table.remove(kept, 1) end
   end
   history, layout = table.concat(kept, ';'), gen
 end

@@ -98,13 +98,18 @@ end
 -- each dated at the end of its old bucket (never sooner than it was made): in every new rate,
 -- those of the last span count. Per old row the ring that holds the most of them (each of a
 -- row's rings counts every hit); every layout still live is read (they are not removed: a later
--- layout may need them again, as ping-pong between two rates does), so hits carried twice
--- are counted twice -- more, never less.
+-- layout may need them again, as ping-pong between two rates does). A row holds its own hits
+-- and those it carried, dated: rows overlap, so each new bucket takes the most any row puts in
+-- it, not their sum (a sum would count a hit once per change: a storm of changes inside one
+-- bucket doubles the count at each).
 if #olds > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  local placed, carried = {}, 0  -- placed[r][new epoch] = hits
+  local placed, carried, rows = {}, 0, {}  -- placed[r][new epoch] = hits
   for r in ipairs(rates) do placed[r] = {} end
   for _, old in ipairs(olds) do
-    if old.gone_at > now and redis.call('EXISTS', old.row) == 1 then
+    if old.gone_at > now and redis.call('EXISTS', old.row) == 1 then rows[#rows + 1] = old end
+  end
+  for _, old in ipairs(rows) do
+    do
       local slots = {}  -- slots[o] = {epoch, hits, epoch, hits, ...}: every slot of old ring o
       for o, ring in ipairs(old.rates) do
         local f = {}
@@ -126,7 +131,7 @@ if #olds > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
           end
           if sum > most then best, most = per, sum end
         end
-        for e, v in pairs(best) do placed[r][e] = (placed[r][e] or 0) + v end
+        for e, v in pairs(best) do placed[r][e] = math.max(placed[r][e] or 0, v) end
         carried = carried + most
       end
     end
