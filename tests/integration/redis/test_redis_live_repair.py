@@ -15,7 +15,7 @@ import pytest
 from support.redis_live import Worker
 from support.servers import redis_client
 
-from shmwin import Limiter, ManualClock, TokenBucket
+from shmwin import Limiter, ManualClock, Rate, TokenBucket
 from shmwin.backends.redis.testing import ServerTime
 from shmwin.rate import parse_many
 
@@ -157,3 +157,43 @@ def test_changes_add_no_script_to_the_server_and_keep_a_short_history(redis_serv
         assert len(history) == 4
     finally:
         lim.unlink()
+
+
+class _Killed(BaseException):
+    """The changer's death (SIGKILL) at one of its group-generation raises."""
+
+
+@pytest.mark.parametrize("dies_at", [2, 6], ids=["before-its-change", "after-its-change"])
+def test_a_dying_spread_changer_leaves_no_group_counting_stale_hits(
+    redis_cluster, name, monkeypatch, dies_at
+):
+    """?spread=4: a change raises the 4 groups' generations, changes, raises them again. The
+    changer dies at raise number ``dies_at``: before its change, the old rates stay everywhere
+    (the stale hits in the groups it raised repair the name); after it, every group refuses the
+    stale hits, which read the new rates."""
+    from shmwin.backends.redis import scripts
+    from shmwin.backends.redis.limiter import RedisLimiter
+
+    url = redis_cluster.url + "?spread=4"
+    stale = Limiter(name, "100/minute", backend=url)
+    stale.hit("warm")
+    real_eval, raises = RedisLimiter._eval, []
+
+    def dying_eval(self, script, keys, args):
+        if script is scripts.GEN:
+            raises.append(keys)
+            if len(raises) == dies_at:
+                raise _Killed
+        return real_eval(self, script, keys, args)
+
+    monkeypatch.setattr(RedisLimiter, "_eval", dying_eval)
+    with pytest.raises(_Killed):
+        Limiter(name, "3/minute", backend=url)
+    monkeypatch.setattr(RedisLimiter, "_eval", real_eval)
+    try:
+        admitted = [sum(stale.hit(f"user{i}") for _ in range(10)) for i in range(8)]
+        limit = 10 if dies_at <= 4 else 3
+        assert admitted == [limit] * 8
+        assert stale.rates == [Rate(100 if dies_at <= 4 else 3, 60 * 10**9)]
+    finally:
+        stale.unlink()
