@@ -71,9 +71,11 @@ class RedisLimiter(RedisBase):
 
     def _change(self, spec: str, mode: str) -> None:
         """Run change.lua (``mode``: an on_change, or "attach" to read the state) and follow it."""
+        seen_us = 0
         if self._groups and mode in live.ON_CHANGE:
             self._pre_raise(spec)
-        state = live.run_change(self, spec, mode)
+            seen_us = self._groups_time()
+        state = live.run_change(self, spec, mode, seen_us=seen_us)
         self._follow(state)
         if state.moved and self._groups:  # each group's generation, raised before the change returns
             self._raise_groups(state.gen)
@@ -92,6 +94,11 @@ class RedisLimiter(RedisBase):
         have, gen = self._call(self._redis.hmget, self._prefix + "meta", "geometry", "gen")
         if have is not None and have.decode() != spec:
             self._raise_groups(int(gen or 0) + 1)
+
+    def _groups_time(self) -> int:
+        """The newest time (µs) of the groups' clocks: the name's own stands still between changes."""
+        clocks = [self._call(self._redis.get, self._group_prefix(g) + "clock") for g in range(self._groups)]
+        return max([int(c.split()[0]) for c in clocks if c] or [0])
 
     def _raise_groups(self, gen: int) -> None:
         for group in range(self._groups):

@@ -83,15 +83,18 @@ def live_olds(olds: tuple[OldLayout, ...], now_us: int) -> tuple[OldLayout, ...]
     return tuple(old for old in olds if old.until_us > now_us)
 
 
-def run_change(base: Any, spec: str, mode: str, known: int = 0, floor: int = 0) -> LiveState:
+def run_change(
+    base: Any, spec: str, mode: str, known: int = 0, floor: int = 0, seen_us: int = 0
+) -> LiveState:
     """change.lua for the name of ``base`` (a RedisBase; ``mode``: an on_change, "attach" to
     read the state, or "sync" after a hit met generation ``floor`` while its process knows
-    ``known`` for ``spec``): the state after it, or the error an opener of ``spec`` gets."""
+    ``known`` for ``spec``; ``seen_us``: the newest time of the name's spread groups): the state
+    after it, or the error an opener of ``spec`` gets."""
     from ...errors import GeometryMismatchError, WindowNotFoundError
     from . import scripts
 
     keys = [base._prefix + "meta", base._clock_key, base._prefix + "gen"]
-    out = base._eval(scripts.CHANGE, keys, [spec, mode, known, floor])
+    out = base._eval(scripts.CHANGE, keys, [spec, mode, known, floor, seen_us])
     if int(out[0]) == 1:
         return parse_state(out)
     have = _text(out[1])

@@ -197,3 +197,23 @@ def test_a_dying_spread_changer_leaves_no_group_counting_stale_hits(
         assert stale.rates == [Rate(100 if dies_at <= 4 else 3, 60 * 10**9)]
     finally:
         stale.unlink()
+
+
+def test_a_spread_change_after_the_server_clock_stepped_back_still_carries(redis_cluster, name):
+    """?spread=4, TIME steps back 2 h: the name's own clock (moved by changes only) stands
+    behind its groups' (moved by every hit); the old layout's end is dated on the newest, so its
+    hits are carried by a change of period half an hour later."""
+    url, now_ns = redis_cluster.url + "?spread=4", [10**18]
+    lim = Limiter(name, "100/minute", backend=url, clock=ServerTime(lambda: now_ns[0]))
+    try:
+        lim.hit("other"), lim.hit("k")  # every group's clock read before the step back
+        now_ns[0] -= 2 * 3600 * 10**9  # the server's clock steps back (a ManualClock cannot)
+        for _ in range(30):
+            lim.hit("other"), lim.hit("k")
+            now_ns[0] += 60 * 10**9
+        now_ns[0] += 61 * 10**9
+        assert sum(lim.hit("k") for _ in range(150)) == 100
+        lim.set_rates("100/61second")
+        assert sum(lim.hit("k") for _ in range(150)) == 0  # the 100 carried
+    finally:
+        lim.unlink()

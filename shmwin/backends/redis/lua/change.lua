@@ -20,6 +20,9 @@
 --          'sync': a hit met another generation than its process knows (ARGV[4]) -- see Repair
 -- ARGV[4]  'sync' only: the generation the process knows (0: none), whose spec is ARGV[2]
 -- ARGV[5]  'sync' only: the generation the hit met in its (group's) generation key
+-- ARGV[6]  the newest time (us) of the name's spread groups' clocks (0: not spread): the name's
+--          own clock moves only here, so after the server's TIME stepped back it may stand
+--          behind them, and an old layout's end must be dated on the newest clock
 --
 -- Returns: {1, spec, gen, layout, history, changed, changes, moved ('1' if this call changed
 --          the rates, else '0')} -- the name's state after the call;
@@ -45,7 +48,7 @@ local MAX_OLDS = 4  -- earlier layouts kept readable (see the carry below)
 local meta, gen_key = KEYS[1], KEYS[3]
 local want, mode = ARGV[2], ARGV[3]
 local known, floor = tonumber(ARGV[4] or '0') or 0, tonumber(ARGV[5] or '0') or 0
-local now = now_us(KEYS[2])
+local now = math.max(now_us(KEYS[2]), tonumber(ARGV[6] or '0') or 0)
 
 local f = redis.call('HMGET', meta, 'geometry', 'gen', 'layout', 'history', 'changed', 'changes')
 local have = f[1]
