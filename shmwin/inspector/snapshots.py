@@ -472,8 +472,8 @@ def _stat(rate: Rate, label: str, used: int, reset_s: float) -> dict[str, Any]:
 def _redis_limiter_snapshot(lim: Any, key: str | None, top: int) -> dict[str, Any]:
     """A RedisLimiter: its rates, and where the ``top`` keys with the most hits stand (keys
     are found with SCAN, at most :data:`REDIS_SCAN_KEYS` of them)."""
-    labels, rates = ring_labels(lim), limiter_rates(lim)
-    out: dict[str, Any] = {"name": lim.name, "kind": "limiter", "fields": ["hits"], "key": key}
+    labels, rates, live = ring_labels(lim), limiter_rates(lim), lim._backend.live_view()  # + last change
+    out: dict[str, Any] = {"name": lim.name, "kind": "limiter", "fields": ["hits"], "key": key, "live": live}
     out["resolutions"] = [
         {"resolution": label, "last": label.partition("/")[0], "rate": str(r), "limit": r.limit}
         for label, r in zip(labels, rates, strict=True)

@@ -127,6 +127,13 @@ class RedisLimiter(RedisBase):
         """The name's state as this process last read it (generation, layout, last change)."""
         return self._state
 
+    def live_view(self) -> dict[str, Any]:
+        """``shmwin show``'s live line: changes made, when the last was (Unix seconds: the name's
+        time is the server's TIME; None: never)."""
+        state = self._state
+        return {"changes": state.changes, "changed": state.changed_us / 1e6 if state.changes else None,
+                "moved": False}  # fmt: skip
+
     @classmethod
     def open(cls, req: Request) -> RedisLimiter:
         """The registry's entry: create-or-attach ``req.geometry``, or attach (``None``)."""

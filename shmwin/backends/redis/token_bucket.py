@@ -49,6 +49,11 @@ class RedisTokenBucket(RedisBase):
         rate, burst = _parse_spec(state.spec)
         self._adopt(token_geometry(rate, burst, self._g.capacity or DEFAULT_CAPACITY), state)
 
+    def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
+        """Change the rate and burst for every process (``TokenBucket.set_rate``, ``shmwin set``)."""
+        self._check_open()
+        self._follow(live.run_change(self, _spec(want), live.check_on_change(on_change)))
+
     def _refresh(self) -> None:
         self._follow(live.run_change(self, "", "attach"))
 

@@ -217,3 +217,27 @@ def test_a_spread_change_after_the_server_clock_stepped_back_still_carries(redis
         assert sum(lim.hit("k") for _ in range(150)) == 0  # the 100 carried
     finally:
         lim.unlink()
+
+
+@pytest.mark.parametrize("scheme", ["", "shm+"], ids=["redis", "shm+redis"])
+def test_shmwin_set_changes_a_limiter_and_a_token_bucket_on_redis_and_show_says_when(
+    redis_server, name, scheme, capsys
+):
+    from shmwin.cli import main
+
+    url = scheme + redis_server.url
+    lim = Limiter(name, "10/minute", backend=url)
+    bucket = TokenBucket(name + "-tb", "10/minute", burst=3, backend=redis_server.url)
+    try:
+        assert main(["set", name, "5/minute", "--backend", url]) == 0
+        assert "10/minute -> 5/minute (counts carried" in capsys.readouterr().out
+        lim.hit("a")
+        assert lim.rates == [Rate(5, 60 * 10**9)]  # this process followed at its call
+        assert main(["set", name + "-tb", "20/minute", "--burst", "4", "--backend", redis_server.url]) == 0
+        assert bucket.hit("k") and bucket.burst == 4
+        if not scheme:  # shmwin show on redis: when the rates last changed
+            assert main(["show", name, "--backend", url]) == 0
+            assert "rates: changed live 1 time" in capsys.readouterr().out
+    finally:
+        lim.unlink()
+        bucket.unlink()
