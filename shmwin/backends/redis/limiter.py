@@ -54,10 +54,11 @@ class RedisLimiter(RedisBase):
         self._ttl_ms = max(r.span_ns + r.bucket_ns for r in g.rings) // 1_000_000 + 1
         ring = g.rings[0]
         self._hit1 = scripts.hit_one(self._ttl_ms, ring.bucket_ns // NS_PER_US, ring.n_buckets)
-        self._hit1_args = (str(ring.limit), str(state.gen))  # ARGV[3:]: what changes live
-        self._infix = live.row_infix(state.layout)
         self._olds = live.live_olds(state.olds, self._seen_us)
-        self._lean = len(g.rings) == 1 and self._plain and not self._olds
+        # ARGV[3:]: what changes live; while earlier layouts live, a key with no row goes to hit.lua
+        self._hit1_args = (str(ring.limit), str(state.gen), "1" if self._olds else "0")
+        self._infix = live.row_infix(state.layout)
+        self._lean = len(g.rings) == 1 and self._plain  # after a change too: the same cost (3 %)
         self._on_claimed()
 
     def _claim(self, exclusive: bool = False) -> None:
@@ -212,6 +213,8 @@ class RedisLimiter(RedisBase):
                 got = self._run(self._hit1, keys, [cost, *self._hit1_args])
             except self._errors as exc:
                 raise unavailable(self.url, exc) from exc
+            if got == live.CARRY:
+                return self.check(key, cost_of(cost, 1), True, False)[0]
             if got != live.STALE:
                 return bool(got)
             self._sync(key)  # the rates changed: the newest win
@@ -231,9 +234,10 @@ class RedisLimiter(RedisBase):
         """hit.lua (or the lean script) with this process's rates; None if they are stale."""
         keys = self._script_keys(key)
         n_rates = len(self._g.rings)
-        if commit == 1 and not detail and n_rates == 1 and not self._olds:  # a plain hit: the lean script
+        if commit == 1 and not detail and n_rates == 1:  # a plain hit: the lean script
             got = self._run(self._hit1, keys[:3], [cost, *self._hit1_args])
-            return None if got == live.STALE else (bool(got), (), (), 0)
+            if got != live.CARRY:
+                return None if got == live.STALE else (bool(got), (), (), 0)
         olds = live.old_args(self._olds)
         args = [cost, commit, int(detail), self._ttl_ms, self._state.gen, *olds, *self._args]
         out = self._run(scripts.HIT, keys, args)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 STALE = -1  # what hit_one.lua answers, and hit.lua's first word, for a hit of an older generation
+CARRY = -3  # what hit_one.lua answers for a key whose first hit since a change needs hit.lua's carry
 RETRIES = 8  # reads of the state before a hit gives up (a change at each: never in practice)
 ON_CHANGE = ("carry", "reset", "raise")
 

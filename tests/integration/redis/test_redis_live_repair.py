@@ -241,3 +241,17 @@ def test_shmwin_set_changes_a_limiter_and_a_token_bucket_on_redis_and_show_says_
     finally:
         lim.unlink()
         bucket.unlink()
+
+
+def test_after_a_change_of_period_the_hot_path_stays_the_lean_script_and_still_carries(redis_server, name):
+    """The lean one-rate script serves a key with a row of the new layout; a key without one
+    (its first hit since the change) is answered 'carry' and goes to hit.lua once."""
+    lim = Limiter(name, "5/minute", backend=redis_server.url)  # the server's TIME: the plain path
+    try:
+        assert sum(lim.hit("a") for _ in range(3)) == 3
+        lim.set_rates("5/50second")
+        assert lim._backend._hit1_runner is not None  # the lean script, with earlier layouts live
+        assert sum(lim.hit("a") for _ in range(5)) == 2  # 3 carried
+        assert sum(lim.hit("b") for _ in range(6)) == 5
+    finally:
+        lim.unlink()

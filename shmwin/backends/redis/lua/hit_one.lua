@@ -12,10 +12,13 @@
 -- ARGV[2]  the cost: hits to count, a positive integer
 -- ARGV[3]  LIMIT, hits allowed in the window
 -- ARGV[4]  GEN, the generation of the rates given (see change.lua)
+-- ARGV[5]  '1' if earlier layouts may hold the key's hits (a change of periods): a key with no
+--          row then needs hit.lua's carry, answered -3 (nothing written); else '0'
 -- Constants: TTL_MS the key's time to live in milliseconds (span + 2 buckets),
 --            BUCKET_US bucket width in microseconds, N buckets in the ring
 --
--- Returns: 1 if the hits fit and were counted, 0 if not (nothing is written then), -1 if the
+-- Returns: 1 if the hits fit and were counted, 0 if not (nothing is written then), -3 if the
+--          key needs a carry (ARGV[5]), -1 if the
 --          generation key is not GEN (nothing is written: the caller syncs and asks again).
 -- Guarantees: atomic, one round trip, one GET and at most one SET of the ring (and of the
 -- clock, clock.lua's: the time never goes back); the TTL starts again
@@ -28,7 +31,11 @@ local now = now_us(KEYS[2])
 local cost = tonumber(ARGV[2])
 
 local now_e = math.floor(now / BUCKET_US)
-local ring = redis.call('GET', KEYS[1]) or ''
+local ring = redis.call('GET', KEYS[1])
+if not ring then
+  if ARGV[5] == '1' then return -3 end  -- its first hit since the change: hit.lua carries
+  ring = ''
+end
 if #ring < 16 + 16 * N then  -- hit.lua's BITFIELD writes may leave it shorter: pad with empty words
   ring = ring .. string.rep('\0', 16 + 16 * N - #ring)
 end
