@@ -40,6 +40,7 @@ class RedisLimiter(RedisBase):
         self._seen_us = 0  # the newest time of the name a hit answered: earlier layouts' rows expire by it
         self._adopt(g, live.LiveState(_limiter_spec(g, self._groups), 0, 0, (), 0, 0, False))
         super().__init__(req, self._spec_of_g if claim else None)
+        self._deferred = True  # a claim from now on (the server was away at the open) follows
         if not claim:
             self._refresh()
 
@@ -66,7 +67,10 @@ class RedisLimiter(RedisBase):
         meta = self._prefix + "meta"
         if exclusive and not self._call(self._redis.hsetnx, meta, "geometry", self._spec_of_g):
             raise WindowExistsError(f"window {self.name!r} already exists on redis")
-        self._change(self._spec_of_g, "raise" if exclusive else self._on_change)
+        # a claim deferred past the open (on_error, the server away then) is older than any open
+        # since: it follows the rates there (change.lua's 'sync'), or claims a name still free
+        deferred = getattr(self, "_deferred", False)
+        self._change(self._spec_of_g, "raise" if exclusive else "sync" if deferred else self._on_change)
         self._claimed = True
         self._on_claimed()
 

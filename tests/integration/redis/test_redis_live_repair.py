@@ -255,3 +255,19 @@ def test_after_a_change_of_period_the_hot_path_stays_the_lean_script_and_still_c
         assert sum(lim.hit("b") for _ in range(6)) == 5
     finally:
         lim.unlink()
+
+
+def test_a_claim_deferred_while_the_server_was_away_follows_the_rates_set_since(redis_server, name):
+    """Opened with on_error="allow" while the server is away: the claim waits for the first call
+    that gets through. Another open with newer rates came in between: the deferred claim, older
+    than it, follows them instead of setting its own back."""
+    url = redis_server.url
+    redis_server.stop()
+    stale = Limiter(name, "100/minute", backend=url, on_error="allow", timeout=0.2)
+    redis_server.start()
+    newest = Limiter(name, "3/minute", backend=url)
+    try:
+        assert sum(stale.hit("k") for _ in range(10)) == 3
+        assert stale.rates == newest.rates == [Rate(3, 60 * 10**9)]
+    finally:
+        newest.unlink()
