@@ -15,7 +15,7 @@ import dataclasses
 import zlib
 from typing import Any
 
-from ...errors import GeometryMismatchError, NotSupportedError, WindowExistsError
+from ...errors import GeometryMismatchError, NotSupportedError, TotalOverflowError, WindowExistsError
 from ...geometry import Geometry, limiter_geometry, rates_of
 from ...policy import cost_of
 from ...rate import Rate
@@ -217,6 +217,8 @@ class RedisLimiter(RedisBase):
                 got = self._run(self._hit1, keys, [cost, *self._hit1_args])
             except self._errors as exc:
                 raise unavailable(self.url, exc) from exc
+            except self._refused as exc:
+                raise self._refusal(exc) from exc
             if got == live.CARRY:
                 return self.check(key, cost_of(cost, 1), True, False)[0]
             if got != live.STALE:
@@ -238,13 +240,16 @@ class RedisLimiter(RedisBase):
         """hit.lua (or the lean script) with this process's rates; None if they are stale."""
         keys = self._script_keys(key)
         n_rates = len(self._g.rings)
-        if commit == 1 and not detail and n_rates == 1:  # a plain hit: the lean script
-            got = self._run(self._hit1, keys[:3], [cost, *self._hit1_args])
-            if got != live.CARRY:
-                return None if got == live.STALE else (bool(got), (), (), 0)
-        olds = live.old_args(self._olds)
-        args = [cost, commit, int(detail), self._ttl_ms, self._state.gen, *olds, *self._args]
-        out = self._run(scripts.HIT, keys, args)
+        try:
+            if commit == 1 and not detail and n_rates == 1:  # a plain hit: the lean script
+                got = self._run(self._hit1, keys[:3], [cost, *self._hit1_args])
+                if got != live.CARRY:
+                    return None if got == live.STALE else (bool(got), (), (), 0)
+            olds = live.old_args(self._olds)
+            args = [cost, commit, int(detail), self._ttl_ms, self._state.gen, *olds, *self._args]
+            out = self._run(scripts.HIT, keys, args)
+        except self._refused as exc:
+            raise self._refusal(exc) from exc
         if int(out[0]) == live.STALE:
             return None
         self._seen(int(out[1]))
@@ -259,6 +264,13 @@ class RedisLimiter(RedisBase):
         self._seen_us = max(self._seen_us, now_us)
         if self._olds and live.live_olds(self._olds, self._seen_us) != self._olds:
             self._adopt(self._g, self._state)
+
+    def _refusal(self, exc: Exception) -> Exception:
+        """A script the server refused: a count past int64 (a row written before the scripts
+        clamped their counts) as TotalOverflowError, anything else as it came."""
+        if "not an integer or out of range" in str(exc) or "overflow" in str(exc):
+            return TotalOverflowError(f"a count of {self.name!r} on redis is past int64: {exc}")
+        return exc
 
     def _changing(self) -> GeometryMismatchError:
         return GeometryMismatchError(

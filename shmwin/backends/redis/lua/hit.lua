@@ -68,11 +68,16 @@ local function get_pair(cmd, w)
   cmd[m + 4], cmd[m + 5], cmd[m + 6] = 'GET', 'i64', '#' .. (w + 1)
 end
 
+-- a count as BITFIELD takes it: a whole number in digits, at most 2^53 (past it Lua's doubles
+-- are no longer exact, and Redis would get '1e+17' and refuse every later write of the key)
+local MOST = 2 ^ 53
+local function word(v) return string.format('%.0f', math.max(math.min(v, MOST), -MOST)) end
+
 -- appends BITFIELD subcommands writing the i64 pair (a, b) at word w
 local function set_pair(cmd, w, a, b)
   local m = #cmd
-  cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4] = 'SET', 'i64', '#' .. w, a
-  cmd[m + 5], cmd[m + 6], cmd[m + 7], cmd[m + 8] = 'SET', 'i64', '#' .. (w + 1), b
+  cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4] = 'SET', 'i64', '#' .. w, word(a)
+  cmd[m + 5], cmd[m + 6], cmd[m + 7], cmd[m + 8] = 'SET', 'i64', '#' .. (w + 1), word(b)
 end
 
 -- the word of the bucket of epoch e in a rate's ring
@@ -96,45 +101,63 @@ end
 
 -- the carry: a key new in this layout starts with the hits its rows of earlier layouts hold,
 -- each dated at the end of its old bucket (never sooner than it was made): in every new rate,
--- those of the last span count. Per old row the ring that holds the most of them (each of a
--- row's rings counts every hit); every layout still live is read (they are not removed: a later
--- layout may need them again, as ping-pong between two rates does). A row holds its own hits
--- and those it carried, dated: rows overlap, so each new bucket takes the most any row puts in
--- it, not their sum (a sum would count a hit once per change: a storm of changes inside one
--- bucket doubles the count at each).
+-- those of the last span count. Every layout still live is read (they are not removed: a later
+-- layout may need them again, as ping-pong between two rates does). Each ring of each row is
+-- one view of the same hits, and rows overlap: a row holds its own hits and those it carried,
+-- dated later than in the row it carried them from (at the end of that row's bucket). So the
+-- views are not added but merged from the newest bucket back: the hits placed at new epoch e
+-- or after are the most any one view has there (a suffix maximum). No hit is counted twice
+-- (the total is the largest view's) and none is dated sooner than a view dates it. A sum, or
+-- a maximum per bucket, counted a hit again whenever two views put it in different buckets:
+-- ping-pong between two layouts then doubled a key's count at every change (red team F14).
+local function merge_views(views)  -- views[v][e] = hits: the placement {e = hits} they agree on
+  local epochs, seen = {}, {}
+  for _, per in ipairs(views) do
+    for e in pairs(per) do
+      if not seen[e] then seen[e], epochs[#epochs + 1] = true, e end
+    end
+  end
+  table.sort(epochs, function(a, b) return a > b end)
+  local out, upto, most = {}, {}, 0  -- upto[v]: view v's hits at epochs >= e
+  for _, e in ipairs(epochs) do
+    local best = most
+    for v, per in ipairs(views) do
+      upto[v] = (upto[v] or 0) + (per[e] or 0)
+      if upto[v] > best then best = upto[v] end
+    end
+    if best > most then out[e], most = best - most, best end
+  end
+  return out, most
+end
+
 if #olds > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  local placed, carried, rows = {}, 0, {}  -- placed[r][new epoch] = hits
-  for r in ipairs(rates) do placed[r] = {} end
+  local views, carried, rows = {}, 0, {}  -- views[r] = {per view: {new epoch = hits}}
+  for r in ipairs(rates) do views[r] = {} end
   for _, old in ipairs(olds) do
     if old.gone_at > now and redis.call('EXISTS', old.row) == 1 then rows[#rows + 1] = old end
   end
   for _, old in ipairs(rows) do
-    do
-      local slots = {}  -- slots[o] = {epoch, hits, epoch, hits, ...}: every slot of old ring o
-      for o, ring in ipairs(old.rates) do
-        local f = {}
-        for i = 0, ring.n - 1 do get_pair(f, ring.word + 2 + 2 * i) end
-        slots[o] = redis.call('BITFIELD', old.row, unpack(f))
-      end
+    for _, ring in ipairs(old.rates) do
+      local f = {}
+      for i = 0, ring.n - 1 do get_pair(f, ring.word + 2 + 2 * i) end
+      local ev = redis.call('BITFIELD', old.row, unpack(f))
       for r, rate in ipairs(rates) do
-        local now_e = math.floor(now / rate.bucket_us)
-        local best, most = {}, 0
-        for o, ring in ipairs(old.rates) do
-          local per, sum, ev = {}, 0, slots[o]
-          for i = 1, #ev, 2 do
-            if ev[i] > 0 and ev[i + 1] > 0 then
-              local e = math.floor(math.min((ev[i] + 1) * ring.bucket_us - 1, now) / rate.bucket_us)
-              if now_e - e < rate.n then
-                per[e], sum = (per[e] or 0) + ev[i + 1], sum + ev[i + 1]
-              end
-            end
+        local now_e, per = math.floor(now / rate.bucket_us), {}
+        for i = 1, #ev, 2 do
+          if ev[i] > 0 and ev[i + 1] > 0 then
+            local e = math.floor(math.min((ev[i] + 1) * ring.bucket_us - 1, now) / rate.bucket_us)
+            if now_e - e < rate.n then per[e] = (per[e] or 0) + ev[i + 1] end
           end
-          if sum > most then best, most = per, sum end
         end
-        for e, v in pairs(best) do placed[r][e] = math.max(placed[r][e] or 0, v) end
-        carried = carried + most
+        views[r][#views[r] + 1] = per
       end
     end
+  end
+  local placed = {}
+  for r in ipairs(rates) do
+    local most
+    placed[r], most = merge_views(views[r])
+    carried = carried + most
   end
   if carried > 0 then
     local set = {}
