@@ -158,8 +158,7 @@ class LazyCluster:
 def unavailable(url: str, exc: Exception) -> BackendUnavailableError:
     """The error for a failed round trip, naming the server without its credentials."""
     parts = split_url(url)
-    several = is_cluster(url) or is_sentinel(url)  # a list of seed nodes or sentinels
-    hosts = parts.netloc.rpartition("@")[2] if several else parts.hostname or ""
+    hosts = parts.netloc.rpartition("@")[2]  # host:port (or a cluster's seed list), no credentials
     return BackendUnavailableError(f"redis at {parts._replace(netloc=hosts).geturl()} is unavailable: {exc}")
 
 

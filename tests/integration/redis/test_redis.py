@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.parse
 
 import pytest
 from support.helpers import ROOT
@@ -91,6 +92,8 @@ def test_redis_down_and_back(own_redis, name):
     with pytest.raises(shmwin.BackendUnavailableError, match="unavailable") as err:
         strict.hit("k")
     assert isinstance(err.value, ConnectionError)
+    host_port = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]  # red team F12: the port was dropped
+    assert f"redis at redis://{host_port}/" in str(err.value) and ":" in host_port
     assert fail_open.hit("k") is True and fail_closed.hit("k") is False
     assert fail_open.test("k") is True and fail_closed.test("k") is False
     with pytest.raises(shmwin.BackendUnavailableError):
