@@ -78,6 +78,50 @@ def test_a_wipe_makes_a_fresh_name_and_the_newest_known_rates_win_again(redis_se
         Limiter.attach(name, backend=url).unlink()
 
 
+def test_the_meta_alone_evicted_the_newest_rates_win_again(redis_server, name, tmp_path):
+    # red team F11 (maxmemory allkeys-lru evicts the meta, read only at opens): the stale process
+    # re-claimed its rates above the surviving generation key, and the newest process adopted them
+    url = redis_server.url
+    stale, newest = _workers(name, url, tmp_path, "10/minute", "3/minute")
+    try:
+        assert newest.ask("hit k 1") == "1"
+        redis_client(url).delete(f"shmwin:{{{name}}}:meta")
+        assert stale.ask("hit k 10") == "9"  # it calls first: its rates (the rows stayed), until the newest calls
+        assert newest.ask("hit k 10") == "0"  # the newest re-claims 3/minute, the 10 carried
+        assert newest.ask("hit j 10") == "3"
+        assert stale.ask("hit j 10") == "0"
+        assert stale.ask("rates") == newest.ask("rates") == "3/minute"
+        for w in (stale, newest):
+            w.close()
+    finally:
+        Limiter.attach(name, backend=url).unlink()
+
+
+def test_a_rollback_past_two_changes_ends_on_the_newest_rates(redis_server, name, tmp_path):
+    # red team F11b: the first caller after the rollback re-claimed with a generation past every
+    # one known (the server's time), so the process that knew the newest rates adopted older ones
+    url = redis_server.url
+    client = redis_client(url)
+    first, = _workers(name, url, tmp_path, "100/minute")
+    try:
+        assert first.ask("hit a 1") == "1"
+        snapshot = {k: client.dump(k) for k in client.keys(f"shmwin:{{{name}}}:*")}
+        middle, = _workers(name, url, tmp_path, "50/minute")
+        newest, = _workers(name, url, tmp_path, "3/minute")
+        assert middle.ask("rates") == "50/minute" and newest.ask("hit a 1") == "1"
+        client.flushdb()
+        for key, value in snapshot.items():
+            client.restore(key, 0, value, replace=True)
+        assert middle.ask("hit x 10") == "10"  # the middle calls first: 50/minute, for now
+        assert newest.ask("hit y 10") == "3"  # the newest re-claims after it and wins
+        assert middle.ask("hit y 10") == "0" and first.ask("hit y 10") == "0"
+        assert {w.ask("rates") for w in (first, middle, newest)} == {"3/minute"}
+        for w in (first, middle, newest):
+            w.close()
+    finally:
+        Limiter.attach(name, backend=url).unlink()
+
+
 def test_an_unlinked_name_is_claimed_again_by_a_stale_handle_with_on_error_allow(redis_server, name):
     url = redis_server.url
     stale = Limiter(name, "100/minute", backend=url, on_error="allow")

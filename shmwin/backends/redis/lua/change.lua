@@ -35,10 +35,12 @@
 -- keys were wiped (FLUSHDB, a restart without persistence, an unlink) or rolled back (a restart
 -- from an older RDB snapshot). Then:
 --   - no meta: the first claim makes a fresh name with the claimer's spec, dated with the
---     generation it knew; a process that knew a newer generation re-claims its spec at its
---     next call (below), so the newest rates any live process knows win again;
+--     generation it knew (even if the generation key holds a newer one: the meta alone was
+--     evicted); a process that knew a newer generation re-claims its spec at its next call
+--     (below), so the newest rates any live process knows win again;
 --   - the process knows a newer generation than the meta: its spec is re-claimed as a change
---     with carry (the meta was rolled back past it);
+--     with carry (the meta was rolled back past it), dated with that generation (not a new
+--     one: a process that knew a newer still re-claims after it);
 --   - the hit met a newer generation than the meta's (a generation key or a spread group's
 --     left ahead): the meta's spec is kept and its generation raised past it;
 --   - else the process simply reads the state (it was stale).
@@ -56,6 +58,7 @@ local gen, layout, history = tonumber(f[2] or '0'), tonumber(f[3] or '0'), f[4] 
 local changed, changes = tonumber(f[5] or '0'), tonumber(f[6] or '0')
 
 local moved = '0'
+local reclaim_at = nil  -- 'sync': the generation a process re-claims its rates with
 local function state(spec)
   return {1, spec, string.format('%.0f', gen), string.format('%.0f', layout), history,
           string.format('%.0f', changed), changes, moved}
@@ -87,8 +90,11 @@ end
 
 if not have then  -- a new name, or one wiped: claimed as wanted
   if mode == 'attach' or want == '' then return {0, ''} end
-  if mode == 'sync' and known > math.max(gen_key_value(), floor) then
-    gen = known  -- dated as its claimer knew it: a process that knew a newer one re-claims
+  if mode == 'sync' and known > 0 then
+    -- dated as its claimer knew it, even below a generation the key still holds (the meta
+    -- alone evicted): a process that knew a newer one then meets another generation and
+    -- re-claims its spec, which wins; above every known one, this stale spec would win
+    gen = known
   else
     next_gen()
   end
@@ -97,11 +103,13 @@ if not have then  -- a new name, or one wiped: claimed as wanted
 end
 if mode == 'sync' then
   if known > gen and kind(have) == kind(want) and want ~= '' then  -- the meta went back past it
+    -- re-claimed with the generation it knew, not a newer one: after a rollback past two
+    -- changes the process that knew the newest re-claims after it, and its rates win
     if have == want then
-      next_gen()
+      gen = known
       return save()
     end
-    mode = 'carry'  -- its spec, claimed again below as a change
+    mode, reclaim_at = 'carry', known  -- its spec, claimed again below as a change
   elseif floor > gen or gen_key_value() ~= gen then  -- a generation key ahead of (or behind) the meta
     if floor > gen or gen_key_value() > gen then next_gen() end
     return save()
@@ -112,7 +120,7 @@ end
 if have == want or mode == 'attach' then return state(have) end
 if mode == 'raise' or kind(have) ~= kind(want) then return {0, have} end
 
-next_gen()
+if reclaim_at then gen = reclaim_at else next_gen() end
 changed, changes, moved = gen, changes + 1, '1'
 if mode == 'carry' and (shape(have) == shape(want) or kind(have) == 'lease-limiter') then
   -- in place: the rows keep their layout, the hits their buckets; only the limits move (a
