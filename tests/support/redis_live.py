@@ -24,6 +24,14 @@ for line in sys.stdin:
     word, _, arg = line.split()[0], None, line.split()[1:]
     if word == "hit":
         print(sum(lim.hit(arg[0]) for _ in range(int(arg[1]))), flush=True)
+    elif word == "clear":
+        lim.clear(arg[0])
+        print("cleared", flush=True)
+    elif word == "cost":  # one hit of cost N: 1, 0, or the error's type
+        try:
+            print(int(lim.hit(arg[0], int(arg[1]))), flush=True)
+        except Exception as exc:
+            print(type(exc).__name__, flush=True)
     elif word == "rates":
         print(";".join(map(str, lim.rates)) if burst == "" else f"{lim.rate} burst={lim.burst}", flush=True)
 lim.close()

@@ -294,9 +294,16 @@ class RedisLimiter(RedisBase):
         raise self._changing()
 
     def clear(self, key: Key) -> None:
-        """Forget every hit of ``key`` (its rows of earlier layouts too)."""
-        keys = self._script_keys(key)
-        self._call(self._redis.delete, keys[0], *keys[3:])
+        """Forget every hit of ``key`` (its rows of earlier layouts too). It follows a change first,
+        as a hit does: a process that has not seen one would delete only the rows of its own
+        layout, and the key's first hit in the new one would carry the old rows' hits back."""
+        for _ in range(live.RETRIES):
+            keys = self._script_keys(key)
+            if not self._claimed or live.is_current(self, keys[2]):
+                self._call(self._redis.delete, keys[0], *keys[3:])
+                return
+            self._sync(key)
+        raise self._changing()
 
     def close(self) -> None:
         self._hit1_runner = None

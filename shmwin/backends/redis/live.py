@@ -116,6 +116,13 @@ def sync(base: Any, spec: str, known: int, gen_key: str) -> LiveState:
     return run_change(base, spec, "sync", known, int(floor or 0))
 
 
+def is_current(base: Any, gen_key: str) -> bool:
+    """Whether the generation in ``gen_key`` is the one ``base`` (a RedisLimiter or
+    RedisTokenBucket) knows: one GET, for the calls that act on what it knows without a hit
+    script's own check (a clear, a cost refused against the burst it knows)."""
+    return bool(int(base._call(base._redis.get, gen_key) or 0) == base._state.gen)
+
+
 def check_on_change(on_change: str) -> str:
     if on_change not in ON_CHANGE:
         raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")

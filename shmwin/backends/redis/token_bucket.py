@@ -87,12 +87,12 @@ class RedisTokenBucket(RedisBase):
     def check(self, key: Key, cost: int, commit: bool) -> TokenCheck:
         """One round trip: the native core's ``token_check`` answer (``lua/token.lua``)."""
         cost = cost_of(cost, 0)
-        if cost > self._burst:
-            raise ValueError(
-                f"cost {cost} is more than the bucket of {self.name!r} holds (burst {self._burst})"
-            )
         text = key_text(_key(key))
         for _ in range(live.RETRIES):
+            if cost > self._burst and self._current():  # against the burst in force, not a stale one
+                raise ValueError(
+                    f"cost {cost} is more than the bucket of {self.name!r} holds (burst {self._burst})"
+                )
             olds = self._state.olds  # at most a burst of T after a change: few, and soon none
             rows = [self._prefix + live.row_infix(layout) + text for layout in (self._state.layout,
                     *(old.layout for old in olds))]  # fmt: skip
@@ -103,14 +103,28 @@ class RedisTokenBucket(RedisBase):
             if int(out[0]) != live.STALE:
                 allowed, tokens, wait_us, full_us = (int(v) for v in out)
                 return bool(allowed), tokens, wait_us * NS_PER_US, full_us * NS_PER_US
-            self._follow(live.sync(self, _spec(self._g), self._state.gen, keys[2]))
+            self._sync()
         raise GeometryMismatchError(
             f"the rate of {self.name!r} on redis changed at each of {live.RETRIES} tries: try again"
         )
 
+    def _current(self) -> bool:
+        """Whether this process knows the name's rate and burst; if not, it follows them first."""
+        if not self._claimed or live.is_current(self, self._prefix + "gen"):
+            return True
+        self._sync()
+        return False
+
+    def _sync(self) -> None:
+        self._follow(live.sync(self, _spec(self._g), self._state.gen, self._prefix + "gen"))
+
     def clear(self, key: Key) -> None:
-        """A full bucket for ``key`` again (its states of earlier layouts go too)."""
+        """A full bucket for ``key`` again (its states of earlier layouts too), after following a
+        change (a stale process would miss the states of the layouts it does not know)."""
         text = key_text(_key(key))
+        for _ in range(live.RETRIES):
+            if self._current():
+                break
         layouts = [self._state.layout, *(old.layout for old in self._state.olds)]
         self._call(self._redis.delete, *(self._prefix + live.row_infix(layout) + text for layout in layouts))
 

@@ -86,7 +86,7 @@ def test_the_meta_alone_evicted_the_newest_rates_win_again(redis_server, name, t
     try:
         assert newest.ask("hit k 1") == "1"
         redis_client(url).delete(f"shmwin:{{{name}}}:meta")
-        assert stale.ask("hit k 10") == "9"  # it calls first: its rates (the rows stayed), until the newest calls
+        assert stale.ask("hit k 10") == "9"  # it calls first: its rates (rows stayed) for now
         assert newest.ask("hit k 10") == "0"  # the newest re-claims 3/minute, the 10 carried
         assert newest.ask("hit j 10") == "3"
         assert stale.ask("hit j 10") == "0"
