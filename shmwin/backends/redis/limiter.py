@@ -224,7 +224,7 @@ class RedisLimiter(RedisBase):
             if got != live.STALE:
                 return bool(got)
             self._sync(key)  # the rates changed: the newest win
-        raise self._changing()
+        return self._final(key, cost_of(cost, 1), 1, False)[0]
 
     def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
         """One round trip: the native core's answer (see ``lua/hit.lua``'s Returns)."""
@@ -234,19 +234,31 @@ class RedisLimiter(RedisBase):
             if out is not None:
                 return out
             self._sync(key)
-        raise self._changing()
+        return self._final(key, cost, int(commit), detail)
 
-    def _hit(self, key: Key, cost: int, commit: int, detail: bool) -> Check | None:
-        """hit.lua (or the lean script) with this process's rates; None if they are stale."""
+    def _final(self, key: Key, cost: int, commit: int, detail: bool) -> Check:
+        """A call that met a change at each of its RETRIES reads (a storm of changes): answered
+        with the rates read last, whatever the generation key holds by now, rather than an
+        error (red team F1: GeometryMismatchError, an HTTP 500). They were the name's rates a
+        round trip ago; the process follows the next change at its next call."""
+        out = self._hit(key, cost, commit, detail, final=True)
+        assert out is not None  # the scripts answer 'stale' only for a generation they check
+        return out
+
+    def _hit(self, key: Key, cost: int, commit: int, detail: bool, final: bool = False) -> Check | None:
+        """hit.lua (or the lean script) with this process's rates; None if they are stale
+        (``final``: counted with them whatever the generation, see ``_final``)."""
         keys = self._script_keys(key)
         n_rates = len(self._g.rings)
+        gen = "*" if final else self._state.gen
         try:
             if commit == 1 and not detail and n_rates == 1:  # a plain hit: the lean script
-                got = self._run(self._hit1, keys[:3], [cost, *self._hit1_args])
+                limit, _, olds_flag = self._hit1_args
+                got = self._run(self._hit1, keys[:3], [cost, limit, str(gen), olds_flag])
                 if got != live.CARRY:
                     return None if got == live.STALE else (bool(got), (), (), 0)
             olds = live.old_args(self._olds)
-            args = [cost, commit, int(detail), self._ttl_ms, self._state.gen, *olds, *self._args]
+            args = [cost, commit, int(detail), self._ttl_ms, gen, *olds, *self._args]
             out = self._run(scripts.HIT, keys, args)
         except self._refused as exc:
             raise self._refusal(exc) from exc
@@ -291,7 +303,7 @@ class RedisLimiter(RedisBase):
             if self._hit(key, cost_of(cost, 1), 2, False) is not None:
                 return
             self._sync(key)
-        raise self._changing()
+        self._final(key, cost_of(cost, 1), 2, False)
 
     def clear(self, key: Key) -> None:
         """Forget every hit of ``key`` (its rows of earlier layouts too). It follows a change first,

@@ -5,6 +5,8 @@ the code each was started with) on one real server and one hand-driven clock."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,34 @@ def test_a_stale_token_bucket_checks_a_cost_against_the_burst_in_force(
             w.close()
     finally:
         TokenBucket.attach(name, backend=url).unlink()
+
+
+@pytest.mark.parametrize("rates", ["10/minute", "2/second;10/minute"])
+def test_a_hit_that_meets_a_change_at_every_read_still_answers(redis_server, name, rates):
+    # red team F1: under a storm of changes a hit raised GeometryMismatchError after 8 reads;
+    # here another process's change lands after each of the hitter's reads, every time
+    url = redis_server.url
+    hitter = Limiter(name, rates, backend=url, on_change="carry")
+    flips = iter(["2/second;20/minute", "20/minute"] * 20)  # each one a change
+    real_sync = hitter._backend._sync
+
+    def sync_then_changed(key: str) -> None:
+        real_sync(key)
+        assert subprocess.run([*_CHANGER, name, url, next(flips)], timeout=60).returncode == 0
+
+    hitter._backend._sync = sync_then_changed
+    changer = Limiter.attach(name, backend=url)
+    try:
+        changer.set_rates("20/minute")
+        assert hitter.hit("k") is True  # answered with the rates read last
+        assert changer.stats("k").used == 1  # counted there, and carried by the change after it
+        assert hitter.stats("k").remaining >= 0  # a read answers too
+    finally:
+        changer.unlink()
+
+
+_CHANGER = [
+    sys.executable, "-c",
+    "import sys; from shmwin import Limiter; "
+    "Limiter.attach(sys.argv[1], backend=sys.argv[2]).set_rates(sys.argv[3])",
+]  # fmt: skip

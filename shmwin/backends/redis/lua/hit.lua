@@ -14,7 +14,8 @@
 -- ARGV[4]  '1' to also return when each rate's oldest hit leaves and when the cost would fit,
 --          '0' not to (both then 0)
 -- ARGV[5]  the key's time to live in milliseconds (the longest span + 2 buckets)
--- ARGV[6]  the generation of the rates given here (see change.lua)
+-- ARGV[6]  the generation of the rates given here (see change.lua), or '*' to count with them
+--          whatever the generation key holds: a hit that met a change at each of its reads
 -- ARGV[7]  H, the earlier layouts' rows given as KEYS[4 ..]; then for each: the time (us) its
 --          hits are all gone, its rates R, then R x (bucket width us, buckets, word offset)
 -- then per rate, 4 entries each: bucket width in microseconds, number of buckets, limit
@@ -35,9 +36,9 @@
 -- counts -- in every rate or in none. The TTL is refreshed when a hit opens a bucket: the
 -- key then outlives every later write in that bucket by at least a span.
 
-local gen = tonumber(ARGV[6])
+local gen = tonumber(ARGV[6])  -- nil for '*': a hit taking the rates given as final (a storm of changes)
 local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
-if gen ~= seen then return {-1} end  -- stale, or a key left behind: change.lua's 'sync' repairs
+if ARGV[6] ~= '*' and gen ~= seen then return {-1} end  -- stale, or a key left behind: change.lua's 'sync' repairs
 
 local now = now_us(KEYS[2])
 local cost, commit, detail = tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[4] == '1'

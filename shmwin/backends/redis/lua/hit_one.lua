@@ -11,7 +11,8 @@
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  the cost: hits to count, a positive integer
 -- ARGV[3]  LIMIT, hits allowed in the window
--- ARGV[4]  GEN, the generation of the rates given (see change.lua)
+-- ARGV[4]  GEN, the generation of the rates given (see change.lua), or '*': count with them
+--          whatever the generation key holds (a hit that met a change at each of its reads)
 -- ARGV[5]  '1' if earlier layouts may hold the key's hits (a change of periods): a key with no
 --          row then needs hit.lua's carry, answered -3 (nothing written); else '0'
 -- Constants: TTL_MS the key's time to live in milliseconds (span + 2 buckets),
@@ -26,7 +27,7 @@
 
 local TTL_MS, BUCKET_US, N = ${ttl_ms}, ${bucket_us}, ${n}
 local LIMIT = tonumber(ARGV[3])
-if ARGV[4] ~= (redis.call('GET', KEYS[3]) or '0') then return -1 end  -- stale, or a key left behind: change.lua's 'sync' repairs
+if ARGV[4] ~= '*' and ARGV[4] ~= (redis.call('GET', KEYS[3]) or '0') then return -1 end  -- stale, or a key left behind: change.lua's 'sync' repairs
 local now = now_us(KEYS[2])
 local cost = tonumber(ARGV[2])
 
