@@ -9,6 +9,8 @@ name's keys DUMPed before a change and RESTOREd after it (a restart from an olde
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,12 +80,23 @@ def test_a_wipe_makes_a_fresh_name_and_the_newest_known_rates_win_again(redis_se
         Limiter.attach(name, backend=url).unlink()
 
 
+@contextlib.contextmanager
+def _running(name: str, url: str, tmp_path: Path, *rates: str) -> Iterator[list[Worker]]:
+    """Workers for ``rates`` (a test may add more to the list): closed at the end, the name unlinked."""
+    workers = _workers(name, url, tmp_path, *rates)
+    try:
+        yield workers
+        for w in workers:
+            w.close()
+    finally:
+        Limiter.attach(name, backend=url).unlink()
+
+
 def test_the_meta_alone_evicted_the_newest_rates_win_again(redis_server, name, tmp_path):
     # red team F11 (maxmemory allkeys-lru evicts the meta, read only at opens): the stale process
     # re-claimed its rates above the surviving generation key, and the newest process adopted them
     url = redis_server.url
-    stale, newest = _workers(name, url, tmp_path, "10/minute", "3/minute")
-    try:
+    with _running(name, url, tmp_path, "10/minute", "3/minute") as (stale, newest):
         assert newest.ask("hit k 1") == "1"
         redis_client(url).delete(f"shmwin:{{{name}}}:meta")
         assert stale.ask("hit k 10") == "9"  # it calls first: its rates (rows stayed) for now
@@ -91,10 +104,6 @@ def test_the_meta_alone_evicted_the_newest_rates_win_again(redis_server, name, t
         assert newest.ask("hit j 10") == "3"
         assert stale.ask("hit j 10") == "0"
         assert stale.ask("rates") == newest.ask("rates") == "3/minute"
-        for w in (stale, newest):
-            w.close()
-    finally:
-        Limiter.attach(name, backend=url).unlink()
 
 
 def test_a_rollback_past_two_changes_ends_on_the_newest_rates(redis_server, name, tmp_path):
@@ -102,12 +111,12 @@ def test_a_rollback_past_two_changes_ends_on_the_newest_rates(redis_server, name
     # one known (the server's time), so the process that knew the newest rates adopted older ones
     url = redis_server.url
     client = redis_client(url)
-    first, = _workers(name, url, tmp_path, "100/minute")
-    try:
-        assert first.ask("hit a 1") == "1"
+    with _running(name, url, tmp_path, "100/minute") as workers:
+        assert workers[0].ask("hit a 1") == "1"
         snapshot = {k: client.dump(k) for k in client.keys(f"shmwin:{{{name}}}:*")}
-        middle, = _workers(name, url, tmp_path, "50/minute")
-        newest, = _workers(name, url, tmp_path, "3/minute")
+        workers += _workers(name, url, tmp_path, "50/minute")
+        workers += _workers(name, url, tmp_path, "3/minute")
+        first, middle, newest = workers
         assert middle.ask("rates") == "50/minute" and newest.ask("hit a 1") == "1"
         client.flushdb()
         for key, value in snapshot.items():
@@ -115,11 +124,7 @@ def test_a_rollback_past_two_changes_ends_on_the_newest_rates(redis_server, name
         assert middle.ask("hit x 10") == "10"  # the middle calls first: 50/minute, for now
         assert newest.ask("hit y 10") == "3"  # the newest re-claims after it and wins
         assert middle.ask("hit y 10") == "0" and first.ask("hit y 10") == "0"
-        assert {w.ask("rates") for w in (first, middle, newest)} == {"3/minute"}
-        for w in (first, middle, newest):
-            w.close()
-    finally:
-        Limiter.attach(name, backend=url).unlink()
+        assert {w.ask("rates") for w in workers} == {"3/minute"}
 
 
 def test_an_unlinked_name_is_claimed_again_by_a_stale_handle_with_on_error_allow(redis_server, name):
