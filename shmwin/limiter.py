@@ -83,13 +83,19 @@ Rates = str | Rate | list[str | Rate] | tuple[str | Rate, ...]
 # (what a change does on shared memory: backends/shm/live.py; the operator's view:
 # docs/operating.md, "Changing limits live")
 
-LIVE_SCHEMES = ("shm",)  # the backends whose limiters change live (Redis: a mismatch raises)
+LIVE_SCHEMES = ("shm",)  # the backends whose limiters and token buckets change live
+# on redis too (backends/redis/live.py): limiters and token buckets on redis:// and shm+redis://
+# (a two-tier limiter's Redis tier: backends/twotier.py; a token bucket there is redis's)
+LIVE_REDIS_LIMITERS = frozenset(backends.REDIS_SCHEMES) | {"shm+" + s for s in backends.REDIS_SCHEMES}
+LIVE_REDIS_BUCKETS = LIVE_REDIS_LIMITERS
 
 
-def live_option(backend: str | None, on_change: str) -> dict[str, Any]:
-    """The ``on_change`` option for ``backends.open``: shared memory's; elsewhere a change of
-    rates raises as before, so only "reset" (which would need the backend) is refused."""
-    if backends.scheme_of(backend) in LIVE_SCHEMES:
+def live_option(backend: str | None, on_change: str, redis: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The ``on_change`` option for ``backends.open``: shared memory's, and on the ``redis``
+    schemes given; elsewhere a change of rates raises as before, so only "reset" (which would
+    need the backend) is refused."""
+    scheme = backends.scheme_of(backend)
+    if scheme in LIVE_SCHEMES or scheme in redis:
         return {"on_change": on_change}
     if on_change == "reset":
         scheme = backends.scheme_of(backend)
@@ -154,7 +160,7 @@ class Limiter(Front):
         choice("on_change", on_change, ON_CHANGE)
         check_local(on_error, fallback, options.get("backend"))
         want = limiter_geometry(parse_many(rates), buckets, capacity, exact)
-        live = live_option(options.get("backend"), on_change)
+        live = live_option(options.get("backend"), on_change, LIVE_REDIS_LIMITERS)
         opened = backends.open("limiter", name, want, on_full=on_full,
                                on_error=opening_on_error(on_error, shadow), **options, **live)  # fmt: skip
         self._bind(opened, options.get("clock"), on_full, on_error, fallback)
@@ -209,13 +215,14 @@ class Limiter(Front):
         return list(self._backend.rates)
 
     def set_rates(self, rates: Rates, *, on_change: str = DEFAULT_ON_CHANGE) -> None:
-        """Change this limiter's rates for every process (shared memory): its buckets per period
-        and ``exact`` kept; ``on_change`` "carry" (the counts carried over, see
+        """Change this limiter's rates for every process (shared memory, redis://): its buckets
+        per period and ``exact`` kept; ``on_change`` "carry" (the counts carried over, see
         docs/operating.md) or "reset". Each process follows at its next call."""
         choice("on_change", on_change, ("carry", "reset"))
         set_rates = getattr(self._backend, "_set_rates", None)
         if set_rates is None:
-            raise NotSupportedError(f"{self.url.split(':')[0]}: rates change live on shared memory only")
+            scheme = self.url.split(":")[0]
+            raise NotSupportedError(f"{scheme}: rates change live on shared memory and redis:// only")
         set_rates(same_layout(self._backend.geometry, parse_many(rates)), on_change)
 
     def _keep_decisions(self, shadow: bool, *, create: bool, perm: int | None = None) -> None:
@@ -301,7 +308,7 @@ class TokenBucket(Front):
             raise ValueError(f"a token bucket has one rate, not {len(rates)}: {rate!r}")
         self._rate_given: Rate | None = rates[0]
         want = token_geometry(rates[0], burst, capacity)
-        live = live_option(options.get("backend"), on_change)
+        live = live_option(options.get("backend"), on_change, LIVE_REDIS_BUCKETS)
         opened = backends.open("token-bucket", name, want, on_full=on_full,
                                on_error=opening_on_error(on_error, shadow), **options, **live)  # fmt: skip
         self._bind(opened, options.get("clock"), on_full, on_error)

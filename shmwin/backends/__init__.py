@@ -90,6 +90,7 @@ def _twotier() -> Scheme:
 _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
                   "rediss+sentinel", "valkey", "valkeys", "valkey+cluster", "valkeys+cluster",
                   "valkey+sentinel", "valkeys+sentinel")  # fmt: skip
+REDIS_SCHEMES = _REDIS_SCHEMES  # the plain Redis-side schemes, for the fronts (live rates)
 _LAZY: dict[str, Callable[[], Scheme]] = {
     **{scheme: _redis for scheme in _REDIS_SCHEMES},
     **{"shm+" + scheme: _twotier for scheme in _REDIS_SCHEMES},

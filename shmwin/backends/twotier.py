@@ -38,12 +38,18 @@ import urllib.parse
 from typing import Any
 
 from ..clock import Clock, host_clock
-from ..errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError, WindowNotFoundError
+from ..errors import (
+    BackendUnavailableError,
+    GeometryMismatchError,
+    NotSupportedError,
+    WindowExistsError,
+    WindowNotFoundError,
+)
 from ..geometry import LEASE_ROLE, Geometry, Ring, lease_geometry, rates_of, with_capacity
 from ..policy import cost_of
 from ..rate import Rate
 from .contract import Check, Key, Request
-from .redis import scripts
+from .redis import live, scripts
 from .redis.client import NS_PER_US, RedisBase, UnacknowledgedWriteError, key_text
 from .redis.client import SCHEMES as REDIS_SCHEMES
 from .shm.roles import LeaseEngine
@@ -88,30 +94,57 @@ def give_back(account: Account) -> list[int]:
 
 class LeaseServer(RedisBase):
     """The Redis tier: the name's claim (``lease-limiter;<bucket ns>,<n>,<limit>,<log>;...``, a
-    limiter's rings) and lease.lua, which forgets a lease's hits as the limiter's ring would."""
+    limiter's rings) and lease.lua, which forgets a lease's hits as the limiter's ring would.
+    Its rates change live as a redis:// limiter's do (``redis/live.py``, change.lua): every
+    lease carries the generation of the rates it was asked with. The log holds hits, whatever
+    the rates, so a carry keeps it as it is; a reset starts new rows."""
 
     def __init__(self, req: Request, g: Geometry, claim: bool):
-        self._rate_args: list[int] = [len(g.rings)]
-        for r in g.rings:
-            if r.bucket_ns % NS_PER_US:
-                raise ValueError("the shm+redis backend keeps whole-microsecond buckets")
+        self._on_change = live.check_on_change(req.option("on_change", "raise"))
+        self._follow(live.LiveState(_server_spec(g), 0, 0, (), 0, 0, False))
+        super().__init__(req, self.spec if claim else None)
+        if not claim:
+            self._follow(live.run_change(self, "", "attach"))
+
+    def _follow(self, state: live.LiveState) -> None:
+        """Take the rates of ``state`` as this process's: lease.lua's rate arguments."""
+        self.state, self.spec, self.geometry = state, state.spec, _parse_spec(state.spec)
+        self._rate_args: list[int] = [len(self.geometry.rings)]
+        for r in self.geometry.rings:
             width_us, n = (1, r.bucket_ns // NS_PER_US) if r.log else (r.bucket_ns // NS_PER_US, r.n_buckets)
             self._rate_args += [width_us, n, r.limit]
-        rings = (f"{r.bucket_ns},{r.n_buckets},{r.limit},{int(r.log)}" for r in g.rings)
-        spec = "lease-limiter;" + ";".join(rings)
-        super().__init__(req, spec if claim else None)
+        self._infix = "L:" if state.layout == 0 else f"L{state.layout}:"
+
+    def _claim(self, exclusive: bool = False) -> None:
+        """Claim the name for these rates, or change them by ``on_change`` (change.lua)."""
+        if exclusive and not self._call(self._redis.hsetnx, self._prefix + "meta", "geometry", self.spec):
+            raise WindowExistsError(f"window {self.name!r} already exists on redis")
+        self._follow(live.run_change(self, self.spec, "raise" if exclusive else self._on_change))
+        self._claimed = True
+        self._on_claimed()
+
+    def change(self, g: Geometry, on_change: str) -> None:
+        """Change the rates for every host (``Limiter.set_rates``): "carry" or "reset"."""
+        self._check_open()
+        self._follow(live.run_change(self, _server_spec(g), live.check_on_change(on_change)))
 
     def lease(self, key: Key, want: int, need: int, spend_us: int, backs: list[int]) -> list[int]:
         """One round trip: give back ``backs`` (quadruples, :func:`give_back`), then take up to
         ``want`` hits (at least ``need``; ``want`` 0: only answer) as a lease with a new random
-        id. lease.lua's answer, as ints."""
+        id. lease.lua's answer, as ints. Asked with rates that are not the newest, it reads
+        them (or repairs a wiped name, change.lua's 'sync') and asks again."""
         token = new_lease_id() if want > 0 else 0
-        args = [want, need, spend_us, token, *self._rate_args, len(backs) // 4, *backs]
-        out = self._run(scripts.LEASE, [self.lease_row(key), self._clock_key], args)
-        return [int(v) for v in out]
+        for _ in range(live.RETRIES):
+            args = [want, need, spend_us, token, *self._rate_args, len(backs) // 4, *backs, self.state.gen]
+            keys = [self.lease_row(key), self._clock_key, self._prefix + "gen"]
+            out = self._run(scripts.LEASE, keys, args)
+            if int(out[0]) != live.STALE:
+                return [int(v) for v in out]
+            self._follow(live.sync(self, self.spec, self.state.gen, self._prefix + "gen"))
+        raise GeometryMismatchError(f"the rates of {self.name!r} changed at each of {live.RETRIES} reads")
 
     def lease_row(self, key: Key) -> str:
-        return self._prefix + "L:" + key_text(key)
+        return self._prefix + self._infix + key_text(key)
 
     def drop_key(self, key: Key) -> None:
         self._call(self._redis.delete, self.lease_row(key))
@@ -124,19 +157,14 @@ class TwoTierLimiter:
         self.name = req.name
         self.url = req.url
         self._g = g
-        self._rates = rates = rates_of(g)
-        capacity = g.capacity
         self._clock: Clock = req.clock or host_clock()
         self._server = LeaseServer(dataclasses.replace(req, url=redis_url(req.url)), g, claim)
         try:
-            self._window = _host_tier(req, lease_geometry(rates, capacity), attach=not claim)
+            self._window = _host_tier(req, lease_geometry(self.rates, g.capacity), attach=not claim)
         except BaseException:
             self._server.close()
             raise
         self._lease = LeaseEngine(self._window)
-        shortest = min(r.period_ns for r in rates)
-        self._spend_us = max(1, min(shortest // SPEND_PART, MAX_SPEND_NS) // NS_PER_US)
-        self._k_max = max(1, min(r.limit for r in rates) // SIZE_PART)
         self._spend = self._lease.spend
         self._down_until = 0.0
         # key -> give-backs owed to the master: leases it granted whose WAIT no replica
@@ -160,11 +188,27 @@ class TwoTierLimiter:
 
     @property
     def geometry(self) -> Geometry:
-        return self._g
+        """The rates in force (the newest this process read from Redis), this limiter's capacity."""
+        return dataclasses.replace(self._g, rings=self._server.geometry.rings)
 
     @property
     def rates(self) -> list[Rate]:
-        return list(self._rates)
+        return rates_of(self._server.geometry)
+
+    @property
+    def _spend_us(self) -> int:
+        """A lease's spend time D: min(P / 10, 1 s) over the shortest period in force."""
+        shortest = min(r.period_ns for r in self.rates)
+        return max(1, min(shortest // SPEND_PART, MAX_SPEND_NS) // NS_PER_US)
+
+    @property
+    def _k_max(self) -> int:
+        return max(1, min(r.limit for r in self.rates) // SIZE_PART)
+
+    def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
+        """Change the rates for every host (``Limiter.set_rates``): leases granted from now on fit
+        them; a lease granted before is spent until its deadline, at most D after."""
+        self._server.change(want, on_change)
 
     @property
     def closed(self) -> bool:
@@ -254,7 +298,7 @@ class TwoTierLimiter:
         if commit and self.hit(key, cost):
             return True, (), (), 0
         cost = cost_of(cost, 1 if commit else 0)
-        n = len(self._rates)
+        n = len(self.rates)
         out = self._server.lease(key, 0, cost, self._spend_us, [])
         used, reset_us, wait_us = out[5 : 5 + n], out[5 + n : 5 + 2 * n], out[4]
         words, now = self._lease.get(key), self._clock()
@@ -336,24 +380,34 @@ class TwoTierLimiter:
         return self._window.unlink() or there
 
     def __repr__(self) -> str:
-        return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self._rates))} on {self.url}>"
+        return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self.rates))} on {self.url}>"
 
 
 def _host_tier(req: Request, want: Geometry, attach: bool) -> ShmWindow:
     """This host's lease segment: ``want`` created or attached; for an attach (the rates read
-    from Redis, not the capacity), the segment as it is if this host has one."""
+    from Redis, not the capacity), or one made for other rates (a change of them: its rows hold
+    leases, not rates), the segment as it is if this host has one."""
     opts = ShmOptions.of(req)
-    if attach:
+    if not attach:
         try:
-            window = ShmWindow.attach(req.name, opts)
-        except WindowNotFoundError:
+            return ShmWindow.open_geometry(req.name, want, opts)
+        except GeometryMismatchError:
             pass
-        else:
-            if window.geometry.role == LEASE_ROLE:
-                return window
-            window.close()
-            raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind} here, not a lease segment")
-    return ShmWindow.open_geometry(req.name, want, opts)
+    try:
+        window = ShmWindow.attach(req.name, opts)
+    except WindowNotFoundError:
+        return ShmWindow.open_geometry(req.name, want, opts)
+    if window.geometry.role == LEASE_ROLE:
+        return window
+    window.close()
+    raise GeometryMismatchError(f"{req.name!r} is a {window.geometry.kind} here, not a lease segment")
+
+
+def _server_spec(g: Geometry) -> str:
+    """The Redis tier's claim of a limiter geometry: its rings, whole microseconds."""
+    if any(r.bucket_ns % NS_PER_US for r in g.rings):
+        raise ValueError("the shm+redis backend keeps whole-microsecond buckets")
+    return "lease-limiter;" + ";".join(f"{r.bucket_ns},{r.n_buckets},{r.limit},{int(r.log)}" for r in g.rings)
 
 
 def _parse_spec(spec: str) -> Geometry:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from ..backends.shm import segment
-from ..errors import ShmwinError
+from ..errors import GeometryMismatchError, ShmwinError
 from ..inspector import snapshots
 from ..inspector.attached import Attached, attached_many
 from .text import clip, human_s, safe
@@ -290,18 +290,23 @@ def cmd_set(args: argparse.Namespace, out: TextIO) -> int:
     """A shared-memory limiter's rates changed live (Limiter.set_rates), a token bucket's rate
     and burst (TokenBucket.set_rate), a concurrency's limit (Concurrency.set_limit): carried,
     or --reset."""
-    if args.backend is not None:
-        raise ValueError("set changes shared-memory limiters; a Redis limiter's rates do not change live")
     from ..limiter import Limiter  # imported late: ``shmwin ls`` needs no front
     from ..window import Window
 
-    with Window.attach(args.name, ready_timeout=0.5) as w:
-        role = w.geometry.role
+    if args.backend is not None:  # redis:// and shm+redis://: a limiter, else a token bucket
+        try:
+            Limiter.attach(args.name, backend=args.backend).close()
+        except GeometryMismatchError:
+            return _set_tokens(args, out)
+        role = None
+    else:
+        with Window.attach(args.name, ready_timeout=0.5) as w:
+            role = w.geometry.role
     if role in SETTERS:
         return SETTERS[role](args, out)
     if args.burst is not None:
         raise ValueError(f"{args.name!r} is not a token bucket: --burst is a token bucket's")
-    with Limiter.attach(args.name, ready_timeout=0.5) as lim:
+    with Limiter.attach(args.name, **_attach_options(args)) as lim:
         before = ";".join(str(r) for r in lim.rates)
         lim.set_rates(args.rates, on_change="reset" if args.reset else "carry")
         after = ";".join(str(r) for r in lim.rates)
@@ -310,11 +315,16 @@ def cmd_set(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _attach_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``shmwin set``'s attach: shared memory waits a moment for a segment being made."""
+    return {"ready_timeout": 0.5} if args.backend is None else {"backend": args.backend}
+
+
 def _set_tokens(args: argparse.Namespace, out: TextIO) -> int:
     """``shmwin set`` of a token bucket: its rate (and --burst; else its burst kept)."""
     from ..limiter import TokenBucket
 
-    with TokenBucket.attach(args.name, ready_timeout=0.5) as tb:
+    with TokenBucket.attach(args.name, **_attach_options(args)) as tb:
         before = f"{tb.rate} burst {tb.burst}"
         tb.set_rate(args.rates, burst=args.burst, on_change="reset" if args.reset else "carry")
         after = f"{tb.rate} burst {tb.burst}"

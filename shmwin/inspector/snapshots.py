@@ -472,8 +472,8 @@ def _stat(rate: Rate, label: str, used: int, reset_s: float) -> dict[str, Any]:
 def _redis_limiter_snapshot(lim: Any, key: str | None, top: int) -> dict[str, Any]:
     """A RedisLimiter: its rates, and where the ``top`` keys with the most hits stand (keys
     are found with SCAN, at most :data:`REDIS_SCAN_KEYS` of them)."""
-    labels, rates = ring_labels(lim), limiter_rates(lim)
-    out: dict[str, Any] = {"name": lim.name, "kind": "limiter", "fields": ["hits"], "key": key}
+    labels, rates, live = ring_labels(lim), limiter_rates(lim), lim._backend.live_view()  # + last change
+    out: dict[str, Any] = {"name": lim.name, "kind": "limiter", "fields": ["hits"], "key": key, "live": live}
     out["resolutions"] = [
         {"resolution": label, "last": label.partition("/")[0], "rate": str(r), "limit": r.limit}
         for label, r in zip(labels, rates, strict=True)
@@ -570,12 +570,12 @@ def redis_info(name: str, url: str) -> Info:
 
 def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float = 2.0) -> list[str]:
     """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only)."""
-    client = _redis(url, timeout)
-    prefix = f"shmwin:{{{name}}}:k:"
-    out: list[str] = []
+    client, out = _redis(url, timeout), set[str]()
+    prefix = f"shmwin:{{{name}}}:"  # rows are k:KEY, or k<layout>:KEY after a change of periods
     try:
-        for found in client.scan_iter(match=_redis_escape(prefix) + "*", count=1000):
-            out.append(found.decode("latin-1")[len(prefix) :])
+        for found in client.scan_iter(match=_redis_escape(prefix) + "k*", count=1000):
+            infix, sep, key = found.decode("latin-1")[len(prefix) :].partition(":")
+            out.update([key] if sep and (infix == "k" or infix[1:].isdigit()) else [])
             if len(out) >= limit:
                 break
     finally:

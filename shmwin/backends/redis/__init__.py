@@ -14,8 +14,13 @@ itself a span (plus a bucket) after its last write, i.e. once its window is empt
 Keys, under one hash tag so a name lives in one Redis Cluster slot (every script runs on
 one node; ``redis+cluster://`` URLs use redis-py's RedisCluster, see :mod:`.client`)::
 
-    shmwin:{NAME}:meta      hash: the geometry, checked by every process that opens NAME
-    shmwin:{NAME}:k:KEY     the ring of one key ("" for an unkeyed window)
+    shmwin:{NAME}:meta      hash: the geometry, checked by every process that opens NAME; for a
+                              limiter also its live state (lua/change.lua: generation, layout,
+                              earlier layouts, last change)
+    shmwin:{NAME}:gen       a limiter's generation: a hit of a process that knows an older
+                              one is refused, and it reads the newest rates (live.py)
+    shmwin:{NAME}:k:KEY     the ring of one key ("" for an unkeyed window); a limiter's rows
+                              after a change of periods or buckets: shmwin:{NAME}:k<L>:KEY
                               window:  a hash, e<slot> = epoch, v<slot>.<field> = value
                               limiter: a string of i64 words (see lua/hit.lua), O(1) BITFIELD access
     shmwin:{NAME}:keys      sorted set: key -> newest write (µs), for keys() and top()
@@ -33,7 +38,8 @@ Both classes keep the contract of :mod:`shmwin.backends.contract`; what redis ca
 (several resolutions, stamped batches, a segment's size or header) raises
 :class:`~shmwin.errors.NotSupportedError`. Modules: :mod:`.client` (connection, script
 running, the geometry claim, errors), :mod:`.scripts` (the Lua files), :mod:`.window`
-(RedisWindow), :mod:`.limiter` (RedisLimiter). None of them imports ``shmwin.window``
+(RedisWindow), :mod:`.limiter` (RedisLimiter), :mod:`.live` (a limiter's live rates).
+None of them imports ``shmwin.window``
 or ``shmwin.limiter``, and the ``redis`` package is imported only when a connection is
 made.
 """

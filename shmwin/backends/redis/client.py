@@ -28,7 +28,7 @@ from .urls import host_ports, split_url
 
 NS_PER_US = 1000
 TIMEOUT_S = 1.0
-OPTIONS = frozenset({"timeout"})  # what only this backend honours
+OPTIONS = frozenset({"timeout", "on_change"})  # what only this backend honours (on_change: limiters')
 CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})  # rediss: TLS
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 # Valkey speaks the same protocol and runs the same Lua: its schemes are other spellings
@@ -158,8 +158,7 @@ class LazyCluster:
 def unavailable(url: str, exc: Exception) -> BackendUnavailableError:
     """The error for a failed round trip, naming the server without its credentials."""
     parts = split_url(url)
-    several = is_cluster(url) or is_sentinel(url)  # a list of seed nodes or sentinels
-    hosts = parts.netloc.rpartition("@")[2] if several else parts.hostname or ""
+    hosts = parts.netloc.rpartition("@")[2]  # host:port (or a cluster's seed list), no credentials
     return BackendUnavailableError(f"redis at {parts._replace(netloc=hosts).geturl()} is unavailable: {exc}")
 
 
@@ -310,6 +309,10 @@ class RedisBase:
         self._check_open()
         if not self._claimed:
             self._claim()
+        return self._eval(script, keys, args)
+
+    def _eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """``_run`` without the claim: what the claim itself runs (a limiter's change.lua)."""
         now = "" if self._clock is None else str(self._clock() // NS_PER_US)
         try:
             if self._replicas:

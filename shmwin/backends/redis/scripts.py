@@ -59,18 +59,21 @@ TOP = _load("top.lua", WINDOW_LIB, CLOCK_LIB)
 HIT = _load("hit.lua", CLOCK_LIB)
 TOKEN = _load("token.lua", CLOCK_LIB)
 LEASE = _load("lease.lua", CLOCK_LIB)  # the two-tier backend's leases (shmwin.backends.twotier)
+CHANGE = _load("change.lua", CLOCK_LIB)  # a limiter's claim, or a change of its rates (live.py)
+GEN = _load("gen.lua")  # a spread group's generation raised after a change
 HOSTS = _load("hosts.lua")  # the hosts seen recently: on_error="local" divides the limit by them
 
 
 @functools.lru_cache(maxsize=256)
-def hit_one(ttl_ms: int, bucket_us: int, n: int, limit: int) -> Script:
-    """The lean one-rate hit with this limiter's constants written in (one script per geometry)."""
-    text = string.Template(source("hit_one.lua")).substitute(
-        ttl_ms=int(ttl_ms), bucket_us=int(bucket_us), n=int(n), limit=int(limit)
-    )
+def hit_one(ttl_ms: int, bucket_us: int, n: int) -> Script:
+    """The lean one-rate hit with this ring's shape written in (one script per period and
+    buckets: the limit and the generation, which change live, are ARGV)."""
+    shape = {"ttl_ms": int(ttl_ms), "bucket_us": int(bucket_us), "n": int(n)}
+    text = string.Template(source("hit_one.lua")).substitute(shape)
     return Script.of("hit_one.lua", source(CLOCK_LIB) + "\n" + text)
 
 
 # every file the code runs, for tests and packaging checks
 FILES = ("window_lib.lua", "clock.lua", "open.lua", "add.lua", "read.lua", "keys.lua", "clear.lua", "top.lua",
-         "hit.lua", "hit_one.lua", "token.lua", "lease.lua", "hosts.lua")  # fmt: skip
+         "hit.lua", "hit_one.lua", "token.lua", "lease.lua", "hosts.lua", "change.lua",
+         "gen.lua")  # fmt: skip

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.parse
 
 import pytest
 from support.helpers import ROOT
@@ -91,6 +92,8 @@ def test_redis_down_and_back(own_redis, name):
     with pytest.raises(shmwin.BackendUnavailableError, match="unavailable") as err:
         strict.hit("k")
     assert isinstance(err.value, ConnectionError)
+    host_port = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]  # red team F12: the port was dropped
+    assert f"redis at redis://{host_port}/" in str(err.value) and ":" in host_port
     assert fail_open.hit("k") is True and fail_closed.hit("k") is False
     assert fail_open.test("k") is True and fail_closed.test("k") is False
     with pytest.raises(shmwin.BackendUnavailableError):
@@ -187,7 +190,7 @@ def test_on_error_applies_when_built_while_the_server_is_down(own_redis, name):
     window.add(3)
     assert window.total() == 3
     with pytest.raises(shmwin.GeometryMismatchError):
-        Limiter(name, "3/minute", backend=url)  # the name was claimed with the rates given
+        Limiter(name, "3/minute", backend=url, on_change="raise")  # the name was claimed with the rates given
     for obj in (fail_open, fail_closed, window):
         obj.unlink()
         obj.close()

@@ -6,6 +6,8 @@
 --          deadline d (or, once given back, at the time the host stopped spending it, never
 --          later than d)
 -- KEYS[2]  the name's clock: shmwin:{NAME}:clock (see clock.lua, put in front of this script)
+-- KEYS[3]  the name's generation key: shmwin:{NAME}:gen (see change.lua): the rates below change
+--          live; the log is of hits, whatever the rates, so a change of them carries it as is
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  hits wanted: the lease's size k at most (0: take nothing, only give back and answer)
 -- ARGV[3]  hits needed: grant nothing below it (the caller's cost)
@@ -17,6 +19,7 @@
 --          forgets a hit (between P and P + a bucket after it; an exact rate: width 1, n = P)
 -- then     give-backs G, then G x (lease id, grant time t0 us, hits spent, time us the host
 --          stopped spending)
+-- last     the generation of the rates given (see change.lua)
 --
 -- A give-back touches only the entry of the lease it took: the entry is named by the host's
 -- random id AND the grant time t0. Ids are never handed out by a counter here: a counter that
@@ -25,7 +28,8 @@
 -- delete another host's live lease -- hits admitted that no entry counts. An entry a give-back
 -- does not find (lost with the server's state) is left alone: the give-back is a no-op.
 --
--- Returns: {granted (0: refused), lease id, now us (t0), d us, wait us (refused: until the
+-- Returns: {-1} if the generation key is not the last ARGV (nothing is written: the caller
+--          syncs with change.lua and asks again); else {granted (0: refused), lease id, now us (t0), d us, wait us (refused: until the
 --          needed hits fit; -1: never, they exceed a limit), then per rate the hits counted
 --          (after), then per rate us until its oldest entry leaves (0: none)}.
 -- Guarantees: atomic, one round trip: the give-backs, the count and the grant together, so
@@ -40,6 +44,8 @@
 -- sum of their k -- at least what the interval admitted -- fits the limit. A give-back
 -- replaces (d, k) with (tr, spent), tr >= every spend of the lease: the argument holds, as
 -- long as it replaces its own lease's entry and no other (hence the ids above).
+
+if ARGV[#ARGV] ~= (redis.call('GET', KEYS[3]) or '0') then return {-1} end  -- stale rates, or a wipe
 
 local now = now_us(KEYS[2])
 local want, need, spend_us = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
