@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cgroup_cpu import CpuCaps, CpuSample, available
+from cgroup_cpu import CpuCaps, CpuSample, ProcessCpu, available
 from support.servers import RedisCluster
 
 from shmwin import Limiter
@@ -129,7 +129,9 @@ class Round:
     wall: float  # seconds between the two samples
 
 
-def one_round(v: Variant, name: str, seconds: float, caps: CpuCaps | None, favoured: Path | None) -> Round:
+def one_round(
+    v: Variant, name: str, seconds: float, meter: CpuCaps | ProcessCpu, favoured: Path | None
+) -> Round:
     """Run the 6 processes of one round; the masters' CPU is sampled from the moment every process
     is ready (connections made) until the last one reports."""
     ctx = mp.get_context("fork")
@@ -144,7 +146,7 @@ def one_round(v: Variant, name: str, seconds: float, caps: CpuCaps | None, favou
         barrier.wait(START_TIMEOUT_S)
     except threading.BrokenBarrierError:
         raise RuntimeError("a client did not start (see its traceback above)") from None
-    before, started = caps.sample() if caps else {}, time.perf_counter()
+    before, started = meter.sample(), time.perf_counter()
     results = []
     while len(results) < PROCS:
         try:
@@ -152,7 +154,7 @@ def one_round(v: Variant, name: str, seconds: float, caps: CpuCaps | None, favou
         except queue.Empty:
             if any(p.exitcode not in (None, 0) for p in procs):
                 raise RuntimeError("a client failed (see its traceback above)") from None
-    after, wall = caps.sample() if caps else {}, time.perf_counter() - started
+    after, wall = meter.sample(), time.perf_counter() - started
     for p in procs:
         p.join()
     use = {label: after[label].minus(before[label]) for label in after}
@@ -176,22 +178,21 @@ def busiest_share(cluster_url: str, name: str, groups: int) -> float:
 
 
 def run(cluster: RedisCluster, variants: list[Variant], rounds: int, seconds: float,
-        caps: CpuCaps | None) -> None:  # fmt: skip
+        meter: CpuCaps | ProcessCpu) -> None:  # fmt: skip
     masters = cluster.ports[: RedisCluster.MASTERS]
     # the clients get a core before the machine's other work (other jobs on a shared machine):
     # on their own hosts they would not wait for one
-    favoured = caps.favour("clients", CLIENT_SHARES) if caps else None
+    favoured = meter.favour("clients", CLIENT_SHARES) if isinstance(meter, CpuCaps) else None
     for r in range(rounds):
         for v in variants if r % 2 == 0 else variants[::-1]:
             name = f"bench-spread-{os.getpid()}-{r}-{v.tag}"
-            got = one_round(v, name, seconds, caps, favoured)
+            got = one_round(v, name, seconds, meter, favoured)
             v.rates.append(got.rate)
             v.hits.append(got.hits)
             v.client_cpu.append(got.cpu)
             v.client_wait.append(got.waiting)
             v.walls.append(got.wall)
-            if caps:
-                v.masters.append({p: got.use[str(p)] for p in masters})
+            v.masters.append({p: got.use[str(p)] for p in masters})
             if v.spread:
                 v.busiest.append(busiest_share(cluster.url, name, v.spread))
             Limiter.attach(name, backend=v.url).unlink()
@@ -256,7 +257,8 @@ def main() -> None:
             for port, proc in cluster.procs.items():
                 caps.cap(str(port), proc.pid)
         variants = make_variants(cluster.url, args.threads, args.spread, args.twotier)
-        run(cluster, variants, args.rounds, args.seconds, caps)
+        meter = caps or ProcessCpu({str(port): proc.pid for port, proc in cluster.procs.items()})
+        run(cluster, variants, args.rounds, args.seconds, meter)
         report(variants, caps)
     finally:
         cluster.close()
@@ -318,8 +320,13 @@ def report(variants: list[Variant], caps: CpuCaps | None) -> None:
             print(f"    the busiest master had {statistics.median(v.busiest):.0%} of the groups "
                   f"(rounds: {', '.join(f'{b:.0%}' for b in v.busiest)}): a ceiling of "
                   f"{1 / statistics.median(v.busiest):.2f}x")  # fmt: skip
-        if cap is not None:
-            m = master_use(v)
+        m = master_use(v)
+        if cap is None:
+            machine = m.takers * m.used + PROCS * statistics.median(v.client_cpu)
+            print(f"    {m.takers} master(s) took traffic, {m.used:.3f} cores each on average, "
+                  f"{m.us_per_hit:.0f} us of master CPU a hit; masters and clients used {machine:.2f} "
+                  f"of the {cores} cores (shared with the machine's other work)")  # fmt: skip
+        else:
             print(f"    {m.takers} master(s) took traffic, {m.used:.3f} cores each on average, the busiest "
                   f"{m.top:.3f} (cap {cap}, hit in {m.top_capped:.0%} of its periods); "
                   f"{m.us_per_hit:.0f} us of master CPU a hit")  # fmt: skip
