@@ -17,6 +17,7 @@ from pathlib import Path
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 ACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
 MIN_QUOTA_US = 1_000  # the kernel's least quota (and period)
+MAX_PERIOD_US = 1_000_000  # the kernel's longest period
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,19 @@ def available() -> str | None:
 class CpuCaps:
     """Groups named ``<prefix>-<label>``, each capping the processes put into it."""
 
-    def __init__(self, prefix: str, core_share: float):
+    def __init__(self, prefix: str, core_share: float, period_us: int | None = None):
         if not 0.01 <= core_share <= 1:
             raise ValueError(f"a core share is 0.01 to 1 of a core, not {core_share}")
-        self.prefix = prefix
-        # the shortest period the kernel takes (a quota of 1 ms): a capped process runs in the
-        # finest slices, closest to a slower core, not in long runs and stalls
-        self.period_us = max(MIN_QUOTA_US, -(-MIN_QUOTA_US * 1000 // int(core_share * 1000)))
+        self.prefix, self.core_share = prefix, core_share
+        # by default the shortest period the kernel takes (a quota of 1 ms): a capped process
+        # runs in the finest slices, closest to a slower core, not in long runs and stalls (the
+        # kernel's default period, 100 ms, lets a process at 10 % run 10 ms and then stall 90)
+        if period_us is None:
+            period_us = max(MIN_QUOTA_US, -(-MIN_QUOTA_US * 1000 // int(core_share * 1000)))
+        if not MIN_QUOTA_US <= period_us <= MAX_PERIOD_US or int(core_share * period_us) < MIN_QUOTA_US:
+            raise ValueError(f"a period of {period_us} us: 1,000 to 1,000,000 us, with {core_share} of it "
+                             f">= {MIN_QUOTA_US} us of quota")  # fmt: skip
+        self.period_us = period_us
         self.quota_us = int(core_share * self.period_us)
         self.groups: dict[str, tuple[Path, Path]] = {}
         self.favoured: set[str] = set()
@@ -102,3 +109,20 @@ class CpuCaps:
                     left.append(f"{group}: {exc}")
         self.groups.clear()
         return left
+
+
+class ProcessCpu:
+    """The CPU that processes used, all their threads, from /proc/PID/stat (utime + stime): the
+    uncapped run's view of the servers, in the shape of ``CpuCaps.sample`` (no periods)."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids = pids
+        self.ns_per_tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+    def sample(self) -> dict[str, CpuSample]:
+        out = {}
+        for label, pid in self.pids.items():
+            # the fields after the command's closing parenthesis; utime and stime are 14 and 15
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            out[label] = CpuSample((int(fields[11]) + int(fields[12])) * self.ns_per_tick, 0, 0, 0)
+        return out
