@@ -193,7 +193,8 @@ def test_a_rate_the_limit_does_not_divide_rounds_the_interval_up(name, clock):
         assert not tb.hit("k"), "a token never comes back early"
         clock.advance(ns=1)
         assert tb.hit("k")
-        assert TokenBucket.attach(name).rate == shmwin.Rate(3, 1_000_000_002)
+        with TokenBucket.attach(name) as attached:  # read back as given: 3 x T is 1,000,000,002 ns
+            assert attached.rate == shmwin.Rate(3, 10**9)  # but the roundest period with T is read
         tb.unlink()
 
 

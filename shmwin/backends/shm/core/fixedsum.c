@@ -473,7 +473,7 @@ static PyMemberDef sg_members[] = {
 };
 
 static PyType_Slot sg_slots[] = {
-    {Py_tp_doc, "StorageGet(sum_attr, segments_attr)\n--\n\n"
+    {Py_tp_doc, "StorageGet(sum_attr, segments_attr, /)\n--\n\n"
                 "ShmStorage.get: (storage, key) -> the storage's FixedSum's answer, else storage.<segments_attr>.get(key)."},
     {Py_tp_new, sg_new},
     {Py_tp_call, PyVectorcall_Call},
