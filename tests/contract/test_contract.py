@@ -188,7 +188,12 @@ def test_limiter_exact_across_processes(opened, backend, name):
     out = ctx.Array("q", 3, lock=False)
     procs = [ctx.Process(target=_hammer, args=(name, backend, out, i)) for i in range(3)]
     run_all(procs, timeout_s=120)
-    assert sum(out) == 500
+    if backend is not None and backend.startswith("shm+"):
+        # two tiers: never over; under only by a lease stranded while its process stalled past
+        # the lease's spend time (1 s here: a loaded CI machine), at most one lease of N // 8
+        assert 500 - 500 // 8 <= sum(out) <= 500, sum(out)
+    else:
+        assert sum(out) == 500
 
 
 # -- the policy written once above the backends -------------------------------------------------
