@@ -219,7 +219,7 @@ class Concurrency(Closing):
                 raise _shape_error(name, have, want) from None
         self._opts = ShmOptions(clock=clock, perm=PERM if perm is None else perm)
         self._bind(window, clock)
-        if self.limit != limit:  # made with another, or changed live since: the newest open wins
+        if self._settled_limit() != limit:  # made with another, or changed live since: the newest open wins
             try:
                 self._change(limit, on_change)
             except BaseException:
@@ -397,6 +397,7 @@ class Concurrency(Closing):
         if on_change not in ("carry", "reset"):
             raise ValueError(f"on_change must be 'carry' or 'reset', not {on_change!r}")
         geometry(limit, 1, 1, 1)  # checks the limit as an open would
+        self._follow_if_moved()  # a reset asked for replaces the name's segment as it is now
         self._change(limit, on_change)
 
     def _change(self, limit: int, on_change: str) -> None:
@@ -406,25 +407,46 @@ class Concurrency(Closing):
         if on_change == "carry":
             self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
             return
-        # reset: the limit in place first (a process still in the old segment until it meets the
-        # retire obeys it; a mover killed midway is taken over with it), then a new segment under
-        # the name, empty, of that limit -- all or nothing: a move that fails (a full /dev/shm)
-        # puts the old limit back, the old segment as it was
+        # reset: holding the mover's lock, the limit in place first (a mover killed midway is
+        # taken over with it), then a new segment under the name, empty, of that limit -- all or
+        # nothing: a move that fails (a full /dev/shm) puts the old limit back, the old segment as
+        # it was (an opener reads the limit under the lock's shared side: _settled_limit). The
+        # segment reset is the one this handle found with the other limit (``seen``): when another
+        # process replaced it first (a deploy's workers opening at once), that was the reset -- a
+        # second would forget the slots taken in the first one's segment -- and ours goes in place.
+        seen = self._seg
         before = self.limit
-        self._following(lambda: self._engine.set_limit(limit))
         g = self.window.geometry
         want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
         mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
-        try:
-            opened = live.move(mover, want, carry=False, opts=self._opts)
-        except BaseException:
+        if self._seg is seen and mover._ino == seen.window._backend._ino:
+            try:
+                opened = live.move(mover, want, carry=False, opts=self._opts, first=lambda: seen.engine.set_limit(limit))
+            except BaseException:
+                mover.close()
+                if not seen.engine.moved():
+                    seen.engine.set_limit(before)
+                raise
+            with self._lock:
+                self._follow_locked(seen, Window._over(opened, self._opts.clock))
+        else:
             mover.close()
-            if not self._engine.moved():
-                self._engine.set_limit(before)
-            raise
-        new = Window._over(opened, self._opts.clock)
-        with self._lock:
-            self._follow_locked(self._seg, new)
+        self._follow_if_moved()
+        if self.limit != limit:  # another process's reset came first (its limit): ours in place
+            self._following(lambda: self._engine.set_limit(limit))
+
+    def _settled_limit(self) -> int:
+        """The limit in force, read while no reset of the name's segment is under way: a reset
+        writes its limit in place, then replaces the segment, holding the file's lock, and an
+        opener that read the new limit meanwhile would take its slots in a segment about to be
+        forgotten (a deploy's workers opening at once with ``on_change="reset"``)."""
+        while True:
+            seg = self._seg
+            with live.no_mover(seg.window._backend, self._opts.ready_timeout):
+                limit = None if seg.engine.moved() else int(seg.engine.limit())
+            if limit is not None:
+                return limit
+            self._follow_if_moved()  # the lock let go first: a dead mover is taken over there
 
     def _following(self, call: Callable[[], Any]) -> Any:
         """``call()``, again in the name's segment while this one was replaced (a reset)."""

@@ -34,8 +34,8 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from ..._core import ConcurrencyCore, LimiterCore, TokenBucketCore
@@ -131,9 +131,13 @@ def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) 
         window = move(window, want, carry=on_change == "carry", opts=opts)
 
 
-def move(old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions) -> ShmWindow:
+def move(
+    old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions, first: Callable[[], object] | None = None
+) -> ShmWindow:
     """Give the name a new segment of ``want`` (seeded with ``old``'s counts if ``carry``) and
-    close ``old``: the name's segment after (another mover's, if one came first)."""
+    close ``old``: the name's segment after (another mover's, if one came first). ``first`` runs
+    holding the mover's lock, before anything else changes (a concurrency reset's limit in place:
+    an opener reads it under the shared lock, :func:`no_mover`)."""
     name, path = old.name, old._seg.path
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW) if _same_file(path, old) else -1
     try:
@@ -141,6 +145,8 @@ def move(old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions) -> Sh
         if not ours or not _same_file(path, old):
             old.close()
             return reopen(name, opts)  # moved by another process meanwhile
+        if first is not None:
+            first()
         perm = stat.S_IMODE(os.fstat(fd).st_mode)  # the new segment is trusted as the old one was
         _replace(old, want, carry, dataclasses.replace(opts, perm=perm))
     finally:
@@ -310,12 +316,30 @@ def _drop_passing(name: str) -> None:
             segment.unlink(found)
 
 
-def _lock(fd: int, timeout_s: float) -> bool:
-    """An exclusive flock of ``fd``, waited for up to ``timeout_s``: whether held."""
+@contextmanager
+def no_mover(window: ShmWindow, timeout_s: float) -> Iterator[None]:
+    """Hold a shared flock of ``window``'s file (waited for up to ``timeout_s``, else
+    SegmentNotReadyError): meanwhile no mover of it works -- each holds it exclusively from before
+    it changes anything until the name is its new segment. Nothing to hold if the file is gone."""
+    try:
+        fd = os.open(window._seg.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        if not _lock(fd, timeout_s, fcntl.LOCK_SH):
+            raise SegmentNotReadyError(f"window {window.name!r} is being replaced (new rates): not ready in time")
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, timeout_s: float, mode: int = fcntl.LOCK_EX) -> bool:
+    """A flock of ``fd`` (exclusive, or ``mode``), waited for up to ``timeout_s``: whether held."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
             if time.monotonic() >= deadline:
@@ -332,4 +356,4 @@ def _same_file(path: str, window: ShmWindow) -> bool:
 
 
 __all__ = ["DEFAULT_ON_CHANGE", "LIVE_MOVED", "ON_CHANGE", "change", "check_on_change", "generation",
-           "live_geometry", "move", "moved", "reopen"]  # fmt: skip
+           "live_geometry", "move", "moved", "no_mover", "reopen"]  # fmt: skip

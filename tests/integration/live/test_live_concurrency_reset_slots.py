@@ -208,3 +208,57 @@ def test_a_reset_that_does_not_fit_changes_nothing():
     limit as it was. Before, the limit was written in place first (3 -> 1), then the move failed."""
     proc = run_in_namespace(python_argv(FULL), shm_size="1m", hidepid=None)
     assert proc.returncode == 0 and "RESULT ok" in proc.stdout, describe(proc)
+
+
+HOLDER = """
+import sys
+from shmwin import Concurrency
+c = Concurrency({name!r}, {limit}, on_change="reset")
+assert all(c.acquire("k", timeout=0) for _ in range({limit}))
+print("holding", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("where", ["before-the-mover-attaches", "before-the-move-locks"])
+def test_two_openers_resetting_at_once_make_one_reset(name, monkeypatch, where):
+    """Two workers of a deploy open with the new limit and ``on_change="reset"`` at once: both
+    found the old limit. The other one's reset lands just before ours (at ``where``), and it
+    takes all 3 slots of the new limit: ours must not reset again (forgetting those 3) but find
+    it done. Before, the second opener moved the first one's new segment too: 4 held, limit 3
+    (real gunicorn, 3 workers HUPped under load)."""
+    import shmwin.concurrency as module
+
+    old = Concurrency(name, 4)
+    holder: list[subprocess.Popen[str]] = []
+
+    def their_reset() -> None:
+        if not holder:  # once: another process resets to 3 and holds the 3 slots
+            argv = [sys.executable, "-c", HOLDER.format(name=name, limit=3)]
+            holder.append(subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            assert holder[0].stdout is not None and holder[0].stdout.readline().strip() == "holding"
+
+    if where == "before-the-mover-attaches":
+        real = module.ShmWindow
+
+        class Mover:  # the module's ShmWindow: its reset's mover is the one attach it makes
+            @staticmethod
+            def attach(*args):
+                their_reset()
+                return real.attach(*args)
+
+        monkeypatch.setattr(module, "ShmWindow", Mover)
+    else:
+        move = module.live.move
+        monkeypatch.setattr(module.live, "move", lambda *a, **k: (their_reset(), move(*a, **k))[1])
+    try:
+        with Concurrency(name, 3, on_change="reset") as ours:
+            assert holder, "the race was not staged"
+            assert ours.limit == 3 and ours.count("k") == 3
+            assert not ours.try_acquire("k")  # the 3 slots of the other process's reset count
+            assert not other_acquires(name, "k")
+    finally:
+        for proc in holder:
+            proc.communicate("\n", timeout=60)
+        old.close()
+        shmwin.unlink(name)
