@@ -419,9 +419,11 @@ class Concurrency(Closing):
         g = self.window.geometry
         want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
         mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
-        if self._seg is seen and mover._ino == seen.window._backend._ino:
+        if self._seg is seen and seen.engine.maps_same_file(mover):
             try:
-                opened = live.move(mover, want, carry=False, opts=self._opts, first=lambda: seen.engine.set_limit(limit))
+                opened = live.move(
+                    mover, want, carry=False, opts=self._opts, first=lambda: seen.engine.set_limit(limit)
+                )
             except BaseException:
                 mover.close()
                 if not seen.engine.moved():
@@ -442,7 +444,7 @@ class Concurrency(Closing):
         forgotten (a deploy's workers opening at once with ``on_change="reset"``)."""
         while True:
             seg = self._seg
-            with live.no_mover(seg.window._backend, self._opts.ready_timeout):
+            with seg.engine.no_mover(self._opts.ready_timeout):
                 limit = None if seg.engine.moved() else int(seg.engine.limit())
             if limit is not None:
                 return limit

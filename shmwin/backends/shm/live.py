@@ -132,7 +132,12 @@ def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) 
 
 
 def move(
-    old: ShmWindow, want: Geometry, *, carry: bool, opts: ShmOptions, first: Callable[[], object] | None = None
+    old: ShmWindow,
+    want: Geometry,
+    *,
+    carry: bool,
+    opts: ShmOptions,
+    first: Callable[[], object] | None = None,
 ) -> ShmWindow:
     """Give the name a new segment of ``want`` (seeded with ``old``'s counts if ``carry``) and
     close ``old``: the name's segment after (another mover's, if one came first). ``first`` runs
@@ -311,7 +316,7 @@ def _drop_passing(name: str) -> None:
     file under the name, which every mover of it holds while its passing segment exists."""
     prefix = _passing_prefix(name)
     for found in segment.names():
-        rest = found[len(prefix):] if found.startswith(prefix) else ""
+        rest = found[len(prefix) :] if found.startswith(prefix) else ""
         if re.fullmatch(r"[0-9]+-[0-9]+", rest):
             segment.unlink(found)
 
@@ -328,7 +333,9 @@ def no_mover(window: ShmWindow, timeout_s: float) -> Iterator[None]:
         return
     try:
         if not _lock(fd, timeout_s, fcntl.LOCK_SH):
-            raise SegmentNotReadyError(f"window {window.name!r} is being replaced (new rates): not ready in time")
+            raise SegmentNotReadyError(
+                f"window {window.name!r} is being replaced (new rates): not ready in time"
+            )
         yield
     finally:
         os.close(fd)

@@ -235,7 +235,9 @@ def test_two_openers_resetting_at_once_make_one_reset(name, monkeypatch, where):
     def their_reset() -> None:
         if not holder:  # once: another process resets to 3 and holds the 3 slots
             argv = [sys.executable, "-c", HOLDER.format(name=name, limit=3)]
-            holder.append(subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            holder.append(
+                subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            )
             assert holder[0].stdout is not None and holder[0].stdout.readline().strip() == "holding"
 
     if where == "before-the-mover-attaches":

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ...._core import ConcurrencyCore
 from ....geometry import Geometry
 from ...contract import Key
+from .. import live
 from ..format import LIVE_MOVED
 from ..layout import Layout, canonical_holders, holders_in_row
+from ..window import ShmWindow
 from .base import RoleEngine
 
 
@@ -54,6 +57,14 @@ class ConcurrencyEngine(RoleEngine):
     def set_limit(self, limit: int) -> int:
         """Every process's limit from its next call, in place (section "live"): the generation."""
         return int(self._core.set_limits(((limit,), time.time_ns())))
+
+    def maps_same_file(self, other: ShmWindow) -> bool:
+        """Does ``other`` map this engine's segment (not one that replaced it under the name)?"""
+        return bool(other._ino == self.window._ino)
+
+    def no_mover(self, timeout_s: float) -> AbstractContextManager[None]:
+        """Meanwhile no mover of the segment works (:func:`..live.no_mover`)."""
+        return live.no_mover(self.window, timeout_s)
 
     def values(self, now_ns: int) -> list[tuple[Key, int]]:
         """``(key, slots held now)`` of every key, idle or not (nothing written)."""
