@@ -4,6 +4,7 @@
 #   stage_bg NAME CMD...  start CMD in the background, its output kept in a log (shown when it
 #                         is collected, so interleaved jobs never mix their lines)
 #   stage_wait            collect every background stage: print its log, record it
+#   stage_wait --done     collect only those that have ended (the others keep running)
 #   stage_table           the table of every stage (name, seconds, CPU-seconds, status) and the
 #                         totals; also written to .stage-times (the last run's, for docs/internals.md)
 #   stage_status          0 when every stage passed, 1 otherwise
@@ -17,6 +18,7 @@
 #
 # A failed stage does not stop the run: the table shows every stage, and the run fails at the end.
 stage_names=() stage_secs=() stage_cpus=() stage_codes=() stage_pids=() stage_bg_names=() stage_bg_starts=()
+stage_bg_keys=() stage_bg_count=0  # each background job's files: $stage_logs_dir/KEY.{log,secs,cpu}
 stage_logs_dir=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-stages.XXXXXX")
 stage_started=$SECONDS
 
@@ -43,29 +45,34 @@ stage() {
 }
 
 stage_bg() {
-  local name=$1
+  local name=$1 key=$((stage_bg_count++))
   shift
   echo "== stage (in the background): $name"
-  local i=${#stage_pids[@]}
   # the job writes its own seconds when it ends, so the table shows them, not its collection's
-  (started=$SECONDS code=0; "$@" || code=$?; echo $((SECONDS - started)) >"$stage_logs_dir/$i.secs"
-   stage_cpu_ms >"$stage_logs_dir/$i.cpu"; exit "$code") >"$stage_logs_dir/$i.log" 2>&1 &
-  stage_pids+=($!) stage_bg_names+=("$name") stage_bg_starts+=("$SECONDS")
+  (started=$SECONDS code=0; "$@" || code=$?; echo $((SECONDS - started)) >"$stage_logs_dir/$key.secs"
+   stage_cpu_ms >"$stage_logs_dir/$key.cpu"; exit "$code") >"$stage_logs_dir/$key.log" 2>&1 &
+  stage_pids+=($!) stage_bg_names+=("$name") stage_bg_starts+=("$SECONDS") stage_bg_keys+=("$key")
 }
 
 stage_wait() {
-  local i code
+  local i code key pids=() names=() starts=() keys=()
   for i in "${!stage_pids[@]}"; do
+    key=${stage_bg_keys[$i]}
+    # a job writes its .cpu file last, as it ends: --done leaves those without one running
+    if [ "${1:-}" = --done ] && [ ! -f "$stage_logs_dir/$key.cpu" ]; then
+      pids+=("${stage_pids[$i]}") names+=("${stage_bg_names[$i]}") starts+=("${stage_bg_starts[$i]}") keys+=("$key")
+      continue
+    fi
     code=0
     wait "${stage_pids[$i]}" || code=$?
     echo "== stage (from the background): ${stage_bg_names[$i]}"
-    cat "$stage_logs_dir/$i.log"
+    cat "$stage_logs_dir/$key.log"
     stage_names+=("${stage_bg_names[$i]} (bg)") stage_codes+=("$code")
-    stage_secs+=("$(cat "$stage_logs_dir/$i.secs" 2>/dev/null || echo $((SECONDS - stage_bg_starts[i])))")
-    stage_cpus+=("$(cat "$stage_logs_dir/$i.cpu" 2>/dev/null || echo 0)")
+    stage_secs+=("$(cat "$stage_logs_dir/$key.secs" 2>/dev/null || echo $((SECONDS - stage_bg_starts[i])))")
+    stage_cpus+=("$(cat "$stage_logs_dir/$key.cpu" 2>/dev/null || echo 0)")
+    rm -f "$stage_logs_dir/$key".{log,secs,cpu}
   done
-  stage_pids=() stage_bg_names=() stage_bg_starts=()
-  rm -f "$stage_logs_dir"/*.log "$stage_logs_dir"/*.secs "$stage_logs_dir"/*.cpu
+  stage_pids=("${pids[@]}") stage_bg_names=("${names[@]}") stage_bg_starts=("${starts[@]}") stage_bg_keys=("${keys[@]}")
 }
 
 stage_table() {

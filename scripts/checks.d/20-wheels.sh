@@ -9,7 +9,8 @@
 # CLOCK_REALTIME (pthread_mutex_clocklock is glibc 2.30+), a path no gcc build here compiles.
 # About 3 minutes once the tools are in.
 #   bash scripts/checks.d/20-wheels.sh
-# stage: beside the checks (one core at most but for its last tests: zig cc, qemu-user, downloads)
+# stage: beside the suite (one core at most but for its last tests: zig cc, qemu-user, downloads;
+# this Python's wheel is the one the suite's wheel and README tests build: SHMWIN_WHEEL_CACHE)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash scripts/wheels

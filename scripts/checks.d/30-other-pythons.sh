@@ -8,6 +8,8 @@
 # these tests import. A CPython not found here is said and skipped; any test failure fails the job.
 #   bash scripts/checks.d/30-other-pythons.sh [pytest args]
 #   SHMWIN_ONLY_PYTHONS=3.14 bash scripts/checks.d/30-other-pythons.sh     one version only
+# stage: beside the checks (a lane of its own beside the fail-point and sanitizer jobs: each of
+# them fills both cores when alone, but not through its builds, its collection and its last tests)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/_pythons.sh
