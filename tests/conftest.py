@@ -222,6 +222,9 @@ _RINGS = ("unit", "contract", "integration")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from support import cpu_durations  # --durations=N: also the N tests that cost the most CPU
+
+    config.pluginmanager.register(cpu_durations, "cpu-durations")
     config.addinivalue_line("markers", "sanitize: also run against the sanitized core (scripts/checks.d)")
     config.addinivalue_line(
         "markers", "failpoints: needs the core's fail points, which only its test build has (-DSHMWIN_TEST): "

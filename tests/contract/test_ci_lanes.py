@@ -1,13 +1,15 @@
 """scripts/test's lanes (scripts/_stages.sh, scripts/checks.d/README): a background job that has
 ended is collected after the suite while one still running keeps going and is collected at the
-end, each with its own log, seconds and status; and every job of scripts/checks.d/ says its lane
+end, each with its own log, seconds and status; every job of scripts/checks.d/ says its lane
 in a marker scripts/test knows, since a misspelt one would silently move a job into the serial
-lane."""
+lane; and the suite's --durations list comes with the tests that cost the most CPU
+(tests/support/cpu_durations.py), what the 2 cores are short of."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,21 @@ def test_a_job_that_has_ended_is_collected_and_one_still_running_at_the_end(tmp_
 def test_each_check_names_a_lane_scripts_test_knows(job: str) -> None:
     marks = re.findall(r"^# stage: (.*?)(?: \(|$)", (CHECKS / job).read_text(), re.M)
     assert len(marks) <= 1 and set(marks) <= LANES, (job, marks)
+
+
+def test_the_cpu_list_puts_a_test_whose_child_burns_cpu_before_one_that_sleeps(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["support.cpu_durations"]\n')
+    (tmp_path / "test_two.py").write_text(
+        "import subprocess, sys, time\n"
+        "def test_sleeps():\n    time.sleep(0.3)\n"
+        "def test_burns():\n"
+        "    subprocess.run([sys.executable, '-c', 'sum(range(3 * 10**6))'], check=True)\n"
+    )
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--durations=2", str(tmp_path)]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "tests")}
+    proc = subprocess.run([*argv, "--rootdir", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = proc.stdout[proc.stdout.index("most CPU-seconds 2") :].splitlines()[1:3]
+    assert "s cpu  test_two.py::test_burns" in listed[0], proc.stdout
+    assert "s cpu  test_two.py::test_sleeps" in listed[1], proc.stdout
