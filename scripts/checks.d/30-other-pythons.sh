@@ -55,7 +55,7 @@ for version in $versions; do
   # this version's bytecode beside .venv's (scripts/_core_build.sh's core_bytecode says why)
   "${enter[@]}" "$env_dir/bin/python" -m compileall -q -j 0 shmwin tests >/dev/null
   echo "other pythons: $version ($py)"
-  "${enter[@]}" "$env_dir/bin/python" -m pytest -n auto -q -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
+  "${enter[@]}" "$env_dir/bin/python" -m pytest -n auto -q --durations=5 -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
   ran+=("$version")
 done
 echo "other pythons: ran on ${ran[*]:-none}; skipped ${skipped[*]:-none}; in $((SECONDS - started)) s"

@@ -36,7 +36,7 @@ run_sanitized() {
   core_copy "$copy" -g -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
   echo "sanitizers: $name: $*"
   local status=0
-  core_pytest "$copy" "${env[@]}" -- -n 2 -q -m sanitize "${files[@]}" "${extra[@]}" || status=$?
+  core_pytest "$copy" "${env[@]}" -- -n 2 -q --durations=10 -m sanitize "${files[@]}" "${extra[@]}" || status=$?
   if compgen -G "$copy/reports/*" >/dev/null; then
     echo "sanitizers: $name: reports:" >&2
     for report in "$copy"/reports/*; do echo "== $report" >&2; cat "$report" >&2; done
