@@ -24,15 +24,16 @@ def suite(dist: str) -> Path:
 def run_pytest(args: list[str], cwd: Path, report: Path, env: dict[str, str]) -> dict[str, list[str]]:
     """``python -m pytest args`` in ``cwd`` (this folder and the checkout importable); outcome ->
     test ids. Fails the calling test on any failure or error, with the tail of the output."""
-    env = dict(
-        os.environ, **env, PYTHONPATH=os.pathsep.join((str(HERE), str(ROOT), env.get("PYTHONPATH", "")))
-    )
-    env.pop("PYTEST_XDIST_WORKER", None)
+    # a dict of its own: the second run below is given the caller's env, not this one (which has
+    # PYTHONPATH already: dict(..., PYTHONPATH=...) then raised TypeError instead of running again)
+    path = os.pathsep.join((str(HERE), str(ROOT), env.get("PYTHONPATH", "")))
+    run_env = {**os.environ, **env, "PYTHONPATH": path}
+    run_env.pop("PYTEST_XDIST_WORKER", None)
     alone = args[:1] == ["--again-alone"]  # a second run of the failed tests (below)
     args = args[1:] if alone else args
     command = [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-q", "--tb=short"]
     proc = subprocess.run(
-        [*command, f"--junitxml={report}"], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+        [*command, f"--junitxml={report}"], cwd=cwd, env=run_env, capture_output=True, text=True, timeout=900
     )
     outcomes = outcomes_of(report)
     if proc.returncode not in (0, 1) or not report.exists():
