@@ -281,8 +281,11 @@ class Concurrency(Closing):
             seg = self._seg
             slots = seg.slots
             slots.append(None)
-            if seg.retired:  # followed meanwhile: take in the name's segment
+            if seg.retired:  # followed meanwhile (or a follow cut short: finish it): the name's segment
                 seg.drop()
+                if self._seg is seg:
+                    with self._lock:
+                        self._follow_locked(seg)
                 continue
             try:
                 taken, _ = seg.take(key)
@@ -387,19 +390,18 @@ class Concurrency(Closing):
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
-        return int(self._following(lambda: self._engine.count(key)))
+        return int(self._following(lambda seg: seg.engine.count(key)))
 
     def held(self, key: Key) -> int:
         """Slots of ``key`` this handle holds (in the name's segment: not those a reset forgot)."""
-        return int(self._following(lambda: self._engine.mine(key)))
+        return int(self._following(lambda seg: seg.engine.mine(key)))
 
     # -- live limits ------------------------------------------------------------------------------
 
     @property
     def limit(self) -> int:
         """The limit in force: the segment's, as the last change left it (any process's)."""
-        self._follow_if_moved()
-        return int(self._engine.limit())
+        return int(self._following(lambda seg: seg.engine.limit(), unless_moved=True))
 
     def set_limit(self, limit: int, *, on_change: str = "carry") -> None:
         """Change the limit for every process, at each one's next call: ``"carry"`` (in place,
@@ -415,7 +417,7 @@ class Concurrency(Closing):
         if on_change == "raise":
             raise _limit_error(self.name, self.limit, limit)
         if on_change == "carry":
-            self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
+            self._following(lambda seg: seg.engine.set_limit(limit))  # in place: every process's next call
             return
         # reset: holding the mover's lock, a new segment under the name, empty, of that limit, made
         # under a passing name; then the limit in place (a mover killed after it is taken over with
@@ -449,7 +451,7 @@ class Concurrency(Closing):
             mover.close()
         self._follow_if_moved()
         if self.limit != limit:  # another process's reset came first (its limit): ours in place
-            self._following(lambda: self._engine.set_limit(limit))
+            self._following(lambda seg: seg.engine.set_limit(limit))
 
     def _settled_limit(self) -> int:
         """The limit in force, read while no reset of the name's segment is under way: a reset
@@ -464,22 +466,27 @@ class Concurrency(Closing):
                 return limit
             self._follow_if_moved()  # the lock let go first: a dead mover is taken over there
 
-    def _following(self, call: Callable[[], Any]) -> Any:
-        """``call()``, again in the name's segment while this one was replaced (a reset)."""
+    def _following(self, call: Callable[[_Segment], Any], unless_moved: bool = False) -> Any:
+        """``call(seg)`` on the name's segment, again in the new one while it was replaced (a
+        reset: a row lock's call says so, ``unless_moved`` looks first for the reads that take
+        none) or closed by another thread's follow meanwhile; a follow cut short (a fork, an
+        exception: ``seg.retired`` but still bound) is finished here."""
         while True:
             seg = self._seg
             try:
-                return call()
-            except WindowMovedError:
-                with self._lock:
-                    self._follow_locked(seg)
+                if seg.retired or (unless_moved and seg.engine.moved()):
+                    raise WindowMovedError(f"concurrency {self.name!r} was replaced")
+                return call(seg)
+            except (WindowMovedError, WindowClosedError):
+                if seg.window.closed and self._seg is seg:  # in this order: a follow binds, then closes
+                    raise  # this handle was closed
+                if self._seg is seg:
+                    with self._lock:
+                        self._follow_locked(seg)  # (else another thread followed meanwhile: again)
 
     def _follow_if_moved(self) -> None:
-        """Follow a reset now (the reads that meet no row lock: the limit, the keys)."""
-        seg = self._seg
-        if seg.engine.moved():
-            with self._lock:
-                self._follow_locked(seg)
+        """Follow a reset now."""
+        self._following(lambda seg: None, unless_moved=True)
 
     def _follow_locked(self, seen: _Segment, window: Window | None = None) -> None:
         """Bind the name's segment (``window``, or reopened), the lock held, if this handle is
@@ -502,11 +509,12 @@ class Concurrency(Closing):
         for old in [o for o in self._before if not o.slots]:  # given back on the hot path meanwhile
             self._before.remove(old)
             old.window.close()
-        if seen.slots and not seen.window.closed:
+        kept = bool(seen.slots) and not seen.window.closed
+        if kept:
             self._before.append(seen)  # before the new one is bound: release's hot path reads them so
-        else:
-            seen.window.close()
         self._use(_Segment(window))
+        if not kept:  # after the new one is bound: a segment bound and closed is a closed handle's
+            seen.window.close()
 
     @contextmanager
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
@@ -536,8 +544,7 @@ class Concurrency(Closing):
 
     def keys(self) -> list[Key]:
         """The keys in the segment: held, or not reused yet (idle or not)."""
-        self._follow_if_moved()
-        return all_keys(self.window)
+        return list(self._following(lambda seg: all_keys(seg.window), unless_moved=True))
 
     def holders(self) -> dict[Key, int]:
         """``{key: slots held now}`` of every key holding any (read key by key)."""

@@ -12,7 +12,6 @@ from ...._core import ConcurrencyCore
 from ....geometry import Geometry
 from ...contract import Key
 from .. import live
-from ..format import LIVE_MOVED
 from ..layout import Layout, canonical_holders, holders_in_row
 from ..window import ShmWindow
 from .base import RoleEngine
@@ -48,7 +47,7 @@ class ConcurrencyEngine(RoleEngine):
 
     def moved(self) -> bool:
         """Was the segment replaced under its name (a reset's move)?"""
-        return bool(self._core.live()[0] & LIVE_MOVED)
+        return live.moved(self.window)
 
     def limit(self) -> int:
         """The limit in force (the header's live words, once changed: ``core/live.c``)."""
