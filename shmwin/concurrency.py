@@ -27,7 +27,6 @@ releases are plain no-ops in the old one); ``"raise"``: :class:`GeometryMismatch
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import threading
 import time
@@ -39,7 +38,7 @@ from typing import Any
 from .backends.contract import Closing, Key
 from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
-from .backends.shm.roles.concurrency import canonical_holders, holders_of
+from .backends.shm.roles.concurrency import ROLE, geometry, holders_of, reset_geometry, same_but_limit
 from .backends.shm.window import PERM, ShmOptions, ShmWindow
 from .clock import Clock, host_clock
 from .errors import (
@@ -49,68 +48,15 @@ from .errors import (
     WindowClosedError,
     WindowMovedError,
 )
-from .geometry import (
-    ADDRESS_BUDGET_BYTES,
-    CONC_HOLDER_BYTES,
-    DEFAULT_MAX_KEYS,
-    MAX_CONCURRENCY,
-    MAX_STRIPES,
-    Geometry,
-    Ring,
-    window_geometry,
-)
+from .geometry import Geometry
 from .rate import Duration, to_ns
 from .window import Window
 
-ROLE = "concurrency"
-HOLDERS_PER_LIMIT = 2  # a key's default holder entries: twice its limit (room for a raise) ...
-MIN_HOLDERS = 8  # ... or this many, at most one per process
 ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live)
-FIELD = "holders"
 DEFAULT_PROCESSES = 128  # processes that may hold slots at once (one stripe each)
 NS_PER_S = 1_000_000_000
 FIRST_PAUSE_S = 0.001  # a waiting acquire looks again after this, doubling up to MAX_PAUSE_S
 MAX_PAUSE_S = 0.05
-
-
-def default_holders(limit: int, processes: int) -> int:
-    """A key's holder entries when not chosen: room for twice the limit's processes (a limit
-    raised live in place), at least MIN_HOLDERS, at most one per process."""
-    return min(processes, max(HOLDERS_PER_LIMIT * limit, MIN_HOLDERS))
-
-
-def geometry(
-    limit: int, processes: int, idle_ns: int, capacity: int | None, holders: int | None = None
-) -> Geometry:
-    """A keyed window of one ring: one bucket of ``idle_ns`` (a key's idle time) whose limit
-    is ``limit``; ``processes`` stripes, and rows of a top word and ``holders`` holder entries
-    (one per process holding the key at once: the limit in force bounds the slots, the entries
-    how many processes hold them)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY:
-        raise ValueError(f"limit must be an int in 1..{MAX_CONCURRENCY}, not {limit!r}")
-    if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_STRIPES:
-        raise ValueError(f"processes must be an int in 1..{MAX_STRIPES}, not {processes!r}")
-    if holders is None:
-        holders = default_holders(limit, processes)
-    if isinstance(holders, bool) or not isinstance(holders, int) or not 1 <= holders <= MAX_STRIPES:
-        raise ValueError(f"holders must be an int in 1..{MAX_STRIPES}, not {holders!r}")
-    if capacity is None:  # as many keys as the address budget maps (a key's row is its holders)
-        per_key = 128 + CONC_HOLDER_BYTES * holders + 64 + 512
-        capacity = max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
-    g = window_geometry(f"{idle_ns}ns", 1, None, (FIELD,), "int64", None, None, capacity, keyed=True)
-    ring = Ring(idle_ns, 1, limit)
-    g = dataclasses.replace(g, rings=(ring,), n_stripes=processes, role=ROLE, holders=holders)
-    return canonical_holders(g)  # as its header reads back (every entry its row's size holds)
-
-
-def _same_but_limit(have: Geometry, want: Geometry, holders_chosen: bool) -> bool:
-    """Is ``have`` ``want`` but for the limit (a concurrency's, whose limit changes live) and,
-    unless chosen, the holder entries (a default: the segment's stay)?"""
-    if have.role != ROLE or len(have.rings) != 1:
-        return False
-    rings = (dataclasses.replace(want.rings[0], limit=have.rings[0].limit),)
-    holders = want.holders if holders_chosen else have.holders
-    return dataclasses.replace(want, rings=rings, holders=holders) == have
 
 
 _HANDLES: weakref.WeakSet[Concurrency] = weakref.WeakSet()  # their locks, new in a forked child
@@ -150,16 +96,6 @@ class _Segment:
             self.slots.pop()
         except IndexError:  # a forked child's inherited items: none to drop
             pass
-
-
-def _reset_geometry(g: Geometry, limit: int) -> Geometry:
-    """A reset's new segment: ``g`` with ``limit``, and the holder entries a new limit's opener
-    gets by default if ``g`` has the default of its own (a raised limit gets room for its
-    holders, as a fresh open of it would), else ``g``'s (chosen by its opener)."""
-    ring, idle_ns = g.rings[0], g.rings[0].span_ns
-    if g.holders == geometry(ring.limit, g.n_stripes, idle_ns, g.capacity).holders:
-        return geometry(limit, g.n_stripes, idle_ns, g.capacity)
-    return dataclasses.replace(g, rings=(dataclasses.replace(ring, limit=limit),))
 
 
 def _shape(g: Geometry) -> str:
@@ -221,7 +157,7 @@ class Concurrency(Closing):
             window = Window.open_geometry(name, want, clock=clock, perm=perm)
         except GeometryMismatchError:  # made with another limit? then it changes, by on_change
             window = Window.attach(name, clock=clock, perm=perm)
-            if not _same_but_limit(window.geometry, want, holders is not None):
+            if not same_but_limit(window.geometry, want, holders is not None):
                 have = window.geometry
                 window.close()
                 if have.role != ROLE:
@@ -309,6 +245,8 @@ class Concurrency(Closing):
 
     def _acquire_in(self, key: Key, timeout: float | None) -> _Segment | None:
         """:meth:`acquire`, answering the segment the slot was taken in (or None)."""
+        if timeout == 0:  # the hot path: one try, no wait loop
+            return self._take_in(key)
         tries = self._tries(key, timeout)
         try:
             while True:
@@ -332,9 +270,10 @@ class Concurrency(Closing):
         """The acquire loop, once for both: yields each pause (seconds), returns the verdict.
         A slot frees with no notice (a release, a holder's death), so it looks again after a
         pause that doubles, cut at the deadline."""
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout cannot be negative, not {timeout!r}")
-        deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
+        if timeout is not None and not timeout >= 0:  # NaN too
+            raise ValueError(f"timeout must be seconds, not negative nor NaN, or None, not {timeout!r}")
+        forever = timeout is None or timeout == float("inf")
+        deadline_ns = None if forever else self._clock() + round(timeout * NS_PER_S)  # type: ignore[operator]
         pause = FIRST_PAUSE_S
         while True:
             seg = self._take_in(key)
@@ -430,7 +369,7 @@ class Concurrency(Closing):
         # segment -- and ours goes in place there.
         seen = self._seg
         before = self.limit
-        want = _reset_geometry(self.window.geometry, limit)
+        want = reset_geometry(self.window.geometry, limit)
         mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
         if self._seg is seen and seen.engine.maps_same_file(mover):
             wrote: list[int] = []  # the limit written in place (the move's last step before the retire)
