@@ -307,6 +307,8 @@ class Concurrency(Closing):
             for seg in [*self._before, self._seg]:
                 if self._give_in(seg, key):
                     return
+        if self.closed:
+            raise WindowClosedError(f"concurrency {self.name!r} is closed: its slots were given back then")
         raise NotHeldError(f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release")
 
     def _give_in(self, seg: _Segment, key: Key) -> bool:

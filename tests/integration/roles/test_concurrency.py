@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -110,16 +109,6 @@ def test_bad_arguments(name):
     with Concurrency(name, 2) as c, pytest.raises(ValueError, match="NaN"):
         c.acquire("k", timeout=float("nan"))
     shmwin.unlink(name)
-
-
-def test_an_infinite_timeout_waits_as_none_does(name):
-    """``timeout=float("inf")`` waits until a slot frees (it raised OverflowError)."""
-    with Concurrency(name, 1) as c, Concurrency.attach(name) as other:
-        assert other.acquire("k", timeout=float("inf"))
-        threading.Timer(0.05, other.release, ("k",)).start()
-        assert c.acquire("k", timeout=float("inf")) and c.count("k") == 1
-        c.release("k")
-        c.unlink()
 
 
 def test_hold_as_a_context_manager(name):
