@@ -249,8 +249,9 @@ class StorageSegments:
             if found is None:
                 return None
             self._open[segment] = found
-        if fresh:  # after it exists: readers of foreign keys look again
+        if fresh:  # after it exists: readers of foreign keys look again (this one too, board or none)
             boards.touch(self.prefix)
+            self.foreign.forget()
         assert isinstance(found, kind)
         self._by_spec[name, 0, expiry] = found
         return found
