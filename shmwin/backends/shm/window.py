@@ -76,12 +76,14 @@ class ShmOptions:
     lock_timeout: float = LOCK_TIMEOUT_S  # seconds a writer waits for a lock before repair
     ready_timeout: float = READY_TIMEOUT_S  # seconds an attach waits for a creator to finish
     on_full: str = WINDOW_ON_FULL  # what the core answers when the key table is full
+    hash_key: bytes | None = None  # a new segment's SipHash key (None: random; see hash_key_of)
 
     @classmethod
     def of(cls, req: Request) -> ShmOptions:
         return cls(
             req.clock, req.option("perm", PERM), req.option("lock_timeout", LOCK_TIMEOUT_S),
             req.option("ready_timeout", READY_TIMEOUT_S), req.on_full,
+            hash_key_of(req.option("hash_key", None)),
         )  # fmt: skip
 
 
@@ -111,7 +113,7 @@ class ShmWindow:
         self = cls.__new__(cls)
         for _ in range(10):  # a racing unlink sends us round again
             try:
-                seg = _create(name, want, opts.perm, opts.clock)
+                seg = _create(name, want, opts.perm, opts.clock, opts.hash_key)
                 self._bind(seg, opts)
                 return self
             except WindowExistsError:
@@ -135,7 +137,7 @@ class ShmWindow:
     def create(cls, name: str, want: Geometry, opts: ShmOptions = ShmOptions()) -> ShmWindow:
         """Create a new segment; :class:`WindowExistsError` if the name is taken. (Only windows
         are created exclusively: their on_full, the window's, is what the request holds.)"""
-        seg = _create(name, want, opts.perm, opts.clock)
+        seg = _create(name, want, opts.perm, opts.clock, opts.hash_key)
         self = cls.__new__(cls)
         self._bind(seg, opts)
         return self
@@ -480,7 +482,18 @@ class ShmWindow:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _create(name: str, g: Geometry, perm: int, clock: Clock | None) -> Segment:
+def hash_key_of(given: object) -> bytes | None:
+    """The ``hash_key`` option, checked: 16 bytes, not all zero (None: a random one). A limits
+    storage gives its fixed windows one key (integrations/limits_segments.py), so that summing
+    a key over them hashes it once; anyone else gets a key of the segment's own."""
+    if given is None:
+        return None
+    if not isinstance(given, bytes) or len(given) != 16 or not any(given):
+        raise ValueError(f"hash_key must be 16 bytes, not all zero, not {type(given).__name__} {given!r:.60}")
+    return given
+
+
+def _create(name: str, g: Geometry, perm: int, clock: Clock | None, hash_key: bytes | None = None) -> Segment:
     """A new segment of geometry ``g``: a keyed one is sized for its capacity but reserves
     only its header, locks and first index (rows are reserved as keys come). The header
     says which clock its writers read (``clock.clock_kind``, default "monotonic")."""
@@ -488,18 +501,23 @@ def _create(name: str, g: Geometry, perm: int, clock: Clock | None) -> Segment:
     clock_kind = getattr(clock, "clock_kind", "monotonic")
     if clock_kind not in layout.CLOCKS:
         raise ValueError(f"clock_kind must be one of {layout.CLOCKS}, not {clock_kind!r}")
-    return Segment.create(name, lay.total_bytes, perm, _initialiser(g, clock_kind), reserve=lay.first_bytes)
+    init = _initialiser(g, clock_kind, hash_key)
+    return Segment.create(name, lay.total_bytes, perm, init, reserve=lay.first_bytes)
 
 
-def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.mmap], None]:
+def _initialiser(
+    g: Geometry, clock_kind: str = "monotonic", hash_key: bytes | None = None
+) -> Callable[[mmap.mmap], None]:
     """Fill a new segment: header, locks, stripes, empty epochs -- and the magic word last.
-    Keyed rows are filled as they are handed out; their table starts empty (all zero)."""
+    Keyed rows are filled as they are handed out; their table starts empty (all zero). Its
+    SipHash key: ``hash_key`` if given (hash_key_of), else 16 random bytes."""
 
     def init(mm: mmap.mmap) -> None:
         lay = Layout.plan(g)
         # int(): a time-mocking library may have patched the clocks to return floats
         meta = Meta(
-            os.getpid(), int(time.time_ns()), host_monotonic_ns(), _boot_id(), os.urandom(16), clock_kind
+            os.getpid(), int(time.time_ns()), host_monotonic_ns(), _boot_id(), hash_key or os.urandom(16),
+            clock_kind,
         )
         mm[: layout.HEADER_BYTES] = header.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
