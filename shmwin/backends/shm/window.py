@@ -17,7 +17,6 @@ from __future__ import annotations
 import mmap
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -548,6 +547,8 @@ def _ready(mm: mmap.mmap) -> bool:
 
 
 def _boot_id() -> bytes:
+    import uuid  # here: only a segment's creation asks, and uuid (with platform) costs every process 2 ms
+
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return uuid.UUID(f.read().strip()).bytes
