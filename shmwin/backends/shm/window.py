@@ -202,11 +202,12 @@ class ShmWindow:
         self._closed = False
 
     # numpy's views, built at the first read: a process that only adds or hits (most of them)
-    # never imports numpy (0.09 CPU-s) nor builds views it would not read
+    # never imports numpy (0.09 CPU-s) nor builds views it would not read; never after close()
     @cached_property
     def _raw(self) -> npt.NDArray[np.uint8]:
         import numpy as np
 
+        self._check_open()
         return np.frombuffer(self._seg.mm, np.uint8)
 
     @cached_property
