@@ -106,6 +106,8 @@ def test_bad_arguments(name):
         Concurrency(name, 2, processes=0)
     with Concurrency(name, 2) as c, pytest.raises(ValueError, match="negative"):
         c.acquire("k", timeout=-1)
+    with Concurrency(name, 2) as c, pytest.raises(ValueError, match="NaN"):
+        c.acquire("k", timeout=float("nan"))
     shmwin.unlink(name)
 
 
