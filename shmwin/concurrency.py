@@ -26,7 +26,6 @@ releases are plain no-ops in the old one); ``"raise"``: :class:`GeometryMismatch
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -40,7 +39,7 @@ from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
 from .backends.shm.roles.concurrency import ROLE, geometry, holders_of, reset_geometry, same_but_limit
 from .backends.shm.window import PERM, ShmOptions, ShmWindow
-from .clock import Clock, host_clock
+from .clock import Clock, host_clock, loop_sleep
 from .errors import (
     ConcurrencyLimitError,
     GeometryMismatchError,
@@ -197,7 +196,7 @@ class Concurrency(Closing):
         self._use(_Segment(window))
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
-        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", loop_sleep)
 
     def _use(self, seg: _Segment) -> None:
         """Make ``seg`` the name's segment for this handle (the lock held, or at the bind)."""

@@ -17,13 +17,11 @@ from __future__ import annotations
 import mmap
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from ... import _core
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
@@ -44,9 +42,14 @@ from .format import COUNTER_ROLES
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
-from .rows import RingView, Rows, rings_view
 from .segment import Segment, path_of
 from .stripes import StripeTable
+
+if TYPE_CHECKING:  # rows.py reads in numpy: imported at a window's first read, never by an add
+    import numpy as np
+    import numpy.typing as npt
+
+    from .rows import RingView, Rows
 
 _W = layout.WORD_BYTES
 # a window's buckets cannot change under its writers (a limiter's rates can: live.py)
@@ -187,9 +190,7 @@ class ShmWindow:
         # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
         # the mapping alive, and close() then leaves the unmapping to the GC
         self._buf = memoryview(seg.mm)
-        self._raw = np.frombuffer(seg.mm, np.uint8)
         self._q = self._buf.cast("q")
-        self._rows = Rows(self._raw, g, lay)
         self._stripes = StripeTable(core)
         self._keys: KeyTable | None = None
         if g.keyed:
@@ -201,6 +202,21 @@ class ShmWindow:
             self.add = self._add_refused  # type: ignore[method-assign]
             self.add_and_total = self._add_refused  # type: ignore[method-assign,assignment]
         self._closed = False
+
+    # numpy's views, built at the first read: a process that only adds or hits (most of them)
+    # never imports numpy (0.09 CPU-s) nor builds views it would not read; never after close()
+    @cached_property
+    def _raw(self) -> npt.NDArray[np.uint8]:
+        import numpy as np
+
+        self._check_open()
+        return np.frombuffer(self._seg.mm, np.uint8)
+
+    @cached_property
+    def _rows(self) -> Rows:
+        from .rows import Rows
+
+        return Rows(self._raw, self._g, self._lay)
 
     def _claim_stripe(self) -> tuple[int, int]:
         """The core's callback when this process has no stripe yet (first add, or after a
@@ -293,6 +309,8 @@ class ShmWindow:
     def top(self, n: int, value_index: int, ring_index: int, k: int) -> list[tuple[Key, Number]]:
         keys = self._keyed()
         per_row, _ = self._live(value_index, ring_index, k, None, per_row=True)
+        import numpy as np
+
         order = np.argsort(per_row, kind="stable")[::-1]
         out: list[tuple[Key, Number]] = []
         for slot in order[: max(n, 0) * 2]:
@@ -405,7 +423,7 @@ class ShmWindow:
         for _ in range(100):
             now_ns = self._clock()
             rows, generation = self._rows_for(key)
-            values = Rows.live(r, k, now_ns, rows, value_index, per_row)
+            values = self._rows.live(r, k, now_ns, rows, value_index, per_row)
             if generation is None or self._keys is None or self._keys.generation(rows.start) == generation:
                 return values, now_ns
         raise ShmwinError(f"key {key!r} kept moving while it was read")
@@ -451,7 +469,9 @@ class ShmWindow:
                 self.__dict__.pop(bound, None)  # back to the class's, which raise
             # drop (never release) the views: a reader in another thread may still hold one,
             # and its export then keeps the mapping alive until it lets go
-            del self._rows, self._keys, self._stripes, self._q, self._buf, self._raw
+            del self._keys, self._stripes, self._q, self._buf
+            for view in ("_rows", "_raw"):  # built at a first read, if one came
+                self.__dict__.pop(view, None)
             with suppress(BufferError):
                 self._seg.close()
 
@@ -526,12 +546,18 @@ def _initialiser(
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
         if not g.keyed:
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
-            rows = rings_view(mm, lay)
-            rows[:] = np.frombuffer(layout.empty_rings(g, lay), np.uint8)
-            del rows
+            _fill_rings(mm, lay, layout.empty_rings(g, lay))
         mm[0:_W] = layout.MAGIC
 
     return init
+
+
+def _fill_rings(mm: mmap.mmap, lay: Layout, empty: bytes) -> None:
+    """Every row's rings (the bytes after its key header) set to ``empty``: a slice a row, so
+    that creating a window loads no numpy (65 rows by default: microseconds, once)."""
+    first = lay.rows_off + lay.ring_words[0] * _W
+    for at in range(first, first + lay.n_rows * lay.row_bytes, lay.row_bytes):
+        mm[at : at + len(empty)] = empty
 
 
 def _ready(mm: mmap.mmap) -> bool:
@@ -540,6 +566,8 @@ def _ready(mm: mmap.mmap) -> bool:
 
 
 def _boot_id() -> bytes:
+    import uuid  # here: only a segment's creation asks, and uuid (with platform) costs every process 2 ms
+
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return uuid.UUID(f.read().strip()).bytes
