@@ -152,6 +152,16 @@ class _Segment:
             pass
 
 
+def _reset_geometry(g: Geometry, limit: int) -> Geometry:
+    """A reset's new segment: ``g`` with ``limit``, and the holder entries a new limit's opener
+    gets by default if ``g`` has the default of its own (a raised limit gets room for its
+    holders, as a fresh open of it would), else ``g``'s (chosen by its opener)."""
+    ring, idle_ns = g.rings[0], g.rings[0].span_ns
+    if g.holders == geometry(ring.limit, g.n_stripes, idle_ns, g.capacity).holders:
+        return geometry(limit, g.n_stripes, idle_ns, g.capacity)
+    return dataclasses.replace(g, rings=(dataclasses.replace(ring, limit=limit),))
+
+
 def _shape(g: Geometry) -> str:
     """What a concurrency's opener chooses but its limit: as its keyword arguments read."""
     idle_ns = g.rings[0].span_ns
@@ -407,26 +417,30 @@ class Concurrency(Closing):
         if on_change == "carry":
             self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
             return
-        # reset: holding the mover's lock, the limit in place first (a mover killed midway is
-        # taken over with it), then a new segment under the name, empty, of that limit -- all or
-        # nothing: a move that fails (a full /dev/shm) puts the old limit back, the old segment as
-        # it was (an opener reads the limit under the lock's shared side: _settled_limit). The
-        # segment reset is the one this handle found with the other limit (``seen``): when another
-        # process replaced it first (a deploy's workers opening at once), that was the reset -- a
-        # second would forget the slots taken in the first one's segment -- and ours goes in place.
+        # reset: holding the mover's lock, a new segment under the name, empty, of that limit, made
+        # under a passing name; then the limit in place (a mover killed after it is taken over with
+        # it; killed between it and the retire, the change is a carry: stricter, never looser) and
+        # the old segment retired; all or nothing: a move that fails (a full /dev/shm) leaves the
+        # old segment and its limit as they were (an opener reads the limit under the lock's shared
+        # side: _settled_limit). The segment reset is the one this handle found with the other
+        # limit (``seen``): when another process replaced it first (a deploy's workers opening at
+        # once), that was the reset -- a second would forget the slots taken in the first one's
+        # segment -- and ours goes in place there.
         seen = self._seg
         before = self.limit
-        g = self.window.geometry
-        want = dataclasses.replace(g, rings=(dataclasses.replace(g.rings[0], limit=limit),))
+        want = _reset_geometry(self.window.geometry, limit)
         mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
         if self._seg is seen and seen.engine.maps_same_file(mover):
+            wrote: list[int] = []  # the limit written in place (the move's last step before the retire)
+
+            def in_place() -> None:
+                wrote.append(seen.engine.set_limit(limit))
+
             try:
-                opened = live.move(
-                    mover, want, carry=False, opts=self._opts, first=lambda: seen.engine.set_limit(limit)
-                )
+                opened = live.move(mover, want, carry=False, opts=self._opts, first=in_place)
             except BaseException:
                 mover.close()
-                if not seen.engine.moved():
+                if wrote and not seen.engine.moved():
                     seen.engine.set_limit(before)
                 raise
             with self._lock:

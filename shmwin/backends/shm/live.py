@@ -141,8 +141,9 @@ def move(
 ) -> ShmWindow:
     """Give the name a new segment of ``want`` (seeded with ``old``'s counts if ``carry``) and
     close ``old``: the name's segment after (another mover's, if one came first). ``first`` runs
-    holding the mover's lock, before anything else changes (a concurrency reset's limit in place:
-    an opener reads it under the shared lock, :func:`no_mover`)."""
+    holding the mover's lock, once the new segment is made, just before the old one is retired (a
+    concurrency reset's limit in place: a mover killed after it is taken over with it, and an
+    opener reads it under the lock's shared side, :func:`no_mover`)."""
     name, path = old.name, old._seg.path
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW) if _same_file(path, old) else -1
     try:
@@ -150,10 +151,8 @@ def move(
         if not ours or not _same_file(path, old):
             old.close()
             return reopen(name, opts)  # moved by another process meanwhile
-        if first is not None:
-            first()
         perm = stat.S_IMODE(os.fstat(fd).st_mode)  # the new segment is trusted as the old one was
-        _replace(old, want, carry, dataclasses.replace(opts, perm=perm))
+        _replace(old, want, carry, dataclasses.replace(opts, perm=perm), first)
     finally:
         if fd >= 0:
             os.close(fd)  # lets go of the flock
@@ -161,7 +160,9 @@ def move(
     return reopen(name, opts)
 
 
-def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> None:
+def _replace(
+    old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions, first: Callable[[], object] | None = None
+) -> None:
     """Holding the old file's lock: make, seed and rename the new segment over the name. All or
     nothing: a carry that cannot store every key's hits (a full key table, a full /dev/shm) or
     any exception rolls back -- the new segment goes and the old one is live again, as it was
@@ -177,15 +178,24 @@ def _replace(old: ShmWindow, want: Geometry, carry: bool, opts: ShmOptions) -> N
         if reader._ino != old._ino:
             raise SegmentNotReadyError(f"window {old.name!r} was replaced under a mover's lock")
         new = ShmWindow.create(passing, want, dataclasses.replace(opts, on_full="raise", clock=stamps))
-        _seed(reader, new, want, carry, stamps)
+        _seed(reader, new, want, carry, stamps, first)
     finally:
         reader.close()
 
 
-def _seed(old: ShmWindow, new: ShmWindow, want: Geometry, carry: bool, stamps: _StampClock) -> None:
+def _seed(
+    old: ShmWindow,
+    new: ShmWindow,
+    want: Geometry,
+    carry: bool,
+    stamps: _StampClock,
+    first: Callable[[], object] | None = None,
+) -> None:
     """_replace's all or nothing, ``old`` being the mover's own core of the old segment."""
     retired = True  # retire() may raise after its store
     try:
+        if first is not None:
+            first()  # (its caller undoes it if the move fails: move()'s doc)
         _core_of(old).retire()  # no call counts in the old segment from here (but this core's reads)
         if carry and want.kind == "limiter":
             _carry(old, new, stamps)
