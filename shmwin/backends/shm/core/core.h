@@ -45,13 +45,11 @@ void fp_fire(void);
 extern int fp_nospace;  /* nospace(True): every reservation fails as on a full /dev/shm */
 extern long long fp_lock_waits;  /* lock_waits(): this process's sleeps on a held lock */
 #define NOSPACE_FOR_TEST() fp_nospace
-#define COUNT_LOCK_WAIT() (fp_lock_waits++)
 #define SECTION(name) do { if (fp_armed) fp_enter(name); } while (0)
 #define END_SECTION() (fp_left = 0)
 #define FAILPOINT() do { if (fp_left > 0 && --fp_left == 0) fp_fire(); } while (0)
 #else
 #define NOSPACE_FOR_TEST() 0
-#define COUNT_LOCK_WAIT() ((void)0)
 #define SECTION(name) ((void)0)
 #define END_SECTION() ((void)0)
 #define FAILPOINT() ((void)0)
