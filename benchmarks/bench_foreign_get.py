@@ -18,7 +18,8 @@ around a storage method that does nothing, and the native call alone.
 
     taskset -c 1 .venv/bin/python benchmarks/bench_foreign_get.py [--quick] [--json FILE]
 
-(scripts/bench runs it: its target rows, shm:// with 3 and with 10 periods <= 2x memory://, issue #30.)
+(scripts/bench runs it: its target rows, shm:// with 3 and with 10 periods, and a key counted nowhere
+with 16, <= 2x memory://, issue #30.)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ SLASHED = "ip:10.0.0.1/api/login"  # a "/" but no granularity after the last: no
 TEN = (1, 2, 5, 10, 30, 60, 600, 3600, 7200, 86400)  # periods (s) of a storage with ten
 SIXTEEN = (*TEN, 3, 4, 6, 7, 8, 9)  # and with sixteen
 NOWHERE = "user:7"  # a key counted in no segment: each one hashes it and probes its index
+ONE = "user:9"  # an adapter's key: counted in one period of the sixteen, absent from the others
 _LOOP = """
 def loop(fn, key, n, cpu_ns):
     t = cpu_ns()
@@ -50,6 +52,12 @@ def loop(fn, key, n, cpu_ns):
         fn(key)
     return cpu_ns() - t
 """
+
+
+def fresh(fn: Callable[[str], object]) -> Callable[[str], object]:
+    """``fn`` of a new str equal to the key each call, as a request builds its key (no key cache
+    entry of that object: found by its text, or its absence hashed, in every segment)."""
+    return lambda key: fn(key[:-1] + key[-1:])
 
 
 def timer(fn: Callable[[str], object], key: str = KEY) -> Callable[[int], float]:
@@ -99,8 +107,11 @@ def main() -> None:
             ten.incr(KEY, expiry)
         for expiry in SIXTEEN:
             sixteen.incr(KEY, expiry)
+        sixteen.incr(ONE, 60)
+        memory.incr(ONE, 60)
         assert shm.get(KEY) == memory.get(KEY) == 3 and one.get(KEY) == 1 and ten.get(KEY) == len(TEN)
         assert sixteen.get(KEY) == len(SIXTEEN) and ten.get(NOWHERE) == memory.get(NOWHERE) == 0
+        assert sixteen.get(ONE) == memory.get(ONE) == 1 and sixteen.get(NOWHERE) == 0
         assert shm.get(SLASHED) == memory.get(SLASHED) == 3
         nothing = _Nothing()
         rows = {
@@ -112,6 +123,8 @@ def main() -> None:
             f'memory://, "{NOWHERE}" (counted nowhere)': timer(memory.get, NOWHERE),
             f'shm://, 10 periods, "{NOWHERE}" (counted nowhere)': timer(ten.get, NOWHERE),
             f'shm://, 16 periods, "{NOWHERE}" (counted nowhere)': timer(sixteen.get, NOWHERE),
+            f'memory://, "{ONE}" (counted in 1 period), a new str a call': timer(fresh(memory.get), ONE),
+            f'shm://, 16 periods, "{ONE}" (counted in 1), a new str a call': timer(fresh(sixteen.get), ONE),
             f'memory://, "{SLASHED}"': timer(memory.get, SLASHED),
             f'shm://, 3 periods, "{SLASHED}"': timer(shm.get, SLASHED),
             "limits' wrapper around a method that does nothing": timer(nothing.wrapped),
@@ -138,12 +151,15 @@ def main() -> None:
         nowhere = f'memory://, "{NOWHERE}" (counted nowhere)'
         peer_of = {label: nowhere for label in rows if NOWHERE in label and label != nowhere}
         peer_of[f'shm://, 3 periods, "{SLASHED}"'] = f'memory://, "{SLASHED}"'
+        one_memory = f'memory://, "{ONE}" (counted in 1 period), a new str a call'
+        peer_of[f'shm://, 16 periods, "{ONE}" (counted in 1), a new str a call'] = one_memory
 
         def ratio(label: str) -> float:
             against = taken[peer_of.get(label, "memory://")]  # memory:// with the same key
             return statistics.median(s / m for s, m in zip(taken[label], against, strict=True))
 
         three, ten_periods = "shm://, 3 fixed-window periods", "shm://, 10 fixed-window periods"
+        nowhere16 = f'shm://, 16 periods, "{NOWHERE}" (counted nowhere)'
         slashed, memory_slashed = f'shm://, 3 periods, "{SLASHED}"', f'memory://, "{SLASHED}"'
         targets = [
             Target("foreign-get", '`shm://` `get("user:42")` through limits, 3 fixed-window periods',
@@ -154,6 +170,10 @@ def main() -> None:
                    f"{statistics.median(taken[ten_periods]):,.0f} ns",
                    f"`memory://` {statistics.median(mem):,.0f} ns",
                    f"{ratio(ten_periods):.2f}×", "≤ 2× `memory://`", ratio(ten_periods) <= 2),
+            Target("foreign-get-nowhere-16", f'`shm://` `get("{NOWHERE}")` (counted nowhere), 16 periods',
+                   f"{statistics.median(taken[nowhere16]):,.0f} ns",
+                   f"`memory://` {statistics.median(taken[nowhere]):,.0f} ns",
+                   f"{ratio(nowhere16):.2f}×", "≤ 2× `memory://`", ratio(nowhere16) <= 2),
             Target("foreign-get-slash", f'`shm://` `get("{SLASHED}")`, 3 fixed-window periods',
                    f"{statistics.median(taken[slashed]):,.0f} ns",
                    f"`memory://` {statistics.median(taken[memory_slashed]):,.0f} ns",

@@ -18,6 +18,8 @@ import os as _os
 import sys as _sys
 import sysconfig as _sysconfig
 import warnings as _warnings
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING, Any
 
 # -- the native module ----------------------------------------------------------------------
 MISSING_CORE = """\
@@ -92,7 +94,6 @@ else:  # on a free-threaded CPython: say that _core turned the GIL on, or refuse
 from .backends.shm.segment import names, on_behalf_of, unlink, unlink_prefix
 from .clock import ManualClock
 from .concurrency import Concurrency
-from .distribution import Distribution
 from .errors import (
     BackendUnavailableError,
     ConcurrencyLimitError,
@@ -122,11 +123,35 @@ from .errors import (
 )
 from .front import Decisions
 from .limiter import Limiter, LimitStats, TokenBucket
-from .overload.adaptive import AdaptiveLimiter
-from .overload.breaker import Breaker, BreakerOpenError
-from .overload.shedder import OverloadedError, Shedder
 from .rate import Rate
 from .window import Window
+
+if TYPE_CHECKING:  # imported at their first use (__getattr__ below); the type checker sees them here
+    from .distribution import Distribution
+    from .overload.adaptive import AdaptiveLimiter
+    from .overload.breaker import Breaker, BreakerOpenError
+    from .overload.shedder import OverloadedError, Shedder
+
+# What a process that only counts never touches, imported when first named: the overload tools
+# and Distribution, 5 ms of the start of every process (thousands of them in a test run).
+_ON_FIRST_USE = {
+    "AdaptiveLimiter": ".overload.adaptive", "Breaker": ".overload.breaker",
+    "BreakerOpenError": ".overload.breaker", "Distribution": ".distribution",
+    "OverloadedError": ".overload.shedder", "Shedder": ".overload.shedder",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_import_module(module, __name__), name)
+    globals()[name] = value  # from now on a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ON_FIRST_USE})
 
 __version__ = "0.1.0"
 

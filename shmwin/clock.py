@@ -11,7 +11,6 @@ file, across unrelated processes.
 
 from __future__ import annotations
 
-import asyncio
 import mmap
 import os
 import struct
@@ -133,7 +132,16 @@ class ManualClock:
     async def async_sleep(self, seconds: float) -> None:
         """``acquire_async``'s sleep: moves time, then yields to the event loop once."""
         self.sleep(seconds)
-        await asyncio.sleep(0)
+        await loop_sleep(0)
+
+
+async def loop_sleep(seconds: float) -> None:
+    """``asyncio.sleep``, the default sleep of the ``*_async`` waits. asyncio (with ssl, socket and
+    concurrent.futures: 0.04 CPU-s) is imported here, when a wait first runs, not by ``import
+    shmwin`` in every process that never awaits; a wait sleeps anyway, so the lookup is free."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
 
 
 def _map_clock_file(path: str, start_ns: int) -> mmap.mmap:

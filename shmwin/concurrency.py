@@ -26,8 +26,6 @@ releases are plain no-ops in the old one); ``"raise"``: :class:`GeometryMismatch
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import os
 import threading
 import time
@@ -39,9 +37,9 @@ from typing import Any
 from .backends.contract import Closing, Key
 from .backends.shm import live
 from .backends.shm.roles import ConcurrencyEngine
-from .backends.shm.roles.concurrency import canonical_holders, holders_of
+from .backends.shm.roles.concurrency import ROLE, geometry, holders_of, reset_geometry, same_but_limit
 from .backends.shm.window import PERM, ShmOptions, ShmWindow
-from .clock import Clock, host_clock
+from .clock import Clock, host_clock, loop_sleep
 from .errors import (
     ConcurrencyLimitError,
     GeometryMismatchError,
@@ -49,68 +47,15 @@ from .errors import (
     WindowClosedError,
     WindowMovedError,
 )
-from .geometry import (
-    ADDRESS_BUDGET_BYTES,
-    CONC_HOLDER_BYTES,
-    DEFAULT_MAX_KEYS,
-    MAX_CONCURRENCY,
-    MAX_STRIPES,
-    Geometry,
-    Ring,
-    window_geometry,
-)
+from .geometry import Geometry
 from .rate import Duration, to_ns
 from .window import Window
 
-ROLE = "concurrency"
-HOLDERS_PER_LIMIT = 2  # a key's default holder entries: twice its limit (room for a raise) ...
-MIN_HOLDERS = 8  # ... or this many, at most one per process
 ON_CHANGE = ("carry", "reset", "raise")  # a Limiter's (shmwin.backends.shm.live)
-FIELD = "holders"
 DEFAULT_PROCESSES = 128  # processes that may hold slots at once (one stripe each)
 NS_PER_S = 1_000_000_000
 FIRST_PAUSE_S = 0.001  # a waiting acquire looks again after this, doubling up to MAX_PAUSE_S
 MAX_PAUSE_S = 0.05
-
-
-def default_holders(limit: int, processes: int) -> int:
-    """A key's holder entries when not chosen: room for twice the limit's processes (a limit
-    raised live in place), at least MIN_HOLDERS, at most one per process."""
-    return min(processes, max(HOLDERS_PER_LIMIT * limit, MIN_HOLDERS))
-
-
-def geometry(
-    limit: int, processes: int, idle_ns: int, capacity: int | None, holders: int | None = None
-) -> Geometry:
-    """A keyed window of one ring: one bucket of ``idle_ns`` (a key's idle time) whose limit
-    is ``limit``; ``processes`` stripes, and rows of a top word and ``holders`` holder entries
-    (one per process holding the key at once: the limit in force bounds the slots, the entries
-    how many processes hold them)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY:
-        raise ValueError(f"limit must be an int in 1..{MAX_CONCURRENCY}, not {limit!r}")
-    if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_STRIPES:
-        raise ValueError(f"processes must be an int in 1..{MAX_STRIPES}, not {processes!r}")
-    if holders is None:
-        holders = default_holders(limit, processes)
-    if isinstance(holders, bool) or not isinstance(holders, int) or not 1 <= holders <= MAX_STRIPES:
-        raise ValueError(f"holders must be an int in 1..{MAX_STRIPES}, not {holders!r}")
-    if capacity is None:  # as many keys as the address budget maps (a key's row is its holders)
-        per_key = 128 + CONC_HOLDER_BYTES * holders + 64 + 512
-        capacity = max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
-    g = window_geometry(f"{idle_ns}ns", 1, None, (FIELD,), "int64", None, None, capacity, keyed=True)
-    ring = Ring(idle_ns, 1, limit)
-    g = dataclasses.replace(g, rings=(ring,), n_stripes=processes, role=ROLE, holders=holders)
-    return canonical_holders(g)  # as its header reads back (every entry its row's size holds)
-
-
-def _same_but_limit(have: Geometry, want: Geometry, holders_chosen: bool) -> bool:
-    """Is ``have`` ``want`` but for the limit (a concurrency's, whose limit changes live) and,
-    unless chosen, the holder entries (a default: the segment's stay)?"""
-    if have.role != ROLE or len(have.rings) != 1:
-        return False
-    rings = (dataclasses.replace(want.rings[0], limit=have.rings[0].limit),)
-    holders = want.holders if holders_chosen else have.holders
-    return dataclasses.replace(want, rings=rings, holders=holders) == have
 
 
 _HANDLES: weakref.WeakSet[Concurrency] = weakref.WeakSet()  # their locks, new in a forked child
@@ -150,16 +95,6 @@ class _Segment:
             self.slots.pop()
         except IndexError:  # a forked child's inherited items: none to drop
             pass
-
-
-def _reset_geometry(g: Geometry, limit: int) -> Geometry:
-    """A reset's new segment: ``g`` with ``limit``, and the holder entries a new limit's opener
-    gets by default if ``g`` has the default of its own (a raised limit gets room for its
-    holders, as a fresh open of it would), else ``g``'s (chosen by its opener)."""
-    ring, idle_ns = g.rings[0], g.rings[0].span_ns
-    if g.holders == geometry(ring.limit, g.n_stripes, idle_ns, g.capacity).holders:
-        return geometry(limit, g.n_stripes, idle_ns, g.capacity)
-    return dataclasses.replace(g, rings=(dataclasses.replace(ring, limit=limit),))
 
 
 def _shape(g: Geometry) -> str:
@@ -221,7 +156,7 @@ class Concurrency(Closing):
             window = Window.open_geometry(name, want, clock=clock, perm=perm)
         except GeometryMismatchError:  # made with another limit? then it changes, by on_change
             window = Window.attach(name, clock=clock, perm=perm)
-            if not _same_but_limit(window.geometry, want, holders is not None):
+            if not same_but_limit(window.geometry, want, holders is not None):
                 have = window.geometry
                 window.close()
                 if have.role != ROLE:
@@ -261,7 +196,7 @@ class Concurrency(Closing):
         self._use(_Segment(window))
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
-        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", loop_sleep)
 
     def _use(self, seg: _Segment) -> None:
         """Make ``seg`` the name's segment for this handle (the lock held, or at the bind)."""
@@ -281,8 +216,11 @@ class Concurrency(Closing):
             seg = self._seg
             slots = seg.slots
             slots.append(None)
-            if seg.retired:  # followed meanwhile: take in the name's segment
+            if seg.retired:  # followed meanwhile (or a follow cut short: finish it): the name's segment
                 seg.drop()
+                if self._seg is seg:
+                    with self._lock:
+                        self._follow_locked(seg)
                 continue
             try:
                 taken, _ = seg.take(key)
@@ -306,6 +244,8 @@ class Concurrency(Closing):
 
     def _acquire_in(self, key: Key, timeout: float | None) -> _Segment | None:
         """:meth:`acquire`, answering the segment the slot was taken in (or None)."""
+        if timeout == 0:  # the hot path: one try, no wait loop
+            return self._take_in(key)
         tries = self._tries(key, timeout)
         try:
             while True:
@@ -329,9 +269,10 @@ class Concurrency(Closing):
         """The acquire loop, once for both: yields each pause (seconds), returns the verdict.
         A slot frees with no notice (a release, a holder's death), so it looks again after a
         pause that doubles, cut at the deadline."""
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout cannot be negative, not {timeout!r}")
-        deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
+        if timeout is not None and not timeout >= 0:  # NaN too
+            raise ValueError(f"timeout must be seconds, not negative nor NaN, or None, not {timeout!r}")
+        forever = timeout is None or timeout == float("inf")
+        deadline_ns = None if forever else self._clock() + round(timeout * NS_PER_S)  # type: ignore[operator]
         pause = FIRST_PAUSE_S
         while True:
             seg = self._take_in(key)
@@ -365,6 +306,8 @@ class Concurrency(Closing):
             for seg in [*self._before, self._seg]:
                 if self._give_in(seg, key):
                     return
+        if self.closed:
+            raise WindowClosedError(f"concurrency {self.name!r} is closed: its slots were given back then")
         raise NotHeldError(f"concurrency {self.name!r}: this process holds no slot of key {key!r} to release")
 
     def _give_in(self, seg: _Segment, key: Key) -> bool:
@@ -387,19 +330,18 @@ class Concurrency(Closing):
 
     def count(self, key: Key) -> int:
         """Slots of ``key`` held now, by live processes (this one included)."""
-        return int(self._following(lambda: self._engine.count(key)))
+        return int(self._following(lambda seg: seg.engine.count(key)))
 
     def held(self, key: Key) -> int:
         """Slots of ``key`` this handle holds (in the name's segment: not those a reset forgot)."""
-        return int(self._following(lambda: self._engine.mine(key)))
+        return int(self._following(lambda seg: seg.engine.mine(key)))
 
     # -- live limits ------------------------------------------------------------------------------
 
     @property
     def limit(self) -> int:
         """The limit in force: the segment's, as the last change left it (any process's)."""
-        self._follow_if_moved()
-        return int(self._engine.limit())
+        return int(self._following(lambda seg: seg.engine.limit(), unless_moved=True))
 
     def set_limit(self, limit: int, *, on_change: str = "carry") -> None:
         """Change the limit for every process, at each one's next call: ``"carry"`` (in place,
@@ -415,7 +357,7 @@ class Concurrency(Closing):
         if on_change == "raise":
             raise _limit_error(self.name, self.limit, limit)
         if on_change == "carry":
-            self._following(lambda: self._engine.set_limit(limit))  # in place: every process's next call
+            self._following(lambda seg: seg.engine.set_limit(limit))  # in place: every process's next call
             return
         # reset: holding the mover's lock, a new segment under the name, empty, of that limit, made
         # under a passing name; then the limit in place (a mover killed after it is taken over with
@@ -428,7 +370,7 @@ class Concurrency(Closing):
         # segment -- and ours goes in place there.
         seen = self._seg
         before = self.limit
-        want = _reset_geometry(self.window.geometry, limit)
+        want = reset_geometry(self.window.geometry, limit)
         mover = ShmWindow.attach(self.name, self._opts)  # move() closes it (ours stays, for releases)
         if self._seg is seen and seen.engine.maps_same_file(mover):
             wrote: list[int] = []  # the limit written in place (the move's last step before the retire)
@@ -449,7 +391,7 @@ class Concurrency(Closing):
             mover.close()
         self._follow_if_moved()
         if self.limit != limit:  # another process's reset came first (its limit): ours in place
-            self._following(lambda: self._engine.set_limit(limit))
+            self._following(lambda seg: seg.engine.set_limit(limit))
 
     def _settled_limit(self) -> int:
         """The limit in force, read while no reset of the name's segment is under way: a reset
@@ -464,22 +406,27 @@ class Concurrency(Closing):
                 return limit
             self._follow_if_moved()  # the lock let go first: a dead mover is taken over there
 
-    def _following(self, call: Callable[[], Any]) -> Any:
-        """``call()``, again in the name's segment while this one was replaced (a reset)."""
+    def _following(self, call: Callable[[_Segment], Any], unless_moved: bool = False) -> Any:
+        """``call(seg)`` on the name's segment, again in the new one while it was replaced (a
+        reset: a row lock's call says so, ``unless_moved`` looks first for the reads that take
+        none) or closed by another thread's follow meanwhile; a follow cut short (a fork, an
+        exception: ``seg.retired`` but still bound) is finished here."""
         while True:
             seg = self._seg
             try:
-                return call()
-            except WindowMovedError:
-                with self._lock:
-                    self._follow_locked(seg)
+                if seg.retired or (unless_moved and seg.engine.moved()):
+                    raise WindowMovedError(f"concurrency {self.name!r} was replaced")
+                return call(seg)
+            except (WindowMovedError, WindowClosedError):
+                if seg.window.closed and self._seg is seg:  # in this order: a follow binds, then closes
+                    raise  # this handle was closed
+                if self._seg is seg:
+                    with self._lock:
+                        self._follow_locked(seg)  # (else another thread followed meanwhile: again)
 
     def _follow_if_moved(self) -> None:
-        """Follow a reset now (the reads that meet no row lock: the limit, the keys)."""
-        seg = self._seg
-        if seg.engine.moved():
-            with self._lock:
-                self._follow_locked(seg)
+        """Follow a reset now."""
+        self._following(lambda seg: None, unless_moved=True)
 
     def _follow_locked(self, seen: _Segment, window: Window | None = None) -> None:
         """Bind the name's segment (``window``, or reopened), the lock held, if this handle is
@@ -502,11 +449,12 @@ class Concurrency(Closing):
         for old in [o for o in self._before if not o.slots]:  # given back on the hot path meanwhile
             self._before.remove(old)
             old.window.close()
-        if seen.slots and not seen.window.closed:
+        kept = bool(seen.slots) and not seen.window.closed
+        if kept:
             self._before.append(seen)  # before the new one is bound: release's hot path reads them so
-        else:
-            seen.window.close()
         self._use(_Segment(window))
+        if not kept:  # after the new one is bound: a segment bound and closed is a closed handle's
+            seen.window.close()
 
     @contextmanager
     def hold(self, key: Key, timeout: float | None = None) -> Iterator[Concurrency]:
@@ -536,8 +484,7 @@ class Concurrency(Closing):
 
     def keys(self) -> list[Key]:
         """The keys in the segment: held, or not reused yet (idle or not)."""
-        self._follow_if_moved()
-        return all_keys(self.window)
+        return list(self._following(lambda seg: all_keys(seg.window), unless_moved=True))
 
     def holders(self) -> dict[Key, int]:
         """``{key: slots held now}`` of every key holding any (read key by key)."""

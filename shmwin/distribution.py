@@ -17,9 +17,6 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
-import numpy as np
-import numpy.typing as npt
-
 from . import backends
 from .backends.contract import Closing, Key, Of
 from .backends.options import Creating, Opening, spelled_out
@@ -38,7 +35,9 @@ from .geometry import (
 )
 from .rate import Duration
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy: imported by record_many and the reads, never by record or import shmwin
+    import numpy as np
+    import numpy.typing as npt
     from typing_extensions import Unpack
 
 DEFAULT_RESOLUTIONS = ("1m/1s", "1h/1m", "24h/1h")
@@ -168,6 +167,7 @@ class Distribution(Closing):
         inside the oldest bucket a resolution still keeps; a resolution whose buckets no longer
         reach a stamp skips it).
         Every value and stamp is checked before anything is stored (ValueError)."""
+        import numpy as np
         v = np.ascontiguousarray(_numbers(values, "values"), dtype=np.float64).reshape(-1)
         stamps = None if at is None else _stamps(at)
         self._engine.record_many(v, stamps, key)
@@ -278,6 +278,7 @@ class Distribution(Closing):
 
 def _numbers(values: npt.ArrayLike, what: str) -> npt.NDArray[Any]:
     """``values`` as an array of real numbers (bools and strings refused, as record() does)."""
+    import numpy as np
     arr = np.asarray(values)
     if arr.dtype.kind not in "iuf":
         raise TypeError(f"record_many(): {what} are numbers, not {arr.dtype} ({arr.reshape(-1)[:1]!r}...)")
@@ -287,6 +288,7 @@ def _numbers(values: npt.ArrayLike, what: str) -> npt.NDArray[Any]:
 def _stamps(at: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """``at`` as int64 ns: whole numbers that fit (a float is truncated nowhere, a uint64 past
     int64 wraps nowhere)."""
+    import numpy as np
     arr = _numbers(at, "stamps").reshape(-1)
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.floor(arr))):
         raise ValueError("record_many(): stamps are whole nanoseconds")
@@ -298,6 +300,7 @@ def _stamps(at: npt.ArrayLike) -> npt.NDArray[np.int64]:
 def histogram_of(sketch: Sketch, m: Merged, bounds: list[float]) -> list[int]:
     """Cumulative counts at ``bounds`` from merged bins, the exact min and max deciding the
     bins they can (every value <= max; none < min; UNDER holds values below ``low``)."""
+    import numpy as np
     reps = sketch.values()[FIRST_LOG_BIN:]
     log_cum = np.concatenate(([0], np.cumsum(m.bins[FIRST_LOG_BIN:])))
     total = int(m.bins.sum())

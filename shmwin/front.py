@@ -33,7 +33,6 @@ Prometheus export) read it as any window of role "decisions".
 
 from __future__ import annotations
 
-import asyncio
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator
@@ -42,7 +41,7 @@ from typing import Any, NamedTuple, Protocol
 
 from . import backends
 from .backends.contract import MAX_NAME_CHARS, Closing, Key, Of
-from .clock import Clock, host_clock
+from .clock import Clock, host_clock, loop_sleep
 from .errors import BackendUnavailableError, GeometryMismatchError, NotSupportedError, WindowNotFoundError
 from .policy import fallback, pause_s
 from .rate import NS_PER_S, format_ns
@@ -258,7 +257,7 @@ class Front(Closing):
         self._clock_arg = clock
         self._clock: Callable[[], int] = clock or host_clock()
         self._sleep: Callable[[float], object] = getattr(clock, "sleep", time.sleep)
-        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", asyncio.sleep)
+        self._async_sleep: Callable[[float], Awaitable[object]] = getattr(clock, "async_sleep", loop_sleep)
 
     def acquire(self, key: Key, timeout: float | None = None, cost: int = 1) -> bool:
         """Wait (sleeping, not spinning) until ``cost`` is allowed and count it.

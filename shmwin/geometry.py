@@ -16,11 +16,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from .rate import Duration, Rate, format_ns, to_ns
+
+if TYPE_CHECKING:  # numpy is imported by the few functions that build an array: a limiter never does
+    import numpy as np
+    import numpy.typing as npt
 
 # -- the limits and enumerations every backend shares ----------------------------------------
 # Geometry's own: the layers above the backends never import a byte format. Shared memory's format
@@ -72,19 +74,14 @@ class Ring:
         return self.bucket_ns if self.log else self.bucket_ns * self.n_buckets
 
     def __str__(self) -> str:
-        text = (
-            f"log of {self.n_buckets} per {format_ns(self.bucket_ns)}"
-            if self.log
-            else (f"{self.n_buckets}x{format_ns(self.bucket_ns)}")
-        )
+        per = format_ns(self.bucket_ns)
+        text = f"log of {self.n_buckets} per {per}" if self.log else f"{self.n_buckets}x{per}"
         return f"{text} limit={self.limit}" if self.limit else text
 
 
 # a distribution's bins per bucket (core/distribution.c places values by Sketch.bin_of's formula)
 BIN_ZERO, BIN_UNDER, BIN_OVER, FIRST_LOG_BIN = 0, 1, 2, 3  # v == 0; 0 < v < low; v > high; the log bins
 MAX_BINS = 1 << 16
-
-
 MAX_RANGE_RATIO = 1e300  # a distribution's high / low at most: its bin arithmetic never overflows
 
 
@@ -136,6 +133,7 @@ class Sketch:
 
     def values(self) -> npt.NDArray[np.float64]:
         """What each bin answers with (UNDER and OVER: NaN, the reader clamps to min and max)."""
+        import numpy as np
         g, out = self.gamma, np.full(self.n_bins, np.nan)
         out[BIN_ZERO] = 0.0
         out[FIRST_LOG_BIN:] = self.low * g ** np.arange(self.n_log) * (2 * g / (g + 1))
@@ -588,6 +586,7 @@ def expected_epochs(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.in
     of those lies in ``(now_epoch - n_buckets, now_epoch]``; slots outside the last ``k``
     get ``NO_EPOCH``. Readers then test liveness with a single ``==``.
     """
+    import numpy as np
     slots = np.arange(n_buckets, dtype=np.int64)
     epochs = now_epoch - (now_epoch - slots) % n_buckets
     epochs[(epochs <= now_epoch - k) | (epochs < 0)] = NO_EPOCH
@@ -596,5 +595,6 @@ def expected_epochs(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.in
 
 def slots_oldest_first(now_epoch: int, n_buckets: int, k: int) -> npt.NDArray[np.intp]:
     """Slot indices of the last ``k`` buckets, oldest first, the current one last."""
+    import numpy as np
     first = now_epoch - k + 1
     return np.arange(first, now_epoch + 1, dtype=np.int64) % n_buckets

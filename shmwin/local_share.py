@@ -43,7 +43,6 @@ meanwhile is counted against the global keys first.
 from __future__ import annotations
 
 import os
-import socket
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -129,6 +128,8 @@ def check_local(on_error: str, fallback: Rates | None, backend: str | None) -> N
 def host_id() -> str:
     """This host as the hosts zset knows it: hostname and the device of /dev/shm (two hosts in
     containers may share a hostname, never a tmpfs)."""
+    import socket  # here: only a share's set-up asks, and socket (with selectors) costs every process 5 ms
+
     try:
         device = os.stat("/dev/shm").st_dev
     except OSError:  # pragma: no cover - no /dev/shm: shared memory would not work either

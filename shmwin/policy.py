@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from .errors import TotalOverflowError
 from .geometry import Geometry
 from .rate import NS_PER_S, LimitStats, Rate
+
+if TYPE_CHECKING:  # numpy is imported by the functions below that read or build an array
+    import numpy as np
+    import numpy.typing as npt
 
 Number = int | float
 
@@ -109,6 +110,7 @@ def tightest(stats: Sequence[LimitStats]) -> LimitStats:
 
 def may_wrap(values: npt.NDArray[Any]) -> bool:
     """Could numpy's int64 sum of ``values`` pass int64 (and wrap)? Cheap and conservative."""
+    import numpy as np
     if values.dtype != np.int64 or values.size < 2:
         return False
     largest = np.abs(values).max()  # INT64_MIN stays negative under abs: caught by the < 0
@@ -117,6 +119,7 @@ def may_wrap(values: npt.NDArray[Any]) -> bool:
 
 def may_wrap_where(values: npt.NDArray[Any], where: npt.NDArray[np.bool_]) -> bool:
     """As :func:`may_wrap`, for the values ``where`` selects (no temporary array)."""
+    import numpy as np
     if values.dtype != np.int64 or values.size < 2:
         return False
     largest = max(int(values.max(where=where, initial=0)), -int(values.min(where=where, initial=0)))
@@ -159,6 +162,7 @@ def int64_total(value: Any, what: str) -> int:
 
 def values_of(values: npt.ArrayLike, dtype: str) -> npt.NDArray[Any]:
     """The batch as a flat array; TypeError/ValueError for what the window cannot add."""
+    import numpy as np
     batch = np.asarray(values)
     if batch.ndim != 1:
         batch = batch.reshape(-1)
@@ -172,6 +176,7 @@ def values_of(values: npt.ArrayLike, dtype: str) -> npt.NDArray[Any]:
 
 
 def stamps_of(at: npt.ArrayLike, batch: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    import numpy as np
     stamps = np.asarray(at)
     if stamps.shape != batch.shape or (stamps.size and stamps.dtype.kind not in "iu"):
         raise ValueError("at= must be integer monotonic ns timestamps, one per value")
@@ -180,6 +185,7 @@ def stamps_of(at: npt.ArrayLike, batch: npt.NDArray[Any]) -> npt.NDArray[np.int6
 
 def batch_sum(batch: npt.NDArray[Any], dtype: str) -> Number:
     """The batch's sum, never wrapped: int64 sums that could pass 2**63 are done in Python."""
+    import numpy as np
     if dtype == "int64" and batch.size and float(np.abs(batch).max()) * batch.size >= 2**63:
         return sum(int(v) for v in batch.tolist())
     return scalar(batch.sum(), dtype)
@@ -190,6 +196,7 @@ def items_by_bucket(
 ) -> list[tuple[int, int, Number]]:
     """Per ring, the batch summed by bucket: ``(ring, epoch, sum)``; a stamp in the future or
     older than the span is a ValueError, before anything is written."""
+    import numpy as np
     oldest_ns = max(now_ns - g.span_ns, -1)  # a monotonic clock never reads below 0
     if stamps.size and (stamps.max() > now_ns or stamps.min() <= oldest_ns):
         raise ValueError("at= holds timestamps in the future, or older than the window's span")

@@ -16,9 +16,6 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypedDict
 
-import numpy as np
-import numpy.typing as npt
-
 from . import backends
 from .backends.contract import Closing, Key, Of
 from .backends.options import CreatingAnywhere, Opening, OpeningAnywhere, spelled_out
@@ -49,7 +46,8 @@ from .policy import (
 )
 from .rate import NS_PER_S, Duration
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy: imported by the reads and add_many that build arrays, never by add
+    import numpy.typing as npt
     from typing_extensions import Unpack
 
 Number = int | float
@@ -416,6 +414,8 @@ class Window(Closing):
         if values.dtype == object:  # some bucket summed past int64 over stripes or keys
             for v in values:
                 int64_total(v, f"a bucket of {self._name_of(field)!r}")
+            import numpy as np
+
             return values.astype(np.int64)
         return values
 

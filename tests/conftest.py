@@ -18,6 +18,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+# numpy's BLAS pool, one thread a core, started when a test first reads an array: a SIGALRM
+# the kernel hands one of its threads stops the signal-storm tests' timer chain (test_native:
+# 0-1 alarms of ~190 in half the runs), and idle pool threads compete for the 2 cores. No test
+# does linear algebra; the children the tests start inherit this.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 # tests live in rings -- unit/ (pure, no shared memory), contract/ (one suite, every
 # backend), integration/<area>/ (real processes, servers, wheels) -- and share the helper
 # modules of support/ (helpers, servers, rootenv, cli_support, ...: tests/README.md)

@@ -24,12 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload, runtime_checkable
 
-import numpy.typing as npt
-
 from ..clock import Clock
 from ..geometry import Geometry, Meta
 from ..policy import WINDOW_ON_FULL
 from ..rate import Rate
+
+if TYPE_CHECKING:  # a Reading's array, for the type checker: a limiter's process never loads numpy
+    import numpy.typing as npt
 
 Key = str | bytes  # what a keyed window or limiter is keyed by, on every backend
 

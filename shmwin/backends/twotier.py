@@ -282,6 +282,9 @@ class TwoTierLimiter:
             self._owed.setdefault(key, []).extend([lease_id, t0_us, 0, t0_us])
 
     def _give_back(self, key: Key, backs: list[int]) -> None:
+        """Give ``backs`` back in a round trip of their own (not with a new lease's): a refusal
+        another worker of this host cached meanwhile may have counted them, so it is forgotten
+        once they are back (else the host refuses what Redis would grant, until d + P)."""
         backs = backs + self._owed.pop(key, [])
         try:
             self._server.lease(key, 0, 0, self._spend_us, backs)
@@ -289,6 +292,8 @@ class TwoTierLimiter:
             pass  # the master took it; a failover that loses it leaves refusals only
         except BackendUnavailableError:  # else stranded until d + P: refusals only
             self._owed[key] = self._owed.get(key, []) + backs  # idempotent: tried again next time
+            return
+        self._lease.forget_refusal(key)
 
     def check(self, key: Key, cost: int, commit: bool, detail: bool = True) -> Check:
         """``commit``: a hit (and, refused, when the cost would fit); else an answer: the host's

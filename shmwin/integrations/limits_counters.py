@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, TypeVar
 
+from .. import backends
 from ..backends.shm.roles import RoleEngine
 from ..backends.shm.roles.counters import UNIT as UNIT  # the core's units, for the tests
 from ..backends.shm.roles.counters import to_hits as to_hits
@@ -74,13 +75,18 @@ class CounterSegment:
     @classmethod
     def open(
         cls: type[S], name: str, period_ns: int, clock: Clock, capacity: int | None, create: bool,
-        on_full: str = WINDOW_ON_FULL, ready_timeout: float | None = None,
+        on_full: str = WINDOW_ON_FULL, ready_timeout: float | None = None, hash_key: bytes | None = None,
     ) -> S | None:
         """Create or attach (``create``), or attach only: None if the segment is not there.
         ``on_full``: what the core answers a key that finds the table full (core/counters.c);
-        ``ready_timeout``: how long an attach waits for its creator (None: the default)."""
+        ``ready_timeout``: how long an attach waits for its creator (None: the default);
+        ``hash_key``: the SipHash key it is created with (None: its own, random)."""
         if not create:
             w = attach_segment(name, cls.role, clock, on_full, ready_timeout)
             return None if w is None else cls(w, w.geometry.bucket_ns)
         want = cls.created_as(period_ns, capacity)
-        return cls(Window.open_geometry(name, want, clock=clock, on_full=on_full), period_ns)
+        if hash_key is None:
+            return cls(Window.open_geometry(name, want, clock=clock, on_full=on_full), period_ns)
+        # shared memory's own option, past the public open_geometry (its signature is held as it is)
+        opened = backends.open("window", name, want, clock=clock, on_full=on_full, hash_key=hash_key)
+        return cls(Window._over(opened, clock), period_ns)

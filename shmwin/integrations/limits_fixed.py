@@ -50,6 +50,11 @@ class FixedWindows(CounterSegment):
         """Its engine: a storage sums a key limits did not build over its segments' (boards.ForeignSum)."""
         return self._engine
 
+    @property
+    def hash_key_named(self) -> tuple[str, bytes]:
+        """(its name, its SipHash key): a storage's new fixed window takes one of its others' (boards.py)."""
+        return self.counts.name, self.counts.meta.hash_key
+
     def end_ns(self, key: str) -> int | None:
         """When ``key``'s live window ends, or None if it has none."""
         live = self._engine.get(key)

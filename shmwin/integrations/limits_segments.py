@@ -149,11 +149,9 @@ class StorageSegments:
             raise StorageOptionError(f"{uri!r}: unknown option(s) {unknown}; shm:// takes {list(OPTIONS)}")
         self.prefix = prefix
         self._names: tuple[tuple[str, ...] | None, list[str]] = (None, [])  # listed_names(), ours
-        # a foreign key's fixed windows (_foreign_fixed): the board's value read before the
-        # listing that found them, the board (None: none yet), the listing it was looked for at
+        # a foreign key's fixed windows (_foreign_fixed), the board's value read before listing them,
+        # the board; their sum in one native call (foreign.get: None once the board moved, get lists)
         self._fixed_seen: tuple[int | None, list[FixedWindows]] = (None, [])
-        # their sum in one native call: ShmStorage.get calls foreign.get, which answers while the
-        # board holds what it held at the listing (else None: get below lists again)
         self.foreign = boards.ForeignSum()
         self._board: boards.Board | None = None
         self.capacity = _int_option(uri, given, "capacity", None, 1, MAX_CAPACITY)
@@ -225,14 +223,12 @@ class StorageSegments:
     def _fixed(self, expiry: float, create: bool) -> FixedWindows | None:
         """The fixed windows of a period: created if asked, else None if there are none."""
         found = self._per_period(FixedWindows, "fixed", expiry, create)
-        assert found is None or isinstance(found, FixedWindows)
-        return found
+        return found if isinstance(found, FixedWindows) else None
 
     def _sliding(self, expiry: float, create: bool) -> SlidingCounters | None:
         """The sliding window counters of a period: created if asked, else None if there are none."""
         found = self._per_period(SlidingCounters, "sliding", expiry, create)
-        assert found is None or isinstance(found, SlidingCounters)
-        return found
+        return found if isinstance(found, SlidingCounters) else None
 
     def _per_period(
         self, kind: type[FixedWindows] | type[SlidingCounters], name: str, expiry: float, create: bool
@@ -241,15 +237,21 @@ class StorageSegments:
         if found is not None:  # the hot path: no name to build
             assert isinstance(found, kind)
             return found
-        segment = self._name(name, expiry)
+        segment, hash_key = self._name(name, expiry), None
         found = self._open.get(segment)
+        fresh = found is None and create and kind is FixedWindows  # made (or first opened) here
+        if fresh:  # the storage's fixed windows share one hash key (its listing may open this one)
+            hash_key = boards.shared_hash_key(lambda: [w.hash_key_named for w in self._foreign_fixed()])
+            found = self._open.get(segment)
         if found is None:
-            found = kind.open(segment, _expiry_ns(expiry), self.clock, self.capacity, create, self.on_full)
+            ns, clock = _expiry_ns(expiry), self.clock
+            found = kind.open(segment, ns, clock, self.capacity, create, self.on_full, hash_key=hash_key)
             if found is None:
                 return None
             self._open[segment] = found
-            if create and kind is FixedWindows:  # after it exists: readers of foreign keys look again
-                boards.touch(self.prefix)
+        if fresh:  # after it exists: readers of foreign keys look again (this one too, board or none)
+            boards.touch(self.prefix)
+            self.foreign.forget()
         assert isinstance(found, kind)
         self._by_spec[name, 0, expiry] = found
         return found
@@ -304,9 +306,8 @@ class StorageSegments:
         """What ``on_full`` answers for a limit's segment that found no room on /dev/shm
         (OutOfSpaceError before any core exists): called only from an ``except OutOfSpaceError``,
         so "raise" re-raises what was caught. A key that finds its segment's table full is the
-        core's to answer: every segment here is opened with this storage's ``on_full``, and
-        fixed_incr answers a count of 0 ("allow") or one over any limit ("deny"), sliding_hit
-        and moving_hit True or False, raising only for "raise"."""
+        core's to answer (every segment has this storage's ``on_full``): fixed_incr answers a
+        count of 0 ("allow") or over any limit ("deny"), sliding_hit and moving_hit a bool."""
         if self.on_full == "raise":
             raise
         return allowed if self.on_full == "allow" else denied
@@ -340,11 +341,10 @@ class StorageSegments:
 
     def _foreign_fixed(self) -> list[FixedWindows]:
         """Every fixed-window segment of this storage, for a key limits did not build. While the
-        board (boards.py) holds the value read before they were listed, no segment was created
-        or removed since: a memory load, no system call. Else list again: the board opened (made
-        if there is none and the last listing found a fixed window), its value read, then checked to be
-        still the file at its path (a remover's board is gone), then /dev/shm listed (one stat
-        when it did not change) and the segments held here checked against their files."""
+        board (boards.py) holds the value read before they were listed, none was made or removed
+        since: a load. Else list again: the board opened (made if missing while the last listing
+        found a fixed window), its value read, checked to be the file at its path (a remover's is
+        gone), /dev/shm listed (one stat if unchanged), the segments held checked against their files."""
         if self.foreign.holds():  # the board, and the once-a-second recheck (fixedsum.c)
             return self._fixed_seen[1]
         # made again if missing while the last listing found a fixed window (whose removal will

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypedDict, TypeVar
@@ -351,6 +350,8 @@ class _Settings:
         if rng is not None and not callable(getattr(rng, "random", None)):
             raise TypeError(f"rng must have a random() method (random.Random), not {rng!r}")
         refresh_ns = 0 if refresh == 0 else to_ns(refresh, "refresh")
+        import random  # the default rng: imported by a breaker's set-up, not by every process's import
+
         return cls(
             float(k),
             protection,

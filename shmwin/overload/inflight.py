@@ -26,8 +26,6 @@ import threading
 from contextlib import suppress
 from typing import Any
 
-import numpy as np
-
 from ..clock import Clock, host_clock
 from ..errors import KeyTableFullError, WindowClosedError
 from ..rate import Duration, to_ns
@@ -193,7 +191,9 @@ class InFlight:
             try:
                 if now_ns % self._bucket_ns < self._bucket_ns - _MARGIN_NS:
                     self._add(1, FIELD, key)
-                else:  # near a bucket's end: place the +1 by its stamp
+                else:  # near a bucket's end: place the +1 by its stamp (add_many's numpy: only here)
+                    import numpy as np
+
                     self.window.add_many(np.array([1]), FIELD, np.array([now_ns]), key)
                 return now_ns
             except KeyTableFullError:
@@ -212,6 +212,8 @@ class InFlight:
         if now_ns // bucket_ns == stamp // bucket_ns and now_ns % bucket_ns < bucket_ns - _MARGIN_NS:
             self._add(-1, FIELD, key)
             return
+        import numpy as np  # only past the fast path above, as in begin()
+
         with suppress(ValueError):  # older than the span: its +1 has aged out already
             self.window.add_many(np.array([-1]), FIELD, np.array([stamp]), key)
 

@@ -183,17 +183,18 @@ def _hammer(name: str, backend: str | None, out, slot: int) -> None:
 
 
 def test_limiter_exact_across_processes(opened, backend, name):
-    opened(Limiter, name, "500/hour")
+    lim = opened(Limiter, name, "500/hour")
     ctx = mp.get_context("spawn")
     out = ctx.Array("q", 3, lock=False)
     procs = [ctx.Process(target=_hammer, args=(name, backend, out, i)) for i in range(3)]
     run_all(procs, timeout_s=120)
-    if backend is not None and backend.startswith("shm+"):
-        # two tiers: never over; under only by a lease stranded while its process stalled past
-        # the lease's spend time (1 s here: a loaded CI machine), at most one lease of N // 8
-        assert 500 - 500 // 8 <= sum(out) <= 500, sum(out)
-    else:
-        assert sum(out) == 500
+    # exact on two tiers too, however the load stalls the workers: a lease that expired, one a
+    # closing worker sealed, one that came back too late, goes back to Redis, and a refusal
+    # cached meanwhile is forgotten (489 of 500 on the loaded CI machine before: a worker
+    # refused by Redis while another's close was giving hits back kept refusing after;
+    # integration/twotier/test_twotier_refusals.py drives each interleaving)
+    assert sum(out) == 500, list(out)
+    assert lim.stats("client").used == 500  # and no hit counted that was not admitted: none stranded
 
 
 # -- the policy written once above the backends -------------------------------------------------

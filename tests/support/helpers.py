@@ -92,6 +92,25 @@ def wait_stopped(pid: int, timeout: float = 30) -> None:
         time.sleep(0.005)
 
 
+FUTEX_WAITERS = 0x80000000  # the bit a process sets in a mutex's word before it sleeps on it
+FUTEX_TID_MASK = 0x3FFFFFFF  # the holder's thread id
+
+
+def lock_words(name: str) -> list[int]:
+    """The first word of each robust mutex in the lock table of segment ``name`` (glibc's futex
+    word: the holder's tid, FUTEX_WAITERS once a locker slept on it). A sleeper's bit stays until
+    the holder unlocks, so with the holder stopped it tells, after the fact and whatever the
+    machine's load, whether any process blocked on that lock at all."""
+    from shmwin.backends.shm import header, layout
+    from shmwin.backends.shm.segment import path_of
+
+    with open(path_of(name), "rb") as f:
+        g, lay, _ = header.unpack_header(f.read(layout.HEADER_BYTES), os.fstat(f.fileno()).st_size)
+        f.seek(lay.locks_off)
+        table = f.read(g.n_locks * layout.LOCK_BYTES)
+    return [int.from_bytes(table[i : i + 4], "little") for i in range(0, len(table), layout.LOCK_BYTES)]
+
+
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)  # a fenced block of Markdown
 
 

@@ -13,6 +13,6 @@ from .token_bucket import ShmTokenBucket
 from .window import ShmWindow
 
 # what only this backend honours, beyond the geometry (mode and stripes are in it already)
-SHM_OPTIONS = frozenset({"perm", "lock_timeout", "ready_timeout", "mode", "stripes", "on_change"})
+SHM_OPTIONS = frozenset({"perm", "lock_timeout", "ready_timeout", "mode", "stripes", "on_change", "hash_key"})
 
 __all__ = ["SHM_OPTIONS", "ShmLimiter", "ShmTokenBucket", "ShmWindow"]

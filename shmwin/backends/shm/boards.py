@@ -27,13 +27,15 @@ from __future__ import annotations
 import mmap
 import os
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..._core import FixedSum, StorageGet
+from ...errors import ShmwinError
 from .roles.fixed import FixedEngine
 from .segment import board_path
 
-__all__ = ["Board", "ForeignSum", "StorageGet", "path_of", "touch"]  # StorageGet: ShmStorage.get
+# StorageGet: ShmStorage.get
+__all__ = ["Board", "ForeignSum", "StorageGet", "path_of", "shared_hash_key", "touch"]
 
 _WORD_BYTES = 8
 _FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -97,6 +99,20 @@ def touch(prefix: str) -> None:
     board = Board.open(prefix, create=True)
     if board is not None:
         board.touch()
+
+
+def shared_hash_key(windows: Callable[[], Iterable[tuple[str, bytes]]]) -> bytes | None:
+    """The SipHash key a storage's new fixed-window segment is made with, from its fixed windows'
+    (name, hash key) listed: the one of least name (None: none yet, a random key). Its readers
+    then hash a key once a call, not once a segment (FixedSum groups its cores by key). Every
+    creator picks the same, whichever process it is; two first creators at once may pick two
+    (each hashed once), and a segment made by an older shmwin keeps its own. The key stays
+    where it was, in the segments' headers (mode 0600). A segment that cannot be read leaves
+    the new one a key of its own: a cost only, never an error of the incr that creates it."""
+    try:
+        return min(windows(), default=(None, None))[1]
+    except (ShmwinError, OSError):
+        return None
 
 
 class ForeignSum:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
-import re
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +39,7 @@ from typing import Any
 
 from ..._core import ConcurrencyCore, LimiterCore, TokenBucketCore
 from ...clock import host_clock
-from ...errors import GeometryMismatchError, KeyTableFullError, SegmentNotReadyError
+from ...errors import GeometryMismatchError, KeyTableFullError, SegmentNotReadyError, WindowMovedError
 from ...geometry import Geometry, Ring
 from ..contract import Key
 from . import native, segment
@@ -72,7 +71,10 @@ def generation(window: ShmWindow) -> tuple[int, int, tuple[int, ...]]:
 
 
 def moved(window: ShmWindow) -> bool:
-    return bool(generation(window)[0] & LIVE_MOVED)
+    try:
+        return bool(generation(window)[0] & LIVE_MOVED)
+    except WindowMovedError:  # retired between the core's two loads of the word
+        return True
 
 
 def live_geometry(window: ShmWindow) -> Geometry:
@@ -145,17 +147,21 @@ def move(
     concurrency reset's limit in place: a mover killed after it is taken over with it, and an
     opener reads it under the lock's shared side, :func:`no_mover`)."""
     name, path = old.name, old._seg.path
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW) if _same_file(path, old) else -1
+    fd = _open_lockable(path, os.O_RDWR) if _same_file(path, old) else -1
     try:
-        ours = fd >= 0 and _lock(fd, opts.ready_timeout) and os.fstat(fd).st_ino == old._ino
-        if not ours or not _same_file(path, old):
+        locked = fd >= 0 and _lock(fd, opts.ready_timeout)
+        if fd >= 0 and not locked and _same_file(path, old):
+            old.close()
+            waited = f"another process has been replacing it for over {opts.ready_timeout} s"
+            raise SegmentNotReadyError(f"window {name!r}: {waited}; try again")
+        if not locked or os.fstat(fd).st_ino != old._ino or not _same_file(path, old):
             old.close()
             return reopen(name, opts)  # moved by another process meanwhile
         perm = stat.S_IMODE(os.fstat(fd).st_mode)  # the new segment is trusted as the old one was
         _replace(old, want, carry, dataclasses.replace(opts, perm=perm), first)
     finally:
         if fd >= 0:
-            os.close(fd)  # lets go of the flock
+            _close_lockable(fd)  # lets go of the flock
     old.close()
     return reopen(name, opts)
 
@@ -168,7 +174,7 @@ def _replace(
     any exception rolls back -- the new segment goes and the old one is live again, as it was
     (a kill is a dead mover's: the next call takes over, :func:`reopen`). The carry runs on the
     segment's own clock (:class:`_StampClock`), whatever clock the mover runs."""
-    _drop_passing(old.name)  # a dead mover's (we hold the lock every mover holds while it has one)
+    segment.unlink_dead_passing(old._seg.path, old.name)  # a dead mover's (not a live one's of a name alike)
     passing = f"{_passing_prefix(old.name)}{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
     want = at_least(want, old.geometry)
     mover_ns = int((opts.clock or host_clock())())
@@ -301,7 +307,7 @@ def reopen(name: str, opts: ShmOptions) -> ShmWindow:
             return window
         fd = -1
         with suppress(FileNotFoundError):
-            fd = os.open(window._seg.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = _open_lockable(window._seg.path, os.O_RDWR)
         try:
             if fd >= 0 and _lock(fd, 0) and _same_file(window._seg.path, window):
                 # its mover died (or gave up): what it made goes (_replace), and the move is done here
@@ -309,7 +315,7 @@ def reopen(name: str, opts: ShmOptions) -> ShmWindow:
                 _replace(window, live_geometry(window), True, kept)
         finally:
             if fd >= 0:
-                os.close(fd)
+                _close_lockable(fd)
         window.close()
         if time.monotonic() > deadline:
             raise SegmentNotReadyError(f"window {name!r} is being replaced (new rates): not ready in time")
@@ -321,34 +327,49 @@ def _passing_prefix(name: str) -> str:
     return f"{name[:150]}.moving-"
 
 
-def _drop_passing(name: str) -> None:
-    """Remove the passing segments a dead mover of ``name`` left: called holding the lock of the
-    file under the name, which every mover of it holds while its passing segment exists."""
-    prefix = _passing_prefix(name)
-    for found in segment.names():
-        rest = found[len(prefix) :] if found.startswith(prefix) else ""
-        if re.fullmatch(r"[0-9]+-[0-9]+", rest):
-            segment.unlink(found)
-
-
 @contextmanager
 def no_mover(window: ShmWindow, timeout_s: float) -> Iterator[None]:
     """Hold a shared flock of ``window``'s file (waited for up to ``timeout_s``, else
     SegmentNotReadyError): meanwhile no mover of it works -- each holds it exclusively from before
     it changes anything until the name is its new segment. Nothing to hold if the file is gone."""
     try:
-        fd = os.open(window._seg.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = _open_lockable(window._seg.path, os.O_RDONLY)
     except FileNotFoundError:
         yield
         return
     try:
         if not _lock(fd, timeout_s, fcntl.LOCK_SH):
-            raise SegmentNotReadyError(
-                f"window {window.name!r} is being replaced (new rates): not ready in time"
-            )
+            raise SegmentNotReadyError(f"window {window.name!r} is being replaced: not ready in time")
         yield
     finally:
-        os.close(fd)
+        _close_lockable(fd)
+
+
+_LOCKABLE_FDS: set[int] = set()  # this process's fds of a segment file it flocks (a mover, an opener)
+
+
+def _open_lockable(path: str, flags: int) -> int:
+    fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW)
+    _LOCKABLE_FDS.add(fd)
+    return fd
+
+
+def _close_lockable(fd: int) -> None:
+    _LOCKABLE_FDS.discard(fd)
+    os.close(fd)
+
+
+def _close_lockables_in_child() -> None:
+    """A flock belongs to the open file, which a forked child shares: a child forked while a
+    thread of its parent held one would hold it for its whole life (every reset of the name then
+    waiting it out). The child closes its copies; the parent's thread lets go as it would."""
+    for fd in list(_LOCKABLE_FDS):
+        with suppress(OSError):
+            os.close(fd)
+    _LOCKABLE_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_lockables_in_child)
 
 
 def _lock(fd: int, timeout_s: float, mode: int = fcntl.LOCK_EX) -> bool:

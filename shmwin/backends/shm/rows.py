@@ -141,14 +141,6 @@ class Rows:
         return int(epochs.max()) if epochs.size else -1
 
 
-def rings_view(mm: Any, lay: Layout) -> npt.NDArray[np.uint8]:
-    """Every row's rings (the bytes after its key header) as bytes: (rows, lay.rings_bytes)."""
-    view: npt.NDArray[np.uint8] = np.ndarray(
-        (lay.n_rows, lay.rings_bytes), np.uint8, mm, lay.rows_off + lay.ring_words[0] * _W, (lay.row_bytes, 1)
-    )  # fmt: skip
-    return view
-
-
 def _ring_view(raw: npt.NDArray[np.uint8], g: Geometry, lay: Layout, index: int) -> RingView:
     slot_bytes = lay.slot_words * _W
     first = lay.bucket_words[index]

@@ -285,7 +285,7 @@ def unlink(name: str) -> bool:
     return _unlink_at(path_of(name), name)
 
 
-def _unlink_dead_passing(path: str, name: str) -> None:
+def unlink_dead_passing(path: str, name: str) -> None:
     """Remove the ``NAME.moving-PID-N`` segments beside ``path`` whose PID is gone: a live mover
     makes one under the name's lock and renames it over the name, so one left behind is a dead
     mover's."""
@@ -316,7 +316,7 @@ def _unlink_at(path: str, name: str) -> bool:
     decisions = name + ".decisions"
     if found and len(decisions) <= MAX_NAME_CHARS:
         _unlink_path(path + ".decisions", decisions)
-    _unlink_dead_passing(path, name)
+    unlink_dead_passing(path, name)
     return found
 
 

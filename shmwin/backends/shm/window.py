@@ -17,13 +17,11 @@ from __future__ import annotations
 import mmap
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from ... import _core
 from ...clock import Clock, checked_clock, host_clock, host_monotonic_ns
@@ -44,9 +42,14 @@ from .format import COUNTER_ROLES
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
-from .rows import RingView, Rows, rings_view
 from .segment import Segment, path_of
 from .stripes import StripeTable
+
+if TYPE_CHECKING:  # rows.py reads in numpy: imported at a window's first read, never by an add
+    import numpy as np
+    import numpy.typing as npt
+
+    from .rows import RingView, Rows
 
 _W = layout.WORD_BYTES
 # a window's buckets cannot change under its writers (a limiter's rates can: live.py)
@@ -76,12 +79,14 @@ class ShmOptions:
     lock_timeout: float = LOCK_TIMEOUT_S  # seconds a writer waits for a lock before repair
     ready_timeout: float = READY_TIMEOUT_S  # seconds an attach waits for a creator to finish
     on_full: str = WINDOW_ON_FULL  # what the core answers when the key table is full
+    hash_key: bytes | None = None  # a new segment's SipHash key (None: random; see hash_key_of)
 
     @classmethod
     def of(cls, req: Request) -> ShmOptions:
         return cls(
             req.clock, req.option("perm", PERM), req.option("lock_timeout", LOCK_TIMEOUT_S),
             req.option("ready_timeout", READY_TIMEOUT_S), req.on_full,
+            hash_key_of(req.option("hash_key", None)),
         )  # fmt: skip
 
 
@@ -111,7 +116,7 @@ class ShmWindow:
         self = cls.__new__(cls)
         for _ in range(10):  # a racing unlink sends us round again
             try:
-                seg = _create(name, want, opts.perm, opts.clock)
+                seg = _create(name, want, opts.perm, opts.clock, opts.hash_key)
                 self._bind(seg, opts)
                 return self
             except WindowExistsError:
@@ -135,7 +140,7 @@ class ShmWindow:
     def create(cls, name: str, want: Geometry, opts: ShmOptions = ShmOptions()) -> ShmWindow:
         """Create a new segment; :class:`WindowExistsError` if the name is taken. (Only windows
         are created exclusively: their on_full, the window's, is what the request holds.)"""
-        seg = _create(name, want, opts.perm, opts.clock)
+        seg = _create(name, want, opts.perm, opts.clock, opts.hash_key)
         self = cls.__new__(cls)
         self._bind(seg, opts)
         return self
@@ -185,9 +190,7 @@ class ShmWindow:
         # ``np.ndarray(buffer=mm)`` would not): a reader in another thread still using one keeps
         # the mapping alive, and close() then leaves the unmapping to the GC
         self._buf = memoryview(seg.mm)
-        self._raw = np.frombuffer(seg.mm, np.uint8)
         self._q = self._buf.cast("q")
-        self._rows = Rows(self._raw, g, lay)
         self._stripes = StripeTable(core)
         self._keys: KeyTable | None = None
         if g.keyed:
@@ -199,6 +202,21 @@ class ShmWindow:
             self.add = self._add_refused  # type: ignore[method-assign]
             self.add_and_total = self._add_refused  # type: ignore[method-assign,assignment]
         self._closed = False
+
+    # numpy's views, built at the first read: a process that only adds or hits (most of them)
+    # never imports numpy (0.09 CPU-s) nor builds views it would not read; never after close()
+    @cached_property
+    def _raw(self) -> npt.NDArray[np.uint8]:
+        import numpy as np
+
+        self._check_open()
+        return np.frombuffer(self._seg.mm, np.uint8)
+
+    @cached_property
+    def _rows(self) -> Rows:
+        from .rows import Rows
+
+        return Rows(self._raw, self._g, self._lay)
 
     def _claim_stripe(self) -> tuple[int, int]:
         """The core's callback when this process has no stripe yet (first add, or after a
@@ -291,6 +309,8 @@ class ShmWindow:
     def top(self, n: int, value_index: int, ring_index: int, k: int) -> list[tuple[Key, Number]]:
         keys = self._keyed()
         per_row, _ = self._live(value_index, ring_index, k, None, per_row=True)
+        import numpy as np
+
         order = np.argsort(per_row, kind="stable")[::-1]
         out: list[tuple[Key, Number]] = []
         for slot in order[: max(n, 0) * 2]:
@@ -403,7 +423,7 @@ class ShmWindow:
         for _ in range(100):
             now_ns = self._clock()
             rows, generation = self._rows_for(key)
-            values = Rows.live(r, k, now_ns, rows, value_index, per_row)
+            values = self._rows.live(r, k, now_ns, rows, value_index, per_row)
             if generation is None or self._keys is None or self._keys.generation(rows.start) == generation:
                 return values, now_ns
         raise ShmwinError(f"key {key!r} kept moving while it was read")
@@ -449,7 +469,9 @@ class ShmWindow:
                 self.__dict__.pop(bound, None)  # back to the class's, which raise
             # drop (never release) the views: a reader in another thread may still hold one,
             # and its export then keeps the mapping alive until it lets go
-            del self._rows, self._keys, self._stripes, self._q, self._buf, self._raw
+            del self._keys, self._stripes, self._q, self._buf
+            for view in ("_rows", "_raw"):  # built at a first read, if one came
+                self.__dict__.pop(view, None)
             with suppress(BufferError):
                 self._seg.close()
 
@@ -480,7 +502,18 @@ class ShmWindow:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _create(name: str, g: Geometry, perm: int, clock: Clock | None) -> Segment:
+def hash_key_of(given: object) -> bytes | None:
+    """The ``hash_key`` option, checked: 16 bytes, not all zero (None: a random one). A limits
+    storage gives its fixed windows one key (integrations/limits_segments.py), so that summing
+    a key over them hashes it once; anyone else gets a key of the segment's own."""
+    if given is None:
+        return None
+    if not isinstance(given, bytes) or len(given) != 16 or not any(given):
+        raise ValueError(f"hash_key must be 16 bytes, not all zero, not {type(given).__name__} {given!r:.60}")
+    return given
+
+
+def _create(name: str, g: Geometry, perm: int, clock: Clock | None, hash_key: bytes | None = None) -> Segment:
     """A new segment of geometry ``g``: a keyed one is sized for its capacity but reserves
     only its header, locks and first index (rows are reserved as keys come). The header
     says which clock its writers read (``clock.clock_kind``, default "monotonic")."""
@@ -488,18 +521,23 @@ def _create(name: str, g: Geometry, perm: int, clock: Clock | None) -> Segment:
     clock_kind = getattr(clock, "clock_kind", "monotonic")
     if clock_kind not in layout.CLOCKS:
         raise ValueError(f"clock_kind must be one of {layout.CLOCKS}, not {clock_kind!r}")
-    return Segment.create(name, lay.total_bytes, perm, _initialiser(g, clock_kind), reserve=lay.first_bytes)
+    init = _initialiser(g, clock_kind, hash_key)
+    return Segment.create(name, lay.total_bytes, perm, init, reserve=lay.first_bytes)
 
 
-def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.mmap], None]:
+def _initialiser(
+    g: Geometry, clock_kind: str = "monotonic", hash_key: bytes | None = None
+) -> Callable[[mmap.mmap], None]:
     """Fill a new segment: header, locks, stripes, empty epochs -- and the magic word last.
-    Keyed rows are filled as they are handed out; their table starts empty (all zero)."""
+    Keyed rows are filled as they are handed out; their table starts empty (all zero). Its
+    SipHash key: ``hash_key`` if given (hash_key_of), else 16 random bytes."""
 
     def init(mm: mmap.mmap) -> None:
         lay = Layout.plan(g)
         # int(): a time-mocking library may have patched the clocks to return floats
         meta = Meta(
-            os.getpid(), int(time.time_ns()), host_monotonic_ns(), _boot_id(), os.urandom(16), clock_kind
+            os.getpid(), int(time.time_ns()), host_monotonic_ns(), _boot_id(), hash_key or os.urandom(16),
+            clock_kind,
         )
         mm[: layout.HEADER_BYTES] = header.pack_header(g, lay, meta)
         mm[layout.ROWS_IN_USE_OFF : layout.ROWS_IN_USE_OFF + _W] = (1).to_bytes(_W, "little")
@@ -508,12 +546,18 @@ def _initialiser(g: Geometry, clock_kind: str = "monotonic") -> Callable[[mmap.m
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
         if not g.keyed:
             init_stripes(mm, lay.stripes_off, g.n_stripes + 1)
-            rows = rings_view(mm, lay)
-            rows[:] = np.frombuffer(layout.empty_rings(g, lay), np.uint8)
-            del rows
+            _fill_rings(mm, lay, layout.empty_rings(g, lay))
         mm[0:_W] = layout.MAGIC
 
     return init
+
+
+def _fill_rings(mm: mmap.mmap, lay: Layout, empty: bytes) -> None:
+    """Every row's rings (the bytes after its key header) set to ``empty``: a slice a row, so
+    that creating a window loads no numpy (65 rows by default: microseconds, once)."""
+    first = lay.rows_off + lay.ring_words[0] * _W
+    for at in range(first, first + lay.n_rows * lay.row_bytes, lay.row_bytes):
+        mm[at : at + len(empty)] = empty
 
 
 def _ready(mm: mmap.mmap) -> bool:
@@ -522,6 +566,8 @@ def _ready(mm: mmap.mmap) -> bool:
 
 
 def _boot_id() -> bytes:
+    import uuid  # here: only a segment's creation asks, and uuid (with platform) costs every process 2 ms
+
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return uuid.UUID(f.read().strip()).bytes

@@ -163,6 +163,19 @@ def test_a_flipped_bit_in_rows_top_reserves_nothing(keyed, name, bit):
     assert os.stat(path_of(name)).st_blocks == blocks
 
 
+def test_a_bad_rows_top_is_raised_where_a_row_would_be_followed(keyed, name):
+    """find_key checks rows_top at the first index entry of the key's hash, not before its
+    probe (a foreign key's sum probes every fixed window: issue #30): a key found raises, as
+    every insert does; a key whose probe ends at an entry never used follows no row, counts 0."""
+    spoil(name, layout.ROWS_TOP_OFF, word(name, layout.ROWS_TOP_OFF) ^ (1 << 23))
+    core = keyed._backend._core
+    with pytest.raises(CorruptSegmentError, match="rows_top"):
+        core.find("a")
+    with pytest.raises(CorruptSegmentError, match="rows_top"):
+        keyed.add(1, key="new")
+    assert core.find("absent") is None  # no entry of its hash: nothing followed
+
+
 FULL_TMPFS = """
 import os, signal, struct, subprocess, sys
 import shmwin

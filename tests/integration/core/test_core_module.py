@@ -24,7 +24,7 @@ from shmwin.backends.shm.layout import Layout
 from shmwin.geometry import Geometry, Meta, Ring
 
 PYI = ROOT / "shmwin" / "_core.pyi"
-TEST_BUILD_ONLY = {"failpoint", "failpoint_fired"}
+TEST_BUILD_ONLY = {"failpoint", "failpoint_fired", "lock_waits"}
 MISSING = object()
 
 

@@ -178,11 +178,11 @@ def test_a_corrupted_row_header_is_an_error_not_a_spin(name):
         fd = os.open(shmwin.backends.shm.segment.path_of(name), os.O_RDWR)
         os.pwrite(fd, (987654).to_bytes(8, "little"), row_off)  # the row's copy of the generation
         os.close(fd)
-        fresh = Window.attach(name, lock_timeout=2)  # no cached slot: it must look the key up
+        fresh = Window.attach(name, lock_timeout=60)  # no cached slot: it must look the key up
         started = time.monotonic()
         with pytest.raises(shmwin.CorruptSegmentError, match="disagree"):
             fresh.add(1, key="victim")
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 30  # not a wait for the 60 s lock timeout (load: < 1 s)
         fresh.add(1, key="other")  # the rest of the table still works
         assert fresh.total(key="other") == 1
         fresh.close()
@@ -275,7 +275,7 @@ def _poke_word(name: str, offset: int, value: int) -> None:
 
 
 def test_an_impossible_head_epoch_is_an_error_not_a_loop(name):
-    with Limiter(name, "10/minute", lock_timeout=2) as lim:
+    with Limiter(name, "10/minute", lock_timeout=60) as lim:
         lim.hit("k")
         slot, _ = lim._backend._core.find("k")
         lay = lim.window._backend._lay
@@ -286,7 +286,7 @@ def test_an_impossible_head_epoch_is_an_error_not_a_loop(name):
             for call in (lambda: lim.test("k"), lambda: lim.stats("k"), lambda: lim.hit("k")):
                 with pytest.raises(shmwin.CorruptSegmentError, match="impossible epoch"):
                     call()
-            assert time.monotonic() - started < 1
+            assert time.monotonic() - started < 30  # no wait for the 60 s lock timeout
         assert lim.hit("other")  # the rest of the limiter still works
         lim.unlink()
 

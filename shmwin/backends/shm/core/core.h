@@ -43,6 +43,7 @@ extern long fp_left;   /* stores left in the running section; 0 = not counting *
 void fp_enter(const char *section);
 void fp_fire(void);
 extern int fp_nospace;  /* nospace(True): every reservation fails as on a full /dev/shm */
+extern long long fp_lock_waits;  /* lock_waits(): this process's sleeps on a held lock */
 #define NOSPACE_FOR_TEST() fp_nospace
 #define SECTION(name) do { if (fp_armed) fp_enter(name); } while (0)
 #define END_SECTION() (fp_left = 0)

@@ -100,6 +100,27 @@ static void fs_dealloc(FixedSum *s) {
     free_instance((PyObject *)s);
 }
 
+/* cores (a tuple of FixedWindowCore) in a new tuple, those of one segment hash key side by side
+ * (in the order given otherwise): a call then encodes and hashes a key once a hash key, as the
+ * storage's fixed windows share theirs (boards.shared_hash_key), one made before keeping its
+ * own. The sum's order is free: saturating adds of counts >= 0. */
+static PyObject *grouped_by_hash_key(PyObject *cores) {
+    Py_ssize_t n = PyTuple_GET_SIZE(cores);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Core *c = (Core *)PyTuple_GET_ITEM(cores, i);
+        Py_ssize_t at = i;  /* after the last one of c's key placed so far, else at the end */
+        for (Py_ssize_t j = i - 1; j >= 0 && at == i; j--) {
+            Core *d = (Core *)PyTuple_GET_ITEM(out, j);
+            if (d->hk0 == c->hk0 && d->hk1 == c->hk1) at = j + 1;
+        }
+        for (Py_ssize_t j = i; j > at; j--) PyTuple_SET_ITEM(out, j, PyTuple_GET_ITEM(out, j - 1));
+        PyTuple_SET_ITEM(out, at, Py_NewRef((PyObject *)c));
+    }
+    return out;
+}
+
 /* set(board, seen, cores, clock, /): what the storage found at its listing. board: an object
  * exporting the board's 8 bytes (its mmap), or None (none: get answers None each call);
  * seen: the word's value read before that listing; cores: a tuple of FixedWindowCore; clock:
@@ -126,27 +147,32 @@ static PyObject *fs_set(FixedSum *s, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     Py_buffer b = {0};
+    PyObject *grouped = grouped_by_hash_key(cores);
+    if (grouped == NULL) return NULL;
     if (board != Py_None) {
         if (!PyLong_Check(args[1])) {
             PyErr_SetString(PyExc_TypeError, "set(): seen must be the board's value, an int");
-            return NULL;
+            goto fail;
         }
         seen = PyLong_AsLongLong(args[1]);
-        if (seen == -1 && PyErr_Occurred()) return NULL;
-        if (PyObject_GetBuffer(board, &b, PyBUF_SIMPLE) < 0) return NULL;
+        if (seen == -1 && PyErr_Occurred()) goto fail;
+        if (PyObject_GetBuffer(board, &b, PyBUF_SIMPLE) < 0) goto fail;
         if (b.len < WORD_BYTES || (uintptr_t)b.buf % WORD_BYTES != 0) {
             PyBuffer_Release(&b);
             PyErr_SetString(PyExc_ValueError, "set(): a board is 8 aligned bytes");
-            return NULL;
+            goto fail;
         }
     }
     drop_board(s);
     if (board != Py_None) s->board = b, s->has_board = 1;
     s->seen = seen;
     s->listed_ns = coarse_ns();
-    Py_XSETREF(s->cores, Py_NewRef(cores));
+    Py_XSETREF(s->cores, grouped);
     Py_XSETREF(s->clock, clock == Py_None ? NULL : Py_NewRef(clock));
     Py_RETURN_NONE;
+fail:
+    Py_DECREF(grouped);
+    return NULL;
 }
 
 /* seconds (time.time()'s answer) as int(seconds * 10**9) computes it: a float's product,

@@ -122,9 +122,11 @@ static int spendable(Core *c, const Lease *l, int64_t now, int64_t cost) {
 }
 
 /* lease_spend(key, cost=1) -> True | False | account: spend cost hits of the host's lease of key
- * (True); refuse (False) while a refusal of Redis's holds; else the lease cannot serve them:
- * sealed if it was live, and its account (lease id 0: none to give back) -- the caller takes a
- * new lease. A full key table: on_full's answer. */
+ * (True); else a live lease that cannot serve them (spent, expired, too small) is sealed and its
+ * account handed back -- the caller gives its unused part back and takes a new lease in one round
+ * trip, whether a refusal of Redis's is cached or not; with no live lease, refuse (False) while
+ * that refusal holds, else the last account (lease id 0: none to give back). A full key table:
+ * on_full's answer. */
 static PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     PyObject *key, *result = NULL;
@@ -139,10 +141,13 @@ static PyObject *Core_lease_spend(Core *c, PyObject *const *args, Py_ssize_t nar
     if (spendable(c, &l, now, cost)) {
         spend_row(c, slot, now, cost, &l);
         result = Py_NewRef(Py_True);
+    } else if (l.lease > 0) {  /* spent out or expired: sealed and handed to the caller, even while a
+                                * refusal holds (else its unused part stays counted until d + P) */
+        seal_row(c, slot, 0);
+        result = account(&l);
     } else if (now < l.deny_ns) {
         result = Py_NewRef(Py_False);
     } else {
-        if (l.lease > 0) seal_row(c, slot, 0);
         result = account(&l);
     }
     key_unlock(c, &kc);
@@ -222,8 +227,9 @@ out:
 }
 
 /* Section "lease_deny": refuse without asking Redis until deny_ns (later than now), and count
- * the refusal. Caller holds the row lock. Invariant between stores: deny_ns first (a tear
- * leaves the refusal uncounted: a tally). Repair: none. */
+ * the refusal; until_ns 0: forget a cached refusal (the host gave hits back to Redis after it
+ * was answered: it may fit now). Caller holds the row lock. Invariant between stores: deny_ns
+ * first (a tear leaves the refusal uncounted: a tally). Repair: none. */
 static PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     KeyCall kc = KEY_CALL;
     static const char *const names[] = {"key", "until_ns"};
@@ -237,7 +243,12 @@ static PyObject *Core_lease_deny(Core *c, PyObject *const *args, Py_ssize_t narg
     if (got < 0) goto out;
     if (got > 0) {
         lease_read(c, slot, &l);
-        if (until > l.deny_ns && until > now) {
+        if (until == 0 && l.deny_ns != 0) {
+            SECTION("lease_deny");
+            STORE(intent_at(c, row_lock(c, slot)), slot);
+            STORE(lease_of(c, slot) + LEASE_STATE_DENY_NS, 0);
+            END_SECTION();
+        } else if (until > l.deny_ns && until > now) {
             SECTION("lease_deny");
             STORE(intent_at(c, row_lock(c, slot)), slot);
             STORE(lease_of(c, slot) + LEASE_STATE_DENY_NS, until);
@@ -332,7 +343,8 @@ static PyMethodDef lease_methods[] = {
         "account or None,)."),
     METHOD_KW(lease_install, Core_lease_install, "key, lease, granted, cost, start_ns, deadline_ns, grant_us",
         "Publish a granted lease with cost spent of it: (installed, the replaced lease's account or None)."),
-    METHOD_KW(lease_deny, Core_lease_deny, "key, until_ns", "Refuse key without asking Redis until until_ns."),
+    METHOD_KW(lease_deny, Core_lease_deny, "key, until_ns",
+        "Refuse key without asking Redis until until_ns (0: forget a cached refusal)."),
     METHOD_KW(lease_refund, Core_lease_refund, "key, cost", "Give up to cost hits back to key's live lease: how many."),
     METHOD_O(lease_seal, Core_lease_seal, "key", "Seal key's live lease: its account (to give back), or None."),
     METHOD_O(lease_get, Core_lease_get, "key", "key's lease words, or None (no row)."),

@@ -95,6 +95,9 @@ static int lock_wait(Core *c, int i, int interruptible) {
     pthread_mutex_t *m = mutex_at(c, i);
     int64_t deadline = mono_ns() + c->timeout_ns;
     int junk_slices = 0;
+#ifdef SHMWIN_TEST
+    fp_lock_waits++;  /* lock_waits(): the fail-point harness proves its checks never got here */
+#endif
     for (;;) {
         int64_t until = mono_ns() + SLICE_NS;
         struct timespec ts;

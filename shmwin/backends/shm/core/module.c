@@ -135,6 +135,7 @@
 int fp_armed;
 long fp_left;
 int fp_nospace;
+long long fp_lock_waits;
 static char fp_section[32];
 static long fp_after;          /* fire after this many stores of the section */
 static int fp_signal;          /* what to raise in this process then */
@@ -184,6 +185,12 @@ static PyObject *nospace(PyObject *Py_UNUSED(m), PyObject *on) {
     Py_RETURN_NONE;
 }
 
+/* How many times this process slept on a held lock (lock_wait(), past its spins): a call that
+ * left it unchanged never waited on another process, however long the machine made it take. */
+static PyObject *lock_waits(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(x)) {
+    return PyLong_FromLongLong(fp_lock_waits);
+}
+
 /* A child process is armed through the environment: SHMWIN_FAILPOINT="section:n:signal". */
 static void fp_from_environment(void) {
     const char *env = getenv("SHMWIN_FAILPOINT");
@@ -201,7 +208,9 @@ static void fp_from_environment(void) {
      "failpoint_fired($module, /)\n--\n\nDid the armed fail point fire? (Runs pending signal handlers first.)"},                        \
     {"nospace", nospace, METH_O,                                                                  \
      "nospace($module, on, /)\n--\n\nThe test build's: every reservation of this process fails "   \
-     "as on a full /dev/shm (ENOSPC), so that reclaim runs without filling one."},
+     "as on a full /dev/shm (ENOSPC), so that reclaim runs without filling one."},                \
+    {"lock_waits", lock_waits, METH_NOARGS,                                                       \
+     "lock_waits($module, /)\n--\n\nThe test build's: how many times this process slept on a held lock."},
 #else
 #define FAILPOINT_METHODS
 #endif

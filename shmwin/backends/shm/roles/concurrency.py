@@ -3,19 +3,83 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 from ...._core import ConcurrencyCore
-from ....geometry import Geometry
+from ....geometry import (
+    ADDRESS_BUDGET_BYTES,
+    CONC_HOLDER_BYTES,
+    DEFAULT_MAX_KEYS,
+    MAX_CONCURRENCY,
+    MAX_STRIPES,
+    Geometry,
+    Ring,
+    window_geometry,
+)
 from ...contract import Key
 from .. import live
-from ..format import LIVE_MOVED
 from ..layout import Layout, canonical_holders, holders_in_row
 from ..window import ShmWindow
 from .base import RoleEngine
+
+ROLE = "concurrency"
+HOLDERS_PER_LIMIT = 2  # a key's default holder entries: twice its limit (room for a raise) ...
+MIN_HOLDERS = 8  # ... or this many, at most one per process
+FIELD = "holders"
+
+
+def default_holders(limit: int, processes: int) -> int:
+    """A key's holder entries when not chosen: room for twice the limit's processes (a limit
+    raised live in place), at least MIN_HOLDERS, at most one per process."""
+    return min(processes, max(HOLDERS_PER_LIMIT * limit, MIN_HOLDERS))
+
+
+def geometry(
+    limit: int, processes: int, idle_ns: int, capacity: int | None, holders: int | None = None
+) -> Geometry:
+    """A keyed window of one ring: one bucket of ``idle_ns`` (a key's idle time) whose limit
+    is ``limit``; ``processes`` stripes, and rows of a top word and ``holders`` holder entries
+    (one per process holding the key at once: the limit in force bounds the slots, the entries
+    how many processes hold them)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY:
+        raise ValueError(f"limit must be an int in 1..{MAX_CONCURRENCY}, not {limit!r}")
+    if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_STRIPES:
+        raise ValueError(f"processes must be an int in 1..{MAX_STRIPES}, not {processes!r}")
+    if holders is None:
+        holders = default_holders(limit, processes)
+    if isinstance(holders, bool) or not isinstance(holders, int) or not 1 <= holders <= MAX_STRIPES:
+        raise ValueError(f"holders must be an int in 1..{MAX_STRIPES}, not {holders!r}")
+    if capacity is None:  # as many keys as the address budget maps (a key's row is its holders)
+        per_key = 128 + CONC_HOLDER_BYTES * holders + 64 + 512
+        capacity = max(1, min(DEFAULT_MAX_KEYS, ADDRESS_BUDGET_BYTES // per_key))
+    g = window_geometry(f"{idle_ns}ns", 1, None, (FIELD,), "int64", None, None, capacity, keyed=True)
+    ring = Ring(idle_ns, 1, limit)
+    g = dataclasses.replace(g, rings=(ring,), n_stripes=processes, role=ROLE, holders=holders)
+    return canonical_holders(g)  # as its header reads back (every entry its row's size holds)
+
+
+def same_but_limit(have: Geometry, want: Geometry, holders_chosen: bool) -> bool:
+    """Is ``have`` ``want`` but for the limit (a concurrency's, whose limit changes live) and,
+    unless chosen, the holder entries (a default: the segment's stay)?"""
+    if have.role != ROLE or len(have.rings) != 1:
+        return False
+    rings = (dataclasses.replace(want.rings[0], limit=have.rings[0].limit),)
+    holders = want.holders if holders_chosen else have.holders
+    return dataclasses.replace(want, rings=rings, holders=holders) == have
+
+
+def reset_geometry(g: Geometry, limit: int) -> Geometry:
+    """A reset's new segment: ``g`` with ``limit``, and the holder entries a new limit's opener
+    gets by default if ``g`` has the default of its own (a raised limit gets room for its
+    holders, as a fresh open of it would), else ``g``'s (chosen by its opener)."""
+    ring, idle_ns = g.rings[0], g.rings[0].span_ns
+    if g.holders == geometry(ring.limit, g.n_stripes, idle_ns, g.capacity).holders:
+        return geometry(limit, g.n_stripes, idle_ns, g.capacity)
+    return dataclasses.replace(g, rings=(dataclasses.replace(ring, limit=limit),))
 
 
 class ConcurrencyEngine(RoleEngine):
@@ -48,7 +112,7 @@ class ConcurrencyEngine(RoleEngine):
 
     def moved(self) -> bool:
         """Was the segment replaced under its name (a reset's move)?"""
-        return bool(self._core.live()[0] & LIVE_MOVED)
+        return live.moved(self.window)
 
     def limit(self) -> int:
         """The limit in force (the header's live words, once changed: ``core/live.c``)."""
@@ -76,4 +140,5 @@ def holders_of(g: Geometry) -> int:
     return holders_in_row(Layout.plan(g).row_bytes)
 
 
-__all__ = ["ConcurrencyEngine", "canonical_holders", "holders_of"]
+__all__ = ["ROLE", "ConcurrencyEngine", "canonical_holders", "default_holders", "geometry", "holders_of",
+           "reset_geometry", "same_but_limit"]  # fmt: skip

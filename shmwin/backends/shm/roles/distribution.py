@@ -10,16 +10,17 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from ....errors import ShmwinError
 from ....geometry import BIN_OVER, BIN_UNDER, BIN_ZERO, FIRST_LOG_BIN, Sketch, expected_epochs
 from ...contract import Key
 from .. import format as _words
 from .base import RoleEngine
+
+if TYPE_CHECKING:  # numpy is imported where a distribution's views are built or read, not by import shmwin
+    import numpy as np
+    import numpy.typing as npt
 
 _SLOT_WORDS = _words.DIST_SLOT_BYTES // _words.WORD_BYTES
 
@@ -48,6 +49,7 @@ class DistributionEngine(RoleEngine):
     role = "distribution"
 
     def __init__(self, window: Any):
+        import numpy as np
         super().__init__(window)
         w = self.window
         g, lay = w.geometry, w._lay
@@ -151,6 +153,7 @@ def _merge(r: _RingWords, rows: slice, k: int, now_ns: int) -> Merged:
     """Merge the live slots of ``rows``. Liveness is read before and after the words are
     copied: a slot recycled meanwhile (its writer stamped a new epoch on it) is left out, and
     an epoch never comes back, so a slot live at both reads was never recycled in between."""
+    import numpy as np
     expected = expected_epochs(now_ns // r.bucket_ns, r.n_buckets, k)
     live = np.nonzero(r.slots[rows, :, 0] == expected)
     words = r.slots[rows][live]  # copies, of the live slots only
@@ -173,6 +176,7 @@ def quantiles_of(
     counted over the bins' own total, which a write cut by a kill may leave one ahead of the
     count. Rank 0 is the exact minimum and rank n - 1 the exact maximum; a rank in the UNDER
     (OVER) bin answers the minimum (maximum). NaN when the bins are empty."""
+    import numpy as np
     total = int(bins.sum())
     if total == 0:
         return [math.nan for _ in qs]
@@ -196,11 +200,13 @@ def quantiles_of(
 
 def value_order(sketch: Sketch) -> npt.NDArray[np.intp]:
     """The bins in the order of their values: ZERO, UNDER, the log bins, OVER."""
+    import numpy as np
     return np.array([BIN_ZERO, BIN_UNDER, *range(FIRST_LOG_BIN, sketch.n_bins), BIN_OVER], dtype=np.intp)
 
 
 def check_quantile(q: object) -> float:
     """A quantile: a real number in [0, 1] (numpy's too), as a float; NaN and bools refused."""
+    import numpy as np
     if isinstance(q, bool | np.bool_) or not isinstance(q, numbers.Real) or not 0 <= float(q) <= 1:
         raise ValueError(f"a quantile is a number in [0, 1], not {q!r}")
     return float(q)

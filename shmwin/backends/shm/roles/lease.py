@@ -28,6 +28,10 @@ class LeaseEngine(RoleEngine):
         """Refuse ``key`` on this host until ``until_ns`` (Redis said wait)."""
         self._core.lease_deny(key, until_ns)
 
+    def forget_refusal(self, key: Key) -> None:
+        """Ask Redis again at ``key``'s next hit: this host gave hits back since it was refused."""
+        self._core.lease_deny(key, 0)
+
     def get(self, key: Key) -> tuple[int, ...] | None:
         """The key's lease words, read under its lock, or None if it has no row."""
         words = self._core.lease_get(key)
