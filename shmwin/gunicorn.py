@@ -34,10 +34,11 @@ the last process of the server is done.
 
 from __future__ import annotations
 
+import importlib
 import os
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from .backends.shm.owners import pid_alive
@@ -81,6 +82,7 @@ class Hooks:
     def on_starting(self, server: Any) -> None:
         global _master_started
         _master_started = True  # a HUP reads the config again in this process: no reset then
+        _import_for_workers()
         self._reset_metrics(server)
         with _for_workers(server):
             for name, spec in self.windows.items():
@@ -156,6 +158,19 @@ def storage_prefix(spec: str) -> str:
         spec = (parsed.netloc + parsed.path).strip("/") or "limits"
     check_name(spec)
     return spec
+
+
+# What shmwin imports only at first use (numpy: a read; uuid: a segment's creation; socket: a local
+# share; asyncio: an async wait). A worker forked from the master has what the master imported, and
+# may import nothing more: with --user, a Python under a home the workers' user cannot read
+# (pyenv's under /root) stays unreadable to them, so the master imports these for them.
+_FIRST_USE = ("numpy", "uuid", "socket", "asyncio")
+
+
+def _import_for_workers() -> None:
+    for module in _FIRST_USE:
+        with suppress(ImportError):
+            importlib.import_module(module)
 
 
 @contextmanager

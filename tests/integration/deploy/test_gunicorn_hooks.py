@@ -6,6 +6,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -146,3 +148,17 @@ def test_the_master_creates_for_the_workers_user_and_group(make_name):
     assert f"owned by uid {NOBODY}" in plain.log.lines[0]
     hooks.on_exit(server)
     assert win not in shmwin.names() and lim not in shmwin.names()
+
+
+def test_the_master_imports_what_workers_import_at_first_use(make_name):
+    """A worker forked from the master may import nothing more where it cannot read the
+    interpreter's library (--user, a Python under /root): numpy (a read), uuid (a segment's
+    creation), socket and asyncio are imported by on_starting, in the master."""
+    code = (
+        "import sys; from types import SimpleNamespace; from shmwin.gunicorn import Hooks\n"
+        "assert 'numpy' not in sys.modules and 'asyncio' not in sys.modules\n"
+        "Hooks().on_starting(SimpleNamespace(log=None, reexec_pid=0, master_pid=0))\n"
+        "print(sorted(m for m in ('numpy', 'uuid', 'socket', 'asyncio') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split("\n")[0] == "['asyncio', 'numpy', 'socket', 'uuid']", out.stderr
