@@ -430,8 +430,12 @@ def _gunicorn_as_nobody(name: str, tmp_path, app: str, preload: bool = False) ->
     gunicorn_config = pytest.importorskip("gunicorn.config")
     port = free_port()
     (tmp_path / "gunicorn.conf.py").write_text(textwrap.dedent(HOOKS_CONF).format(name=name))
-    args = ["-c", str(tmp_path / "gunicorn.conf.py"), "-w", "2", "--max-requests", "20",
-            "--user", "nobody", "--group", "nogroup", "-b", f"127.0.0.1:{port}"]  # fmt: skip
+    # --graceful-timeout 5: a worker still booting when the master passes on SIGTERM (one recycled
+    # by --max-requests at the hammer's last requests) may run the master's own handler, inherited
+    # at the fork, and miss it; gunicorn kills it after the graceful timeout, and the master goes
+    # on to on_exit -- after 30 s by default, the time stop() waits (it then killed the master)
+    args = ["-c", str(tmp_path / "gunicorn.conf.py"), "-w", "2", "--max-requests", "20", "--graceful-timeout",
+            "5", "--user", "nobody", "--group", "nogroup", "-b", f"127.0.0.1:{port}"]  # fmt: skip
     if hasattr(gunicorn_config, "ControlSocket"):  # gunicorn >= 24
         args.append("--no-control-socket")
     if preload:
