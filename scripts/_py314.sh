@@ -6,7 +6,7 @@
 # /tmp and the checkout, at the same paths), then chroot. The root has what the 3.14 jobs run:
 # python3.14 with its headers and venv, gcc (the other-pythons job builds the test core there) and
 # redis-server (the contract tests run on it). It needs no network at run time: this machine's pip
-# downloads what a venv there installs (shmwin_py314_download).
+# installs what a venv there needs (shmwin_py314_install).
 # Made fresh: 41 to 63 s on the 2-core machine (minbase, no recommends; one root for every job),
 # 470 MB; reused: nothing to do. scripts/test.d/30-py314-root.sh starts it beside the suite.
 # Sid moves: python3.14 is whatever sid has that day (3.14.10 on 2026-11-28). Once 3.14 leaves sid,
@@ -61,31 +61,21 @@ shmwin_py314_python() {
   echo "$launcher"
 }
 
-# shmwin_py314_download HOST_PYTHON DEST ARGS...: what `pip install ARGS` (requirements, wheel
-# files) would install in the root, downloaded by HOST_PYTHON (one of this machine's, with pip)
-# into DEST: wheels for CPython 3.14 on the root's glibc and machine. The root has no network, so a
-# venv made there then installs from DEST alone: pip install --no-index --find-links DEST ARGS.
-shmwin_py314_download() {
-  local host_python="$1" dest="$2" libc minor
+# shmwin_py314_install HOST_PYTHON VENV ARGS...: `pip install ARGS` (requirements) into VENV, a
+# venv made in the root without pip: HOST_PYTHON (one of this machine's, with pip) installs
+# wheels for CPython 3.14 on the root's glibc and machine into its site-packages (--target; the
+# root has no network), and the root's Python compiles them to its own bytecode. One pip process,
+# where a download outside and the venv's own pip inside took two and ensurepip (5 CPU-s).
+shmwin_py314_install() {
+  local host_python="$1" env_dir="$2" libc minor site
   shift 2
+  site="$env_dir/lib/python3.14/site-packages"
+  [ -d "$site" ] || { echo "py314: $env_dir is not a 3.14 venv" >&2; return 1; }
   libc=$("$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" python3.14 -c 'import platform; print(platform.libc_ver()[1])')
-  local download=(--only-binary :all: --python-version 3.14 --implementation cp --abi cp314)
-  for minor in $(seq 17 "${libc#2.}"); do download+=(--platform "manylinux_2_${minor}_$(uname -m)"); done
-  rm -rf "$dest"
-  "$host_python" -m pip download -q -d "$dest" "${download[@]}" "$@"
-}
-
-# shmwin_py314_build_venv HOST_PYTHON: print the root's venv that builds wheels (pip and setuptools:
-# pip wheel --no-build-isolation, the isolated build env needing the network), made once.
-shmwin_py314_build_venv() {
-  local env_dir="$SHMWIN_PY314_DIR/build-venv" pins="setuptools>=77"
-  if [ ! -f "$env_dir/.pins" ] || [ "$(cat "$env_dir/.pins")" != "$pins" ]; then
-    rm -rf "$env_dir"
-    "$(shmwin_py314_python)" -m venv "$env_dir" &&
-      shmwin_py314_download "$1" "$env_dir/wheels" "$pins" &&
-      "$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" "$env_dir/bin/python" -m pip install -q --no-index \
-        --find-links "$env_dir/wheels" "$pins" || return 1
-    echo "$pins" >"$env_dir/.pins"
-  fi
-  echo "$env_dir"
+  local install=(--only-binary :all: --python-version 3.14 --implementation cp --abi cp314)
+  for minor in $(seq 17 "${libc#2.}"); do install+=(--platform "manylinux_2_${minor}_$(uname -m)"); done
+  # --no-compile: this pip's Python would write its own version's bytecode, not 3.14's
+  "$host_python" -m pip install -q --no-compile --target "$site" "${install[@]}" "$@" &&
+    rm -rf "$site/bin" &&  # --target's console scripts, for HOST_PYTHON: the tests run python -m
+    "$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" "$env_dir/bin/python" -m compileall -q -j 0 "$site" >/dev/null
 }

@@ -23,6 +23,8 @@ find "$copy/shmwin" -name '*.so' -delete
 .venv/bin/python -c 'import sys, zipfile
 whl = zipfile.ZipFile(sys.argv[1])
 whl.extractall(sys.argv[2], [n for n in whl.namelist() if n.endswith(".so")])' "$wheel" "$copy"
+# its bytecode, once (scripts/_core_build.sh's core_bytecode says why: each test's child imports it)
+.venv/bin/python -m compileall -q -j 0 "$copy/shmwin" "$copy/tests" >/dev/null
 (cd "$copy" && "$OLDPWD/.venv/bin/python" -c 'import os, shmwin._core as c
 assert c.__file__.startswith(os.getcwd()), f"the tests would import {c.__file__}"')
 echo "wheels: the shipped $(basename "$wheel") under the native, fail-point and crash tests"
