@@ -39,6 +39,12 @@ shmwin_emulated_root() {
       [ -e "$root/$dir" ] || [ ! -d "$root/usr/$dir" ] || ln -s "usr/$dir" "$root/$dir"
     done
     rm -rf "$apt/cache/archives"
+    # The standard library's bytecode: Debian compiles it when the package is configured (its
+    # postinst), which unpacking skips, so each emulated process compiled every module it
+    # imported, under qemu (12 to 15 CPU-s to make a 3.13 or 3.14 venv). Bytecode is the same
+    # on every machine: this machine's CPython of that version compiles it, once a root.
+    local native; native=$(shmwin_find_python "$version")
+    if [ -n "$native" ]; then "$native" -m compileall -q -j 0 "$root/usr/lib/python$version" >/dev/null || true; fi
     touch "$root/.complete"
   fi
   echo "$root"
