@@ -272,7 +272,9 @@ class Window(Closing):
 
     def add_and_total(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> Number:
         """Add, and return ``field``'s total over the window *including* this add, atomically
-        (keyed windows): no other add to the key lands between the two."""
+        (keyed windows): no other add to the key lands between the two. A key the full table
+        cannot hold raises :class:`~shmwin.errors.KeyTableFullError` whatever ``on_full`` says
+        (it has no total to answer; the request is counted in :meth:`full_count`)."""
         return self._backend.add_and_total(n, field, key)
 
     def _add_or_drop(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
@@ -396,7 +398,7 @@ class Window(Closing):
             covered_ns = bucket_ns  # an exact limiter's hit times: over its whole period
         else:
             covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
-        return float(exact_sum(values)) * NS_PER_S / max(covered_ns, 1)
+        return float(exact_sum(values)) / max(covered_ns, 1) * NS_PER_S  # divided first: 1e300 is no inf
 
     def series(
         self,

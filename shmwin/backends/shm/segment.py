@@ -59,6 +59,7 @@ T = TypeVar("T")
 PREFIX = "shmwin."
 SHM_DIR = "/dev/shm"
 DEFAULT_PERM = 0o600
+_FILE_NAME_BYTES = 255  # NAME_MAX: a segment's whole file name, prefix and namespace included
 _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO never blocks us
 _CREATE = _OPEN | os.O_CREAT | os.O_EXCL
 
@@ -69,7 +70,13 @@ _acting_for: ContextVar[tuple[int | None, int | None]] = ContextVar("shmwin_acti
 def check_name(name: str) -> str:
     """Validate a window name and return its shm object name (``/shmwin.[<namespace>~]<name>``)."""
     spelled = check_spelling(name)  # the name's errors first, then the namespace's
-    return "/" + PREFIX + namespace() + spelled
+    entry = PREFIX + namespace() + spelled
+    if len(entry.encode()) > _FILE_NAME_BYTES:  # a name within MAX_NAME_CHARS, a long namespace
+        raise ValueError(
+            f"window name {name!r} is too long in SHMWIN_NAMESPACE={namespace()[:-1]!r}: its segment "
+            f"{entry[:40]}... would be {len(entry.encode())} bytes, and a file name holds {_FILE_NAME_BYTES}"
+        )
+    return "/" + entry
 
 
 def path_of(name: str) -> str:

@@ -345,7 +345,7 @@ class ShmWindow:
     def _keyed(self) -> KeyTable:
         self._check_open()
         if self._keys is None:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+            raise ValueError(f"window {self.name!r} is not keyed (create it with keyed=True)")
         return self._keys
 
     # -- reading --------------------------------------------------------------------
