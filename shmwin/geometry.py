@@ -444,8 +444,8 @@ def pick_ring(
 
     The ring is the one ``resolution`` names ("1h/1m" or an index), else the finest one
     (``rings`` are finest first) whose span covers ``last``, else -- ``last=None`` -- the
-    longest. ``k`` rounds up (a read is never narrower than asked); a ``last`` longer than
-    the ring is a ``ValueError``.
+    longest. ``k`` rounds up (the read drops the oldest if it began before now - ``last``:
+    ``window.within_last``); a ``last`` longer than the ring is a ``ValueError``.
     """
     if resolution is None and last is None and len(rings) == 1:
         return 0, 1 if rings[0].log else rings[0].n_buckets  # the common case, first

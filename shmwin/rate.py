@@ -59,7 +59,8 @@ def to_ns(value: Duration, what: str = "duration") -> int:
     elif isinstance(value, int | float):
         if not math.isfinite(value):
             raise ValueError(f"{what} must be finite, not {value!r}")
-        ns = round(value * NS_PER_S)
+        scaled = value * NS_PER_S  # past 1.8e299 s: inf, which round() refuses with an OverflowError
+        ns = round(scaled) if math.isfinite(scaled) else MAX_NS + 1
     else:
         raise ValueError(f"{what} must be seconds or a string like '90s', not {value!r}")
     if ns <= 0:

@@ -44,7 +44,7 @@ from .policy import (
     stamps_of,
     values_of,
 )
-from .rate import NS_PER_S, Duration
+from .rate import NS_PER_S, Duration, to_ns
 
 if TYPE_CHECKING:  # numpy: imported by the reads and add_many that build arrays, never by add
     import numpy.typing as npt
@@ -272,7 +272,9 @@ class Window(Closing):
 
     def add_and_total(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> Number:
         """Add, and return ``field``'s total over the window *including* this add, atomically
-        (keyed windows): no other add to the key lands between the two."""
+        (keyed windows): no other add to the key lands between the two. A key the full table
+        cannot hold raises :class:`~shmwin.errors.KeyTableFullError` whatever ``on_full`` says
+        (it has no total to answer; the request is counted in :meth:`full_count`)."""
         return self._backend.add_and_total(n, field, key)
 
     def _add_or_drop(self, n: Number = 1, field: str | None = None, key: Key | None = None) -> None:
@@ -337,7 +339,9 @@ class Window(Closing):
         """The ``n`` keys with the largest totals of ``field``, largest first."""
         self._keyed()
         ring_index, k = pick_ring(self._g.rings, last)
-        found = self._backend.top(n, self._index(field), ring_index, k)
+        if last is not None:  # (this process's clock: the backend reads the same a moment later)
+            k = within_last(k, self._g.rings[ring_index].bucket_ns, self._clock(), to_ns(last, "last"))
+        found = self._backend.top(n, self._index(field), ring_index, k) if k else []
         return [(key, self._number(v, "a key's total")) for key, v in found]
 
     def clear(self, key: Key) -> None:
@@ -394,7 +398,7 @@ class Window(Closing):
             covered_ns = bucket_ns  # an exact limiter's hit times: over its whole period
         else:
             covered_ns = now_ns - (now_ns // bucket_ns - k + 1) * bucket_ns
-        return float(exact_sum(values)) * NS_PER_S / max(covered_ns, 1)
+        return float(exact_sum(values)) / max(covered_ns, 1) * NS_PER_S  # divided first: 1e300 is no inf
 
     def series(
         self,
@@ -454,8 +458,16 @@ class Window(Closing):
         if key is not None and not self._g.keyed:
             self._keyed()
         ring_index, k = pick_ring(self._g.rings, last, resolution)
-        reading = self._backend.read(value_index, ring_index, k, key, ordered)
-        return reading.values, reading.now_ns, k, self._g.rings[ring_index].bucket_ns
+        ring = self._g.rings[ring_index]
+        # a ``last`` that is not a whole number of buckets: the oldest of the k buckets may have
+        # begun before now - last, known only at the read's now (oldest first, to drop it)
+        last_ns = None if last is None or ring.log else to_ns(last, "last")
+        uneven = last_ns is not None and last_ns % ring.bucket_ns != 0
+        reading = self._backend.read(value_index, ring_index, k, key, ordered or uneven)
+        values = reading.values
+        if last_ns is not None and uneven and within_last(k, ring.bucket_ns, reading.now_ns, last_ns) < k:
+            values, k = values[1:], k - 1
+        return values, reading.now_ns, k, ring.bucket_ns
 
     def _index(self, field: str | None) -> int:
         if field is None:
@@ -502,3 +514,14 @@ class Window(Closing):
 
 
 __all__ = ["Window", "parse_resolution", "ring_of"]
+
+
+def within_last(k: int, bucket_ns: int, now_ns: int, last_ns: int) -> int:
+    """Of the newest ``k`` buckets (``pick_ring`` rounds ``last`` up to whole buckets), how many
+    began within the last ``last_ns`` at ``now_ns``: ``k``, or ``k - 1`` when the oldest began
+    before now - last. A read over them then never counts an event older than ``last`` (the
+    docs' promise), and misses at most one bucket width of the oldest events: with ``last``
+    not a whole number of buckets, the newest ``ceil(last / bucket)`` would reach up to a bucket
+    further back."""
+    elapsed_ns = now_ns % bucket_ns  # into the current bucket (buckets begin at multiples)
+    return k - 1 if (k - 1) * bucket_ns + elapsed_ns > last_ns else k

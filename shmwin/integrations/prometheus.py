@@ -328,7 +328,9 @@ def _add_window(families: dict[str, GaugeMetricFamily], w: Any, top_keys: int, s
         seen: set[str] = set()
         for key, _ in w.top(top_keys, g.fields[0]) if top_keys else ():
             text = snapshots.key_text(key)
-            if text not in seen:  # two byte keys spelled alike would make a duplicate series
+            if text in seen:  # spelled alike (b"abc" and "abc"): each its own series, by its repr
+                text = repr(key)
+            if text not in seen:
                 seen.add(text)
                 keys.append((text, key))
     view = role_view(w, role) if role else None

@@ -14,7 +14,9 @@ from __future__ import annotations
 import mmap
 import os
 import random
+import signal
 import struct
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -228,6 +230,63 @@ def spoil(name: str, offset: int, value: int) -> int:
         os.close(fd)
 
 
+def _die_inside(kind: str, name: str, now_ns: int) -> int:
+    """Fork a writer that attaches ``name`` at ``now_ns`` and dies (SIGKILL) midway through a
+    section, holding its lock; its wait status."""
+    section, store = ("insert", 3) if kind == "keyed" else ("hit", 2)
+    pid = os.fork()
+    if pid == 0:  # never back into the loop
+        try:
+            from shmwin import _core
+
+            obj, clock = open_kind(kind, name, create=False)
+            clock.set(now_ns)
+            _core.failpoint(section, store, signal.SIGKILL)
+            obj.add(1, key="dying") if kind == "keyed" else obj.hit("a")
+        finally:
+            os._exit(1)
+    return os.waitpid(pid, 0)[1]
+
+
+def dier_main() -> None:
+    """The process that forks the dying writers: reads ``kind name now_ns`` lines, answers
+    each with the dead writer's wait status once it is dead. Says its core first."""
+    from shmwin import _core
+
+    print("core", _core.__file__, flush=True)
+    for line in sys.stdin:
+        kind, name, now_ns = line.split()
+        print(_die_inside(kind, name, int(now_ns)), flush=True)
+
+
+class Dier:
+    """Writers that die inside a section of a segment, forked by one small process started
+    once (:func:`dier_main`), not by the test's: forking pytest's worker (its heap, and under
+    ASan every Python object through ASan's malloc) cost several times what the writer did,
+    once per trial. Each writer attaches the segment afresh, at the parent's time, and dies
+    where a writer forked from the parent did: the same section, the same store."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        argv = [sys.executable, __file__, "--dier"]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None
+        self.core = self.proc.stdout.readline().removeprefix("core ").strip()  # the build it runs
+
+    def kill_inside(self, kind: str, name: str, now_ns: int) -> int:
+        """The wait status of a writer of ``kind`` that died inside a section of ``name``."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{kind} {name} {now_ns}\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        assert answer, f"the dier exited {self.proc.wait(30)}"
+        return int(answer)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        assert self.proc.wait(60) == 0
+
+
 def child_main(kind: str, trials: list[str]) -> None:
     """The fresh process: attach each spoiled segment (``name=seed``) and call everything.
     Prints the name before each (the last one printed is the culprit of a crash), BAD lines,
@@ -253,4 +312,4 @@ def child_main(kind: str, trials: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    child_main(sys.argv[1], sys.argv[2:])
+    dier_main() if sys.argv[1:] == ["--dier"] else child_main(sys.argv[1], sys.argv[2:])

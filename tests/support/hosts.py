@@ -31,6 +31,7 @@ T0 = 1_000 * S
 TICK_NS = 20_000_000
 LIMIT, PERIOD = 1000, 60 * S
 HOSTS, WORKERS = 3, 2
+HITS_PER_TICK = 20  # a worker's hits in each tick: 120 a tick across the hosts, 6,000 a second at 20 ms ticks
 HOST_APP = str(ROOT / "tests" / "apps" / "twotier_host.py")
 # the first minute's hits (at T0 + 0..0.2 s) are forgotten as a limiter's ring of 20 buckets of
 # 3 s forgets them: at the end of the bucket a minute later, T0 + 62 s: the second burst
@@ -65,9 +66,9 @@ def persistent_redis_fixture() -> Iterator[PersistentRedis]:
 
 
 def start_host(host: int, name: str, url: str, clock_path: Path, out: Path, end_ns: int, on_error: str,
-               fallback: str | None = None):  # fmt: skip
-    argv = [sys.executable, HOST_APP, name, url, f"{LIMIT}/minute", str(clock_path), str(out),
-            str(host), str(end_ns), on_error, str(WORKERS), *([fallback] if fallback else [])]  # fmt: skip
+               hits_per_tick: int, fallback: str | None = None):  # fmt: skip
+    argv = [sys.executable, HOST_APP, name, url, f"{LIMIT}/minute", str(clock_path), str(out), str(host),
+            str(end_ns), on_error, str(WORKERS), str(hits_per_tick), *([fallback] if fallback else [])]
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests' / 'apps'}")
     return subprocess.Popen(namespace_argv(argv, hidepid=None, shm_size="16m"), env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -109,19 +110,21 @@ def run_hosts(
     scheme: str = "shm+",
     fallback: str | None = None,
     tick_ns: int = TICK_NS,
+    hits_per_tick: int = HITS_PER_TICK,
 ) -> list[int]:
     """Run the hosts through ``seconds`` of manual time on ``scheme`` + the server's URL;
     ``events``: tick -> "kill" (host 2), "stop" or "start" (redis-server), "freeze" (redis-server
     SIGSTOPped: it keeps its socket and answers nothing), "kill-server" (SIGKILLed). The admitted
     hits' times (every host's: admitted_times(tmp_path / "out", host) has one host's). Keep the
     run's real time short of a Redis key's TTL (real ms: a span + 2 buckets) past a burst:
-    ``tick_ns`` larger makes manual time run faster."""
+    ``tick_ns`` larger makes manual time run faster. ``hits_per_tick``: each worker's demand."""
     clock_path, out = tmp_path / "clock", tmp_path / "out"
     out.mkdir()
     clock = ManualClock(T0, path=clock_path)
     end_ns = T0 + seconds * S
     url = scheme + server.url
-    hosts = [start_host(h, name, url, clock_path, out, end_ns, on_error, fallback) for h in range(HOSTS)]
+    hosts = [start_host(h, name, url, clock_path, out, end_ns, on_error, hits_per_tick, fallback)
+             for h in range(HOSTS)]  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while len(list(out.glob("*.ready"))) < HOSTS * WORKERS:

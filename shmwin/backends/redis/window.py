@@ -146,7 +146,7 @@ class RedisWindow(RedisBase):
 
     def _key(self, key: Key | None) -> Key | None:
         if key is not None and not self._g.keyed:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+            raise ValueError(f"window {self.name!r} is not keyed (create it with keyed=True)")
         return key
 
     def _field(self, field: str | None) -> int:

@@ -10,9 +10,11 @@ exits on 3.10-3.12 (CPython gh-82300). Rules, each learnt the hard way:
   attach would *shrink* a live segment and the next touch past the end is SIGBUS;
 * ``posix_fallocate`` the whole size at creation, so a full ``/dev/shm`` is an error now
   rather than a SIGBUS on some later write;
-* create with ``O_EXCL``, hand the file to its owner (``fchown``, ``fchmod``) while it is
-  still empty, size it, initialise it, write the magic word *last*; attachers wait
-  (bounded) until it appears;
+* create the file unnamed (``O_TMPFILE``), hand it to its owner (``fchown``, ``fchmod``),
+  size it, initialise it, write the magic word *last*, and only then give it its name
+  (``linkat``: fails if the name was taken meanwhile): a creator killed anywhere leaves
+  nothing, and no one ever sees it half-built. Where the kernel has no ``O_TMPFILE``, the
+  name is made first with ``O_EXCL`` and attachers wait (bounded) for the magic;
 * never follow a link, never open a FIFO or a device in its place.
 
 **Trust.** Whoever can write a segment can reset its counts, and can crash its users (a
@@ -57,6 +59,7 @@ T = TypeVar("T")
 PREFIX = "shmwin."
 SHM_DIR = "/dev/shm"
 DEFAULT_PERM = 0o600
+_FILE_NAME_BYTES = 255  # NAME_MAX: a segment's whole file name, prefix and namespace included
 _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO never blocks us
 _CREATE = _OPEN | os.O_CREAT | os.O_EXCL
 
@@ -67,7 +70,13 @@ _acting_for: ContextVar[tuple[int | None, int | None]] = ContextVar("shmwin_acti
 def check_name(name: str) -> str:
     """Validate a window name and return its shm object name (``/shmwin.[<namespace>~]<name>``)."""
     spelled = check_spelling(name)  # the name's errors first, then the namespace's
-    return "/" + PREFIX + namespace() + spelled
+    entry = PREFIX + namespace() + spelled
+    if len(entry.encode()) > _FILE_NAME_BYTES:  # a name within MAX_NAME_CHARS, a long namespace
+        raise ValueError(
+            f"window name {name!r} is too long in SHMWIN_NAMESPACE={namespace()[:-1]!r}: its segment "
+            f"{entry[:40]}... would be {len(entry.encode())} bytes, and a file name holds {_FILE_NAME_BYTES}"
+        )
+    return "/" + entry
 
 
 def path_of(name: str) -> str:
@@ -181,8 +190,12 @@ class Segment:
         _check_id("uid", uid)
         _check_id("gid", gid)
         path = path_of(name)
+        if _lstat(path) is not None:  # an open of an existing window makes nothing
+            _refuse_foreign(path, name)
+            raise WindowExistsError(f"window {name!r} already exists")
+        unnamed = _open_unnamed(name)
         try:
-            fd = os.open(path, _CREATE, DEFAULT_PERM)
+            fd = os.open(path, _CREATE, DEFAULT_PERM) if unnamed is None else unnamed[0]
         except FileExistsError as exc:
             _refuse_foreign(path, name)
             raise WindowExistsError(f"window {name!r} already exists") from exc
@@ -193,6 +206,7 @@ class Segment:
                 raise _no_inode(name) from exc
             raise
         mm = None
+        named = unnamed is None
         try:
             _give(fd, uid, gid, name)  # while empty: an attacher waits for the size, then the magic
             os.fchmod(fd, perm)
@@ -200,16 +214,23 @@ class Segment:
             _reserve(fd, size if reserve is None else min(reserve, size), name)
             mm = mmap.mmap(fd, size)
             init(mm)
-            kept = os.dup(fd)
             made = os.fstat(fd).st_ino
+            if unnamed is not None:
+                _name_it(fd, unnamed[1], path, name)
+                named = True
+                mm = _mapped_by_name(mm, path, made)
+            kept = os.dup(fd)
         except BaseException:
             if mm is not None:
                 mm.close()
-            with suppress(FileNotFoundError):
-                os.unlink(path)
+            if named:
+                with suppress(FileNotFoundError):
+                    os.unlink(path)
             raise
         finally:
             os.close(fd)
+            if unnamed is not None:
+                os.close(unnamed[1])
         return cls(name, mm, kept, path=path, made=made)
 
     @classmethod
@@ -490,6 +511,59 @@ def _reserve(fd: int, size: int, name: str) -> None:
                 f"{free.f_bavail * free.f_frsize} are free",
             ) from exc
         raise
+
+
+def _open_unnamed(name: str) -> tuple[int, int] | None:
+    """A new file in /dev/shm with no name yet (``O_TMPFILE``) and a descriptor of this
+    process's ``/proc/self/fd`` to name it through, or None where the kernel, the filesystem or
+    a missing /proc gives none (then the name is made first, as before). A creator names its
+    segment only once it is whole (:func:`_name_it`), so a creator killed anywhere leaves
+    nothing behind -- not a half-built segment that every later open would wait on, then refuse
+    (SegmentNotReadyError until someone ran ``shmwin rm``)."""
+    try:
+        fds = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.open(SHM_DIR, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, DEFAULT_PERM), fds
+    except (AttributeError, OSError) as exc:
+        os.close(fds)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise _no_inode(name) from exc
+        return None
+
+
+def _name_it(fd: int, fds: int, path: str, name: str) -> None:
+    """Give the unnamed file ``fd`` its name ``path``, atomically: linkat through
+    ``/proc/self/fd`` (``fds``; os.link follows that link only given a directory descriptor:
+    plain link() would link the symlink itself). A name taken meanwhile is
+    :class:`WindowExistsError`, as for an ``O_EXCL`` create."""
+    try:
+        os.link(str(fd), path, src_dir_fd=fds, follow_symlinks=True)
+    except FileExistsError as exc:
+        _refuse_foreign(path, name)
+        raise WindowExistsError(f"window {name!r} already exists") from exc
+    except PermissionError as exc:
+        raise WindowPermissionError(f"cannot create window {name!r}: {exc.strerror}") from exc
+
+
+def _mapped_by_name(mm: mmap.mmap, path: str, ino: int) -> mmap.mmap:
+    """``mm`` mapped again through the segment's name: a mapping made before the name shows in
+    /proc/PID/maps as ``/dev/shm/#INO (deleted)`` for life, and ``shmwin rm`` finds the
+    processes that still hold a segment by its path there. ``mm`` itself if the name no longer
+    holds inode ``ino`` (removed and made again already: this process keeps its own)."""
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError:
+        return mm
+    try:
+        if os.fstat(fd).st_ino != ino:
+            return mm
+        again = mmap.mmap(fd, len(mm))
+    finally:
+        os.close(fd)
+    mm.close()
+    return again
 
 
 def _wait(deadline: float, probe: Callable[[], T], name: str, what: str) -> T:

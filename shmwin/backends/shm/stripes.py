@@ -10,17 +10,11 @@ owner leaves or dies: its counts are still inside the window, so the next claime
 from __future__ import annotations
 
 from ... import _core
-from . import owners
 
 
 class StripeTable:
     def __init__(self, core: _core.Core):
         self._core = core
-
-    def candidates(self) -> tuple[int, int]:
-        """What the core asks when this process needs a stripe: ``(this pid, its start
-        ticks)``, recorded in the row for display; the core finds a row the kernel says is free."""
-        return owners.current_process()
 
     def reclaim(self) -> int:
         """Clear the owner of every row whose owner has died; how many."""

@@ -42,6 +42,7 @@ from .format import COUNTER_ROLES
 from .keys import KeyTable
 from .layout import Layout
 from .locks import check_lock_table, init_locks, init_stripes
+from .owners import current_process
 from .segment import Segment, path_of
 from .stripes import StripeTable
 
@@ -170,11 +171,14 @@ class ShmWindow:
                 ) from None
             check_lock_table(seg.mm, lay.locks_off, g.n_locks)
             header.check_key_state(seg.mm, g, lay, meta.hash_key)
-            # the core holds its window (through the claim callback): a bound ``w.add`` kept
-            # alone keeps the window open, as a bound Python method would
+            # the claim callback holds nothing of this window: a handle dropped without close()
+            # is freed by its reference count (its core's, when the last reference goes, gives
+            # the stripe back), not left in a cycle for the GC, holding a stripe and a mapping
+            # meanwhile (red team rtwin: 64 of 64 stripes held after 1,000 handles opened and
+            # dropped with the GC off)
             core = native.open_core(
                 seg.mm, seg.name, clock=opts.clock, lock_timeout=opts.lock_timeout, on_full=opts.on_full,
-                claim=self._claim_stripe, fd=seg.fd, role=g.role,
+                claim=current_process, fd=seg.fd, role=g.role,
             )  # fmt: skip
         except BaseException:
             seg.close()
@@ -217,12 +221,6 @@ class ShmWindow:
         from .rows import Rows
 
         return Rows(self._raw, self._g, self._lay)
-
-    def _claim_stripe(self) -> tuple[int, int]:
-        """The core's callback when this process has no stripe yet (first add, or after a
-        fork): this process's pid and start ticks, recorded in the row it claims."""
-        self._check_open()
-        return self._stripes.candidates()
 
     # -- what the contract asks ---------------------------------------------------
 
@@ -347,7 +345,7 @@ class ShmWindow:
     def _keyed(self) -> KeyTable:
         self._check_open()
         if self._keys is None:
-            raise ValueError(f"window {self.name!r} is not keyed (create it with capacity=...)")
+            raise ValueError(f"window {self.name!r} is not keyed (create it with keyed=True)")
         return self._keys
 
     # -- reading --------------------------------------------------------------------
@@ -490,9 +488,9 @@ class ShmWindow:
         if self._closed:
             raise WindowClosedError(f"window {self.name!r} is closed")
 
-    def __del__(self) -> None:
-        with suppress(Exception):
-            self.close()
+    # No __del__: a handle dropped without close() holds nothing its reference count does not
+    # free -- its core gives the stripe back and unmaps when the last reference to it goes, so a
+    # bound ``w.add`` kept alone keeps working, as a bound method would.
 
     def __repr__(self) -> str:
         state = "closed" if getattr(self, "_closed", True) else str(self._g)

@@ -217,3 +217,17 @@ def test_limits_counters_export_each_keys_value(make_name):
         storage.segments.close()
         for n in storage.segments.names():
             shmwin.unlink(n)
+
+
+def test_keys_spelled_alike_each_get_their_own_series(make_name):
+    """A str key and a bytes key with the same text ("abc", b"abc"; "\\xff" spelled out and the
+    byte 0xff) are two keys: two series, each with its own count (one of each pair was dropped,
+    its count lost from the export: red team rtwin)."""
+    name = make_name("w")
+    with Window(name, span=10, buckets=10, keyed=True) as w:
+        for n, key in enumerate(["abc", b"abc", "\\xff", b"\xff", 'a"b\nc'], start=1):
+            w.add(n, key=key)
+        values = sorted(v for (metric, labels), v in _scrape([name], top_keys=10).items()
+                        if metric == "shmwin_key_value")  # fmt: skip
+        assert values == [1.0, 2.0, 3.0, 4.0, 5.0]
+        w.unlink()

@@ -237,33 +237,31 @@ def test_a_state_word_past_the_reservation_on_a_full_tmpfs_is_no_sigbus(spoiled)
 
 # -- the fuzz ------------------------------------------------------------------------------
 
-CHUNK = 48  # segments spoiled, then attached by one fresh process
+# Segments spoiled, then attached by one fresh process. 200, not 48: each fresh process's start
+# (an interpreter importing shmwin: 0.1 CPU-s, several times that under ASan's malloc) was paid
+# 59 times in the fuzz, now 18; the same trials, each still attached fresh, and the child names
+# each segment before its calls, so a crash still points at its culprit. 200 segments held at
+# once are 4 MiB of /dev/shm (16-20 KiB each) and 200 descriptors.
+CHUNK = 200
 REPAIRED = (2, 3, 4)  # junk values also tried behind a repair: INT64_MIN, INT64_MAX, random
 Trial = tuple[int, int, bool]  # word, junk value, a section interrupted first
 
 
-def _die_inside(kind: str, obj: Any) -> None:
-    """A forked child dies (SIGKILL) midway through a section, holding its lock: the next
-    call to take that lock repairs first (EOWNERDEAD), over whatever word is spoiled."""
-    section, store = ("insert", 3) if kind == "keyed" else ("hit", 2)
-    pid = os.fork()
-    if pid == 0:  # never back into pytest
-        try:
-            _core.failpoint(section, store, signal.SIGKILL)
-            obj.add(1, key="dying") if kind == "keyed" else obj.hit("a")
-        finally:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
+def _die_inside(kind: str, name: str, clock: ManualClock, dier: badwords.Dier) -> None:
+    """A writer dies (SIGKILL) midway through a section, holding its lock: the next call to
+    take that lock repairs first (EOWNERDEAD), over whatever word is spoiled."""
+    status = dier.kill_inside(kind, name, clock())
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
 
 
-def _trial(kind: str, name: str, trial: Trial) -> tuple[Any, str, list[str]]:
+def _trial(kind: str, name: str, trial: Trial, dier: badwords.Dier | None) -> tuple[Any, str, list[str]]:
     """Spoil word i of a new segment with junk value j (after a section died inside it, if
     asked) and call everything: the segment's object, what was done, the outcomes that are bugs."""
     i, j, interrupted = trial
     obj, clock = open_kind(kind, name, create=True)
     if interrupted:
-        _die_inside(kind, obj)
+        assert dier is not None
+        _die_inside(kind, name, clock, dier)
     offset = badwords.words(name)[i]
     current = word(name, offset)
     value = list(badwords.junk(random.Random(f"{kind}:{i}"), current))[j]
@@ -272,12 +270,12 @@ def _trial(kind: str, name: str, trial: Trial) -> tuple[Any, str, list[str]]:
     return obj, what, run_calls(kind, obj, clock, f"{kind}:{i}:{j}")
 
 
-def _chunk(kind: str, trials: list[Trial], make_name) -> list[str]:
+def _chunk(kind: str, trials: list[Trial], make_name, dier: badwords.Dier | None) -> list[str]:
     opened, done, bad = {}, {}, []
     try:
         for trial in trials:
             name = make_name("-".join(str(int(x)) for x in trial))
-            obj, what, found = _trial(kind, name, trial)
+            obj, what, found = _trial(kind, name, trial, dier)
             opened[name], done[name] = obj, what
             bad += [f"{what} (attached): {line}" for line in found]
         seeds = [f"{name}={kind}:{i}:{j}" for name, (i, j, _) in zip(opened, trials, strict=True)]
@@ -327,12 +325,16 @@ def test_junk_in_any_word_after_a_writer_died_inside(kind, make_name):
 
 def _fuzz(kind: str, trials: list[Trial], make_name) -> None:
     faulthandler.dump_traceback_later(900, exit=True)  # a hang in this process: a loud failure
+    dier = badwords.Dier(dict(os.environ, PYTHONPATH=str(ROOT))) if any(t[2] for t in trials) else None
+    assert dier is None or dier.core == _core.__file__, dier.core  # the same build
     try:
         bad = []
         for at in range(0, len(trials), CHUNK):
-            bad += _chunk(kind, trials[at : at + CHUNK], make_name)
+            bad += _chunk(kind, trials[at : at + CHUNK], make_name, dier)
     finally:
         faulthandler.cancel_dump_traceback_later()
+        if dier is not None:
+            dier.close()
     assert not bad, "\n".join(bad[:40])
 
 

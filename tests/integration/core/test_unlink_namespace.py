@@ -56,3 +56,13 @@ def test_unlink_removes_the_namespace_it_was_opened_in(monkeypatch, name_prefix,
         monkeypatch.setenv("SHMWIN_NAMESPACE", ns_a)
         shmwin.unlink("x")
     assert _in(ns_a) == _in(ns_b) == []
+
+
+def test_a_name_too_long_for_its_namespace_is_a_clear_error(monkeypatch):
+    """A name within the 200 characters, in a long SHMWIN_NAMESPACE, makes a file name past
+    NAME_MAX: a ValueError that says so, before anything is made (it was a raw OSError
+    'File name too long' from the create: red team rtwin)."""
+    monkeypatch.setenv("SHMWIN_NAMESPACE", "n" * 60)
+    with pytest.raises(ValueError, match=r"too long in SHMWIN_NAMESPACE.*255"):
+        Window.create("r" * 200, span=10, buckets=10)
+    assert _in("n" * 60) == []

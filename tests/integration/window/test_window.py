@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 
@@ -357,3 +358,15 @@ def test_a_wider_perm_creates_and_attaches(name):
     for w in (a, b, c):
         w.close()
     a.unlink()
+
+
+def test_the_rate_of_a_huge_finite_float_total_is_finite(make_name):
+    """rate() divides before it scales to seconds: total * 1e9 overflowed to inf for a float
+    total past 1.8e299 (red team rtwin: rate() and ``shmwin export`` said +Inf)."""
+    clock = ManualClock(1_000 * 10**9)
+    with Window(make_name("w"), span=10, buckets=10, dtype="float64", clock=clock) as w:
+        w.add(1e300)
+        clock.advance(5.5)
+        rate = w.rate(last=None)
+        assert math.isfinite(rate) and 1e299 / 2 < rate <= 1e300, rate
+        w.unlink()

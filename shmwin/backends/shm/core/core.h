@@ -424,6 +424,7 @@ static inline int stripe_of(Core *c, int64_t *row) {
     return claim_stripe(c, row);
 }
 void give_stripe(Core *c);
+int64_t drop_stripe(Core *c);
 int stripe_alive(Core *c, int64_t r);
 #define STRIPE(c, r) W((c), (c)->stripes_off + (int64_t)(r) * STRIPE_ENTRY_BYTES)
 #define STRIPE_MUTEX(c, r) ((pthread_mutex_t *)((char *)STRIPE((c), (r)) + STRIPE_MUTEX_OFF))

@@ -304,6 +304,13 @@ int core_clear(Core *c) {
 
 static void Core_dealloc(Core *c) {
     PyObject_GC_UnTrack(c);
+    if (!c->closed && c->busy == 0) {  /* freed unclosed: its stripe goes back as close() gives it */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);  /* a dealloc may run while an exception is set */
+        drop_stripe(c);
+        PyErr_Clear();  /* the owner word's lock did not come: the row is free all the same */
+        PyErr_Restore(type, value, tb);
+    }
     c->closed = 1;
     c->busy = 0;
     release_map(c);

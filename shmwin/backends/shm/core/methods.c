@@ -167,20 +167,11 @@ static PyObject *Core_stripe_owners(Core *c, PyObject *Py_UNUSED(ignored)) {
 
 /* release_stripe(): hand this process's stripe back (data kept); the next add claims again. */
 static PyObject *Core_release_stripe(Core *c, PyObject *Py_UNUSED(ignored)) {
-    int64_t row = c->stripe_row;
     if (enter(c) < 0) return NULL;
-    int mine = c->stripe_gen == fork_gen && row > 0;
-    if (mine && lock_take(c, LOCK_STRIPE_TABLE) == 0) {
-        int64_t *e = STRIPE(c, row);
-        if (LOAD(e + STRIPE_OWNER) == c->stripe_owner) STORE(e + STRIPE_OWNER, 0);
-        give_stripe(c);
-        lock_give(c, LOCK_STRIPE_TABLE);
-    }
-    c->stripe_gen = 0;
-    c->stripe_row = 0;
+    int64_t row = drop_stripe(c);
     leave(c);
     if (PyErr_Occurred()) return NULL;
-    return PyLong_FromLongLong(mine ? row : 0);
+    return PyLong_FromLongLong(row);
 }
 
 /* close(): no call touches the mapping from now on; released once no call is inside. */

@@ -52,6 +52,23 @@ static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
 
 /* Give our stripe's liveness mutex back (the row's data stays, counted): before close()
  * unmaps, or when the stripe is released. Only the process that took it holds it. */
+/* Hand this process's stripe back (release_stripe(), and a Core freed unclosed): its owner word
+ * cleared under the stripe table's lock if that lock comes (the word is for display: what frees
+ * the row is the liveness mutex the keeper lets go of, whatever the lock did), data kept. The row,
+ * 0 if this Core held none; an error of the lock stays set for the caller. */
+int64_t drop_stripe(Core *c) {
+    int64_t row = c->stripe_row;
+    int mine = c->stripe_gen == fork_gen && row > 0 && c->base != NULL;
+    if (mine && lock_take(c, LOCK_STRIPE_TABLE) == 0) {
+        int64_t *e = STRIPE(c, row);
+        if (LOAD(e + STRIPE_OWNER) == c->stripe_owner) STORE(e + STRIPE_OWNER, 0);
+        give_stripe(c);
+        lock_give(c, LOCK_STRIPE_TABLE);
+    }
+    give_stripe(c);
+    return mine ? row : 0;
+}
+
 void give_stripe(Core *c) {
     if (c->stripe_gen == fork_gen && c->stripe_row > 0 && c->base != NULL)
         keeper(KEEP_GIVE, STRIPE_MUTEX(c, c->stripe_row));

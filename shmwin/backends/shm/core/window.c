@@ -114,7 +114,7 @@ static PyObject *Core_add(Core *c, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (key_enter(c, &kc) < 0) return NULL;
     if (amount(c, a[0], &n, &d) < 0 || field_word(c, a[1], &f) < 0) goto out;
     if (a[2] != NULL && a[2] != Py_None && !c->keyed) {
-        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with keyed=True)", c->name);
         goto out;
     }
     if (c->keyed && (a[2] == NULL || a[2] == Py_None)) {
@@ -155,7 +155,7 @@ static PyObject *Core_add_and_total(Core *c, PyObject *const *args, Py_ssize_t n
     int f;
     if (parse(args, nargs, kwnames, names, 3, a, "add_and_total") < 0 || key_enter(c, &kc) < 0) return NULL;
     if (!c->keyed) {
-        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with capacity=...)", c->name);
+        PyErr_Format(PyExc_ValueError, "window %R is not keyed (create it with keyed=True)", c->name);
         goto out;
     }
     if (a[2] == NULL || a[2] == Py_None) {
