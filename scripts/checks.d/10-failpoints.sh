@@ -9,6 +9,8 @@
 # In scripts/test's full run (SHMWIN_FULL_RUN=1) it runs only the fail-point tests not marked
 # `sanitize` (2 of 227): 50-sanitizers.sh's UBSan run is this build (-O2 -DSHMWIN_TEST) with
 # UBSan's checks added, and runs the other 225, which ran in both before (~150 CPU-s twice).
+# stage: beside the checks (in the full run its 2 tests in one process, ~10 CPU-s: beside the sanitizer
+# job, not on the run's critical path before it)
 set -euo pipefail
 source scripts/_core_build.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-failpoints.XXXXXX")
