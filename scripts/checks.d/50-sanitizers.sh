@@ -21,11 +21,6 @@
 # the same build; SHMWIN_EXPECT_CORE makes the run check that.
 # Run by scripts/test from the repository root, .venv ready; also on its own:
 #   bash scripts/checks.d/50-sanitizers.sh [extra pytest arguments]
-#   SHMWIN_SANITIZERS="undefined" (or "address"; default both)  SHMWIN_SANITIZER_WORKERS=N (default 2)
-# In scripts/test's full run (SHMWIN_FULL_RUN=1) this job runs the AddressSanitizer build only:
-# 15-undefined.sh runs the UBSan build beside the suite, on one worker, in the suite's idle
-# core-seconds (a third of them: its workers wait on processes and servers), off the run's
-# critical path, which this job's two builds one after another lengthened by UBSan's 100 s.
 set -euo pipefail
 source scripts/_core_build.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-sanitizers.XXXXXX")
@@ -41,7 +36,7 @@ run_sanitized() {
   core_copy "$copy" -g -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
   echo "sanitizers: $name: $*"
   local status=0
-  core_pytest "$copy" "${env[@]}" -- -n "$workers" -q --durations=10 -m sanitize "${files[@]}" "${extra[@]}" || status=$?
+  core_pytest "$copy" "${env[@]}" -- -n 2 -q --durations=10 -m sanitize "${files[@]}" "${extra[@]}" || status=$?
   if compgen -G "$copy/reports/*" >/dev/null; then
     echo "sanitizers: $name: reports:" >&2
     for report in "$copy"/reports/*; do echo "== $report" >&2; cat "$report" >&2; done
@@ -51,9 +46,7 @@ run_sanitized() {
   return "$status"
 }
 
-extra=("$@") workers=${SHMWIN_SANITIZER_WORKERS:-2}
-builds=${SHMWIN_SANITIZERS:-undefined address}
-[ "${SHMWIN_FULL_RUN:-0}" = 1 ] && [ -z "${SHMWIN_SANITIZERS:-}" ] && builds="address"
+extra=("$@")
 # The files that hold the marked tests (collected against this checkout's core: the markers do not
 # depend on it). Each process of a run collects what it is given; under ASan (every Python object
 # through its malloc) collecting all of tests/integration to keep the marked tests took 21.4 CPU-s
@@ -61,18 +54,14 @@ builds=${SHMWIN_SANITIZERS:-undefined address}
 listing=$("$core_py" -m pytest -p no:cacheprovider --collect-only -q -m sanitize tests/integration 2>&1) ||
   { echo "$listing" >&2; echo "sanitizers: collecting the marked tests failed" >&2; exit 1; }
 mapfile -t files < <(sed -n 's/::.*//p' <<<"$listing" | sort -u)
-if [[ " $builds " == *" undefined "* ]]; then
-  run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$work/undefined/reports/ubsan" \
-    -- -O2 -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
-fi
+run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$work/undefined/reports/ubsan" \
+  -- -O2 -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
 # libasan first in every process (Python is not built with it); PyMem through malloc, so that
 # the core's PyMem buffers are checked too; CPython leaks by design. A quarantine of 64 MiB, not
 # the default 256: with every Python object through ASan's malloc, each of the hundreds of
 # processes the tests start kept touching fresh pages for it (the native and fail-point tests of
 # one file: 30 CPU-s with 256, 19 of them in the kernel; 22 with 64, as with 16 or 4); a freed
 # buffer of the core still waits behind 64 MiB of other frees before its memory is reused.
-if [[ " $builds " == *" address "* ]]; then
-  run_sanitized address LD_PRELOAD="$("$core_cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
-    ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=64:log_path=$work/address/reports/asan" -- -O1 -fsanitize=address
-fi
+run_sanitized address LD_PRELOAD="$("$core_cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
+  ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=64:log_path=$work/address/reports/asan" -- -O1 -fsanitize=address
 echo "sanitizers: no report"
