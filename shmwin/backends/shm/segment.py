@@ -562,7 +562,11 @@ def _mapped_by_name(mm: mmap.mmap, path: str, ino: int) -> mmap.mmap:
         again = mmap.mmap(fd, len(mm))
     finally:
         os.close(fd)
-    mm.close()
+    try:
+        mm.close()
+    except BufferError:  # the initialiser kept a view of it: keep that mapping, not the new one
+        again.close()
+        return mm
     return again
 
 
