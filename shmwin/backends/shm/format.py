@@ -34,27 +34,11 @@ import re
 import struct
 
 # The limits and enumerations every backend shares (MAX_FIELDS, ROLES, ...) are geometry's, written
-# once there (the neutral layers never import a byte format): the format takes them from it.
-from ...geometry import (  # noqa: F401 (constants() and check() read them by name)
-    CONC_HOLDER_BYTES,
-    DIST_FIELDS,
-    DTYPES,
-    FIELD_NAME_BYTES,
-    FIRST_KEY_LOCK,
-    INDEX_MIN_SLOTS,
-    KINDS,
-    MAX_BUCKETS,
-    MAX_CAPACITY,
-    MAX_CONCURRENCY,
-    MAX_FIELDS,
-    MAX_KEY_LOCKS,
-    MAX_LOG_ENTRIES,
-    MAX_RINGS,
-    MAX_SPAN_NS,
-    MAX_STRIPES,
-    MODES,
-    ROLES,
-)
+# once there (the neutral layers never import a byte format). The format takes them from it, as its
+# own names (constants() and the tests read them here): those its tables use, imported; the rest,
+# below the imports, bound from geometry by name.
+from ... import geometry as _neutral
+from ...geometry import DTYPES, FIELD_NAME_BYTES, KINDS, MAX_CAPACITY, MAX_FIELDS, MAX_RINGS, MODES, ROLES
 
 # The per-role row tables are part of this one description: their names are this module's too
 # (the star), and the records this module lists and derives names from are named (the rest).
@@ -78,6 +62,11 @@ from .format_rows import (
 )
 from .format_series import *  # noqa: F403
 from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
+
+globals().update({name: getattr(_neutral, name) for name in (
+    "MAX_BUCKETS", "MAX_LOG_ENTRIES", "MAX_STRIPES", "MAX_KEY_LOCKS", "INDEX_MIN_SLOTS", "MAX_SPAN_NS",
+    "FIRST_KEY_LOCK", "MAX_CONCURRENCY", "CONC_HOLDER_BYTES", "DIST_FIELDS",
+)})  # fmt: skip
 
 MAGIC = b"SHMWIN\x00\x00"
 FORMAT_VERSION = 12  # each version: CHANGELOG.md's table. 8: one-word moving log entries, compact
