@@ -31,6 +31,7 @@ from ..clock import Clock, host_clock
 from ..errors import GeometryMismatchError, ShmwinError
 from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
+from .described import described
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -317,14 +318,7 @@ class Breaker:
 def describe(name: str, *, backend: str | None = None) -> dict[str, Any] | None:
     """``Breaker.attach(name).describe()`` with the default k and protection, or None if
     ``name`` is not a breaker (for the CLI and the Prometheus export)."""
-    try:
-        breaker = Breaker.attach(name, backend=backend)
-    except GeometryMismatchError:
-        return None
-    try:
-        return breaker.describe()
-    finally:
-        breaker.close()
+    return described(lambda: Breaker.attach(name, backend=backend))
 
 
 @dataclass(frozen=True)
