@@ -1,5 +1,5 @@
-"""What the CLI and the Prometheus export ask of each overload tool by name: its ``describe()``,
-or None when the name is not one of its kind."""
+"""What the CLI and the Prometheus export ask of each overload tool: its ``describe()`` by name
+(None when the name is not one of its kind), which starts with the facts of its window."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import GeometryMismatchError
+from ..rate import NS_PER_S
 
 
 class Describable(Protocol):
@@ -28,3 +29,10 @@ def described(
         return tool.describe()
     finally:
         tool.close()
+
+
+def window_facts(kind: str, window: Any) -> dict[str, Any]:
+    """The start of a windowed tool's ``describe()``: its kind, its name, and its window's span
+    (seconds) and buckets."""
+    span_s = window.span_ns / NS_PER_S
+    return {"kind": kind, "name": window.name, "window_s": span_s, "buckets": window.buckets}

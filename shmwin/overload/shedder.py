@@ -47,7 +47,7 @@ from ..geometry import resolution_name
 from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
 from .cpu import MILLICPU, HostCpu
-from .described import described
+from .described import described, window_facts
 from .inflight import InFlight
 
 if TYPE_CHECKING:
@@ -332,10 +332,7 @@ class Shedder:
     def describe(self) -> dict[str, Any]:
         """Everything an inspector or an exporter shows, as plain values."""
         return {
-            "kind": "shedder",
-            "name": self.name,
-            "window_s": self.window.span_ns / NS_PER_S,
-            "buckets": self.window.buckets,
+            **window_facts("shedder", self.window),
             **asdict(self.stats()),
             "processes": self.flying.processes(),
         }
