@@ -25,6 +25,25 @@ def limiter_hits(
         admitted[slot] = sum(lim.hit(key) for _ in range(tries))
 
 
+def limiter_hits_on(name: str, backend: str | None, out: Any, slot: int) -> None:
+    """Attach the limiter ``name`` on ``backend`` and hit "client" 300 times; ``out[slot]`` =
+    how many passed."""
+    lim = Limiter.attach(name, backend=backend)
+    out[slot] = sum(lim.hit("client") for _ in range(300))
+    lim.close()
+
+
+def limiter_hits_by_copies(name: str, clock_path: str, keys: list[str], rounds: int) -> None:
+    """Hit each of ``keys`` ``rounds`` times, each time by a new object equal to the key."""
+    from support.keycache import copy_of
+
+    lim = Limiter.attach(name, clock=ManualClock(path=clock_path))
+    for _ in range(rounds):
+        for key in keys:
+            assert lim.hit(copy_of(key))
+    lim.close()
+
+
 def limiter_hits_uncounted(name: str, n: int) -> None:
     """Attach the limiter ``name`` and hit the key "shared" ``n`` times."""
     lim = Limiter.attach(name)
