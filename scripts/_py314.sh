@@ -74,8 +74,9 @@ shmwin_py314_install() {
   libc=$("$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" python3.14 -c 'import platform; print(platform.libc_ver()[1])')
   local install=(--only-binary :all: --python-version 3.14 --implementation cp --abi cp314)
   for minor in $(seq 17 "${libc#2.}"); do install+=(--platform "manylinux_2_${minor}_$(uname -m)"); done
-  # --no-compile: this pip's Python would write its own version's bytecode, not 3.14's
+  # --no-compile: this pip's Python would write its own version's bytecode, not 3.14's (and the
+  # packages' test suites need none: shmwin_compile_site, scripts/_pythons.sh)
   "$host_python" -m pip install -q --no-compile --target "$site" "${install[@]}" "$@" &&
     rm -rf "$site/bin" &&  # --target's console scripts, for HOST_PYTHON: the tests run python -m
-    "$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" "$env_dir/bin/python" -m compileall -q -j 0 "$site" >/dev/null
+    shmwin_compile_site "$(dirname "$SHMWIN_PY314_DIR")/scripts/py314" "$env_dir/bin/python" "$site"
 }

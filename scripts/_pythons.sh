@@ -39,3 +39,14 @@ shmwin_versions() {
     echo "$version"
   done
 }
+
+# shmwin_compile_site [ENTER...] PYTHON SITE: compile SITE's modules to PYTHON's bytecode, all but
+# the packages' own test suites (their tests/ and test/ folders: numpy's, setuptools', ... which no
+# test here imports). pip install compiled every module, those included: 6.0 CPU-s of a 3.10
+# venv's 14.2 (numpy, pytest, redis, limits, setuptools), 3.5 without them. The rest is still
+# compiled once: with PYTHONDONTWRITEBYTECODE set, each process the tests start would compile
+# what it imports again.
+shmwin_compile_site() {
+  local site="${*: -1}"
+  "${@:1:$#-1}" -m compileall -q -j 0 -x '/site-packages/.+/tests?/' "$site" >/dev/null
+}

@@ -43,8 +43,9 @@ for version in $versions; do
     rm -rf "$env_dir" && "$py" -m venv --without-pip "$env_dir"
     if [ ${#enter[@]} = 0 ]; then
       # shellcheck disable=SC2086
-      .venv/bin/python -m pip --python "$env_dir/bin/python" install -q --disable-pip-version-check $DEPS \
-        >"$env_dir/install.log" 2>&1
+      .venv/bin/python -m pip --python "$env_dir/bin/python" install -q --no-compile --disable-pip-version-check \
+        $DEPS >"$env_dir/install.log" 2>&1 &&
+        shmwin_compile_site "$env_dir/bin/python" "$env_dir/lib/python$version/site-packages"
     else
       # shellcheck disable=SC2086
       shmwin_py314_install .venv/bin/python "$env_dir" $DEPS >"$env_dir/install.log" 2>&1

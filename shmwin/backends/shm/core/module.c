@@ -374,18 +374,30 @@ static int take_errors(ModState *st) {
 }
 
 /* LAYOUT: every constant of layout.h by name (a read-only mapping), for the tests to hold
- * against layout_words.constants(): what this build was compiled with. */
+ * against layout_words.constants(): what this build was compiled with. A table and one loop,
+ * not a call per name inline: gcc -fanalyzer walked the 336 inlined branches' paths for 60 of
+ * the 40-c-warnings job's 87 CPU-seconds (under 1 CPU-second as a loop). */
+static const struct {
+    const char *name;
+    long long value;
+} layout_table[] = {
+#define LAYOUT_ROW(name) {#name, (long long)(name)},
+    SHMWIN_LAYOUT_NAMES(LAYOUT_ROW)
+#undef LAYOUT_ROW
+};
+
 static PyObject *layout_names(void) {
-    PyObject *d = PyDict_New(), *v;
-#define ADD_NAME(name)                                                                    \
-    if (d != NULL) {                                                                      \
-        v = PyLong_FromLongLong((long long)(name));                                       \
-        if (v == NULL || PyDict_SetItemString(d, #name, v) < 0) Py_CLEAR(d);              \
-        Py_XDECREF(v);                                                                    \
-    }
-    SHMWIN_LAYOUT_NAMES(ADD_NAME)
-#undef ADD_NAME
+    PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
+    for (size_t i = 0; i < sizeof layout_table / sizeof *layout_table; i++) {
+        PyObject *v = PyLong_FromLongLong(layout_table[i].value);
+        if (v == NULL || PyDict_SetItemString(d, layout_table[i].name, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
     PyObject *proxy = PyDictProxy_New(d);
     Py_DECREF(d);
     return proxy;
