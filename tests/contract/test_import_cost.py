@@ -21,8 +21,9 @@ from shmwin import Concurrency, Limiter, TokenBucket, Window
 heavy = sys.argv[2].split(",")
 loaded = lambda: [m for m in heavy if m in sys.modules]
 at_import = loaded()
-lim, tb = Limiter(sys.argv[1] + "-l", "10/second"), TokenBucket(sys.argv[1] + "-t", "10/second", burst=5)
-w, conc = Window(sys.argv[1] + "-w", "1s", 10), Concurrency(sys.argv[1] + "-c", 3)
+# periods of an hour: on a loaded machine a second can pass between the hits and the reads
+lim, tb = Limiter(sys.argv[1] + "-l", "10/hour"), TokenBucket(sys.argv[1] + "-t", "10/hour", burst=5)
+w, conc = Window(sys.argv[1] + "-w", "1h", 10), Concurrency(sys.argv[1] + "-c", 3)
 verdicts = [lim.hit("k"), lim.test("k"), lim.stats("k").used, tb.hit("k"), tb.test("k"), tb.stats("k").used]
 w.add(2)
 verdicts += [conc.acquire("k"), conc.release("k")]
