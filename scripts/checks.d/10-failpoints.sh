@@ -7,8 +7,9 @@
 # Run by scripts/test from the repository root, .venv ready; also on its own:
 #   bash scripts/checks.d/10-failpoints.sh [extra pytest arguments]
 # In scripts/test's full run (SHMWIN_FULL_RUN=1) it runs only the fail-point tests not marked
-# `sanitize` (2 of 227): 50-sanitizers.sh's UBSan run is this build (-O2 -DSHMWIN_TEST) with
-# UBSan's checks added, and runs the other 225, which ran in both before (~150 CPU-s twice).
+# `sanitize` (2 of 227): 50-sanitizers.sh's run is a test build too (-DSHMWIN_TEST, with ASan's
+# and UBSan's checks) and runs the other 225, which ran in both before (~150 CPU-s twice); this
+# -O2 test build's code runs them on every other CPython (30-other-pythons.sh) and as zig cc's.
 # stage: beside the checks (in the full run its 2 tests in one process, ~10 CPU-s: beside the sanitizer
 # job, not on the run's critical path before it)
 set -euo pipefail

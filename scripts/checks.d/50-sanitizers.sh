@@ -1,21 +1,23 @@
 # The native core under the sanitizers: the tests marked `sanitize` (the native, fail-point,
 # crash, bad-segment, keys and growth tests, and the bad-words fuzz: see tests/conftest.py)
-# run against a core built with UndefinedBehaviorSanitizer, then against one built with
-# AddressSanitizer. Any report fails the run, even one from a child process: each process
-# writes its report to a file under reports/ (log_path), and a report ends the process.
-# Both builds are test builds (-DSHMWIN_TEST): the fail-point tests run under them too.
+# run against a core built with AddressSanitizer and UndefinedBehaviorSanitizer at once. Any
+# report fails the run, even one from a child process: each process writes its reports to files
+# under reports/ (ASan's log_path; UBSan's through scripts/_ubsan_reports.c, below), and a
+# report ends the process. The build is a test build (-DSHMWIN_TEST): the fail-point tests run
+# under both sanitizers here (and in the full run only here: 10-failpoints.sh runs the 2 of them
+# not marked `sanitize`). The plain -O2 test build's code still runs them on every other
+# CPython (30-other-pythons.sh) and as zig cc's glibc-2.17 build (20-wheels.sh); run
+# 10-failpoints.sh for it on this one.
 #
-# The UBSan build is the fail-point job's (10-failpoints.sh: -O2 -DSHMWIN_TEST) with UBSan's
-# checks added, so that the full run runs the fail-point tests marked `sanitize` (225 of 227)
-# here only: they ran three times a run (the plain test build, UBSan, ASan) for two verdicts.
-# The plain -O2 test build's code still runs them on every other CPython (30-other-pythons.sh)
-# and as zig cc's glibc-2.17 build (20-wheels.sh); run 10-failpoints.sh for it on this one.
+# One build, not one per sanitizer: the two runs, one after the other, were 445 s of the full
+# run's critical path (UBSan 110 s, ASan the rest), the same 775 tests twice. With gcc, a
+# combined build's UBSan reports ignore UBSAN_OPTIONS=log_path (the preloaded libasan owns the
+# report path) and go to stderr, where a child's would be lost; so every process also preloads
+# a shim that libubsan calls on each report (its weak __ubsan_on_report), which writes the report
+# to a file of its own. The job first proves, on a probe library, that both kinds of report reach
+# their files: a run whose reports could be lost fails before any test runs.
 #
-# Two builds, not one -fsanitize=address,undefined: with gcc, libasan exports the
-# __sanitizer_set_report_path that libubsan calls, so a combined build writes UBSan's reports
-# to stderr whatever UBSAN_OPTIONS says -- a child's report would be lost.
-#
-# Each build goes into a copy of the package and tests in a temporary directory
+# The build goes into a copy of the package and tests in a temporary directory
 # (scripts/_core_build.sh, every file of the C package): the in-place shmwin/_core*.so of the
 # main suite is never touched, and the tests' children (PYTHONPATH = the copy's root) import
 # the same build; SHMWIN_EXPECT_CORE makes the run check that.
@@ -25,28 +27,44 @@ set -euo pipefail
 source scripts/_core_build.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/shmwin-sanitizers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-
-# run_sanitized NAME ENV... -- CFLAGS...: build, run the marked tests, fail on any report
-run_sanitized() {
-  local name=$1 copy="$work/$1" env=() started=$SECONDS
-  shift
-  while [ "$1" != "--" ]; do env+=("$1"); shift; done
-  shift
-  mkdir -p "$copy/reports"
-  core_copy "$copy" -g -fno-omit-frame-pointer -fno-sanitize-recover=all -DSHMWIN_TEST "$@"
-  echo "sanitizers: $name: $*"
-  local status=0
-  core_pytest "$copy" "${env[@]}" -- -n 2 -q --durations=10 -m sanitize "${files[@]}" "${extra[@]}" || status=$?
-  if compgen -G "$copy/reports/*" >/dev/null; then
-    echo "sanitizers: $name: reports:" >&2
-    for report in "$copy"/reports/*; do echo "== $report" >&2; cat "$report" >&2; done
-    status=1
-  fi
-  echo "sanitizers: $name: $((SECONDS - started)) s, exit $status"
-  return "$status"
+started=$SECONDS
+copy="$work/core" reports="$work/core/reports" probe="$work/probe"
+mkdir -p "$probe/reports"
+flags=(-O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all
+  -fsanitize=address,undefined,float-cast-overflow,float-divide-by-zero)
+core_copy "$copy" "${flags[@]}" -DSHMWIN_TEST &
+copied=$!
+"$core_cc" -shared -fPIC -O1 -o "$work/ubsan_reports.so" scripts/_ubsan_reports.c \
+  "$("$core_cc" -print-file-name=libubsan.so)"
+# libasan first in every process (Python is not built with it), then the shim; PyMem through
+# malloc, so that the core's PyMem buffers are checked too; CPython leaks by design. A quarantine
+# of 64 MiB, not the default 256: with every Python object through ASan's malloc, each of the
+# hundreds of processes the tests start kept touching fresh pages for it (the native and
+# fail-point tests of one file: 30 CPU-s with 256, 19 of them in the kernel; 22 with 64, as with
+# 16 or 4); a freed buffer of the core still waits behind 64 MiB of other frees before reuse.
+sanitized() {  # sanitized REPORTS_DIR: the environment of a process under both sanitizers
+  echo "LD_PRELOAD=$("$core_cc" -print-file-name=libasan.so):$work/ubsan_reports.so" PYTHONMALLOC=malloc \
+    "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=64:log_path=$1/asan" \
+    "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1" "SHMWIN_UBSAN_REPORTS=$1"
 }
 
-extra=("$@")
+# The probe: one overflow and one use after free, each in a process of its own, each must leave
+# its report in a file (and end its process)
+printf '%s\n' '#include <stdlib.h>' 'int overflow(int x) { return x + 2147483647; }' \
+  'int freed(void) { volatile char *p = malloc(4); free((void *)p); return p[1]; }' >"$probe/probe.c"
+"$core_cc" -shared -fPIC "${flags[@]}" -o "$probe/probe.so" "$probe/probe.c"
+for call in "overflow(5)" "freed()"; do
+  read -r -a env <<<"$(sanitized "$probe/reports")"
+  if env "${env[@]}" "$core_py" -c "import ctypes; ctypes.CDLL('$probe/probe.so').$call" 2>/dev/null; then
+    echo "sanitizers: the probe's $call was not stopped" >&2; exit 1
+  fi
+done
+for kind in ubsan asan; do
+  compgen -G "$probe/reports/$kind.*" >/dev/null ||
+    { echo "sanitizers: the probe's $kind report reached no file: reports would be lost" >&2; exit 1; }
+done
+echo "sanitizers: the probe's UBSan and ASan reports each reached their file"
+
 # The files that hold the marked tests (collected against this checkout's core: the markers do not
 # depend on it). Each process of a run collects what it is given; under ASan (every Python object
 # through its malloc) collecting all of tests/integration to keep the marked tests took 21.4 CPU-s
@@ -54,14 +72,17 @@ extra=("$@")
 listing=$("$core_py" -m pytest -p no:cacheprovider --collect-only -q -m sanitize tests/integration 2>&1) ||
   { echo "$listing" >&2; echo "sanitizers: collecting the marked tests failed" >&2; exit 1; }
 mapfile -t files < <(sed -n 's/::.*//p' <<<"$listing" | sort -u)
-run_sanitized undefined UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$work/undefined/reports/ubsan" \
-  -- -O2 -fsanitize=undefined,float-cast-overflow,float-divide-by-zero
-# libasan first in every process (Python is not built with it); PyMem through malloc, so that
-# the core's PyMem buffers are checked too; CPython leaks by design. A quarantine of 64 MiB, not
-# the default 256: with every Python object through ASan's malloc, each of the hundreds of
-# processes the tests start kept touching fresh pages for it (the native and fail-point tests of
-# one file: 30 CPU-s with 256, 19 of them in the kernel; 22 with 64, as with 16 or 4); a freed
-# buffer of the core still waits behind 64 MiB of other frees before its memory is reused.
-run_sanitized address LD_PRELOAD="$("$core_cc" -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
-  ASAN_OPTIONS="detect_leaks=0:quarantine_size_mb=64:log_path=$work/address/reports/asan" -- -O1 -fsanitize=address
-echo "sanitizers: no report"
+wait "$copied" || { echo "sanitizers: the build failed" >&2; exit 1; }
+mkdir -p "$reports"
+echo "sanitizers: address,undefined: ${flags[*]}"
+status=0
+read -r -a env <<<"$(sanitized "$reports")"
+core_pytest "$copy" "${env[@]}" -- -n 2 -q --durations=10 -m sanitize "${files[@]}" "$@" || status=$?
+if compgen -G "$reports/*" >/dev/null; then
+  echo "sanitizers: reports:" >&2
+  for report in "$reports"/*; do echo "== $report" >&2; cat "$report" >&2; done
+  status=1
+fi
+echo "sanitizers: $((SECONDS - started)) s, exit $status"
+[ "$status" = 0 ] && echo "sanitizers: no report"
+exit "$status"

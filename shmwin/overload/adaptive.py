@@ -36,6 +36,7 @@ from ..geometry import DEFAULT_BUCKETS, limiter_geometry
 from ..limiter import Limiter
 from ..rate import Duration, LimitStats, Rate, parse_many, to_ns
 from ..window import Window
+from .described import described
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -273,14 +274,8 @@ class AdaptiveLimiter(Closing):
 def describe(name: str, *, scale: int = DEFAULT_SCALE) -> dict[str, Any] | None:
     """``AdaptiveLimiter.attach(name).describe()``, or None if ``name`` is not one (a limiter
     whose rates divide by ``scale``, beside a ``NAME.health`` window with ok and error)."""
-    try:
-        limiter = AdaptiveLimiter.attach(name, scale=scale)
-    except (GeometryMismatchError, WindowNotFoundError, ValueError):
-        return None
-    try:
-        return limiter.describe()
-    finally:
-        limiter.close()
+    not_one = (GeometryMismatchError, WindowNotFoundError, ValueError)
+    return described(lambda: AdaptiveLimiter.attach(name, scale=scale), not_one)
 
 
 def _check_fields(have: tuple[str, ...], ok_field: str, error_field: str) -> None:

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypedDict, TypeVar
 from ..backends.options import spelled_out
 from ..clock import Clock, host_clock
 from ..errors import GeometryMismatchError, ShmwinError
-from ..rate import NS_PER_S, Duration, to_ns
+from ..rate import Duration, to_ns
 from ..window import Window
+from .described import described, window_facts
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -291,10 +292,7 @@ class Breaker:
     def describe(self) -> dict[str, Any]:
         """Everything an inspector or an exporter shows, as plain values."""
         return {
-            "kind": "breaker",
-            "name": self.name,
-            "window_s": self.window.span_ns / NS_PER_S,
-            "buckets": self.window.buckets,
+            **window_facts("breaker", self.window),
             "k": self.k,
             "protection": self.protection,
             **asdict(self.stats()),
@@ -317,14 +315,7 @@ class Breaker:
 def describe(name: str, *, backend: str | None = None) -> dict[str, Any] | None:
     """``Breaker.attach(name).describe()`` with the default k and protection, or None if
     ``name`` is not a breaker (for the CLI and the Prometheus export)."""
-    try:
-        breaker = Breaker.attach(name, backend=backend)
-    except GeometryMismatchError:
-        return None
-    try:
-        return breaker.describe()
-    finally:
-        breaker.close()
+    return described(lambda: Breaker.attach(name, backend=backend))
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from ..backends.options import spelled_out
 from ..clock import Clock, host_clock
 from ..distribution import Distribution
 from ..errors import GeometryMismatchError, ShmwinError, WindowNotFoundError
@@ -46,7 +47,11 @@ from ..geometry import resolution_name
 from ..rate import NS_PER_S, Duration, to_ns
 from ..window import Window
 from .cpu import MILLICPU, HostCpu
+from .described import described, window_facts
 from .inflight import InFlight
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 FIELDS = ("passes", "rt_us", "drops")
 FLYING_SUFFIX = ".flying"
@@ -61,6 +66,20 @@ OVERLOAD_FACTOR_FLOOR = 0.1
 
 class OverloadedError(ShmwinError):
     """The shedder dropped this request: the host is overloaded (answer 503)."""
+
+
+class Sensing(TypedDict, total=False):
+    """A shedder's keywords beyond its windows, each process's own (so ``attach`` takes them
+    too): when the host is hot (``cpu_threshold``, millicpu), how long it stays so after an
+    overloaded reading (``cool_off``), the CPU reading and the clock."""
+
+    cpu_threshold: int
+    cool_off: Duration
+    cpu: Callable[[], int] | None
+    clock: Clock | None
+
+
+SENSING_DEFAULTS: dict[str, Any] = {"cpu_threshold": DEFAULT_CPU_THRESHOLD, "cool_off": DEFAULT_COOL_OFF}
 
 
 @dataclass(frozen=True)
@@ -155,22 +174,19 @@ class Shedder:
     default: :class:`~shmwin.overload.cpu.HostCpu` on ``clock``); ``clock`` is monotonic ns.
     """
 
+    @spelled_out(Sensing, SENSING_DEFAULTS)
     def __init__(
         self,
         name: str,
         *,
         window: Duration = "5s",
         buckets: int = 50,
-        cpu_threshold: int = DEFAULT_CPU_THRESHOLD,
-        cool_off: Duration = DEFAULT_COOL_OFF,
-        cpu: Callable[[], int] | None = None,
-        clock: Clock | None = None,
         max_processes: int = 128,
         flying_span: Duration = "10m",
         perm: int = 0o600,
+        **options: Unpack[Sensing],
     ):
-        _check_threshold(cpu_threshold)
-        cool_off_ns = to_ns(cool_off, "cool_off")
+        cpu_threshold, cool_off_ns, cpu, clock = _sensing(options)
         _check_flying(max_processes, flying_span)  # before anything is created
         counts = Window._for_role("shedder", name, window, buckets, FIELDS, clock=clock, perm=perm)
         try:
@@ -193,18 +209,10 @@ class Shedder:
         self._bind(counts, flying, cpu_threshold, cool_off_ns, cpu, clock, rt)
 
     @classmethod
-    def attach(
-        cls,
-        name: str,
-        *,
-        cpu_threshold: int = DEFAULT_CPU_THRESHOLD,
-        cool_off: Duration = DEFAULT_COOL_OFF,
-        cpu: Callable[[], int] | None = None,
-        clock: Clock | None = None,
-    ) -> Shedder:
+    @spelled_out(Sensing, SENSING_DEFAULTS)
+    def attach(cls, name: str, **options: Unpack[Sensing]) -> Shedder:
         """Attach to an existing shedder (for inspection: thresholds are each process's own)."""
-        _check_threshold(cpu_threshold)
-        cool_off_ns = to_ns(cool_off, "cool_off")
+        cpu_threshold, cool_off_ns, cpu, clock = _sensing(options)
         refusal = GeometryMismatchError(f"{name!r} is not a shedder's window (fields {FIELDS})")
         counts = Window._attach_as(name, is_shedder, refusal, clock=clock)
         try:
@@ -324,10 +332,7 @@ class Shedder:
     def describe(self) -> dict[str, Any]:
         """Everything an inspector or an exporter shows, as plain values."""
         return {
-            "kind": "shedder",
-            "name": self.name,
-            "window_s": self.window.span_ns / NS_PER_S,
-            "buckets": self.window.buckets,
+            **window_facts("shedder", self.window),
             **asdict(self.stats()),
             "processes": self.flying.processes(),
         }
@@ -353,14 +358,15 @@ class Shedder:
 
 def describe(name: str) -> dict[str, Any] | None:
     """``Shedder.attach(name).describe()``, or None if ``name`` is not a shedder."""
-    try:
-        shedder = Shedder.attach(name)
-    except GeometryMismatchError:
-        return None
-    try:
-        return shedder.describe()
-    finally:
-        shedder.close()
+    return described(lambda: Shedder.attach(name))
+
+
+def _sensing(options: Sensing) -> tuple[int, int, Callable[[], int] | None, Clock | None]:
+    """(cpu_threshold, cool_off ns, cpu, clock) of a shedder's keywords, checked."""
+    cpu_threshold = options.get("cpu_threshold", DEFAULT_CPU_THRESHOLD)
+    _check_threshold(cpu_threshold)
+    cool_off_ns = to_ns(options.get("cool_off", DEFAULT_COOL_OFF), "cool_off")
+    return cpu_threshold, cool_off_ns, options.get("cpu"), options.get("clock")
 
 
 def _check_flying(max_processes: int, flying_span: Duration) -> None:

@@ -14,6 +14,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 from support.helpers import run_all
+from support.workers import limiter_hits_on
 
 import shmwin
 from shmwin import Limiter, ManualClock, Window
@@ -176,17 +177,11 @@ def test_limiter_rates_must_match(opened, name, clock, backend):
         opened(Limiter, name + "x", "lots", clock=clock)
 
 
-def _hammer(name: str, backend: str | None, out, slot: int) -> None:
-    lim = Limiter.attach(name, backend=backend)
-    out[slot] = sum(lim.hit("client") for _ in range(300))
-    lim.close()
-
-
 def test_limiter_exact_across_processes(opened, backend, name):
     lim = opened(Limiter, name, "500/hour")
     ctx = mp.get_context("spawn")
     out = ctx.Array("q", 3, lock=False)
-    procs = [ctx.Process(target=_hammer, args=(name, backend, out, i)) for i in range(3)]
+    procs = [ctx.Process(target=limiter_hits_on, args=(name, backend, out, i)) for i in range(3)]
     run_all(procs, timeout_s=120)
     # exact on two tiers too, however the load stalls the workers: a lease that expired, one a
     # closing worker sealed, one that came back too late, goes back to Redis, and a refusal

@@ -2,6 +2,8 @@
 
 import dataclasses
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -196,6 +198,18 @@ def test_the_c_header_is_generated_from_the_description_and_fresh():
         "shmwin/backends/shm/core/layout.h is stale: write it anew with\n"
         "    python shmwin/backends/shm/format_c.py shmwin/backends/shm/core/layout.h"
     )
+
+
+def test_format_c_run_by_path_writes_the_header_with_no_shmwin_importable(tmp_path):
+    """The command the header's comment gives, as a developer runs it before any build: with no
+    site-packages (-S), shmwin is not importable, and the format (which takes the shared limits
+    from geometry.py) is loaded from its files alone, no package __init__ run."""
+    script = Path(format_c.__file__)
+    out = tmp_path / "layout.h"
+    argv = [sys.executable, "-S", str(script), str(out)]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == LAYOUT_H.read_text()
 
 
 def test_the_c_header_asserts_each_mutex_room_and_check_fits_every_other_field():

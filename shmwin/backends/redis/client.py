@@ -217,6 +217,14 @@ def key_text(key: Key | None) -> str:
     raise TypeError(f"a key is a str or bytes, not {type(key).__name__}")
 
 
+def required_key(key: Key, whose: str) -> Key:
+    """A keyed store's key (a limiter's, a token bucket's: ``whose``), which must be a str or
+    bytes (no None, no bytearray): as it is, else a TypeError naming ``whose``."""
+    if not isinstance(key, str | bytes):
+        raise TypeError(f"{whose} key is a str or bytes, not {type(key).__name__}")
+    return key
+
+
 def not_supported(what: str) -> NotSupportedError:
     return NotSupportedError(f"the redis backend has no {what}")
 

@@ -21,7 +21,7 @@ from ...policy import cost_of
 from ...rate import Rate
 from ..contract import Check, Key, Request, WindowBackend
 from . import live, scripts
-from .client import NS_PER_US, RedisBase, key_text, not_supported, spread_groups, unavailable
+from .client import NS_PER_US, RedisBase, key_text, not_supported, required_key, spread_groups, unavailable
 
 DEFAULT_CAPACITY = 10_000  # what an attach reports: redis keys have no table to fill
 
@@ -117,7 +117,7 @@ class RedisLimiter(RedisBase):
         """A hit of ``key`` met another generation than this process knew: read the newest rates,
         or repair a name wiped or rolled back (change.lua's 'sync'); spread, then make every
         group's generation the name's (a changer may have died before it did)."""
-        tag = self._tag_of(key_text(_limiter_key(key)))
+        tag = self._tag_of(key_text(required_key(key, "a limiter's")))
         self._follow(live.sync(self, self._spec_of_g, self._state.gen, tag + "gen"))
         if self._groups:
             self._raise_groups(self._state.gen)
@@ -169,7 +169,7 @@ class RedisLimiter(RedisBase):
 
     def _script_keys(self, key: Key) -> list[str]:
         """hit.lua's KEYS: the key's row, its clock, its generation, its rows of earlier layouts."""
-        text = key_text(_limiter_key(key))
+        text = key_text(required_key(key, "a limiter's"))
         tag = self._tag_of(text)
         olds = [tag + live.row_infix(old.layout) + text for old in self._olds]
         return [tag + self._infix + text, tag + "clock", tag + "gen", *olds]
@@ -323,12 +323,6 @@ class RedisLimiter(RedisBase):
 
     def __repr__(self) -> str:
         return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self.rates))} on {self.url}>"
-
-
-def _limiter_key(key: Key) -> Key:
-    if not isinstance(key, str | bytes):
-        raise TypeError(f"a limiter's key is a str or bytes, not {type(key).__name__}")
-    return key
 
 
 def _limiter_spec(g: Geometry, groups: int = 0) -> str:

@@ -14,7 +14,7 @@ from ...policy import cost_of
 from ...rate import Rate
 from ..contract import Key, Request, TokenCheck
 from . import live, scripts
-from .client import NS_PER_US, RedisBase, key_text, not_supported
+from .client import NS_PER_US, RedisBase, key_text, not_supported, required_key
 
 DEFAULT_CAPACITY = 10_000  # what an attach reports: redis keys have no table to fill
 
@@ -87,7 +87,7 @@ class RedisTokenBucket(RedisBase):
     def check(self, key: Key, cost: int, commit: bool) -> TokenCheck:
         """One round trip: the native core's ``token_check`` answer (``lua/token.lua``)."""
         cost = cost_of(cost, 0)
-        text = key_text(_key(key))
+        text = key_text(required_key(key, "a token bucket's"))
         for _ in range(live.RETRIES):
             if cost > self._burst and self._current():  # against the burst in force, not a stale one
                 raise ValueError(
@@ -121,7 +121,7 @@ class RedisTokenBucket(RedisBase):
     def clear(self, key: Key) -> None:
         """A full bucket for ``key`` again (its states of earlier layouts too), after following a
         change (a stale process would miss the states of the layouts it does not know)."""
-        text = key_text(_key(key))
+        text = key_text(required_key(key, "a token bucket's"))
         for _ in range(live.RETRIES):
             if self._current():
                 break
@@ -132,10 +132,6 @@ class RedisTokenBucket(RedisBase):
         return f"<shmwin.TokenBucket {self.name!r} {self.rate} burst={self.burst} on {self.url}>"
 
 
-def _key(key: Key) -> Key:
-    if not isinstance(key, str | bytes):
-        raise TypeError(f"a token bucket's key is a str or bytes, not {type(key).__name__}")
-    return key
 
 
 def _spec(g: Geometry) -> str:

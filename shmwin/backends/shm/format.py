@@ -13,7 +13,8 @@ Three files, one description: this one (the header, locks, stripes, key table an
 enumerations, every derived name, ``constants()`` and ``check()``), ``format_rows.py`` (the
 per-role row tables; ``format_series.py``, role "series"'s own records) and ``format_c.py``
 (the C header). Stdlib only, and nothing imported but
-each other: ``format_c.py`` run by path loads them without the package. What each word *means*
+each other and ``shmwin/geometry.py`` (the limits every backend shares; stdlib only itself):
+``format_c.py`` run by path loads them without the package's ``__init__``. What each word *means*
 is the table at the top of ``layout.py`` (and, for the roles' rows, of ``format_rows.py``).
 
 Names. A record (the header page, a lock, a stripe entry, an index entry, a key row's
@@ -31,6 +32,13 @@ from __future__ import annotations
 
 import re
 import struct
+
+# The limits and enumerations every backend shares (MAX_FIELDS, ROLES, ...) are geometry's, written
+# once there (the neutral layers never import a byte format). The format takes them from it, as its
+# own names (constants() and the tests read them here): those its tables use, imported; the rest,
+# below the imports, bound from geometry by name.
+from ... import geometry as _neutral
+from ...geometry import DTYPES, FIELD_NAME_BYTES, KINDS, MAX_CAPACITY, MAX_FIELDS, MAX_RINGS, MODES, ROLES
 
 # The per-role row tables are part of this one description: their names are this module's too
 # (the star), and the records this module lists and derives names from are named (the rest).
@@ -55,6 +63,11 @@ from .format_rows import (
 from .format_series import *  # noqa: F403
 from .format_series import SERIES_CELL, SERIES_ENTRY, SERIES_HDR
 
+globals().update({name: getattr(_neutral, name) for name in (
+    "MAX_BUCKETS", "MAX_LOG_ENTRIES", "MAX_STRIPES", "MAX_KEY_LOCKS", "INDEX_MIN_SLOTS", "MAX_SPAN_NS",
+    "FIRST_KEY_LOCK", "MAX_CONCURRENCY", "CONC_HOLDER_BYTES", "DIST_FIELDS",
+)})  # fmt: skip
+
 MAGIC = b"SHMWIN\x00\x00"
 FORMAT_VERSION = 12  # each version: CHANGELOG.md's table. 8: one-word moving log entries, compact
 # rings; 9: a compact ring's ghost word; 10: live limits (LIVE_WORDS), logs in time order (LOG_HDR_*,
@@ -66,15 +79,6 @@ WORD_BYTES = 8
 PAGE_BYTES = 4096
 HEADER_BYTES = 4096
 CRC_START, CRC_END = 32, 1024  # the header bytes covered by header_crc
-MAX_FIELDS = 16
-FIELD_NAME_BYTES = 32
-MAX_RINGS = 8
-MAX_BUCKETS = 1_000_000
-MAX_LOG_ENTRIES = 4096  # entries of a log ring
-MAX_STRIPES = 1024
-MAX_CAPACITY = 50_000_000
-MAX_KEY_LOCKS = 64
-INDEX_MIN_SLOTS = 64  # index entries at level 0 (a power of two)
 MAX_PROBES = 256  # index entries a lookup or an insert looks at, at most
 MAX_STORED_KEY = 32  # key bytes a row holds; longer keys: a prefix and a digest
 KEY_DIGEST_BYTES = 16
@@ -90,7 +94,6 @@ IDENT_LEN_SHIFT = 40
 IDENT_FLAGS_SHIFT = 48
 MAX_GEN = 1 << 62  # a row's or an entry's generation stays below it in size: beyond is junk
 MAX_NOW_NS = 1 << 62  # the latest clock reading taken (146 years of uptime)
-MAX_SPAN_NS = 1 << 60  # a ring's span (and two buckets more): readings stop at MAX_NOW_NS
 EMPTY_EPOCH = -(1 << 63)  # a slot never written (or emptied): below every window
 
 # -- flags, kinds and lock numbers ----------------------------------------------------------
@@ -103,12 +106,8 @@ LOCK_STRIPE_TABLE = 0  # unkeyed: the stripe table
 LOCK_KEY_TABLE = 0  # keyed: key insertion, rebuilds, the key table's state words
 LOCK_SHARED_ROW = 1  # unkeyed: row 0
 LOCK_CHUNKS = 1  # keyed (role "moving-log"): the chunk heap's words and every chain word
-FIRST_KEY_LOCK = 2  # keyed row r: lock FIRST_KEY_LOCK + r % (n_locks - FIRST_KEY_LOCK)
 
 # the header's enumerations, by value; C names them KIND_WINDOW, DTYPE_FLOAT64, ...
-DTYPES = ("int64", "float64")
-MODES = ("striped", "locked")
-KINDS = ("window", "limiter")
 CLOCKS = ("monotonic", "wall")  # what the writers' clock reads
 # what the core answers when a new key meets a full key table (a Core's on_full, by index; the
 # same tuple as shmwin.policy.ON_FULL, which tests/unit/test_layout.py holds to it): "raise"
@@ -129,9 +128,6 @@ FULL_DENY_COUNT = 1 << 62  # on_full="deny"'s count for a fixed window's new key
 # end with each bucket's bins (core/distribution.c; the header's sketch words say which bins);
 # 15 "series": prometheus_client's values of one app (core/series.c, SERIES_* below): a segment
 # of its own layout, with no rings, rows or key table; 16 "counter-cache": Django's counters (CACHE_STATE)
-ROLES = ("", "fixed-starts", "breaker", "shedder", "in-flight", "adaptive", "health", "fixed-window",
-         "sliding-counter", "decisions", "moving-log", "concurrency", "token-bucket", "lease",
-         "distribution", "series", "counter-cache")  # fmt: skip
 COUNTER_ROLES = ("fixed-window", "sliding-counter", "moving-log", "token-bucket", "lease")
 STATE_ROLES = (*COUNTER_ROLES, "concurrency", "counter-cache")  # rows of state, not of buckets
 
@@ -569,16 +565,9 @@ def check() -> list[str]:
     return problems
 
 
-# Limits every backend shares are geometry's own (and the clock's): the backend-neutral
-# layers never import this module. This format must hold them all, word for word.
-_NEUTRAL = {
-    "shmwin.clock": ("MAX_NOW_NS",),
-    "shmwin.geometry": ("DTYPES", "EMPTY_EPOCH",
-                        "FIELD_NAME_BYTES", "FIRST_KEY_LOCK", "INDEX_MIN_SLOTS", "KINDS",
-                        "MAX_BUCKETS", "MAX_CAPACITY", "MAX_CONCURRENCY", "MAX_FIELDS", "MAX_KEY_LOCKS",
-                        "MAX_LOG_ENTRIES", "MAX_RINGS", "MAX_SPAN_NS", "MAX_STRIPES", "MODES", "ROLES",
-                        "CONC_HOLDER_BYTES", "DIST_FIELDS"),
-}  # fmt: skip
+# What the backend-neutral layers (which never import this module) define that this format must
+# hold, word for word, beside what it imports from geometry (MAX_FIELDS ... ROLES, above).
+_NEUTRAL = {"shmwin.clock": ("MAX_NOW_NS",), "shmwin.geometry": ("EMPTY_EPOCH",)}
 
 
 def _neutral_misfits() -> list[str]:

@@ -6,8 +6,9 @@ format, write it anew::
 
     python shmwin/backends/shm/format_c.py shmwin/backends/shm/core/layout.h
 
-Run by path, it loads this folder's format modules as a package of their own (they are stdlib
-only and import nothing else), so it needs no built core and no importable shmwin.
+Run by path, it loads the format modules (stdlib only, importing only each other and
+``shmwin/geometry.py``) as the package's modules with none of the package's ``__init__`` run, so it
+needs no built core and no importable shmwin.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ from __future__ import annotations
 import re
 import sys
 
-if __name__ == "__main__" and not __package__:  # run by path: this folder, as a package of its own
+if __name__ == "__main__" and not __package__:  # run by path: the package's folders, none of their __init__s
     import types
     from pathlib import Path
 
-    _folder = types.ModuleType("shmwin_format")
-    _folder.__path__ = [str(Path(__file__).resolve().parent)]
-    sys.modules[_folder.__name__] = _folder
-    __package__ = _folder.__name__
+    _here = Path(__file__).resolve().parent  # shmwin/backends/shm: the format needs shmwin/geometry.py too
+    for _name, _folder in (
+        ("shmwin", _here.parents[1]),
+        ("shmwin.backends", _here.parent),
+        ("shmwin.backends.shm", _here),
+    ):
+        _package = types.ModuleType(_name)
+        _package.__path__ = [str(_folder)]
+        sys.modules[_name] = _package
+    __package__ = "shmwin.backends.shm"
 
 from .format import (
     HEADER,

@@ -154,9 +154,7 @@ CONC_STATE_BYTES = 8
 CONC_HOLDER: tuple[Field, ...] = (  # one process's slots of the key
     ("stripe", 0, "q"),  # its stripe row r (1..n_stripes) | slots held << 32; 0 = a free entry
     ("claim", 8, "q"),  # that stripe's claims when this process took it: dead once they differ
-)
-CONC_HOLDER_BYTES = 16
-MAX_CONCURRENCY = 1024  # slots per key at most (a row holds one entry per process stripe)
+)  # its size, CONC_HOLDER_BYTES, and MAX_CONCURRENCY: geometry's (the neutral layers size by them)
 # role "token-bucket": a TokenBucket's GCRA state (core/counters.c). Its keyed window has one ring
 # of `burst` buckets of the emission interval T (ns per token): the row's room and its idle time
 # burst x T, after which the bucket is full again; the ring's limit is the rate's limit.
@@ -284,8 +282,7 @@ CACHE_STATE_EXPIRES_NS, CACHE_STATE_VALUE = (off // 8 for _, off, _ in CACHE_STA
 # DIST_FIELDS, whose every bucket slot is a DIST_SLOT, and whose row ends with the bins of every
 # bucket of every ring, ring after ring: sketch_bins u32 counts per bucket, padded to a word
 # (DIST_BIN_BYTES each; a count stops at DIST_BIN_MAX). A bucket's bins are its slot's: recycled
-# (zeroed) with it, before its new epoch is stamped.
-DIST_FIELDS = ("count", "sum", "min", "max")
+# (zeroed) with it, before its new epoch is stamped. DIST_FIELDS: geometry's.
 DIST_SLOT: tuple[Field, ...] = (
     ("epoch", 0, "q"),  # the bucket's epoch, as any window slot's
     ("count", 8, "q"),  # values recorded (an integer, though the window's dtype is float64)

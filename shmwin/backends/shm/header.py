@@ -16,7 +16,19 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 from ...errors import CorruptSegmentError, IncompatibleVersionError
-from ...geometry import Geometry, Meta, Ring, Sketch
+from ...geometry import (
+    DTYPES,
+    FIELD_NAME_BYTES,
+    KINDS,
+    MAX_FIELDS,
+    MAX_RINGS,
+    MODES,
+    ROLES,
+    Geometry,
+    Meta,
+    Ring,
+    Sketch,
+)
 from . import format as _words
 from .format import (
     CHECKED_WORDS,
@@ -26,8 +38,6 @@ from .format import (
     CLOCKS,
     CRC_END,
     CRC_START,
-    DTYPES,
-    FIELD_NAME_BYTES,
     FIELD_NAMES_OFF,
     FORMAT_VERSION,
     FREE_HEAD_OFF,
@@ -36,14 +46,9 @@ from .format import (
     INDEX_OFF,
     INDEX_USED_OFF,
     KEYS_OFF,
-    KINDS,
     MAGIC,
-    MAX_FIELDS,
-    MAX_RINGS,
-    MODES,
     RING_LOG,
     RING_TABLE_OFF,
-    ROLES,
     ROWS_RESERVED_OFF,
     ROWS_TOP_OFF,
 )

@@ -212,21 +212,38 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     pass
 
-from ...geometry import Geometry
+from ...geometry import (
+    CONC_HOLDER_BYTES,
+    DTYPES,
+    FIELD_NAME_BYTES,
+    FIRST_KEY_LOCK,
+    INDEX_MIN_SLOTS,
+    KINDS,
+    MAX_BUCKETS,
+    MAX_CAPACITY,
+    MAX_FIELDS,
+    MAX_KEY_LOCKS,
+    MAX_LOG_ENTRIES,
+    MAX_RINGS,
+    MAX_SPAN_NS,
+    MAX_STRIPES,
+    MODES,
+    ROLES,
+    Geometry,
+)
 from . import format as _words
 
 # The format's constants: one description, format.py, which the native core's layout.h
 # is generated from; these are the same names, with the same values (tests/unit/test_layout.py).
+# (The limits every backend shares, MAX_FIELDS ... ROLES, are geometry's: the format takes them
+# from there too.)
 from .format import (
     CHECKED_WORDS,
     CLOCKS,
     CRC_END,
     CRC_START,
-    DTYPES,
     EMPTY_EPOCH,
-    FIELD_NAME_BYTES,
     FIELD_NAMES_OFF,
-    FIRST_KEY_LOCK,
     FORMAT_VERSION,
     FREE_HEAD_OFF,
     FULL_COUNT_OFF,
@@ -235,7 +252,6 @@ from .format import (
     INDEX_ENTRY_GEN,
     INDEX_ENTRY_PLACE,
     INDEX_ENTRY_WORDS,
-    INDEX_MIN_SLOTS,
     INDEX_OFF,
     INDEX_USED_OFF,
     KEY_ENTRY_BYTES,
@@ -248,7 +264,6 @@ from .format import (
     KEY_ROW_KEY_OFF,
     KEY_ROW_LAST_NS,
     KEYS_OFF,
-    KINDS,
     LIMITER_HEAD_SLOTS,
     LIMITER_RING_HEAD,
     LIMITER_RING_TAIL,
@@ -262,22 +277,12 @@ from .format import (
     LOCK_STRIPE_TABLE,
     MAGIC,
     MAGIC_OFF,
-    MAX_BUCKETS,
-    MAX_CAPACITY,
-    MAX_FIELDS,
-    MAX_KEY_LOCKS,
-    MAX_LOG_ENTRIES,
     MAX_PROBES,
-    MAX_RINGS,
-    MAX_SPAN_NS,
     MAX_STORED_KEY,
-    MAX_STRIPES,
-    MODES,
     PAGE_BYTES,
     REBUILT_NS_OFF,
     RING_LOG,
     RING_TABLE_OFF,
-    ROLES,
     ROWS_IN_USE_OFF,
     ROWS_RESERVED_OFF,
     ROWS_TOP_OFF,
@@ -388,14 +393,14 @@ MAX_CHUNKS = _words.MOVING_LINK_MASK  # a chain word names a chunk in MOVING_LIN
 def state_words(g: Geometry) -> int:
     """Words of a concurrency row's state: its top word and its holder entries (``g.holders``,
     0: one per process stripe)."""
-    return (_words.CONC_STATE_BYTES + (g.holders or g.n_stripes) * _words.CONC_HOLDER_BYTES) // WORD_BYTES
+    return (_words.CONC_STATE_BYTES + (g.holders or g.n_stripes) * CONC_HOLDER_BYTES) // WORD_BYTES
 
 
 def holders_in_row(row_bytes: int) -> int:
     """The holder entries a concurrency row of ``row_bytes`` holds (its padding's too, as
     core/concurrency.c reads them: the header stores no count, the row's size says it)."""
     room = row_bytes - _words.key_header_bytes("concurrency") - _words.CONC_STATE_BYTES
-    return max(0, min(MAX_STRIPES, room // _words.CONC_HOLDER_BYTES))
+    return max(0, min(MAX_STRIPES, room // CONC_HOLDER_BYTES))
 
 
 def canonical_holders(g: Geometry) -> Geometry:

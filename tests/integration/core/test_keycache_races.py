@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from support.helpers import wait_stopped
 from support.keycache import RATE, T0, Text, copy_of, one_tag_and_place, read_elsewhere, read_here, variants
+from support.workers import limiter_hits_by_copies
 
 import shmwin
 from shmwin import Limiter, ManualClock, _core
@@ -386,22 +387,16 @@ def test_a_forked_child_uses_the_inherited_cache_and_the_parent_its_stale_one(na
         lim.unlink()
 
 
-def _hit_rounds(name: str, clock_path: str, keys: list[str], rounds: int) -> None:
-    """Another process (spawned or forked) hits each key ``rounds`` times, by new equal objects."""
-    lim = Limiter.attach(name, clock=ManualClock(path=clock_path))
-    for _ in range(rounds):
-        for key in keys:
-            assert lim.hit(copy_of(key))
-    lim.close()
-
-
 def test_spawned_processes_and_this_one_hit_the_same_keys_through_their_caches(name, tmp_path):
     clock_path = tmp_path / "clock"
     clock = ManualClock(T0, path=clock_path)
     keys = [f"sp-{i}" for i in range(300)] + ["é" * 128, "x" * 129, ""]
     with Limiter(name, RATE, clock=clock, decisions=False) as lim:
         ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_hit_rounds, args=(name, str(clock_path), keys, 5)) for _ in range(2)]
+        procs = [
+            ctx.Process(target=limiter_hits_by_copies, args=(name, str(clock_path), keys, 5))
+            for _ in range(2)
+        ]
         for p in procs:
             p.start()
         for _ in range(5):
@@ -425,7 +420,9 @@ def test_threads_hitting_hot_keys_while_others_grow_and_churn_the_table(name, tm
     clock = ManualClock(T0, path=clock_path)
     hot = [f"hot-{i}" for i in range(4)]
     with Limiter(name, RATE, clock=clock, decisions=False) as lim:
-        p = mp.get_context("fork").Process(target=_hit_rounds, args=(name, str(clock_path), hot, 1500))
+        p = mp.get_context("fork").Process(
+            target=limiter_hits_by_copies, args=(name, str(clock_path), hot, 1500)
+        )
         p.start()
         errors: list[BaseException] = []
 

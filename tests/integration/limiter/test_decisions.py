@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from support.cli_support import cli
 from support.helpers import ROOT, run_all
+from support.workers import limiter_hits_uncounted
 
 from shmwin import Decisions, Limiter, ManualClock, TokenBucket, Window
 from shmwin.backends.shm.segment import SHM_DIR, check_name
@@ -102,18 +103,11 @@ def test_full_table_answers_are_decisions(name, clock):
         lim.unlink()
 
 
-def _hammer(name: str, n: int) -> None:
-    lim = Limiter.attach(name)
-    for _ in range(n):
-        lim.hit("shared")
-    lim.close()
-
-
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_every_process_counts_into_the_same_decisions(name, start):
     ctx = mp.get_context(start)
     with Limiter(name, "100/hour") as lim:
-        procs = [ctx.Process(target=_hammer, args=(name, 60)) for _ in range(4)]
+        procs = [ctx.Process(target=limiter_hits_uncounted, args=(name, 60)) for _ in range(4)]
         run_all(procs, timeout_s=60)
         code = textwrap.dedent("""
             import sys

@@ -14,6 +14,7 @@ import zlib
 
 import pytest
 from support.helpers import ROOT, run_all
+from support.workers import limiter_hits
 
 import shmwin
 from shmwin import (
@@ -31,11 +32,6 @@ S = 1_000_000_000
 T0 = 1_000 * S
 
 
-def _hammer(name: str, clock_path: str, tries: int, admitted, slot: int) -> None:  # type: ignore[no-untyped-def]
-    with Limiter.attach(name, clock=ManualClock(path=clock_path)) as lim:
-        admitted[slot] = sum(lim.hit("client") for _ in range(tries))
-
-
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_exactly_the_limit_passes_across_processes_and_leaves_exactly_a_period_later(name, tmp_path, start):
     ctx = mp.get_context(start)
@@ -44,7 +40,8 @@ def test_exactly_the_limit_passes_across_processes_and_leaves_exactly_a_period_l
     with Limiter(name, "300/minute", exact=True, clock=clock) as lim:
         for round_ in range(3):
             admitted = ctx.Array("q", 4, lock=False)
-            procs = [ctx.Process(target=_hammer, args=(name, clock_path, 150, admitted, i)) for i in range(4)]
+            procs = [ctx.Process(target=limiter_hits, args=(name, "client", 150, admitted, i, clock_path))
+                     for i in range(4)]  # fmt: skip
             run_all(procs, timeout_s=120)
             assert sum(admitted) == 300, f"round {round_}: {list(admitted)} admitted"
             assert lim.stats("client").used == 300

@@ -9,16 +9,11 @@ import textwrap
 
 import pytest
 from support.helpers import ROOT, run_all
+from support.workers import limiter_hits
 
 from shmwin import Limiter, ManualClock
 
 LIMIT, PROCS, TRIES = 1000, 4, 600
-
-
-def _hammer(name: str, key: str, tries: int, admitted, slot: int) -> None:
-    lim = Limiter.attach(name)
-    admitted[slot] = sum(lim.hit(key) for _ in range(tries))
-    lim.close()
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])
@@ -27,7 +22,7 @@ def test_exactly_the_limit_passes_across_processes(name, start):
     with Limiter(name, f"{LIMIT}/hour", capacity=100) as lim:
         admitted = ctx.Array("q", PROCS, lock=False)
         procs = [
-            ctx.Process(target=_hammer, args=(name, "1.2.3.4", TRIES, admitted, i)) for i in range(PROCS)
+            ctx.Process(target=limiter_hits, args=(name, "1.2.3.4", TRIES, admitted, i)) for i in range(PROCS)
         ]
         run_all(procs, timeout_s=120)
         assert sum(admitted) == LIMIT  # 2400 tries, 1000 admitted, 1400 refused

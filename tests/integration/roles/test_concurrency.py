@@ -19,6 +19,7 @@ import time
 
 import pytest
 from support.helpers import ROOT, open_core_as
+from support.workers import concurrency_holder
 
 import shmwin
 from shmwin import Concurrency, ConcurrencyLimitError, ManualClock, NotHeldError, Window, _core
@@ -260,34 +261,13 @@ def test_a_reused_row_starts_empty_past_dead_holders_entries(name):
 # -- real processes ----------------------------------------------------------------------------
 
 
-def _worker(name: str, key: str, rounds: int, inside, most, violations, start) -> None:  # type: ignore[no-untyped-def]
-    c = Concurrency.attach(name)
-    try:
-        start.wait(60)  # every worker contends from the same moment, however slow its start
-        for _ in range(rounds):
-            assert c.acquire(key, timeout=DEADLINE_S)
-            with inside.get_lock():
-                inside.value += 1
-                most.value = max(most.value, inside.value)
-            seen = c.count(key)
-            if seen > c.limit:
-                with violations.get_lock():
-                    violations.value += 1
-            time.sleep(0.01)
-            with inside.get_lock():
-                inside.value -= 1
-            c.release(key)
-    finally:
-        c.close()
-
-
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_four_processes_never_more_than_the_limit_at_once(name, method):
     ctx = mp.get_context(method)
     inside, most, violations = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
     with Concurrency(name, 2) as c:
-        work = (name, "k", 15, inside, most, violations, ctx.Barrier(4))
-        procs = [ctx.Process(target=_worker, args=work) for _ in range(4)]
+        work = (name, "k", 15, inside, most, violations, ctx.Barrier(4), DEADLINE_S)
+        procs = [ctx.Process(target=concurrency_holder, args=work) for _ in range(4)]
         for p in procs:
             p.start()
         for p in procs:

@@ -15,6 +15,7 @@ import struct
 
 import pytest
 from support.helpers import open_core_as
+from support.workers import counter_hits
 
 import shmwin
 from shmwin import ManualClock, Window, _core
@@ -222,25 +223,6 @@ def test_counts_saturate_instead_of_wrapping(name):
 HAMMER = 3_000
 
 
-def _hammer(kind: str, name: str, clock_path: str, n: int, limit: int) -> int:
-    """n incrs (fixed) or hits (sliding) of key "k"; how many a sliding limit admitted."""
-    clock = ManualClock(path=clock_path)
-    opener = FixedWindows if kind == "fixed" else SlidingCounters
-    c = opener.open(name, P, clock, 64, create=False)
-    assert c is not None
-    admitted = 0
-    try:
-        for _ in range(n):
-            if isinstance(c, FixedWindows):
-                c.incr("k", 1)
-                admitted += 1
-            else:
-                admitted += c.hit("k", limit, 1)
-    finally:
-        c.close()
-    return admitted
-
-
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 @pytest.mark.parametrize("kind", ["fixed", "sliding"])
 def test_two_processes_on_one_key_count_exactly(name, tmp_path, method, kind):
@@ -253,7 +235,7 @@ def test_two_processes_on_one_key_count_exactly(name, tmp_path, method, kind):
     try:
         ctx = mp.get_context(method)
         with ctx.Pool(2) as pool:
-            got = pool.starmap(_hammer, [(kind, name, str(clock_path), HAMMER, limit)] * 2)
+            got = pool.starmap(counter_hits, [(kind, name, str(clock_path), HAMMER, limit, P)] * 2)
         if isinstance(c, FixedWindows):
             assert c.get("k") == 2 * HAMMER
         else:

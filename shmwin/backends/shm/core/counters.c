@@ -279,12 +279,10 @@ out:
 static PyObject *Core_sliding_get(Core *c, PyObject *key) {
     KeyCall kc = KEY_CALL;
     PyObject *result = NULL;
-    int64_t now = 0, slot;
+    int64_t now = 0, slot, period = c->rings[0].bucket_ns;  /* the Core's copy: no segment word */
     Sliding s;
     if (key_enter(c, &kc) < 0) return NULL;
-    if (now_ns(c, &now) < 0) goto out;
-    int64_t period = c->rings[0].bucket_ns;
-    int got = key_lock_at(c, &kc, key, 0, now, &slot);
+    int got = key_lock(c, &kc, key, 0, &now, &slot);
     if (got < 0) goto out;
     if (got == 0) {
         result = Py_BuildValue("(iiLL)", 0, 0, (long long)(now % period), (long long)period);

@@ -41,6 +41,7 @@ from ....errors import (
     WindowExistsError,
     WindowNotFoundError,
 )
+from ....geometry import MAX_STRIPES
 from .. import format as F
 from ..segment import DEFAULT_PERM, Segment, path_of
 from ..segment import unlink as unlink_segment
@@ -68,8 +69,8 @@ def plan(max_series: int, slots: int) -> dict[str, int]:
     """Every offset and size of a series segment of this capacity."""
     if not 1 <= max_series <= F.SERIES_MAX:
         raise ValueError(f"max_series must be 1..{F.SERIES_MAX}, not {max_series!r}")
-    if not 1 <= slots <= F.MAX_STRIPES:
-        raise ValueError(f"slots must be 1..{F.MAX_STRIPES}, not {slots!r}")
+    if not 1 <= slots <= MAX_STRIPES:
+        raise ValueError(f"slots must be 1..{MAX_STRIPES}, not {slots!r}")
     index_slots = max(F.SERIES_INDEX_MIN, 1 << (2 * max_series - 1).bit_length())
     index_words = 2 * index_slots - F.SERIES_INDEX_MIN  # every level, each twice the one before
     locks_at = F.SERIES_HDR_BYTES
