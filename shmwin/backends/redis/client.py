@@ -335,8 +335,12 @@ class RedisBase:
     def _run_replicated(self, script: Script, eval_args: list[Any]) -> Any:
         """The script and ``WAIT replicas timeout`` in one round trip (a pipeline, no transaction):
         its answer stands only once that many replicas hold what it wrote, so a failover to one of
-        them loses no admitted hit (sentinel.py). Too few acknowledgements: the server is away."""
-        wait_ms = max(1, int(self._timeout_s * 1000))
+        them loses no admitted hit (sentinel.py). Too few acknowledgements: the server is away.
+        The WAIT takes half the socket's timeout, so that its answer -- the script's, with too few
+        acknowledgements -- still reaches the caller: as long as the timeout, it raced the
+        socket's, and under load the socket often won, the caller then not knowing what the
+        script wrote (a two-tier lease: given back by its id alone)."""
+        wait_ms = max(1, int(self._timeout_s * 1000) // 2)
         for attempt in (script.sha, script.text):
             pipe = self._redis.pipeline(transaction=False)
             pipe.execute_command("EVALSHA" if attempt is script.sha else "EVAL", attempt, *eval_args)

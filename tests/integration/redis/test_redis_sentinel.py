@@ -5,12 +5,15 @@ a key's limit, and the calls that meet the failover get the limiter's on_error."
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import random
+import signal
 import time
 
 import pytest
 
 from shmwin import Limiter
+from shmwin.backends.redis.client import UnacknowledgedWriteError
 from shmwin.errors import BackendUnavailableError
 
 LIMIT = 300  # per key, over an hour: nothing is forgotten while the test runs
@@ -33,6 +36,28 @@ def test_shm_redis_sentinel_leases_from_the_master(sentinel_group, make_name):
     lim = Limiter(make_name("l"), "5/hour", backend="shm+" + sentinel_group.url)
     try:
         assert sum(lim.hit("k") for _ in range(9)) == 5
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis+sentinel", "shm+redis+sentinel"])
+def test_a_write_no_replica_acknowledges_is_answered_before_the_timeout(sentinel_group, make_name, scheme):
+    """The replica stopped (SIGSTOP): the WAIT after each write times out. It takes half the
+    limiter's timeout, so the answer -- unacknowledged, with what the script wrote -- reaches
+    the caller before the socket's timeout: as long as it, the socket won the race under load,
+    and a two-tier host could not tell which lease Redis had granted."""
+    url = sentinel_group.url.replace("redis+sentinel", scheme, 1)
+    lim = Limiter(make_name("l"), "5/hour", backend=url, timeout=0.5)
+    replica = sentinel_group.procs[next(p for p in sentinel_group.data_ports if p != sentinel_group.master)]
+    try:
+        assert lim.hit("k")
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(UnacknowledgedWriteError, match="0 of 1 replicas"):
+                lim.hit("k2")
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
     finally:
         lim.unlink()
         lim.close()

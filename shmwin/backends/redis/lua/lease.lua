@@ -18,7 +18,9 @@
 --          at t counts for a rate until (floor(t / width) + n) x width, as a limiter's ring
 --          forgets a hit (between P and P + a bucket after it; an exact rate: width 1, n = P)
 -- then     give-backs G, then G x (lease id, grant time t0 us, hits spent, time us the host
---          stopped spending)
+--          stopped spending); t0 = -1: the grant time is unknown (the round trip that asked
+--          for the lease lost its answer: it may or may not have run), the entry is found by
+--          the id alone and goes whole (nothing of it was spent)
 -- last     the generation of the rates given (see change.lua)
 --
 -- A give-back touches only the entry of the lease it took: the entry is named by the host's
@@ -70,6 +72,19 @@ local n_back = tonumber(ARGV[at])
 -- the hash field of lease id (a decimal string) granted at t0 (us)
 local function entry_of(id, t0) return id .. ':' .. t0 end
 
+-- the field of lease id whatever its grant time (t0 = -1): read once, only for such give-backs
+local fields_by_id = nil
+local function entry_by_id(id)
+  if not fields_by_id then
+    fields_by_id = {}
+    for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+      local of = string.match(field, '^(%d+):%d+$')
+      if of then fields_by_id[of] = field end
+    end
+  end
+  return fields_by_id[id]
+end
+
 -- give-backs: (d, k) becomes (min(tr, d), min(spent, k)); nothing spent: the entry goes
 for g = 1, n_back do
   local base = at + 4 * g - 4
@@ -78,8 +93,12 @@ for g = 1, n_back do
   local kept = nil
   if string.match(id, '^%d+$') and string.match(t0, '^%d+$') then
     id = entry_of(id, t0)
-    kept = redis.call('HGET', KEYS[1], id)
+  elseif string.match(id, '^%d+$') and t0 == '-1' then
+    id, spent = entry_by_id(id), 0  -- never installed by its host: none of it was spent
+  else
+    id = nil
   end
+  if id then kept = redis.call('HGET', KEYS[1], id) end
   if kept then
     local t, k = string.match(kept, '^(%d+) (%d+)$')
     t, k = tonumber(t), tonumber(k)
