@@ -78,6 +78,7 @@ def _hammer(url: str, name: str, on_error: str, admitted_so_far, after_failover,
             ok = lim.hit(str(key))
         except BackendUnavailableError:
             raised += 1
+            time.sleep(0.005)  # paced too: unpaced, ~150,000 raises a worker loaded the failover
             continue  # not a denial: the failover's calls must not end the worker
         admitted[key][phase] += ok
         if ok:
