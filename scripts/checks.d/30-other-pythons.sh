@@ -8,8 +8,9 @@
 # these tests import. A CPython not found here is said and skipped; any test failure fails the job.
 #   bash scripts/checks.d/30-other-pythons.sh [pytest args]
 #   SHMWIN_ONLY_PYTHONS=3.14 bash scripts/checks.d/30-other-pythons.sh     one version only
-# stage: beside the checks (a lane of its own beside the fail-point and sanitizer jobs: each of
-# them fills both cores when alone, but not through its builds, its collection and its last tests)
+# stage: beside the suite (niced, from the moment .venv is ready: the full run at f175cc5 left 195
+# core-seconds idle beside the suite, whose workers wait on processes and servers, while this job's
+# 286 CPU-s ran after it, beside the sanitizer run, on the run's critical path)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/_pythons.sh
