@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.lease_host import two_workers
 
 from shmwin import Limiter, ManualClock
 from shmwin.backends import twotier
 from shmwin.backends.redis.client import UnacknowledgedWriteError
-from shmwin.backends.redis.testing import ServerTime
 from shmwin.errors import BackendUnavailableError
 
 redis = pytest.importorskip("redis")
@@ -31,13 +31,8 @@ def host(name, redis_url, monkeypatch):
     (DOWN_BACKOFF_S) out of the way, so that the next hit asks at once."""
     monkeypatch.setattr(twotier, "DOWN_BACKOFF_S", 0.0)
     clock = ManualClock(1_000 * S)
-    url = "shm+" + redis_url
-    a = Limiter(name, RATE, backend=url, clock=ServerTime(clock))
-    b = Limiter.attach(name, backend=url, clock=ServerTime(clock))
-    yield a, b, clock
-    a.unlink()
-    b.close()
-    a.close()
+    with two_workers(name, RATE, redis_url, clock) as (a, b):
+        yield a, b, clock
 
 
 def _fail_next_round_trip(lim: Limiter, fail: Any, run: bool = True) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.lease_host import two_workers
 
 from shmwin import Limiter, ManualClock
-from shmwin.backends.redis.testing import ServerTime
 
 redis = pytest.importorskip("redis")
 pytestmark = pytest.mark.integration
@@ -28,13 +28,8 @@ RATE, LIMIT = "24/minute", 24  # leases of 1, 2, then 24 // 8 = 3 hits; D = 1 s
 def host(name, redis_url):
     """Two workers of one host (two handles on its lease segment), one ManualClock."""
     clock = ManualClock(T0)
-    url = "shm+" + redis_url
-    a = Limiter(name, RATE, backend=url, clock=ServerTime(clock))
-    b = Limiter.attach(name, backend=url, clock=ServerTime(clock))
-    yield a, b, clock
-    a.unlink()
-    b.close()
-    a.close()
+    with two_workers(name, RATE, redis_url, clock) as (a, b):
+        yield a, b, clock
 
 
 def _fill(a: Limiter) -> None:
