@@ -42,10 +42,11 @@ copied=$!
 # hundreds of processes the tests start kept touching fresh pages for it (the native and
 # fail-point tests of one file: 30 CPU-s with 256, 19 of them in the kernel; 22 with 64, as with
 # 16 or 4); a freed buffer of the core still waits behind 64 MiB of other frees before reuse.
-sanitized() {  # sanitized REPORTS_DIR: the environment of a process under both sanitizers
-  echo "LD_PRELOAD=$("$core_cc" -print-file-name=libasan.so):$work/ubsan_reports.so" PYTHONMALLOC=malloc \
-    "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=64:log_path=$1/asan" \
-    "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1" "SHMWIN_UBSAN_REPORTS=$1"
+libasan=$("$core_cc" -print-file-name=libasan.so)
+sanitized() {  # sanitized REPORTS_DIR: env, the environment of a process under both sanitizers
+  env=("LD_PRELOAD=$libasan:$work/ubsan_reports.so" PYTHONMALLOC=malloc
+    "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=64:log_path=$1/asan"
+    "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1" "SHMWIN_UBSAN_REPORTS=$1")
 }
 
 # The probe: one overflow and one use after free, each in a process of its own, each must leave
@@ -53,8 +54,8 @@ sanitized() {  # sanitized REPORTS_DIR: the environment of a process under both 
 printf '%s\n' '#include <stdlib.h>' 'int overflow(int x) { return x + 2147483647; }' \
   'int freed(void) { volatile char *p = malloc(4); free((void *)p); return p[1]; }' >"$probe/probe.c"
 "$core_cc" -shared -fPIC "${flags[@]}" -o "$probe/probe.so" "$probe/probe.c"
+sanitized "$probe/reports"
 for call in "overflow(5)" "freed()"; do
-  read -r -a env <<<"$(sanitized "$probe/reports")"
   if env "${env[@]}" "$core_py" -c "import ctypes; ctypes.CDLL('$probe/probe.so').$call" 2>/dev/null; then
     echo "sanitizers: the probe's $call was not stopped" >&2; exit 1
   fi
@@ -76,7 +77,7 @@ wait "$copied" || { echo "sanitizers: the build failed" >&2; exit 1; }
 mkdir -p "$reports"
 echo "sanitizers: address,undefined: ${flags[*]}"
 status=0
-read -r -a env <<<"$(sanitized "$reports")"
+sanitized "$reports"
 core_pytest "$copy" "${env[@]}" -- -n 2 -q --durations=10 -m sanitize "${files[@]}" "$@" || status=$?
 if compgen -G "$reports/*" >/dev/null; then
   echo "sanitizers: reports:" >&2
