@@ -41,8 +41,9 @@ trap 'rm -rf "$copy" "$zig_copy"' EXIT
 CC="$zigcc" source scripts/_core_build.sh
 core_copy "$zig_copy" -O2 -DSHMWIN_TEST
 echo "wheels: zig cc's glibc-2.17 test build under the fail-point and crash tests"
-# -n 0 too: this job runs beside the suite, niced, where a CPU-second counts and its wall clock
-# does not; the 196 tests took 49.5 and 40.1 CPU-s in one process against 61.4 and 45.6 on two
-# xdist workers (two pairs, gcc's -O2 test build, under load 16-21)
+# -n 0 too: the 196 tests took 49.5 and 40.1 CPU-s in one process against 61.4 and 45.6 on two
+# xdist workers (two pairs, gcc's -O2 test build, under load 16-21). This job starts beside the
+# suite, niced, but in the full runs at d3f0159 and 3fe9e98 it was the last to end (884 and 953 s):
+# if its end is then alone on the machine, two workers would end it sooner for ~10 CPU-s more.
 core_pytest "$zig_copy" -- -n 0 -q -m failpoints \
   tests/integration/core/test_native.py tests/integration/core/failpoints tests/integration/core/test_crash.py
