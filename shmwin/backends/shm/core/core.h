@@ -1,8 +1,7 @@
 /* core.h -- the internal header of shmwin._core: what its files share (see module.c's map).
  *
  * Every name declared here is hidden (never exported from the extension, never interposed
- * by another library's symbol of the same name); only PyInit__core is visible.
- */
+ * by another library's symbol of the same name); only PyInit__core is visible. */
 #ifndef SHMWIN_CORE_H
 #define SHMWIN_CORE_H
 
@@ -276,6 +275,7 @@ int start_thread(void *(*main)(void *));
 enum { KEEP_TAKE = 1, KEEP_GIVE = 2 };
 int keeper(int op, pthread_mutex_t *m);
 int keeper_take_first(char *first, int64_t stride, int64_t n, int64_t *at);
+void stripe_stamp(int64_t *e, int64_t pid);  /* a claimed row's pid and claim time: 2 stores */
 void reserve_ahead(Core *c, int64_t from, int64_t to);
 int reserved_ahead(Core *c, int64_t from, int64_t to);
 void reserver_forget(Core *c);
@@ -413,9 +413,6 @@ void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t need,
                 int64_t *wait_ns);
 void log_repair(Core *c, int64_t *hdr, const Ring *r);
 int claim_stripe(Core *c, int64_t *row);
-/* A claimed stripe's (or metrics slot's) display words: its owner's pid, then when it was
- * claimed (host monotonic ns). Two stores, each a fail point of the caller's section. */
-void stripe_stamp(int64_t *e, int64_t pid);
 
 /* This process's stripe row, or 0 for the shared row (claimed at first use, after a fork,
  * and at most once a second while every stripe is taken: claim_stripe). */

@@ -9,13 +9,6 @@
 
 /* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
 
-/* The display words of a row just claimed (here, a concurrency's stripe, a metrics slot):
- * written after the claim is won, before the word that publishes it. */
-void stripe_stamp(int64_t *e, int64_t pid) {
-    STORE(e + STRIPE_OWNER_PID, pid);
-    STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
-}
-
 /* Section "claim": under LOCK_STRIPE_TABLE, take the first row whose liveness mutex the keeper
  * can take (free, or its owner dead): 1 and *row, 0 if every row is live, -1 error.
  * rows_in_use grows before the owner is written, so a tear only makes readers sum a row

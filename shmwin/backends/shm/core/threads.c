@@ -165,6 +165,15 @@ int keeper_take_first(char *first, int64_t stride, int64_t n, int64_t *at) {
     return EBUSY;
 }
 
+/* The display words of a row just claimed by keeper_take_first (a window's or a concurrency's
+ * stripe, a metrics slot): its owner's pid, then when (host monotonic ns). Written after the
+ * claim is won, before the word that publishes it; each store a fail point of the caller's
+ * section. */
+void stripe_stamp(int64_t *e, int64_t pid) {
+    STORE(e + STRIPE_OWNER_PID, pid);
+    STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+}
+
 /* ---- the reserver: the kernel's part of a growing table, done ahead ------------------- *
  * A page of /dev/shm that a segment has not used yet costs microseconds to get (allocated,
  * zeroed, charged to the cgroup, mapped): on a VM, more than all the rest of a new key's
