@@ -241,6 +241,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def children_allocator() -> None:
+    """The sanitizer job (scripts/checks.d/50-sanitizers.sh) runs the test processes with every
+    Python object through ASan's malloc (PYTHONMALLOC=malloc), and the processes they start with
+    CPython's own allocator (SHMWIN_CHILD_PYTHONMALLOC): set here, in the process that runs the
+    tests (an xdist worker, never the controller, which starts the workers)."""
+    child = os.environ.pop("SHMWIN_CHILD_PYTHONMALLOC", None)
+    if child:
+        os.environ["PYTHONMALLOC"] = child
+
+
+@pytest.fixture(scope="session", autouse=True)
 def expected_core() -> None:
     """A run against another build of the core (the fail-point and sanitizer jobs set
     SHMWIN_EXPECT_CORE: scripts/_core_build.sh) must import that build, never this checkout's."""

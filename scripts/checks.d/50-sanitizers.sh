@@ -36,15 +36,22 @@ core_copy "$copy" "${flags[@]}" -DSHMWIN_TEST &
 copied=$!
 "$core_cc" -shared -fPIC -O1 -o "$work/ubsan_reports.so" scripts/_ubsan_reports.c \
   "$("$core_cc" -print-file-name=libubsan.so)"
-# libasan first in every process (Python is not built with it), then the shim; PyMem through
-# malloc, so that the core's PyMem buffers are checked too; CPython leaks by design. A quarantine
+# libasan first in every process (Python is not built with it), then the shim; CPython leaks by
+# design. In the processes that run the tests (the xdist workers) every Python object and PyMem
+# buffer goes through ASan's malloc (PYTHONMALLOC=malloc), so a core method that uses an object
+# after its last reference, or overruns a small PyMem buffer, is caught wherever a test calls it.
+# The processes those tests start (victims, readers: hundreds of short ones) keep CPython's own
+# allocator (SHMWIN_CHILD_PYTHONMALLOC, set in the workers by tests/conftest.py): there ASan still
+# checks the core's larger buffers and every malloc, and the core's methods they call are the
+# ones the workers call too. Through malloc in every process the job took 280 s and 509 CPU-s;
+# so, 214 s and 377 (pymalloc everywhere: 147 s and 243). A quarantine
 # of 64 MiB, not the default 256: with every Python object through ASan's malloc, each of the
 # hundreds of processes the tests start kept touching fresh pages for it (the native and
 # fail-point tests of one file: 30 CPU-s with 256, 19 of them in the kernel; 22 with 64, as with
 # 16 or 4); a freed buffer of the core still waits behind 64 MiB of other frees before reuse.
 libasan=$("$core_cc" -print-file-name=libasan.so)
 sanitized() {  # sanitized REPORTS_DIR: env, the environment of a process under both sanitizers
-  env=("LD_PRELOAD=$libasan:$work/ubsan_reports.so" PYTHONMALLOC=malloc
+  env=("LD_PRELOAD=$libasan:$work/ubsan_reports.so" PYTHONMALLOC=malloc SHMWIN_CHILD_PYTHONMALLOC=pymalloc
     "ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=64:log_path=$1/asan"
     "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1" "SHMWIN_UBSAN_REPORTS=$1")
 }

@@ -100,8 +100,7 @@ static int claim_conc_stripe(Core *c) {
     int64_t *e = STRIPE(c, r), claims = LOAD(e + STRIPE_CLAIMS), pid = (int64_t)getpid();
     claims = claims >= 0 && claims < MAX_GEN - 1 ? claims + 1 : 1;  /* junk: start again */
     SECTION("conc_claim");
-    STORE(e + STRIPE_OWNER_PID, pid);
-    STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+    stripe_stamp(e, pid);
     STORE(e + STRIPE_CLAIMS, claims);
     STORE(e + STRIPE_OWNER, pid);
     END_SECTION();

@@ -413,6 +413,9 @@ void log_timing(Core *c, int64_t *hdr, const Ring *r, int64_t now, int64_t need,
                 int64_t *wait_ns);
 void log_repair(Core *c, int64_t *hdr, const Ring *r);
 int claim_stripe(Core *c, int64_t *row);
+/* A claimed stripe's (or metrics slot's) display words: its owner's pid, then when it was
+ * claimed (host monotonic ns). Two stores, each a fail point of the caller's section. */
+void stripe_stamp(int64_t *e, int64_t pid);
 
 /* This process's stripe row, or 0 for the shared row (claimed at first use, after a fork,
  * and at most once a second while every stripe is taken: claim_stripe). */

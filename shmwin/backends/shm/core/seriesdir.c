@@ -230,8 +230,7 @@ int series_claim(SeriesMap *s, long long owner) {
     int64_t *e = SLOT(s, r), lt = LOAD(HDR(s, SERIES_HDR_LIFETIMES)) + 1;
     SECTION("series_claim");
     STORE(HDR(s, SERIES_HDR_LIFETIMES), lt);
-    STORE(e + STRIPE_OWNER_PID, owner);
-    STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+    stripe_stamp(e, owner);
     STORE(e + STRIPE_OWNER, owner);
     STORE(e + STRIPE_CLAIMS, lt);
     END_SECTION();

@@ -9,6 +9,13 @@
 
 /* ---- stripes: the unkeyed striped window's per-process rows -------------------------- */
 
+/* The display words of a row just claimed (here, a concurrency's stripe, a metrics slot):
+ * written after the claim is won, before the word that publishes it. */
+void stripe_stamp(int64_t *e, int64_t pid) {
+    STORE(e + STRIPE_OWNER_PID, pid);
+    STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+}
+
 /* Section "claim": under LOCK_STRIPE_TABLE, take the first row whose liveness mutex the keeper
  * can take (free, or its owner dead): 1 and *row, 0 if every row is live, -1 error.
  * rows_in_use grows before the owner is written, so a tear only makes readers sum a row
@@ -35,8 +42,7 @@ static int claim_row(Core *c, int64_t owner, int64_t start, int64_t *row) {
         SECTION("claim");
         if (LOAD(in_use) < r + 1) STORE(in_use, r + 1);
         STORE(e + STRIPE_OWNER_START, start);
-        STORE(e + STRIPE_OWNER_PID, owner);
-        STORE(e + STRIPE_CLAIMED_NS, host_mono_ns());
+        stripe_stamp(e, owner);
         STORE(e + STRIPE_OWNER, owner);
         END_SECTION();
         *row = r;
