@@ -54,14 +54,14 @@ if [ ! -f "$stamp" ]; then
   echo "installing shmwin and its test dependencies into .venv ..." >&2
   log=.venv/install.log
   # uv: the checkout's shmwin built again whatever uv has seen (--reinstall-package), and all
-  # compiled to bytecode (PYTHONDONTWRITEBYTECODE is set on CI: nothing is compiled later)
-  if [ -n "$uv" ]; then
-    install=("$uv" pip install --python .venv/bin/python --compile-bytecode --reinstall-package shmwin)
-  else
-    install=(.venv/bin/python -m pip install)
-  fi
-  if ! "${install[@]}" -e ".[test,bench]" >"$log" 2>&1; then
-    cat "$log" >&2; echo "pip install failed (log above)" >&2; exit 1
+  # compiled to bytecode (PYTHONDONTWRITEBYTECODE is set on CI: nothing is compiled later); if
+  # uv fails (its index unreachable, ...), pip has its turn, as before
+  if [ -z "$uv" ] || ! "$uv" pip install --python .venv/bin/python --compile-bytecode --reinstall-package shmwin \
+      -e ".[test,bench]" >"$log" 2>&1; then
+    [ -z "$uv" ] || { cat "$log"; echo "uv pip install failed (above): pip installs instead"; } >&2
+    if ! .venv/bin/python -m pip install -e ".[test,bench]" >"$log" 2>&1; then
+      cat "$log" >&2; echo "pip install failed (log above)" >&2; exit 1
+    fi
   fi
   .venv/bin/python -c "import shmwin._core, numpy, pytest, xdist" # fail loudly if anything is missing
   rm -f .venv/.shmwin-installed-* && touch "$stamp"
