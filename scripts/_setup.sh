@@ -30,7 +30,8 @@ if [ -n "$(shmwin_devcache_root)" ]; then
 fi
 if [ ! -x .venv/bin/python ] && [ -n "$uv" ]; then
   # --seed: pip in it, as python -m venv gives (scripts run .venv/bin/python -m pip)
-  "$uv" venv -q --seed --python "$real_py" .venv || { rm -rf .venv; uv=""; }
+  "$uv" venv -q --seed --python "$real_py" .venv ||
+    { echo "uv venv failed (above): python -m venv and pip instead" >&2; rm -rf .venv; uv=""; }
 fi
 if [ ! -x .venv/bin/python ]; then
   if ! "$PY" -m venv .venv 2>/dev/null; then
