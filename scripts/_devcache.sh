@@ -17,8 +17,10 @@
 # is removed and built again. Entries that do not rest on exact pins (a `pkg>=x` range, Debian sid)
 # go stale after MAX_AGE_DAYS (7: the runs still meet new releases); a stale entry is built again
 # as the next generation (NAME-HASH.g2 beside .g1), never in place: a run that started on .g1 keeps
-# it, and a generation is removed only once a newer one has itself been superseded. The cache holds
-# tools and dependencies only, never the checkout's build of shmwin nor a test's result.
+# it, and a generation is removed only once a newer one has itself been superseded. An entry no run
+# has asked for in 30 days (another key's: old pins, an old root's venv) is removed, under its lock,
+# when another is asked for: its lock file's time is its last use. The cache holds tools and
+# dependencies only, never the checkout's build of shmwin nor a test's result.
 
 # shmwin_devcache_root: print the cache's root, or nothing when SHMWIN_DEV_CACHE is off or 0
 shmwin_devcache_root() {
@@ -54,6 +56,8 @@ shmwin_devcache() {
   base="$cache/$name-$(printf '%s' "$key" | sha1sum | cut -c1-12)"
   mkdir -p "$cache"
   entry=$(_shmwin_devcache_build "$base.lock" "$base" "$max_age_days" "$key" "$builder" "$@") || return 1
+  touch "$base.lock"  # its last use
+  _shmwin_devcache_prune "$cache"
   if [ "$link" = 1 ]; then
     [ -L "$local_path" ] || rm -rf "$local_path"  # a clone's own, from a run with the cache off
     mkdir -p "$(dirname "$local_path")"
@@ -111,4 +115,17 @@ _shmwin_devcache_build() {
     fi
     echo "$entry"
   ) 8>"$lock"
+}
+
+# _shmwin_devcache_prune CACHE: remove the entries of CACHE whose lock file is over 30 days old
+# (no run has asked for them since), each under its lock, skipped if held
+_shmwin_devcache_prune() {
+  local lock
+  while read -r lock; do
+    [ -n "$lock" ] || continue
+    (
+      flock -n 8 || exit 0
+      rm -rf "${lock%.lock}" "${lock%.lock}".g* && rm -f "$lock"
+    ) 8>>"$lock"
+  done < <(find "$1" -maxdepth 1 -name '*.lock' -mtime +30 2>/dev/null)
 }

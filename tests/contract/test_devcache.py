@@ -158,3 +158,14 @@ def test_off_builds_in_the_checkout_as_before(tmp_path: Path) -> None:
     cached = _run(tmp_path, LINK="1")
     assert local.is_symlink() and local.resolve() == cached.resolve()
     assert _run(tmp_path, SHMWIN_DEV_CACHE="off", LINK="1") == local and not local.is_symlink()
+
+
+def test_an_entry_no_run_asked_for_in_30_days_goes_when_another_is_asked_for(tmp_path: Path) -> None:
+    old = _run(tmp_path, KEY="old pins")
+    kept = _run(tmp_path, KEY="pins in use", AGE="0")
+    lock = next(p for p in (tmp_path / "cache").glob("tools-*.lock") if old.name.startswith(p.stem))
+    then = time.time() - 31 * 86400
+    os.utime(lock, (then, then))  # its last use, 31 days ago
+    os.utime(kept / ".complete", (then, then))  # built long ago, but asked for below: kept
+    _run(tmp_path, KEY="pins in use", AGE="0")
+    assert not old.exists() and not lock.exists() and kept.is_dir()
