@@ -57,8 +57,8 @@ if [ ! -f "$stamp" ]; then
   # uv: the checkout's shmwin built again whatever uv has seen (--reinstall-package), and all
   # compiled to bytecode (PYTHONDONTWRITEBYTECODE is set on CI: nothing is compiled later); if
   # uv fails (its index unreachable, ...), pip has its turn, as before
-  if [ -z "$uv" ] || ! "$uv" pip install --python .venv/bin/python --compile-bytecode --reinstall-package shmwin \
-      -e ".[test,bench]" >"$log" 2>&1; then
+  if [ -z "$uv" ] || ! "$uv" pip install --python .venv/bin/python --compile-bytecode \
+      --reinstall-package shmwin -e ".[test,bench]" >"$log" 2>&1; then
     [ -z "$uv" ] || { cat "$log"; echo "uv pip install failed (above): pip installs instead"; } >&2
     if ! .venv/bin/python -m pip install -e ".[test,bench]" >"$log" 2>&1; then
       cat "$log" >&2; echo "pip install failed (log above)" >&2; exit 1
