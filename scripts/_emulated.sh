@@ -9,11 +9,13 @@
 SHMWIN_EMULATED_PYTHONS="3.11:bookworm 3.13:trixie 3.14:sid"
 source "$(dirname "${BASH_SOURCE[0]}")/_devcache.sh"
 
-# the Debian mirror this machine's apt uses (deb822 .sources or a one-line sources.list)
+# the Debian mirror this machine's apt uses (deb822 .sources or a one-line sources.list); always
+# status 0 (either file may be missing: under pipefail and errexit, an assignment from it ended
+# the caller), so an empty answer is the caller's to report
 shmwin_debian_mirror() {
   { sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | tr ' ' '\n'
     sed -n 's/^deb  *\(\[[^]]*\] *\)\{0,1\}\([a-z]*:[^ ]*\) .*/\2/p' /etc/apt/sources.list 2>/dev/null
-  } | grep -v -e security -e '^$' | head -1
+  } | grep -v -e security -e '^$' | head -1 || true
 }
 
 # shmwin_emulated_root 3.13: print the root holding Debian's aarch64 python3.13 (made once), or
