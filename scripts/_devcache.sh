@@ -22,13 +22,20 @@
 # when another is asked for: its lock file's time is its last use. The cache holds tools and
 # dependencies only, never the checkout's build of shmwin nor a test's result.
 
-# shmwin_devcache_root: print the cache's root, or nothing when SHMWIN_DEV_CACHE is off or 0
+# shmwin_devcache_root: print the cache's root, or nothing when SHMWIN_DEV_CACHE is off or 0, or
+# when it cannot be made or written there (said on stderr: the checkout is used, as with off)
 shmwin_devcache_root() {
+  local dir
   case "${SHMWIN_DEV_CACHE:-}" in
-    off | 0) ;;
-    "") echo "${XDG_CACHE_HOME:-$HOME/.cache}/shmwin-dev" ;;
-    *) echo "$SHMWIN_DEV_CACHE" ;;
+    off | 0) return 0 ;;
+    "") dir="${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/shmwin-dev" ;;
+    *) dir="$SHMWIN_DEV_CACHE" ;;
   esac
+  if mkdir -p "$dir" 2>/dev/null && [ -w "$dir" ]; then
+    echo "$dir"
+  else
+    echo "dev cache: cannot write $dir: building in the checkout (SHMWIN_DEV_CACHE=off)" >&2
+  fi
 }
 
 # shmwin_devcache [--link] LOCAL NAME MAX_AGE_DAYS KEY BUILDER [ARGS...]: print the path of a

@@ -169,3 +169,13 @@ def test_an_entry_no_run_asked_for_in_30_days_goes_when_another_is_asked_for(tmp
     os.utime(kept / ".complete", (then, then))  # built long ago, but asked for below: kept
     _run(tmp_path, KEY="pins in use", AGE="0")
     assert not old.exists() and not lock.exists() and kept.is_dir()
+
+
+def test_a_cache_that_cannot_be_written_builds_in_the_checkout(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.touch()  # the cache's root would be under a file: mkdir fails (even as root)
+    proc = _start(tmp_path, SHMWIN_DEV_CACHE=str(blocker / "cache"), LINK="1")
+    out, err = proc.communicate(timeout=60)
+    local = tmp_path / "checkout" / ".venv-tools"
+    assert proc.returncode == 0 and Path(out.strip()) == local and not local.is_symlink(), err
+    assert "cannot write" in err
