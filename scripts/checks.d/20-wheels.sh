@@ -7,7 +7,9 @@
 # Then the extension shipped for .venv's Python runs the native, fail-point and crash tests, in a
 # copy of the checkout: built against glibc 2.17, it waits for a lock with pthread_mutex_timedlock on
 # CLOCK_REALTIME (pthread_mutex_clocklock is glibc 2.30+), a path no gcc build here compiles.
-# About 3 minutes once the tools are in.
+# About 3 minutes once the tools are in: they (.venv-tools, the build backend, the 3.14 root and
+# Debian's aarch64 CPythons) are made once per machine in the dev cache (scripts/_devcache.sh;
+# SHMWIN_DEV_CACHE=off: once per clone, in the checkout).
 #   bash scripts/checks.d/20-wheels.sh
 # stage: beside the suite (one core at most but for its last tests: zig cc, qemu-user, downloads;
 # this Python's wheel is the one the suite's wheel and README tests build: SHMWIN_WHEEL_CACHE)

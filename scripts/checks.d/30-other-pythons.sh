@@ -4,8 +4,12 @@
 # outside it), each against an extension built
 # for that version by setup.py with that interpreter (build_ext --inplace: the .so's name carries
 # the version, so each sits beside .venv's), as the core's test build (-DSHMWIN_TEST: fail points
-# compiled in, so the fail-point tests run there too; .venv's own core stays the production one). One venv per version, .venv-py3.X/, holding only what
-# these tests import. A CPython not found here is said and skipped; any test failure fails the job.
+# compiled in, so the fail-point tests run there too; .venv's own core stays the production one).
+# One venv per version, .venv-py3.X/, holding only what these tests import: a link into the dev
+# cache (scripts/_devcache.sh: made once per machine and Python, and again once 7 days old, DEPS
+# being ranges); SHMWIN_DEV_CACHE=off: made in the checkout, once per clone. The extension and the
+# bytecode of shmwin and tests are built in the checkout, every run. A CPython not found here is
+# said and skipped; any test failure fails the job.
 #   bash scripts/checks.d/30-other-pythons.sh [pytest args]
 #   SHMWIN_ONLY_PYTHONS=3.14 bash scripts/checks.d/30-other-pythons.sh     one version only
 # stage: beside the suite (niced, from the moment .venv is ready: the full run at f175cc5 left 195
@@ -24,7 +28,28 @@ DEPS="setuptools>=77 numpy>=1.23 pytest>=7 pytest-xdist>=3 redis>=4.2 limits>=4.
 # hundreds of times, on purpose; pytest-asyncio's option is unknown without it, and unneeded here
 QUIET=(-W "ignore:This process:DeprecationWarning" -W "ignore::pytest.PytestConfigWarning")
 main=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+# _other_pythons_venv PYTHON VERSION DIR: a venv of PYTHON with DEPS in DIR
+_other_pythons_venv() {
+  local py="$1" version="$2" env_dir="$3" enter
+  read -r -a enter <<<"$(shmwin_python_enter "$py")"
+  echo "other pythons: making $env_dir ($py) ..." >&2
+  # Without pip (ensurepip: 2 to 3 CPU-s a venv): .venv's pip installs into it. For this
+  # machine's Pythons it runs under the venv's own (pip --python): a real install, 1.2 CPU-s
+  # less than ensurepip and the venv's pip; the root (no network) gets its wheels from it below.
+  "$py" -m venv --without-pip "$env_dir"
+  if [ ${#enter[@]} = 0 ]; then
+    # shellcheck disable=SC2086
+    .venv/bin/python -m pip --python "$env_dir/bin/python" install -q --no-compile --disable-pip-version-check \
+      $DEPS >"$env_dir/install.log" 2>&1 &&
+      shmwin_compile_site "$env_dir/bin/python" "$env_dir/lib/python$version/site-packages"
+  else
+    # shellcheck disable=SC2086
+    shmwin_py314_install .venv/bin/python "$env_dir" $DEPS >"$env_dir/install.log" 2>&1
+  fi || { cat "$env_dir/install.log" >&2; echo "other pythons: pip failed for $version" >&2; return 1; }
+}
 started=$SECONDS ran=() skipped=()
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 versions=$(shmwin_versions)
 for version in $versions; do
   [ "$version" = "$main" ] && continue
@@ -35,27 +60,15 @@ for version in $versions; do
     continue
   fi
   read -r -a enter <<<"$(shmwin_python_enter "$py")"  # the root's 3.14: its venv runs in the root
+  # the key: the Python's real path (the root's 3.14: the root's own, its launcher being the clone's)
+  identity=$(readlink -f "$py")
+  [ ${#enter[@]} = 0 ] || identity="$(readlink -f "$SHMWIN_PY314_DIR/root")/usr/bin/python$version"
   env_dir=".venv-py$version"
-  if [ ! -f "$env_dir/.deps" ] || [ "$(cat "$env_dir/.deps")" != "$py $DEPS" ]; then
-    echo "other pythons: making $env_dir ($py) ..." >&2
-    # Without pip (ensurepip: 2 to 3 CPU-s a venv): .venv's pip installs into it. For this
-    # machine's Pythons it runs under the venv's own (pip --python): a real install, 1.2 CPU-s
-    # less than ensurepip and the venv's pip; the root (no network) gets its wheels from it below.
-    rm -rf "$env_dir" && "$py" -m venv --without-pip "$env_dir"
-    if [ ${#enter[@]} = 0 ]; then
-      # shellcheck disable=SC2086
-      .venv/bin/python -m pip --python "$env_dir/bin/python" install -q --no-compile --disable-pip-version-check \
-        $DEPS >"$env_dir/install.log" 2>&1 &&
-        shmwin_compile_site "$env_dir/bin/python" "$env_dir/lib/python$version/site-packages"
-    else
-      # shellcheck disable=SC2086
-      shmwin_py314_install .venv/bin/python "$env_dir" $DEPS >"$env_dir/install.log" 2>&1
-    fi || { cat "$env_dir/install.log" >&2; echo "other pythons: pip failed for $version" >&2; exit 1; }
-    echo "$py $DEPS" >"$env_dir/.deps"
-  fi
+  shmwin_devcache --link "$env_dir" "venv-py$version" 7 "$identity $DEPS" \
+    _other_pythons_venv "$py" "$version" >/dev/null
   CFLAGS="${CFLAGS:-} -DSHMWIN_TEST" "${enter[@]}" "$env_dir/bin/python" setup.py -q build_ext --inplace --force \
-    >"$env_dir/build.log" 2>&1 ||
-    { cat "$env_dir/build.log" >&2; echo "other pythons: the extension failed to build for $version" >&2; exit 1; }
+    >"$logs/build-$version.log" 2>&1 ||
+    { cat "$logs/build-$version.log" >&2; echo "other pythons: the extension failed to build for $version" >&2; exit 1; }
   # this version's bytecode beside .venv's (scripts/_core_build.sh's core_bytecode says why)
   "${enter[@]}" "$env_dir/bin/python" -m compileall -q -j 0 shmwin tests >/dev/null
   echo "other pythons: $version ($py)"
