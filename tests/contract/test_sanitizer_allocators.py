@@ -20,8 +20,8 @@ def test_test_processes_on_malloc_and_their_children_on_pymalloc() -> None:
     env = dict(os.environ, PYTHONMALLOC="malloc", SHMWIN_CHILD_PYTHONMALLOC="pymalloc")
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "2",
-         "--rootdir", str(ROOT / "tests"), str(PROBE)],
-        cwd=ROOT / "tests", env=env, capture_output=True, text=True, timeout=120,
+         str(PROBE)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout, run.stdout
@@ -32,7 +32,7 @@ def test_without_the_variable_children_keep_the_parents_allocator() -> None:
     env["PYTHONMALLOC"] = "malloc"
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
-         "--rootdir", str(ROOT / "tests"), str(PROBE)],
-        cwd=ROOT / "tests", env=env, capture_output=True, text=True, timeout=120,
+         str(PROBE)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode != 0 and "the child is not on pymalloc" in run.stdout, run.stdout + run.stderr
