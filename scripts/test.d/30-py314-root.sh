@@ -1,5 +1,6 @@
 # Start making CPython 3.14's Debian sid root (scripts/_py314.sh: debootstrap, about a minute, mostly
-# downloads and unpacking) in the background, so that it is ready when the wheels and other-pythons
+# downloads and unpacking; once per machine, in the dev cache: on a machine that has it, .py314/root
+# only links to it) in the background, so that it is ready when the wheels and other-pythons
 # jobs run after the suite instead of adding its minute to theirs. They wait for it (a lock) if it
 # is still going, and make it themselves if it failed. Its output: .py314/make.log.
 # Sourced by scripts/test (from the repository root), after the set-up; nothing to do when the
