@@ -21,6 +21,19 @@ source scripts/_pythons.sh
 # (and the key cache's races: its reference counts are the interpreter's, 3.14 counting differently)
 TESTS=(tests/unit tests/contract tests/integration/core/test_native.py tests/integration/core/failpoints
   tests/integration/core/test_keycache_races.py)
+# not the contract folder's tests of the repository itself (its scripts' lanes and dev cache, its
+# files' sizes, the sanitizer job's allocators): what they check is the same on every Python,
+# and .venv's run has them (about 10 CPU-s a version)
+TESTS+=(--ignore=tests/contract/test_ci_lanes.py --ignore=tests/contract/test_devcache.py
+  --ignore=tests/contract/test_sizes.py --ignore=tests/contract/test_sanitizer_allocators.py)
+# The fail-point tests (every section of the core struck after every store, ~50 CPU-s a version)
+# on the oldest and the newest of these CPythons; the ones between run everything else. The
+# core's C is the same on every version: what differs is the CPython API it calls, which the
+# native, key-cache and contract tests exercise on each. The fail-point tests run on .venv's
+# CPython too, as the sanitizer job's build and as zig cc's glibc-2.17 build (20-wheels.sh).
+# SHMWIN_FAILPOINTS_EVERY_PYTHON=1 runs them on each version, as before (100 CPU-s more).
+read -r -a listed <<<"$(shmwin_versions | tr '\n' ' ')"
+ends=" ${listed[0]:-} ${listed[${#listed[@]}-1]:-} "
 # setup.py needs setuptools 77+ (pyproject's license field); the contract runs on redis too, and
 # the rate tests compare with limits' parser
 DEPS="setuptools>=77 numpy>=1.23 pytest>=7 pytest-xdist>=3 redis>=4.2 limits>=4.1"
@@ -71,8 +84,13 @@ for version in $versions; do
     { cat "$logs/build-$version.log" >&2; echo "other pythons: the extension failed to build for $version" >&2; exit 1; }
   # this version's bytecode beside .venv's (scripts/_core_build.sh's core_bytecode says why)
   "${enter[@]}" "$env_dir/bin/python" -m compileall -q -j 0 shmwin tests >/dev/null
-  echo "other pythons: $version ($py)"
-  "${enter[@]}" "$env_dir/bin/python" -m pytest -n auto -q --durations=5 -p no:cacheprovider "${QUIET[@]}" "${TESTS[@]}" "$@"
+  marks=()
+  if [ "${SHMWIN_FAILPOINTS_EVERY_PYTHON:-0}" != 1 ] && [[ "$ends" != *" $version "* ]]; then
+    marks=(-m "not failpoints")
+  fi
+  echo "other pythons: $version ($py)${marks[*]:+, not the fail-point tests (on ${ends:1:-1} only)}"
+  "${enter[@]}" "$env_dir/bin/python" -m pytest -n auto -q --durations=5 -p no:cacheprovider "${QUIET[@]}" \
+    "${marks[@]}" "${TESTS[@]}" "$@"
   ran+=("$version")
 done
 echo "other pythons: ran on ${ran[*]:-none}; skipped ${skipped[*]:-none}; in $((SECONDS - started)) s"
