@@ -9,7 +9,8 @@
 # In scripts/test's full run (SHMWIN_FULL_RUN=1) it runs only the fail-point tests not marked
 # `sanitize` (2 of 227): 50-sanitizers.sh's run is a test build too (-DSHMWIN_TEST, with ASan's
 # and UBSan's checks) and runs the other 225, which ran in both before (~150 CPU-s twice); this
-# -O2 test build's code runs them on every other CPython (30-other-pythons.sh) and as zig cc's.
+# -O2 test build's code runs them on the oldest and newest other CPython (30-other-pythons.sh)
+# and as zig cc's.
 # stage: beside the checks (in the full run its 2 tests in one process, ~10 CPU-s: beside the sanitizer
 # job, not on the run's critical path before it)
 set -euo pipefail

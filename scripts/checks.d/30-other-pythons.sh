@@ -1,4 +1,5 @@
-# The unit, contract and native / fail-point tests on every supported CPython other than .venv's
+# The unit, contract, native and fail-point tests on every supported CPython other than .venv's
+# (the fail-point tests on the oldest and newest of them: below)
 # (scripts/_pythons.sh finds them: pyenv's, or python3.X on PATH; 3.14 is Debian sid's, in a root
 # of its own entered through scripts/py314, where the venv's packages come from pip downloads made
 # outside it), each against an extension built

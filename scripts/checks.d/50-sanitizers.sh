@@ -5,8 +5,8 @@
 # under reports/ (ASan's log_path; UBSan's through scripts/_ubsan_reports.c, below), and a
 # report ends the process. The build is a test build (-DSHMWIN_TEST): the fail-point tests run
 # under both sanitizers here (and in the full run only here: 10-failpoints.sh runs the 2 of them
-# not marked `sanitize`). The plain -O2 test build's code still runs them on every other
-# CPython (30-other-pythons.sh) and as zig cc's glibc-2.17 build (20-wheels.sh); run
+# not marked `sanitize`). The plain -O2 test build's code still runs them on the oldest and
+# newest other CPython (30-other-pythons.sh) and as zig cc's glibc-2.17 build (20-wheels.sh); run
 # 10-failpoints.sh for it on this one.
 #
 # One build, not one per sanitizer: the two runs, one after the other, were 445 s of the full
