@@ -33,7 +33,7 @@ TESTS+=(--ignore=tests/contract/test_ci_lanes.py --ignore=tests/contract/test_de
 # native, key-cache and contract tests exercise on each. The fail-point tests run on .venv's
 # CPython too, as the sanitizer job's build and as zig cc's glibc-2.17 build (20-wheels.sh).
 # SHMWIN_FAILPOINTS_EVERY_PYTHON=1 runs them on each version, as before (100 CPU-s more).
-read -r -a listed <<<"$(shmwin_versions | tr '\n' ' ')"
+mapfile -t listed < <(shmwin_versions)
 ends=" ${listed[0]:-} ${listed[${#listed[@]}-1]:-} "
 # setup.py needs setuptools 77+ (pyproject's license field); the contract runs on redis too, and
 # the rate tests compare with limits' parser
