@@ -252,6 +252,13 @@ class Limiter(Front):
         _, used, reset_ns, _ = self._backend.check(key, 0, False)
         return limit_stats(self.rates, used, reset_ns)
 
+    def local_stats_all(self, key: Key) -> list[LimitStats] | None:
+        """With ``on_error="local"``, while this process enforces its host's share because the
+        backend is away: where ``key`` stands against the share's rates, shortest period first
+        (the quota the rate-limit middlewares then describe). None while the backend answers,
+        and always without a local share."""
+        return None if self._local is None else self._local.stats_all(key)
+
     def refund(self, key: Key, cost: int = 1) -> int:
         """Give back up to ``cost`` of what ``key`` holds, its most recent hits first, in every
         rate; how much was given back (0 for a key with nothing counted). For a cost known only

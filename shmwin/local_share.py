@@ -226,6 +226,14 @@ class LocalShare:
         local = self._local_limiter()
         return local is not None and local.test(key, cost)
 
+    def stats_all(self, key: Any) -> list[Any] | None:
+        """Where ``key`` stands against this host's share while this process is on it; None
+        while the backend answers (or a share below one hit: nothing is made to read)."""
+        if self._away_since_ns is None:
+            return None
+        local = self._local_limiter(make=False)
+        return None if local is None else list(local.stats_all(key))
+
     # -- the switch ---------------------------------------------------------------------------
 
     def raise_if_away(self) -> None:

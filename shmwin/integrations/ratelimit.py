@@ -21,7 +21,10 @@ would. ``key`` returning None lets the request through unlimited and without hea
 
 While a remote backend is away the limiter's ``on_error`` decides the whole request:
 "allow" lets it through, "deny" answers 429 (``about:blank``, no ``Retry-After``), and such
-a response carries no RateLimit fields, having no quota it could vouch for. "raise" lets
+a response carries no RateLimit fields, having no quota it could vouch for. "local" enforces
+the host's share (:class:`~shmwin.Limiter`'s ``fallback``), and the headers describe that
+share, the quota then in force: ``RateLimit-Policy: "50-per-1m";q=50;w=60`` for a share of
+50/minute, and a refusal is a ``quota-exceeded`` 429 with its ``Retry-After``. "raise" lets
 :class:`~shmwin.BackendUnavailableError` out: uvicorn answers 500, gunicorn's sync worker
 takes it (a ConnectionError) for a broken socket and closes the connection.
 
@@ -112,13 +115,16 @@ def quotas(limiter: RateLimited) -> list[Rate]:
 def decide(limiter: RateLimited, key: Key) -> Verdict:
     """Hit ``key`` once, then describe where it stands (the headers, and for a refusal the
     wait and the rates it broke). With the backend away, the hit's answer is the limiter's
-    ``on_error`` (its ``BackendUnavailableError`` if "raise") and no quota is described."""
+    ``on_error`` (its ``BackendUnavailableError`` if "raise") and no quota is described, but
+    for "local": the host's share decided the hit, and it is described."""
     allowed = limiter.hit(key)  # on_error="raise" and the backend away: raises, as asked
+    local = _local_stats(limiter, key)  # the hit went to the host's share: it is the quota in force
     try:
-        stats = _shown(limiter, limiter.stats_all(key))
+        stats = _shown(limiter, limiter.stats_all(key)) if local is None else local
     except BackendUnavailableError:
         return Verdict(allowed, [], 0, [], unavailable=True)
-    policy = ("RateLimit-Policy", policy_header(quotas(limiter)))
+    quota = quotas(limiter) if local is None else [s.rate for s in local]
+    policy = ("RateLimit-Policy", policy_header(quota))
     if allowed:
         return Verdict(True, [policy, ("RateLimit", ratelimit_header(stats))], 0, [])
     spent = [s for s in stats if s.remaining < 1] or list(stats)
@@ -126,6 +132,13 @@ def decide(limiter: RateLimited, key: Key) -> Verdict:
     violated = [policy_name(s.rate) for s in spent]
     headers = [policy, ("RateLimit", ratelimit_header(stats, retry)), ("Retry-After", str(retry))]
     return Verdict(False, headers, retry, violated)
+
+
+def _local_stats(limiter: RateLimited, key: Key) -> list[LimitStats] | None:
+    """Where ``key`` stands against the host's share, while a limiter with ``on_error="local"``
+    enforces it (the backend away); None for any other limiter, or while it answers."""
+    local_stats_all = getattr(limiter, "local_stats_all", None)
+    return None if local_stats_all is None else local_stats_all(key)
 
 
 def _interval_ns(rate: Rate) -> int:

@@ -2,7 +2,8 @@
 test_ratelimit_middleware_backend_away.py): an ASGI app and a WSGI app limited to 3/minute per
 client (the X-Client header) by a Limiter -- or, with SHMWIN_RATELIMITER=token-bucket, a
 TokenBucket of 3/minute with a burst of 3 -- on SHMWIN_BACKEND (a redis:// URL), with
-``on_error=SHMWIN_ON_ERROR`` and ``shadow`` if SHMWIN_SHADOW is set. Made at import, in each
+``on_error=SHMWIN_ON_ERROR`` (and ``fallback=SHMWIN_FALLBACK`` if set, for "local") and
+``shadow`` if SHMWIN_SHADOW is set. Made at import, in each
 worker: with the server away and on_error "allow" or "deny" (or shadow) that does not fail."""
 
 import os
@@ -17,6 +18,7 @@ _options = {
     "on_error": os.environ["SHMWIN_ON_ERROR"],
     "shadow": bool(os.environ.get("SHMWIN_SHADOW")),
     "timeout": 0.5,
+    **({"fallback": os.environ["SHMWIN_FALLBACK"]} if os.environ.get("SHMWIN_FALLBACK") else {}),
 }
 limiter: Limiter | TokenBucket
 if os.environ.get("SHMWIN_RATELIMITER") == "token-bucket":

@@ -14,12 +14,17 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from email.message import Message
 
 import pytest
 from support.servers import Server, free_port, get_as, python_module
+
+import shmwin
+from shmwin.local_share import AWAY_SUFFIX
+from shmwin.local_share import SUFFIX as LOCAL_SUFFIX
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +86,58 @@ def test_the_middleware_follows_on_error_while_redis_is_away(own_redis, name, tm
         assert headers is not None and RATELIMIT.match(headers["RateLimit"])["r"] == "2", dict(headers)  # type: ignore[index]
     finally:
         assert srv.stop() == 0 or server == "uvicorn", srv.output()
+
+
+GLOBAL_POLICY = '"3-per-1m";q=3;w=60'
+SHARE_POLICY = '"2-per-1m";q=2;w=60'  # fallback="2/minute": the host's share while Redis is away
+
+
+def _policy(answer: tuple[int | str, Message | None, str]) -> str | None:
+    headers = answer[1]
+    return None if headers is None else headers["RateLimit-Policy"]
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "gunicorn"])
+def test_on_error_local_the_middleware_enforces_and_describes_the_share(own_redis, name, tmp_path, server):
+    """on_error="local": while Redis is away the two workers enforce the host's share together
+    (shared memory), and the headers describe that share, the quota then in force; a refusal is
+    a quota-exceeded 429 with its Retry-After. Once Redis is back, the hits admitted on the share
+    were counted on the global keys first: no client gets past the global limit at the switch."""
+    port = free_port()
+    env = {"SHMWIN_TEST_NAME": name, "SHMWIN_LOG_DIR": str(tmp_path), "SHMWIN_BACKEND": own_redis.url,
+           "SHMWIN_RATELIMITER": "limiter", "SHMWIN_ON_ERROR": "local",
+           "SHMWIN_FALLBACK": "2/minute"}  # fmt: skip
+    srv = Server(_server(server, port), port, env)
+    try:
+        up = [_get(port, "alice") for _ in range(4)]
+        assert [status for status, _, _ in up] == [200, 200, 200, 429], (up, srv.output())
+        assert {_policy(a) for a in up} == {GLOBAL_POLICY}, up
+
+        own_redis.stop()
+        away = [_get(port, "bob") for _ in range(4)]  # over both workers: one share for the host
+        assert [status for status, _, _ in away] == [200, 200, 429, 429], (away, srv.output())
+        assert {_policy(a) for a in away} == {SHARE_POLICY}, away
+        for _, headers, body in away[2:]:
+            assert headers is not None and headers["Content-Type"] == "application/problem+json"
+            problem = json.loads(body)
+            assert problem["type"].endswith("#quota-exceeded"), problem
+            assert problem["violated-policies"] == ["2-per-1m"], problem
+            assert 0 < int(headers["Retry-After"]) <= 63, dict(headers)  # a period and a bucket (60 s / 20)
+        carol = _get(port, "carol")  # a key of its own on the share
+        assert (carol[0], _policy(carol)) == (200, SHARE_POLICY), carol
+
+        own_redis.start()  # back, empty: each worker asks again within its probe interval
+        deadline = time.monotonic() + 30
+        run = 0
+        while run < 12:  # both workers back, with high odds: 12 answers in a row on the global rates
+            assert time.monotonic() < deadline, ("a worker never went back to Redis", srv.output())
+            run = run + 1 if _policy(_get(port, "dave")) == GLOBAL_POLICY else 0
+            time.sleep(0.02)
+        back = [_get(port, "bob") for _ in range(3)]  # bob's 2 admitted on the share were carried
+        assert [status for status, _, _ in back] == [200, 429, 429], (back, srv.output())
+        assert {_policy(a) for a in back} == {GLOBAL_POLICY}, back
+    finally:
+        code = srv.stop()
+        for made in (LOCAL_SUFFIX, AWAY_SUFFIX):  # the host's share and its record, made by the workers
+            shmwin.unlink(name + made)
+        assert code == 0 or server == "uvicorn", srv.output()

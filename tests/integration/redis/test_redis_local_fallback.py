@@ -6,6 +6,7 @@ key before anything else, so the switch back makes no burst over the global limi
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import signal
 import threading
 import time
@@ -155,7 +156,7 @@ def test_bad_fallback_settings_are_clear_errors(redis_server, name):
 
 def test_the_middlewares_decide_on_the_local_share_without_waiting(own_redis, name):
     """integrations.ratelimit.decide (every middleware's verdict): while away, the local share
-    answers and no quota is described; stats raise at once, not after the timeout."""
+    answers, with no wait, and the headers describe it: the quota in force then is the share."""
     from shmwin.integrations.ratelimit import decide
 
     clock = ManualClock(1_000 * S)
@@ -167,7 +168,15 @@ def test_the_middlewares_decide_on_the_local_share_without_waiting(own_redis, na
         with _frozen(own_redis):
             verdicts = [decide(lim, "client") for _ in range(3)]
         assert [v.allowed for v in verdicts] == [True, True, False]
-        assert all(v.unavailable for v in verdicts)
+        assert not any(v.unavailable for v in verdicts)
+        policies = {dict(v.headers)["RateLimit-Policy"] for v in verdicts}
+        assert policies == {'"2-per-1m";q=2;w=60'}, policies
+        shown = [re.fullmatch(r'"2-per-1m";r=(\d+);t=(\d+)', dict(v.headers)["RateLimit"]) for v in verdicts]
+        assert [int(m[1]) for m in shown if m] == [1, 0, 0], verdicts
+        refused = verdicts[2]  # a quota-exceeded refusal of the share, with its wait: the hits' reset
+        assert refused.violated == ["2-per-1m"], refused
+        assert 60 <= refused.retry_after_s <= 63, refused  # the period, and at most a bucket (3 s)
+        assert dict(refused.headers)["Retry-After"] == shown[2][2] == str(refused.retry_after_s)  # type: ignore[index]
         assert asked == []  # stats never asked the frozen server
     finally:
         lim.unlink()
