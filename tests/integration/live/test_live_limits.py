@@ -20,7 +20,7 @@ from shmwin.rate import parse_many
 
 S = 10**9
 STEP_NS = 97_000_000  # between two hits: 0.097 s, so a period holds several buckets' worth
-START_NS = 10**12
+START_NS = 10**17  # 3 years: far from any host clock (uptime), which `shmwin set` carries on
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from shmwin.backends.shm import live, segment
 
 pytestmark = pytest.mark.integration
 
-T0_NS = 10**12
+T0_NS = 10**17  # 3 years: far from any host clock (uptime), which `shmwin set` carries on (_StampClock)
 
 
 def _retire_and_die(name: str) -> None:

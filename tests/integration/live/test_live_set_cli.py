@@ -66,7 +66,7 @@ def test_set_a_token_buckets_rate_and_burst_from_the_shell(name, tmp_path):
     """10/second burst 5, 4 tokens taken by the stale workers: `shmwin set NAME 1/second --burst
     2` moves it, the tokens used carried up to the new burst (none left); the workers follow."""
     clock_path = tmp_path / "clock"
-    clock = ManualClock(1000 * S, path=clock_path)
+    clock = ManualClock(10**17, path=clock_path)  # far from the host clock `shmwin set` runs
     with TokenBucket(name, "10/second", burst=5, clock=clock) as mine:
         workers = stale_workers(name, "10/second burst=5", str(clock_path))
         try:
