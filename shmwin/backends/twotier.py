@@ -128,7 +128,7 @@ class LeaseServer(RedisBase):
     def change(self, g: Geometry, on_change: str) -> None:
         """Change the rates for every host (``Limiter.set_rates``): "carry" or "reset"."""
         self._check_open()
-        self._follow(live.run_change(self, _server_spec(g), live.check_on_change(on_change)))
+        self._follow(live.run_change(self, _server_spec(g), live.asked_change(on_change)))
 
     def lease(
         self, key: Key, want: int, need: int, spend_us: int, backs: list[int], token: int = 0

@@ -586,6 +586,9 @@ def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float
 def _redis(url: str, timeout: float) -> Any:
     from ..backends.redis.client import connect, unavailable
 
+    if url.startswith("shm+"):  # opening a two-tier name would make its lease segment on this host
+        raise ValueError(f"the shmwin tools read Redis itself: --backend {url.removeprefix('shm+')!r}, "
+                         f"not {url!r} (a two-tier limiter's leases are not shown yet)")
     client = connect(url, timeout)
     try:
         client.ping()

@@ -284,3 +284,38 @@ def test_limits_shm_storage_with_a_changed_limit_answers_as_memory(make_name, st
             answers = [[lim.hit(item, "client") for _ in range(item.amount + 2)] for lim in limiters]
             assert answers[0] == answers[1], (item, answers)
             assert sum(answers[0]) <= item.amount
+
+
+def test_a_reset_asked_for_on_redis_resets_even_with_the_same_rates(redis_server, make_name):
+    """The same on ``redis://`` and ``shm+redis://`` (change.lua returned at once for the
+    spec in force; ``shmwin set --backend URL NAME SAME --reset`` said "counts reset"). And
+    ``shmwin set --backend redis://`` on a two-tier name says to put ``shm+`` before it (it
+    said "not a token bucket"); ``shmwin show --backend shm+redis://`` says to read Redis
+    itself (it was redis-py's "Redis URL must specify one of the following schemes")."""
+    url = redis_server.url
+    fronts = [Limiter(make_name("r"), "2/minute", backend=url),
+              Limiter(make_name("t"), "2/minute", backend="shm+" + url),
+              TokenBucket(make_name("b"), "1/minute", burst=2, backend=url)]  # fmt: skip
+    reopen = [lambda: Limiter(fronts[0].name, "2/minute", backend=url, on_change="reset"),
+              lambda: Limiter(fronts[1].name, "2/minute", backend="shm+" + url, on_change="reset"),
+              lambda: TokenBucket(fronts[2].name, "1/minute", burst=2, backend=url, on_change="reset"),
+              ]  # fmt: skip
+    try:
+        for front, again in zip(fronts, reopen, strict=True):
+            assert front.hit("k") and front.hit("k") and not front.hit("k")
+            again().close()
+            assert not front.hit("k"), front.name  # an open with the rates in force resets nothing
+        fronts[0].set_rates("2/minute", on_change="reset")
+        fronts[2].set_rate("1/minute", on_change="reset")
+        done = _cli("set", "--backend", "shm+" + url, fronts[1].name, "2/minute", "--reset")
+        assert done.returncode == 0 and "counts reset" in done.stdout, done.stderr
+        for front in fronts:
+            assert [front.hit("k") for _ in range(3)] == [True, True, False], front.name
+        plain = _cli("set", "--backend", url, fronts[1].name, "3/minute")
+        assert plain.returncode != 0 and "shm+" in plain.stderr, plain.stderr
+        shown = _cli("show", "--backend", "shm+" + url, fronts[1].name)
+        assert shown.returncode != 0 and repr(url) in shown.stderr, shown.stderr
+    finally:
+        for front in fronts:
+            front.unlink()
+            front.close()
