@@ -319,3 +319,22 @@ def test_a_reset_asked_for_on_redis_resets_even_with_the_same_rates(redis_server
         for front in fronts:
             front.unlink()
             front.close()
+
+
+def test_a_redis_window_reopened_with_other_buckets_says_what_to_do_and_that_works(redis_server, name):
+    """On Redis the error said only that the geometries differ (and ``shmwin rm`` is for shared
+    memory): it now names the unlink that starts it anew."""
+    win = Window(name, "1m", buckets=20, backend=redis_server.url)
+    try:
+        win.add(3)
+        with pytest.raises(GeometryMismatchError, match=r"Window\.attach\(.*\)\.unlink\(\)") as raised:
+            Window(name, "1m", buckets=60, backend=redis_server.url)
+        assert name in str(raised.value)
+        Window.attach(name, backend=redis_server.url).unlink()
+        again = Window(name, "1m", buckets=60, backend=redis_server.url)
+        again.add(1)
+        assert again.total() == 1
+        again.close()
+    finally:
+        win.unlink()
+        win.close()
