@@ -141,3 +141,23 @@ def test_sentinel_spellings_of_limits_find_the_master(sentinel_group, make_name)
 def test_a_spelling_refused_says_why(url, says):
     with pytest.raises(ValueError, match=says):
         Limiter("refused-url", "3/hour", backend=url)
+
+
+def test_a_spread_limiters_rates_change_live_under_a_stale_handle(redis_cluster, make_name):
+    """``?spread=16`` and live limits together: a deploy's new amount in place, then other
+    periods (a carry), each key's count followed by a handle that never opened it again."""
+    url = redis_cluster.url + "?spread=16"
+    name = make_name("sl")
+    stale = Limiter(name, "3/hour", backend=url)
+    try:
+        keys = [f"key-{i}" for i in range(12)]  # over several groups, so several masters
+        assert all(stale.hit(k) and stale.hit(k) for k in keys)
+        Limiter(name, "5/hour", backend=url).close()
+        assert all([stale.hit(k) for _ in range(4)] == [True, True, True, False] for k in keys)
+        Limiter(name, "2/minute;5/hour", backend=url).close()  # other periods: the 5 carried
+        assert not any(stale.hit(k) for k in keys)
+        with Limiter.attach(name, backend=url) as fresh:
+            assert stale.rates == fresh.rates
+    finally:
+        stale.unlink()
+        stale.close()
