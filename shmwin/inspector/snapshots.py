@@ -569,12 +569,21 @@ def redis_info(name: str, url: str) -> Info:
 
 
 def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float = 2.0) -> list[str]:
-    """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only)."""
+    """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only); with
+    ``?spread=N``, over the name's groups' tags ``{NAME#g}``, on every master."""
+    from ..backends.redis.client import spread_groups
+
     client, out = _redis(url, timeout), set[str]()
     prefix = f"shmwin:{{{name}}}:"  # rows are k:KEY, or k<layout>:KEY after a change of periods
+    head = f"shmwin:{{{name}#"  # a spread name's: shmwin:{NAME#g}:k:KEY
+    match = _redis_escape(head) + "*}:k*" if spread_groups(url) else _redis_escape(prefix) + "k*"
     try:
-        for found in client.scan_iter(match=_redis_escape(prefix) + "k*", count=1000):
-            infix, sep, key = found.decode("latin-1")[len(prefix) :].partition(":")
+        for found in client.scan_iter(match=match, count=1000):
+            text = found.decode("latin-1")
+            if not text.startswith(prefix):  # a group's row: its tag's group is a number
+                group, tag_end, text = text[len(head) :].partition("}:")
+                text = prefix + text if tag_end and group.isdigit() else ""
+            infix, sep, key = text[len(prefix) :].partition(":")
             out.update([key] if sep and (infix == "k" or infix[1:].isdigit()) else [])
             if len(out) >= limit:
                 break

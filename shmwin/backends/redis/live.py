@@ -137,6 +137,8 @@ def other_kind(kind: str, wanted: str) -> Exception:
 
     how = " (a two-tier limiter's: open it with shm+ before the URL, shm+redis://...)"
     hint = how if kind == "lease-limiter" else ""
+    if kind.startswith("limiter/spread="):  # a spread limiter's, opened without its ?spread=N
+        hint = f" (a limiter whose keys are spread: open it with ?{kind.partition('/')[2]} in the URL)"
     return GeometryMismatchError(f"this name holds a {kind} on redis, not a {wanted}{hint}")
 
 

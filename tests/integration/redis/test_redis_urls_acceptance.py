@@ -6,8 +6,10 @@ sentinel group, one redis-server on a unix socket."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -161,3 +163,31 @@ def test_a_spread_limiters_rates_change_live_under_a_stale_handle(redis_cluster,
     finally:
         stale.unlink()
         stale.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shmwin", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_shell_tools_on_a_spread_limiter(redis_cluster, make_name):
+    """``shmwin show --backend URL?spread=16`` lists the name's busiest keys (it scanned the
+    one-tag rows only: none); ``shmwin set`` without the ``?spread=`` says to add it (it said
+    "not a token bucket")."""
+    url = redis_cluster.url + "?spread=16"
+    name = make_name("cli")
+    lim = Limiter(name, "3/hour", backend=url)
+    try:
+        for i in range(6):
+            assert lim.hit(f"key-{i}") and (i or lim.hit("key-0"))
+        shown = _cli("show", "--json", "--backend", url, name)
+        assert shown.returncode == 0, shown.stderr
+        view = json.loads(shown.stdout)
+        view = view[0] if isinstance(view, list) else view
+        assert view["keys"] == 6 and view["top"][0]["key"] == "key-0", view
+        plain = _cli("set", "--backend", redis_cluster.url, name, "5/hour")
+        assert plain.returncode != 0 and "?spread=16" in plain.stderr, plain.stderr
+        assert _cli("set", "--backend", url, name, "5/hour").returncode == 0
+        assert lim.hit("key-0") and lim.stats("key-0").used == 3
+    finally:
+        lim.unlink()
+        lim.close()
