@@ -86,10 +86,10 @@ def _twotier() -> Scheme:
 
 
 # redis.client.SCHEMES, spelled here so that no redis module is imported before a URL needs it
-# (Valkey's schemes are aliases; +sentinel asks sentinels for the master)
+# (Valkey's schemes are aliases, and limits' +unix ones; +sentinel asks sentinels for the master)
 _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel",
                   "rediss+sentinel", "valkey", "valkeys", "valkey+cluster", "valkeys+cluster",
-                  "valkey+sentinel", "valkeys+sentinel")  # fmt: skip
+                  "valkey+sentinel", "valkeys+sentinel", "redis+unix", "valkey+unix")  # fmt: skip
 REDIS_SCHEMES = _REDIS_SCHEMES  # the plain Redis-side schemes, for the fronts (live rates)
 _LAZY: dict[str, Callable[[], Scheme]] = {
     **{scheme: _redis for scheme in _REDIS_SCHEMES},

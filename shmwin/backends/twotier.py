@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-import urllib.parse
 from typing import Any
 
 from ..clock import Clock, host_clock
@@ -52,6 +51,7 @@ from .contract import Check, Key, Request
 from .redis import live, scripts
 from .redis.client import NS_PER_US, RedisBase, UnacknowledgedWriteError, key_text
 from .redis.client import SCHEMES as REDIS_SCHEMES
+from .redis.urls import split_url
 from .shm.roles import LeaseEngine
 from .shm.window import ShmOptions, ShmWindow
 
@@ -76,10 +76,10 @@ def new_lease_id() -> int:
 
 def redis_url(url: str) -> str:
     """The Redis URL of a two-tier URL: ``shm+redis://h:p/0`` -> ``redis://h:p/0``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in SCHEMES:
+    scheme = split_url(url).scheme
+    if scheme not in SCHEMES:
         raise ValueError(f"not a two-tier URL (shm+redis://...): {url!r}")
-    return parts._replace(scheme=SCHEMES[parts.scheme]).geturl()
+    return SCHEMES[scheme] + url[len(scheme) :]  # as written: urlunsplit makes unix:///p unix:/p
 
 
 def give_back(account: Account) -> list[int]:
@@ -128,7 +128,7 @@ class LeaseServer(RedisBase):
     def change(self, g: Geometry, on_change: str) -> None:
         """Change the rates for every host (``Limiter.set_rates``): "carry" or "reset"."""
         self._check_open()
-        self._follow(live.run_change(self, _server_spec(g), live.check_on_change(on_change)))
+        self._follow(live.run_change(self, _server_spec(g), live.asked_change(on_change)))
 
     def lease(
         self, key: Key, want: int, need: int, spend_us: int, backs: list[int], token: int = 0

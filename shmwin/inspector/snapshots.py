@@ -30,6 +30,9 @@ from ..errors import GeometryMismatchError, ShmwinError
 from ..geometry import token_rate_of
 from ..rate import NS_PER_S, Rate, format_ns
 from . import attached as _attached
+from .redis_scan import REDIS_SCAN_KEYS as REDIS_SCAN_KEYS  # the tools import them from here
+from .redis_scan import redis_keys as redis_keys
+from .redis_scan import redis_names as redis_names
 from .roles import (
     COUNTERS,
     UNSUMMED,
@@ -530,22 +533,6 @@ def finite(value: Any) -> Any:
 
 # -- Redis -------------------------------------------------------------------------------------
 
-REDIS_SCAN_KEYS = 10_000
-
-
-def redis_names(url: str, timeout: float = 2.0) -> list[str]:
-    """The windows and limiters kept on the Redis server at ``url`` (one SCAN)."""
-    client = _redis(url, timeout)
-    try:
-        found = {
-            k.decode(errors="replace")[len("shmwin:{") : -len("}:meta")]
-            for k in client.scan_iter(match="shmwin:{*}:meta", count=1000)
-        }
-    finally:
-        client.close()
-    return sorted(found)
-
-
 def redis_info(name: str, url: str) -> Info:
     """Describe one window or limiter kept on Redis (no segment: no size, stripes or creator)."""
     try:
@@ -566,35 +553,3 @@ def redis_info(name: str, url: str) -> Info:
         )  # fmt: skip
     finally:
         w.close()
-
-
-def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float = 2.0) -> list[str]:
-    """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only)."""
-    client, out = _redis(url, timeout), set[str]()
-    prefix = f"shmwin:{{{name}}}:"  # rows are k:KEY, or k<layout>:KEY after a change of periods
-    try:
-        for found in client.scan_iter(match=_redis_escape(prefix) + "k*", count=1000):
-            infix, sep, key = found.decode("latin-1")[len(prefix) :].partition(":")
-            out.update([key] if sep and (infix == "k" or infix[1:].isdigit()) else [])
-            if len(out) >= limit:
-                break
-    finally:
-        client.close()
-    return sorted(out)
-
-
-def _redis(url: str, timeout: float) -> Any:
-    from ..backends.redis.client import connect, unavailable
-
-    client = connect(url, timeout)
-    try:
-        client.ping()
-    except Exception as exc:  # redis' ConnectionError, TimeoutError, AuthenticationError...
-        client.close()
-        raise unavailable(url, exc) from exc
-    return client
-
-
-def _redis_escape(text: str) -> str:
-    """``text`` as a literal in a Redis MATCH pattern."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -25,6 +25,8 @@ from shmwin.backends.twotier import redis_url
         ("valkey+cluster://a:7000,b:7000/", "redis+cluster://a:7000,b:7000/"),
         ("valkey+sentinel://s:26379/svc", "redis+sentinel://s:26379/svc"),
         ("redis://h:6379/0", "redis://h:6379/0"),
+        ("redis+unix:///tmp/r.sock?db=1", "unix:///tmp/r.sock?db=1"),  # limits' spellings
+        ("valkey+unix:///tmp/r.sock", "unix:///tmp/r.sock"),
     ],
 )
 def test_valkey_schemes_are_redis_spellings(url, canonical):
@@ -37,6 +39,7 @@ def test_every_redis_scheme_opens_with_and_without_shm_in_front():
         assert backends.lookup(f"{scheme}://h/") == backends.lookup("redis://h/")
         assert backends.lookup(f"shm+{scheme}://h/").limiter == backends.lookup("shm+redis://h/").limiter
         assert redis_url(f"shm+{scheme}://h:1/") == f"{scheme}://h:1/"
+        assert redis_url(f"shm+{scheme}:///tmp/r.sock") == f"{scheme}:///tmp/r.sock"  # not {scheme}:/tmp
 
 
 def test_cluster_and_sentinel_are_told_apart_under_either_name():

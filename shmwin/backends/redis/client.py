@@ -34,14 +34,15 @@ SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 # Valkey speaks the same protocol and runs the same Lua: its schemes are other spellings
 ALIASES = {"valkey": "redis", "valkeys": "rediss", "valkey+cluster": "redis+cluster",
            "valkeys+cluster": "rediss+cluster", "valkey+sentinel": "redis+sentinel",
-           "valkeys+sentinel": "rediss+sentinel"}  # fmt: skip
+           "valkeys+sentinel": "rediss+sentinel", "redis+unix": "unix", "valkey+unix": "unix"}  # fmt: skip
 SCHEMES = frozenset({"redis", "rediss", "unix", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES, *ALIASES})
 
 
 def canonical_url(url: str) -> str:
-    """``url`` with a Valkey scheme spelled as Redis's (``valkey://h`` -> ``redis://h``)."""
-    parts = split_url(url)
-    return parts._replace(scheme=ALIASES[parts.scheme]).geturl() if parts.scheme in ALIASES else url
+    """``url`` with a Valkey scheme spelled as Redis's (``valkey://h`` -> ``redis://h``), and limits'
+    ``redis+unix://`` and ``valkey+unix://`` as redis-py's ``unix://``."""
+    scheme = split_url(url).scheme
+    return ALIASES[scheme] + url[len(scheme) :] if scheme in ALIASES else url  # unix:///path keeps its ///
 
 
 def connect(url: str, timeout: float) -> Any:
@@ -294,9 +295,14 @@ class RedisBase:
         else:
             have = self._call(self._redis.eval, OPEN.text, 1, meta, self._spec)
             if have:
+                both = have.decode().startswith("window;") and self._spec.startswith("window;")
+                hint = (": a window's buckets do not change live. To start it anew, drop it with "
+                        f"Window.attach({self.name!r}, backend=URL).unlink() once no process writes "
+                        "to it (one that still does writes its rows in its own buckets); "
+                        "its counts go")  # fmt: skip
                 raise GeometryMismatchError(
                     f"{self.name!r} exists on redis with geometry [{have.decode()}], "
-                    f"not the requested [{self._spec}]"
+                    f"not the requested [{self._spec}]{hint if both else ''}"
                 )
         self._claimed = True
         self._on_claimed()

@@ -77,8 +77,8 @@ class RedisLimiter(RedisBase):
     def _change(self, spec: str, mode: str) -> None:
         """Run change.lua (``mode``: an on_change, or "attach" to read the state) and follow it."""
         seen_us = 0
-        if self._groups and mode in live.ON_CHANGE:
-            self._pre_raise(spec)
+        if self._groups and mode in (*live.ON_CHANGE, live.RENEW):
+            self._pre_raise(spec, renew=mode == live.RENEW)
             seen_us = self._groups_time()
         state = live.run_change(self, spec, mode, seen_us=seen_us)
         self._follow(state)
@@ -90,14 +90,14 @@ class RedisLimiter(RedisBase):
         capacity = self._g.capacity or DEFAULT_CAPACITY
         self._adopt(dataclasses.replace(limiter_geometry(rates, buckets, capacity), role=self._g.role), state)
 
-    def _pre_raise(self, spec: str) -> None:
+    def _pre_raise(self, spec: str, renew: bool = False) -> None:
         """Spread, before a change commits: every group's generation one past the name's. Groups
         are other slots, so no one step raises them all; raised first, a changer killed at any
         point leaves no group where a stale process counts unseen: before its commit, a hit in a
         raised group repairs the name (change.lua's 'sync': the old rates, a newer generation);
         after it, the hit reads the new rates."""
         have, gen = self._call(self._redis.hmget, self._prefix + "meta", "geometry", "gen")
-        if have is not None and have.decode() != spec:
+        if have is not None and (renew or have.decode() != spec):
             self._raise_groups(int(gen or 0) + 1)
 
     def _groups_time(self) -> int:
@@ -125,7 +125,7 @@ class RedisLimiter(RedisBase):
     def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
         """Change the rates for every process (``Limiter.set_rates``): "carry" or "reset"."""
         self._check_open()
-        self._change(_limiter_spec(want, self._groups), live.check_on_change(on_change))
+        self._change(_limiter_spec(want, self._groups), live.asked_change(on_change))
 
     @property
     def live_state(self) -> live.LiveState:
@@ -340,7 +340,7 @@ def _parse_limiter_spec(spec: str, groups: int = 0) -> tuple[list[Rate], int]:
         )
     kind = kind.partition("/")[0]
     if kind != "limiter":
-        raise GeometryMismatchError(f"this name holds a {kind} on redis, not a limiter")
+        raise live.other_kind(kind, "limiter")
     parsed = [tuple(int(v) for v in ring.split(",")) for ring in rings]
     buckets = parsed[0][1] - 1
     return [Rate(limit, bucket_ns * buckets) for bucket_ns, _, limit in parsed], buckets

@@ -18,6 +18,7 @@ STALE = -1  # what hit_one.lua answers, and hit.lua's first word, for a hit of a
 CARRY = -3  # what hit_one.lua answers for a key whose first hit since a change needs hit.lua's carry
 RETRIES = 8  # reads of the state before a hit gives up (a change at each: never in practice)
 ON_CHANGE = ("carry", "reset", "raise")
+RENEW = "renew"  # change.lua's reset even to the rates in force (asked_change)
 
 
 @dataclass(frozen=True)
@@ -127,3 +128,21 @@ def check_on_change(on_change: str) -> str:
     if on_change not in ON_CHANGE:
         raise ValueError(f"on_change must be one of {list(ON_CHANGE)}, not {on_change!r}")
     return on_change
+
+
+def other_kind(kind: str, wanted: str) -> Exception:
+    """What opening a name that holds another ``kind`` raises: a two-tier limiter's name says
+    how to open it (on ``redis://`` it looks like no limiter)."""
+    from ...errors import GeometryMismatchError
+
+    how = " (a two-tier limiter's: open it with shm+ before the URL, shm+redis://...)"
+    hint = how if kind == "lease-limiter" else ""
+    if kind.startswith("limiter/spread="):  # a spread limiter's, opened without its ?spread=N
+        hint = f" (a limiter whose keys are spread: open it with ?{kind.partition('/')[2]} in the URL)"
+    return GeometryMismatchError(f"this name holds a {kind} on redis, not a {wanted}{hint}")
+
+
+def asked_change(on_change: str) -> str:
+    """change.lua's mode for a change asked for (``set_rates``, ``shmwin set``): a reset is
+    'renew', made even when the rates are already the ones in force (an open's is not)."""
+    return RENEW if check_on_change(on_change) == "reset" else on_change

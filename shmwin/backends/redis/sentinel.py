@@ -3,11 +3,12 @@ service whose master they elect.
 
     redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE[/DB][?replicas=N]
 
-The hosts are sentinels (26379 when a port is left out); the password, if any, is the master's
-(the sentinels themselves are asked without one). The client asks a sentinel for the master on
-each new connection, and drops a connection that finds its server demoted (READONLY), so a
-failover reaches every host at its next call; the calls in between fail as the server being away,
-and the limiter's ``on_error`` answers them.
+The hosts are sentinels (26379 when a port is left out); the credentials, if any, are the
+master's, and the sentinels' too when they ask for them (limits sends them to both; a sentinel
+with no password of its own is asked without, as it refuses an AUTH). The client asks a
+sentinel for the master on each new connection, and drops a connection that finds its server
+demoted (READONLY), so a failover reaches every host at its next call; the calls in between fail
+as the server being away, and the limiter's ``on_error`` answers them.
 
 Replication is asynchronous: a master that dies can take its last writes with it, and the counts
 with them. So each script that writes waits, in the same round trip, until ``replicas`` (default
@@ -64,13 +65,47 @@ def parse(url: str) -> SentinelTarget:
     )
 
 
+class _AskedWithCredentials:
+    """One sentinel's client, asked without credentials until it asks for them
+    (``NOAUTH``), then with the URL's; back without if those are refused in turn. It stands in
+    ``Sentinel.sentinels``, where only ``sentinel_masters`` is asked (``discover_master``)."""
+
+    def __init__(self, plain: Any, authed: Any):
+        self._clients = [plain, authed]
+
+    def sentinel_masters(self) -> Any:
+        from redis.exceptions import AuthenticationError
+
+        try:
+            return self._clients[0].sentinel_masters()
+        except AuthenticationError:
+            self._clients.reverse()
+            return self._clients[0].sentinel_masters()
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._clients[0], attr)
+
+    def __repr__(self) -> str:
+        return repr(self._clients[0])
+
+
 def master_client(url: str, timeout: float) -> Any:
     """A ``redis.Redis`` whose connections go to the service's current master."""
+    from redis import Redis
     from redis.sentinel import Sentinel
 
     target = parse(url)
     timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     sentinel = Sentinel(target.sentinels, sentinel_kwargs=dict(timeouts), **timeouts)  # type: ignore[no-untyped-call]
+    if target.password is not None:
+        askers: list[Any] = [
+            _AskedWithCredentials(plain, Redis(
+                host=host, port=port, username=target.username, password=target.password,
+                socket_timeout=timeout, socket_connect_timeout=timeout,
+            ))
+            for plain, (host, port) in zip(sentinel.sentinels, target.sentinels, strict=True)
+        ]  # fmt: skip
+        sentinel.sentinels = askers
     return sentinel.master_for(  # type: ignore[no-untyped-call]
         target.service, db=target.db, username=target.username, password=target.password, ssl=target.ssl,
     )  # fmt: skip

@@ -52,7 +52,7 @@ class RedisTokenBucket(RedisBase):
     def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
         """Change the rate and burst for every process (``TokenBucket.set_rate``, ``shmwin set``)."""
         self._check_open()
-        self._follow(live.run_change(self, _spec(want), live.check_on_change(on_change)))
+        self._follow(live.run_change(self, _spec(want), live.asked_change(on_change)))
 
     def _refresh(self) -> None:
         self._follow(live.run_change(self, "", "attach"))
@@ -142,6 +142,6 @@ def _spec(g: Geometry) -> str:
 def _parse_spec(spec: str) -> tuple[Rate, int]:
     kind, _, ring = spec.partition(";")
     if kind != TOKEN_ROLE:
-        raise GeometryMismatchError(f"this name holds a {kind} on redis, not a token bucket")
+        raise live.other_kind(kind, "token bucket")
     interval_ns, burst, limit = (int(v) for v in ring.split(","))
     return Rate(limit, interval_ns * limit), burst

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import GeometryMismatchError, UnknownFieldError
+from ...errors import UnknownFieldError
 from ...geometry import Geometry, Meta, Ring
 from ...policy import INT64_MAX, INT64_MIN
 from ..contract import Key, Number, Reading, Request
-from . import scripts
+from . import live, scripts
 from .client import NS_PER_US, RedisBase, key_text, not_supported
 
 
@@ -208,7 +208,7 @@ def _window_spec(g: Geometry) -> str:
 def _parse_window_spec(spec: str) -> Geometry:
     kind, *rest = spec.split(";")
     if kind != "window":
-        raise GeometryMismatchError(f"this name holds a {kind} on redis, not a window")
+        raise live.other_kind(kind, "window")
     bucket_ns, n, fields, dtype, capacity, *role = rest
     return Geometry(
         (Ring(int(bucket_ns), int(n)),), tuple(fields.split(",")), dtype, "locked", 0, int(capacity),

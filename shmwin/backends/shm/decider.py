@@ -114,7 +114,7 @@ class ShmDecider:
 
     def _set_rates(self, want: Geometry, on_change: str = live.DEFAULT_ON_CHANGE) -> None:
         """Change every process's rates to ``want``'s (``live.change``); this one follows at once."""
-        window = live.change(self._window, want, on_change, self._opts)
+        window = live.change(self._window, want, on_change, self._opts, again=True)
         if window is not self._window:
             self._follow(window)
 

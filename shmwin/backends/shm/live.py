@@ -102,11 +102,15 @@ def _ring_fits(have: Ring, want: Ring) -> bool:
     return not (narrow and want.limit > COUNT32_MAX)
 
 
-def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) -> ShmWindow:
+def change(
+    window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions, *, again: bool = False
+) -> ShmWindow:
     """The name's segment holding ``want``'s rates, by ``on_change`` (the module docstring):
     ``window`` itself (same rates, or changed in place), or the name's new segment (``window``
-    is then closed)."""
+    is then closed). ``again``: a reset asked for (``set_rates``, ``shmwin set --reset``) is
+    made even when the rates are already ``want``'s (an open with them leaves the counts)."""
     check_on_change(on_change)
+    again = again and on_change == "reset"
     want = at_least(want, window.geometry)
     while True:
         if moved(window):  # a stale mapping: the newest rates are the name's segment's
@@ -114,7 +118,7 @@ def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) 
             window = reopen(window.name, opts)
             want = at_least(want, window.geometry)
         have = live_geometry(window)
-        if have == want:
+        if have == want and not again:
             return window
         if on_change == "raise":
             window.close()
@@ -130,7 +134,7 @@ def change(window: ShmWindow, want: Geometry, on_change: str, opts: ShmOptions) 
             except Exception:
                 if not moved(window):
                     raise
-        window = move(window, want, carry=on_change == "carry", opts=opts)
+        window, again = move(window, want, carry=on_change == "carry", opts=opts), False
 
 
 def move(

@@ -17,7 +17,9 @@
 -- ARGV[3]  'raise' (another spec is refused), 'carry' (changed: in place when only the limits
 --          differ, else a new layout whose first hit of each key carries the old rows' hits),
 --          'reset' (changed: a new layout, the old rows forgotten), 'attach' (no change), or
---          'sync': a hit met another generation than its process knows (ARGV[4]) -- see Repair
+--          'sync': a hit met another generation than its process knows (ARGV[4]) -- see Repair;
+--          'renew': 'reset' even when the spec wanted is the one in force (a reset asked for:
+--          Limiter.set_rates, shmwin set --reset; an open with on_change='reset' sends 'reset')
 -- ARGV[4]  'sync' only: the generation the process knows (0: none), whose spec is ARGV[2]
 -- ARGV[5]  'sync' only: the generation the hit met in its (group's) generation key
 -- ARGV[6]  the newest time (us) of the name's spread groups' clocks (0: not spread): the name's
@@ -117,7 +119,7 @@ if mode == 'sync' then
     return state(have)
   end
 end
-if have == want or mode == 'attach' then return state(have) end
+if (have == want and mode ~= 'renew') or mode == 'attach' then return state(have) end
 if mode == 'raise' or kind(have) ~= kind(want) then return {0, have} end
 
 if reclaim_at then gen = reclaim_at else next_gen() end

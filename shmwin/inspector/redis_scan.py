@@ -1,0 +1,66 @@
+"""The shell tools' view of a Redis server: the names kept there, and a limiter's keys (SCAN,
+read-only). A two-tier URL (``shm+redis://``) is refused: opening its names would make their
+lease segments on this host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+REDIS_SCAN_KEYS = 10_000
+
+
+def redis_names(url: str, timeout: float = 2.0) -> list[str]:
+    """The windows and limiters kept on the Redis server at ``url`` (one SCAN)."""
+    client = _redis(url, timeout)
+    try:
+        found = {
+            k.decode(errors="replace")[len("shmwin:{") : -len("}:meta")]
+            for k in client.scan_iter(match="shmwin:{*}:meta", count=1000)
+        }
+    finally:
+        client.close()
+    return sorted(found)
+
+
+def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float = 2.0) -> list[str]:
+    """Up to ``limit`` keys that have a ring in Redis limiter ``name`` (SCAN, read-only); with
+    ``?spread=N``, over the name's groups' tags ``{NAME#g}``, on every master."""
+    from ..backends.redis.client import spread_groups
+
+    client, out = _redis(url, timeout), set[str]()
+    prefix = f"shmwin:{{{name}}}:"  # rows are k:KEY, or k<layout>:KEY after a change of periods
+    head = f"shmwin:{{{name}#"  # a spread name's: shmwin:{NAME#g}:k:KEY
+    match = _redis_escape(head) + "*}:k*" if spread_groups(url) else _redis_escape(prefix) + "k*"
+    try:
+        for found in client.scan_iter(match=match, count=1000):
+            text = found.decode("latin-1")
+            if not text.startswith(prefix):  # a group's row: its tag's group is a number
+                group, tag_end, text = text[len(head) :].partition("}:")
+                text = prefix + text if tag_end and group.isdigit() else ""
+            infix, sep, key = text[len(prefix) :].partition(":")
+            out.update([key] if sep and (infix == "k" or infix[1:].isdigit()) else [])
+            if len(out) >= limit:
+                break
+    finally:
+        client.close()
+    return sorted(out)
+
+
+def _redis(url: str, timeout: float) -> Any:
+    from ..backends.redis.client import connect, unavailable
+
+    if url.startswith("shm+"):  # opening a two-tier name would make its lease segment on this host
+        raise ValueError(f"the shmwin tools read Redis itself: --backend {url.removeprefix('shm+')!r}, "
+                         f"not {url!r} (a two-tier limiter's leases are not shown yet)")
+    client = connect(url, timeout)
+    try:
+        client.ping()
+    except Exception as exc:  # redis' ConnectionError, TimeoutError, AuthenticationError...
+        client.close()
+        raise unavailable(url, exc) from exc
+    return client
+
+
+def _redis_escape(text: str) -> str:
+    """``text`` as a literal in a Redis MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
