@@ -205,7 +205,7 @@ class Limiter(Front):
     ) -> None:
         self._bind_front(opened, clock, on_full, on_error)
         if on_error == "local":
-            self._local = LocalShare(opened, self.rates, fallback, clock, on_full, Limiter)
+            self._local = LocalShare(opened, fallback, clock, on_full, Limiter)
             self._local.bind(self)  # sets self.hit: the asking path, or while away the local one
 
     @property

@@ -12,7 +12,10 @@ meanwhile is counted against the global keys first.
   never reached the backend counts one host. A host is its hostname and its ``/dev/shm``.
 * **Local counts.** A limiter ``NAME.local`` in this host's shared memory, with the share's
   rates: every process of the host counts there, so the share holds per host, not per process.
-  The first process to make it fixes its rates until it is removed (``Limiter.unlink``).
+  At each outage's start a process that knows the share (``fallback=``, or the hosts it
+  counted) sets it there if it changed (live limits, hosts come and go), the counts kept; one
+  that never reached the backend takes it as it is. No room for it (a full /dev/shm):
+  ``on_full`` answers. ``acquire`` and shadow mode go through the share as ``hit`` does.
 * **No Redis round trip per hit while away.** A process asks the backend again at most every
   :data:`PROBE_S` (real time), looking at the time every :data:`CLOCK_EVERY` hits; the hits
   between go to shared memory only. So a process goes back to the backend at one of its first
@@ -50,7 +53,14 @@ from time import monotonic
 from typing import Any
 
 from .backends.shm.segment import unlink
-from .errors import BackendUnavailableError, GeometryMismatchError, ShmwinError, WindowNotFoundError
+from .errors import (
+    BackendUnavailableError,
+    GeometryMismatchError,
+    KeyTableFullError,
+    OutOfSpaceError,
+    ShmwinError,
+    WindowNotFoundError,
+)
 from .rate import Rate, Rates, parse_many
 
 PROBE_S = 0.5  # while away: ask the backend again at most this often (per process)
@@ -146,16 +156,15 @@ def shares(rates: list[Rate], hosts: int) -> list[Rate] | None:
 class LocalShare:
     """A limiter's hits while its backend is away (see the module's text)."""
 
-    def __init__(
-        self, backend: Any, rates: list[Rate], fallback: Rates | None, clock: Any, on_full: str, limiter: Any
-    ):
+    def __init__(self, backend: Any, fallback: Rates | None, clock: Any, on_full: str, limiter: Any):
         self._limiter = limiter  # the Limiter class, for the local tier (no import cycle)
         self._backend = backend
-        self._rates = rates
         self._fixed = parse_many(fallback) if fallback is not None else None
         self._clock = getattr(clock, "clock", clock)  # a test's ServerTime: its clock drives the host too
         self._on_full = on_full
         self._hosts = 1
+        self._counted = False  # this process counted the hosts (it reached the backend): its share is known
+        self._no_room = False  # the share could not be made (a full /dev/shm): on_full answers
         self._next_beat = 0.0  # monotonic s: when to count the hosts again
         self._away_since_ns: int | None = None  # wall clock, for people and exporters
         self._next_probe = 0.0
@@ -176,6 +185,10 @@ class LocalShare:
         to the asking path once it is time to ask the backend again."""
         self._front = front
         front.hit = self.hit
+
+    def unbind(self) -> None:
+        """Leave the front's ``hit`` alone (shadow mode: its own ``hit`` calls :meth:`hit`)."""
+        self._front = None
 
     def hit(self, key: Any, cost: int = 1) -> bool:
         return self._hit_asking(key, cost)
@@ -224,7 +237,24 @@ class LocalShare:
                 self._answered()
                 return ok
         local = self._local_limiter()
-        return local is not None and local.test(key, cost)
+        return self._unmade() if local is None else bool(local.test(key, cost))
+
+    def check(self, key: Any, cost: int, commit: bool) -> tuple[Any, ...]:
+        """``acquire``'s try (the front's ``_tries``): the backend's ``check`` while it answers,
+        else the share's, as :meth:`hit` decides: no round trip per try while away."""
+        if self._should_ask():
+            try:
+                self._carry_back()
+                answer: tuple[Any, ...] = self._backend.check(key, cost, commit)
+            except BackendUnavailableError:
+                self._went_away()
+            else:
+                self._answered()
+                return answer
+        local = self._local_limiter()
+        if local is None:  # no share to wait for: the answer is final (wait None)
+            return (self._unmade(), (), (), None)
+        return tuple(local._backend.check(key, cost, commit))
 
     def stats_all(self, key: Any) -> list[Any] | None:
         """Where ``key`` stands against this host's share while this process is on it; None
@@ -249,6 +279,7 @@ class LocalShare:
     def _went_away(self) -> None:
         if self._away_since_ns is None:
             self._away_since_ns = time.time_ns()
+            self._follow_share()
         self._next_probe = time.monotonic() + PROBE_S
         self._mark_away()
 
@@ -274,6 +305,7 @@ class LocalShare:
             self._next_beat = now + BEAT_S
             try:
                 self._hosts = max(1, int(self._backend.hosts_seen(self._host, HOSTS_HORIZON_NS)))
+                self._counted = True
             except BackendUnavailableError:
                 self._went_away()
 
@@ -294,7 +326,32 @@ class LocalShare:
 
     def _local_hit(self, key: Any, cost: int) -> bool:
         local = self._local_limiter()
-        return False if local is None else bool(local.hit(key, cost))
+        return self._unmade() if local is None else bool(local.hit(key, cost))
+
+    def _unmade(self) -> bool:
+        """The answer while there is no share to count in: refused when it is below one hit;
+        when /dev/shm had no room to make it, what ``on_full`` says of a key with no row."""
+        return self._no_room and self._on_full == "allow"
+
+    def _want(self) -> list[Rate] | None:
+        """The share this process knows: ``fallback=``, else the rates in force over the hosts."""
+        return self._fixed or shares(list(self._backend.rates), self._hosts)
+
+    def _follow_share(self) -> None:
+        """At the start of an outage: ``NAME.local`` gets the share this process knows, if it
+        knows one (``fallback=``, or the hosts it counted) and it is not the one there: the
+        limit may have changed live, hosts come and go. The counts stay (a live change of
+        the local limiter's rates). A process that never reached the backend leaves it be."""
+        want = self._want()
+        if want is None or (self._fixed is None and not self._counted):
+            return
+        try:
+            local = self._local_limiter()
+            if local is not None and local.rates != want:
+                local.set_rates(want)
+                self._local_hit_fn = local.hit
+        except (ShmwinError, OSError):  # a full /dev/shm for a move: the share there goes on
+            pass
 
     def _local_limiter(self, make: bool = True) -> Any:
         """``NAME.local`` on this host: attached if another process made it, else made with the
@@ -302,7 +359,8 @@ class LocalShare:
         if self._local is not None:
             return self._local
         name = self._backend.name + SUFFIX
-        want = self._fixed or shares(self._rates, self._hosts)
+        want = self._want()
+        self._no_room = False
         if want is None:
             return None
         for _ in range(3):  # made and removed by others meanwhile: try again
@@ -320,6 +378,11 @@ class LocalShare:
                 return self._local
             except GeometryMismatchError:  # another process made it with its share first
                 continue
+            except (OutOfSpaceError, KeyTableFullError):  # no room for it: on_full answers
+                if self._on_full == "raise":
+                    raise
+                self._no_room = True
+                return None
         raise BackendUnavailableError(f"could not open the local share {name!r}")
 
     def close(self) -> None:

@@ -1,0 +1,220 @@
+"""on_error="local" attacked from outside, as an independent checker of issue #31 would: the
+calls besides ``hit`` (``acquire``, shadow mode), a full /dev/shm while the server is away, and
+a share that must follow what changed since the last outage (the limiter's rates, the hosts
+seen). The server is a real one, SIGSTOPped (it keeps its data and answers nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from shmwin import Limiter, ManualClock
+from shmwin import local_share as local_share_module
+from shmwin.backends.redis.testing import ServerTime
+from shmwin.local_share import HOSTS_HORIZON_NS, fallback_since
+
+S = 1_000_000_000
+BACKENDS = ["redis", "twotier"]
+TIMEOUT_S = 0.2  # the socket timeout: a call that waits it while away is what must not happen per call
+
+
+def _url(server, kind: str) -> str:
+    return ("shm+" if kind == "twotier" else "") + server.url
+
+
+@contextmanager
+def _frozen(server):
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+
+
+def _open(name, server, kind, clock, rates="10/minute", **kw):
+    return Limiter(name, rates, backend=_url(server, kind), on_error="local", clock=ServerTime(clock),
+                   timeout=TIMEOUT_S, **kw)  # fmt: skip
+
+
+def _until_back(lim: Limiter, timeout_s: float = 30) -> None:
+    """test() (counts nothing) until the limiter is on the server again."""
+    deadline = time.monotonic() + timeout_s
+    lim.test("probe")
+    while fallback_since(lim) is not None:
+        assert time.monotonic() < deadline, "the limiter never went back to the server"
+        time.sleep(0.01)
+        lim.test("probe")
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_acquire_while_away_takes_from_the_share_without_waiting(own_redis, name, kind):
+    """acquire() is a hit that may wait: while away it answers from the host's share, as hit()
+    does (failed on main: every acquire refused, each after the socket timeout on redis://)."""
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, fallback="3/minute")
+    try:
+        assert lim.hit("other")
+        with _frozen(own_redis):
+            started = time.monotonic()
+            got = [lim.acquire("k", timeout=0) for _ in range(20)]
+            took = time.monotonic() - started
+            assert got == [True] * 3 + [False] * 17, got  # the share, once for hit and acquire
+            assert not lim.hit("k")
+            assert lim.acquire("j", timeout=0) and lim.hit("j")  # another key has its own share
+            stats = lim.local_stats_all("k")
+        assert stats is not None and stats[0].used == 3, stats
+        assert took < 5 * TIMEOUT_S, f"20 acquires took {took:.2f} s: a socket timeout per call"
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_shadow_mode_while_away_answers_true_from_the_share_without_a_round_trip(own_redis, name, kind):
+    """Shadow mode counts what enforcement would do and answers True: while away, enforcement
+    is the share, with no round trip per hit (failed on main: each hit asked the frozen server,
+    waiting its socket timeout, and the share counted nothing)."""
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, fallback="2/minute", shadow=True)
+    asked: list[object] = []
+    real_hit = lim._backend.hit
+    lim._backend.hit = lambda key, cost=1: asked.append(key) or real_hit(key, cost)
+    try:
+        assert lim.hit("other")
+        asked.clear()
+        with _frozen(own_redis):
+            started = time.monotonic()
+            answers = [lim.hit("k") for _ in range(30)]
+            took = time.monotonic() - started
+            stats = lim.local_stats_all("k")
+        assert answers == [True] * 30
+        assert len(asked) <= 2, f"{len(asked)} of 30 hits asked the server"
+        assert took < 5 * TIMEOUT_S, f"30 hits took {took:.2f} s"
+        assert stats is not None and stats[0].used == 2, stats  # what enforcement would have admitted
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+def test_the_share_follows_the_limiters_rates_changed_live(own_redis, name, probe_every_call):
+    """The default share is the limit in force over the hosts: a limit lowered live on redis://
+    between two outages makes a smaller share in the second (failed on main: the share of the
+    rates the process opened with, 10/minute, for ever)."""
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, "redis", clock)
+    try:
+        assert lim.hit("other")
+        with _frozen(own_redis):
+            assert sum(lim.hit("a") for _ in range(12)) == 10  # one host seen: the whole limit
+        _until_back(lim)
+        lim.set_rates("4/minute")
+        assert lim.rates[0].limit == 4
+        clock.advance(70)
+        with _frozen(own_redis):
+            admitted = sum(lim.hit("b") for _ in range(12))
+        assert admitted == 4, f"{admitted} admitted on a share of a 4/minute limit"
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_share_follows_the_hosts_seen_since_the_last_outage(own_redis, name, kind, probe_every_call,
+                                                                monkeypatch):  # fmt: skip
+    """One host, an outage (its share: the whole limit), then two more hosts come: the next
+    outage's share is the limit over three (failed on main: NAME.local kept the first outage's
+    rates, 10/minute, so the three hosts' shares added up to 10 + 2 x 3)."""
+    monkeypatch.setattr(local_share_module, "BEAT_S", 0.0)  # count the hosts at every answered call
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock)
+    try:
+        assert lim.hit("other")
+        with _frozen(own_redis):
+            assert sum(lim.hit("a") for _ in range(12)) == 10
+        _until_back(lim)
+        for other in ("host-b:1", "host-c:1"):
+            lim._backend.hosts_seen(other, HOSTS_HORIZON_NS)
+        assert lim.hit("other")  # an answered call: this host counts three hosts now
+        clock.advance(70)
+        with _frozen(own_redis):
+            admitted = sum(lim.hit("b") for _ in range(12))
+        assert admitted == 10 // 3, f"{admitted} admitted on a host of three, limit 10"
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.fixture
+def probe_every_call(monkeypatch):
+    monkeypatch.setattr(local_share_module, "PROBE_S", 0.0)
+
+
+# -- a full /dev/shm while away -----------------------------------------------------------------
+
+_FULL_SHM = r"""
+import json, os, signal, sys
+from shmwin import Limiter
+url, pid, on_full = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+lim = Limiter("full", "10/minute", backend=url, on_error="local", fallback="3/minute", timeout=0.2,
+              on_full=on_full)
+out = {"before": lim.hit("k")}
+try:
+    with open("/dev/shm/filler", "ab") as f:
+        while True:
+            f.write(b"x" * 4096)
+            f.flush()
+except OSError:
+    pass
+os.kill(pid, signal.SIGSTOP)
+try:
+    answers = []
+    for _ in range(5):
+        try:
+            answers.append(lim.hit("k"))
+        except Exception as e:
+            answers.append(type(e).__name__)
+    out["hits"] = answers
+    try:
+        out["test"] = lim.test("k")
+    except Exception as e:
+        out["test"] = type(e).__name__
+finally:
+    os.kill(pid, signal.SIGCONT)
+os.unlink("/dev/shm/filler")
+lim.unlink()
+lim.close()
+print(json.dumps(out))
+"""
+
+
+def _root_unshare() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    probe = ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /dev/shm"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _root_unshare(), reason="needs root and mount namespaces for a small /dev/shm")
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("on_full", ["allow", "deny"])
+def test_a_full_dev_shm_while_away_is_on_full_not_an_error(own_redis, kind, on_full):
+    """The share cannot be made (a full /dev/shm, 256 KiB of its own): the hits are answered as
+    on_full says of a key with no row (no HTTP 500); failed on main: OutOfSpaceError."""
+    script = f'mount -t tmpfs -o size=256k tmpfs /dev/shm && exec "{sys.executable}" -c "$0" "$@"'
+    cmd = ["unshare", "-m", "sh", "-c", script, _FULL_SHM, _url(own_redis, kind), str(own_redis.proc.pid),
+           on_full]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["before"] is True
+    assert out["hits"] == [on_full == "allow"] * 5, out
+    assert out["test"] == (on_full == "allow"), out
