@@ -31,10 +31,11 @@ meanwhile is counted against the global keys first.
   only.
 * **Seen from outside.** Each time a process of the host meets the backend away (the call
   that switches it to the local share, then each probe that fails), it adds one to
-  ``NAME.local.away``, a small window of this host (:data:`AWAY_RESOLUTIONS`, one lock, 40 KiB).
+  ``NAME.local.away``, a small window of this host (:data:`AWAY_RESOLUTIONS`, one lock, 52 KiB).
   :func:`fallback_status` reads it: the fallback is *active* while a probe failed within
-  :data:`ACTIVE_S`, *since* the start of the run of failures that reaches now (quiet spells
-  shorter than :data:`GAP_S` do not end a run). ``shmwin show NAME`` and the Prometheus export
+  :data:`ACTIVE_S` and no call got through since (each switch back adds one to its ``back``
+  field), *since* the start of the run of failures that reaches now (quiet spells shorter
+  than :data:`GAP_S` do not end a run). ``shmwin show NAME`` and the Prometheus export
   (``shmwin_fallback_active``, ``shmwin_fallback_since_seconds``) show it.
 * **What it does not cover.** Into the outage, a host's share is not reduced by what the host
   had used of the global limit just before: in the period that spans the start of an outage,
@@ -49,6 +50,7 @@ import os
 import time
 import urllib.parse
 from collections.abc import Callable
+from contextlib import suppress
 from time import monotonic
 from typing import Any
 
@@ -72,6 +74,7 @@ HOSTS_HORIZON_NS = 5 * 60 * 1_000_000_000  # a host counts this long after it wa
 SUFFIX = ".local"
 AWAY_SUFFIX = SUFFIX + ".away"  # the host's record of meeting the backend away (fallback_status)
 AWAY_RESOLUTIONS = ("10m/1s", "1d/1m")  # a run's start, to the second for 10 minutes, then the minute
+AWAY_FIELDS = ("count", "back")  # the calls that met the backend away; the switches back (a run's end)
 ACTIVE_S = 5  # the fallback is active while a process of the host met the backend away this recently
 GAP_S = 60  # a quiet spell (no probe: no calls) this long ends a run of the fallback
 
@@ -87,9 +90,10 @@ def fallback_since(limiter: Any) -> float | None:
 def fallback_status(name: str, clock: Any = None) -> dict[str, Any] | None:
     """Whether the limiter ``name``'s processes on this host are on their local share, from its
     ``NAME.local.away`` window: None if no process here ever met its backend away; else
-    ``active`` (a failure within ACTIVE_S), ``since`` and ``last`` (Unix time, s: the start of the
-    latest run of failures, and its newest failure, each to its bucket), and ``failures`` (the
-    calls and probes of the last minute that met the backend away). ``clock``: the writers'
+    ``active`` (a failure within ACTIVE_S, and no switch back since, to the second), ``since``
+    and ``last`` (Unix time, s: the start of the latest run of failures, and its newest failure,
+    each to its bucket), and ``failures`` (the calls and probes of the last minute that met the
+    backend away). ``clock``: the writers'
     (a test's), else the host's monotonic clock."""
     from .window import Window
 
@@ -99,15 +103,20 @@ def fallback_status(name: str, clock: Any = None) -> dict[str, Any] | None:
         return None
     try:
         fine, coarse = w.series(resolution=0).tolist(), w.series(resolution=1).tolist()
+        back = w.series("back", resolution=0).tolist() if "back" in w.fields else None
     finally:
         w.close()
-    return _runs(fine, coarse, time.time())
+    return _runs(fine, coarse, time.time(), back)
 
 
-def _runs(fine: list[int], coarse: list[int], wall_s: float) -> dict[str, Any] | None:
+def _runs(
+    fine: list[int], coarse: list[int], wall_s: float, back: list[int] | None = None
+) -> dict[str, Any] | None:
     """fallback_status's arithmetic: failures per second (``fine``) and per minute (``coarse``),
     oldest first, the current bucket last; the minute buckets only where the seconds' ring does
-    not reach (past its 10 minutes). Times to the bucket: seconds ago, then Unix time."""
+    not reach (past its 10 minutes); switches back per second (``back``, as ``fine``): one in
+    the second of the newest failure or later ends the run. Times to the bucket: seconds ago,
+    then Unix time."""
     reach_s = len(fine)
     agos = [reach_s - 1 - i for i, n in enumerate(fine) if n]
     agos += [a for a in (60 * (len(coarse) - 1 - j) for j, n in enumerate(coarse) if n) if a >= reach_s]
@@ -119,7 +128,9 @@ def _runs(fine: list[int], coarse: list[int], wall_s: float) -> dict[str, Any] |
         if ago - since > gap_s:
             break
         since = ago
-    return {"active": newest < ACTIVE_S, "since": wall_s - since, "last": wall_s - newest,
+    backs = [len(back) - 1 - i for i, n in enumerate(back) if n] if back else []
+    over = bool(backs) and min(backs) <= newest  # a call got through at or after the newest failure
+    return {"active": newest < ACTIVE_S and not over, "since": wall_s - since, "last": wall_s - newest,
             "failures": int(sum(fine[-60:]))}  # fmt: skip
 
 
@@ -291,12 +302,15 @@ class LocalShare:
         try:
             if self._away is None:
                 self._away = Window(self._backend.name + AWAY_SUFFIX, resolutions=AWAY_RESOLUTIONS,
-                                    mode="locked", clock=self._clock)  # fmt: skip
+                                    fields=AWAY_FIELDS, mode="locked", clock=self._clock)  # fmt: skip
             self._away.add(1)
         except (ShmwinError, OSError):
             pass
 
     def _answered(self) -> None:
+        if self._away_since_ns is not None and self._away is not None:  # the switch back: the run ends
+            with suppress(ShmwinError, OSError):
+                self._away.add(1, field="back")
         self._away_since_ns = None
         if self._front is not None:
             self._front.hit = self.hit

@@ -218,3 +218,29 @@ def test_a_full_dev_shm_while_away_is_on_full_not_an_error(own_redis, kind, on_f
     assert out["before"] is True
     assert out["hits"] == [on_full == "allow"] * 5, out
     assert out["test"] == (on_full == "allow"), out
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_fallback_is_reported_over_as_soon_as_the_server_answers(own_redis, name, kind, probe_every_call):
+    """``shmwin show NAME.local`` and the export say ACTIVE while away, and stop once a call got
+    through (failed on main: still active for ACTIVE_S = 5 s after the switch back, since the
+    record held only the failures). The host's clock: ``shmwin show`` reads with it."""
+    lim = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local", fallback="3/minute",
+                  timeout=TIMEOUT_S)  # fmt: skip
+    try:
+        assert lim.hit("k")
+        with _frozen(own_redis):
+            lim.hit("k")
+            away = local_share_module.fallback_status(name)
+        _until_back(lim)
+        back = local_share_module.fallback_status(name)
+        shown = subprocess.run([sys.executable, "-m", "shmwin", "show", "--json", name + ".local"],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert away is not None and away["active"], away
+        assert back is not None and not back["active"], back  # the run is over, its times kept
+        assert abs(back["since"] - away["since"]) <= 1.5, (away, back)
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["fallback"]["active"] is False, shown.stdout
+    finally:
+        lim.unlink()
+        lim.close()
