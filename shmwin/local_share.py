@@ -23,12 +23,13 @@ meanwhile is counted against the global keys first.
 * **The switch back.** The first call of a process that was away and reaches the backend again
   carries the host's local hits to the global keys before its own hit is decided: for each key
   of ``NAME.local``, the hits its share holds now (those within the share's longest period:
-  older ones are outside every interval the limit still looks at), then clears the key there,
-  so the global limit sees them: no burst over it at the switch. On ``redis://`` they are
-  counted whatever the limit says; on ``shm+redis://`` as much of them as the limit has room
-  for (a lease is never granted past it). Hits carried at the switch count from then on, later
-  than they happened: conservative. Two processes carrying at once count them twice: refusals
-  only.
+  older ones are outside every interval the limit still looks at), then gives as many back
+  there (a hit another process of the host admits on the share meanwhile stays, for its own
+  switch back to carry), so the global limit sees them: no burst over it at the switch. On
+  ``redis://`` they are counted whatever the limit says; on ``shm+redis://`` as much of them
+  as the limit has room for (a lease is never granted past it). Hits carried at the switch
+  count from then on, later than they happened: conservative. Two processes carrying at once
+  count them twice: refusals only.
 * **Seen from outside.** Each time a process of the host meets the backend away (the call
   that switches it to the local share, then each probe that fails), it adds one to
   ``NAME.local.away``, a small window of this host (:data:`AWAY_RESOLUTIONS`, one lock, 52 KiB).
@@ -325,8 +326,9 @@ class LocalShare:
 
     def _carry_back(self) -> None:
         """After an outage (this process was away): count the host's local hits on the global
-        keys, before anything else is decided there; a key is cleared locally only once its
-        hits went through."""
+        keys, before anything else is decided there; a key's hits are given back locally only
+        once they went through, and only those (a refund, not a clear: a hit that another
+        process still on the share admits meanwhile stays, for its own switch back to carry)."""
         if self._away_since_ns is None:
             return  # never away since the last carry: nothing of this process's to carry
         local = self._local_limiter(make=False)
@@ -334,7 +336,9 @@ class LocalShare:
             held = max(s.used for s in local.stats_all(key))
             if held > 0:
                 self._backend.count_anyway(key, held)
-            local.clear(key)
+                local.refund(key, held)
+            else:
+                local.clear(key)
 
     # -- the local tier -----------------------------------------------------------------------
 

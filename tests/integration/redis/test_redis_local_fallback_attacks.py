@@ -244,3 +244,100 @@ def test_the_fallback_is_reported_over_as_soon_as_the_server_answers(own_redis, 
     finally:
         lim.unlink()
         lim.close()
+
+
+def _spawned_hits(url: str, name: str, n: int, out) -> None:  # type: ignore[no-untyped-def]
+    lim = Limiter(name, "10/minute", backend=url, on_error="local", fallback="5/minute", timeout=TIMEOUT_S)
+    out.put(sum(lim.hit("k") for _ in range(n)))
+    lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_switch_back_to_a_restarted_empty_server_carries_the_hosts_hits(own_redis, name, kind,
+                                                                            probe_every_call):  # fmt: skip
+    """redis-server SIGKILLed (its counts gone with it), a spawned process and this one hit on
+    the host's share, then a new empty server: the first call that gets through carries the
+    share's hits there, so the limit counts them (on redis:// all, on shm+redis:// what fits)."""
+    import multiprocessing as mp
+
+    url = _url(own_redis, kind)
+    lim = Limiter(name, "10/minute", backend=url, on_error="local", fallback="5/minute", timeout=TIMEOUT_S)
+    try:
+        assert sum(lim.hit("k") for _ in range(3)) == 3
+        own_redis.proc.kill()
+        own_redis.proc.wait(20)
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        child = ctx.Process(target=_spawned_hits, args=(url, name, 4, out))
+        child.start()
+        theirs = out.get(timeout=120)
+        child.join(60)
+        mine = sum(lim.hit("k") for _ in range(4))
+        assert theirs + mine == 5, (theirs, mine)  # one share for the host's processes
+        own_redis.start()  # empty: no persistence
+        _until_back(lim)
+        after = sum(lim.hit("k") for _ in range(10))
+        assert after == 10 - 5, after  # the 5 share hits carried: the limit sees them
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+def _away_then_carry(url: str, name: str, ready, go, hit_done, carry_go, out) -> None:  # type: ignore[no-untyped-def]
+    """A process of the host on its share: a hit while the server is frozen, another while the
+    parent carries, then its own switch back."""
+    lim = Limiter(name, "10/minute", backend=url, on_error="local", fallback="5/minute", timeout=TIMEOUT_S)
+    first = lim.hit("k")  # meets the frozen server: on the share
+    ready.set()
+    assert go.wait(60)
+    second = lim.hit("k")  # still on its share (the lean path: no probe before CLOCK_EVERY hits)
+    hit_done.set()
+    assert carry_go.wait(60)
+    time.sleep(0.05)
+    lim.test("other")  # gets through: carries what the share holds
+    out.put((first, second, fallback_since(lim) is None))
+    lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_hit_on_the_share_during_anothers_carry_is_not_lost(own_redis, name, kind, probe_every_call):
+    """Two processes of a host on its share; the first to get through carries the share's hits
+    to the global key, while the other still admits one there. That hit must reach the global
+    key too, at the other's switch back (failed on main: the carrier cleared the key after
+    reading it, so the hit admitted in between was never carried: 7 more admitted of 10, not 6)."""
+    import multiprocessing as mp
+
+    url = _url(own_redis, kind)
+    lim = Limiter(name, "10/minute", backend=url, on_error="local", fallback="5/minute", timeout=TIMEOUT_S)
+    ctx = mp.get_context("fork")
+    ready, go, hit_done, carry_go, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
+    child = None
+    try:
+        assert lim.test("k")  # the name claimed while the server answers
+        with _frozen(own_redis):
+            child = ctx.Process(target=_away_then_carry, args=(url, name, ready, go, hit_done, carry_go, out))
+            child.start()
+            assert ready.wait(60)
+            assert sum(lim.hit("k") for _ in range(2)) == 2
+        real = lim._backend.count_anyway
+
+        def carrying(key, cost):  # type: ignore[no-untyped-def]
+            real(key, cost)
+            go.set()  # the other process hits on the share between this carry and the clear
+            assert hit_done.wait(60)
+
+        lim._backend.count_anyway = carrying
+        _until_back(lim)
+        carry_go.set()
+        first, second, back = out.get(timeout=60)
+        child.join(60)
+        assert (first, second, back) == (True, True, True)
+        after = sum(lim.hit("k") for _ in range(10))
+        assert after == 10 - 4, f"{after} admitted after 4 on the host's share"
+    finally:
+        go.set()
+        carry_go.set()
+        if child is not None:
+            child.join(60)
+        lim.unlink()
+        lim.close()
