@@ -341,3 +341,28 @@ def test_a_hit_on_the_share_during_anothers_carry_is_not_lost(own_redis, name, k
             child.join(60)
         lim.unlink()
         lim.close()
+
+
+def test_show_name_of_a_redis_limiter_on_its_share_shows_the_share(own_redis, name):
+    """``shmwin show NAME`` of a redis:// limiter (no segment NAME on the host), and ``shmwin show
+    --backend URL NAME`` while that server is away, show the host's share and that the fallback
+    is active (failed on main: "no window named" / "unavailable", exit 2)."""
+    lim = Limiter(name, "10/minute", backend=own_redis.url, on_error="local", fallback="3/minute",
+                  timeout=TIMEOUT_S)  # fmt: skip
+    show = [sys.executable, "-m", "shmwin", "show"]
+    try:
+        assert lim.hit("k")
+        with _frozen(own_redis):
+            assert lim.hit("k")  # on the share now
+            runs = [subprocess.run([*show, *how, name], capture_output=True, text=True, timeout=60)
+                    for how in ([], ["--json"], ["--backend", own_redis.url, "--json"])]  # fmt: skip
+        for done in runs:
+            assert done.returncode == 0, (done.args, done.stdout, done.stderr)
+        assert "fallback: ACTIVE since" in runs[0].stdout, runs[0].stdout
+        for done in runs[1:]:
+            snap = json.loads(done.stdout)
+            assert snap["name"] == name + ".local" and snap["fallback"]["active"] is True, snap
+        assert "local share" in runs[0].stderr, runs[0].stderr  # it says what it shows instead
+    finally:
+        lim.unlink()
+        lim.close()
