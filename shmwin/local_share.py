@@ -50,8 +50,8 @@ from __future__ import annotations
 import os
 import time
 import urllib.parse
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import Any
 
@@ -284,6 +284,17 @@ class LocalShare:
         if self._away_since_ns is not None and time.monotonic() < self._next_probe:
             raise BackendUnavailableError(f"the backend of {self._backend.name!r} is away: on the local "
                                           f"share since {self._away_since_ns / 1e9:.3f}")  # fmt: skip
+
+    @contextmanager
+    def asking(self) -> Iterator[None]:
+        """A read that asks the backend (``stats``): one that meets it away counts as a failed
+        probe (the next one put off by PROBE_S, the record told), so that the reads after it
+        raise at once instead of each waiting the socket timeout."""
+        try:
+            yield
+        except BackendUnavailableError:
+            self._went_away()
+            raise
 
     def _should_ask(self) -> bool:
         return self._away_since_ns is None or time.monotonic() >= self._next_probe

@@ -366,3 +366,29 @@ def test_show_name_of_a_redis_limiter_on_its_share_shows_the_share(own_redis, na
     finally:
         lim.unlink()
         lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_stats_while_away_waits_the_timeout_once_per_probe_not_per_call(own_redis, name, kind, monkeypatch):
+    """``stats`` raises at once while on the share, until the next probe is due; one that asks
+    then and meets the server away must put the next probe off, as a hit does (failed on main:
+    past PROBE_S, every stats call waited the socket timeout: 5 calls, 1 s)."""
+    monkeypatch.setattr(local_share_module, "PROBE_S", 0.3)
+    from shmwin.errors import BackendUnavailableError
+
+    lim = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local", fallback="3/minute",
+                  timeout=TIMEOUT_S)  # fmt: skip
+    try:
+        assert lim.hit("k")
+        with _frozen(own_redis):
+            assert lim.hit("k")  # on the share: the next probe in PROBE_S
+            time.sleep(0.35)  # real time, not the limit's: the probe is due
+            started = time.monotonic()
+            for _ in range(5):
+                with pytest.raises(BackendUnavailableError):
+                    lim.stats("k")
+            took = time.monotonic() - started
+        assert took < 3 * TIMEOUT_S, f"5 stats calls took {took:.2f} s"
+    finally:
+        lim.unlink()
+        lim.close()
