@@ -305,6 +305,9 @@ class TwoTierLimiter:
         another worker of this host cached meanwhile may have counted them, so it is forgotten
         once they are back (else the host refuses what Redis would grant, until d + P)."""
         backs = backs + self._owed.pop(key, [])
+        if time.monotonic() < self._down_until:  # away a moment ago (a close's hand_back): no timeout a key
+            self._owe(key, backs)
+            return
         try:
             self._server.lease(key, 0, 0, self._spend_us, backs)
         except UnacknowledgedWriteError:  # the master took them, unless a failover undoes that
