@@ -392,3 +392,47 @@ def test_stats_while_away_waits_the_timeout_once_per_probe_not_per_call(own_redi
     finally:
         lim.unlink()
         lim.close()
+
+
+_MIXED = r"""
+import sys
+from shmwin import Limiter
+from shmwin.errors import BackendUnavailableError
+url, name = sys.argv[1], sys.argv[2]
+lim = Limiter(name, "100/minute", backend=url, on_error="local", fallback="7/minute", timeout=0.2)
+admitted = 0
+for i in range(12):
+    if i % 3 == 0:
+        admitted += lim.hit("k")
+    elif i % 3 == 1:
+        admitted += lim.acquire("k", timeout=0)
+    else:
+        lim.test("k")
+        try:
+            lim.stats("k")
+        except BackendUnavailableError:
+            pass
+        admitted += lim.hit("k", 1)
+print(admitted)
+lim.close()
+"""
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_python_c_processes_mixing_calls_share_one_exact_share(own_redis, name, kind):
+    """Four ``python -c`` processes started apart, each mixing hit, acquire, test and stats
+    while the server hangs: together they admit exactly the host's share, 7 of the 36 hits
+    asked for (the limit of 100 is Redis's: its share is not in reach)."""
+    url = _url(own_redis, kind)
+    lim = Limiter(name, "100/minute", backend=url, on_error="local", fallback="7/minute", timeout=TIMEOUT_S)
+    try:
+        assert lim.test("k")  # the name claimed while the server answers
+        with _frozen(own_redis):
+            procs = [subprocess.Popen([sys.executable, "-c", _MIXED, url, name], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for _ in range(4)]  # fmt: skip
+            outs = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+        assert sum(int(o[0]) for o in outs) == 7, outs
+    finally:
+        lim.unlink()
+        lim.close()
