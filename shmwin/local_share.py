@@ -25,9 +25,9 @@ meanwhile is counted against the global keys first.
   of ``NAME.local``, the hits its share holds now (those within the share's longest period:
   older ones are outside every interval the limit still looks at), then gives as many back
   there (a hit another process of the host admits on the share meanwhile stays, for its own
-  switch back to carry), so the global limit sees them: no burst over it at the switch. On
-  ``redis://`` they are counted whatever the limit says; on ``shm+redis://`` as much of them
-  as the limit has room for (a lease is never granted past it). Hits carried at the switch
+  switch back to carry), so the global limit sees them: no burst over it at the switch. They
+  are counted whatever the limit says, in every rate (``count_anyway``: the rings on
+  ``redis://``, an entry of the lease log on ``shm+redis://``). Hits carried at the switch
   count from then on, later than they happened: conservative. Two processes carrying at once
   count them twice: refusals only.
 * **Seen from outside.** Each time a process of the host meets the backend away (the call
