@@ -415,11 +415,16 @@ class LocalShare:
         raise BackendUnavailableError(f"could not open the local share {name!r}")
 
     def close(self) -> None:
+        """Close the share's segments here; the limiter's calls go to its closed backend again,
+        which says the limiter is closed (not ``NAME.local``, which the caller never opened)."""
         if self._local is not None:
             self._local.close()
         if self._away is not None:
             self._away.close()
         self._local_hit_fn = None
+        self._away_since_ns, self._next_probe = None, 0.0
+        if self._front is not None:
+            self._front.hit = self.hit
 
     def unlink(self) -> bool:
         """Remove this host's local share and its record (a limiter's unlink removes them with

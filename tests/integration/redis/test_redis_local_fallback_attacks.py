@@ -463,3 +463,31 @@ def test_the_switch_back_of_one_host_keeps_every_rate_of_several(own_redis, name
     finally:
         lim.unlink()
         lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_calls_after_close_while_away_say_the_limiter_is_closed(own_redis, name, kind):
+    """close() while on the share: every call after it raises WindowClosedError naming the
+    limiter, at once, and the segments go with unlink (failed on main: the error named
+    NAME.local, the share's segment, which the caller never opened)."""
+    from shmwin.errors import WindowClosedError
+
+    lim = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local", fallback="3/minute",
+                  timeout=TIMEOUT_S)  # fmt: skip
+    try:
+        assert lim.hit("k")
+        with _frozen(own_redis):
+            assert lim.hit("k")  # on the share
+            lim.close()
+            for call in (lambda: lim.hit("k"), lambda: lim.test("k"), lambda: lim.acquire("k", timeout=0),
+                         lambda: lim.stats("k")):  # fmt: skip
+                started = time.monotonic()
+                with pytest.raises(WindowClosedError) as closed:
+                    call()
+                assert time.monotonic() - started < TIMEOUT_S
+                assert f"{name!r}" in str(closed.value), closed.value
+    finally:
+        again = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local")
+        again.unlink()
+        again.close()
+    assert not [n for n in os.listdir("/dev/shm") if name in n]
