@@ -491,3 +491,25 @@ def test_calls_after_close_while_away_say_the_limiter_is_closed(own_redis, name,
         again.unlink()
         again.close()
     assert not [n for n in os.listdir("/dev/shm") if name in n]
+
+
+def test_the_export_of_a_limiter_named_exactly_says_its_fallback(own_redis, name):
+    """The Prometheus export asked for one limiter by its name (``exposition([NAME])``, ``shmwin
+    export --format prometheus NAME``) has its shmwin_fallback_active while the host is on its
+    share (failed on main: only a glob that also matched ``NAME.local.away`` had it)."""
+    from shmwin.integrations.prometheus import exposition
+
+    lim = Limiter(name, "10/minute", backend=own_redis.url, on_error="local", fallback="3/minute",
+                  timeout=TIMEOUT_S)  # fmt: skip
+    try:
+        assert lim.hit("k")
+        with _frozen(own_redis):
+            assert lim.hit("k")
+            text = exposition([name])
+            cli = subprocess.run([sys.executable, "-m", "shmwin", "export", "--format", "prometheus", name],
+                                 capture_output=True, text=True, timeout=60)  # fmt: skip
+        for out in (text, cli.stdout):
+            assert f'shmwin_fallback_active{{window="{name}"}} 1.0' in out, (out, cli.stderr)
+    finally:
+        lim.unlink()
+        lim.close()
