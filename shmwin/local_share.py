@@ -62,6 +62,7 @@ from .errors import (
     KeyTableFullError,
     OutOfSpaceError,
     ShmwinError,
+    WindowClosedError,
     WindowNotFoundError,
 )
 from .rate import Rate, Rates, parse_many
@@ -219,7 +220,10 @@ class LocalShare:
                     ok = asking(key, cost)
                     probe_at = self._next_probe if self._away_since_ns is not None else 0.0
                     return ok
-            return local_hit(key, cost)
+            try:
+                return local_hit(key, cost)
+            except WindowClosedError:  # the share moved (its rates changed: shmwin set), or closed here
+                return self._moved_hit(key, cost)
 
         return hit
 
@@ -355,7 +359,24 @@ class LocalShare:
 
     def _local_hit(self, key: Any, cost: int) -> bool:
         local = self._local_limiter()
-        return self._unmade() if local is None else bool(local.hit(key, cost))
+        if local is None:
+            return self._unmade()
+        try:
+            return bool(local.hit(key, cost))
+        except WindowClosedError:
+            return self._moved_hit(key, cost)
+
+    def _moved_hit(self, key: Any, cost: int) -> bool:
+        """A hit that met the share's segment closed: if the share moved (another process, or
+        ``shmwin set``, changed its periods: the failed call made this process's handle follow),
+        hit there and keep its native hit; if this process closed it, raise."""
+        local = self._local
+        if local is None or local.closed:
+            raise WindowClosedError(f"{self._backend.name!r} is closed")
+        self._local_hit_fn = local.hit
+        if self._front is not None and self._away_since_ns is not None:
+            self._front.hit = self._away_hit()
+        return bool(local.hit(key, cost))
 
     def _unmade(self) -> bool:
         """The answer while there is no share to count in: refused when it is below one hit;

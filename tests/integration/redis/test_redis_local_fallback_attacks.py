@@ -513,3 +513,28 @@ def test_the_export_of_a_limiter_named_exactly_says_its_fallback(own_redis, name
     finally:
         lim.unlink()
         lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_share_moved_under_a_process_on_it_goes_on_without_an_error(own_redis, name, kind):
+    """An operator changes the share's periods during the outage (``shmwin set NAME.local``: a
+    move to a new segment): a process on its lean path goes on, on the moved share, with no
+    error (failed on main: its cached native hit of the retired segment raised
+    WindowClosedError, an HTTP 500 in a web app)."""
+    lim = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local", fallback="3/minute",
+                  timeout=TIMEOUT_S)  # fmt: skip
+    try:
+        assert lim.test("k")
+        with _frozen(own_redis):
+            assert lim.hit("k")  # on the share: the lean path from now on
+            done = subprocess.run([sys.executable, "-m", "shmwin", "set", name + ".local", "1/second;2/hour"],
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            answers = [lim.hit("k") for _ in range(4)]
+            stats = lim.local_stats_all("k")
+        # the move carried the key's 1 hit, counted at the change: the second's 1 is taken
+        assert answers == [False] * 4, answers
+        assert stats is not None and [(s.limit, s.used) for s in stats] == [(1, 1), (2, 1)], stats
+    finally:
+        lim.unlink()
+        lim.close()
