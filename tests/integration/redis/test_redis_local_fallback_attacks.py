@@ -538,3 +538,43 @@ def test_the_share_moved_under_a_process_on_it_goes_on_without_an_error(own_redi
     finally:
         lim.unlink()
         lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_share_below_one_hit_refuses_every_call_at_once(own_redis, name, kind):
+    """A limit of 2 over 3 hosts seen: the share is below one hit, so hit, test and acquire all
+    refuse while away, none waiting (acquire's answer is final: the cost never fits)."""
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, rates="2/minute")
+    try:
+        for other in ("host-b:1", "host-c:1"):
+            lim._backend.hosts_seen(other, HOSTS_HORIZON_NS)
+        assert lim.test("other")  # this host counts three hosts
+        with _frozen(own_redis):
+            assert not lim.hit("k")  # meets the server away: on the share, which is none
+            started = time.monotonic()
+            answers = [lim.hit("k"), lim.test("k"), lim.acquire("k", timeout=5)]
+            took = time.monotonic() - started
+        assert answers == [False, False, False] and took < 2 * TIMEOUT_S, (answers, took)
+    finally:
+        lim.unlink()
+        lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_fallback_of_one_rate_under_several_rates(own_redis, name, kind, probe_every_call):
+    """``10/second;100/minute`` with ``fallback="5/minute"``: allowed; while away the share is
+    that one rate, and its 5 hits are carried into every global rate at the switch back."""
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, rates="10/second;100/minute", fallback="5/minute")
+    try:
+        assert lim.test("k")
+        with _frozen(own_redis):
+            assert sum(lim.hit("k") for _ in range(20)) == 5
+        _until_back(lim)
+        used = [s.used for s in lim.stats_all("k")]
+        assert used[0] >= 5 and used[1] >= 5, used  # in both rates (shm+redis: at least, its leases)
+        assert sum(lim.hit("k") for _ in range(20)) <= 10 - 5  # the second's rate holds the carry
+    finally:
+        lim.unlink()
+        lim.close()
