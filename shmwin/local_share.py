@@ -36,7 +36,7 @@ meanwhile is counted against the global keys first.
   :func:`fallback_status` reads it: the fallback is *active* while a probe failed within
   :data:`ACTIVE_S` and no call got through since (each switch back adds one to its ``back``
   field), *since* the start of the run of failures that reaches now (quiet spells shorter
-  than :data:`GAP_S` do not end a run). ``shmwin show NAME`` and the Prometheus export
+  than :data:`GAP_S` do not end a run; a switch back does). ``shmwin show NAME`` and the Prometheus export
   (``shmwin_fallback_active``, ``shmwin_fallback_since_seconds``) show it.
 * **What it does not cover.** Into the outage, a host's share is not reduced by what the host
   had used of the global limit just before: in the period that spans the start of an outage,
@@ -117,21 +117,22 @@ def _runs(
     """fallback_status's arithmetic: failures per second (``fine``) and per minute (``coarse``),
     oldest first, the current bucket last; the minute buckets only where the seconds' ring does
     not reach (past its 10 minutes); switches back per second (``back``, as ``fine``): one in
-    the second of the newest failure or later ends the run. Times to the bucket: seconds ago,
-    then Unix time."""
+    the second of the newest failure or later ends the run, and a run begins after the last
+    switch back before it. Times to the bucket: seconds ago, then Unix time."""
     reach_s = len(fine)
     agos = [reach_s - 1 - i for i, n in enumerate(fine) if n]
     agos += [a for a in (60 * (len(coarse) - 1 - j) for j, n in enumerate(coarse) if n) if a >= reach_s]
     if not agos:
         return None
+    backs = [len(back) - 1 - i for i, n in enumerate(back) if n] if back else []
     newest = since = min(agos)
+    over = any(b <= newest for b in backs)  # a call got through at or after the newest failure
+    fence = min((b for b in backs if b > newest), default=None)  # the switch back before this run
     for ago in sorted(agos):
         gap_s = GAP_S if ago < reach_s else GAP_S + 60  # a minute bucket is known to its minute
-        if ago - since > gap_s:
+        if ago - since > gap_s or (fence is not None and ago >= fence):
             break
         since = ago
-    backs = [len(back) - 1 - i for i, n in enumerate(back) if n] if back else []
-    over = bool(backs) and min(backs) <= newest  # a call got through at or after the newest failure
     return {"active": newest < ACTIVE_S and not over, "since": wall_s - since, "last": wall_s - newest,
             "failures": int(sum(fine[-60:]))}  # fmt: skip
 

@@ -578,3 +578,30 @@ def test_a_fallback_of_one_rate_under_several_rates(own_redis, name, kind, probe
     finally:
         lim.unlink()
         lim.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_new_outage_after_a_switch_back_is_a_new_run(own_redis, name, kind, probe_every_call, monkeypatch):
+    """Away, back, and away again 30 s later (on the writers' clock): the fallback is active
+    since the second outage began, not the first (failed on main: quiet spells under GAP_S
+    joined the two outages into one run, though a call got through in between)."""
+    monkeypatch.setattr(local_share_module, "CLOCK_EVERY", 1)
+    clock = ManualClock(1_000 * S)
+    lim = _open(name, own_redis, kind, clock, fallback="3/minute")
+    try:
+        assert lim.test("k")
+        with _frozen(own_redis):
+            lim.hit("k")
+            first = local_share_module.fallback_status(name, clock)
+        _until_back(lim)
+        clock.advance(30)
+        with _frozen(own_redis):
+            lim.hit("k")
+            clock.advance(2)
+            lim.hit("k")
+            second = local_share_module.fallback_status(name, clock)
+        assert first is not None and second is not None and second["active"], (first, second)
+        assert abs(second["since"] - (second["last"] - 2)) <= 1, second  # the second outage's start
+    finally:
+        lim.unlink()
+        lim.close()
