@@ -374,6 +374,7 @@ def test_every_public_name_of_limiter_works_or_says_it_cannot(url, make_name):
         "decisions": lambda lim: lim.decisions(),
         "full_count": lambda lim: lim.full_count(),
         "hit": lambda lim: lim.hit("k"),
+        "local_stats_all": lambda lim: lim.local_stats_all("k"),  # None: no local share here
         "name": lambda lim: lim.name,
         "on_error": lambda lim: lim.on_error,
         "on_full": lambda lim: lim.on_full,
