@@ -160,6 +160,8 @@ class Front(Closing):
         if set_tally is None:
             if self.shadow:
                 self.hit = self._hit_shadow  # type: ignore[method-assign]
+                if self._local is not None:  # on_error="local": the share keeps its hands off hit
+                    self._local.unbind()
             return
         try:
             self._decisions = open_decisions(self.name, longest_ns, create=create, clock=self._clock_arg,
@@ -179,7 +181,11 @@ class Front(Closing):
 
     def _hit_shadow(self, key: Key, cost: int = 1) -> bool:
         """Shadow mode on a backend that keeps no decisions: count what enforcement would, and
-        answer True -- also while the backend is away, whatever ``on_error`` says."""
+        answer True -- also while the backend is away, whatever ``on_error`` says (with
+        ``on_error="local"``, what the host's share would do: no round trip per hit then)."""
+        if self._local is not None:
+            self._local.hit(key, cost)
+            return True
         with suppress(BackendUnavailableError):
             self._backend.hit(key, cost)
         return True
@@ -290,8 +296,8 @@ class Front(Closing):
         (The cost is checked by the backend's ``check``: policy.cost_of, or the core's copy.)"""
         deadline_ns = None if timeout is None else self._clock() + round(timeout * NS_PER_S)
         while True:
-            try:
-                answer = self._backend.check(key, cost, True)
+            try:  # with on_error="local", the share's check while the backend is away
+                answer = (self._backend if self._local is None else self._local).check(key, cost, True)
             except BackendUnavailableError:
                 if self.on_error == "raise":
                     raise

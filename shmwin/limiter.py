@@ -205,7 +205,7 @@ class Limiter(Front):
     ) -> None:
         self._bind_front(opened, clock, on_full, on_error)
         if on_error == "local":
-            self._local = LocalShare(opened, self.rates, fallback, clock, on_full, Limiter)
+            self._local = LocalShare(opened, fallback, clock, on_full, Limiter)
             self._local.bind(self)  # sets self.hit: the asking path, or while away the local one
 
     @property
@@ -249,7 +249,10 @@ class Limiter(Front):
         """Where ``key`` stands against each rate, shortest period first."""
         if self._local is not None:
             self._local.raise_if_away()  # no timeout per call while the local share answers
-        _, used, reset_ns, _ = self._backend.check(key, 0, False)
+            with self._local.asking():  # met away: the next probe put off, as a hit's
+                _, used, reset_ns, _ = self._backend.check(key, 0, False)
+        else:
+            _, used, reset_ns, _ = self._backend.check(key, 0, False)
         return limit_stats(self.rates, used, reset_ns)
 
     def local_stats_all(self, key: Key) -> list[LimitStats] | None:

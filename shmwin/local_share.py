@@ -12,7 +12,10 @@ meanwhile is counted against the global keys first.
   never reached the backend counts one host. A host is its hostname and its ``/dev/shm``.
 * **Local counts.** A limiter ``NAME.local`` in this host's shared memory, with the share's
   rates: every process of the host counts there, so the share holds per host, not per process.
-  The first process to make it fixes its rates until it is removed (``Limiter.unlink``).
+  At each outage's start a process that knows the share (``fallback=``, or the hosts it
+  counted) sets it there if it changed (live limits, hosts come and go), the counts kept; one
+  that never reached the backend takes it as it is. No room for it (a full /dev/shm):
+  ``on_full`` answers. ``acquire`` and shadow mode go through the share as ``hit`` does.
 * **No Redis round trip per hit while away.** A process asks the backend again at most every
   :data:`PROBE_S` (real time), looking at the time every :data:`CLOCK_EVERY` hits; the hits
   between go to shared memory only. So a process goes back to the backend at one of its first
@@ -20,18 +23,20 @@ meanwhile is counted against the global keys first.
 * **The switch back.** The first call of a process that was away and reaches the backend again
   carries the host's local hits to the global keys before its own hit is decided: for each key
   of ``NAME.local``, the hits its share holds now (those within the share's longest period:
-  older ones are outside every interval the limit still looks at), then clears the key there,
-  so the global limit sees them: no burst over it at the switch. On ``redis://`` they are
-  counted whatever the limit says; on ``shm+redis://`` as much of them as the limit has room
-  for (a lease is never granted past it). Hits carried at the switch count from then on, later
-  than they happened: conservative. Two processes carrying at once count them twice: refusals
-  only.
+  older ones are outside every interval the limit still looks at), then gives as many back
+  there (a hit another process of the host admits on the share meanwhile stays, for its own
+  switch back to carry), so the global limit sees them: no burst over it at the switch. They
+  are counted whatever the limit says, in every rate (``count_anyway``: the rings on
+  ``redis://``, an entry of the lease log on ``shm+redis://``). Hits carried at the switch
+  count from then on, later than they happened: conservative. Two processes carrying at once
+  count them twice: refusals only.
 * **Seen from outside.** Each time a process of the host meets the backend away (the call
   that switches it to the local share, then each probe that fails), it adds one to
-  ``NAME.local.away``, a small window of this host (:data:`AWAY_RESOLUTIONS`, one lock, 40 KiB).
+  ``NAME.local.away``, a small window of this host (:data:`AWAY_RESOLUTIONS`, one lock, 52 KiB).
   :func:`fallback_status` reads it: the fallback is *active* while a probe failed within
-  :data:`ACTIVE_S`, *since* the start of the run of failures that reaches now (quiet spells
-  shorter than :data:`GAP_S` do not end a run). ``shmwin show NAME`` and the Prometheus export
+  :data:`ACTIVE_S` and no call got through since (each switch back adds one to its ``back``
+  field), *since* the start of the run of failures that reaches now (quiet spells shorter
+  than :data:`GAP_S` do not end a run; a switch back does). ``shmwin show NAME`` and the Prometheus export
   (``shmwin_fallback_active``, ``shmwin_fallback_since_seconds``) show it.
 * **What it does not cover.** Into the outage, a host's share is not reduced by what the host
   had used of the global limit just before: in the period that spans the start of an outage,
@@ -45,12 +50,21 @@ from __future__ import annotations
 import os
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import Any
 
 from .backends.shm.segment import unlink
-from .errors import BackendUnavailableError, GeometryMismatchError, ShmwinError, WindowNotFoundError
+from .errors import (
+    BackendUnavailableError,
+    GeometryMismatchError,
+    KeyTableFullError,
+    OutOfSpaceError,
+    ShmwinError,
+    WindowClosedError,
+    WindowNotFoundError,
+)
 from .rate import Rate, Rates, parse_many
 
 PROBE_S = 0.5  # while away: ask the backend again at most this often (per process)
@@ -62,6 +76,7 @@ HOSTS_HORIZON_NS = 5 * 60 * 1_000_000_000  # a host counts this long after it wa
 SUFFIX = ".local"
 AWAY_SUFFIX = SUFFIX + ".away"  # the host's record of meeting the backend away (fallback_status)
 AWAY_RESOLUTIONS = ("10m/1s", "1d/1m")  # a run's start, to the second for 10 minutes, then the minute
+AWAY_FIELDS = ("count", "back")  # the calls that met the backend away; the switches back (a run's end)
 ACTIVE_S = 5  # the fallback is active while a process of the host met the backend away this recently
 GAP_S = 60  # a quiet spell (no probe: no calls) this long ends a run of the fallback
 
@@ -77,9 +92,10 @@ def fallback_since(limiter: Any) -> float | None:
 def fallback_status(name: str, clock: Any = None) -> dict[str, Any] | None:
     """Whether the limiter ``name``'s processes on this host are on their local share, from its
     ``NAME.local.away`` window: None if no process here ever met its backend away; else
-    ``active`` (a failure within ACTIVE_S), ``since`` and ``last`` (Unix time, s: the start of the
-    latest run of failures, and its newest failure, each to its bucket), and ``failures`` (the
-    calls and probes of the last minute that met the backend away). ``clock``: the writers'
+    ``active`` (a failure within ACTIVE_S, and no switch back since, to the second), ``since``
+    and ``last`` (Unix time, s: the start of the latest run of failures, and its newest failure,
+    each to its bucket), and ``failures`` (the calls and probes of the last minute that met the
+    backend away). ``clock``: the writers'
     (a test's), else the host's monotonic clock."""
     from .window import Window
 
@@ -89,27 +105,35 @@ def fallback_status(name: str, clock: Any = None) -> dict[str, Any] | None:
         return None
     try:
         fine, coarse = w.series(resolution=0).tolist(), w.series(resolution=1).tolist()
+        back = w.series("back", resolution=0).tolist() if "back" in w.fields else None
     finally:
         w.close()
-    return _runs(fine, coarse, time.time())
+    return _runs(fine, coarse, time.time(), back)
 
 
-def _runs(fine: list[int], coarse: list[int], wall_s: float) -> dict[str, Any] | None:
+def _runs(
+    fine: list[int], coarse: list[int], wall_s: float, back: list[int] | None = None
+) -> dict[str, Any] | None:
     """fallback_status's arithmetic: failures per second (``fine``) and per minute (``coarse``),
     oldest first, the current bucket last; the minute buckets only where the seconds' ring does
-    not reach (past its 10 minutes). Times to the bucket: seconds ago, then Unix time."""
+    not reach (past its 10 minutes); switches back per second (``back``, as ``fine``): one in
+    the second of the newest failure or later ends the run, and a run begins after the last
+    switch back before it. Times to the bucket: seconds ago, then Unix time."""
     reach_s = len(fine)
     agos = [reach_s - 1 - i for i, n in enumerate(fine) if n]
     agos += [a for a in (60 * (len(coarse) - 1 - j) for j, n in enumerate(coarse) if n) if a >= reach_s]
     if not agos:
         return None
+    backs = [len(back) - 1 - i for i, n in enumerate(back) if n] if back else []
     newest = since = min(agos)
+    over = any(b <= newest for b in backs)  # a call got through at or after the newest failure
+    fence = min((b for b in backs if b > newest), default=None)  # the switch back before this run
     for ago in sorted(agos):
         gap_s = GAP_S if ago < reach_s else GAP_S + 60  # a minute bucket is known to its minute
-        if ago - since > gap_s:
+        if ago - since > gap_s or (fence is not None and ago >= fence):
             break
         since = ago
-    return {"active": newest < ACTIVE_S, "since": wall_s - since, "last": wall_s - newest,
+    return {"active": newest < ACTIVE_S and not over, "since": wall_s - since, "last": wall_s - newest,
             "failures": int(sum(fine[-60:]))}  # fmt: skip
 
 
@@ -146,16 +170,15 @@ def shares(rates: list[Rate], hosts: int) -> list[Rate] | None:
 class LocalShare:
     """A limiter's hits while its backend is away (see the module's text)."""
 
-    def __init__(
-        self, backend: Any, rates: list[Rate], fallback: Rates | None, clock: Any, on_full: str, limiter: Any
-    ):
+    def __init__(self, backend: Any, fallback: Rates | None, clock: Any, on_full: str, limiter: Any):
         self._limiter = limiter  # the Limiter class, for the local tier (no import cycle)
         self._backend = backend
-        self._rates = rates
         self._fixed = parse_many(fallback) if fallback is not None else None
         self._clock = getattr(clock, "clock", clock)  # a test's ServerTime: its clock drives the host too
         self._on_full = on_full
         self._hosts = 1
+        self._counted = False  # this process counted the hosts (it reached the backend): its share is known
+        self._no_room = False  # the share could not be made (a full /dev/shm): on_full answers
         self._next_beat = 0.0  # monotonic s: when to count the hosts again
         self._away_since_ns: int | None = None  # wall clock, for people and exporters
         self._next_probe = 0.0
@@ -177,6 +200,10 @@ class LocalShare:
         self._front = front
         front.hit = self.hit
 
+    def unbind(self) -> None:
+        """Leave the front's ``hit`` alone (shadow mode: its own ``hit`` calls :meth:`hit`)."""
+        self._front = None
+
     def hit(self, key: Any, cost: int = 1) -> bool:
         return self._hit_asking(key, cost)
 
@@ -194,7 +221,10 @@ class LocalShare:
                     ok = asking(key, cost)
                     probe_at = self._next_probe if self._away_since_ns is not None else 0.0
                     return ok
-            return local_hit(key, cost)
+            try:
+                return local_hit(key, cost)
+            except WindowClosedError:  # the share moved (its rates changed: shmwin set), or closed here
+                return self._moved_hit(key, cost)
 
         return hit
 
@@ -224,7 +254,24 @@ class LocalShare:
                 self._answered()
                 return ok
         local = self._local_limiter()
-        return local is not None and local.test(key, cost)
+        return self._unmade() if local is None else bool(local.test(key, cost))
+
+    def check(self, key: Any, cost: int, commit: bool) -> tuple[Any, ...]:
+        """``acquire``'s try (the front's ``_tries``): the backend's ``check`` while it answers,
+        else the share's, as :meth:`hit` decides: no round trip per try while away."""
+        if self._should_ask():
+            try:
+                self._carry_back()
+                answer: tuple[Any, ...] = self._backend.check(key, cost, commit)
+            except BackendUnavailableError:
+                self._went_away()
+            else:
+                self._answered()
+                return answer
+        local = self._local_limiter()
+        if local is None:  # no share to wait for: the answer is final (wait None)
+            return (self._unmade(), (), (), None)
+        return tuple(local._backend.check(key, cost, commit))
 
     def stats_all(self, key: Any) -> list[Any] | None:
         """Where ``key`` stands against this host's share while this process is on it; None
@@ -243,12 +290,24 @@ class LocalShare:
             raise BackendUnavailableError(f"the backend of {self._backend.name!r} is away: on the local "
                                           f"share since {self._away_since_ns / 1e9:.3f}")  # fmt: skip
 
+    @contextmanager
+    def asking(self) -> Iterator[None]:
+        """A read that asks the backend (``stats``): one that meets it away counts as a failed
+        probe (the next one put off by PROBE_S, the record told), so that the reads after it
+        raise at once instead of each waiting the socket timeout."""
+        try:
+            yield
+        except BackendUnavailableError:
+            self._went_away()
+            raise
+
     def _should_ask(self) -> bool:
         return self._away_since_ns is None or time.monotonic() >= self._next_probe
 
     def _went_away(self) -> None:
         if self._away_since_ns is None:
             self._away_since_ns = time.time_ns()
+            self._follow_share()
         self._next_probe = time.monotonic() + PROBE_S
         self._mark_away()
 
@@ -260,12 +319,15 @@ class LocalShare:
         try:
             if self._away is None:
                 self._away = Window(self._backend.name + AWAY_SUFFIX, resolutions=AWAY_RESOLUTIONS,
-                                    mode="locked", clock=self._clock)  # fmt: skip
+                                    fields=AWAY_FIELDS, mode="locked", clock=self._clock)  # fmt: skip
             self._away.add(1)
         except (ShmwinError, OSError):
             pass
 
     def _answered(self) -> None:
+        if self._away_since_ns is not None and self._away is not None:  # the switch back: the run ends
+            with suppress(ShmwinError, OSError):
+                self._away.add(1, field="back")
         self._away_since_ns = None
         if self._front is not None:
             self._front.hit = self.hit
@@ -274,13 +336,15 @@ class LocalShare:
             self._next_beat = now + BEAT_S
             try:
                 self._hosts = max(1, int(self._backend.hosts_seen(self._host, HOSTS_HORIZON_NS)))
+                self._counted = True
             except BackendUnavailableError:
                 self._went_away()
 
     def _carry_back(self) -> None:
         """After an outage (this process was away): count the host's local hits on the global
-        keys, before anything else is decided there; a key is cleared locally only once its
-        hits went through."""
+        keys, before anything else is decided there; a key's hits are given back locally only
+        once they went through, and only those (a refund, not a clear: a hit that another
+        process still on the share admits meanwhile stays, for its own switch back to carry)."""
         if self._away_since_ns is None:
             return  # never away since the last carry: nothing of this process's to carry
         local = self._local_limiter(make=False)
@@ -288,13 +352,57 @@ class LocalShare:
             held = max(s.used for s in local.stats_all(key))
             if held > 0:
                 self._backend.count_anyway(key, held)
-            local.clear(key)
+                local.refund(key, held)
+            else:
+                local.clear(key)
 
     # -- the local tier -----------------------------------------------------------------------
 
     def _local_hit(self, key: Any, cost: int) -> bool:
         local = self._local_limiter()
-        return False if local is None else bool(local.hit(key, cost))
+        if local is None:
+            return self._unmade()
+        try:
+            return bool(local.hit(key, cost))
+        except WindowClosedError:
+            return self._moved_hit(key, cost)
+
+    def _moved_hit(self, key: Any, cost: int) -> bool:
+        """A hit that met the share's segment closed: if the share moved (another process, or
+        ``shmwin set``, changed its periods: the failed call made this process's handle follow),
+        hit there and keep its native hit; if this process closed it, raise."""
+        local = self._local
+        if local is None or local.closed:
+            raise WindowClosedError(f"{self._backend.name!r} is closed")
+        self._local_hit_fn = local.hit
+        if self._front is not None and self._away_since_ns is not None:
+            self._front.hit = self._away_hit()
+        return bool(local.hit(key, cost))
+
+    def _unmade(self) -> bool:
+        """The answer while there is no share to count in: refused when it is below one hit;
+        when /dev/shm had no room to make it, what ``on_full`` says of a key with no row."""
+        return self._no_room and self._on_full == "allow"
+
+    def _want(self) -> list[Rate] | None:
+        """The share this process knows: ``fallback=``, else the rates in force over the hosts."""
+        return self._fixed or shares(list(self._backend.rates), self._hosts)
+
+    def _follow_share(self) -> None:
+        """At the start of an outage: ``NAME.local`` gets the share this process knows, if it
+        knows one (``fallback=``, or the hosts it counted) and it is not the one there: the
+        limit may have changed live, hosts come and go. The counts stay (a live change of
+        the local limiter's rates). A process that never reached the backend leaves it be."""
+        want = self._want()
+        if want is None or (self._fixed is None and not self._counted):
+            return
+        try:
+            local = self._local_limiter()
+            if local is not None and local.rates != want:
+                local.set_rates(want)
+                self._local_hit_fn = local.hit
+        except (ShmwinError, OSError):  # a full /dev/shm for a move: the share there goes on
+            pass
 
     def _local_limiter(self, make: bool = True) -> Any:
         """``NAME.local`` on this host: attached if another process made it, else made with the
@@ -302,7 +410,8 @@ class LocalShare:
         if self._local is not None:
             return self._local
         name = self._backend.name + SUFFIX
-        want = self._fixed or shares(self._rates, self._hosts)
+        want = self._want()
+        self._no_room = False
         if want is None:
             return None
         for _ in range(3):  # made and removed by others meanwhile: try again
@@ -320,14 +429,24 @@ class LocalShare:
                 return self._local
             except GeometryMismatchError:  # another process made it with its share first
                 continue
+            except (OutOfSpaceError, KeyTableFullError):  # no room for it: on_full answers
+                if self._on_full == "raise":
+                    raise
+                self._no_room = True
+                return None
         raise BackendUnavailableError(f"could not open the local share {name!r}")
 
     def close(self) -> None:
+        """Close the share's segments here; the limiter's calls go to its closed backend again,
+        which says the limiter is closed (not ``NAME.local``, which the caller never opened)."""
         if self._local is not None:
             self._local.close()
         if self._away is not None:
             self._away.close()
         self._local_hit_fn = None
+        self._away_since_ns, self._next_probe = None, 0.0
+        if self._front is not None:
+            self._front.hit = self.hit
 
     def unlink(self) -> bool:
         """Remove this host's local share and its record (a limiter's unlink removes them with

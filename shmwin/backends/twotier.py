@@ -305,6 +305,9 @@ class TwoTierLimiter:
         another worker of this host cached meanwhile may have counted them, so it is forgotten
         once they are back (else the host refuses what Redis would grant, until d + P)."""
         backs = backs + self._owed.pop(key, [])
+        if time.monotonic() < self._down_until:  # away a moment ago (a close's hand_back): no timeout a key
+            self._owe(key, backs)
+            return
         try:
             self._server.lease(key, 0, 0, self._spend_us, backs)
         except UnacknowledgedWriteError:  # the master took them, unless a failover undoes that
@@ -366,18 +369,20 @@ class TwoTierLimiter:
         return back
 
     def count_anyway(self, key: Key, cost: int) -> None:
-        """Carry ``cost`` hits a host admitted on its local share back (on_error="local"): as
-        much of it as fits, through ordinary hits, halving what is asked down to one hit. A
-        lease is never granted past a limit (lease.lua's proof), so what does not fit is not
-        carried; the hits that do fill the room the key has left, so the switch back makes no
-        burst over the limit (what was admitted locally beyond it stays beyond it, once)."""
-        left = cost
-        ask = cost
-        while left > 0 and ask > 0:
-            if self.hit(key, min(ask, left)):
-                left -= min(ask, left)
-            else:
-                ask //= 2
+        """Carry ``cost`` hits a host admitted on its local share back (on_error="local"): one
+        round trip, an entry of ``cost`` hits stamped now in the key's log, whatever the limits
+        say (lease.lua's need -1; spend time 0: no host spends it), as redis:// counts them.
+        Every rate sees them: leases granted after it fit the limits with them. (Ordinary leases
+        would carry only what fits the tightest rate now: 3 of 9 under 3/second;10/minute, the
+        minute never seeing the 6 others.)"""
+        if time.monotonic() < self._down_until:
+            raise BackendUnavailableError(f"redis for {self.url} was unavailable a moment ago")
+        backs = self._owed.pop(key, [])
+        try:
+            self._server.lease(key, int(cost), -1, 0, backs)
+        except BackendUnavailableError:  # ran or not: the local hits stay there, carried again later
+            self._owe(key, backs)
+            raise
 
     def hosts_seen(self, host: str, horizon_ns: int) -> int:
         """The Redis tier's count of hosts seen recently (on_error="local")."""

@@ -16,6 +16,7 @@ from ..backends.shm import segment
 from ..errors import GeometryMismatchError, ShmwinError
 from ..inspector import snapshots
 from ..inspector.attached import Attached, attached_many
+from ..local_share import SUFFIX
 from .text import clip, human_s, safe
 from .views import ls_lines, window_lines
 from .watch import watch
@@ -36,7 +37,10 @@ def available(args: argparse.Namespace) -> list[str]:
 
 
 def chosen(args: argparse.Namespace, patterns: list[str] | None) -> list[str]:
-    """The windows named or matched by ``patterns`` (every window if None or empty)."""
+    """The windows named or matched by ``patterns`` (every window if None or empty). Exact
+    names only: no listing (a server away is then met by the name's own open)."""
+    if patterns and not any(snapshots.is_glob(p) for p in patterns):
+        return snapshots.select(patterns, ())
     return snapshots.select(patterns or None, available(args))
 
 
@@ -93,10 +97,24 @@ class Snapshots:
                 with opened(name, self.backend) as w:
                     snap = snapshots.snapshot(w, **self.how)
             except READ_ERRORS as exc:
-                sys.stderr.write(f"shmwin: {safe(name)}: {exc}\n")
+                share = self._local_share(name) if name in self.exact else None
+                said = f"; this host's local share of it ({safe(name)}{SUFFIX}) instead" if share else ""
+                sys.stderr.write(f"shmwin: {safe(name)}: {exc}{said}\n")
+                if share is not None:  # a redis limiter on its host's share (on_error="local")
+                    yield share
+                    continue
                 self.failed_named = self.failed_named or name in self.exact
                 continue
             yield snap
+
+    def _local_share(self, name: str) -> dict[str, Any] | None:
+        """The snapshot of ``NAME.local`` (on_error="local"), if this host has one: what decides
+        here while NAME's server is away, and where ``shmwin show`` finds that it is."""
+        try:
+            with opened(name + SUFFIX, None) as w:
+                return snapshots.snapshot(w, **self.how)
+        except READ_ERRORS:
+            return None
 
     @property
     def status(self) -> int:

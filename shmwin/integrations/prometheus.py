@@ -219,6 +219,12 @@ class ShmwinCollector(Collector):
                 w.close()
             for family_name, family in mine.items():
                 families[family_name].samples.extend(family.samples)
+        if self._backend is None:  # a limiter asked for by its name: its host's record says its fallback
+            chosen = set(selected)
+            for name in available:
+                limiter = name.removesuffix(local_share.AWAY_SUFFIX)
+                if limiter != name and name not in chosen and _matches(limiter, self._names):
+                    _add_fallback(families, limiter)
         yield from (f for f in families.values() if f.samples)
 
 

@@ -10,7 +10,9 @@
 --          live; the log is of hits, whatever the rates, so a change of them carries it as is
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  hits wanted: the lease's size k at most (0: take nothing, only give back and answer)
--- ARGV[3]  hits needed: grant nothing below it (the caller's cost)
+-- ARGV[3]  hits needed: grant nothing below it (the caller's cost); -1: count the ARGV[2] hits
+--          whatever the limits say (on_error="local": the hits a host admitted on its local share,
+--          carried back; with D = 0 an entry stamped now, spent, which no host spends)
 -- ARGV[4]  the lease's spend time D in microseconds: its deadline is d = now + D
 -- ARGV[5]  the new lease's id: a random token in [1, 2**62) the host drew (decimal; kept as
 --          a string, never a Lua number, which would round it)
@@ -140,7 +142,7 @@ end
 
 local granted, id, d, wait = 0, 0, 0, 0
 if want > 0 then
-  granted = math.min(want, room)
+  granted = need < 0 and want or math.min(want, room)  -- need -1: counted anyway (not a grant)
   if granted < need then granted = 0 end
 end
 if granted > 0 and not string.match(token, '^[1-9]%d*$') then
