@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from ..backends.shm import segment
 from ..errors import GeometryMismatchError, ShmwinError
-from ..inspector import snapshots
+from ..inspector import redis_scan, snapshots
 from ..inspector.attached import Attached, attached_many
 from ..local_share import SUFFIX
 from .text import clip, human_s, safe
@@ -40,6 +40,8 @@ def chosen(args: argparse.Namespace, patterns: list[str] | None) -> list[str]:
     """The windows named or matched by ``patterns`` (every window if None or empty). Exact
     names only: no listing (a server away is then met by the name's own open)."""
     if patterns and not any(snapshots.is_glob(p) for p in patterns):
+        if args.backend is not None:
+            redis_scan.check_readable(args.backend)  # not opened as a two-tier name: no segment made
         return snapshots.select(patterns, ())
     return snapshots.select(patterns or None, available(args))
 

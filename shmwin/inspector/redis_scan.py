@@ -46,12 +46,18 @@ def redis_keys(url: str, name: str, limit: int = REDIS_SCAN_KEYS, timeout: float
     return sorted(out)
 
 
+def check_readable(url: str) -> None:
+    """A ValueError for a two-tier URL (``shm+redis://``): opening its names would make their
+    lease segments on this host, and the tools are read-only."""
+    if url.startswith("shm+"):
+        raise ValueError(f"the shmwin tools read Redis itself: --backend {url.removeprefix('shm+')!r}, "
+                         f"not {url!r} (a two-tier limiter's leases are not shown yet)")
+
+
 def _redis(url: str, timeout: float) -> Any:
     from ..backends.redis.client import connect, unavailable
 
-    if url.startswith("shm+"):  # opening a two-tier name would make its lease segment on this host
-        raise ValueError(f"the shmwin tools read Redis itself: --backend {url.removeprefix('shm+')!r}, "
-                         f"not {url!r} (a two-tier limiter's leases are not shown yet)")
+    check_readable(url)
     client = connect(url, timeout)
     try:
         client.ping()
