@@ -7,7 +7,8 @@ shmwin show payments               a breaker: drop ratio, accepts, total; a shed
                                    passes, drops, min RT, max in flight; an adaptive limiter's rates
 shmwin watch api                   a live view; q or Ctrl-C quits
 shmwin export --format prometheus  every window (or some: names, globs) for scripts and cron
-shmwin rm api                      remove a window no process has open (--force: even then)
+shmwin rm api                      remove a window no process has open (--force: even then;
+                                   --backend URL: from Redis)
 shmwin gc --dry-run                what gc would remove: idle for a whole span, open in no process
 shmwin ls --backend redis://host   the same views of a Redis server's windows
 """
@@ -87,7 +88,9 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=commands.cmd_export)
 
     p = command("rm", "Remove windows. A window some process has open is kept (they are named) "
-                "unless --force.", "shmwin rm 'test-*'")  # fmt: skip
+                "unless --force. With --backend, from a Redis server or cluster, for every host "
+                "(Redis cannot say who has it open).",
+                "shmwin rm 'test-*'\n  shmwin rm --backend redis://10.0.0.5:6379/0 routes")  # fmt: skip
     p.add_argument("names", nargs="+", metavar="NAME", help="names or globs")
     p.add_argument("--force", action="store_true",
                    help="remove even windows in use (their processes keep the old one)")  # fmt: skip

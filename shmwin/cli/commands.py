@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from ..backends.shm import segment
-from ..errors import GeometryMismatchError, ShmwinError
+from ..errors import GeometryMismatchError, ShmwinError, WindowNotFoundError
 from ..inspector import redis_scan, snapshots
 from ..inspector.attached import Attached, attached_many
 from ..local_share import SUFFIX
@@ -279,14 +279,14 @@ def _holders(a: Attached) -> list[int]:
 
 
 def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
-    if args.backend is not None:
-        raise ValueError("rm removes shared-memory windows; for Redis use Window.unlink()")
     status = 0
     try:
         selected = chosen(args, args.names)
     except LookupError as exc:
         out.write(f"{exc}\n")
         return 1
+    if args.backend is not None:
+        return _rm_redis(selected, args.backend, out)
     found = attached_many(selected)
     for name in selected:
         holders = _holders(found[name])
@@ -303,6 +303,24 @@ def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write(f"no window named {name!r}\n")
             status = 1
+    return status
+
+
+def _rm_redis(selected: list[str], url: str, out: TextIO) -> int:
+    """Drop each name from a Redis server or cluster: its geometry and every key's counts, for
+    every host (a window whose buckets changed, a limiter to start anew). Redis cannot say who
+    has a name open: a process that still does writes on with what it opened."""
+    status = 0
+    for name in selected:
+        try:
+            with opened(name, url) as w:
+                w.unlink()
+        except WindowNotFoundError:
+            out.write(f"no window named {name!r} on {url}\n")
+            status = 1
+        else:
+            out.write(f"removed {safe(name)} from {url} (processes that still have it open write on: "
+                      "restart them)\n")  # fmt: skip
     return status
 
 

@@ -297,9 +297,9 @@ class RedisBase:
             if have:
                 both = have.decode().startswith("window;") and self._spec.startswith("window;")
                 hint = (": a window's buckets do not change live. To start it anew, drop it with "
-                        f"Window.attach({self.name!r}, backend=URL).unlink() once no process writes "
-                        "to it (one that still does writes its rows in its own buckets); "
-                        "its counts go")  # fmt: skip
+                        f"'shmwin rm --backend URL {self.name}' (or Window.attach({self.name!r}, "
+                        "backend=URL).unlink()) once no process writes to it (one that still does "
+                        "writes its rows in its own buckets); its counts go")  # fmt: skip
                 raise GeometryMismatchError(
                     f"{self.name!r} exists on redis with geometry [{have.decode()}], "
                     f"not the requested [{self._spec}]{hint if both else ''}"

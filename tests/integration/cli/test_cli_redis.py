@@ -46,8 +46,14 @@ def test_ls_show_and_export_of_redis_windows(redis_server, make_name):
 
         missing = cli("show", make_name("missing"), "--backend", url, check=False)
         assert missing.returncode == 2 and "no window named" in missing.stderr
-        refused = cli("rm", routes, "--backend", url, check=False)
-        assert refused.returncode == 2 and "Redis" in refused.stderr
+        removed = cli("rm", routes, login, "--backend", url)  # for every host: geometry and counts
+        assert removed.stdout.splitlines() == [
+            f"removed {n} from {url} (processes that still have it open write on: restart them)"
+            for n in (routes, login)
+        ], removed.stdout  # fmt: skip
+        assert routes not in cli("ls", "--backend", url).stdout
+        gone = cli("rm", routes, "--backend", url, check=False)
+        assert gone.returncode == 1 and f"no window named {routes!r}" in gone.stdout, gone
     finally:
         for x in (w, lim):
             x.unlink()

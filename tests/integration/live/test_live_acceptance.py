@@ -22,7 +22,7 @@ from support.live import MpWorker, ScriptWorker, assert_bucket_strict, assert_st
 
 import shmwin
 from shmwin import Concurrency, Limiter, ManualClock, TokenBucket, Window
-from shmwin.errors import GeometryMismatchError
+from shmwin.errors import GeometryMismatchError, WindowNotFoundError
 from shmwin.rate import parse, parse_many
 
 S = 1_000_000_000
@@ -322,18 +322,23 @@ def test_a_reset_asked_for_on_redis_resets_even_with_the_same_rates(redis_server
 
 
 def test_a_redis_window_reopened_with_other_buckets_says_what_to_do_and_that_works(redis_server, name):
-    """On Redis the error said only that the geometries differ (and ``shmwin rm`` is for shared
-    memory): it now names the unlink that starts it anew."""
+    """On Redis the error said only that the geometries differ (and ``shmwin rm`` refused
+    Redis): it now names the command that drops it, ``shmwin rm --backend URL NAME``, which
+    works, as the unlink it also names does."""
     win = Window(name, "1m", buckets=20, backend=redis_server.url)
     try:
         win.add(3)
         with pytest.raises(GeometryMismatchError, match=r"Window\.attach\(.*\)\.unlink\(\)") as raised:
             Window(name, "1m", buckets=60, backend=redis_server.url)
-        assert name in str(raised.value)
-        Window.attach(name, backend=redis_server.url).unlink()
+        assert f"'shmwin rm --backend URL {name}'" in str(raised.value)
+        done = _cli("rm", "--backend", redis_server.url, name)
+        assert done.returncode == 0 and f"removed {name} from {redis_server.url}" in done.stdout, done.stderr
         again = Window(name, "1m", buckets=60, backend=redis_server.url)
         again.add(1)
         assert again.total() == 1
+        again.unlink()  # and the unlink the error names
+        with pytest.raises(WindowNotFoundError):
+            Window.attach(name, backend=redis_server.url)
         again.close()
     finally:
         win.unlink()
