@@ -400,13 +400,17 @@ class TwoTierLimiter:
 
     def unlink(self) -> bool:
         """Remove the name from Redis (every host's leases) and this host's segment (its leases
-        sealed first: nothing is given back to a name that is gone)."""
+        sealed first: nothing is given back to a name that is gone). With Redis away the host's
+        segment is removed all the same, and BackendUnavailableError says Redis kept its part."""
         if not self._window.closed:
             keys = self._window.keys()
             for key in keys:
                 self._lease.seal(key)
-        there = self._server.unlink()
-        return self._window.unlink() or there
+        try:
+            there = self._server.unlink()
+        finally:
+            here = self._window.unlink()
+        return here or there
 
     def __repr__(self) -> str:
         return f"<shmwin.Limiter {self.name!r} {';'.join(map(str, self.rates))} on {self.url}>"

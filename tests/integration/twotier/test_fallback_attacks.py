@@ -9,9 +9,15 @@ import time
 
 import pytest
 
-from shmwin import Limiter
+import shmwin
+from shmwin import BackendUnavailableError, Limiter
 
 TIMEOUT_S = 0.2
+
+
+def _mine(name: str) -> list[str]:
+    """This test's segments on the host: NAME's own, and NAME.* (the local share, its record)."""
+    return [n for n in shmwin.names() if n == name or n.startswith(name + ".")]
 
 
 @pytest.mark.parametrize("on_error", ["local", "raise"])
@@ -34,4 +40,31 @@ def test_close_while_away_gives_up_the_give_backs_after_one_timeout(own_redis, n
     finally:
         again = Limiter(name, "1000/minute", backend=url)
         again.unlink()
+        again.close()
+
+
+@pytest.mark.parametrize("on_error", ["local", "raise"])
+def test_unlink_while_away_removes_the_hosts_segment_and_says_redis_kept_its_part(
+    own_redis, name, on_error
+):
+    """unlink() with the server away: the host's lease segment (and with on_error="local" its
+    share) is gone from /dev/shm all the same, and BackendUnavailableError says Redis could not
+    be reached (before, the segment stayed behind: the fixture's leak check failed); once the
+    server is back, an unlink removes Redis's part."""
+    url = "shm+" + own_redis.url
+    lim = Limiter(name, "1000/minute", backend=url, on_error=on_error, timeout=TIMEOUT_S)
+    try:
+        assert all(lim.hit(f"k{i}") for i in range(3))
+        assert _mine(name), "the host tier made no segment"
+        own_redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(BackendUnavailableError):
+                lim.unlink()
+        finally:
+            own_redis.proc.send_signal(signal.SIGCONT)
+        assert _mine(name) == [], _mine(name)
+    finally:
+        lim.close()
+        again = Limiter(name, "1000/minute", backend=url)
+        assert again.unlink()  # Redis's part was still there
         again.close()
