@@ -74,7 +74,7 @@ def check_plain_url(url: str) -> None:
     import redis.connection
 
     try:
-        options = redis.connection.parse_url(url)
+        options = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ValueError(f"{exc}, in the Redis URL {url!r}") from None
     path = split_url(url).path
