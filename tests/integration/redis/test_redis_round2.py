@@ -4,9 +4,13 @@ call, never a wrong database read in silence)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from support.servers import ask_port, free_port
 
 from shmwin import Limiter, Window
+from shmwin.errors import BackendUnavailableError
 
 
 @pytest.mark.parametrize(
@@ -42,3 +46,58 @@ def test_redis_py_options_still_pass(redis_server, make_name):
     finally:
         lim.unlink()
         lim.close()
+
+
+def _timed_hits(url: str, name: str, n: int, on_error: str = "raise") -> tuple[list[bool], float]:
+    lim = Limiter(name, "3/hour", backend=url, on_error=on_error)
+    try:
+        t0 = time.monotonic()
+        return [lim.hit("k") for _ in range(n)], time.monotonic() - t0
+    finally:
+        if on_error == "raise":
+            lim.unlink()
+        lim.close()
+
+
+def test_sentinels_all_down_fail_within_the_timeout(make_name):
+    # Before: redis-py's default retry asked each dead sentinel 4 times, backing off: every
+    # call took 7-11 s (timeout: 1 s) with on_error="allow", and the message was the repr of
+    # every sentinel's client.
+    url = f"redis+sentinel://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/svc"
+    answers, took = _timed_hits(url, make_name("d"), 3, on_error="allow")
+    assert answers == [True] * 3 and took < 3, took
+    with pytest.raises(BackendUnavailableError) as raised:
+        _timed_hits(url, make_name("r"), 1)
+    assert "No master found for 'svc' : sentinel 127.0.0.1:" in str(raised.value), raised.value
+    assert "ConnectionPool" not in str(raised.value)
+
+
+def test_junk_dead_and_acl_sentinels(sentinel_group, make_name):
+    # Before: a server that is no sentinel, first in the list, made every call raise redis-py's
+    # ResponseError ("unknown command 'SENTINEL'": no on_error, the sentinels after it never
+    # asked); a dead sentinel first cost 6-12 s at a process's first call; an ACL user on the
+    # sentinels cost 2-10 s (each NOAUTH retried with backoff before the credentials were sent).
+    g = sentinel_group
+    seeds = g.url.removeprefix("redis+sentinel://").rpartition("/")[0]
+    junk_first = f"redis+sentinel://127.0.0.1:{g.data_ports[1]},127.0.0.1:{free_port()},{seeds}/svc"
+    assert _timed_hits(junk_first, make_name("j"), 4)[0] == [True] * 3 + [False]
+    _, took = _timed_hits(f"redis+sentinel://127.0.0.1:{free_port()},{seeds}/svc", make_name("f"), 1)
+    assert took < 3, took
+    with pytest.raises(BackendUnavailableError, match=r"No master found for 'svc' : sentinel 127\.0\.0\.1:"):
+        _timed_hits(f"redis+sentinel://127.0.0.1:{g.data_ports[1]}/svc", make_name("n"), 1)
+
+    for port in g.data_ports:  # an ACL user everywhere; the default user off
+        ask_port(port, "config", "set", "masteruser", "alice")
+        ask_port(port, "config", "set", "masterauth", "apw")
+        ask_port(port, "acl", "setuser", "alice", "on", ">apw", "~*", "&*", "+@all")
+    for port in g.sentinel_ports:
+        ask_port(port, "sentinel", "set", "svc", "auth-user", "alice")
+        ask_port(port, "sentinel", "set", "svc", "auth-pass", "apw")
+        ask_port(port, "acl", "setuser", "alice", "on", ">apw", "+@all")
+    for port in g.data_ports + g.sentinel_ports:
+        ask_port(port, "acl", "setuser", "default", "off")
+    for scheme in ("redis+sentinel", "shm+valkey+sentinel"):
+        answers, took = _timed_hits(f"{scheme}://alice:apw@{seeds}/svc", make_name("a"), 4)
+        assert answers == [True] * 3 + [False] and took < 3, (scheme, answers, took)
+    with pytest.raises(BackendUnavailableError, match=r"sentinel [0-9.:]+ - auth:AuthenticationError"):
+        _timed_hits(f"redis+sentinel://alice:bad@{seeds}/svc", make_name("b"), 1)
