@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from ..backends.shm import segment
-from ..errors import GeometryMismatchError, ShmwinError, WindowNotFoundError
+from ..errors import GeometryMismatchError, NotSupportedError, ShmwinError, WindowNotFoundError
 from ..inspector import redis_scan, snapshots
 from ..inspector.attached import Attached, attached_many
 from ..local_share import SUFFIX
@@ -322,7 +322,7 @@ def _rm_redis(selected: list[str], url: str, out: TextIO, two_tier: bool) -> int
             dropped = True
         except WindowNotFoundError:
             dropped = False
-        except GeometryMismatchError:
+        except (GeometryMismatchError, NotSupportedError):  # a two-tier name's, a spread one's
             dropped = redis_scan.drop_name(url, name) > 0
         if not dropped:
             out.write(f"no window named {name!r} on {url}\n")

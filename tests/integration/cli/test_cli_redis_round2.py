@@ -58,3 +58,22 @@ def test_rm_backend_drops_spread_and_two_tier_names(redis_cluster, make_name):
         for lim in lims:
             lim.unlink()
             lim.close()
+
+
+def test_show_and_ls_of_a_two_tier_name_say_what_the_tools_do(redis_server, make_name):
+    # Before: `show --backend URL` said to put shm+ before the URL, and `show --backend shm+URL`
+    # said to give the plain URL (exit 2 both); `ls` listed it "unreadable: GeometryMismatchError".
+    url, name = redis_server.url, make_name("two")
+    lim = Limiter(name, "5/minute", backend="shm+" + url)
+    try:
+        lim.hit("a")
+        shown = cli("show", name, "--backend", url, check=False)
+        assert shown.returncode == 2 and "is a two-tier limiter's (shm+redis://)" in shown.stderr, shown
+        assert "put shm+" not in shown.stderr and "open it with shm+" not in shown.stderr, shown
+        listed = [line for line in cli("ls", "--backend", url).stdout.splitlines() if name in line]
+        assert len(listed) == 1 and "NotSupportedError" in listed[0], listed
+        r = cli("rm", name, "--backend", url, check=False)  # still dropped by its keys
+        assert (r.returncode, r.stderr) == (0, ""), r
+    finally:
+        lim.unlink()
+        lim.close()
