@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from ..backends.shm import segment
-from ..errors import GeometryMismatchError, ShmwinError, WindowNotFoundError
+from ..errors import GeometryMismatchError, NotSupportedError, ShmwinError, WindowNotFoundError
 from ..inspector import redis_scan, snapshots
 from ..inspector.attached import Attached, attached_many
 from ..local_share import SUFFIX
@@ -279,14 +279,16 @@ def _holders(a: Attached) -> list[int]:
 
 
 def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
-    status = 0
+    status, two_tier = 0, False
+    if args.backend is not None:  # a two-tier name's URL too: its Redis part is dropped
+        args.backend, two_tier = args.backend.removeprefix("shm+"), args.backend.startswith("shm+")
     try:
         selected = chosen(args, args.names)
     except LookupError as exc:
         out.write(f"{exc}\n")
         return 1
     if args.backend is not None:
-        return _rm_redis(selected, args.backend, out)
+        return _rm_redis(selected, args.backend, out, two_tier)
     found = attached_many(selected)
     for name in selected:
         holders = _holders(found[name])
@@ -306,21 +308,29 @@ def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
     return status
 
 
-def _rm_redis(selected: list[str], url: str, out: TextIO) -> int:
+def _rm_redis(selected: list[str], url: str, out: TextIO, two_tier: bool) -> int:
     """Drop each name from a Redis server or cluster: its geometry and every key's counts, for
     every host (a window whose buckets changed, a limiter to start anew). Redis cannot say who
-    has a name open: a process that still does writes on with what it opened."""
+    has a name open: a process that still does writes on with what it opened. A name the URL
+    does not open as it is (a two-tier limiter's, one spread without the URL's ``?spread=N``)
+    is dropped by its keys, as its claim says."""
     status = 0
     for name in selected:
         try:
             with opened(name, url) as w:
                 w.unlink()
+            dropped = True
         except WindowNotFoundError:
+            dropped = False
+        except (GeometryMismatchError, NotSupportedError):  # a two-tier name's, a spread one's
+            dropped = redis_scan.drop_name(url, name) > 0
+        if not dropped:
             out.write(f"no window named {name!r} on {url}\n")
             status = 1
-        else:
-            out.write(f"removed {safe(name)} from {url} (processes that still have it open write on: "
-                      "restart them)\n")  # fmt: skip
+            continue
+        hosts = f" (each host's lease segment stays: 'shmwin rm {safe(name)}' there)" if two_tier else ""
+        out.write(f"removed {safe(name)} from {url}{hosts} (processes that still have it open write on: "
+                  "restart them)\n")  # fmt: skip
     return status
 
 

@@ -54,6 +54,55 @@ def check_readable(url: str) -> None:
                          f"not {url!r} (a two-tier limiter's leases are not shown yet)")
 
 
+def drop_name(url: str, name: str, timeout: float = 2.0) -> int:
+    """Delete every key of ``name`` on the Redis server or cluster at ``url``, whatever kept it --
+    a two-tier limiter's leases, a limiter spread over ``?spread=N`` groups (its claim says N) --
+    its claim last (a drop cut short is listed still, and done again). ``shmwin rm --backend``'s
+    way for a name that ``url`` does not open as it is. The number of keys deleted."""
+    from ..backends.redis.client import unavailable, unavailable_errors
+
+    client, dropped = _redis(url, timeout), 0
+    try:
+        groups = _claim_kind(client, name).partition("/spread=")[2]
+        prefixes = [f"shmwin:{{{name}#{g}}}:" for g in range(int(groups) if groups.isdigit() else 0)]
+        for prefix in [*prefixes, f"shmwin:{{{name}}}:"]:
+            found = sorted(client.scan_iter(match=_redis_escape(prefix) + "*", count=1000))
+            found.sort(key=lambda k: k.endswith(b":meta"))  # the claim last
+            for at in range(0, len(found), 500):
+                dropped += client.delete(*found[at : at + 500])
+    except unavailable_errors(url) as exc:
+        raise unavailable(url, exc) from exc
+    finally:
+        client.close()
+    return dropped
+
+
+def _claim_kind(client: Any, name: str) -> str:
+    """What ``name``'s claim says it is (``limiter``, ``limiter/spread=N``, ``lease-limiter``...)."""
+    spec = client.hget(f"shmwin:{{{name}}}:meta", "geometry")
+    return str(spec.decode(errors="replace").partition(";")[0]) if spec else ""
+
+
+def refuse_two_tier(url: str, name: str, timeout: float = 2.0) -> None:
+    """A NotSupportedError that says what the tools do with a two-tier limiter's name, if
+    ``name`` is one (a claim of kind ``lease-limiter``): opened on the plain URL it only says to
+    put ``shm+`` before it, which these tools refuse."""
+    from ..backends.redis.client import unavailable, unavailable_errors
+    from ..errors import NotSupportedError
+
+    client = _redis(url, timeout)
+    try:
+        kind = _claim_kind(client, name)
+    except unavailable_errors(url) as exc:
+        raise unavailable(url, exc) from exc
+    finally:
+        client.close()
+    if kind == "lease-limiter":
+        raise NotSupportedError(f"{name!r} is a two-tier limiter's (shm+redis://): its leases are not shown "
+                                "yet; 'shmwin set --backend shm+URL' changes its rates, 'shmwin rm --backend "
+                                "URL' drops it")  # fmt: skip
+
+
 def _redis(url: str, timeout: float) -> Any:
     from ..backends.redis.client import connect, unavailable
 

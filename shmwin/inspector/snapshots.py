@@ -30,6 +30,7 @@ from ..errors import GeometryMismatchError, ShmwinError
 from ..geometry import token_rate_of
 from ..rate import NS_PER_S, Rate, format_ns
 from . import attached as _attached
+from . import redis_scan
 from .redis_scan import REDIS_SCAN_KEYS as REDIS_SCAN_KEYS  # the tools import them from here
 from .redis_scan import redis_keys as redis_keys
 from .redis_scan import redis_names as redis_names
@@ -116,7 +117,11 @@ def open_window(name: str, backend: str | None = None) -> Any:
         try:
             return Limiter.attach(name, backend=backend)
         except GeometryMismatchError:
-            return TokenBucket.attach(name, backend=backend)
+            try:
+                return TokenBucket.attach(name, backend=backend)
+            except GeometryMismatchError:
+                redis_scan.refuse_two_tier(backend, name)
+                raise
 
 
 def clock_of(w: Any) -> Callable[[], int]:

@@ -60,7 +60,34 @@ def connect(url: str, timeout: float) -> Any:
         from .sentinel import master_client
 
         return master_client(url, timeout)
+    check_plain_url(url)
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def check_plain_url(url: str) -> None:
+    """A ValueError that names ``url`` for a ``redis://``, ``rediss://`` or ``unix://`` URL
+    redis-py would misread: a port that is no port, a database that is no number (redis-py
+    reads database 0), a query option no connection takes (redis-py's TypeError at the first
+    command, after the open)."""
+    import inspect
+
+    import redis.connection
+
+    try:
+        options = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ValueError(f"{exc}, in the Redis URL {url!r}") from None
+    path = split_url(url).path
+    if not url.startswith("unix:") and path not in ("", "/") and not path.strip("/").isdigit():
+        raise ValueError(f"a Redis URL's path is a database number (redis://host:port/0), not {url!r}")
+    takes = {"max_connections"}
+    for cls in options.get("connection_class", redis.connection.Connection).__mro__:
+        if "__init__" in vars(cls):
+            takes.update(inspect.signature(cls.__init__).parameters)
+    unknown = sorted(set(options) - takes - {"connection_class", "path", "host", "port", "db"})
+    if unknown:
+        raise ValueError(f"a Redis URL option that no redis-py connection takes: {', '.join(unknown)} "
+                         f"(in {url!r})")
 
 
 def is_cluster(url: str) -> bool:

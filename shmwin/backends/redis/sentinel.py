@@ -65,47 +65,61 @@ def parse(url: str) -> SentinelTarget:
     )
 
 
-class _AskedWithCredentials:
-    """One sentinel's client, asked without credentials until it asks for them
-    (``NOAUTH``), then with the URL's; back without if those are refused in turn. It stands in
-    ``Sentinel.sentinels``, where only ``sentinel_masters`` is asked (``discover_master``)."""
+class _Asker:
+    """One sentinel's clients: asked without credentials until it asks for them (``NOAUTH``),
+    then with the URL's; back without if those are refused in turn. It stands in
+    ``Sentinel.sentinels``, where only ``sentinel_masters`` is asked (``discover_master``),
+    which goes on to the next sentinel only on a ConnectionError or a TimeoutError: a
+    sentinel that answers junk (a server that is no sentinel: ``unknown command``) is one.
+    Its clients do not retry (redis-py's default retries a refused connection or a NOAUTH 3
+    times, backing off: 6-12 s for a dead sentinel, at every call while all are), and it
+    reads as its address in redis-py's "No master found" (not the client's whole repr)."""
 
-    def __init__(self, plain: Any, authed: Any):
-        self._clients = [plain, authed]
+    def __init__(self, where: tuple[str, int], clients: list[Any]):
+        self._where, self._clients = where, clients
 
     def sentinel_masters(self) -> Any:
-        from redis.exceptions import AuthenticationError
+        from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
 
         try:
-            return self._clients[0].sentinel_masters()
-        except AuthenticationError:
-            self._clients.reverse()
-            return self._clients[0].sentinel_masters()
+            try:
+                return self._clients[0].sentinel_masters()
+            except AuthenticationError:
+                if len(self._clients) == 1:
+                    raise
+                self._clients.reverse()
+                return self._clients[0].sentinel_masters()
+        except ResponseError as exc:
+            raise ConnectionError(f"not a sentinel's answer: {exc}") from exc
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._clients[0], attr)
 
     def __repr__(self) -> str:
-        return repr(self._clients[0])
+        return f"sentinel {self._where[0]}:{self._where[1]}"
 
 
 def master_client(url: str, timeout: float) -> Any:
     """A ``redis.Redis`` whose connections go to the service's current master."""
     from redis import Redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
     from redis.sentinel import Sentinel
 
     target = parse(url)
     timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
     sentinel = Sentinel(target.sentinels, sentinel_kwargs=dict(timeouts), **timeouts)  # type: ignore[no-untyped-call]
-    if target.password is not None:
-        askers: list[Any] = [
-            _AskedWithCredentials(plain, Redis(
-                host=host, port=port, username=target.username, password=target.password,
-                socket_timeout=timeout, socket_connect_timeout=timeout,
-            ))
-            for plain, (host, port) in zip(sentinel.sentinels, target.sentinels, strict=True)
-        ]  # fmt: skip
-        sentinel.sentinels = askers
+
+    def ask(host: str, port: int, authed: bool) -> Any:
+        return Redis(
+            host=host, port=port, username=target.username if authed else None,
+            password=target.password if authed else None, retry=Retry(NoBackoff(), 0),
+            socket_timeout=timeout, socket_connect_timeout=timeout,
+        )  # fmt: skip
+
+    authed = [False] if target.password is None else [False, True]
+    askers: list[Any] = [_Asker((h, p), [ask(h, p, a) for a in authed]) for h, p in target.sentinels]
+    sentinel.sentinels = askers
     return sentinel.master_for(  # type: ignore[no-untyped-call]
         target.service, db=target.db, username=target.username, password=target.password, ssl=target.ssl,
     )  # fmt: skip

@@ -24,7 +24,7 @@ def host_ports(url: str, default_port: int, what: str) -> list[tuple[str, int]]:
         host, colon, port = seed.rpartition(":")
         if not colon or "]" in port:  # no port, or a bare [v6] address
             host, port = seed, str(default_port)
-        if not host or not port.isdigit():
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"{what} is host:port, not {seed!r} (in {url!r})")
         nodes.append((host.strip("[]"), int(port)))
     return nodes
