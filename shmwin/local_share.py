@@ -55,6 +55,7 @@ from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import Any
 
+from .backends.shm import live
 from .backends.shm.segment import unlink
 from .errors import (
     BackendUnavailableError,
@@ -178,6 +179,7 @@ class LocalShare:
         self._on_full = on_full
         self._hosts = 1
         self._counted = False  # this process counted the hosts (it reached the backend): its share is known
+        self._known_ns = 0  # wall ns of its last answered call: when its rates were the backend's
         self._no_room = False  # the share could not be made (a full /dev/shm): on_full answers
         self._next_beat = 0.0  # monotonic s: when to count the hosts again
         self._away_since_ns: int | None = None  # wall clock, for people and exporters
@@ -329,6 +331,7 @@ class LocalShare:
             with suppress(ShmwinError, OSError):
                 self._away.add(1, field="back")
         self._away_since_ns = None
+        self._known_ns = time.time_ns()  # the rates and hosts known now are the backend's
         if self._front is not None:
             self._front.hit = self.hit
         now = time.monotonic()
@@ -398,11 +401,28 @@ class LocalShare:
             return
         try:
             local = self._local_limiter()
-            if local is not None and local.rates != want:
+            if local is not None and local.rates != want and self._knows_better(local, want):
                 local.set_rates(want)
                 self._local_hit_fn = local.hit
         except (ShmwinError, OSError):  # a full /dev/shm for a move: the share there goes on
             pass
+
+    def _knows_better(self, local: Any, want: list[Rate]) -> bool:
+        """Whether this process's share may replace the one ``NAME.local`` has: a ``fallback=``
+        always (the code's); else one no looser (the same periods, no limit higher), or one this
+        process knew (its last answered call) after the share there was last set. A worker that
+        made no call since the limit was changed live knows the old rates: it must not set the
+        share of a process that knew the new ones back to them (the last to meet the outage
+        would win, a lowered limit's host admitting the old one's share)."""
+        if self._fixed is not None:
+            return True
+        have = list(local.rates)
+        periods = [r.period_ns for r in have] == [r.period_ns for r in want]
+        if periods and all(w.limit <= h.limit for w, h in zip(want, have, strict=True)):
+            return True
+        window = local._backend.window
+        _, changed_ns, _ = live.generation(window)
+        return self._known_ns > (changed_ns or window.meta.created_real_ns)
 
     def _local_limiter(self, make: bool = True) -> Any:
         """``NAME.local`` on this host: attached if another process made it, else made with the

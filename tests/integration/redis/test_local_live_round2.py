@@ -1,0 +1,59 @@
+"""Round 2 of issue #31's attacks: live limits x the local share (on_error="local"), with
+real processes and a real server SIGSTOPped (support/fallback.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from support.fallback import BACKENDS, TIMEOUT_S, frozen, until_back, url_of
+
+from shmwin import Limiter
+from shmwin import local_share as local_share_module
+
+_STALE = r"""
+import sys
+from shmwin import Limiter
+url, name = sys.argv[1], sys.argv[2]
+lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=0.2)
+assert lim.hit("warm")                       # reached the server: counted the hosts (one)
+print("ready", flush=True)
+sys.stdin.readline()                         # meanwhile: the limit lowered live, the server frozen
+print(sum(lim.hit("k") for _ in range(30)), lim.rates[0].limit, flush=True)
+lim.close()
+"""
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_worker_that_missed_a_live_change_does_not_set_the_share_back(own_redis, name, kind, monkeypatch):
+    """A worker that made no call since the limit was lowered live (100 -> 10/minute) meets the
+    outage after a worker that knows it: the host's share must stay the lowered one, not go
+    back to the old limit's (the last outage-goer wins otherwise: 100 a minute on the host)."""
+    monkeypatch.setattr(local_share_module, "PROBE_S", 0.0)
+    url = url_of(own_redis, kind)
+    stale = subprocess.Popen([sys.executable, "-c", _STALE, url, name], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    # both on the host's clock (the other process has no other): the run takes well under a minute
+    lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=TIMEOUT_S)
+    try:
+        assert stale.stdout is not None and stale.stdin is not None
+        assert stale.stdout.readline().strip() == "ready"
+        lim.set_rates("10/minute")
+        assert lim.hit("warm")  # this worker knows the new limit and the hosts
+        with frozen(own_redis):
+            mine = sum(lim.hit("k") for _ in range(30))
+            stale.stdin.write("go\n")
+            stale.stdin.flush()
+            theirs, seen = (int(x) for x in stale.stdout.readline().split())
+            assert stale.wait(30) == 0
+            mine += sum(lim.hit("k") for _ in range(30))
+        assert seen == 100  # the other worker never learned of the change: Redis was away
+        assert mine + theirs <= 10, f"{mine} + {theirs} admitted on a host whose limit is 10/minute"
+    finally:
+        if stale.poll() is None:
+            stale.kill()
+            stale.wait()
+        until_back(lim)
+        lim.unlink()
+        lim.close()
