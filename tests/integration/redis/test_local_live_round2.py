@@ -57,3 +57,51 @@ def test_a_worker_that_missed_a_live_change_does_not_set_the_share_back(own_redi
         until_back(lim)
         lim.unlink()
         lim.close()
+
+
+_OPENED_AWAY = r"""
+import sys
+from shmwin import Limiter
+url, name = sys.argv[1], sys.argv[2]
+lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=0.2)  # the server frozen
+print("opened", flush=True)
+sys.stdin.readline()                         # meanwhile: the server back, a deploy of 3/minute
+print(sum(lim.hit("k") for _ in range(6)), flush=True)
+lim.close()
+"""
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_an_old_worker_opened_while_away_does_not_set_its_rates_back_over_a_deploy(own_redis, name, kind):
+    """A worker of the old code (100/minute) opens while the server is away (its claim deferred);
+    the server comes back and a deploy opens with 3/minute; the old worker's first call must
+    follow the deploy's rates, not claim its own back for every host (red team t3, fixed on
+    redis:// on 2026-11-28; failed on main on shm+redis://: 6 of 6 admitted by it, 6 by the
+    deploy, the rates 100/minute again)."""
+    url = url_of(own_redis, kind)
+    first = Limiter(name, "100/minute", backend=url, on_error="local", timeout=TIMEOUT_S)
+    old = None
+    try:
+        assert first.hit("warm")
+        with frozen(own_redis):
+            old = subprocess.Popen([sys.executable, "-c", _OPENED_AWAY, url, name], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
+            assert old.stdout is not None and old.stdin is not None
+            assert old.stdout.readline().strip() == "opened"
+        new = Limiter(name, "3/minute", backend=url, on_error="local", timeout=TIMEOUT_S)
+        try:
+            old.stdin.write("go\n")
+            old.stdin.flush()
+            theirs = int(old.stdout.readline())
+            assert old.wait(30) == 0
+            mine = sum(new.hit("k2") for _ in range(6))
+            assert (theirs, mine) == (3, 3), f"old worker {theirs}, deploy {mine} of 3/minute"
+            assert new.rates[0].limit == 3 and first.hit("x") and first.rates[0].limit == 3
+        finally:
+            new.close()
+    finally:
+        if old is not None and old.poll() is None:
+            old.kill()
+            old.wait()
+        first.unlink()
+        first.close()
