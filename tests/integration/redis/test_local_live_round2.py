@@ -9,12 +9,12 @@ import sys
 import pytest
 from support.fallback import BACKENDS, TIMEOUT_S, frozen, until_back, url_of
 
-from shmwin import Limiter
+from shmwin import Limiter, TokenBucket
 from shmwin import local_share as local_share_module
 
 _STALE = r"""
 import sys
-from shmwin import Limiter
+from shmwin import Limiter, TokenBucket
 url, name = sys.argv[1], sys.argv[2]
 lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=0.2)
 assert lim.hit("warm")                       # reached the server: counted the hosts (one)
@@ -61,7 +61,7 @@ def test_a_worker_that_missed_a_live_change_does_not_set_the_share_back(own_redi
 
 _OPENED_AWAY = r"""
 import sys
-from shmwin import Limiter
+from shmwin import Limiter, TokenBucket
 url, name = sys.argv[1], sys.argv[2]
 lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=0.2)  # the server frozen
 print("opened", flush=True)
@@ -97,6 +97,50 @@ def test_an_old_worker_opened_while_away_does_not_set_its_rates_back_over_a_depl
             mine = sum(new.hit("k2") for _ in range(6))
             assert (theirs, mine) == (3, 3), f"old worker {theirs}, deploy {mine} of 3/minute"
             assert new.rates[0].limit == 3 and first.hit("x") and first.rates[0].limit == 3
+        finally:
+            new.close()
+    finally:
+        if old is not None and old.poll() is None:
+            old.kill()
+            old.wait()
+        first.unlink()
+        first.close()
+
+
+_BUCKET_OPENED_AWAY = r"""
+import sys
+from shmwin import TokenBucket
+url, name = sys.argv[1], sys.argv[2]
+tb = TokenBucket(name, "100/minute", burst=100, backend=url, on_error="allow", timeout=0.2)  # frozen
+print("opened", flush=True)
+sys.stdin.readline()                         # meanwhile: the server back, a deploy of burst 3
+print(sum(tb.hit("k") for _ in range(6)), flush=True)
+tb.close()
+"""
+
+
+def test_an_old_token_bucket_opened_while_away_does_not_set_its_rate_back_over_a_deploy(own_redis, name):
+    """The same for a TokenBucket on redis:// (its open's claim deferred with on_error="allow"):
+    failed on main: the old worker's first call set 100/minute, burst 100 back for everyone
+    (6 of 6 admitted by it, 6 by the deploy of 1/minute, burst 3)."""
+    first = TokenBucket(name, "100/minute", burst=100, backend=own_redis.url, timeout=TIMEOUT_S)
+    old = None
+    try:
+        assert first.hit("warm")
+        with frozen(own_redis):
+            old = subprocess.Popen([sys.executable, "-c", _BUCKET_OPENED_AWAY, own_redis.url, name],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+            assert old.stdout is not None and old.stdin is not None
+            assert old.stdout.readline().strip() == "opened"
+        new = TokenBucket(name, "1/minute", burst=3, backend=own_redis.url, timeout=TIMEOUT_S)
+        try:
+            old.stdin.write("go\n")
+            old.stdin.flush()
+            theirs = int(old.stdout.readline())
+            assert old.wait(30) == 0
+            mine = sum(new.hit("k2") for _ in range(6))
+            assert (theirs, mine) == (3, 3), f"old worker {theirs}, deploy {mine} of a burst of 3"
+            assert new.burst == 3 and first.hit("x") and first.burst == 3
         finally:
             new.close()
     finally:
