@@ -53,8 +53,9 @@ def _admitted(procs: list[subprocess.Popen[str]]) -> int:
 def test_same_rate_resets_raced_by_hitters_and_reset_openers(tmp_path, name, resets):
     """Three python -c processes hit one key 3,000 times each, reopening every 25 hits with the
     same rates and on_change="reset" (which must not reset), while this process resets
-    ``resets`` times, each once the key is used up, with set_rates(same, on_change="reset"): no more than 10 admitted in each
-    span between resets, none left hung, and the key counts at most 10 at the end."""
+    ``resets`` times, each once the key is used up, with set_rates(same, on_change="reset"):
+    no more than 10 admitted in each span between resets, none left hung, and the key counts
+    at most 10 at the end."""
     path = str(tmp_path / "clock")
     clock = ManualClock(T0, path=path)
     lim = Limiter(name, "10/minute", clock=clock)

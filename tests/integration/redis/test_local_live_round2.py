@@ -3,18 +3,25 @@ real processes and a real server SIGSTOPped (support/fallback.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from support.fallback import BACKENDS, TIMEOUT_S, frozen, until_back, url_of
+from support.helpers import ROOT
 
 from shmwin import Limiter, TokenBucket
 from shmwin import local_share as local_share_module
+from shmwin.integrations.ratelimit import PROBLEM_TYPE, RateLimitMiddleware
 
 _STALE = r"""
 import sys
 from shmwin import Limiter, TokenBucket
+from shmwin.integrations.ratelimit import PROBLEM_TYPE, RateLimitMiddleware
 url, name = sys.argv[1], sys.argv[2]
 lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=0.2)
 assert lim.hit("warm")                       # reached the server: counted the hosts (one)
@@ -62,6 +69,7 @@ def test_a_worker_that_missed_a_live_change_does_not_set_the_share_back(own_redi
 _OPENED_AWAY = r"""
 import sys
 from shmwin import Limiter, TokenBucket
+from shmwin.integrations.ratelimit import PROBLEM_TYPE, RateLimitMiddleware
 url, name = sys.argv[1], sys.argv[2]
 lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=0.2)  # the server frozen
 print("opened", flush=True)
@@ -149,3 +157,63 @@ def test_an_old_token_bucket_opened_while_away_does_not_set_its_rate_back_over_a
             old.wait()
         first.unlink()
         first.close()
+
+
+async def _serve(app, n: int) -> list[tuple[int, dict[str, str], bytes]]:  # type: ignore[no-untyped-def]
+    """``n`` concurrent GETs through the ASGI ``app``: (status, headers, body) each."""
+
+    async def one(i: int) -> tuple[int, dict[str, str], bytes]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app({"type": "http", "method": "GET", "path": "/", "headers": []}, receive, send)
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        return start["status"], {k.decode(): v.decode() for k, v in start.get("headers", [])}, body
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def _ok_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_asgi_on_the_share_with_its_periods_moved_while_serving(own_redis, name, kind, tmp_path):
+    """ASGI, 150 concurrent requests of one client while the server is frozen, the limiter of two
+    rates on a one-rate fallback of 7/minute; between two waves 'shmwin set NAME.local' gives
+    the share another period (a move of its segment, the counts carried): exactly 7 served,
+    every refusal a quota-exceeded 429 with Retry-After, every response describing the share in
+    force (one rate, then two), no exception out of the middleware."""
+    url = url_of(own_redis, kind)
+    lim = Limiter(name, "100/minute;1000/hour", backend=url, on_error="local", fallback="7/minute",
+                  timeout=TIMEOUT_S)  # fmt: skip
+    app = RateLimitMiddleware(_ok_app, lim, key=lambda scope: "client")
+    try:
+        assert lim.hit("warm")
+        with frozen(own_redis):
+            first = asyncio.run(_serve(app, 150))
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            done = subprocess.run([sys.executable, "-m", "shmwin", "set", name + ".local", "7/minute;9/hour"],
+                                  capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            second = asyncio.run(_serve(app, 150))
+        assert sum(s == 200 for s, _, _ in first + second) == 7
+        one, two = '"7-per-1m";q=7;w=60', '"7-per-1m";q=7;w=60, "9-per-1h";q=9;w=3600'
+        for answers, policy in ((first, one), (second, two)):
+            for status, headers, body in answers:
+                assert headers["ratelimit-policy"] == policy, headers
+                if status == 429:
+                    assert int(headers["retry-after"]) >= 1 and json.loads(body)["type"] == PROBLEM_TYPE
+                else:
+                    assert status == 200 and body == b"ok"
+    finally:
+        until_back(lim)
+        lim.unlink()
+        lim.close()
