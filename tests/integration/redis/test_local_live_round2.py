@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -215,5 +216,67 @@ def test_asgi_on_the_share_with_its_periods_moved_while_serving(own_redis, name,
                     assert status == 200 and body == b"ok"
     finally:
         until_back(lim)
+        lim.unlink()
+        lim.close()
+
+
+_REDIS_HITTER = r"""
+import sys
+from shmwin import Limiter, TokenBucket
+url, name, kind, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def opened():
+    if kind == "limiter":
+        return Limiter(name, "10/hour", backend=url, on_change="reset")
+    return TokenBucket(name, "1/hour", burst=10, backend=url, on_change="reset")
+lim, admitted = opened(), 0
+for i in range(n):
+    if i % 25 == 24:  # a worker of the deploy opening: same rates, on_change="reset"
+        lim.close()
+        lim = opened()
+    admitted += lim.hit("k")
+print(admitted)
+lim.close()
+"""
+
+
+@pytest.mark.parametrize("kind", ["limiter", "token-bucket"])
+@pytest.mark.parametrize("resets", [0, 4])
+def test_same_rate_resets_on_redis_raced_by_hitters_and_reset_openers(redis_server, name, kind, resets):
+    """change.lua's 'renew' under fire: three python -c processes hit one key (10/hour, or a
+    burst of 10 at 1/hour) reopening every 25 hits with the same rates and on_change="reset"
+    (no reset), while this process resets ``resets`` times once the key is used up: 10 admitted
+    without resets, at most 10 a span between resets, nothing hung (the server's time: the run
+    takes seconds of an hour)."""
+    if kind == "limiter":
+        lim: Any = Limiter(name, "10/hour", backend=redis_server.url)
+        used_up = lambda: lim.stats("k").used == 10  # noqa: E731
+        reset = lambda: lim.set_rates("10/hour", on_change="reset")  # noqa: E731
+    else:
+        lim = TokenBucket(name, "1/hour", burst=10, backend=redis_server.url)
+        used_up = lambda: lim.stats("k").remaining == 0  # noqa: E731
+        reset = lambda: lim.set_rate("1/hour", burst=10, on_change="reset")  # noqa: E731
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", _REDIS_HITTER, redis_server.url, name, kind, "600"],
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(3)]  # fmt: skip
+    try:
+        done = 0
+        deadline = time.monotonic() + 60
+        while done < resets and time.monotonic() < deadline:
+            if used_up():
+                reset()
+                done += 1
+        total = 0
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0
+            total += int(out)
+        assert done == resets
+        assert total == 10 * (resets + 1) if resets == 0 else total <= 10 * (resets + 1), total
+        assert used_up() and not lim.hit("k")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         lim.unlink()
         lim.close()
