@@ -56,7 +56,7 @@ from time import monotonic
 from typing import Any
 
 from .backends.shm import live
-from .backends.shm.segment import unlink
+from .backends.shm.segment import path_of, unlink
 from .errors import (
     BackendUnavailableError,
     GeometryMismatchError,
@@ -73,6 +73,7 @@ PROBE_S = 0.5  # while away: ask the backend again at most this often (per proce
 # clock read costs as much as the native hit itself here (a VM's clock source, 120-400 ns)
 CLOCK_EVERY = 8
 BEAT_S = 10.0  # while it answers: say this host is alive, and count the hosts, at most this often
+CARRY_WAIT_S = 5.0  # a switch back waits this long at most for another process's carry on the host
 HOSTS_HORIZON_NS = 5 * 60 * 1_000_000_000  # a host counts this long after it was last seen
 SUFFIX = ".local"
 AWAY_SUFFIX = SUFFIX + ".away"  # the host's record of meeting the backend away (fallback_status)
@@ -166,6 +167,25 @@ def shares(rates: list[Rate], hosts: int) -> list[Rate] | None:
     """Each rate's limit divided by ``hosts``, rounded down; None if a share is below one hit."""
     out = [Rate(r.limit // hosts, r.period_ns) for r in rates if r.limit >= hosts]
     return out if len(out) == len(rates) else None
+
+
+@contextmanager
+def _carrying(name: str) -> Iterator[None]:
+    """An exclusive flock of the host's ``NAME.local.away`` file (a window's: no mover ever
+    locks it) while a switch back carries: the next carrier reads what this one left. Waited for
+    up to CARRY_WAIT_S (a carry waits on the backend, at most a socket timeout a key); not had
+    (no such file, or not in time): carried unlocked, the same hits perhaps counted twice, the
+    stricter side."""
+    try:
+        fd = live._open_lockable(path_of(name), os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        live._lock(fd, CARRY_WAIT_S)
+        yield
+    finally:
+        live._close_lockable(fd)  # lets go of the flock
 
 
 class LocalShare:
@@ -347,17 +367,23 @@ class LocalShare:
         """After an outage (this process was away): count the host's local hits on the global
         keys, before anything else is decided there; a key's hits are given back locally only
         once they went through, and only those (a refund, not a clear: a hit that another
-        process still on the share admits meanwhile stays, for its own switch back to carry)."""
+        process still on the share admits meanwhile stays, for its own switch back to carry).
+        One process of the host carries at a time (:func:`_carrying`): processes switching back
+        at once would each count the same hits before any gave them back."""
         if self._away_since_ns is None:
             return  # never away since the last carry: nothing of this process's to carry
         local = self._local_limiter(make=False)
-        for key in local.window.keys() if local is not None else ():
-            held = max(s.used for s in local.stats_all(key))
-            if held > 0:
-                self._backend.count_anyway(key, held)
-                local.refund(key, held)
-            else:
-                local.clear(key)
+        if local is None:
+            return
+        with _carrying(self._backend.name + AWAY_SUFFIX):
+            keys = local.window.keys()  # (a Window is not iterable)
+            for key in keys:
+                held = max(s.used for s in local.stats_all(key))
+                if held > 0:
+                    self._backend.count_anyway(key, held)
+                    local.refund(key, held)
+                else:
+                    local.clear(key)
 
     # -- the local tier -----------------------------------------------------------------------
 

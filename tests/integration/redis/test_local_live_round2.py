@@ -280,3 +280,61 @@ def test_same_rate_resets_on_redis_raced_by_hitters_and_reset_openers(redis_serv
                 p.wait()
         lim.unlink()
         lim.close()
+
+
+_CARRIER = r"""
+import sys
+from shmwin import Limiter
+from shmwin import local_share as m
+url, name = sys.argv[1], sys.argv[2]
+lim = Limiter(name, "100/minute", backend=url, on_error="local", fallback="10/minute", timeout=0.2)
+assert lim.hit("warm")
+print("ready", flush=True)
+sys.stdin.readline()                          # the server frozen
+m.PROBE_S = 600.0                             # no probe while this process hits its share
+lim.test("x")                                 # meets the server away (test() counts nothing)
+print(sum(lim.hit("k") for _ in range(4)), flush=True)
+sys.stdin.readline()                          # the server back: every process switches at once
+lim._local._next_probe = 0.0
+lim.test("y")
+print("back" if lim._local.away_since_ns is None else "away", flush=True)
+lim.close()
+"""
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_processes_switching_back_at_once_carry_the_shares_hits_once(own_redis, name, kind):
+    """Four python -c processes of one host admit the share's 10 hits while the server is
+    frozen, then switch back at the same moment: the global key counts the 10 once (failed on
+    main: 40 -- each process read the share's 10, counted them, then gave back what was left)."""
+    url = url_of(own_redis, kind)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", _CARRIER, url, name], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)]  # fmt: skip
+    lim = None
+    try:
+        pipes = [(p.stdin, p.stdout) for p in procs if p.stdin is not None and p.stdout is not None]
+        assert [out.readline().strip() for _, out in pipes] == ["ready"] * 4
+        with frozen(own_redis):
+            for inp, _ in pipes:
+                inp.write("go\n")
+                inp.flush()
+            admitted = sum(int(out.readline()) for _, out in pipes)
+        for inp, _ in pipes:
+            inp.write("go\n")
+        for inp, _ in pipes:
+            inp.flush()
+        assert [out.readline().strip() for _, out in pipes] == ["back"] * 4
+        assert all(p.wait(30) == 0 for p in procs)
+        lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=TIMEOUT_S)
+        assert admitted == 10
+        assert lim.stats("k").used == 10, f"{lim.stats('k').used} counted for the share's 10 hits"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if lim is None:
+            lim = Limiter(name, "100/minute", backend=url, on_error="local", timeout=TIMEOUT_S)
+        lim.unlink()
+        lim.close()
