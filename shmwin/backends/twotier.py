@@ -219,8 +219,13 @@ class TwoTierLimiter:
 
     def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
         """Change the rates for every host (``Limiter.set_rates``): leases granted from now on fit
-        them; a lease granted before is spent until its deadline, at most D after."""
+        them; a lease granted before is spent until its deadline, at most D after. The refusals
+        this host cached are forgotten: its next hit of a key asks Redis (the rates may be higher
+        or reset). Another host's stay until Redis's wait (docs: a known limit)."""
         self._server.change(want, on_change)
+        keys = self._window.keys()
+        for key in keys:
+            self._lease.forget_refusal(key)
 
     @property
     def closed(self) -> bool:
