@@ -55,7 +55,8 @@ from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import Any
 
-from .backends.shm.segment import unlink
+from .backends.shm import live
+from .backends.shm.segment import path_of, unlink
 from .errors import (
     BackendUnavailableError,
     GeometryMismatchError,
@@ -72,6 +73,7 @@ PROBE_S = 0.5  # while away: ask the backend again at most this often (per proce
 # clock read costs as much as the native hit itself here (a VM's clock source, 120-400 ns)
 CLOCK_EVERY = 8
 BEAT_S = 10.0  # while it answers: say this host is alive, and count the hosts, at most this often
+CARRY_WAIT_S = 5.0  # a switch back waits this long at most for another process's carry on the host
 HOSTS_HORIZON_NS = 5 * 60 * 1_000_000_000  # a host counts this long after it was last seen
 SUFFIX = ".local"
 AWAY_SUFFIX = SUFFIX + ".away"  # the host's record of meeting the backend away (fallback_status)
@@ -167,6 +169,25 @@ def shares(rates: list[Rate], hosts: int) -> list[Rate] | None:
     return out if len(out) == len(rates) else None
 
 
+@contextmanager
+def _carrying(name: str) -> Iterator[None]:
+    """An exclusive flock of the host's ``NAME.local.away`` file (a window's: no mover ever
+    locks it) while a switch back carries: the next carrier reads what this one left. Waited for
+    up to CARRY_WAIT_S (a carry waits on the backend, at most a socket timeout a key); not had
+    (no such file, or not in time): carried unlocked, the same hits perhaps counted twice, the
+    stricter side."""
+    try:
+        fd = live._open_lockable(path_of(name), os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        live._lock(fd, CARRY_WAIT_S)
+        yield
+    finally:
+        live._close_lockable(fd)  # lets go of the flock
+
+
 class LocalShare:
     """A limiter's hits while its backend is away (see the module's text)."""
 
@@ -178,6 +199,7 @@ class LocalShare:
         self._on_full = on_full
         self._hosts = 1
         self._counted = False  # this process counted the hosts (it reached the backend): its share is known
+        self._known_ns = 0  # wall ns of its last answered call: when its rates were the backend's
         self._no_room = False  # the share could not be made (a full /dev/shm): on_full answers
         self._next_beat = 0.0  # monotonic s: when to count the hosts again
         self._away_since_ns: int | None = None  # wall clock, for people and exporters
@@ -329,6 +351,7 @@ class LocalShare:
             with suppress(ShmwinError, OSError):
                 self._away.add(1, field="back")
         self._away_since_ns = None
+        self._known_ns = time.time_ns()  # the rates and hosts known now are the backend's
         if self._front is not None:
             self._front.hit = self.hit
         now = time.monotonic()
@@ -344,17 +367,23 @@ class LocalShare:
         """After an outage (this process was away): count the host's local hits on the global
         keys, before anything else is decided there; a key's hits are given back locally only
         once they went through, and only those (a refund, not a clear: a hit that another
-        process still on the share admits meanwhile stays, for its own switch back to carry)."""
+        process still on the share admits meanwhile stays, for its own switch back to carry).
+        One process of the host carries at a time (:func:`_carrying`): processes switching back
+        at once would each count the same hits before any gave them back."""
         if self._away_since_ns is None:
             return  # never away since the last carry: nothing of this process's to carry
         local = self._local_limiter(make=False)
-        for key in local.window.keys() if local is not None else ():
-            held = max(s.used for s in local.stats_all(key))
-            if held > 0:
-                self._backend.count_anyway(key, held)
-                local.refund(key, held)
-            else:
-                local.clear(key)
+        if local is None:
+            return
+        with _carrying(self._backend.name + AWAY_SUFFIX):
+            keys = local.window.keys()  # (a Window is not iterable)
+            for key in keys:
+                held = max(s.used for s in local.stats_all(key))
+                if held > 0:
+                    self._backend.count_anyway(key, held)
+                    local.refund(key, held)
+                else:
+                    local.clear(key)
 
     # -- the local tier -----------------------------------------------------------------------
 
@@ -398,11 +427,28 @@ class LocalShare:
             return
         try:
             local = self._local_limiter()
-            if local is not None and local.rates != want:
+            if local is not None and local.rates != want and self._knows_better(local, want):
                 local.set_rates(want)
                 self._local_hit_fn = local.hit
         except (ShmwinError, OSError):  # a full /dev/shm for a move: the share there goes on
             pass
+
+    def _knows_better(self, local: Any, want: list[Rate]) -> bool:
+        """Whether this process's share may replace the one ``NAME.local`` has: a ``fallback=``
+        always (the code's); else one no looser (the same periods, no limit higher), or one this
+        process knew (its last answered call) after the share there was last set. A worker that
+        made no call since the limit was changed live knows the old rates: it must not set the
+        share of a process that knew the new ones back to them (the last to meet the outage
+        would win, a lowered limit's host admitting the old one's share)."""
+        if self._fixed is not None:
+            return True
+        have = list(local.rates)
+        periods = [r.period_ns for r in have] == [r.period_ns for r in want]
+        if periods and all(w.limit <= h.limit for w, h in zip(want, have, strict=True)):
+            return True
+        window = local._backend.window
+        _, changed_ns, _ = live.generation(window)
+        return self._known_ns > (changed_ns or window.meta.created_real_ns)
 
     def _local_limiter(self, make: bool = True) -> Any:
         """``NAME.local`` on this host: attached if another process made it, else made with the

@@ -105,6 +105,7 @@ class LeaseServer(RedisBase):
         self._on_change = live.check_on_change(req.option("on_change", "raise"))
         self._follow(live.LiveState(_server_spec(g), 0, 0, (), 0, 0, False))
         super().__init__(req, self.spec if claim else None)
+        self._deferred = True  # a claim from now on (the server was away at the open) follows
         if not claim:
             self._follow(live.run_change(self, "", "attach"))
 
@@ -121,7 +122,11 @@ class LeaseServer(RedisBase):
         """Claim the name for these rates, or change them by ``on_change`` (change.lua)."""
         if exclusive and not self._call(self._redis.hsetnx, self._prefix + "meta", "geometry", self.spec):
             raise WindowExistsError(f"window {self.name!r} already exists on redis")
-        self._follow(live.run_change(self, self.spec, "raise" if exclusive else self._on_change))
+        # deferred past the open (on_error, the server away then): older than any open since, it
+        # follows the rates there (change.lua's 'sync') or claims a name still free, as redis://
+        deferred = getattr(self, "_deferred", False)
+        mode = "raise" if exclusive else "sync" if deferred else self._on_change
+        self._follow(live.run_change(self, self.spec, mode))
         self._claimed = True
         self._on_claimed()
 
@@ -214,8 +219,13 @@ class TwoTierLimiter:
 
     def _set_rates(self, want: Geometry, on_change: str = "carry") -> None:
         """Change the rates for every host (``Limiter.set_rates``): leases granted from now on fit
-        them; a lease granted before is spent until its deadline, at most D after."""
+        them; a lease granted before is spent until its deadline, at most D after. The refusals
+        this host cached are forgotten: its next hit of a key asks Redis (the rates may be higher
+        or reset). Another host's stay until Redis's wait (docs: a known limit)."""
         self._server.change(want, on_change)
+        keys = self._window.keys()
+        for key in keys:
+            self._lease.forget_refusal(key)
 
     @property
     def closed(self) -> bool:

@@ -26,6 +26,7 @@ class RedisTokenBucket(RedisBase):
         self._on_change = live.check_on_change(req.option("on_change", "raise"))
         self._adopt(g, live.LiveState(_spec(g), 0, 0, (), 0, 0, False))
         super().__init__(req, _spec(g) if claim else None)
+        self._deferred = True  # a claim from now on (the server was away at the open) follows
         if not claim:
             self._refresh()
 
@@ -42,7 +43,11 @@ class RedisTokenBucket(RedisBase):
         meta = self._prefix + "meta"
         if exclusive and not self._call(self._redis.hsetnx, meta, "geometry", _spec(self._g)):
             raise WindowExistsError(f"token bucket {self.name!r} already exists on redis")
-        self._follow(live.run_change(self, _spec(self._g), "raise" if exclusive else self._on_change))
+        # deferred past the open (on_error, the server away then): it follows the rates set since
+        # (change.lua's 'sync') or claims a name still free, as a limiter's does
+        deferred = getattr(self, "_deferred", False)
+        mode = "raise" if exclusive else "sync" if deferred else self._on_change
+        self._follow(live.run_change(self, _spec(self._g), mode))
         self._claimed = True
 
     def _follow(self, state: live.LiveState) -> None:
