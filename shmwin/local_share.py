@@ -360,8 +360,8 @@ class LocalShare:
             try:
                 self._hosts = max(1, int(self._backend.hosts_seen(self._host, HOSTS_HORIZON_NS)))
                 self._counted = True
-            except BackendUnavailableError:
-                self._went_away()
+            except BackendUnavailableError:  # the hosts known stay; the call itself was answered:
+                pass  # a ?spread=N key's group answers while the name's own tag (its hosts) may not
 
     def _carry_back(self) -> None:
         """After an outage (this process was away): count the host's local hits on the global

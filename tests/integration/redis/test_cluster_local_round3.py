@@ -213,3 +213,32 @@ def test_a_lasting_partial_outage_keeps_keys_of_live_masters_strict(own_redis_cl
         mixed.unlink()
         plain.close()
         mixed.close()
+
+
+def test_the_names_own_master_hung_leaves_spread_keys_global(own_redis_cluster, name):
+    """``?spread=16``: the hosts seen are counted in the name's own hash tag (``{NAME}``), on one
+    master, while the keys are in their groups'. That master hung, a key whose group answers:
+    its hit is decided globally, and the count of the hosts failing (due every BEAT_S) must not
+    send the process to its share, where the next hits of every key were decided locally
+    (before the fix: 20 of 20 on the share, 2 counted globally, and stats() raised at once)."""
+    cluster = own_redis_cluster
+    url = cluster.url + "?spread=16"
+    lim = Limiter(name, f"{LIMIT * 10}/hour", backend=url, on_error="local", timeout=0.2)
+    frozen = None
+    try:
+        master = cluster.master_of(f"shmwin:{{{name}}}:hosts")
+        ring = lim._backend._keys_of
+        live = next(k for k in (f"live{i}" for i in range(1000)) if cluster.master_of(ring(k)[0]) != master)
+        assert lim.hit(live)
+        frozen = master
+        cluster.freeze(master)
+        lim._local._next_beat = 0.0  # the hosts are due to be counted again (every BEAT_S)
+        assert lim.hit(live)  # answered by the key's own master
+        assert fallback_since(lim) is None, "a key whose master answers sent the process to its share"
+        assert sum(lim.hit(live) for _ in range(20)) == 20
+        assert lim.stats(live).used == 22  # every hit counted globally
+    finally:
+        if frozen is not None:
+            cluster.thaw(frozen)
+        lim.unlink()
+        lim.close()
