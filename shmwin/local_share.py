@@ -73,7 +73,9 @@ PROBE_S = 0.5  # while away: ask the backend again at most this often (per proce
 # clock read costs as much as the native hit itself here (a VM's clock source, 120-400 ns)
 CLOCK_EVERY = 8
 BEAT_S = 10.0  # while it answers: say this host is alive, and count the hosts, at most this often
-CARRY_WAIT_S = 5.0  # a switch back waits this long at most for another process's carry on the host
+# a switch back waits this long at most for another process's carry on the host (one that answers
+# takes milliseconds; one waiting on a hung server holds it for its timeouts: 4 of them on a cluster)
+CARRY_WAIT_S = 0.5
 HOSTS_HORIZON_NS = 5 * 60 * 1_000_000_000  # a host counts this long after it was last seen
 SUFFIX = ".local"
 AWAY_SUFFIX = SUFFIX + ".away"  # the host's record of meeting the backend away (fallback_status)
@@ -169,20 +171,27 @@ def shares(rates: list[Rate], hosts: int) -> list[Rate] | None:
     return out if len(out) == len(rates) else None
 
 
+class _CarryBusy(Exception):
+    """Another process of the host is carrying (perhaps waiting on a hung server): this one
+    stays on its share until its next probe, rather than queueing behind it."""
+
+
 @contextmanager
 def _carrying(name: str) -> Iterator[None]:
     """An exclusive flock of the host's ``NAME.local.away`` file (a window's: no mover ever
     locks it) while a switch back carries: the next carrier reads what this one left. Waited for
-    up to CARRY_WAIT_S (a carry waits on the backend, at most a socket timeout a key); not had
-    (no such file, or not in time): carried unlocked, the same hits perhaps counted twice, the
-    stricter side."""
+    up to CARRY_WAIT_S; not had in time: :class:`_CarryBusy` (the holder's carry may be waiting
+    on a hung server: on a cluster four socket timeouts, and the probes of a host's workers
+    queued behind each other for seconds). No such file: carried unlocked, the same hits
+    perhaps counted twice, the stricter side."""
     try:
         fd = live._open_lockable(path_of(name), os.O_RDONLY)
     except OSError:
         yield
         return
     try:
-        live._lock(fd, CARRY_WAIT_S)
+        if not live._lock(fd, CARRY_WAIT_S):
+            raise _CarryBusy(name)
         yield
     finally:
         live._close_lockable(fd)  # lets go of the flock
@@ -255,6 +264,8 @@ class LocalShare:
             try:
                 self._carry_back()
                 ok = bool(self._backend.hit(key, cost))
+            except _CarryBusy:
+                self._next_probe = time.monotonic() + PROBE_S
             except BackendUnavailableError:
                 self._went_away()
             else:
@@ -270,6 +281,8 @@ class LocalShare:
             try:
                 self._carry_back()
                 ok = bool(self._backend.check(key, cost, False, False)[0])
+            except _CarryBusy:
+                self._next_probe = time.monotonic() + PROBE_S
             except BackendUnavailableError:
                 self._went_away()
             else:
@@ -285,6 +298,8 @@ class LocalShare:
             try:
                 self._carry_back()
                 answer: tuple[Any, ...] = self._backend.check(key, cost, commit)
+            except _CarryBusy:
+                self._next_probe = time.monotonic() + PROBE_S
             except BackendUnavailableError:
                 self._went_away()
             else:
@@ -360,8 +375,8 @@ class LocalShare:
             try:
                 self._hosts = max(1, int(self._backend.hosts_seen(self._host, HOSTS_HORIZON_NS)))
                 self._counted = True
-            except BackendUnavailableError:
-                self._went_away()
+            except BackendUnavailableError:  # the hosts known stay; the call itself was answered:
+                pass  # a ?spread=N key's group answers while the name's own tag (its hosts) may not
 
     def _carry_back(self) -> None:
         """After an outage (this process was away): count the host's local hits on the global
@@ -369,7 +384,8 @@ class LocalShare:
         once they went through, and only those (a refund, not a clear: a hit that another
         process still on the share admits meanwhile stays, for its own switch back to carry).
         One process of the host carries at a time (:func:`_carrying`): processes switching back
-        at once would each count the same hits before any gave them back."""
+        at once would each count the same hits before any gave them back; one that cannot have
+        the flock soon raises :class:`_CarryBusy` and stays on the share until its next probe."""
         if self._away_since_ns is None:
             return  # never away since the last carry: nothing of this process's to carry
         local = self._local_limiter(make=False)
