@@ -179,6 +179,7 @@ def test_a_deploy_while_the_server_is_stopped(own_redis, name, tmp_path, scheme,
             deploy.bursts(5)
             deploy.hup(f"{new} carry", new)
             deploy.clock.advance(ns=STEP_NS)
+            settled_ns = deploy.clock()  # only new workers, still away
             deploy.bursts(40)
         while any(" local " in body for body in deploy.burst()):  # the clock still: each worker back
             time.sleep(0.1)
@@ -188,8 +189,10 @@ def test_a_deploy_while_the_server_is_stopped(own_redis, name, tmp_path, scheme,
         admitted = deploy.admitted
         assert_strict([t for t in admitted if t < away_ns], parse_many(old), since_ns=0)
         while_away = [t for t in admitted if away_ns <= t < back_ns]
-        if on_error == "local":  # the share: the old rates', set at the outage's start (one host)
+        if on_error == "local":  # the share (one host: the limit), set at the outage's start...
             assert_strict(while_away, parse_many(old), since_ns=away_ns)
+            # ...and lowered by the deploy's workers, though they never reached the server
+            assert_strict(while_away, parse_many(new), since_ns=settled_ns, counted_from_ns=settled_ns)
             assert while_away, "nothing admitted while away"
         else:
             answered = {status for t, status in deploy.answers if away_ns <= t < back_ns}
