@@ -14,8 +14,9 @@ meanwhile is counted against the global keys first.
   rates: every process of the host counts there, so the share holds per host, not per process.
   At each outage's start a process that knows the share (``fallback=``, or the hosts it
   counted) sets it there if it changed (live limits, hosts come and go), the counts kept; one
-  that never reached the backend takes it as it is. No room for it (a full /dev/shm):
-  ``on_full`` answers. ``acquire`` and shadow mode go through the share as ``hit`` does.
+  that never reached the backend (a deploy made while away) sets only one no looser. No room
+  for it (a full /dev/shm): ``on_full`` answers. ``acquire`` and shadow mode go through the
+  share as ``hit`` does.
 * **No Redis round trip per hit while away.** A process asks the backend again at most every
   :data:`PROBE_S` (real time), looking at the time every :data:`CLOCK_EVERY` hits; the hits
   between go to shared memory only. So a process goes back to the backend at one of its first
@@ -151,6 +152,12 @@ def check_local(on_error: str, fallback: Rates | None, backend: str | None) -> N
                          "shared memory is never away")  # fmt: skip
     if fallback is not None:
         parse_many(fallback)  # a bad spelling fails here, not at the first outage
+
+
+def _no_looser(have: list[Rate], want: list[Rate]) -> bool:
+    """``want`` has the periods of ``have`` and no limit higher."""
+    periods = [r.period_ns for r in have] == [r.period_ns for r in want]
+    return periods and all(w.limit <= h.limit for w, h in zip(want, have, strict=True))
 
 
 def host_id() -> str:
@@ -437,13 +444,17 @@ class LocalShare:
         """At the start of an outage: ``NAME.local`` gets the share this process knows, if it
         knows one (``fallback=``, or the hosts it counted) and it is not the one there: the
         limit may have changed live, hosts come and go. The counts stay (a live change of
-        the local limiter's rates). A process that never reached the backend leaves it be."""
+        the local limiter's rates). A process that never reached the backend (one host, its own
+        rates: a deploy made while it was away) sets only a share no looser than the one there."""
         want = self._want()
-        if want is None or (self._fixed is None and not self._counted):
+        if want is None:
             return
+        uncounted = self._fixed is None and not self._counted
         try:
             local = self._local_limiter()
-            if local is not None and local.rates != want and self._knows_better(local, want):
+            if local is None or local.rates == want:
+                return
+            if _no_looser(list(local.rates), want) if uncounted else self._knows_better(local, want):
                 local.set_rates(want)
                 self._local_hit_fn = local.hit
         except (ShmwinError, OSError):  # a full /dev/shm for a move: the share there goes on
@@ -456,11 +467,7 @@ class LocalShare:
         made no call since the limit was changed live knows the old rates: it must not set the
         share of a process that knew the new ones back to them (the last to meet the outage
         would win, a lowered limit's host admitting the old one's share)."""
-        if self._fixed is not None:
-            return True
-        have = list(local.rates)
-        periods = [r.period_ns for r in have] == [r.period_ns for r in want]
-        if periods and all(w.limit <= h.limit for w, h in zip(want, have, strict=True)):
+        if self._fixed is not None or _no_looser(list(local.rates), want):
             return True
         window = local._backend.window
         _, changed_ns, _ = live.generation(window)

@@ -122,11 +122,7 @@ class LeaseServer(RedisBase):
         """Claim the name for these rates, or change them by ``on_change`` (change.lua)."""
         if exclusive and not self._call(self._redis.hsetnx, self._prefix + "meta", "geometry", self.spec):
             raise WindowExistsError(f"window {self.name!r} already exists on redis")
-        # deferred past the open (on_error, the server away then): older than any open since, it
-        # follows the rates there (change.lua's 'sync') or claims a name still free, as redis://
-        deferred = getattr(self, "_deferred", False)
-        mode = "raise" if exclusive else "sync" if deferred else self._on_change
-        self._follow(live.run_change(self, self.spec, mode))
+        self._follow(live.run_change(self, self.spec, *self._claim_mode(exclusive, self._on_change)))
         self._claimed = True
         self._on_claimed()
 

@@ -8,6 +8,7 @@ The ``redis`` package is imported only here and only when a connection is made, 
 from __future__ import annotations
 
 import threading
+import time
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -288,6 +289,7 @@ class RedisBase:
         self._closed = False
         self._spec = spec
         self._claimed = spec is None  # an attach has read the geometry: nothing to claim
+        self._opened_ns = self._own_ns()  # a claim deferred past the open dates the open by it
         if spec is None:
             return
         try:
@@ -333,6 +335,22 @@ class RedisBase:
                 )
         self._claimed = True
         self._on_claimed()
+
+    def _own_ns(self) -> int:
+        """This process's clock (ns): a test's ServerTime, else the host's monotonic clock (only
+        its durations are sent: no host's time moves the name's)."""
+        return self._clock() if self._clock is not None else time.monotonic_ns()
+
+    def _claim_mode(self, exclusive: bool, on_change: str) -> tuple[str, int]:
+        """change.lua's mode for a live name's claim, and its ARGV[4]: "raise" for an exclusive
+        open, else ``on_change``; deferred past the open (on_error, the server away then),
+        "deferred-<on_change>" and how long ago (µs) the open was (change.lua's Deferred: the
+        rates changed since the open win, those older than it give way)."""
+        if exclusive:
+            return "raise", 0
+        if getattr(self, "_deferred", False):
+            return f"deferred-{on_change}", (self._own_ns() - self._opened_ns) // NS_PER_US
+        return on_change, 0
 
     def _on_claimed(self) -> None:
         """Called once the name is claimed (subclasses enable their fast paths here)."""

@@ -67,20 +67,18 @@ class RedisLimiter(RedisBase):
         meta = self._prefix + "meta"
         if exclusive and not self._call(self._redis.hsetnx, meta, "geometry", self._spec_of_g):
             raise WindowExistsError(f"window {self.name!r} already exists on redis")
-        # a claim deferred past the open (on_error, the server away then) is older than any open
-        # since: it follows the rates there (change.lua's 'sync'), or claims a name still free
-        deferred = getattr(self, "_deferred", False)
-        self._change(self._spec_of_g, "raise" if exclusive else "sync" if deferred else self._on_change)
+        self._change(self._spec_of_g, *self._claim_mode(exclusive, self._on_change))
         self._claimed = True
         self._on_claimed()
 
-    def _change(self, spec: str, mode: str) -> None:
-        """Run change.lua (``mode``: an on_change, or "attach" to read the state) and follow it."""
+    def _change(self, spec: str, mode: str, opened_ago_us: int = 0) -> None:
+        """Run change.lua (``mode``: an on_change, "attach" to read the state, or a deferred
+        claim's, opened ``opened_ago_us`` ago) and follow it."""
         seen_us = 0
-        if self._groups and mode in (*live.ON_CHANGE, live.RENEW):
+        if self._groups and (mode in (*live.ON_CHANGE, live.RENEW) or mode.startswith("deferred-")):
             self._pre_raise(spec, renew=mode == live.RENEW)
             seen_us = self._groups_time()
-        state = live.run_change(self, spec, mode, seen_us=seen_us)
+        state = live.run_change(self, spec, mode, opened_ago_us, seen_us=seen_us)
         self._follow(state)
         if state.moved and self._groups:  # each group's generation, raised before the change returns
             self._raise_groups(state.gen)

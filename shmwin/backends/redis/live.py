@@ -89,9 +89,10 @@ def run_change(
     base: Any, spec: str, mode: str, known: int = 0, floor: int = 0, seen_us: int = 0
 ) -> LiveState:
     """change.lua for the name of ``base`` (a RedisBase; ``mode``: an on_change, "attach" to
-    read the state, or "sync" after a hit met generation ``floor`` while its process knows
-    ``known`` for ``spec``; ``seen_us``: the newest time of the name's spread groups): the state
-    after it, or the error an opener of ``spec`` gets."""
+    read the state, "sync" after a hit met generation ``floor`` while its process knows
+    ``known`` for ``spec``, or "deferred-<on_change>" for an open ``known`` µs ago; ``seen_us``:
+    the newest time of the name's spread groups): the state after it, or the error an opener of
+    ``spec`` gets."""
     from ...errors import GeometryMismatchError, WindowNotFoundError
     from . import scripts
 

@@ -43,11 +43,7 @@ class RedisTokenBucket(RedisBase):
         meta = self._prefix + "meta"
         if exclusive and not self._call(self._redis.hsetnx, meta, "geometry", _spec(self._g)):
             raise WindowExistsError(f"token bucket {self.name!r} already exists on redis")
-        # deferred past the open (on_error, the server away then): it follows the rates set since
-        # (change.lua's 'sync') or claims a name still free, as a limiter's does
-        deferred = getattr(self, "_deferred", False)
-        mode = "raise" if exclusive else "sync" if deferred else self._on_change
-        self._follow(live.run_change(self, _spec(self._g), mode))
+        self._follow(live.run_change(self, _spec(self._g), *self._claim_mode(exclusive, self._on_change)))
         self._claimed = True
 
     def _follow(self, state: live.LiveState) -> None:

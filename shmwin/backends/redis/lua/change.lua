@@ -19,8 +19,10 @@
 --          'reset' (changed: a new layout, the old rows forgotten), 'attach' (no change), or
 --          'sync': a hit met another generation than its process knows (ARGV[4]) -- see Repair;
 --          'renew': 'reset' even when the spec wanted is the one in force (a reset asked for:
---          Limiter.set_rates, shmwin set --reset; an open with on_change='reset' sends 'reset')
--- ARGV[4]  'sync' only: the generation the process knows (0: none), whose spec is ARGV[2]
+--          Limiter.set_rates, shmwin set --reset; an open with on_change='reset' sends 'reset');
+--          'deferred-<on_change>': an open's claim deferred past it (see Deferred)
+-- ARGV[4]  'sync' only: the generation the process knows (0: none), whose spec is ARGV[2];
+--          'deferred-*' only: how long before now (us, by the opener's own clock) it opened
 -- ARGV[5]  'sync' only: the generation the hit met in its (group's) generation key
 -- ARGV[6]  the newest time (us) of the name's spread groups' clocks (0: not spread): the name's
 --          own clock moves only here, so after the server's TIME stepped back it may stand
@@ -47,6 +49,11 @@
 --     left ahead): the meta's spec is kept and its generation raised past it;
 --   - else the process simply reads the state (it was stale).
 -- Never an error: every case ends with a meta and a generation key that agree.
+-- Deferred: an open while the server was away (on_error) claims at its process's first call
+-- that gets through. Rates claimed or changed after that open are newer than the opener's: it
+-- follows them ('sync'); rates older than the open are what its deploy replaces: it changes them
+-- by its on_change, as the open would have had the server answered ('raise' follows: a call
+-- has no open to refuse).
 
 local MAX_OLDS = 4  -- earlier layouts kept readable (see the carry below)
 local meta, gen_key = KEYS[1], KEYS[3]
@@ -58,6 +65,15 @@ local f = redis.call('HMGET', meta, 'geometry', 'gen', 'layout', 'history', 'cha
 local have = f[1]
 local gen, layout, history = tonumber(f[2] or '0'), tonumber(f[3] or '0'), f[4] or ''
 local changed, changes = tonumber(f[5] or '0'), tonumber(f[6] or '0')
+
+local rule = string.match(mode, '^deferred%-(%a+)$')
+if rule then
+  local opened = now - known
+  known = 0
+  local same_kind = have and string.match(have, '^[^;]*') == string.match(want, '^[^;]*')
+  local newer = same_kind and gen < opened and (rule == 'carry' or rule == 'reset')
+  mode = newer and rule or 'sync'  -- the opener's rates changed after the open, or the name's
+end
 
 local moved = '0'
 local reclaim_at = nil  -- 'sync': the generation a process re-claims its rates with
