@@ -178,6 +178,9 @@ def shares(rates: list[Rate], hosts: int) -> list[Rate] | None:
     return out if len(out) == len(rates) else None
 
 
+_AWAY: Any = object()  # LocalShare._asked: the backend not asked, or away: the share answers
+
+
 class _CarryBusy(Exception):
     """Another process of the host is carrying (perhaps waiting on a hung server): this one
     stays on its share until its next probe, rather than queueing behind it."""
@@ -266,52 +269,46 @@ class LocalShare:
 
         return hit
 
+    def _asked(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` on the backend when it is time to ask it (the host's local hits
+        carried first), its answer; :data:`_AWAY` when it is not time, or the backend was away
+        (this process then on its share until its next probe), or another process carries."""
+        if not self._should_ask():
+            return _AWAY
+        try:
+            self._carry_back()
+            answer = call(*args)
+        except _CarryBusy:
+            self._next_probe = time.monotonic() + PROBE_S
+            return _AWAY
+        except BackendUnavailableError:
+            self._went_away()
+            return _AWAY
+        self._answered()
+        return answer
+
     def _hit_asking(self, key: Any, cost: int) -> bool:
-        if self._should_ask():
-            try:
-                self._carry_back()
-                ok = bool(self._backend.hit(key, cost))
-            except _CarryBusy:
-                self._next_probe = time.monotonic() + PROBE_S
-            except BackendUnavailableError:
-                self._went_away()
-            else:
-                self._answered()
-                return ok
+        answer = self._asked(self._backend.hit, key, cost)
+        if answer is not _AWAY:
+            return bool(answer)
         ok = self._local_hit(key, cost)
         if self._front is not None and self._local_hit_fn is not None and self._away_since_ns is not None:
             self._front.hit = self._away_hit()  # until the next probe: the lean path
         return ok
 
     def test(self, key: Any, cost: int = 1) -> bool:
-        if self._should_ask():
-            try:
-                self._carry_back()
-                ok = bool(self._backend.check(key, cost, False, False)[0])
-            except _CarryBusy:
-                self._next_probe = time.monotonic() + PROBE_S
-            except BackendUnavailableError:
-                self._went_away()
-            else:
-                self._answered()
-                return ok
+        answer = self._asked(self._backend.check, key, cost, False, False)
+        if answer is not _AWAY:
+            return bool(answer[0])
         local = self._local_limiter()
         return self._unmade() if local is None else bool(local.test(key, cost))
 
     def check(self, key: Any, cost: int, commit: bool) -> tuple[Any, ...]:
         """``acquire``'s try (the front's ``_tries``): the backend's ``check`` while it answers,
         else the share's, as :meth:`hit` decides: no round trip per try while away."""
-        if self._should_ask():
-            try:
-                self._carry_back()
-                answer: tuple[Any, ...] = self._backend.check(key, cost, commit)
-            except _CarryBusy:
-                self._next_probe = time.monotonic() + PROBE_S
-            except BackendUnavailableError:
-                self._went_away()
-            else:
-                self._answered()
-                return answer
+        answer = self._asked(self._backend.check, key, cost, commit)
+        if answer is not _AWAY:
+            return tuple(answer)
         local = self._local_limiter()
         if local is None:  # no share to wait for: the answer is final (wait None)
             return (self._unmade(), (), (), None)
