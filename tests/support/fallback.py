@@ -40,7 +40,8 @@ def open_local(name: str, server: Any, kind: str, clock: Any, rates: str = "10/m
 
 
 def until_back(lim: Limiter, timeout_s: float = 30) -> None:
-    """test() (counts nothing) until the limiter is on the server again."""
+    """test() (counts nothing) until the limiter is on the server again: the two-tier backend
+    waits DOWN_BACKOFF_S of real time after an outage before it asks again."""
     deadline = time.monotonic() + timeout_s
     lim.test("probe")
     while fallback_since(lim) is not None:

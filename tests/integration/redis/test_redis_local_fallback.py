@@ -7,34 +7,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import re
-import signal
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
+from support.fallback import BACKENDS, S, frozen, until_back, url_of
 
 from shmwin import Limiter, ManualClock
 from shmwin import local_share as local_share_module
 from shmwin.backends.redis.testing import ServerTime
 from shmwin.local_share import HOSTS_HORIZON_NS, fallback_since
-
-S = 1_000_000_000
-BACKENDS = ["redis", "twotier"]
-
-
-def _url(server, kind: str) -> str:
-    return ("shm+" if kind == "twotier" else "") + server.url
-
-
-@contextmanager
-def _frozen(server):
-    """The server SIGSTOPped (a hung server: its socket open, no answer), then resumed."""
-    server.proc.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        server.proc.send_signal(signal.SIGCONT)
 
 
 @pytest.fixture
@@ -45,7 +27,7 @@ def probe_every_call(monkeypatch):
 
 
 def _open(name, server, kind, clock, **kw):
-    return Limiter(name, "10/minute", backend=_url(server, kind), on_error="local", clock=ServerTime(clock),
+    return Limiter(name, "10/minute", backend=url_of(server, kind), on_error="local", clock=ServerTime(clock),
                    timeout=0.2, **kw)  # fmt: skip
 
 
@@ -55,17 +37,6 @@ def _hits_in_child(name, server, kind, clock_ns, n, out) -> None:  # type: ignor
     lim.close()
 
 
-def _until_back(lim: Limiter, timeout_s: float = 30) -> None:
-    """Look (test(), which counts nothing) until the limiter is on the server again: the
-    two-tier backend waits DOWN_BACKOFF_S of real time after an outage before it asks again."""
-    deadline = time.monotonic() + timeout_s
-    lim.test("k")
-    while fallback_since(lim) is not None:
-        assert time.monotonic() < deadline, "the limiter never went back to the server"
-        time.sleep(0.01)
-        lim.test("k")
-
-
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_while_away_the_host_enforces_its_fallback_across_processes(own_redis, name, kind):
     clock = ManualClock(1_000 * S)
@@ -73,7 +44,7 @@ def test_while_away_the_host_enforces_its_fallback_across_processes(own_redis, n
     try:
         assert lim.hit("other")  # the server answers: the global limit
         assert fallback_since(lim) is None
-        with _frozen(own_redis):
+        with frozen(own_redis):
             ctx = mp.get_context("fork")
             out = ctx.Queue()
             child = ctx.Process(target=_hits_in_child, args=(name, own_redis, kind, clock(), 4, out))
@@ -94,9 +65,9 @@ def test_the_switch_back_counts_the_local_hits_first(own_redis, name, kind, prob
     lim = _open(name, own_redis, kind, clock, fallback="5/minute")
     try:
         before = sum(lim.hit("k") for _ in range(4))
-        with _frozen(own_redis):
+        with frozen(own_redis):
             during = sum(lim.hit("k") for _ in range(8))
-        _until_back(lim)
+        until_back(lim)
         after = sum(lim.hit("k") for _ in range(20))
         assert before == 4
         assert during >= 5  # the local share (and, on shm+redis, what its lease still held)
@@ -120,7 +91,7 @@ def test_the_default_share_is_the_limit_over_the_hosts_seen(own_redis, name, kin
         for other in ("host-b:1", "host-c:1"):  # two other hosts said they were alive
             lim._backend.hosts_seen(other, HOSTS_HORIZON_NS)
         assert lim.hit("other")  # this host counts the hosts: 3
-        with _frozen(own_redis):
+        with frozen(own_redis):
             assert sum(lim.hit("k") for _ in range(6)) == 10 // 3
     finally:
         lim.unlink()
@@ -135,7 +106,7 @@ def test_while_away_a_hit_makes_no_round_trip(own_redis, name):
     real_hit = lim._backend.hit
     lim._backend.hit = lambda key, cost=1: asked.append(key) or real_hit(key, cost)
     try:
-        with _frozen(own_redis):
+        with frozen(own_redis):
             assert sum(lim.hit("k") for _ in range(50)) == 50
         assert len(asked) == 1
     finally:
@@ -165,7 +136,7 @@ def test_the_middlewares_decide_on_the_local_share_without_waiting(own_redis, na
     real_check = lim._backend.check
     lim._backend.check = lambda *a: (a[1] == 0 and asked.append(a)) or real_check(*a)  # stats: cost 0
     try:
-        with _frozen(own_redis):
+        with frozen(own_redis):
             verdicts = [decide(lim, "client") for _ in range(3)]
         assert [v.allowed for v in verdicts] == [True, True, False]
         assert not any(v.unavailable for v in verdicts)
@@ -196,7 +167,7 @@ def test_the_record_says_since_when_the_host_is_on_its_share(
     try:
         assert lim.hit("k")
         assert local_share_module.fallback_status(name, clock) is None  # never away: no record
-        with _frozen(own_redis):
+        with frozen(own_redis):
             lim.hit("k")
             first = local_share_module.fallback_status(name, clock)
             clock.advance(30)
@@ -224,7 +195,7 @@ def test_show_and_the_prometheus_export_show_the_fallback(own_redis, name, kind,
 
     from shmwin.integrations.prometheus import exposition
 
-    lim = Limiter(name, "10/minute", backend=_url(own_redis, kind), on_error="local", fallback="3/minute",
+    lim = Limiter(name, "10/minute", backend=url_of(own_redis, kind), on_error="local", fallback="3/minute",
                   timeout=0.2)  # fmt: skip
     calling = threading.Event()
 
@@ -234,7 +205,7 @@ def test_show_and_the_prometheus_export_show_the_fallback(own_redis, name, kind,
             time.sleep(0.01)
 
     try:
-        with _frozen(own_redis):
+        with frozen(own_redis):
             assert lim.hit("k")  # on the local share
             calling.set()
             caller = threading.Thread(target=keep_calling)
