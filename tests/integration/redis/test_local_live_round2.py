@@ -79,6 +79,35 @@ lim.close()
 """
 
 
+def _old_worker_then_deploy(
+    server: Any, url: str, name: str, script: str, deploy: Any
+) -> tuple[int, int, Any]:
+    """An old worker (``script``, ``python -c``) opens while ``server`` is frozen (its claim
+    deferred); once the server is back ``deploy()`` opens; then the old worker's 6 hits and the
+    deploy's 6: (theirs, mine, the deploy's rates after them, and its burst if a token bucket)."""
+    old = None
+    try:
+        with frozen(server):
+            old = subprocess.Popen([sys.executable, "-c", script, url, name], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
+            assert old.stdout is not None and old.stdin is not None
+            assert old.stdout.readline().strip() == "opened"
+        new = deploy()
+        try:
+            old.stdin.write("go\n")
+            old.stdin.flush()
+            theirs = int(old.stdout.readline())
+            assert old.wait(30) == 0
+            mine = sum(new.hit("k2") for _ in range(6))
+            return theirs, mine, (new.rates[0].limit, getattr(new, "burst", None))
+        finally:
+            new.close()
+    finally:
+        if old is not None and old.poll() is None:
+            old.kill()
+            old.wait()
+
+
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_an_old_worker_opened_while_away_does_not_set_its_rates_back_over_a_deploy(own_redis, name, kind):
     """A worker of the old code (100/minute) opens while the server is away (its claim deferred);
@@ -88,29 +117,13 @@ def test_an_old_worker_opened_while_away_does_not_set_its_rates_back_over_a_depl
     deploy, the rates 100/minute again)."""
     url = url_of(own_redis, kind)
     first = Limiter(name, "100/minute", backend=url, on_error="local", timeout=TIMEOUT_S)
-    old = None
     try:
         assert first.hit("warm")
-        with frozen(own_redis):
-            old = subprocess.Popen([sys.executable, "-c", _OPENED_AWAY, url, name], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
-            assert old.stdout is not None and old.stdin is not None
-            assert old.stdout.readline().strip() == "opened"
-        new = Limiter(name, "3/minute", backend=url, on_error="local", timeout=TIMEOUT_S)
-        try:
-            old.stdin.write("go\n")
-            old.stdin.flush()
-            theirs = int(old.stdout.readline())
-            assert old.wait(30) == 0
-            mine = sum(new.hit("k2") for _ in range(6))
-            assert (theirs, mine) == (3, 3), f"old worker {theirs}, deploy {mine} of 3/minute"
-            assert new.rates[0].limit == 3 and first.hit("x") and first.rates[0].limit == 3
-        finally:
-            new.close()
+        deploy = lambda: Limiter(name, "3/minute", backend=url, on_error="local", timeout=TIMEOUT_S)  # noqa: E731
+        theirs, mine, (limit, _) = _old_worker_then_deploy(own_redis, url, name, _OPENED_AWAY, deploy)
+        assert (theirs, mine) == (3, 3), f"old worker {theirs}, deploy {mine} of 3/minute"
+        assert limit == 3 and first.hit("x") and first.rates[0].limit == 3
     finally:
-        if old is not None and old.poll() is None:
-            old.kill()
-            old.wait()
         first.unlink()
         first.close()
 
@@ -131,30 +144,15 @@ def test_an_old_token_bucket_opened_while_away_does_not_set_its_rate_back_over_a
     """The same for a TokenBucket on redis:// (its open's claim deferred with on_error="allow"):
     failed on main: the old worker's first call set 100/minute, burst 100 back for everyone
     (6 of 6 admitted by it, 6 by the deploy of 1/minute, burst 3)."""
-    first = TokenBucket(name, "100/minute", burst=100, backend=own_redis.url, timeout=TIMEOUT_S)
-    old = None
+    url = own_redis.url
+    first = TokenBucket(name, "100/minute", burst=100, backend=url, timeout=TIMEOUT_S)
     try:
         assert first.hit("warm")
-        with frozen(own_redis):
-            old = subprocess.Popen([sys.executable, "-c", _BUCKET_OPENED_AWAY, own_redis.url, name],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-            assert old.stdout is not None and old.stdin is not None
-            assert old.stdout.readline().strip() == "opened"
-        new = TokenBucket(name, "1/minute", burst=3, backend=own_redis.url, timeout=TIMEOUT_S)
-        try:
-            old.stdin.write("go\n")
-            old.stdin.flush()
-            theirs = int(old.stdout.readline())
-            assert old.wait(30) == 0
-            mine = sum(new.hit("k2") for _ in range(6))
-            assert (theirs, mine) == (3, 3), f"old worker {theirs}, deploy {mine} of a burst of 3"
-            assert new.burst == 3 and first.hit("x") and first.burst == 3
-        finally:
-            new.close()
+        deploy = lambda: TokenBucket(name, "1/minute", burst=3, backend=url, timeout=TIMEOUT_S)  # noqa: E731
+        theirs, mine, (_, burst) = _old_worker_then_deploy(own_redis, url, name, _BUCKET_OPENED_AWAY, deploy)
+        assert (theirs, mine) == (3, 3), f"old worker {theirs}, deploy {mine} of a burst of 3"
+        assert burst == 3 and first.hit("x") and first.burst == 3
     finally:
-        if old is not None and old.poll() is None:
-            old.kill()
-            old.wait()
         first.unlink()
         first.close()
 
